@@ -1,0 +1,525 @@
+//! The unit call: checks, quantization, packing, threads and tiles.
+
+use lockstep_luts::units::{first_non_finite, Operand, UnitError, BLOCK};
+
+use crate::portable;
+use crate::quantize::quantize_rows;
+
+/// Which kernel computes the tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// `vpdpbusd` on 512-bit vectors (AVX-512 F, BW, VNNI).
+    Avx512Vnni,
+    /// `vpdpbusd` on 256-bit vectors (AVX-VNNI).
+    AvxVnni,
+    /// `vpsignb` + `vpmaddubsw` + `vpmaddwd` (AVX2 and FMA).
+    Avx2,
+    /// Scalar integer products, any CPU.
+    Portable,
+}
+
+impl Path {
+    /// Every path this CPU can run, fastest first.
+    pub fn available() -> Vec<Path> {
+        let mut paths = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma");
+            if avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+                paths.push(Path::Avx512Vnni);
+            }
+            if avx2 && has!("avxvnni") {
+                paths.push(Path::AvxVnni);
+            }
+            if avx2 {
+                paths.push(Path::Avx2);
+            }
+        }
+        paths.push(Path::Portable);
+        paths
+    }
+
+    /// The fastest path this CPU supports.
+    pub fn detect() -> Self {
+        Path::available()[0]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Avx512Vnni => "avx512-vnni",
+            Path::AvxVnni => "avx-vnni",
+            Path::Avx2 => "avx2",
+            Path::Portable => "portable",
+        }
+    }
+}
+
+/// Below this many multiply-adds a call runs on one thread: spawning costs more than it saves.
+const PARALLEL_MIN_MACS: usize = 1 << 20;
+/// Rows per packed A panel and columns per packed B panel.
+const MR: usize = 4;
+const PANEL: usize = 32;
+/// Bytes of packed A kept in L2 while B panels stream past it from L1 (measured on a 2 MiB L2:
+/// larger chunks mean fewer passes over packed B).
+const A_CHUNK_BYTES: usize = 512 * 1024;
+
+/// Quantized rows: `blocks × BLOCK` quants and `blocks` exponents per row.
+struct Quantized {
+    q: Vec<i8>,
+    exp: Vec<i32>,
+}
+
+/// `c = a · bᵀ` (A `m × k`, B `n × k`, C `m × n`), bit-identical to `lockstep_luts::gemm_nt`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32(
+    path: Path,
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) -> Result<(), UnitError> {
+    check_shape(a, m * k, Operand::A)?;
+    check_shape(b, n * k, Operand::B)?;
+    if c.len() != m * n {
+        return Err(UnitError::Shape { operand: Operand::A, expected: m * n, actual: c.len() });
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        c.fill(0.0); // a sum of no terms is +0
+        return Ok(());
+    }
+    let blocks = k.div_ceil(BLOCK);
+    let a_panels = m.div_ceil(MR);
+    let threads = if m * n * k < PARALLEL_MIN_MACS { 1 } else { threads.clamp(1, a_panels) };
+
+    // Phase 1: quantize (and, for the SIMD paths, pack) all of B, split across threads. The
+    // quantizer notices non-finite values; only then is the input scanned to name the first.
+    let non_finite = || first_non_finite_error(a, b);
+    let b_quant = quantize_parallel(b, n, k, blocks, threads).ok_or_else(non_finite)?;
+    let b_packed = (path != Path::Portable).then(|| pack_b(&b_quant, n, blocks, threads));
+
+    // Phase 2: each thread owns a contiguous range of A panels, hence of C rows.
+    let panels_per_thread = a_panels.div_ceil(threads);
+    let rows_per_thread = panels_per_thread * MR;
+    let work = a.chunks(rows_per_thread * k).zip(c.chunks_mut(rows_per_thread * n));
+    let run = |(a_rows, c_rows): (&[f32], &mut [f32])| -> bool {
+        let rows = a_rows.len() / k;
+        let mut a_quant = Quantized { q: vec![0; rows * blocks * BLOCK], exp: vec![0; rows * blocks] };
+        if quantize_rows(a_rows, k, &mut a_quant.q, &mut a_quant.exp).is_err() {
+            return false;
+        }
+        match &b_packed {
+            Some(b_packed) => simd_rows(path, &a_quant, rows, &b_quant, b_packed, n, blocks, c_rows),
+            None => portable_rows(&a_quant, rows, &b_quant, n, blocks, c_rows),
+        }
+        true
+    };
+    let all_finite = if threads == 1 {
+        work.map(run).fold(true, |ok, item| ok & item)
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = work.map(|item| scope.spawn(move || run(item))).collect();
+            handles.into_iter().fold(true, |ok, handle| ok & handle.join().expect("a unit thread panicked"))
+        })
+    };
+    if !all_finite {
+        return Err(non_finite());
+    }
+    Ok(())
+}
+
+fn check_shape(values: &[f32], expected: usize, operand: Operand) -> Result<(), UnitError> {
+    if values.len() != expected {
+        return Err(UnitError::Shape { operand, expected, actual: values.len() });
+    }
+    Ok(())
+}
+
+/// The error for the first non-finite input, A before B, as the reference reports it.
+fn first_non_finite_error(a: &[f32], b: &[f32]) -> UnitError {
+    for (values, operand) in [(a, Operand::A), (b, Operand::B)] {
+        if let Some(index) = first_non_finite(values) {
+            return UnitError::NonFinite { operand, index, bits: values[index].to_bits() };
+        }
+    }
+    unreachable!("the quantizer saw a non-finite value that a scan cannot find")
+}
+
+/// Quantizes `rows × k` values across threads; `None` if any is non-finite.
+fn quantize_parallel(values: &[f32], rows: usize, k: usize, blocks: usize, threads: usize) -> Option<Quantized> {
+    let mut out = Quantized { q: vec![0; rows * blocks * BLOCK], exp: vec![0; rows * blocks] };
+    let rows_per_thread = rows.div_ceil(threads);
+    let work = values
+        .chunks(rows_per_thread * k)
+        .zip(out.q.chunks_mut(rows_per_thread * blocks * BLOCK))
+        .zip(out.exp.chunks_mut(rows_per_thread * blocks));
+    let all_finite = if threads == 1 {
+        work.map(|((v, q), e)| quantize_rows(v, k, q, e).is_ok()).fold(true, |ok, item| ok & item)
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> =
+                work.map(|((v, q), e)| scope.spawn(move || quantize_rows(v, k, q, e).is_ok())).collect();
+            handles.into_iter().fold(true, |ok, handle| ok & handle.join().expect("a unit thread panicked"))
+        })
+    };
+    all_finite.then_some(out)
+}
+
+fn portable_rows(a: &Quantized, rows: usize, b: &Quantized, n: usize, blocks: usize, c: &mut [f32]) {
+    for row in 0..rows {
+        for col in 0..n {
+            c[row * n + col] = portable_element(a, row, b, col, blocks);
+        }
+    }
+}
+
+fn portable_element(a: &Quantized, row: usize, b: &Quantized, col: usize, blocks: usize) -> f32 {
+    let stride = blocks * BLOCK;
+    portable::element(
+        &a.q[row * stride..(row + 1) * stride],
+        &a.exp[row * blocks..(row + 1) * blocks],
+        &b.q[col * stride..(col + 1) * stride],
+        &b.exp[col * blocks..(col + 1) * blocks],
+    )
+}
+
+/// `2^e` as an f32 when it is normal, else 0 (such tiles never take the fast path).
+fn pow2_or_zero(e: i32) -> f32 {
+    if (-126..=127).contains(&e) {
+        f32::from_bits(((127 + e) as u32) << 23)
+    } else {
+        0.0
+    }
+}
+
+/// One packed panel's exponent range.
+#[derive(Clone, Copy)]
+struct ExpRange {
+    min: i32,
+    max: i32,
+}
+
+impl ExpRange {
+    const EMPTY: ExpRange = ExpRange { min: i32::MAX, max: i32::MIN };
+
+    fn include(&mut self, e: i32) {
+        self.min = self.min.min(e);
+        self.max = self.max.max(e);
+    }
+}
+
+/// Whether a tile may take the FMA fast path: both scales are normal f32 and every term
+/// `acc · 2^(ea+eb)` is an exact normal f32.
+fn fast_tile(a: ExpRange, b: ExpRange) -> bool {
+    a.min >= -126 && a.max <= 127 && b.min >= -126 && b.max <= 127 && a.min + b.min >= -126 && a.max + b.max <= 108
+}
+
+/// All of B in `[panel][kq][PANEL][4]` bytes plus `[panel][block][PANEL]` scales and offsets.
+struct PackedB {
+    bytes: Vec<i8>,
+    scales: Vec<f32>,
+    offsets: Vec<i32>,
+    ranges: Vec<ExpRange>,
+}
+
+fn pack_b(b: &Quantized, n: usize, blocks: usize, threads: usize) -> PackedB {
+    let panels = n.div_ceil(PANEL);
+    let bytes_len = blocks * BLOCK * PANEL;
+    let per_block_len = blocks * PANEL;
+    let mut packed = PackedB {
+        bytes: vec![0; panels * bytes_len],
+        scales: vec![0.0; panels * per_block_len],
+        offsets: vec![0; panels * per_block_len],
+        ranges: vec![ExpRange::EMPTY; panels],
+    };
+    let per_thread = panels.div_ceil(threads);
+    let pack_range =
+        |first_panel: usize, bytes: &mut [i8], scales: &mut [f32], offsets: &mut [i32], ranges: &mut [ExpRange]| {
+            for (offset, range) in ranges.iter_mut().enumerate() {
+                let panel = first_panel + offset;
+                let bytes = &mut bytes[offset * bytes_len..(offset + 1) * bytes_len];
+                let scales = &mut scales[offset * per_block_len..(offset + 1) * per_block_len];
+                let offsets = &mut offsets[offset * per_block_len..(offset + 1) * per_block_len];
+                for lane in 0..PANEL {
+                    let col = panel * PANEL + lane;
+                    if col >= n {
+                        range.include(0); // padding: zero quants, exponent 0
+                        continue;
+                    }
+                    let q = &b.q[col * blocks * BLOCK..(col + 1) * blocks * BLOCK];
+                    for (kq, quad) in q.chunks_exact(4).enumerate() {
+                        let start = (kq * PANEL + lane) * 4;
+                        bytes[start..start + 4].copy_from_slice(quad);
+                    }
+                    for (block, values) in q.chunks_exact(BLOCK).enumerate() {
+                        let e = b.exp[col * blocks + block];
+                        scales[block * PANEL + lane] = pow2_or_zero(e);
+                        offsets[block * PANEL + lane] = 128 * values.iter().map(|&v| i32::from(v)).sum::<i32>();
+                        range.include(e);
+                    }
+                }
+            }
+        };
+    let work = packed
+        .bytes
+        .chunks_mut(per_thread * bytes_len)
+        .zip(packed.scales.chunks_mut(per_thread * per_block_len))
+        .zip(packed.offsets.chunks_mut(per_thread * per_block_len))
+        .zip(packed.ranges.chunks_mut(per_thread))
+        .enumerate();
+    if threads == 1 {
+        work.for_each(|(i, (((p, s), o), r))| pack_range(i * per_thread, p, s, o, r));
+    } else {
+        std::thread::scope(|scope| {
+            for (i, (((p, s), o), r)) in work {
+                scope.spawn(move || pack_range(i * per_thread, p, s, o, r));
+            }
+        });
+    }
+    packed
+}
+
+/// Packed A words per `kq` for `path`.
+fn a_words_per_quad(path: Path) -> usize {
+    match path {
+        Path::Avx2 => MR * 2,
+        _ => MR,
+    }
+}
+
+/// Packs A panel `panel` (rows `panel·MR ..`) in `path`'s layout (see `x86.rs`) plus
+/// `[block][MR]` scales.
+fn pack_a_panel(
+    path: Path,
+    a: &Quantized,
+    rows: usize,
+    blocks: usize,
+    panel: usize,
+    words: &mut [u32],
+    scales: &mut [f32],
+) -> ExpRange {
+    let mut range = ExpRange::EMPTY;
+    let per_quad = a_words_per_quad(path);
+    for lane in 0..MR {
+        let row = panel * MR + lane;
+        let zeros = [0i8; BLOCK];
+        for kq in 0..blocks * BLOCK / 4 {
+            let quad: [i8; 4] = if row < rows {
+                let start = row * blocks * BLOCK + kq * 4;
+                [a.q[start], a.q[start + 1], a.q[start + 2], a.q[start + 3]]
+            } else {
+                [zeros[0]; 4]
+            };
+            if path == Path::Avx2 {
+                words[kq * per_quad + 2 * lane] = u32::from_le_bytes(quad.map(|v| v.unsigned_abs()));
+                words[kq * per_quad + 2 * lane + 1] = u32::from_le_bytes(quad.map(|v| v as u8));
+            } else {
+                words[kq * per_quad + lane] = u32::from_le_bytes(quad.map(|v| (i16::from(v) + 128) as u8));
+            }
+        }
+        for block in 0..blocks {
+            let e = if row < rows { a.exp[row * blocks + block] } else { 0 };
+            scales[block * MR + lane] = if row < rows { pow2_or_zero(e) } else { 1.0 };
+            range.include(e);
+        }
+    }
+    range
+}
+
+#[allow(clippy::too_many_arguments)]
+fn simd_rows(
+    path: Path,
+    a: &Quantized,
+    rows: usize,
+    b: &Quantized,
+    packed_b: &PackedB,
+    n: usize,
+    blocks: usize,
+    c: &mut [f32],
+) {
+    let a_panels = rows.div_ceil(MR);
+    let words_len = blocks * BLOCK / 4 * a_words_per_quad(path);
+    let scales_len = blocks * MR;
+    let chunk_panels = (A_CHUNK_BYTES / (words_len * 4)).max(1);
+    let b_bytes_len = blocks * BLOCK * PANEL;
+    let b_block_len = blocks * PANEL;
+
+    let mut a_words = vec![0u32; chunk_panels * words_len];
+    let mut a_scales = vec![0f32; chunk_panels * scales_len];
+    let mut a_ranges = vec![ExpRange::EMPTY; chunk_panels];
+    let mut out = [0f32; MR * PANEL];
+    for first in (0..a_panels).step_by(chunk_panels) {
+        let count = chunk_panels.min(a_panels - first);
+        for i in 0..count {
+            a_ranges[i] = pack_a_panel(
+                path,
+                a,
+                rows,
+                blocks,
+                first + i,
+                &mut a_words[i * words_len..(i + 1) * words_len],
+                &mut a_scales[i * scales_len..(i + 1) * scales_len],
+            );
+        }
+        for (jb, b_range) in packed_b.ranges.iter().enumerate() {
+            let panel = PanelRef {
+                bytes: &packed_b.bytes[jb * b_bytes_len..(jb + 1) * b_bytes_len],
+                scales: &packed_b.scales[jb * b_block_len..(jb + 1) * b_block_len],
+                offsets: &packed_b.offsets[jb * b_block_len..(jb + 1) * b_block_len],
+            };
+            let col0 = jb * PANEL;
+            let cols = PANEL.min(n - col0);
+            for i in 0..count {
+                let row0 = (first + i) * MR;
+                let tile_rows = MR.min(rows - row0);
+                if fast_tile(a_ranges[i], *b_range) {
+                    let words = &a_words[i * words_len..(i + 1) * words_len];
+                    let scales = &a_scales[i * scales_len..(i + 1) * scales_len];
+                    run_tile(path, blocks, words, scales, panel, cols, &mut out);
+                    for r in 0..tile_rows {
+                        let dst = (row0 + r) * n + col0;
+                        c[dst..dst + cols].copy_from_slice(&out[r * PANEL..r * PANEL + cols]);
+                    }
+                } else {
+                    for row in row0..row0 + tile_rows {
+                        for col in col0..col0 + cols {
+                            c[row * n + col] = portable_element(a, row, b, col, blocks);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One packed B panel, as the kernels see it.
+#[derive(Clone, Copy)]
+struct PanelRef<'a> {
+    bytes: &'a [i8],
+    scales: &'a [f32],
+    offsets: &'a [i32],
+}
+
+#[cfg(target_arch = "x86_64")]
+fn run_tile(
+    path: Path,
+    blocks: usize,
+    words: &[u32],
+    scales: &[f32],
+    panel: PanelRef<'_>,
+    cols: usize,
+    out: &mut [f32; MR * PANEL],
+) {
+    use crate::x86;
+    const _: () = assert!(x86::MR == MR && x86::PANEL == PANEL);
+    let b = x86::PanelB { bytes: panel.bytes, scales: panel.scales, offsets: panel.offsets };
+    let halves = if cols > 16 { 2 } else { 1 };
+    // SAFETY: a path is only ever chosen from `Path::available()`, which checked the CPU
+    // features each kernel is compiled for; the kernels check slice lengths themselves.
+    unsafe {
+        match path {
+            Path::Avx512Vnni => x86::tile_avx512_vnni(blocks, words, scales, b, out),
+            Path::AvxVnni => (0..halves).for_each(|half| x86::tile_avx_vnni(blocks, words, scales, b, half, out)),
+            Path::Avx2 => (0..halves).for_each(|half| x86::tile_avx2(blocks, words, scales, b, half, out)),
+            Path::Portable => unreachable!("the portable path has no packed tiles"),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn run_tile(_: Path, _: usize, _: &[u32], _: &[f32], _: PanelRef<'_>, _: usize, _: &mut [f32; MR * PANEL]) {
+    unreachable!("only the portable path exists off x86-64")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_luts::rng::SplitMix64;
+
+    fn check(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) {
+        let expected = lockstep_luts::gemm_nt(m, n, k, a, b).unwrap();
+        let expected_bits: Vec<u32> = expected.iter().map(|v| v.to_bits()).collect();
+        for path in Path::available() {
+            for threads in [1, 2, 3] {
+                let mut c = vec![f32::from_bits(0xdead_beef); m * n];
+                gemm_f32(path, threads, m, n, k, a, b, &mut c).unwrap();
+                let actual_bits: Vec<u32> = c.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(actual_bits, expected_bits, "{path:?} threads={threads} shape {m}x{n}x{k}");
+            }
+        }
+    }
+
+    #[test]
+    fn this_machine_runs_a_simd_path() {
+        // CI and development machines are x86-64 with at least AVX2: the fast paths must be
+        // exercised there, not silently skipped.
+        #[cfg(target_arch = "x86_64")]
+        assert!(Path::available().contains(&Path::Avx2), "no AVX2 on this CPU: {:?}", Path::available());
+    }
+
+    #[test]
+    fn random_shapes_match_reference_bits() {
+        let mut rng = SplitMix64::new(31);
+        for _ in 0..40 {
+            let m = 1 + rng.below(40) as usize;
+            let n = 1 + rng.below(70) as usize;
+            let k = 1 + rng.below(300) as usize;
+            let scale_a = f32::from_bits(((127 + rng.below(40) as i32 - 20) as u32) << 23);
+            let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit() * scale_a).collect();
+            let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit()).collect();
+            check(m, n, k, &a, &b);
+        }
+    }
+
+    #[test]
+    fn big_enough_to_thread() {
+        let mut rng = SplitMix64::new(32);
+        let (m, n, k) = (70, 90, 260);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit()).collect();
+        let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit() * 0.01).collect();
+        check(m, n, k, &a, &b);
+    }
+
+    #[test]
+    fn extreme_exponents_take_the_slow_tiles_and_still_match() {
+        let mut rng = SplitMix64::new(33);
+        let (m, n, k) = (9, 40, 70);
+        let pow2 = |e: i32| f32::from_bits(((127 + e) as u32) << 23);
+        for (ea, eb) in [(-120, -10), (60, 60), (-60, -70), (120, -100), (-126, 10)] {
+            let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit() * pow2(ea)).collect();
+            let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit() * pow2(eb)).collect();
+            check(m, n, k, &a, &b);
+        }
+        check(1, 1, 2, &[f32::MAX, -f32::MAX], &[f32::MAX, f32::MAX]);
+    }
+
+    #[test]
+    fn full_range_quants_and_offsets() {
+        // ±127 quants everywhere: the largest block sums, and the offset trick's extremes.
+        let (m, n, k) = (5, 33, 96);
+        let a: Vec<f32> = (0..m * k).map(|i| if i % 3 == 0 { -127.0 } else { 127.0 }).collect();
+        let b: Vec<f32> = (0..n * k).map(|i| if i % 5 == 0 { 127.0 } else { -127.0 }).collect();
+        check(m, n, k, &a, &b);
+    }
+
+    #[test]
+    fn errors_and_empty_shapes() {
+        let mut c = vec![1.0; 4];
+        let err = gemm_f32(Path::detect(), 1, 2, 2, 1, &[1.0, f32::NAN], &[1.0, 1.0], &mut c).unwrap_err();
+        assert!(matches!(err, UnitError::NonFinite { operand: Operand::A, index: 1, .. }));
+        // B is quantized first, but A's error is the one reported, as by the reference.
+        let err = gemm_f32(Path::detect(), 1, 2, 2, 1, &[1.0, f32::INFINITY], &[f32::NAN, 1.0], &mut c).unwrap_err();
+        assert!(matches!(err, UnitError::NonFinite { operand: Operand::A, index: 1, .. }));
+        let err = gemm_f32(Path::detect(), 1, 2, 2, 1, &[1.0, 1.0], &[1.0, f32::NEG_INFINITY], &mut c).unwrap_err();
+        assert!(matches!(err, UnitError::NonFinite { operand: Operand::B, index: 1, .. }));
+        gemm_f32(Path::detect(), 1, 2, 2, 0, &[], &[], &mut c).unwrap();
+        assert_eq!(c, vec![0.0; 4]);
+        assert!(gemm_f32(Path::detect(), 1, 0, 5, 3, &[], &[0.0; 15], &mut []).is_ok());
+    }
+}

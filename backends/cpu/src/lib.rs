@@ -1,0 +1,81 @@
+//! The CPU mirror plugin: the verified INT8 units on the host's cores, bit-identical to
+//! `lockstep_luts::gemm_nt`.
+//!
+//! Two paths share one quantizer ([`quantize`]) and one blocking scheme:
+//! - [`avx2`], chosen at run time when the CPU has AVX2 and FMA: the quantized operands are
+//!   widened to i16 pairs and multiplied with `vpmaddwd` (exact for every i8, so -128 needs no
+//!   care), accumulated in i32 per block, and the block terms summed with one FMA each. The FMA
+//!   is exact because a term `acc · 2^s` is representable: tiles whose scale exponents could
+//!   make a term subnormal or infinite are sent to the portable path instead.
+//! - [`portable`]: native integer multiply and the reference epilogue, any tile, any CPU.
+//!
+//! Every output element is computed by exactly one thread in one fixed order, so the thread
+//! count never changes a bit.
+
+use std::ffi::CStr;
+
+use lockstep_worker_api::plugin::{Worker, WorkerError};
+use lockstep_worker_api::{caps, status, CreateOptions};
+
+mod gemm;
+mod portable;
+mod quantize;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use gemm::{gemm_f32, Path};
+
+/// The plugin instance.
+pub struct CpuWorker {
+    threads: usize,
+    path: Path,
+}
+
+impl Worker for CpuWorker {
+    const NAME: &'static CStr = c"cpu";
+    const DESCRIPTION: &'static CStr = c"CPU mirror of the verified INT8 units (AVX2 when available, else portable)";
+    const CAPABILITIES: u64 = caps::REQUIRED;
+
+    fn create(options: &CreateOptions) -> Result<Self, WorkerError> {
+        if options.flags != 0 {
+            return Err(WorkerError::new(
+                status::INVALID_ARGUMENT,
+                format!("unknown option flags {:#x}", options.flags),
+            ));
+        }
+        let threads = match options.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n as usize,
+        };
+        Ok(Self { threads, path: Path::detect() })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} path, {} thread(s)", self.path.name(), self.threads)
+    }
+
+    fn gemm_f32(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), WorkerError> {
+        gemm_f32(self.path, self.threads, m, n, k, a, b, c).map_err(|error| {
+            let code = match error {
+                lockstep_luts::UnitError::NonFinite { .. } => status::NON_FINITE_INPUT,
+                lockstep_luts::UnitError::Shape { .. } => status::INVALID_ARGUMENT,
+            };
+            WorkerError::new(code, error.to_string())
+        })
+    }
+
+    fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), WorkerError> {
+        portable::gemm_i8(m, n, k, a, b, c);
+        Ok(())
+    }
+}
+
+lockstep_worker_api::export_worker!(CpuWorker);

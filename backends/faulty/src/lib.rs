@@ -1,0 +1,236 @@
+//! Deliberately wrong implementations of the units, each a plausible bug, so tests can show
+//! that the exact gate rejects them. Each `examples/flaw_*.rs` builds one into a cdylib
+//! plugin; `examples/bad_*.rs` are plugins broken at the ABI level instead.
+//!
+//! Nothing here is used by the product.
+
+use lockstep_luts::units::{block_exponent, block_term, canonicalize, flush_partial, quantize_value, BLOCK};
+
+/// The bug a flawed plugin carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    /// Accumulates dequantized products in f32, element by element, instead of exact i32
+    /// block sums with a power-of-two epilogue.
+    F32Accumulation,
+    /// Quantizes asymmetrically to `[-128, 127]` (scales by 128, so -128 appears) and sums
+    /// product pairs in saturating i16, as a careless `vpmaddubsw` kernel would.
+    SaturatingPairs,
+    /// Rounds halves away from zero instead of to even.
+    RoundHalfAway,
+    /// Sums the block terms last block first.
+    ReversedBlocks,
+}
+
+fn quantize(flaw: Flaw, values: &[f32]) -> (Vec<i8>, i32) {
+    let amax_bits = values.iter().map(|v| v.to_bits() & 0x7fff_ffff).max().unwrap_or(0);
+    let mut e = block_exponent(amax_bits);
+    let q = match flaw {
+        Flaw::SaturatingPairs => {
+            // The wrong range: the smallest e with amax ≤ 128 · 2^e.
+            if amax_bits >> 23 != 0 && f64::from(f32::from_bits(amax_bits)) <= 128.0 * 2f64.powi(e - 1) {
+                e -= 1;
+            }
+            values
+                .iter()
+                .map(|v| {
+                    let scaled = (f64::from(*v) * 2f64.powi(-e)).round_ties_even();
+                    scaled.clamp(-128.0, 127.0) as i8
+                })
+                .collect()
+        }
+        Flaw::RoundHalfAway => values
+            .iter()
+            .map(|v| if v.abs() < f32::MIN_POSITIVE { 0 } else { (f64::from(*v) * 2f64.powi(-e)).round() as i8 })
+            .collect(),
+        Flaw::F32Accumulation | Flaw::ReversedBlocks => values.iter().map(|v| quantize_value(v.to_bits(), e)).collect(),
+    };
+    (q, e)
+}
+
+fn dot(flaw: Flaw, a: &[i8], b: &[i8]) -> i32 {
+    match flaw {
+        Flaw::SaturatingPairs => a
+            .chunks(2)
+            .zip(b.chunks(2))
+            .map(|(x, y)| {
+                let pair: i32 = x.iter().zip(y).map(|(p, q)| i32::from(*p) * i32::from(*q)).sum();
+                pair.clamp(i16::MIN.into(), i16::MAX.into())
+            })
+            .sum(),
+        _ => a.iter().zip(b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum(),
+    }
+}
+
+/// `c = a · bᵀ` with `flaw`. Non-finite inputs are refused like the real units, so the gate
+/// can only catch the arithmetic.
+pub fn flawed_gemm(
+    flaw: Flaw,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) -> Result<(), String> {
+    if let Some(i) = a.iter().chain(b).position(|v| !v.is_finite()) {
+        return Err(format!("non-finite input at {i}"));
+    }
+    let blocks = k.div_ceil(BLOCK);
+    let rows = |values: &[f32], count: usize| -> Vec<Vec<(Vec<i8>, i32)>> {
+        (0..count)
+            .map(|r| {
+                (0..blocks)
+                    .map(|blk| quantize(flaw, &values[r * k + blk * BLOCK..(r * k + k).min(r * k + (blk + 1) * BLOCK)]))
+                    .collect()
+            })
+            .collect()
+    };
+    let qa = rows(a, m);
+    let qb = rows(b, n);
+    for i in 0..m {
+        for j in 0..n {
+            let mut terms: Vec<f32> = Vec::with_capacity(blocks);
+            let mut f32_sum = 0.0f32;
+            for blk in 0..blocks {
+                let ((xa, ea), (xb, eb)) = (&qa[i][blk], &qb[j][blk]);
+                if flaw == Flaw::F32Accumulation {
+                    let (sa, sb) = (2f32.powi(*ea), 2f32.powi(*eb));
+                    for (p, q) in xa.iter().zip(xb) {
+                        f32_sum += (f32::from(*p) * sa) * (f32::from(*q) * sb);
+                    }
+                } else {
+                    terms.push(block_term(dot(flaw, xa, xb), ea + eb));
+                }
+            }
+            if flaw == Flaw::ReversedBlocks {
+                terms.reverse();
+            }
+            c[i * n + j] = if flaw == Flaw::F32Accumulation {
+                canonicalize(f32_sum)
+            } else {
+                canonicalize(terms.into_iter().fold(0.0, |s, t| flush_partial(s + t)))
+            };
+        }
+    }
+    Ok(())
+}
+
+/// The reference units behind the ABI, correct and slow: the base of the ABI-level fixtures.
+pub struct ReferenceWorker;
+
+impl lockstep_worker_api::plugin::Worker for ReferenceWorker {
+    const NAME: &'static std::ffi::CStr = c"reference-fixture";
+    const DESCRIPTION: &'static std::ffi::CStr = c"the reference units behind the ABI (test fixture)";
+    const CAPABILITIES: u64 = lockstep_worker_api::caps::REQUIRED;
+
+    fn create(_: &lockstep_worker_api::CreateOptions) -> Result<Self, lockstep_worker_api::plugin::WorkerError> {
+        Ok(ReferenceWorker)
+    }
+
+    fn describe(&self) -> String {
+        "test fixture".into()
+    }
+
+    fn gemm_f32(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+        let out = lockstep_luts::gemm_nt(m, n, k, a, b).map_err(|e| {
+            lockstep_worker_api::plugin::WorkerError::new(lockstep_worker_api::status::NON_FINITE_INPUT, e.to_string())
+        })?;
+        c.copy_from_slice(&out);
+        Ok(())
+    }
+
+    fn gemm_i8(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[i8],
+        b: &[i8],
+        c: &mut [i32],
+    ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+        c.copy_from_slice(&lockstep_luts::gemm_i8_nt(m, n, k, a, b));
+        Ok(())
+    }
+}
+
+/// Defines and exports a plugin computing the units with `$flaw`.
+#[macro_export]
+macro_rules! flawed_plugin {
+    ($name:literal, $flaw:expr) => {
+        use lockstep_worker_api::plugin::{Worker, WorkerError};
+        use lockstep_worker_api::{caps, status, CreateOptions};
+
+        struct Flawed;
+
+        impl Worker for Flawed {
+            const NAME: &'static std::ffi::CStr = $name;
+            const DESCRIPTION: &'static std::ffi::CStr = c"deliberately wrong units (test fixture)";
+            const CAPABILITIES: u64 = caps::REQUIRED;
+
+            fn create(_: &CreateOptions) -> Result<Self, WorkerError> {
+                Ok(Flawed)
+            }
+
+            fn describe(&self) -> String {
+                "test fixture".into()
+            }
+
+            fn gemm_f32(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[f32],
+                b: &[f32],
+                c: &mut [f32],
+            ) -> Result<(), WorkerError> {
+                $crate::flawed_gemm($flaw, m, n, k, a, b, c).map_err(|e| WorkerError::new(status::NON_FINITE_INPUT, e))
+            }
+
+            fn gemm_i8(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[i8],
+                b: &[i8],
+                c: &mut [i32],
+            ) -> Result<(), WorkerError> {
+                c.copy_from_slice(&lockstep_luts::gemm_i8_nt(m, n, k, a, b));
+                Ok(())
+            }
+        }
+
+        lockstep_worker_api::export_worker!(Flawed);
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each flaw really changes some output on inputs that are easy to reason about; the
+    /// plugin tests then show the gate finds it on its own battery.
+    #[test]
+    fn every_flaw_is_observable() {
+        let k = 64;
+        let a: Vec<f32> = (0..k).map(|i| if i % 32 == 0 { 127.0 } else { (i % 9) as f32 - 4.5 }).collect();
+        let b: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.37 - 1.1).collect();
+        let reference = lockstep_luts::gemm_nt(1, 1, k, &a, &b).unwrap();
+        let mut c = [0.0f32];
+        flawed_gemm(Flaw::RoundHalfAway, 1, 1, k, &a, &b, &mut c).unwrap();
+        assert_ne!(c[0].to_bits(), reference[0].to_bits());
+        let neg = vec![-128.0f32; 32];
+        let reference = lockstep_luts::gemm_nt(1, 1, 32, &neg, &neg).unwrap();
+        flawed_gemm(Flaw::SaturatingPairs, 1, 1, 32, &neg, &neg, &mut c).unwrap();
+        assert_ne!(c[0].to_bits(), reference[0].to_bits());
+    }
+}

@@ -1,0 +1,197 @@
+//! A live plugin instance behind safe, typed calls.
+
+use std::ffi::c_void;
+
+use lockstep_worker_api::{status, CreateOptions, ErrorBuf};
+
+use crate::loader::Plugin;
+
+/// Bytes the host lends a plugin for an error message.
+const ERROR_CAPACITY: usize = 1024;
+
+/// A failed plugin call: the status code and the plugin's own message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendError {
+    pub backend: String,
+    pub call: &'static str,
+    pub status: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "backend `{}` {} failed ({}): {}", self.backend, self.call, status::name(self.status), self.message)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+/// One instance of a plugin. Calls take `&mut self`: an instance serves one caller at a time.
+/// After a call reports [`status::PANIC`] the instance is poisoned and refuses further calls.
+pub struct Backend {
+    plugin: Plugin,
+    instance: *mut c_void,
+    poisoned: bool,
+}
+
+// SAFETY: the ABI lets an instance move between threads as long as one thread uses it at a
+// time, which `&mut self` on every call enforces.
+unsafe impl Send for Backend {}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend").field("plugin", &self.plugin.name()).field("poisoned", &self.poisoned).finish()
+    }
+}
+
+struct ErrorStorage {
+    bytes: Vec<u8>,
+    buf: ErrorBuf,
+}
+
+impl ErrorStorage {
+    fn new() -> Self {
+        let mut bytes = vec![0u8; ERROR_CAPACITY];
+        let buf = ErrorBuf { ptr: bytes.as_mut_ptr(), capacity: ERROR_CAPACITY as u32, len: 0 };
+        Self { bytes, buf }
+    }
+
+    fn message(&self) -> String {
+        let len = (self.buf.len as usize).min(self.bytes.len());
+        String::from_utf8_lossy(&self.bytes[..len]).into_owned()
+    }
+}
+
+impl Plugin {
+    /// Creates an instance (`threads`: 0 for all cores; GPU plugins ignore it).
+    pub fn instantiate(&self, threads: u32) -> Result<Backend, BackendError> {
+        let options = CreateOptions::new(threads);
+        let mut instance = std::ptr::null_mut();
+        let mut error = ErrorStorage::new();
+        let create = self.vtable.create.expect("checked at load");
+        // SAFETY: valid options, out pointer and error buffer, per the ABI.
+        let code = unsafe { create(&options, &mut instance, &mut error.buf) };
+        let fail = |status, message| BackendError { backend: self.name().to_string(), call: "create", status, message };
+        if code != status::OK {
+            return Err(fail(code, error.message()));
+        }
+        if instance.is_null() {
+            return Err(fail(status::INTERNAL, "create returned OK but no instance".into()));
+        }
+        Ok(Backend { plugin: self.clone(), instance, poisoned: false })
+    }
+}
+
+impl Backend {
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    pub fn name(&self) -> &str {
+        self.plugin.name()
+    }
+
+    /// One line about the device the instance uses.
+    pub fn describe(&self) -> String {
+        let mut out = ErrorStorage::new();
+        let describe = self.plugin.vtable.describe.expect("checked at load");
+        // SAFETY: live instance and valid buffer.
+        let code = unsafe { describe(self.instance, &mut out.buf) };
+        if code == status::OK {
+            out.message()
+        } else {
+            format!("(describe failed: {})", status::name(code))
+        }
+    }
+
+    fn check_usable(&self, call: &'static str) -> Result<(), BackendError> {
+        if self.poisoned {
+            return Err(BackendError {
+                backend: self.name().to_string(),
+                call,
+                status: status::PANIC,
+                message: "instance is poisoned by an earlier panic".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, call: &'static str, code: i32, error: &ErrorStorage) -> Result<(), BackendError> {
+        if code == status::OK {
+            return Ok(());
+        }
+        if code == status::PANIC {
+            self.poisoned = true;
+        }
+        Err(BackendError { backend: self.name().to_string(), call, status: code, message: error.message() })
+    }
+
+    fn shape(&self, call: &'static str, m: usize, n: usize, k: usize) -> Result<(u32, u32, u32), BackendError> {
+        let to_u32 = |v: usize| u32::try_from(v).ok();
+        match (to_u32(m), to_u32(n), to_u32(k)) {
+            (Some(m), Some(n), Some(k)) => Ok((m, n, k)),
+            _ => Err(BackendError {
+                backend: self.name().to_string(),
+                call,
+                status: status::INVALID_ARGUMENT,
+                message: format!("shape {m}×{n}×{k} does not fit the ABI's u32"),
+            }),
+        }
+    }
+
+    /// The unit `c = a · bᵀ` (`a`: m × k, `b`: n × k, `c`: m × n).
+    pub fn gemm_f32_into(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), BackendError> {
+        const CALL: &str = "gemm_f32";
+        self.check_usable(CALL)?;
+        let (m32, n32, k32) = self.shape(CALL, m, n, k)?;
+        assert!(
+            a.len() == m * k && b.len() == n * k && c.len() == m * n,
+            "gemm_f32: buffer lengths do not match {m}×{n}×{k}"
+        );
+        let mut error = ErrorStorage::new();
+        let gemm = self.plugin.vtable.gemm_f32.expect("checked at load");
+        // SAFETY: buffers are valid for the shape's lengths (asserted) and `c` is exclusive.
+        let code =
+            unsafe { gemm(self.instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), &mut error.buf) };
+        self.finish(CALL, code, &error)
+    }
+
+    /// [`Backend::gemm_f32_into`] into a new vector.
+    pub fn gemm_f32(&mut self, m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Result<Vec<f32>, BackendError> {
+        let mut c = vec![0.0; m * n];
+        self.gemm_f32_into(m, n, k, a, b, &mut c)?;
+        Ok(c)
+    }
+
+    /// The raw integer unit over the full i8 range.
+    pub fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8]) -> Result<Vec<i32>, BackendError> {
+        const CALL: &str = "gemm_i8";
+        self.check_usable(CALL)?;
+        let (m32, n32, k32) = self.shape(CALL, m, n, k)?;
+        assert!(a.len() == m * k && b.len() == n * k, "gemm_i8: buffer lengths do not match {m}×{n}×{k}");
+        let mut c = vec![0i32; m * n];
+        let mut error = ErrorStorage::new();
+        let gemm = self.plugin.vtable.gemm_i8.expect("checked at load");
+        // SAFETY: buffers are valid for the shape's lengths and `c` is exclusive.
+        let code =
+            unsafe { gemm(self.instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), &mut error.buf) };
+        self.finish(CALL, code, &error)?;
+        Ok(c)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let destroy = self.plugin.vtable.destroy.expect("checked at load");
+        // SAFETY: the instance came from this plugin's `create` and is destroyed once.
+        unsafe { destroy(self.instance) };
+    }
+}

@@ -1,0 +1,444 @@
+//! The exact gate: a fixed, seeded battery every plugin must pass bit for bit before use.
+//!
+//! Each case runs through the plugin and through `lockstep_luts` (the reference), and every
+//! output bit must match. A rejection names the case, the first wrong index (row and column),
+//! and the expected and actual bits. The battery is listed in `docs/VERIFICATION.md`.
+
+use lockstep_luts::probe::{probe_hash, probe_operands, PROBE_K, PROBE_M, PROBE_N};
+use lockstep_luts::rng::SplitMix64;
+use lockstep_luts::{gemm_i8_nt, gemm_nt};
+use lockstep_worker_api::status;
+
+use crate::backend::{Backend, BackendError};
+
+/// The battery's seed: changing it changes the battery, so it is part of the spec.
+pub const GATE_SEED: u64 = 0x6761_7465_0000_0001;
+
+/// What a case feeds the plugin.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// The full unit, f32 in and out; compared with `gemm_nt` bit for bit.
+    F32 { m: usize, n: usize, k: usize, a: Vec<f32>, b: Vec<f32> },
+    /// The raw integer unit; compared with `gemm_i8_nt`.
+    I8 { m: usize, n: usize, k: usize, a: Vec<i8>, b: Vec<i8> },
+    /// A non-finite input the plugin must refuse with `NON_FINITE_INPUT`.
+    Refuse { m: usize, n: usize, k: usize, a: Vec<f32>, b: Vec<f32> },
+}
+
+/// One named case of the battery.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub name: String,
+    pub input: Input,
+}
+
+impl Case {
+    /// Multiply-adds the case asks for.
+    pub fn macs(&self) -> u64 {
+        let (m, n, k) = match &self.input {
+            Input::F32 { m, n, k, .. } | Input::I8 { m, n, k, .. } | Input::Refuse { m, n, k, .. } => (*m, *n, *k),
+        };
+        (m * n * k) as u64
+    }
+}
+
+/// Why a case failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Output bits differ: the first wrong element and how many differ in all.
+    Mismatch { index: usize, row: usize, col: usize, expected_bits: u32, actual_bits: u32, wrong: usize, total: usize },
+    /// The plugin returned an error where an output was expected.
+    CallFailed(BackendError),
+    /// The plugin accepted (or refused differently) an input it must refuse.
+    NotRefused { got: String },
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Mismatch { index, row, col, expected_bits, actual_bits, wrong, total } => write!(
+                f,
+                "output[{index}] (row {row}, col {col}): expected bits {expected_bits:#010x} ({}), got {actual_bits:#010x} ({}); {wrong} of {total} outputs differ",
+                f32::from_bits(*expected_bits),
+                f32::from_bits(*actual_bits),
+            ),
+            Failure::CallFailed(error) => write!(f, "{error}"),
+            Failure::NotRefused { got } => {
+                write!(f, "a non-finite input must be refused with status `non-finite input`, got {got}")
+            }
+        }
+    }
+}
+
+/// The outcome of one case.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub name: String,
+    pub macs: u64,
+    pub failure: Option<Failure>,
+}
+
+/// Progress while the gate runs.
+#[derive(Clone, Copy, Debug)]
+pub struct GateProgress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub case: &'a str,
+}
+
+/// The gate's verdict and its evidence.
+#[derive(Clone, Debug)]
+pub struct GateReport {
+    pub backend: String,
+    pub device: String,
+    pub cases: Vec<CaseResult>,
+    /// The probe hash through the plugin, when the probe case ran without error.
+    pub probe_hash: Option<u32>,
+    /// The probe hash of the reference units.
+    pub reference_probe_hash: u32,
+    /// Set when the gate stopped early (a poisoned instance).
+    pub aborted: Option<String>,
+}
+
+impl GateReport {
+    /// Admitted only if every case ran and every bit matched.
+    pub fn admitted(&self) -> bool {
+        self.aborted.is_none() && self.cases.iter().all(|case| case.failure.is_none())
+    }
+
+    pub fn failures(&self) -> impl Iterator<Item = &CaseResult> {
+        self.cases.iter().filter(|case| case.failure.is_some())
+    }
+
+    /// One line: the verdict and, on rejection, the first failing case.
+    pub fn verdict_line(&self) -> String {
+        if self.admitted() {
+            format!(
+                "ADMITTED: backend `{}` matched the reference on all {} cases, every bit",
+                self.backend,
+                self.cases.len()
+            )
+        } else if let Some(case) = self.failures().next() {
+            format!(
+                "REJECTED: backend `{}` failed case `{}`: {}",
+                self.backend,
+                case.name,
+                case.failure.as_ref().expect("failures() yields failed cases")
+            )
+        } else {
+            format!("REJECTED: backend `{}`: {}", self.backend, self.aborted.as_deref().unwrap_or("gate aborted"))
+        }
+    }
+}
+
+/// A matrix of uniform values whose rows have magnitudes `2^e`, `e` drawn from `exponents`.
+fn scaled_rows(rng: &mut SplitMix64, rows: usize, k: usize, exponents: std::ops::Range<i32>) -> Vec<f32> {
+    let mut values = Vec::with_capacity(rows * k);
+    for _ in 0..rows {
+        let span = (exponents.end - exponents.start) as u64;
+        let e = exponents.start + rng.below(span) as i32;
+        let scale = f32::from_bits(((127 + e) as u32) << 23);
+        values.extend((0..k).map(|_| rng.next_signed_unit() * scale));
+    }
+    values
+}
+
+fn f32_case(name: impl Into<String>, m: usize, n: usize, k: usize, a: Vec<f32>, b: Vec<f32>) -> Case {
+    Case { name: name.into(), input: Input::F32 { m, n, k, a, b } }
+}
+
+/// The fixed battery, in the order it runs.
+pub fn battery() -> Vec<Case> {
+    let mut rng = SplitMix64::new(GATE_SEED);
+    let mut cases = Vec::new();
+
+    // 1. All 65536 int8 products, including -128, through the raw integer unit.
+    let all: Vec<i8> = (i8::MIN..=i8::MAX).collect();
+    cases.push(Case {
+        name: "all-int8-products".into(),
+        input: Input::I8 { m: 256, n: 256, k: 1, a: all.clone(), b: all },
+    });
+    let (m, n, k) = (5, 7, 5000);
+    let a: Vec<i8> = (0..m * k).map(|_| rng.next_i8()).collect();
+    let b: Vec<i8> = (0..n * k).map(|_| rng.next_i8()).collect();
+    cases.push(Case { name: "int8-long-accumulation".into(), input: Input::I8 { m, n, k, a, b } });
+
+    // 2. Shapes: edges by hand, then seeded random ones.
+    let fixed_shapes = [
+        (1, 1, 1),
+        (1, 1, 31),
+        (1, 1, 32),
+        (1, 1, 33),
+        (1, 9, 64),
+        (7, 1, 65),
+        (3, 5, 4096),
+        (2, 3, 4097),
+        (17, 19, 95),
+        (33, 47, 129),
+        (64, 64, 64),
+        (65, 63, 257),
+        (1, 64, 2048),
+        (128, 96, 160),
+        (7, 130, 40),
+    ];
+    for (m, n, k) in fixed_shapes {
+        let a = scaled_rows(&mut rng, m, k, -30..30);
+        let b = scaled_rows(&mut rng, n, k, -30..30);
+        cases.push(f32_case(format!("shape-{m}x{n}x{k}"), m, n, k, a, b));
+    }
+    for i in 0..10 {
+        let m = 1 + rng.below(80) as usize;
+        let n = 1 + rng.below(80) as usize;
+        let k = 1 + rng.below(700) as usize;
+        let a = scaled_rows(&mut rng, m, k, -40..40);
+        let b = scaled_rows(&mut rng, n, k, -40..40);
+        cases.push(f32_case(format!("random-{i}-{m}x{n}x{k}"), m, n, k, a, b));
+    }
+
+    // 3. Adversarial values.
+    let (m, n, k) = (5, 6, 4096);
+    cases.push(f32_case("all-plus-127-times-minus-127", m, n, k, vec![127.0; m * k], vec![-127.0; n * k]));
+    let signs = |rng: &mut SplitMix64, len: usize| -> Vec<f32> {
+        (0..len).map(|_| if rng.below(2) == 0 { 127.0 } else { -127.0 }).collect()
+    };
+    let a = signs(&mut rng, m * k);
+    let b = signs(&mut rng, n * k);
+    cases.push(f32_case("all-plus-minus-127", m, n, k, a, b));
+
+    // Signs alternate inside every block (products partly cancel in the i32 sums) and block
+    // magnitudes swing over 2^±11, so the f32 epilogue rounds at every step and any other
+    // summation order gives other bits.
+    let (m, n, k) = (6, 7, 4096);
+    let pow2 = |e: i32| f32::from_bits(((127 + e) as u32) << 23);
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| {
+            let (r, c) = (i / k, i % k);
+            let sign = if c % 2 == 0 { 1.0 } else { -1.0 };
+            sign * (127 - (c * 7 + r) % 11) as f32 * pow2(((c / 32 * 5 + r) % 23) as i32 - 11)
+        })
+        .collect();
+    let b: Vec<f32> = (0..n * k)
+        .map(|i| {
+            let (j, c) = (i / k, i % k);
+            let sign = if c / 2 % 2 == 0 { 1.0 } else { -1.0 };
+            sign * (100 + (c * 3 + j) % 27) as f32 * pow2(((c / 32 * 3 + j) % 17) as i32 - 8)
+        })
+        .collect();
+    cases.push(f32_case("alternating-signs", m, n, k, a, b));
+
+    let (m, n, k) = (9, 11, 320);
+    let zero_blocks = |rows: usize, rng: &mut SplitMix64| -> Vec<f32> {
+        let mut values = scaled_rows(rng, rows, k, -8..8);
+        for row in 0..rows {
+            let whole_row = rng.below(5) == 0;
+            for block in 0..k / 32 {
+                if whole_row || rng.below(3) == 0 {
+                    values[row * k + block * 32..row * k + block * 32 + 32].fill(0.0);
+                }
+            }
+        }
+        values
+    };
+    let a = zero_blocks(m, &mut rng);
+    let b = zero_blocks(n, &mut rng);
+    cases.push(f32_case("zero-blocks", m, n, k, a, b));
+
+    let (m, n, k) = (6, 5, 96);
+    let mut a = scaled_rows(&mut rng, m, k, -100..-99);
+    for block_start in (0..m * k).step_by(32) {
+        a[block_start + (block_start / 32 * 7) % 32] = 3.0e38;
+    }
+    let b = scaled_rows(&mut rng, n, k, -10..10);
+    cases.push(f32_case("one-huge-among-tiny", m, n, k, a, b));
+
+    let (m, n, k) = (5, 6, 128);
+    let subnormal = |rng: &mut SplitMix64| f32::from_bits((rng.next_u32() & 0x807f_ffff) | 1);
+    let mut a: Vec<f32> = (0..m * k).map(|_| subnormal(&mut rng)).collect();
+    // Half the blocks mix subnormals with the smallest normals: exponents near -132.
+    for block_start in (0..m * k).step_by(64) {
+        a[block_start] = f32::MIN_POSITIVE * (1.0 + rng.below(100) as f32);
+    }
+    let b = scaled_rows(&mut rng, n, k, -2..2);
+    cases.push(f32_case("subnormals", m, n, k, a, b));
+
+    let (m, n, k) = (4, 4, 64);
+    let mut a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit() * 3.0e38).collect();
+    let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit() * 3.0e38).collect();
+    a[..32].fill(3.0e38); // an infinite first term ...
+    a[32..64].fill(-3.0e38); // ... and an opposite one: Inf - Inf, the canonical NaN
+    cases.push(f32_case("overflow-to-inf-and-nan", m, n, k, a, b));
+
+    let (m, n, k) = (4, 5, 96);
+    let a = scaled_rows(&mut rng, m, k, -64..-62);
+    let b = scaled_rows(&mut rng, n, k, -66..-64);
+    cases.push(f32_case("terms-below-normal-range", m, n, k, a, b));
+
+    let (m, n, k) = (3, 4, 64);
+    let ties = |rows: usize, rng: &mut SplitMix64| -> Vec<f32> {
+        (0..rows * k).map(|i| if i % 32 == 0 { 127.0 } else { rng.below(254) as f32 - 126.5 }).collect()
+    };
+    let a = ties(m, &mut rng);
+    let b = ties(n, &mut rng);
+    cases.push(f32_case("rounding-ties", m, n, k, a, b));
+
+    // 4. Non-finite inputs must be refused, not computed.
+    let (m, n, k) = (2, 3, 40);
+    for (name, value, in_a) in
+        [("nan-in-a", f32::NAN, true), ("inf-in-b", f32::INFINITY, false), ("neg-inf-in-a", f32::NEG_INFINITY, true)]
+    {
+        let mut a = scaled_rows(&mut rng, m, k, 0..1);
+        let mut b = scaled_rows(&mut rng, n, k, 0..1);
+        if in_a {
+            a[k + 3] = value;
+        } else {
+            b[2 * k + 39] = value;
+        }
+        cases.push(Case { name: name.into(), input: Input::Refuse { m, n, k, a, b } });
+    }
+
+    // 5. The probe GEMM.
+    let (a, b) = probe_operands();
+    cases.push(f32_case("probe", PROBE_M, PROBE_N, PROBE_K, a, b));
+    cases
+}
+
+fn compare(expected: &[u32], actual: &[u32], n: usize) -> Option<Failure> {
+    let wrong = expected.iter().zip(actual).filter(|(e, a)| e != a).count();
+    let index = expected.iter().zip(actual).position(|(e, a)| e != a)?;
+    Some(Failure::Mismatch {
+        index,
+        row: index / n.max(1),
+        col: index % n.max(1),
+        expected_bits: expected[index],
+        actual_bits: actual[index],
+        wrong,
+        total: expected.len(),
+    })
+}
+
+fn bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Runs the battery through `backend`, reporting progress before each case.
+pub fn run_gate(backend: &mut Backend, progress: &mut dyn FnMut(GateProgress<'_>)) -> GateReport {
+    let cases = battery();
+    let reference_probe_hash = {
+        let (a, b) = probe_operands();
+        probe_hash(&gemm_nt(PROBE_M, PROBE_N, PROBE_K, &a, &b).expect("the probe operands are finite"))
+    };
+    let mut report = GateReport {
+        backend: backend.name().to_string(),
+        device: backend.describe(),
+        cases: Vec::with_capacity(cases.len()),
+        probe_hash: None,
+        reference_probe_hash,
+        aborted: None,
+    };
+    let total = cases.len();
+    for (done, case) in cases.iter().enumerate() {
+        progress(GateProgress { done, total, case: &case.name });
+        let failure = match &case.input {
+            Input::F32 { m, n, k, a, b } => {
+                let expected = gemm_nt(*m, *n, *k, a, b).expect("battery inputs are finite and well-shaped");
+                match backend.gemm_f32(*m, *n, *k, a, b) {
+                    Ok(actual) => {
+                        if case.name == "probe" {
+                            report.probe_hash = Some(probe_hash(&actual));
+                        }
+                        compare(&bits(&expected), &bits(&actual), *n)
+                    }
+                    Err(error) => Some(Failure::CallFailed(error)),
+                }
+            }
+            Input::I8 { m, n, k, a, b } => {
+                let expected = gemm_i8_nt(*m, *n, *k, a, b);
+                match backend.gemm_i8(*m, *n, *k, a, b) {
+                    Ok(actual) => {
+                        let as_bits = |v: &[i32]| v.iter().map(|x| *x as u32).collect::<Vec<_>>();
+                        compare(&as_bits(&expected), &as_bits(&actual), *n)
+                    }
+                    Err(error) => Some(Failure::CallFailed(error)),
+                }
+            }
+            Input::Refuse { m, n, k, a, b } => match backend.gemm_f32(*m, *n, *k, a, b) {
+                Err(error) if error.status == status::NON_FINITE_INPUT => None,
+                Err(error) => {
+                    Some(Failure::NotRefused { got: format!("`{}`: {}", status::name(error.status), error.message) })
+                }
+                Ok(_) => Some(Failure::NotRefused { got: "an output".into() }),
+            },
+        };
+        let poisoned = matches!(&failure, Some(Failure::CallFailed(error)) if error.status == status::PANIC);
+        report.cases.push(CaseResult { name: case.name.clone(), macs: case.macs(), failure });
+        if poisoned {
+            report.aborted = Some(format!("the plugin panicked in case `{}`; the instance is unusable", case.name));
+            break;
+        }
+    }
+    progress(GateProgress { done: report.cases.len(), total, case: "done" });
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn battery_covers_what_the_spec_promises() {
+        let cases = battery();
+        let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+        for needed in [
+            "all-int8-products",
+            "all-plus-minus-127",
+            "alternating-signs",
+            "zero-blocks",
+            "one-huge-among-tiny",
+            "subnormals",
+            "rounding-ties",
+            "nan-in-a",
+            "probe",
+        ] {
+            assert!(names.contains(&needed), "battery lacks {needed}");
+        }
+        let max_k = cases
+            .iter()
+            .filter_map(|c| match &c.input {
+                Input::F32 { k, .. } => Some(*k),
+                _ => None,
+            })
+            .max();
+        assert!(max_k >= Some(4096));
+        // Every f32 case is finite and well-formed, so only the plugin can fail it.
+        for case in &cases {
+            if let Input::F32 { m, n, k, a, b } = &case.input {
+                gemm_nt(*m, *n, *k, a, b).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            }
+        }
+        // The battery is fixed: building it twice gives the same inputs.
+        let again = battery();
+        for (x, y) in cases.iter().zip(&again) {
+            match (&x.input, &y.input) {
+                (Input::F32 { a, b, .. }, Input::F32 { a: a2, b: b2, .. }) => {
+                    assert_eq!(bits(a), bits(a2));
+                    assert_eq!(bits(b), bits(b2));
+                }
+                (Input::I8 { a, .. }, Input::I8 { a: a2, .. }) => assert_eq!(a, a2),
+                (Input::Refuse { .. }, Input::Refuse { .. }) => {}
+                _ => panic!("battery order changed"),
+            }
+        }
+    }
+
+    #[test]
+    fn adversarial_cases_reach_the_corners() {
+        let find = |name: &str| battery().into_iter().find(|c| c.name == name).unwrap();
+        let Input::F32 { m, n, k, a, b } = find("overflow-to-inf-and-nan").input else { panic!() };
+        let out = gemm_nt(m, n, k, &a, &b).unwrap();
+        assert!(out.iter().any(|v| v.to_bits() == lockstep_luts::units::CANONICAL_NAN_BITS), "no NaN reached");
+        assert!(out.iter().any(|v| v.is_infinite()) || out.iter().all(|v| v.is_nan()), "{out:?}");
+        let Input::F32 { m, n, k, a, b } = find("terms-below-normal-range").input else { panic!() };
+        let out = gemm_nt(m, n, k, &a, &b).unwrap();
+        assert!(out.iter().any(|v| v.to_bits() == 0), "no flushed output");
+    }
+}

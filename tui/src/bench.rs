@@ -1,0 +1,179 @@
+//! `lockstep bench gemm`: throughput of the units against an f32 sgemm peer, same shapes,
+//! same run.
+//!
+//! GOP/s counts 2 operations per multiply-add over the whole unit call (f32 in, quantize,
+//! product, epilogue, f32 out). Each figure is the best of repeated runs over at least
+//! `--min-ms` milliseconds (the reference runs once: it is slow and steady).
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lockstep_backends::{resolve_plugin, Backend, Plugin};
+use lockstep_luts::rng::SplitMix64;
+
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// GEMM throughput: reference units, backend plugins (1 thread and all), f32 sgemm.
+    Gemm(GemmArgs),
+}
+
+#[derive(clap::Args)]
+pub struct GemmArgs {
+    /// Measure only this backend (a built-in name or a path); default: the reference, `cpu`
+    /// and the sgemm peer.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Shapes as MxNxK, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "256x256x256,512x512x512,1024x1024x1024,2048x512x512")]
+    shapes: Vec<String>,
+    /// Minimum measuring time per figure, in milliseconds.
+    #[arg(long, default_value_t = 400)]
+    min_ms: u64,
+    /// Skip the scalar reference (it takes seconds per large shape).
+    #[arg(long)]
+    no_reference: bool,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Row {
+    shape: String,
+    implementation: String,
+    threads: usize,
+    seconds: f64,
+    gops: f64,
+}
+
+fn parse_shape(text: &str) -> anyhow::Result<(usize, usize, usize)> {
+    let parts: Vec<usize> = text
+        .split('x')
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("shape `{text}` is not MxNxK"))?;
+    match parts[..] {
+        [m, n, k] if m > 0 && n > 0 && k > 0 => Ok((m, n, k)),
+        _ => anyhow::bail!("shape `{text}` is not MxNxK with positive sizes"),
+    }
+}
+
+/// Best time of `f` over repeated calls lasting at least `min`.
+fn best_time(min: Duration, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    f()?; // warm-up: page faults, pipeline caches
+    let started = Instant::now();
+    let mut best = f64::INFINITY;
+    while started.elapsed() < min || best.is_infinite() {
+        let t = Instant::now();
+        f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+fn load_backend(name: &str, threads: u32) -> anyhow::Result<Backend> {
+    let plugin = Plugin::load(&resolve_plugin(name)?).with_context(|| format!("loading backend `{name}`"))?;
+    Ok(plugin.instantiate(threads)?)
+}
+
+pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    let BenchCommand::Gemm(args) = command;
+    let shapes: Vec<(usize, usize, usize)> =
+        args.shapes.iter().map(|s| parse_shape(s)).collect::<anyhow::Result<_>>()?;
+    let all_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let min = Duration::from_millis(args.min_ms);
+    let backend_name = args.backend.clone().unwrap_or_else(|| "cpu".to_string());
+    let mut single = load_backend(&backend_name, 1)?;
+    let mut multi = load_backend(&backend_name, 0)?;
+    let compare_peers = args.backend.is_none();
+
+    let mut rows = Vec::new();
+    for &(m, n, k) in &shapes {
+        let shape = format!("{m}x{n}x{k}");
+        let mut rng = SplitMix64::new(0xbe_0c);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit()).collect();
+        let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit() * 0.05).collect();
+        let ops = 2.0 * (m * n * k) as f64;
+        let mut push = |implementation: &str, threads: usize, seconds: f64| {
+            let row = Row {
+                shape: shape.clone(),
+                implementation: implementation.to_string(),
+                threads,
+                seconds,
+                gops: ops / seconds / 1e9,
+            };
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"shape": row.shape, "impl": row.implementation, "threads": row.threads, "ms": row.seconds * 1e3, "gops": row.gops})
+                );
+            }
+            rows.push(row);
+        };
+        if compare_peers && !args.no_reference {
+            let t = Instant::now();
+            lockstep_luts::gemm_nt(m, n, k, &a, &b)?;
+            push("reference", 1, t.elapsed().as_secs_f64());
+        }
+        let mut c = vec![0f32; m * n];
+        let seconds = best_time(min, || Ok(single.gemm_f32_into(m, n, k, &a, &b, &mut c)?))?;
+        push(single.name(), 1, seconds);
+        let expected = c.clone();
+        if all_threads > 1 {
+            let seconds = best_time(min, || Ok(multi.gemm_f32_into(m, n, k, &a, &b, &mut c)?))?;
+            push(multi.name(), all_threads, seconds);
+            anyhow::ensure!(
+                expected.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "backend `{}` gave different bits with {all_threads} threads than with 1",
+                multi.name()
+            );
+        }
+        if compare_peers {
+            let seconds = best_time(min, || {
+                // SAFETY: the pointers and strides describe the buffers above: A m×k row-major,
+                // B n×k row-major read as its k×n transpose, C m×n row-major.
+                unsafe {
+                    matrixmultiply::sgemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        a.as_ptr(),
+                        k as isize,
+                        1,
+                        b.as_ptr(),
+                        1,
+                        k as isize,
+                        0.0,
+                        c.as_mut_ptr(),
+                        n as isize,
+                        1,
+                    );
+                }
+                Ok(())
+            })?;
+            push("sgemm-f32", 1, seconds);
+        }
+    }
+    if !args.json {
+        print_table(&rows);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(rows: &[Row]) {
+    println!("{:<16} {:<10} {:>7} {:>10} {:>9} {:>10}", "shape", "impl", "threads", "ms", "GOP/s", "vs sgemm");
+    for row in rows {
+        let peer = rows.iter().find(|r| r.shape == row.shape && r.implementation == "sgemm-f32");
+        let ratio = peer.map_or(String::from("-"), |p| format!("{:.2}x", row.gops / p.gops));
+        println!(
+            "{:<16} {:<10} {:>7} {:>10.3} {:>9.1} {:>10}",
+            row.shape,
+            row.implementation,
+            row.threads,
+            row.seconds * 1e3,
+            row.gops,
+            ratio
+        );
+    }
+}

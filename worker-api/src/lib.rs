@@ -1,0 +1,217 @@
+//! The stable C ABI between the host and compute-backend plugins.
+//!
+//! A plugin is a shared library exporting one symbol, [`ENTRY_SYMBOL`], an `extern "C"`
+//! function returning a pointer to a static [`WorkerVTable`]. The table starts with the ABI
+//! version and its own size, then capability flags, then nullable `extern "C"` function
+//! pointers. Everything that crosses is `#[repr(C)]`: integers, raw pointers, and host-owned
+//! buffers. Errors are integer [`status`] codes plus a UTF-8 message the plugin writes into a
+//! host-owned [`ErrorBuf`].
+//!
+//! **Evolution.** The table is append-only. A minor version may add fields at the end (for
+//! example the fused-attention entry behind [`caps::FUSED_ATTENTION`]); the host reads a field
+//! only when `struct_size` covers it and the capability bit is set. A major version change
+//! means the host must refuse the plugin.
+//!
+//! **Plugin side.** Implement [`plugin::Worker`] and invoke [`export_worker!`]; the macro
+//! generates the entry symbol and wraps every exported function in `catch_unwind`, so a panic
+//! becomes [`status::PANIC`] instead of unwinding into the host (which would abort it).
+
+use std::ffi::{c_char, c_void};
+
+pub mod plugin;
+
+/// ABI major version: a host refuses a plugin with a different one.
+pub const ABI_MAJOR: u16 = 1;
+/// ABI minor version: fields appended within one major version.
+pub const ABI_MINOR: u16 = 0;
+/// The one exported symbol, without its NUL.
+pub const ENTRY_SYMBOL: &str = "lockstep_worker_entry";
+
+/// Integer status codes returned by every call that can fail.
+pub mod status {
+    pub const OK: i32 = 0;
+    /// A null pointer, zero-sized or overflowing shape, or a bad option.
+    pub const INVALID_ARGUMENT: i32 = 1;
+    /// A NaN or ±Inf input: the units accept finite values only.
+    pub const NON_FINITE_INPUT: i32 = 2;
+    /// The plugin does not implement the call.
+    pub const UNSUPPORTED: i32 = 3;
+    /// The device (GPU, driver) failed, or no suitable device exists.
+    pub const DEVICE_ERROR: i32 = 4;
+    /// The plugin panicked; the instance must not be used again.
+    pub const PANIC: i32 = 5;
+    /// Any other failure inside the plugin.
+    pub const INTERNAL: i32 = 6;
+
+    /// A short name for a status code.
+    pub fn name(code: i32) -> &'static str {
+        match code {
+            OK => "ok",
+            INVALID_ARGUMENT => "invalid argument",
+            NON_FINITE_INPUT => "non-finite input",
+            UNSUPPORTED => "unsupported",
+            DEVICE_ERROR => "device error",
+            PANIC => "panic",
+            INTERNAL => "internal error",
+            _ => "unknown status",
+        }
+    }
+}
+
+/// Capability flags in [`WorkerVTable::capabilities`].
+pub mod caps {
+    /// `gemm_f32`: the full unit, f32 in and out. Required.
+    pub const GEMM_F32: u64 = 1 << 0;
+    /// `gemm_i8`: the raw integer product over the full i8 range. Required.
+    pub const GEMM_I8: u64 = 1 << 1;
+    /// Reserved for a fused attention entry appended in a later minor version.
+    pub const FUSED_ATTENTION: u64 = 1 << 8;
+    /// Reserved for a back-to-back MLP chain entry appended in a later minor version.
+    pub const MLP_CHAIN: u64 = 1 << 9;
+    /// What every v1 plugin must offer.
+    pub const REQUIRED: u64 = GEMM_F32 | GEMM_I8;
+}
+
+/// A host-owned buffer the plugin writes an error message into (UTF-8, not NUL-terminated).
+#[repr(C)]
+#[derive(Debug)]
+pub struct ErrorBuf {
+    pub ptr: *mut u8,
+    pub capacity: u32,
+    /// Set by the plugin: bytes written.
+    pub len: u32,
+}
+
+/// Options for creating an instance. `struct_size` comes first so it can grow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CreateOptions {
+    pub struct_size: u32,
+    /// Worker threads a CPU plugin may use; 0 means all available.
+    pub threads: u32,
+    /// Reserved; must be zero in v1.
+    pub flags: u64,
+}
+
+impl CreateOptions {
+    pub fn new(threads: u32) -> Self {
+        Self { struct_size: std::mem::size_of::<Self>() as u32, threads, flags: 0 }
+    }
+}
+
+/// `create(options, out_instance, error) -> status`
+pub type CreateFn =
+    unsafe extern "C" fn(options: *const CreateOptions, out: *mut *mut c_void, error: *mut ErrorBuf) -> i32;
+/// `destroy(instance)`
+pub type DestroyFn = unsafe extern "C" fn(instance: *mut c_void);
+/// `describe(instance, out) -> status`: a one-line description of the device in use.
+pub type DescribeFn = unsafe extern "C" fn(instance: *mut c_void, out: *mut ErrorBuf) -> i32;
+/// `gemm_f32(instance, m, n, k, a, b, c, error) -> status`: the unit `C = A · Bᵀ`, with `A`
+/// `m × k`, `B` `n × k` and `C` `m × n`, all row-major f32, exactly as `lockstep_luts::gemm_nt`.
+pub type GemmF32Fn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    m: u32,
+    n: u32,
+    k: u32,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    error: *mut ErrorBuf,
+) -> i32;
+/// `gemm_i8(instance, m, n, k, a, b, c, error) -> status`: `C = A · Bᵀ` over the full i8 range
+/// with i32 accumulation, exactly as `lockstep_luts::gemm_i8_nt`.
+pub type GemmI8Fn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    m: u32,
+    n: u32,
+    k: u32,
+    a: *const i8,
+    b: *const i8,
+    c: *mut i32,
+    error: *mut ErrorBuf,
+) -> i32;
+/// The entry symbol's type.
+pub type EntryFn = unsafe extern "C" fn() -> *const WorkerVTable;
+
+/// The table a plugin's entry symbol returns. Append-only; see the crate docs.
+#[repr(C)]
+#[derive(Debug)]
+pub struct WorkerVTable {
+    pub abi_major: u16,
+    pub abi_minor: u16,
+    /// `size_of::<WorkerVTable>()` as the plugin was compiled.
+    pub struct_size: u32,
+    pub capabilities: u64,
+    /// Static NUL-terminated short name, e.g. `cpu`.
+    pub name: *const c_char,
+    /// Static NUL-terminated one-line description.
+    pub description: *const c_char,
+    pub create: Option<CreateFn>,
+    pub destroy: Option<DestroyFn>,
+    pub describe: Option<DescribeFn>,
+    pub gemm_f32: Option<GemmF32Fn>,
+    pub gemm_i8: Option<GemmI8Fn>,
+}
+
+// SAFETY: the table is immutable and its pointers point at static, immutable data (string
+// literals and functions), so sharing it between threads is sound.
+unsafe impl Sync for WorkerVTable {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    /// Golden layout: changing any of these numbers is an ABI break.
+    #[test]
+    fn vtable_layout_is_pinned() {
+        assert_eq!(size_of::<WorkerVTable>(), 72);
+        assert_eq!(align_of::<WorkerVTable>(), 8);
+        assert_eq!(offset_of!(WorkerVTable, abi_major), 0);
+        assert_eq!(offset_of!(WorkerVTable, abi_minor), 2);
+        assert_eq!(offset_of!(WorkerVTable, struct_size), 4);
+        assert_eq!(offset_of!(WorkerVTable, capabilities), 8);
+        assert_eq!(offset_of!(WorkerVTable, name), 16);
+        assert_eq!(offset_of!(WorkerVTable, description), 24);
+        assert_eq!(offset_of!(WorkerVTable, create), 32);
+        assert_eq!(offset_of!(WorkerVTable, destroy), 40);
+        assert_eq!(offset_of!(WorkerVTable, describe), 48);
+        assert_eq!(offset_of!(WorkerVTable, gemm_f32), 56);
+        assert_eq!(offset_of!(WorkerVTable, gemm_i8), 64);
+        // A nullable function pointer is one pointer wide.
+        assert_eq!(size_of::<Option<GemmF32Fn>>(), size_of::<usize>());
+    }
+
+    #[test]
+    fn option_and_error_layouts_are_pinned() {
+        assert_eq!(size_of::<CreateOptions>(), 16);
+        assert_eq!(offset_of!(CreateOptions, struct_size), 0);
+        assert_eq!(offset_of!(CreateOptions, threads), 4);
+        assert_eq!(offset_of!(CreateOptions, flags), 8);
+        assert_eq!(CreateOptions::new(3).struct_size, 16);
+        assert_eq!(size_of::<ErrorBuf>(), 16);
+        assert_eq!(offset_of!(ErrorBuf, ptr), 0);
+        assert_eq!(offset_of!(ErrorBuf, capacity), 8);
+        assert_eq!(offset_of!(ErrorBuf, len), 12);
+    }
+
+    #[test]
+    fn status_codes_are_pinned() {
+        let codes = [
+            (status::OK, 0, "ok"),
+            (status::INVALID_ARGUMENT, 1, "invalid argument"),
+            (status::NON_FINITE_INPUT, 2, "non-finite input"),
+            (status::UNSUPPORTED, 3, "unsupported"),
+            (status::DEVICE_ERROR, 4, "device error"),
+            (status::PANIC, 5, "panic"),
+            (status::INTERNAL, 6, "internal error"),
+        ];
+        for (code, value, name) in codes {
+            assert_eq!(code, value);
+            assert_eq!(status::name(code), name);
+        }
+        assert_eq!(status::name(99), "unknown status");
+        assert_eq!(caps::REQUIRED, 0b11);
+        assert_eq!(ENTRY_SYMBOL, "lockstep_worker_entry");
+    }
+}

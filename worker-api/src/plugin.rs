@@ -1,0 +1,389 @@
+//! The plugin side: implement [`Worker`], then `export_worker!(MyWorker)`.
+//!
+//! The generic `extern "C"` functions here are what the macro puts into the table. Each checks
+//! its pointers and shape, turns them into slices, calls the safe trait method inside
+//! `catch_unwind`, and maps the outcome onto a status code and an error message.
+
+use std::ffi::{c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::{status, CreateOptions, ErrorBuf, WorkerVTable, ABI_MAJOR, ABI_MINOR};
+
+/// A failed call: a status code from [`crate::status`] and a message for the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerError {
+    pub status: i32,
+    pub message: String,
+}
+
+impl WorkerError {
+    pub fn new(status: i32, message: impl Into<String>) -> Self {
+        Self { status, message: message.into() }
+    }
+}
+
+/// What a compute backend implements. Instances are used from one thread at a time.
+pub trait Worker: Sized + 'static {
+    /// Short name, e.g. `c"cpu"`.
+    const NAME: &'static CStr;
+    /// One line for listings.
+    const DESCRIPTION: &'static CStr;
+    /// Flags from [`crate::caps`]; must include [`crate::caps::REQUIRED`].
+    const CAPABILITIES: u64;
+
+    fn create(options: &CreateOptions) -> Result<Self, WorkerError>;
+
+    /// One line about the device in use (e.g. the adapter name).
+    fn describe(&self) -> String;
+
+    /// `c = a · bᵀ`; slices already have the lengths the shape implies.
+    fn gemm_f32(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), WorkerError>;
+
+    /// `c = a · bᵀ` over i8 with i32 accumulation.
+    fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), WorkerError>;
+}
+
+/// Builds the static table for `W`. Used by [`crate::export_worker!`].
+pub const fn vtable<W: Worker>() -> WorkerVTable {
+    WorkerVTable {
+        abi_major: ABI_MAJOR,
+        abi_minor: ABI_MINOR,
+        struct_size: std::mem::size_of::<WorkerVTable>() as u32,
+        capabilities: W::CAPABILITIES,
+        name: W::NAME.as_ptr(),
+        description: W::DESCRIPTION.as_ptr(),
+        create: Some(create::<W>),
+        destroy: Some(destroy::<W>),
+        describe: Some(describe::<W>),
+        gemm_f32: Some(gemm_f32::<W>),
+        gemm_i8: Some(gemm_i8::<W>),
+    }
+}
+
+/// Exports `$worker` (a [`Worker`]) as this library's plugin entry point.
+#[macro_export]
+macro_rules! export_worker {
+    ($worker:ty) => {
+        static LOCKSTEP_WORKER_VTABLE: $crate::WorkerVTable = $crate::plugin::vtable::<$worker>();
+
+        /// The plugin entry point: returns the static function table.
+        #[no_mangle]
+        pub extern "C" fn lockstep_worker_entry() -> *const $crate::WorkerVTable {
+            &LOCKSTEP_WORKER_VTABLE
+        }
+    };
+}
+
+/// Writes `message` into a host-owned buffer, truncated at a character boundary.
+///
+/// # Safety
+/// `error` is null or points at an `ErrorBuf` whose `ptr` is valid for `capacity` bytes.
+pub unsafe fn write_error(error: *mut ErrorBuf, message: &str) {
+    // SAFETY: the caller promises `error` is null or valid.
+    let Some(error) = (unsafe { error.as_mut() }) else { return };
+    if error.ptr.is_null() {
+        error.len = 0;
+        return;
+    }
+    let mut len = message.len().min(error.capacity as usize);
+    while !message.is_char_boundary(len) {
+        len -= 1;
+    }
+    // SAFETY: `ptr` is valid for `capacity ≥ len` bytes, and the regions cannot overlap since
+    // `message` is plugin-owned.
+    unsafe { std::ptr::copy_nonoverlapping(message.as_ptr(), error.ptr, len) };
+    error.len = len as u32;
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// Runs `body` with panics caught, writing any error into `error`.
+unsafe fn guarded(error: *mut ErrorBuf, body: impl FnOnce() -> Result<(), WorkerError>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => status::OK,
+        Ok(Err(failure)) => {
+            // SAFETY: forwarded from our caller's contract.
+            unsafe { write_error(error, &failure.message) };
+            failure.status
+        }
+        Err(payload) => {
+            let message = format!("plugin panicked: {}", panic_message(payload.as_ref()));
+            // SAFETY: forwarded from our caller's contract.
+            unsafe { write_error(error, &message) };
+            status::PANIC
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>) -> WorkerError {
+    WorkerError::new(status::INVALID_ARGUMENT, message)
+}
+
+/// Element count of an `rows × cols` operand, refusing overflow.
+fn elements(rows: u32, cols: u32) -> Result<usize, WorkerError> {
+    (rows as usize).checked_mul(cols as usize).ok_or_else(|| invalid(format!("shape {rows} × {cols} overflows")))
+}
+
+/// A slice from a host pointer, refusing null for non-empty data.
+///
+/// # Safety
+/// A non-null `ptr` must be valid for `len` elements for the call's duration.
+unsafe fn slice<'a, T>(ptr: *const T, len: usize, what: &str) -> Result<&'a [T], WorkerError> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: non-null and valid for `len` elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// # Safety
+/// As [`slice`], and the memory must not be aliased during the call.
+unsafe fn slice_mut<'a, T>(ptr: *mut T, len: usize, what: &str) -> Result<&'a mut [T], WorkerError> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if ptr.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: non-null, valid and unaliased for `len` elements by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// # Safety
+/// A non-null `instance` must come from `create::<W>` and not have been destroyed.
+unsafe fn instance<'a, W>(instance: *mut c_void) -> Result<&'a mut W, WorkerError> {
+    // SAFETY: by the caller's contract the pointer is null or a live `W`.
+    unsafe { instance.cast::<W>().as_mut() }.ok_or_else(|| invalid("instance is null"))
+}
+
+unsafe extern "C" fn create<W: Worker>(
+    options: *const CreateOptions,
+    out: *mut *mut c_void,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: the host passes valid pointers or null, which the body checks.
+    unsafe {
+        guarded(error, || {
+            let options = options.as_ref().ok_or_else(|| invalid("options are null"))?;
+            if (options.struct_size as usize) < std::mem::size_of::<CreateOptions>() {
+                return Err(invalid(format!("options struct_size {} is too small", options.struct_size)));
+            }
+            if out.is_null() {
+                return Err(invalid("out pointer is null"));
+            }
+            let worker = W::create(options)?;
+            *out = Box::into_raw(Box::new(worker)).cast();
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" fn destroy<W: Worker>(instance: *mut c_void) {
+    if instance.is_null() {
+        return;
+    }
+    // A panic in a destructor is swallowed: there is nobody to report it to.
+    // SAFETY: the host hands back a pointer from `create::<W>` exactly once.
+    let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(instance.cast::<W>()) })));
+}
+
+unsafe extern "C" fn describe<W: Worker>(instance_ptr: *mut c_void, out: *mut ErrorBuf) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract.
+    unsafe {
+        guarded(std::ptr::null_mut(), || {
+            let worker = instance::<W>(instance_ptr)?;
+            write_error(out, &worker.describe());
+            Ok(())
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the C signature
+unsafe extern "C" fn gemm_f32<W: Worker>(
+    instance_ptr: *mut c_void,
+    m: u32,
+    n: u32,
+    k: u32,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            let a = slice(a, elements(m, k)?, "A")?;
+            let b = slice(b, elements(n, k)?, "B")?;
+            let c = slice_mut(c, elements(m, n)?, "C")?;
+            worker.gemm_f32(m as usize, n as usize, k as usize, a, b, c)
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the C signature
+unsafe extern "C" fn gemm_i8<W: Worker>(
+    instance_ptr: *mut c_void,
+    m: u32,
+    n: u32,
+    k: u32,
+    a: *const i8,
+    b: *const i8,
+    c: *mut i32,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            let a = slice(a, elements(m, k)?, "A")?;
+            let b = slice(b, elements(n, k)?, "B")?;
+            let c = slice_mut(c, elements(m, n)?, "C")?;
+            worker.gemm_i8(m as usize, n as usize, k as usize, a, b, c)
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::undocumented_unsafe_blocks)] // the tests drive the raw ABI with buffers they own
+mod tests {
+    use super::*;
+    use crate::caps;
+
+    struct Echo;
+
+    impl Worker for Echo {
+        const NAME: &'static CStr = c"echo";
+        const DESCRIPTION: &'static CStr = c"test worker";
+        const CAPABILITIES: u64 = caps::REQUIRED;
+
+        fn create(options: &CreateOptions) -> Result<Self, WorkerError> {
+            if options.threads == 99 {
+                panic!("ninety-nine threads");
+            }
+            Ok(Echo)
+        }
+
+        fn describe(&self) -> String {
+            "echo device".into()
+        }
+
+        fn gemm_f32(
+            &mut self,
+            _m: usize,
+            _n: usize,
+            k: usize,
+            a: &[f32],
+            _b: &[f32],
+            c: &mut [f32],
+        ) -> Result<(), WorkerError> {
+            if k == 7 {
+                return Err(WorkerError::new(status::DEVICE_ERROR, "seven is unlucky"));
+            }
+            c.iter_mut().zip(a).for_each(|(out, x)| *out = *x);
+            Ok(())
+        }
+
+        fn gemm_i8(
+            &mut self,
+            _m: usize,
+            _n: usize,
+            _k: usize,
+            _a: &[i8],
+            _b: &[i8],
+            _c: &mut [i32],
+        ) -> Result<(), WorkerError> {
+            panic!("boom")
+        }
+    }
+
+    crate::export_worker!(Echo);
+
+    fn error_buf(storage: &mut [u8]) -> ErrorBuf {
+        ErrorBuf { ptr: storage.as_mut_ptr(), capacity: storage.len() as u32, len: 0 }
+    }
+
+    #[test]
+    fn exported_table_round_trip() {
+        let table = unsafe { &*lockstep_worker_entry() };
+        assert_eq!(table.abi_major, ABI_MAJOR);
+        assert_eq!(table.struct_size as usize, std::mem::size_of::<WorkerVTable>());
+        let mut storage = [0u8; 64];
+        let mut error = error_buf(&mut storage);
+        let mut handle = std::ptr::null_mut();
+        let options = CreateOptions::new(1);
+        let code = unsafe { table.create.unwrap()(&options, &mut handle, &mut error) };
+        assert_eq!(code, status::OK);
+
+        let a = [1.0f32, 2.0];
+        let mut c = [0.0f32; 2];
+        let code =
+            unsafe { table.gemm_f32.unwrap()(handle, 2, 1, 1, a.as_ptr(), a.as_ptr(), c.as_mut_ptr(), &mut error) };
+        assert_eq!(code, status::OK);
+        assert_eq!(c, [1.0, 2.0]);
+
+        // An error status carries its message.
+        let code =
+            unsafe { table.gemm_f32.unwrap()(handle, 0, 0, 7, a.as_ptr(), a.as_ptr(), c.as_mut_ptr(), &mut error) };
+        assert_eq!(code, status::DEVICE_ERROR);
+        assert_eq!(&storage[..error.len as usize], b"seven is unlucky");
+
+        // A panic becomes a status, not an abort.
+        let mut storage = [0u8; 64];
+        let mut error = error_buf(&mut storage);
+        let (qa, mut qc) = ([1i8], [0i32]);
+        let code =
+            unsafe { table.gemm_i8.unwrap()(handle, 1, 1, 1, qa.as_ptr(), qa.as_ptr(), qc.as_mut_ptr(), &mut error) };
+        assert_eq!(code, status::PANIC);
+        assert_eq!(&storage[..error.len as usize], b"plugin panicked: boom");
+
+        // Null data for a non-empty shape is refused, not dereferenced.
+        let code = unsafe {
+            table.gemm_f32.unwrap()(handle, 1, 1, 1, std::ptr::null(), a.as_ptr(), c.as_mut_ptr(), &mut error)
+        };
+        assert_eq!(code, status::INVALID_ARGUMENT);
+
+        unsafe { table.destroy.unwrap()(handle) };
+    }
+
+    #[test]
+    fn panicking_create_and_short_buffers() {
+        let table = unsafe { &*lockstep_worker_entry() };
+        let mut storage = [0u8; 20];
+        let mut error = error_buf(&mut storage);
+        let mut handle = std::ptr::null_mut();
+        let options = CreateOptions::new(99);
+        let code = unsafe { table.create.unwrap()(&options, &mut handle, &mut error) };
+        assert_eq!(code, status::PANIC);
+        assert!(handle.is_null());
+        // Truncated to the buffer, at a character boundary.
+        assert_eq!(&storage[..error.len as usize], b"plugin panicked: nin");
+        let mut tiny = [0u8; 2];
+        let mut error = error_buf(&mut tiny);
+        unsafe { write_error(&mut error, "é!") };
+        assert_eq!(error.len, 2);
+        let mut tiny = [0u8; 1];
+        let mut error = error_buf(&mut tiny);
+        unsafe { write_error(&mut error, "é") };
+        assert_eq!(error.len, 0);
+    }
+}
