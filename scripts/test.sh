@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3)
+# The inference kit is tested in a real browser through ChromeDriver.
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -17,6 +17,16 @@ pub fn fnv1a32_continue(mut hash: u32, bytes: &[u8]) -> u32 {
     hash
 }
 
+/// FNV-1a over `bytes`, 64-bit (checkpoint checksums).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
 /// FNV-1a over the little-endian bytes of `values`.
 pub fn fnv1a32_f32(values: &[f32]) -> u32 {
     values.iter().fold(OFFSET_BASIS, |hash, value| fnv1a32_continue(hash, &value.to_le_bytes()))
@@ -32,6 +42,9 @@ mod tests {
         assert_eq!(fnv1a32(b""), 0x811c_9dc5);
         assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
         assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]

@@ -13,6 +13,11 @@ impl SplitMix64 {
         Self { state: seed }
     }
 
+    /// The current state: `SplitMix64::new(rng.state())` continues the same stream.
+    pub fn state(&self) -> u64 {
+        self.state
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.state;

@@ -16,6 +16,9 @@ use lockstep_luts::rng::SplitMix64;
 pub enum BenchCommand {
     /// GEMM throughput: reference units, backend plugins (1 thread and all), f32 sgemm.
     Gemm(GemmArgs),
+    /// Training throughput of the default model: units trainer (1 thread and all), float
+    /// reference, and PyTorch eager f32 when `torch` imports.
+    Train(crate::bench_train::TrainBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -77,7 +80,10 @@ fn load_backend(name: &str, threads: u32) -> anyhow::Result<Backend> {
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
-    let BenchCommand::Gemm(args) = command;
+    let args = match command {
+        BenchCommand::Gemm(args) => args,
+        BenchCommand::Train(args) => return crate::bench_train::run(args),
+    };
     let shapes: Vec<(usize, usize, usize)> =
         args.shapes.iter().map(|s| parse_shape(s)).collect::<anyhow::Result<_>>()?;
     let all_threads = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -1,0 +1,275 @@
+//! Checkpoints: the seed's `.pt` layout (magic, version, config dims, step, flat f32 weights),
+//! extended with the tokenizer's identity, the optimizer and data-sampler state (needed for a
+//! bit-identical resume) and an integrity checksum. `docs/CHECKPOINTS.md` is the byte-level
+//! description. Also the safetensors export.
+
+use std::path::Path;
+
+use lockstep_luts::hash::fnv1a64;
+
+use crate::adam::Adam;
+use crate::config::{ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
+use crate::params::Layout;
+use crate::trainer::TrainState;
+
+pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
+pub const VERSION: u32 = 1;
+
+/// Why a checkpoint was refused. Nothing is applied from a refused file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CheckpointError {
+    Io(String),
+    BadMagic,
+    UnsupportedVersion(u32),
+    /// The file ends before `needed` bytes (it has `have`).
+    Truncated {
+        needed: usize,
+        have: usize,
+    },
+    Tokenizer(String),
+    Vocab(u32),
+    Dims(String),
+    Checksum {
+        stored: u64,
+        computed: u64,
+    },
+    TrailingBytes(usize),
+}
+
+impl std::fmt::Display for CheckpointError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckpointError::Io(e) => write!(f, "cannot read checkpoint: {e}"),
+            CheckpointError::BadMagic => write!(f, "not a lockstep checkpoint (bad magic)"),
+            CheckpointError::UnsupportedVersion(v) => {
+                write!(f, "checkpoint version {v} is not supported (this build reads {VERSION})")
+            }
+            CheckpointError::Truncated { needed, have } => {
+                write!(f, "checkpoint is truncated: {have} bytes, at least {needed} needed")
+            }
+            CheckpointError::Tokenizer(name) => write!(f, "checkpoint tokenizer `{name}` is not `{TOKENIZER_NAME}`"),
+            CheckpointError::Vocab(v) => write!(f, "checkpoint vocabulary size {v} is not {VOCAB}"),
+            CheckpointError::Dims(why) => write!(f, "checkpoint dimensions are wrong: {why}"),
+            CheckpointError::Checksum { stored, computed } => {
+                write!(f, "checkpoint checksum mismatch (stored {stored:#018x}, computed {computed:#018x}): the file is corrupt")
+            }
+            CheckpointError::TrailingBytes(n) => write!(f, "checkpoint has {n} unexpected trailing bytes"),
+        }
+    }
+}
+
+impl std::error::Error for CheckpointError {}
+
+/// Serializes `state`.
+pub fn encode(state: &TrainState) -> Vec<u8> {
+    let run = &state.run;
+    let n = state.weights.len();
+    let mut out = Vec::with_capacity(64 + 12 * n);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(TOKENIZER_NAME.len() as u32).to_le_bytes());
+    out.extend_from_slice(TOKENIZER_NAME.as_bytes());
+    out.extend_from_slice(&(VOCAB as u32).to_le_bytes());
+    for dim in [run.model.width, run.model.context, run.model.layers, run.model.heads, run.batch] {
+        out.extend_from_slice(&(dim as u32).to_le_bytes());
+    }
+    out.extend_from_slice(&run.steps.to_le_bytes());
+    out.extend_from_slice(&run.lr.to_le_bytes());
+    out.extend_from_slice(&run.seed.to_le_bytes());
+    out.extend_from_slice(&state.step.to_le_bytes());
+    out.extend_from_slice(&state.data_state.to_le_bytes());
+    out.extend_from_slice(&(n as u64).to_le_bytes());
+    let floats =
+        |out: &mut Vec<u8>, values: &[f32]| values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    floats(&mut out, &state.weights);
+    out.extend_from_slice(&state.adam.t.to_le_bytes());
+    out.extend_from_slice(&state.adam.beta1_power.to_le_bytes());
+    out.extend_from_slice(&state.adam.beta2_power.to_le_bytes());
+    floats(&mut out, &state.adam.m);
+    floats(&mut out, &state.adam.v);
+    let checksum = fnv1a64(&out);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    out
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, len: usize) -> Result<&[u8], CheckpointError> {
+        let end = self.at.checked_add(len).filter(|&end| end <= self.bytes.len());
+        let end =
+            end.ok_or(CheckpointError::Truncated { needed: self.at.saturating_add(len), have: self.bytes.len() })?;
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn u32(&mut self) -> Result<u32, CheckpointError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64, CheckpointError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn f32(&mut self) -> Result<f32, CheckpointError> {
+        Ok(f32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn floats(&mut self, n: usize) -> Result<Vec<f32>, CheckpointError> {
+        let bytes = self.take(n.checked_mul(4).ok_or(CheckpointError::Dims("tensor size overflows".into()))?)?;
+        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+    }
+}
+
+/// Parses and validates a checkpoint completely; `expected` (the running model's shape), when
+/// given, must match.
+pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState, CheckpointError> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(MAGIC.len()).map_err(|_| CheckpointError::BadMagic)? != MAGIC {
+        return Err(CheckpointError::BadMagic);
+    }
+    let version = r.u32()?;
+    if version != VERSION {
+        return Err(CheckpointError::UnsupportedVersion(version));
+    }
+    // The checksum covers everything before it; check it as soon as the file is long enough,
+    // so corruption is reported as such rather than as whatever field it happened to hit.
+    if bytes.len() >= 8 + 4 + 8 {
+        let (body, tail) = bytes.split_at(bytes.len() - 8);
+        let stored = u64::from_le_bytes(tail.try_into().expect("8 bytes"));
+        let computed = fnv1a64(body);
+        if stored != computed {
+            // A short file also fails the checksum; say which problem it is.
+            let minimum = minimum_len(bytes);
+            if let Some(needed) = minimum.filter(|&needed| needed > bytes.len()) {
+                return Err(CheckpointError::Truncated { needed, have: bytes.len() });
+            }
+            return Err(CheckpointError::Checksum { stored, computed });
+        }
+    }
+    let name_len = r.u32()? as usize;
+    if name_len > 256 {
+        return Err(CheckpointError::Tokenizer(format!("<{name_len}-byte name>")));
+    }
+    let name = String::from_utf8_lossy(r.take(name_len)?).into_owned();
+    if name != TOKENIZER_NAME {
+        return Err(CheckpointError::Tokenizer(name));
+    }
+    let vocab = r.u32()?;
+    if vocab as usize != VOCAB {
+        return Err(CheckpointError::Vocab(vocab));
+    }
+    let mut dims = [0usize; 5];
+    for dim in &mut dims {
+        *dim = r.u32()? as usize;
+    }
+    let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
+    model.validate().map_err(CheckpointError::Dims)?;
+    if let Some(expected) = expected {
+        if expected != model {
+            return Err(CheckpointError::Dims(format!("file has {model:?}, the running model is {expected:?}")));
+        }
+    }
+    let run = RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()? };
+    run.validate().map_err(CheckpointError::Dims)?;
+    let step = r.u32()?;
+    let data_state = r.u64()?;
+    let n = r.u64()? as usize;
+    let layout_len = Layout::new(model).len;
+    if n != layout_len {
+        return Err(CheckpointError::Dims(format!("{n} weights, the model has {layout_len}")));
+    }
+    let weights = r.floats(n)?;
+    let t = r.u32()?;
+    let beta1_power = r.f32()?;
+    let beta2_power = r.f32()?;
+    let m = r.floats(n)?;
+    let v = r.floats(n)?;
+    let stored = r.u64()?;
+    if r.at != bytes.len() {
+        return Err(CheckpointError::TrailingBytes(bytes.len() - r.at));
+    }
+    let computed = fnv1a64(&bytes[..bytes.len() - 8]);
+    if stored != computed {
+        return Err(CheckpointError::Checksum { stored, computed });
+    }
+    Ok(TrainState { run, step, weights, adam: Adam { m, v, beta1_power, beta2_power, t }, data_state })
+}
+
+/// The length a well-formed file with this header would have; a header cut short yields the
+/// length needed to read it. `None` when the header is readable but invalid.
+fn minimum_len(bytes: &[u8]) -> Option<usize> {
+    let read = || -> Result<Option<usize>, CheckpointError> {
+        let mut r = Reader { bytes, at: 12 };
+        let name_len = r.u32()? as usize;
+        if name_len > 256 {
+            return Ok(None);
+        }
+        r.take(name_len)?;
+        let _vocab = r.u32()?;
+        let mut dims = [0usize; 5];
+        for dim in &mut dims {
+            *dim = r.u32()? as usize;
+        }
+        let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
+        if model.validate().is_err() {
+            return Ok(None);
+        }
+        let n = Layout::new(model).len;
+        // so far + steps, lr, seed, step, data state, n + weights + Adam scalars + m, v + sum
+        Ok(Some(r.at + 4 + 4 + 8 + 4 + 8 + 8 + 4 * n + 12 + 8 * n + 8))
+    };
+    match read() {
+        Ok(len) => len,
+        Err(CheckpointError::Truncated { needed, .. }) => Some(needed),
+        Err(_) => None,
+    }
+}
+
+/// Writes `state` to `path` atomically (a temporary file, then a rename).
+pub fn save(path: &Path, state: &TrainState) -> Result<(), CheckpointError> {
+    let bytes = encode(state);
+    let tmp = path.with_extension("tmp-write");
+    std::fs::write(&tmp, &bytes).map_err(|e| CheckpointError::Io(format!("{}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(|e| CheckpointError::Io(format!("{}: {e}", path.display())))
+}
+
+/// Reads and validates a checkpoint file.
+pub fn load(path: &Path, expected: Option<ModelConfig>) -> Result<TrainState, CheckpointError> {
+    let bytes = std::fs::read(path).map_err(|e| CheckpointError::Io(format!("{}: {e}", path.display())))?;
+    decode(&bytes, expected)
+}
+
+/// The weights as a safetensors file: an 8-byte little-endian header length, a JSON header
+/// (tensor names, `F32`, shapes, byte offsets, and `__metadata__`), then the raw data.
+pub fn safetensors(state: &TrainState) -> Vec<u8> {
+    let layout = Layout::new(state.run.model);
+    let mut header = String::from("{");
+    header.push_str(&format!(
+        "\"__metadata__\":{{\"format\":\"lockstep\",\"tokenizer\":\"{TOKENIZER_NAME}\",\"vocab\":\"{VOCAB}\",\"step\":\"{}\",\"width\":\"{}\",\"context\":\"{}\",\"layers\":\"{}\",\"heads\":\"{}\"}}",
+        state.step, state.run.model.width, state.run.model.context, state.run.model.layers, state.run.model.heads
+    ));
+    for tensor in &layout.tensors {
+        let shape: Vec<String> = tensor.shape.iter().map(|d| d.to_string()).collect();
+        header.push_str(&format!(
+            ",\"{}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+            tensor.name,
+            shape.join(","),
+            tensor.range.start * 4,
+            tensor.range.end * 4
+        ));
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut out = Vec::with_capacity(8 + header.len() + 4 * state.weights.len());
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    state.weights.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    out
+}

@@ -1,0 +1,18 @@
+//! The training node: the model trained through the verified units.
+//!
+//! `model` (forward and backward by hand) runs every matrix product through a `gemm::Gemm`:
+//! the units via a backend plugin, or plain f32 for the float reference. `trainer` is one
+//! node's loop (gradient, then one Adam update), `checkpoint` its persistence, `generate` and
+//! `kit` its inference.
+
+pub mod adam;
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod gemm;
+pub mod generate;
+pub mod kit;
+pub mod mathf;
+pub mod model;
+pub mod params;
+pub mod trainer;

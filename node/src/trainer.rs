@@ -1,0 +1,177 @@
+//! One node's training loop: gradient through the active `Gemm`, one Adam update.
+//!
+//! A step is split in two so the mesh can average gradients in between: [`Trainer::gradient`]
+//! samples the node's batch and returns loss and gradient; [`Trainer::apply`] applies one Adam
+//! update from a (possibly averaged) gradient. [`Trainer::step`] does both for a lone node.
+
+use crate::adam::{schedule, Adam};
+use crate::config::RunConfig;
+use crate::data::{heldout_batches, DataSource, Origin};
+use crate::gemm::{ComputeError, Gemm};
+use crate::model::Model;
+use crate::params::{init, weight_hash, Layout};
+
+/// Everything that determines the next update: what a checkpoint or a mid-run resume carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainState {
+    pub run: RunConfig,
+    /// Steps completed.
+    pub step: u32,
+    pub weights: Vec<f32>,
+    pub adam: Adam,
+    /// The data source's sampler state.
+    pub data_state: u64,
+}
+
+/// What one step did.
+#[derive(Clone, Debug)]
+pub struct StepReport {
+    /// Steps completed after this one.
+    pub step: u32,
+    pub loss: f32,
+    /// Weight hash after the update.
+    pub weight_hash: u32,
+    pub tokens: usize,
+    pub origin: Origin,
+}
+
+pub struct Trainer {
+    run: RunConfig,
+    model: Model,
+    weights: Vec<f32>,
+    adam: Adam,
+    step: u32,
+    gemm: Box<dyn Gemm + Send>,
+    data: Box<dyn DataSource>,
+}
+
+impl Trainer {
+    /// A fresh run: seeded initial weights, zero optimizer state.
+    pub fn new(run: RunConfig, gemm: Box<dyn Gemm + Send>, data: Box<dyn DataSource>) -> Result<Trainer, String> {
+        run.validate()?;
+        let layout = Layout::new(run.model);
+        let weights = init(&layout, run.seed);
+        let adam = Adam::new(layout.len);
+        Ok(Trainer { run, model: Model::new(layout), weights, adam, step: 0, gemm, data })
+    }
+
+    pub fn run_config(&self) -> &RunConfig {
+        &self.run
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn weights(&self) -> &[f32] {
+        &self.weights
+    }
+
+    /// Steps completed.
+    pub fn step_count(&self) -> u32 {
+        self.step
+    }
+
+    pub fn weight_hash(&self) -> u32 {
+        weight_hash(&self.weights)
+    }
+
+    pub fn gemm_label(&self) -> String {
+        self.gemm.label()
+    }
+
+    pub fn data_description(&self) -> String {
+        self.data.describe()
+    }
+
+    /// Replaces what computes the products (a hot-swap, at a step boundary).
+    pub fn replace_gemm(&mut self, gemm: Box<dyn Gemm + Send>) -> Box<dyn Gemm + Send> {
+        std::mem::replace(&mut self.gemm, gemm)
+    }
+
+    /// Loss and gradient on this node's next batch, at the current weights.
+    pub fn gradient(&mut self) -> Result<(f32, Vec<f32>, Origin), ComputeError> {
+        let seq = self.run.model.context;
+        let (batch, origin) = self.data.next_batch(self.run.batch, seq);
+        let (loss, grad) = self.model.loss_and_grad(
+            self.gemm.as_mut(),
+            &self.weights,
+            &batch.tokens,
+            &batch.targets,
+            self.run.batch,
+            seq,
+        )?;
+        Ok((loss, grad, origin))
+    }
+
+    /// One Adam update from `grad`, ending the current step.
+    pub fn apply(&mut self, grad: &[f32]) {
+        let lr = schedule(self.run.lr, self.step, self.run.steps);
+        self.adam.update(&mut self.weights, grad, lr);
+        self.step += 1;
+    }
+
+    /// A lone node's step.
+    pub fn step(&mut self) -> Result<StepReport, ComputeError> {
+        let (loss, grad, origin) = self.gradient()?;
+        self.apply(&grad);
+        Ok(StepReport {
+            step: self.step,
+            loss,
+            weight_hash: self.weight_hash(),
+            tokens: self.run.tokens_per_step(),
+            origin,
+        })
+    }
+
+    /// Mean loss over `batches` fixed held-out batches of the run's batch size.
+    pub fn heldout_loss(&mut self, batches: usize) -> Result<f32, ComputeError> {
+        let seq = self.run.model.context;
+        let mut total = 0.0f32;
+        for batch in heldout_batches(batches, self.run.batch, seq) {
+            total += self.model.loss(
+                self.gemm.as_mut(),
+                &self.weights,
+                &batch.tokens,
+                &batch.targets,
+                self.run.batch,
+                seq,
+            )?;
+        }
+        Ok(total / batches as f32)
+    }
+
+    /// Everything needed to continue bit-identically.
+    pub fn state(&self) -> TrainState {
+        TrainState {
+            run: self.run,
+            step: self.step,
+            weights: self.weights.clone(),
+            adam: self.adam.clone(),
+            data_state: self.data.state(),
+        }
+    }
+
+    /// Replaces the run's state with `state` (a loaded checkpoint, a resume). The model shape
+    /// must match; on error nothing changes.
+    pub fn restore(&mut self, state: TrainState) -> Result<(), String> {
+        if state.run.model != self.run.model {
+            return Err(format!(
+                "checkpoint model {:?} does not match the running model {:?}",
+                state.run.model, self.run.model
+            ));
+        }
+        if state.weights.len() != self.weights.len()
+            || state.adam.m.len() != state.weights.len()
+            || state.adam.v.len() != state.weights.len()
+        {
+            return Err("checkpoint tensors have the wrong length".into());
+        }
+        self.run = state.run;
+        self.step = state.step;
+        self.weights = state.weights;
+        self.adam = state.adam;
+        self.data.restore(state.data_state);
+        Ok(())
+    }
+}

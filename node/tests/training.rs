@@ -1,0 +1,196 @@
+//! Training through the real CPU plugin: bit-identity across runs and thread counts, resume
+//! equivalence through a checkpoint, refusal of damaged checkpoints, the float reference's
+//! agreement in quality, and the safetensors export read back by Python.
+
+use lockstep_backends::{resolve_plugin, Plugin};
+use lockstep_node::checkpoint::{self, CheckpointError};
+use lockstep_node::config::{ModelConfig, RunConfig};
+use lockstep_node::data::BuiltinSource;
+use lockstep_node::gemm::{FloatGemm, Gemm, UnitsGemm};
+use lockstep_node::trainer::Trainer;
+
+fn small_run(steps: u32) -> RunConfig {
+    RunConfig {
+        model: ModelConfig { width: 32, context: 32, layers: 2, heads: 2 },
+        batch: 8,
+        steps,
+        lr: 0.005,
+        seed: 11,
+    }
+}
+
+fn units(threads: u32) -> Box<dyn Gemm + Send> {
+    let path = resolve_plugin("cpu").unwrap_or_else(|e| panic!("{e}"));
+    let plugin = Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    Box::new(UnitsGemm::new(plugin.instantiate(threads).unwrap()))
+}
+
+fn trainer(run: RunConfig, gemm: Box<dyn Gemm + Send>) -> Trainer {
+    Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed))).unwrap()
+}
+
+fn hashes(trainer: &mut Trainer, steps: u32) -> Vec<u32> {
+    (0..steps).map(|_| trainer.step().unwrap().weight_hash).collect()
+}
+
+#[test]
+fn same_seed_same_hash_at_every_step_across_runs_and_threads() {
+    // Big enough that the plugin really splits work across threads (≥ 2^20 MACs per call).
+    let run = RunConfig {
+        model: ModelConfig { width: 64, context: 64, layers: 1, heads: 2 },
+        batch: 8,
+        steps: 12,
+        lr: 0.005,
+        seed: 3,
+    };
+    let one = hashes(&mut trainer(run, units(1)), 12);
+    let two = hashes(&mut trainer(run, units(2)), 12);
+    let again = hashes(&mut trainer(run, units(1)), 12);
+    assert_eq!(one, two, "thread count changed the weights");
+    assert_eq!(one, again, "a second run diverged");
+    assert_eq!(one.iter().collect::<std::collections::HashSet<_>>().len(), 12, "weights did not change every step");
+    let other_seed = hashes(&mut trainer(RunConfig { seed: 4, ..run }, units(1)), 1);
+    assert_ne!(other_seed[0], one[0]);
+}
+
+#[test]
+fn save_load_resume_equals_straight_run() {
+    let run = small_run(200);
+    let mut straight = trainer(run, units(0));
+    let straight_hashes = hashes(&mut straight, 200);
+
+    let mut first = trainer(run, units(0));
+    let first_hashes = hashes(&mut first, 100);
+    assert_eq!(first_hashes[..], straight_hashes[..100]);
+    let dir = std::env::temp_dir().join(format!("lockstep-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("half.ckpt");
+    checkpoint::save(&path, &first.state()).unwrap();
+    drop(first);
+
+    let state = checkpoint::load(&path, Some(run.model)).unwrap();
+    assert_eq!(state.step, 100);
+    let mut resumed = trainer(RunConfig { seed: 999, ..run }, units(0)); // everything comes from the file
+    resumed.restore(state).unwrap();
+    let resumed_hashes = hashes(&mut resumed, 100);
+    assert_eq!(resumed_hashes[..], straight_hashes[100..]);
+    assert_eq!(resumed.weight_hash(), straight.weight_hash());
+}
+
+#[test]
+fn damaged_checkpoints_are_refused_and_change_nothing() {
+    let run = small_run(10);
+    let mut t = trainer(run, Box::new(FloatGemm));
+    hashes(&mut t, 3);
+    let good = checkpoint::encode(&t.state());
+    let before = t.state();
+    let refused = |bytes: &[u8], expected: Option<ModelConfig>| checkpoint::decode(bytes, expected).unwrap_err();
+
+    assert_eq!(checkpoint::decode(&good, Some(run.model)).unwrap(), before);
+
+    let mut bad_magic = good.clone();
+    bad_magic[0] = b'X';
+    assert_eq!(refused(&bad_magic, None), CheckpointError::BadMagic);
+    assert_eq!(refused(b"LOCK", None), CheckpointError::BadMagic);
+
+    let mut bad_version = good.clone();
+    bad_version[8] = 2;
+    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(2));
+
+    for cut in [20, good.len() / 2, good.len() - 1] {
+        let error = refused(&good[..cut], None);
+        assert!(matches!(error, CheckpointError::Truncated { .. }), "cut at {cut}: {error:?}");
+        assert!(error.to_string().contains("truncated"));
+    }
+
+    let mut flipped = good.clone();
+    let middle = good.len() / 2;
+    flipped[middle] ^= 0x40;
+    assert!(matches!(refused(&flipped, None), CheckpointError::Checksum { .. }));
+
+    // Wrong dimensions for the running model: a valid file of another shape.
+    let other = RunConfig { model: ModelConfig { width: 16, context: 32, layers: 2, heads: 2 }, ..run };
+    let other_bytes = checkpoint::encode(&trainer(other, Box::new(FloatGemm)).state());
+    let error = refused(&other_bytes, Some(run.model));
+    assert!(matches!(error, CheckpointError::Dims(_)), "{error:?}");
+
+    // Wrong vocabulary: rewrite the field and the checksum, so only the vocabulary is wrong.
+    let mut wrong_vocab = good.clone();
+    let vocab_at = 8 + 4 + 4 + "byte-level".len();
+    wrong_vocab[vocab_at..vocab_at + 4].copy_from_slice(&512u32.to_le_bytes());
+    let body = wrong_vocab.len() - 8;
+    let sum = lockstep_luts::hash::fnv1a64(&wrong_vocab[..body]);
+    wrong_vocab[body..].copy_from_slice(&sum.to_le_bytes());
+    assert_eq!(refused(&wrong_vocab, None), CheckpointError::Vocab(512));
+
+    // A refused load leaves the running trainer as it was.
+    for bytes in [&bad_magic, &flipped, &other_bytes] {
+        if let Ok(state) = checkpoint::decode(bytes, Some(run.model)) {
+            t.restore(state).unwrap();
+        }
+    }
+    assert_eq!(t.state(), before);
+    assert!(t.restore(checkpoint::decode(&other_bytes, None).unwrap()).is_err());
+    assert_eq!(t.state(), before);
+}
+
+#[test]
+fn units_trainer_tracks_the_float_reference() {
+    let run = small_run(300);
+    let mut with_units = trainer(run, units(0));
+    let mut float = trainer(run, Box::new(FloatGemm));
+    hashes(&mut with_units, 300);
+    hashes(&mut float, 300);
+    let units_loss = with_units.heldout_loss(8).unwrap();
+    let float_loss = float.heldout_loss(8).unwrap();
+    let ln_vocab = 256f32.ln();
+    assert!(units_loss < 0.6 * ln_vocab && float_loss < 0.6 * ln_vocab, "units {units_loss}, float {float_loss}");
+    let gap = (units_loss - float_loss).abs() / float_loss;
+    assert!(gap < 0.05, "units {units_loss} vs float {float_loss}: {:.1}% apart", gap * 100.0);
+}
+
+#[test]
+fn safetensors_export_reads_back_in_python() {
+    let run = small_run(10);
+    let mut t = trainer(run, Box::new(FloatGemm));
+    hashes(&mut t, 2);
+    let state = t.state();
+    let bytes = checkpoint::safetensors(&state);
+    let dir = std::env::temp_dir().join(format!("lockstep-st-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("w.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    // Python's standard library parses the header and checks every tensor's bytes against the
+    // flat weight order the docs describe.
+    let script = r#"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+meta = header.pop("__metadata__")
+body = data[8 + n:]
+total = 0
+for name, t in header.items():
+    a, b = t["data_offsets"]
+    count = 1
+    for d in t["shape"]:
+        count *= d
+    assert t["dtype"] == "F32" and b - a == 4 * count, name
+    total += count
+assert total * 4 == len(body)
+emb = header["tok_emb"]
+first = struct.unpack("<f", body[emb["data_offsets"][0]:emb["data_offsets"][0] + 4])[0]
+print(meta["tokenizer"], meta["step"], len(header), total, struct.pack("<f", first).hex())
+"#;
+    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(&path).output().expect("python3 runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let fields: Vec<&str> = printed.split_whitespace().collect();
+    let layout = lockstep_node::params::Layout::new(run.model);
+    assert_eq!(fields[0], "byte-level");
+    assert_eq!(fields[1], "2");
+    assert_eq!(fields[2], layout.tensors.len().to_string());
+    assert_eq!(fields[3], layout.len.to_string());
+    let first_bytes: String = state.weights[0].to_le_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(fields[4], first_bytes);
+}

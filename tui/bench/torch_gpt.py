@@ -1,0 +1,89 @@
+"""The same GPT as lockstep's (pre-LayerNorm blocks, causal multi-head attention, tanh GELU
+MLP 4c wide, final LayerNorm, untied LM head with bias, Adam β=(0.9, 0.95), ε=1e-8), in
+PyTorch eager f32 on the CPU: the peer `lockstep bench train` measures against.
+
+usage: python3 torch_gpt.py CORPUS WIDTH CONTEXT LAYERS HEADS BATCH STEPS WARMUP LR THREADS
+prints one JSON object: tokens_per_s, loss (last step), threads, torch version.
+"""
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(c)
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+        self.ln2 = nn.LayerNorm(c)
+        self.fc = nn.Linear(c, 4 * c)
+        self.fc2 = nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        shape = (b, t, self.heads, c // self.heads)
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, c, t, layers, heads):
+        super().__init__()
+        self.tok = nn.Embedding(256, c)
+        self.pos = nn.Embedding(t, c)
+        self.blocks = nn.ModuleList(Block(c, heads) for _ in range(layers))
+        self.lnf = nn.LayerNorm(c)
+        self.head = nn.Linear(c, 256)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.lnf(x))
+
+
+def main():
+    corpus, c, t, layers, heads, batch, steps, warmup, lr, threads = sys.argv[1:11]
+    c, t, layers, heads, batch, steps, warmup, threads = map(int, (c, t, layers, heads, batch, steps, warmup, threads))
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    data = torch.tensor(list(open(corpus, "rb").read()), dtype=torch.long)
+    model = GPT(c, t, layers, heads)
+    opt = torch.optim.Adam(model.parameters(), lr=float(lr), betas=(0.9, 0.95), eps=1e-8)
+    gen = torch.Generator().manual_seed(1)
+
+    def step():
+        starts = torch.randint(0, len(data) - t - 1, (batch,), generator=gen)
+        x = torch.stack([data[s:s + t] for s in starts])
+        y = torch.stack([data[s + 1:s + t + 1] for s in starts])
+        loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(warmup):
+        step()
+    started = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"tokens_per_s": steps * batch * t / elapsed, "loss": loss, "threads": threads,
+                      "torch": torch.__version__, "parameters": sum(p.numel() for p in model.parameters())}))
+
+
+if __name__ == "__main__":
+    main()

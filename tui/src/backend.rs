@@ -1,0 +1,22 @@
+//! Turning a backend name into an admitted, ready-to-use backend.
+
+use anyhow::{bail, Context};
+use lockstep_backends::gate::run_gate;
+use lockstep_backends::{resolve_plugin, Plugin};
+use lockstep_node::gemm::UnitsGemm;
+
+/// Loads `name` (a built-in name or a path), runs the exact gate, and returns the backend only
+/// if it is admitted. The verdict is printed unless `quiet`.
+pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<UnitsGemm> {
+    let path = resolve_plugin(name)?;
+    let plugin = Plugin::load(&path).with_context(|| format!("loading backend `{name}`"))?;
+    let mut backend = plugin.instantiate(threads).with_context(|| format!("creating backend `{name}`"))?;
+    let report = run_gate(&mut backend, &mut |_| {});
+    if !quiet {
+        println!("gate: {} ({})", report.verdict_line(), backend.describe());
+    }
+    if !report.admitted() {
+        bail!("backend `{name}` was not admitted: {}", report.verdict_line());
+    }
+    Ok(UnitsGemm::new(backend))
+}

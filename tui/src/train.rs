@@ -1,0 +1,168 @@
+//! `lockstep train`: single-node training, no network.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use lockstep_node::checkpoint;
+use lockstep_node::config::{ModelConfig, RunConfig};
+use lockstep_node::data::BuiltinSource;
+use lockstep_node::gemm::{FloatGemm, Gemm};
+use lockstep_node::trainer::Trainer;
+
+use crate::backend::admitted_gemm;
+
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// Width `c`.
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.width)]
+    pub width: usize,
+    /// Context length `t`.
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.context)]
+    pub context: usize,
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.layers)]
+    pub layers: usize,
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.heads)]
+    pub heads: usize,
+    /// Sequences per step `b`.
+    #[arg(long, default_value_t = RunConfig::DEFAULT.batch)]
+    pub batch: usize,
+    /// Run length: the learning-rate schedule spans this many steps.
+    #[arg(long, default_value_t = RunConfig::DEFAULT.steps)]
+    pub steps: u32,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = RunConfig::DEFAULT.lr)]
+    pub lr: f32,
+    #[arg(long, default_value_t = RunConfig::DEFAULT.seed)]
+    pub seed: u64,
+}
+
+impl ModelArgs {
+    pub fn run_config(&self) -> RunConfig {
+        RunConfig {
+            model: ModelConfig { width: self.width, context: self.context, layers: self.layers, heads: self.heads },
+            batch: self.batch,
+            steps: self.steps,
+            lr: self.lr,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// `cpu`, a plugin path, or `float` for the float reference trainer (no units).
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Threads for CPU backends (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: u32,
+    /// Stop after this many completed steps (default: the run length).
+    #[arg(long)]
+    until: Option<u32>,
+    /// Continue from a checkpoint (its run settings replace the flags above).
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Write a checkpoint here at the end.
+    #[arg(long)]
+    ckpt_out: Option<PathBuf>,
+    /// Held-out batches evaluated at the end (0: skip).
+    #[arg(long, default_value_t = 4)]
+    eval_batches: usize,
+    /// Print one JSON line per step instead of the progress display.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The products for a backend name: `float`, or an admitted plugin.
+pub fn gemm_for(backend: &str, threads: u32, quiet: bool) -> anyhow::Result<Box<dyn Gemm + Send>> {
+    if backend == "float" {
+        return Ok(Box::new(FloatGemm));
+    }
+    Ok(Box::new(admitted_gemm(backend, threads, quiet)?))
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    let resumed = match &args.resume {
+        Some(path) => Some(checkpoint::load(path, None).with_context(|| format!("resuming from {}", path.display()))?),
+        None => None,
+    };
+    let run = resumed.as_ref().map_or_else(|| args.model.run_config(), |state| state.run);
+    if let Err(why) = run.validate() {
+        bail!("invalid configuration: {why}");
+    }
+    let gemm = gemm_for(&args.backend, args.threads, args.json)?;
+    let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed))).map_err(anyhow::Error::msg)?;
+    if let Some(state) = resumed {
+        trainer.restore(state).map_err(anyhow::Error::msg)?;
+    }
+    let until = args.until.unwrap_or(run.steps);
+    if !args.json {
+        let params = trainer.weights().len();
+        println!(
+            "train: {params} parameters (c={} t={} layers={} heads={}), batch {}, lr {}, seed {}, {}",
+            run.model.width,
+            run.model.context,
+            run.model.layers,
+            run.model.heads,
+            run.batch,
+            run.lr,
+            run.seed,
+            trainer.gemm_label()
+        );
+        println!(
+            "       data: {}; steps {} → {until} of {}",
+            trainer.data_description(),
+            trainer.step_count(),
+            run.steps
+        );
+    }
+    let live = !args.json && std::io::stdout().is_terminal();
+    let started = Instant::now();
+    let first_step = trainer.step_count();
+    let mut last = None;
+    while trainer.step_count() < until {
+        let report = trainer.step().context("training step failed")?;
+        let elapsed = started.elapsed().as_secs_f64();
+        let tokens_per_s = (report.step - first_step) as f64 * report.tokens as f64 / elapsed.max(1e-9);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"step": report.step, "loss": report.loss, "whash": format!("{:#010x}", report.weight_hash), "tokens_per_s": tokens_per_s})
+            );
+        } else if live {
+            let done = (report.step - first_step) as f64 / (until - first_step).max(1) as f64;
+            let bar: String = (0..30).map(|i| if (i as f64) < done * 30.0 { '#' } else { '.' }).collect();
+            print!("\rstep {:>6}/{until} [{bar}] loss {:.4}  {:>8.0} tok/s", report.step, report.loss, tokens_per_s);
+            let _ = std::io::stdout().flush();
+        } else if report.step % 50 == 0 || report.step == until {
+            println!(
+                "step {:>6}/{until} loss {:.4} {:>8.0} tok/s whash {:#010x}",
+                report.step, report.loss, tokens_per_s, report.weight_hash
+            );
+        }
+        last = Some(report);
+    }
+    if live {
+        println!();
+    }
+    if let Some(path) = &args.ckpt_out {
+        checkpoint::save(path, &trainer.state()).with_context(|| format!("writing {}", path.display()))?;
+        if !args.json {
+            println!("checkpoint: {}", path.display());
+        }
+    }
+    if args.eval_batches > 0 && !args.json {
+        let heldout = trainer.heldout_loss(args.eval_batches).context("evaluation failed")?;
+        println!("held-out loss: {heldout:.4}");
+    }
+    let loss = last.as_ref().map_or(f32::NAN, |r| r.loss);
+    if !args.json {
+        println!("final: step {} loss {loss:.4} whash {:#010x}", trainer.step_count(), trainer.weight_hash());
+    }
+    Ok(ExitCode::SUCCESS)
+}
