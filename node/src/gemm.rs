@@ -22,7 +22,7 @@ impl From<BackendError> for ComputeError {
 }
 
 /// `c = a · bᵀ` with `a` `m × k`, `b` `n × k`, `c` `m × n`, row-major.
-pub trait Gemm {
+pub trait Gemm: Send {
     fn gemm_nt(
         &mut self,
         m: usize,
@@ -35,28 +35,62 @@ pub trait Gemm {
 
     /// What computes the products, for reports.
     fn label(&self) -> String;
+
+    /// Independent lanes, one per thread, for running many small products at once (the
+    /// attention heads). Which lane computes a product never changes its bits: every lane is
+    /// the same admitted arithmetic. At least one lane.
+    fn lanes(&mut self) -> Vec<&mut dyn Gemm>;
 }
 
-/// The verified units through an admitted backend plugin.
+/// One backend instance is a lane of its own.
+impl Gemm for Backend {
+    fn gemm_nt(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), ComputeError> {
+        Ok(self.gemm_f32_into(m, n, k, a, b, c)?)
+    }
+
+    fn label(&self) -> String {
+        format!("units via `{}`", self.name())
+    }
+
+    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
+        vec![self]
+    }
+}
+
+/// The verified units through an admitted backend plugin: a main instance (which may thread
+/// large products internally) plus extra single-threaded instances of the same plugin as
+/// lanes for parallel small products.
 pub struct UnitsGemm {
-    backend: Backend,
+    lanes: Vec<Backend>,
 }
 
 impl UnitsGemm {
     pub fn new(backend: Backend) -> Self {
-        Self { backend }
+        Self { lanes: vec![backend] }
+    }
+
+    /// `main` plus `extra` instances of the same plugin as parallel lanes.
+    pub fn with_lanes(main: Backend, extra: Vec<Backend>) -> Self {
+        assert!(extra.iter().all(|b| b.plugin().path() == main.plugin().path()), "lanes must be one plugin");
+        let mut lanes = vec![main];
+        lanes.extend(extra);
+        Self { lanes }
     }
 
     pub fn backend(&self) -> &Backend {
-        &self.backend
+        &self.lanes[0]
     }
 
-    pub fn backend_mut(&mut self) -> &mut Backend {
-        &mut self.backend
-    }
-
-    pub fn into_backend(self) -> Backend {
-        self.backend
+    pub fn into_backend(mut self) -> Backend {
+        self.lanes.swap_remove(0)
     }
 }
 
@@ -70,20 +104,62 @@ impl Gemm for UnitsGemm {
         b: &[f32],
         c: &mut [f32],
     ) -> Result<(), ComputeError> {
-        Ok(self.backend.gemm_f32_into(m, n, k, a, b, c)?)
+        Ok(self.lanes[0].gemm_f32_into(m, n, k, a, b, c)?)
     }
 
     fn label(&self) -> String {
-        format!("units via `{}`", self.backend.name())
+        format!("units via `{}` ({} lane(s))", self.lanes[0].name(), self.lanes.len())
+    }
+
+    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
+        self.lanes.iter_mut().map(|b| b as &mut dyn Gemm).collect()
     }
 }
 
 /// Plain f32 products (`matrixmultiply`'s sgemm, single-threaded, so deterministic too): the
-/// float reference the units trainer is measured against.
-#[derive(Default)]
-pub struct FloatGemm;
+/// float reference the units trainer is measured against, with `lanes` parallel lanes.
+pub struct FloatGemm {
+    lanes: Vec<FloatLane>,
+}
+
+/// One float lane.
+pub struct FloatLane;
+
+impl FloatGemm {
+    pub fn new(lanes: usize) -> Self {
+        Self { lanes: (0..lanes.max(1)).map(|_| FloatLane).collect() }
+    }
+}
+
+impl Default for FloatGemm {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
 
 impl Gemm for FloatGemm {
+    fn gemm_nt(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), ComputeError> {
+        self.lanes[0].gemm_nt(m, n, k, a, b, c)
+    }
+
+    fn label(&self) -> String {
+        format!("float reference (f32 sgemm, {} lane(s))", self.lanes.len())
+    }
+
+    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
+        self.lanes.iter_mut().map(|l| l as &mut dyn Gemm).collect()
+    }
+}
+
+impl Gemm for FloatLane {
     fn gemm_nt(
         &mut self,
         m: usize,
@@ -122,5 +198,9 @@ impl Gemm for FloatGemm {
 
     fn label(&self) -> String {
         "float reference (f32 sgemm)".into()
+    }
+
+    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
+        vec![self]
     }
 }

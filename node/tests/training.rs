@@ -80,7 +80,7 @@ fn save_load_resume_equals_straight_run() {
 #[test]
 fn damaged_checkpoints_are_refused_and_change_nothing() {
     let run = small_run(10);
-    let mut t = trainer(run, Box::new(FloatGemm));
+    let mut t = trainer(run, Box::new(FloatGemm::default()));
     hashes(&mut t, 3);
     let good = checkpoint::encode(&t.state());
     let before = t.state();
@@ -110,7 +110,7 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
 
     // Wrong dimensions for the running model: a valid file of another shape.
     let other = RunConfig { model: ModelConfig { width: 16, context: 32, layers: 2, heads: 2 }, ..run };
-    let other_bytes = checkpoint::encode(&trainer(other, Box::new(FloatGemm)).state());
+    let other_bytes = checkpoint::encode(&trainer(other, Box::new(FloatGemm::default())).state());
     let error = refused(&other_bytes, Some(run.model));
     assert!(matches!(error, CheckpointError::Dims(_)), "{error:?}");
 
@@ -138,7 +138,7 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
 fn units_trainer_tracks_the_float_reference() {
     let run = small_run(300);
     let mut with_units = trainer(run, units(0));
-    let mut float = trainer(run, Box::new(FloatGemm));
+    let mut float = trainer(run, Box::new(FloatGemm::default()));
     hashes(&mut with_units, 300);
     hashes(&mut float, 300);
     let units_loss = with_units.heldout_loss(8).unwrap();
@@ -152,7 +152,7 @@ fn units_trainer_tracks_the_float_reference() {
 #[test]
 fn safetensors_export_reads_back_in_python() {
     let run = small_run(10);
-    let mut t = trainer(run, Box::new(FloatGemm));
+    let mut t = trainer(run, Box::new(FloatGemm::default()));
     hashes(&mut t, 2);
     let state = t.state();
     let bytes = checkpoint::safetensors(&state);

@@ -6,7 +6,9 @@ use lockstep_backends::{resolve_plugin, Plugin};
 use lockstep_node::gemm::UnitsGemm;
 
 /// Loads `name` (a built-in name or a path), runs the exact gate, and returns the backend only
-/// if it is admitted. The verdict is printed unless `quiet`.
+/// if it is admitted, with one lane per thread (`threads`, 0 for every core): the main
+/// instance threads large products itself, the others run small ones in parallel. The verdict
+/// is printed unless `quiet`.
 pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<UnitsGemm> {
     let path = resolve_plugin(name)?;
     let plugin = Plugin::load(&path).with_context(|| format!("loading backend `{name}`"))?;
@@ -18,5 +20,7 @@ pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<Un
     if !report.admitted() {
         bail!("backend `{name}` was not admitted: {}", report.verdict_line());
     }
-    Ok(UnitsGemm::new(backend))
+    let lanes = crate::train::threads_or_all(threads);
+    let extra = (1..lanes).map(|_| plugin.instantiate(1)).collect::<Result<Vec<_>, _>>()?;
+    Ok(UnitsGemm::with_lanes(backend, extra))
 }

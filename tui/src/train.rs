@@ -78,10 +78,19 @@ pub struct TrainArgs {
     json: bool,
 }
 
-/// The products for a backend name: `float`, or an admitted plugin.
+/// `threads`, or every core for 0.
+pub fn threads_or_all(threads: u32) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    }
+}
+
+/// The products for a backend name: `float`, or an admitted plugin; `threads` lanes (0: one
+/// per core).
 pub fn gemm_for(backend: &str, threads: u32, quiet: bool) -> anyhow::Result<Box<dyn Gemm + Send>> {
     if backend == "float" {
-        return Ok(Box::new(FloatGemm));
+        return Ok(Box::new(FloatGemm::new(threads_or_all(threads))));
     }
     Ok(Box::new(admitted_gemm(backend, threads, quiet)?))
 }

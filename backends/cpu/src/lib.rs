@@ -23,12 +23,13 @@ mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use gemm::{gemm_f32, Path};
+pub use gemm::{gemm_f32, Path, Scratch};
 
 /// The plugin instance.
 pub struct CpuWorker {
     threads: usize,
     path: Path,
+    scratch: Scratch,
 }
 
 impl Worker for CpuWorker {
@@ -47,7 +48,7 @@ impl Worker for CpuWorker {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n as usize,
         };
-        Ok(Self { threads, path: Path::detect() })
+        Ok(Self { threads, path: Path::detect(), scratch: Scratch::default() })
     }
 
     fn describe(&self) -> String {
@@ -63,7 +64,7 @@ impl Worker for CpuWorker {
         b: &[f32],
         c: &mut [f32],
     ) -> Result<(), WorkerError> {
-        gemm_f32(self.path, self.threads, m, n, k, a, b, c).map_err(|error| {
+        gemm_f32(self.path, self.threads, &mut self.scratch, m, n, k, a, b, c).map_err(|error| {
             let code = match error {
                 lockstep_luts::UnitError::NonFinite { .. } => status::NON_FINITE_INPUT,
                 lockstep_luts::UnitError::Shape { .. } => status::INVALID_ARGUMENT,

@@ -15,7 +15,9 @@
 //!   narrowing step, and the block's `128 · Σ b` is subtracted afterwards. A block's raw sum is
 //!   at most `32 · 255 · 127` in magnitude: exact.
 //!
-//! Each block's exact i32 sum becomes a term `cvt(acc) · (2^ea · 2^eb)` added to the running
+//! With [`Out::Raw`] a kernel stops at the exact i32 block sums and the caller finishes with
+//! the reference epilogue (tiles whose exponents leave the FMA-safe range). Otherwise each
+//! block's exact i32 sum becomes a term `cvt(acc) · (2^ea · 2^eb)` added to the running
 //! sum with one FMA. The caller guarantees every `ea + eb` of the tile lies in `[-126, 108]`:
 //! then the term is an exact normal f32, so the FMA rounds exactly once, as `sum + term` does
 //! in the reference, and no partial sum can be subnormal (all are multiples of 2^-126).
@@ -37,6 +39,15 @@ pub const SIGN_A_WORDS_PER_QUAD: usize = MR * 2;
 /// Packed A words per `kq`, offset layout.
 pub const OFFSET_A_WORDS_PER_QUAD: usize = MR;
 
+/// Where a tile's results go.
+pub enum Out<'a> {
+    /// The finished sums through the FMA epilogue (`MR × PANEL`, row-major). Only for tiles
+    /// whose scale exponents keep every term an exact normal f32.
+    Sums(&'a mut [f32; MR * PANEL]),
+    /// The exact i32 block sums, `[block][MR][PANEL]`, for the caller's exact epilogue.
+    Raw(&'a mut [i32]),
+}
+
 /// One packed B panel.
 #[derive(Clone, Copy)]
 pub struct PanelB<'a> {
@@ -45,7 +56,17 @@ pub struct PanelB<'a> {
     pub offsets: &'a [i32],
 }
 
-fn check_lengths(blocks: usize, a_words: &[u32], words_per_quad: usize, a_scales: &[f32], b: PanelB<'_>) {
+fn check_lengths(
+    blocks: usize,
+    a_words: &[u32],
+    words_per_quad: usize,
+    a_scales: &[f32],
+    b: PanelB<'_>,
+    out: &Out<'_>,
+) {
+    if let Out::Raw(raw) = out {
+        assert!(raw.len() >= blocks * MR * PANEL, "raw output too short");
+    }
     assert!(a_words.len() >= blocks * QUADS * words_per_quad, "packed A too short");
     assert!(a_scales.len() >= blocks * MR, "A scales too short");
     assert!(b.bytes.len() >= blocks * QUADS * B_BYTES_PER_QUAD, "packed B too short");
@@ -64,9 +85,9 @@ pub unsafe fn tile_avx2(
     a_scales: &[f32],
     b: PanelB<'_>,
     half: usize,
-    out: &mut [f32; MR * PANEL],
+    mut out: Out<'_>,
 ) {
-    check_lengths(blocks, a_words, SIGN_A_WORDS_PER_QUAD, a_scales, b);
+    check_lengths(blocks, a_words, SIGN_A_WORDS_PER_QUAD, a_scales, b, &out);
     assert!(half < 2);
     let a_ptr = a_words.as_ptr().cast::<i32>();
     let b_ptr = b.bytes[half * 64..].as_ptr();
@@ -91,6 +112,14 @@ pub unsafe fn tile_avx2(
                     acc[2 * r + 1] = _mm256_add_epi32(acc[2 * r + 1], _mm256_madd_epi16(p1, ones));
                 }
             }
+            if let Out::Raw(raw) = &mut out {
+                for r in 0..MR {
+                    let at = raw.as_mut_ptr().add((block * MR + r) * PANEL + col0);
+                    _mm256_storeu_si256(at.cast(), acc[2 * r]);
+                    _mm256_storeu_si256(at.add(8).cast(), acc[2 * r + 1]);
+                }
+                continue;
+            }
             let sb0 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0));
             let sb1 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0 + 8));
             for r in 0..MR {
@@ -100,9 +129,11 @@ pub unsafe fn tile_avx2(
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[2 * r + 1]), _mm256_mul_ps(sa, sb1), sums[2 * r + 1]);
             }
         }
-        for r in 0..MR {
-            _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
-            _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
+        if let Out::Sums(out) = out {
+            for r in 0..MR {
+                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
+                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
+            }
         }
     }
 }
@@ -118,9 +149,9 @@ pub unsafe fn tile_avx_vnni(
     a_scales: &[f32],
     b: PanelB<'_>,
     half: usize,
-    out: &mut [f32; MR * PANEL],
+    mut out: Out<'_>,
 ) {
-    check_lengths(blocks, a_words, OFFSET_A_WORDS_PER_QUAD, a_scales, b);
+    check_lengths(blocks, a_words, OFFSET_A_WORDS_PER_QUAD, a_scales, b, &out);
     assert!(half < 2);
     let a_ptr = a_words.as_ptr().cast::<i32>();
     let b_ptr = b.bytes[half * 64..].as_ptr();
@@ -143,6 +174,14 @@ pub unsafe fn tile_avx_vnni(
             }
             let off0 = _mm256_loadu_si256(b.offsets.as_ptr().add(block * PANEL + col0).cast());
             let off1 = _mm256_loadu_si256(b.offsets.as_ptr().add(block * PANEL + col0 + 8).cast());
+            if let Out::Raw(raw) = &mut out {
+                for r in 0..MR {
+                    let at = raw.as_mut_ptr().add((block * MR + r) * PANEL + col0);
+                    _mm256_storeu_si256(at.cast(), _mm256_sub_epi32(acc[2 * r], off0));
+                    _mm256_storeu_si256(at.add(8).cast(), _mm256_sub_epi32(acc[2 * r + 1], off1));
+                }
+                continue;
+            }
             let sb0 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0));
             let sb1 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0 + 8));
             for r in 0..MR {
@@ -153,9 +192,11 @@ pub unsafe fn tile_avx_vnni(
                 sums[2 * r + 1] = _mm256_fmadd_ps(acc1, _mm256_mul_ps(sa, sb1), sums[2 * r + 1]);
             }
         }
-        for r in 0..MR {
-            _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
-            _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
+        if let Out::Sums(out) = out {
+            for r in 0..MR {
+                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
+                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
+            }
         }
     }
 }
@@ -165,14 +206,8 @@ pub unsafe fn tile_avx_vnni(
 /// # Safety
 /// The CPU must support AVX-512 F, BW and VNNI, and FMA. Lengths are checked.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
-pub unsafe fn tile_avx512_vnni(
-    blocks: usize,
-    a_words: &[u32],
-    a_scales: &[f32],
-    b: PanelB<'_>,
-    out: &mut [f32; MR * PANEL],
-) {
-    check_lengths(blocks, a_words, OFFSET_A_WORDS_PER_QUAD, a_scales, b);
+pub unsafe fn tile_avx512_vnni(blocks: usize, a_words: &[u32], a_scales: &[f32], b: PanelB<'_>, mut out: Out<'_>) {
+    check_lengths(blocks, a_words, OFFSET_A_WORDS_PER_QUAD, a_scales, b, &out);
     let a_ptr = a_words.as_ptr().cast::<i32>();
     let b_ptr = b.bytes.as_ptr();
     // SAFETY: offsets are inside the checked lengths; loads are unaligned.
@@ -193,6 +228,14 @@ pub unsafe fn tile_avx512_vnni(
             }
             let off0 = _mm512_loadu_si512(b.offsets.as_ptr().add(block * PANEL).cast());
             let off1 = _mm512_loadu_si512(b.offsets.as_ptr().add(block * PANEL + 16).cast());
+            if let Out::Raw(raw) = &mut out {
+                for r in 0..MR {
+                    let at = raw.as_mut_ptr().add((block * MR + r) * PANEL);
+                    _mm512_storeu_si512(at.cast(), _mm512_sub_epi32(acc[2 * r], off0));
+                    _mm512_storeu_si512(at.add(16).cast(), _mm512_sub_epi32(acc[2 * r + 1], off1));
+                }
+                continue;
+            }
             let sb0 = _mm512_loadu_ps(b.scales.as_ptr().add(block * PANEL));
             let sb1 = _mm512_loadu_ps(b.scales.as_ptr().add(block * PANEL + 16));
             for r in 0..MR {
@@ -203,9 +246,11 @@ pub unsafe fn tile_avx512_vnni(
                 sums[2 * r + 1] = _mm512_fmadd_ps(acc1, _mm512_mul_ps(sa, sb1), sums[2 * r + 1]);
             }
         }
-        for r in 0..MR {
-            _mm512_storeu_ps(out.as_mut_ptr().add(r * PANEL), sums[2 * r]);
-            _mm512_storeu_ps(out.as_mut_ptr().add(r * PANEL + 16), sums[2 * r + 1]);
+        if let Out::Sums(out) = out {
+            for r in 0..MR {
+                _mm512_storeu_ps(out.as_mut_ptr().add(r * PANEL), sums[2 * r]);
+                _mm512_storeu_ps(out.as_mut_ptr().add(r * PANEL + 16), sums[2 * r + 1]);
+            }
         }
     }
 }
