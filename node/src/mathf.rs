@@ -39,7 +39,8 @@ const INV_ODD: [f32; 4] = [
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let x = x.clamp(-87.33, 88.72);
-    let n = (x * LOG2_E + ROUND_MAGIC) - ROUND_MAGIC;
+    let shifted = x * LOG2_E + ROUND_MAGIC;
+    let n = shifted - ROUND_MAGIC;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     // Taylor polynomial of e^r on |r| ≤ ln2/2, Horner form.
     let mut p = INV_FACT[0];
@@ -51,7 +52,9 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.0;
     p = p * r + 1.0;
     // n ∈ [-126, 128]: scale by 2^n in two halves so neither factor leaves the normal range.
-    let ni = n as i32;
+    // n is an integer of magnitude below 2^22, so `shifted`'s low mantissa bits hold it: read
+    // it from the bits (the same value as `n as i32`, without a per-lane saturating cast).
+    let ni = shifted.to_bits() as i32 - 0x4b40_0000;
     let half = ni >> 1;
     p * pow2(half) * pow2(ni - half)
 }

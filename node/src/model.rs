@@ -49,10 +49,10 @@ impl Par {
             return f(0..items, a);
         }
         let per = items.div_ceil(parts);
-        std::thread::scope(|scope| {
+        rayon::scope(|scope| {
             for (i, chunk) in a.chunks_mut(per * a_per).enumerate() {
                 let f = &f;
-                scope.spawn(move || f(i * per..((i + 1) * per).min(items), chunk));
+                scope.spawn(move |_| f(i * per..((i + 1) * per).min(items), chunk));
             }
         });
     }
@@ -72,10 +72,10 @@ impl Par {
             return f(0..items, a, b);
         }
         let per = items.div_ceil(parts);
-        std::thread::scope(|scope| {
+        rayon::scope(|scope| {
             for (i, (ca, cb)) in a.chunks_mut(per * a_per).zip(b.chunks_mut(per * b_per)).enumerate() {
                 let f = &f;
-                scope.spawn(move || f(i * per..((i + 1) * per).min(items), ca, cb));
+                scope.spawn(move |_| f(i * per..((i + 1) * per).min(items), ca, cb));
             }
         });
     }
@@ -98,11 +98,11 @@ impl Par {
             return f(0..items, a, b, c);
         }
         let per = items.div_ceil(parts);
-        std::thread::scope(|scope| {
+        rayon::scope(|scope| {
             let chunks = a.chunks_mut(per * a_per).zip(b.chunks_mut(per * b_per)).zip(c.chunks_mut(per * c_per));
             for (i, ((ca, cb), cc)) in chunks.enumerate() {
                 let f = &f;
-                scope.spawn(move || f(i * per..((i + 1) * per).min(items), ca, cb, cc));
+                scope.spawn(move |_| f(i * per..((i + 1) * per).min(items), ca, cb, cc));
             }
         });
     }
@@ -120,22 +120,21 @@ where
         return f(lanes.swap_remove(0), 0..batch);
     }
     let per = batch.div_ceil(parts);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = lanes
-            .into_iter()
-            .take(parts)
-            .enumerate()
-            .map(|(i, lane)| {
-                let f = &f;
-                scope.spawn(move || f(lane, i * per..((i + 1) * per).min(batch)))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a model thread panicked"))
-            .collect::<Result<Vec<()>, _>>()
-            .map(|_| ())
-    })
+    let first_error = std::sync::Mutex::new(None);
+    rayon::scope(|scope| {
+        for (i, lane) in lanes.into_iter().take(parts).enumerate() {
+            let (f, first_error) = (&f, &first_error);
+            scope.spawn(move |_| {
+                if let Err(error) = f(lane, i * per..((i + 1) * per).min(batch)) {
+                    first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(error);
+                }
+            });
+        }
+    });
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
 }
 
 /// A raw pointer that may cross into the scoped threads of [`per_lane`]; each thread writes a

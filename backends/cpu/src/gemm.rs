@@ -55,6 +55,34 @@ impl Path {
     }
 }
 
+/// Runs `f` on every item, on `pool`'s threads when there is one (else on this thread), and
+/// tells whether every call returned true. Each item writes its own disjoint outputs, so
+/// which thread runs it never matters.
+fn for_all<I: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    items: impl Iterator<Item = I>,
+    f: impl Fn(I) -> bool + Sync,
+) -> bool {
+    match pool {
+        None => items.map(&f).fold(true, |ok, item| ok & item),
+        Some(pool) => {
+            let ok = std::sync::atomic::AtomicBool::new(true);
+            let items: Vec<I> = items.collect();
+            pool.scope(|scope| {
+                for item in items {
+                    let (f, ok) = (&f, &ok);
+                    scope.spawn(move |_| {
+                        if !f(item) {
+                            ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    });
+                }
+            });
+            ok.into_inner()
+        }
+    }
+}
+
 /// Below this many multiply-adds a call runs on one thread: spawning costs more than it saves.
 const PARALLEL_MIN_MACS: usize = 1 << 20;
 /// Rows per packed A panel and columns per packed B panel.
@@ -106,11 +134,12 @@ struct ThreadScratch {
     raw: Vec<i32>,
 }
 
-/// `c = a · bᵀ` (A `m × k`, B `n × k`, C `m × n`), bit-identical to `lockstep_luts::gemm_nt`.
+/// `c = a · bᵀ` (A `m × k`, B `n × k`, C `m × n`), bit-identical to `lockstep_luts::gemm_nt`,
+/// on `pool`'s threads (or this one).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_f32(
     path: Path,
-    threads: usize,
+    pool: Option<&rayon::ThreadPool>,
     scratch: &mut Scratch,
     m: usize,
     n: usize,
@@ -133,20 +162,24 @@ pub fn gemm_f32(
     }
     let blocks = k.div_ceil(BLOCK);
     let a_panels = m.div_ceil(MR);
-    let threads = if m * n * k < PARALLEL_MIN_MACS { 1 } else { threads.clamp(1, a_panels) };
+    let threads = match pool {
+        Some(pool) if m * n * k >= PARALLEL_MIN_MACS => pool.current_num_threads().clamp(1, a_panels),
+        _ => 1,
+    };
+    let pool = pool.filter(|_| threads > 1);
 
     // Phase 1: quantize (and, for the SIMD paths, pack) all of B, split across threads. The
     // quantizer notices non-finite values; only then is the input scanned to name the first.
     let non_finite = || first_non_finite_error(a, b);
     let Scratch { b_quant, b_packed, per_thread } = scratch;
-    if !quantize_parallel(b, n, k, blocks, threads, b_quant) {
+    if !quantize_parallel(b, n, k, blocks, threads, pool, b_quant) {
         return Err(non_finite());
     }
     let b_quant = &*b_quant;
     let b_packed = if path == Path::Portable {
         None
     } else {
-        pack_b(b_quant, n, blocks, threads, b_packed);
+        pack_b(b_quant, n, blocks, threads, pool, b_packed);
         Some(&*b_packed)
     };
     if per_thread.len() < threads {
@@ -169,14 +202,7 @@ pub fn gemm_f32(
         }
         true
     };
-    let all_finite = if threads == 1 {
-        work.map(run).fold(true, |ok, item| ok & item)
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = work.map(|item| scope.spawn(move || run(item))).collect();
-            handles.into_iter().fold(true, |ok, handle| ok & handle.join().expect("a unit thread panicked"))
-        })
-    };
+    let all_finite = for_all(pool, work, run);
     if !all_finite {
         return Err(non_finite());
     }
@@ -207,6 +233,7 @@ fn quantize_parallel(
     k: usize,
     blocks: usize,
     threads: usize,
+    pool: Option<&rayon::ThreadPool>,
     out: &mut Quantized,
 ) -> bool {
     out.prepare(rows, blocks);
@@ -215,16 +242,7 @@ fn quantize_parallel(
         .chunks(rows_per_thread * k)
         .zip(out.q.chunks_mut(rows_per_thread * blocks * BLOCK))
         .zip(out.exp.chunks_mut(rows_per_thread * blocks));
-    let all_finite = if threads == 1 {
-        work.map(|((v, q), e)| quantize_rows(v, k, q, e).is_ok()).fold(true, |ok, item| ok & item)
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> =
-                work.map(|((v, q), e)| scope.spawn(move || quantize_rows(v, k, q, e).is_ok())).collect();
-            handles.into_iter().fold(true, |ok, handle| ok & handle.join().expect("a unit thread panicked"))
-        })
-    };
-    all_finite
+    for_all(pool, work, |((v, q), e)| quantize_rows(v, k, q, e).is_ok())
 }
 
 fn portable_rows(a: &Quantized, rows: usize, b: &Quantized, n: usize, blocks: usize, c: &mut [f32]) {
@@ -285,7 +303,14 @@ struct PackedB {
     ranges: Vec<ExpRange>,
 }
 
-fn pack_b(b: &Quantized, n: usize, blocks: usize, threads: usize, packed: &mut PackedB) {
+fn pack_b(
+    b: &Quantized,
+    n: usize,
+    blocks: usize,
+    threads: usize,
+    pool: Option<&rayon::ThreadPool>,
+    packed: &mut PackedB,
+) {
     let panels = n.div_ceil(PANEL);
     let bytes_len = blocks * BLOCK * PANEL;
     let per_block_len = blocks * PANEL;
@@ -338,15 +363,10 @@ fn pack_b(b: &Quantized, n: usize, blocks: usize, threads: usize, packed: &mut P
         .zip(packed.offsets.chunks_mut(per_thread * per_block_len))
         .zip(packed.ranges.chunks_mut(per_thread))
         .enumerate();
-    if threads == 1 {
-        work.for_each(|(i, (((p, s), o), r))| pack_range(i * per_thread, p, s, o, r));
-    } else {
-        std::thread::scope(|scope| {
-            for (i, (((p, s), o), r)) in work {
-                scope.spawn(move || pack_range(i * per_thread, p, s, o, r));
-            }
-        });
-    }
+    for_all(pool, work, |(i, (((p, s), o), r))| {
+        pack_range(i * per_thread, p, s, o, r);
+        true
+    });
 }
 
 /// Packed A words per `kq` for `path`.
@@ -574,15 +594,17 @@ mod tests {
         let expected_bits: Vec<u32> = expected.iter().map(|v| v.to_bits()).collect();
         for path in Path::available() {
             for threads in [1, 2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let pool = Some(&pool).filter(|_| threads > 1);
                 let mut c = vec![f32::from_bits(0xdead_beef); m * n];
-                gemm_f32(path, threads, &mut Scratch::default(), m, n, k, a, b, &mut c).unwrap();
+                gemm_f32(path, pool, &mut Scratch::default(), m, n, k, a, b, &mut c).unwrap();
                 // A warm scratch (stale contents from another shape) gives the same bits.
                 let mut warm = Scratch::default();
                 let mut other = vec![0.0; 37 * 41];
                 let junk: Vec<f32> = (0..41 * 100).map(|i| (i % 13) as f32 - 6.0).collect();
-                gemm_f32(path, threads, &mut warm, 37, 41, 100, &junk[..37 * 100], &junk, &mut other).unwrap();
+                gemm_f32(path, pool, &mut warm, 37, 41, 100, &junk[..37 * 100], &junk, &mut other).unwrap();
                 let mut again = vec![0.0; m * n];
-                gemm_f32(path, threads, &mut warm, m, n, k, a, b, &mut again).unwrap();
+                gemm_f32(path, pool, &mut warm, m, n, k, a, b, &mut again).unwrap();
                 assert_eq!(bits(&again), bits(&c), "{path:?} with a warm scratch");
                 let actual_bits: Vec<u32> = c.iter().map(|v| v.to_bits()).collect();
                 assert_eq!(actual_bits, expected_bits, "{path:?} threads={threads} shape {m}x{n}x{k}");
@@ -646,13 +668,14 @@ mod tests {
     #[test]
     fn errors_and_empty_shapes() {
         let mut c = vec![1.0; 4];
-        let err = gemm_f32(Path::detect(), 1, &mut Scratch::default(), 2, 2, 1, &[1.0, f32::NAN], &[1.0, 1.0], &mut c)
-            .unwrap_err();
+        let err =
+            gemm_f32(Path::detect(), None, &mut Scratch::default(), 2, 2, 1, &[1.0, f32::NAN], &[1.0, 1.0], &mut c)
+                .unwrap_err();
         assert!(matches!(err, UnitError::NonFinite { operand: Operand::A, index: 1, .. }));
         // B is quantized first, but A's error is the one reported, as by the reference.
         let err = gemm_f32(
             Path::detect(),
-            1,
+            None,
             &mut Scratch::default(),
             2,
             2,
@@ -665,7 +688,7 @@ mod tests {
         assert!(matches!(err, UnitError::NonFinite { operand: Operand::A, index: 1, .. }));
         let err = gemm_f32(
             Path::detect(),
-            1,
+            None,
             &mut Scratch::default(),
             2,
             2,
@@ -676,8 +699,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, UnitError::NonFinite { operand: Operand::B, index: 1, .. }));
-        gemm_f32(Path::detect(), 1, &mut Scratch::default(), 2, 2, 0, &[], &[], &mut c).unwrap();
+        gemm_f32(Path::detect(), None, &mut Scratch::default(), 2, 2, 0, &[], &[], &mut c).unwrap();
         assert_eq!(c, vec![0.0; 4]);
-        assert!(gemm_f32(Path::detect(), 1, &mut Scratch::default(), 0, 5, 3, &[], &[0.0; 15], &mut []).is_ok());
+        assert!(gemm_f32(Path::detect(), None, &mut Scratch::default(), 0, 5, 3, &[], &[0.0; 15], &mut []).is_ok());
     }
 }

@@ -28,6 +28,9 @@ pub use gemm::{gemm_f32, Path, Scratch};
 /// The plugin instance.
 pub struct CpuWorker {
     threads: usize,
+    /// Worker threads, kept for the instance's life (spawning per call cost more than small
+    /// products take); `None` for one thread.
+    pool: Option<rayon::ThreadPool>,
     path: Path,
     scratch: Scratch,
 }
@@ -48,7 +51,17 @@ impl Worker for CpuWorker {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n as usize,
         };
-        Ok(Self { threads, path: Path::detect(), scratch: Scratch::default() })
+        let pool = if threads > 1 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("lockstep-cpu-{i}"))
+                .build()
+                .map_err(|e| WorkerError::new(status::INTERNAL, format!("cannot start {threads} threads: {e}")))?;
+            Some(pool)
+        } else {
+            None
+        };
+        Ok(Self { threads, pool, path: Path::detect(), scratch: Scratch::default() })
     }
 
     fn describe(&self) -> String {
@@ -64,7 +77,7 @@ impl Worker for CpuWorker {
         b: &[f32],
         c: &mut [f32],
     ) -> Result<(), WorkerError> {
-        gemm_f32(self.path, self.threads, &mut self.scratch, m, n, k, a, b, c).map_err(|error| {
+        gemm_f32(self.path, self.pool.as_ref(), &mut self.scratch, m, n, k, a, b, c).map_err(|error| {
             let code = match error {
                 lockstep_luts::UnitError::NonFinite { .. } => status::NON_FINITE_INPUT,
                 lockstep_luts::UnitError::Shape { .. } => status::INVALID_ARGUMENT,

@@ -50,6 +50,7 @@ fn quantize_block_scalar(chunk: &[f32], out: &mut [i8]) -> Result<i32, SawNonFin
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn quantize_block_avx2(chunk: &[f32; BLOCK], out: &mut [i8]) -> Result<i32, SawNonFinite> {
     use std::arch::x86_64::*;
     assert!(out.len() >= BLOCK);
@@ -120,9 +121,20 @@ pub fn quantize_rows(values: &[f32], k: usize, q: &mut [i8], exp: &mut [i32]) ->
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 is present.
-        return quantize_rows_with(values, k, q, exp, |chunk, out| unsafe { quantize_block_avx2(chunk, out) });
+        return unsafe { quantize_rows_avx2(values, k, q, exp) };
     }
     quantize_rows_with(values, k, q, exp, |chunk, out| quantize_block_scalar(chunk, out))
+}
+
+/// Every row with AVX2, so the per-block routine inlines into the loop.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_rows_avx2(values: &[f32], k: usize, q: &mut [i8], exp: &mut [i32]) -> Result<(), SawNonFinite> {
+    // SAFETY: this function's own contract: AVX2 is present.
+    quantize_rows_with(values, k, q, exp, |chunk, out| unsafe { quantize_block_avx2(chunk, out) })
 }
 
 /// The portable quantizer alone, for tests that compare it with the SIMD one.
