@@ -9,6 +9,7 @@ mod bench;
 mod bench_train;
 mod gate;
 mod infer;
+mod signal;
 mod train;
 
 #[derive(Parser)]
@@ -28,6 +29,8 @@ enum Command {
     Gate(gate::GateArgs),
     /// Train on this machine alone (no network).
     Train(train::TrainArgs),
+    /// Run the signaling server (WebSocket introductions, static files).
+    Signal(signal::SignalArgs),
     /// Generate text from a checkpoint.
     Generate(infer::GenerateArgs),
     /// Write the single-file HTML inference kit for a checkpoint.
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Bench { what } => bench::run(what),
         Command::Train(args) => train::run(args),
         Command::Generate(args) => infer::generate_command(args),
+        Command::Signal(args) => signal::run(args),
         Command::Kit(args) => infer::kit_command(args),
     };
     match result {

@@ -1,0 +1,11 @@
+//! The signaling server: introduces peers, never sees weights or gradients.
+//!
+//! `hub` is the state machine (groups, hosts, approvals, relays) without I/O; `server` is the
+//! tokio adapter (HTTP, WebSocket upgrade, static files, rate limits).
+
+pub mod hub;
+pub mod protocol;
+pub mod server;
+
+pub use hub::{Hub, Limits, Placement};
+pub use server::{serve, ServerConfig, ServerHandle};

@@ -1,0 +1,433 @@
+//! The tokio adapter: one TCP port for the WebSocket endpoint, static files and `/data`.
+//!
+//! Each connection's first bytes are peeked to read the HTTP request head: an upgrade to
+//! WebSocket becomes a peer of the hub; anything else is a plain HTTP GET (static files,
+//! `/healthz`), answered and closed.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::hub::{Hub, Limits, Output, Placement};
+use crate::protocol::{parse_client, ErrorCode, PeerId, ServerMessage};
+
+/// Largest HTTP request head accepted.
+const MAX_HEAD: usize = 8 * 1024;
+
+/// How the server runs.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// Files served over plain HTTP GET.
+    pub static_dir: Option<PathBuf>,
+    /// The one address whose `X-Forwarded-For` header is believed (a reverse proxy).
+    pub trusted_proxy: Option<IpAddr>,
+    pub limits: Limits,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            static_dir: None,
+            trusted_proxy: None,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A running server.
+pub struct ServerHandle {
+    pub local_addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    hub: Arc<Mutex<Hub>>,
+}
+
+impl ServerHandle {
+    /// Peers and groups right now.
+    pub fn counts(&self) -> (usize, usize) {
+        let hub = lock(&self.hub);
+        (hub.peer_count(), hub.group_count())
+    }
+
+    /// Stops accepting and waits for the accept loop to end.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+
+    /// Runs until the accept loop ends (it does not, unless stopped).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+enum Outgoing {
+    Text(String),
+    Close,
+}
+
+struct Shared {
+    hub: Arc<Mutex<Hub>>,
+    senders: Mutex<HashMap<PeerId, mpsc::UnboundedSender<Outgoing>>>,
+    config: ServerConfig,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock is a bug; keep serving with the state as it is.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn dispatch(&self, out: Output) {
+        let senders = lock(&self.senders);
+        for (peer, message) in out.sends {
+            if let Some(tx) = senders.get(&peer) {
+                let _ = tx.send(Outgoing::Text(message.to_json()));
+            }
+        }
+        for peer in out.close {
+            if let Some(tx) = senders.get(&peer) {
+                let _ = tx.send(Outgoing::Close);
+            }
+        }
+    }
+}
+
+/// Binds and starts serving in the background.
+pub async fn serve(config: ServerConfig) -> std::io::Result<ServerHandle> {
+    let listener = TcpListener::bind(config.bind).await?;
+    let local_addr = listener.local_addr()?;
+    let hub = Arc::new(Mutex::new(Hub::new(config.limits.clone())));
+    let shared = Arc::new(Shared { hub: hub.clone(), senders: Mutex::new(HashMap::new()), config });
+    let (shutdown, mut stopped) = oneshot::channel();
+    let ticker = shared.clone();
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                _ = tick.tick() => {
+                    let out = lock(&ticker.hub).tick(Instant::now());
+                    ticker.dispatch(out);
+                }
+                accepted = listener.accept() => {
+                    if let Ok((stream, peer)) = accepted {
+                        let shared = shared.clone();
+                        tokio::spawn(async move { handle_connection(shared, stream, peer).await });
+                    }
+                }
+            }
+        }
+    });
+    Ok(ServerHandle { local_addr, shutdown: Some(shutdown), task, hub })
+}
+
+/// A parsed HTTP request head.
+#[derive(Debug)]
+struct Head {
+    method: String,
+    path: String,
+    query: HashMap<String, String>,
+    headers: HashMap<String, String>,
+    len: usize,
+}
+
+fn parse_head(bytes: &[u8]) -> Option<Head> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let text = std::str::from_utf8(&bytes[..end]).ok()?;
+    let mut lines = text.split("\r\n");
+    let mut request = lines.next()?.split(' ');
+    let method = request.next()?.to_string();
+    let target = request.next()?;
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let query = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some(Head { method, path: path.to_string(), query, headers, len: end })
+}
+
+/// Reads the request head without consuming it (the WebSocket handshake reads it again).
+async fn peek_head(stream: &TcpStream) -> Option<Head> {
+    let mut buf = vec![0u8; MAX_HEAD];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = tokio::time::timeout_at(deadline.into(), stream.peek(&mut buf)).await.ok()?.ok()?;
+        if n == 0 {
+            return None;
+        }
+        if let Some(head) = parse_head(&buf[..n]) {
+            return Some(head);
+        }
+        if n == MAX_HEAD {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn handle_connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    // Signaling messages are small and latency-bound: do not let Nagle hold them back.
+    let _ = stream.set_nodelay(true);
+    let Some(head) = peek_head(&stream).await else { return };
+    let upgrade = head.headers.get("upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if upgrade {
+        let address = client_address(&shared.config, peer.ip(), &head);
+        websocket_session(shared, stream, head, address).await;
+    } else {
+        let _ = http_response(&shared.config, stream, head).await;
+    }
+}
+
+/// The client's public address: the TCP peer, or `X-Forwarded-For`'s first entry when the
+/// peer is the configured trusted proxy.
+fn client_address(config: &ServerConfig, peer: IpAddr, head: &Head) -> String {
+    if config.trusted_proxy == Some(peer) {
+        if let Some(forwarded) = head.headers.get("x-forwarded-for") {
+            if let Some(first) = forwarded.split(',').next().map(str::trim).filter(|s| s.parse::<IpAddr>().is_ok()) {
+                return first.to_string();
+            }
+        }
+    }
+    peer.to_string()
+}
+
+/// A token bucket: `rate` per second, `burst` at most.
+struct RateLimit {
+    tokens: f64,
+    rate: f64,
+    burst: f64,
+    last: Instant,
+    last_complaint: Option<Instant>,
+}
+
+impl RateLimit {
+    fn allow(&mut self, now: Instant) -> bool {
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// At most one complaint a second, so a flood is not answered with a flood.
+    fn should_complain(&mut self, now: Instant) -> bool {
+        let due = self.last_complaint.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
+        if due {
+            self.last_complaint = Some(now);
+        }
+        due
+    }
+}
+
+async fn websocket_session(shared: Arc<Shared>, stream: TcpStream, head: Head, address: String) {
+    let limits = shared.config.limits.clone();
+    // Frames up to twice the limit are read so the sender can be told; larger ones end the
+    // connection inside the WebSocket layer.
+    let ws_config = WebSocketConfig {
+        max_message_size: Some(limits.max_message_bytes * 2),
+        max_frame_size: Some(limits.max_message_bytes * 2),
+        ..WebSocketConfig::default()
+    };
+    let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(ws_config)).await else { return };
+    let placement = if let Some(code) = head.query.get("join") {
+        Placement::JoinExisting(code.clone())
+    } else if let Some(code) = head.query.get("room") {
+        Placement::Room(code.clone())
+    } else {
+        Placement::ByAddress
+    };
+    let connected = lock(&shared.hub).connect(&address, placement, Instant::now());
+    let (id, first) = match connected {
+        Ok(ok) => ok,
+        Err(refusal) => {
+            let _ = ws.send(Message::text(refusal.to_json())).await;
+            let _ = ws.close(None).await;
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    lock(&shared.senders).insert(id, tx);
+    shared.dispatch(first);
+
+    let mut rate = RateLimit {
+        tokens: f64::from(limits.message_burst),
+        rate: f64::from(limits.messages_per_second),
+        burst: f64::from(limits.message_burst),
+        last: Instant::now(),
+        last_complaint: None,
+    };
+    let reply = |ws_message: ServerMessage| Message::text(ws_message.to_json());
+    loop {
+        tokio::select! {
+            outgoing = rx.recv() => match outgoing {
+                Some(Outgoing::Text(text)) => {
+                    if ws.send(Message::text(text)).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Outgoing::Close) | None => {
+                    let _ = ws.close(None).await;
+                    break;
+                }
+            },
+            incoming = ws.next() => {
+                let now = Instant::now();
+                let frame = match incoming {
+                    Some(Ok(frame)) => frame,
+                    _ => break,
+                };
+                let answer = match frame {
+                    Message::Text(text) => {
+                        if !rate.allow(now) {
+                            rate.should_complain(now).then(|| reply(ServerMessage::error(
+                                ErrorCode::RateLimited,
+                                format!("more than {} messages a second; message dropped", limits.messages_per_second),
+                            )))
+                        } else if text.len() > limits.max_message_bytes {
+                            Some(reply(ServerMessage::error(
+                                ErrorCode::TooLarge,
+                                format!("message of {} bytes; the limit is {}", text.len(), limits.max_message_bytes),
+                            )))
+                        } else {
+                            match parse_client(text.as_str()) {
+                                Ok(message) => {
+                                    let out = lock(&shared.hub).message(id, message);
+                                    shared.dispatch(out);
+                                    None
+                                }
+                                Err(error) => Some(reply(error)),
+                            }
+                        }
+                    }
+                    Message::Binary(_) => Some(reply(ServerMessage::error(
+                        ErrorCode::BinaryNotAllowed,
+                        "binary frames are not accepted: the server relays signaling only, never data",
+                    ))),
+                    Message::Close(_) => break,
+                    _ => None,
+                };
+                if let Some(answer) = answer {
+                    if ws.send(answer).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    lock(&shared.senders).remove(&id);
+    let out = lock(&shared.hub).disconnect(id);
+    shared.dispatch(out);
+}
+
+fn content_type(path: &Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" | "htm" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "json" => "application/json",
+        "wasm" => "application/wasm",
+        "png" => "image/png",
+        "svg" => "image/svg+xml",
+        "txt" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+/// A static file under `root` for a URL path, refusing anything that escapes it.
+fn static_file(root: &Path, url_path: &str) -> Option<PathBuf> {
+    let relative = url_path.trim_start_matches('/');
+    let relative = if relative.is_empty() { "index.html" } else { relative };
+    let candidate = Path::new(relative);
+    if candidate.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    let path = root.join(candidate);
+    path.is_file().then_some(path)
+}
+
+async fn write_response(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.shutdown().await
+}
+
+async fn http_response(config: &ServerConfig, mut stream: TcpStream, head: Head) -> std::io::Result<()> {
+    // Consume the head we peeked.
+    let mut consumed = vec![0u8; head.len];
+    stream.read_exact(&mut consumed).await?;
+    if head.method != "GET" && head.method != "HEAD" {
+        return write_response(&mut stream, "405 Method Not Allowed", "text/plain", b"only GET\n").await;
+    }
+    if head.path == "/healthz" {
+        return write_response(&mut stream, "200 OK", "text/plain", b"ok\n").await;
+    }
+    if let Some(root) = &config.static_dir {
+        if let Some(path) = static_file(root, &head.path) {
+            let body = tokio::fs::read(&path).await?;
+            return write_response(&mut stream, "200 OK", content_type(&path), &body).await;
+        }
+    }
+    write_response(&mut stream, "404 Not Found", "text/plain", b"not found\n").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_heads_parse() {
+        let raw = b"GET /ws?room=abc&x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nX-Forwarded-For: 9.9.9.9, 10.0.0.1\r\n\r\nrest";
+        let head = parse_head(raw).unwrap();
+        assert_eq!(head.method, "GET");
+        assert_eq!(head.path, "/ws");
+        assert_eq!(head.query.get("room").map(String::as_str), Some("abc"));
+        assert_eq!(head.query.get("x").map(String::as_str), Some(""));
+        assert_eq!(head.headers.get("upgrade").map(String::as_str), Some("websocket"));
+        assert_eq!(head.len, raw.len() - 4);
+        assert!(parse_head(b"GET / HTTP/1.1\r\nHost: h\r\n").is_none());
+        let trusted = ServerConfig { trusted_proxy: Some("127.0.0.1".parse().unwrap()), ..ServerConfig::default() };
+        assert_eq!(client_address(&trusted, "127.0.0.1".parse().unwrap(), &head), "9.9.9.9");
+        assert_eq!(client_address(&trusted, "127.0.0.2".parse().unwrap(), &head), "127.0.0.2");
+        assert_eq!(client_address(&ServerConfig::default(), "127.0.0.1".parse().unwrap(), &head), "127.0.0.1");
+    }
+
+    #[test]
+    fn static_paths_cannot_escape() {
+        let root = std::env::temp_dir().join(format!("lockstep-static-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("index.html"), "hi").unwrap();
+        assert_eq!(static_file(&root, "/"), Some(root.join("index.html")));
+        assert_eq!(static_file(&root, "/../etc/passwd"), None);
+        assert_eq!(static_file(&root, "/nope.html"), None);
+        assert_eq!(static_file(&root, "//etc/passwd"), None);
+    }
+}
