@@ -10,12 +10,17 @@ command -v python3 >/dev/null || need_apt+=(python3)
 # The inference kit is tested in a real browser through ChromeDriver.
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
+# /data is tested against a real HTTP server with range support.
+command -v nginx >/dev/null || need_apt+=(nginx-light)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}"
 fi
+
+# ... reading parquet files that pyarrow (a third-party writer) produced.
+python3 -c "import pyarrow" 2>/dev/null || python3 -m pip install --quiet pyarrow
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -113,6 +113,137 @@ impl DataSource for BuiltinSource {
     }
 }
 
+/// Batches from a signaling server's `/data` (plain `http://` to the server, which does the
+/// HTTPS and parquet work): one slice per batch, windows drawn from it with the node's seeded
+/// generator. When the server is unreachable, slow (`timeout`) or answers an error, the batch
+/// comes from the built-in corpus instead, the origin says why, and the remote is tried again
+/// only after `retry_after`.
+pub struct RemoteSource {
+    host: String,
+    port: u16,
+    path: String,
+    timeout: std::time::Duration,
+    retry_after: std::time::Duration,
+    next_try: Option<std::time::Instant>,
+    last_error: String,
+    rng: SplitMix64,
+    state: u64,
+    fallback: BuiltinSource,
+}
+
+impl RemoteSource {
+    /// `url` is `http://HOST:PORT/data`.
+    pub fn new(url: &str, seed: u64) -> Result<RemoteSource, String> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| format!("`{url}` is not an http:// URL"))?;
+        let (authority, path) = rest.split_once('/').map_or((rest, "/"), |(a, p)| (a, p));
+        let path = if path.starts_with('/') { path.to_string() } else { format!("/{path}") };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host.to_string(), port.parse().map_err(|_| format!("bad port in `{url}`"))?),
+            None => (authority.to_string(), 80),
+        };
+        let state = seed ^ 0x7265_6d6f_7465_0000;
+        Ok(RemoteSource {
+            host,
+            port,
+            path,
+            timeout: std::time::Duration::from_secs(3),
+            retry_after: std::time::Duration::from_secs(30),
+            next_try: None,
+            last_error: String::new(),
+            rng: SplitMix64::new(state),
+            state,
+            fallback: BuiltinSource::new(seed),
+        })
+    }
+
+    pub fn with_timeouts(mut self, timeout: std::time::Duration, retry_after: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// One `GET`, returning the slice's texts and where they came from.
+    fn fetch(&self) -> Result<(Vec<u8>, String), String> {
+        use std::io::{Read, Write};
+        use std::net::ToSocketAddrs;
+        let address = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {}: {e}", self.host))?
+            .next()
+            .ok_or_else(|| format!("{} has no address", self.host))?;
+        let mut stream = std::net::TcpStream::connect_timeout(&address, self.timeout)
+            .map_err(|e| format!("connect {address}: {e}"))?;
+        stream.set_read_timeout(Some(self.timeout)).map_err(|e| e.to_string())?;
+        stream.set_write_timeout(Some(self.timeout)).map_err(|e| e.to_string())?;
+        let request = format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.path, self.host);
+        stream.write_all(request.as_bytes()).map_err(|e| format!("send: {e}"))?;
+        let mut response = Vec::new();
+        stream.take(64 * 1024 * 1024).read_to_end(&mut response).map_err(|e| format!("receive: {e}"))?;
+        let split = response.windows(4).position(|w| w == b"\r\n\r\n").ok_or("malformed HTTP response")?;
+        let head = String::from_utf8_lossy(&response[..split]);
+        let body = &response[split + 4..];
+        let status = head.split_whitespace().nth(1).unwrap_or("");
+        let json: serde_json::Value = serde_json::from_slice(body).map_err(|e| format!("bad /data body: {e}"))?;
+        if status != "200" {
+            return Err(format!("/data answered {status}: {}", json["error"].as_str().unwrap_or("no reason given")));
+        }
+        let texts = json["texts"].as_array().ok_or("/data body has no `texts`")?;
+        let mut text = Vec::new();
+        for t in texts {
+            text.extend_from_slice(t.as_str().ok_or("a text is not a string")?.as_bytes());
+            text.extend_from_slice(b"\n\n");
+        }
+        let origin = format!(
+            "{} row group {} rows {}..",
+            json["shard"].as_str().unwrap_or("?"),
+            json["row_group"].as_u64().unwrap_or(0),
+            json["first_row"].as_u64().unwrap_or(0)
+        );
+        Ok((text, origin))
+    }
+}
+
+impl DataSource for RemoteSource {
+    fn next_batch(&mut self, batch: usize, seq: usize) -> (Batch, Origin) {
+        let now = std::time::Instant::now();
+        let waiting = self.next_try.is_some_and(|t| now < t);
+        let outcome = if waiting { Err(self.last_error.clone()) } else { self.fetch() };
+        match outcome {
+            Ok((text, origin)) if text.len() > seq + 1 => {
+                self.next_try = None;
+                let out = sample(&text, &mut self.rng, batch, seq);
+                self.state = self.rng.state();
+                (out, Origin::Remote(origin))
+            }
+            Ok((text, _)) => {
+                let (out, _) = self.fallback.next_batch(batch, seq);
+                (out, Origin::Fallback { reason: format!("the /data slice had only {} bytes", text.len()) })
+            }
+            Err(error) => {
+                if !waiting {
+                    self.last_error = error.clone();
+                    self.next_try = Some(now + self.retry_after);
+                }
+                let (out, _) = self.fallback.next_batch(batch, seq);
+                (out, Origin::Fallback { reason: format!("{error}; using the built-in corpus") })
+            }
+        }
+    }
+
+    fn state(&self) -> u64 {
+        self.state
+    }
+
+    fn restore(&mut self, state: u64) {
+        self.state = state;
+        self.rng = SplitMix64::new(state);
+    }
+
+    fn describe(&self) -> String {
+        format!("http://{}:{}{} (falling back to the built-in corpus)", self.host, self.port, self.path)
+    }
+}
+
 /// Fixed held-out batches for evaluation: the same windows every time.
 pub fn heldout_batches(batches: usize, batch: usize, seq: usize) -> Vec<Batch> {
     let corpus = Corpus::builtin();

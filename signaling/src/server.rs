@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::data::{DataConfig, DataService};
 use crate::hub::{Hub, Limits, Output, Placement};
 use crate::protocol::{parse_client, ErrorCode, PeerId, ServerMessage};
 
@@ -32,6 +33,8 @@ pub struct ServerConfig {
     /// The one address whose `X-Forwarded-For` header is believed (a reverse proxy).
     pub trusted_proxy: Option<IpAddr>,
     pub limits: Limits,
+    /// Where `/data` reads parquet shards from; `None` turns `/data` off.
+    pub data: Option<DataConfig>,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +44,7 @@ impl Default for ServerConfig {
             static_dir: None,
             trusted_proxy: None,
             limits: Limits::default(),
+            data: Some(DataConfig::default()),
         }
     }
 }
@@ -83,6 +87,7 @@ struct Shared {
     hub: Arc<Mutex<Hub>>,
     senders: Mutex<HashMap<PeerId, mpsc::UnboundedSender<Outgoing>>>,
     config: ServerConfig,
+    data: Option<Arc<DataService>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,7 +116,13 @@ pub async fn serve(config: ServerConfig) -> std::io::Result<ServerHandle> {
     let listener = TcpListener::bind(config.bind).await?;
     let local_addr = listener.local_addr()?;
     let hub = Arc::new(Mutex::new(Hub::new(config.limits.clone())));
-    let shared = Arc::new(Shared { hub: hub.clone(), senders: Mutex::new(HashMap::new()), config });
+    let data = match &config.data {
+        Some(data) => Some(Arc::new(
+            DataService::new(data.clone()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.0))?,
+        )),
+        None => None,
+    };
+    let shared = Arc::new(Shared { hub: hub.clone(), senders: Mutex::new(HashMap::new()), config, data });
     let (shutdown, mut stopped) = oneshot::channel();
     let ticker = shared.clone();
     let task = tokio::spawn(async move {
@@ -196,7 +207,7 @@ async fn handle_connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketA
         let address = client_address(&shared.config, peer.ip(), &head);
         websocket_session(shared, stream, head, address).await;
     } else {
-        let _ = http_response(&shared.config, stream, head).await;
+        let _ = http_response(&shared, stream, head).await;
     }
 }
 
@@ -380,7 +391,8 @@ async fn write_response(stream: &mut TcpStream, status: &str, content_type: &str
     stream.shutdown().await
 }
 
-async fn http_response(config: &ServerConfig, mut stream: TcpStream, head: Head) -> std::io::Result<()> {
+async fn http_response(shared: &Shared, mut stream: TcpStream, head: Head) -> std::io::Result<()> {
+    let config = &shared.config;
     // Consume the head we peeked.
     let mut consumed = vec![0u8; head.len];
     stream.read_exact(&mut consumed).await?;
@@ -389,6 +401,25 @@ async fn http_response(config: &ServerConfig, mut stream: TcpStream, head: Head)
     }
     if head.path == "/healthz" {
         return write_response(&mut stream, "200 OK", "text/plain", b"ok\n").await;
+    }
+    if head.path == "/data" {
+        let json = "application/json";
+        return match &shared.data {
+            None => {
+                write_response(&mut stream, "404 Not Found", json, br#"{"error":"this server has no data source"}"#)
+                    .await
+            }
+            Some(data) => match data.slice().await {
+                Ok(slice) => {
+                    let body = serde_json::to_vec(&slice).expect("slices serialize");
+                    write_response(&mut stream, "200 OK", json, &body).await
+                }
+                Err(error) => {
+                    let body = serde_json::json!({"error": format!("the data source failed: {error}")}).to_string();
+                    write_response(&mut stream, "502 Bad Gateway", json, body.as_bytes()).await
+                }
+            },
+        };
     }
     if let Some(root) = &config.static_dir {
         if let Some(path) = static_file(root, &head.path) {

@@ -16,7 +16,8 @@ use tokio_tungstenite::{client_async, WebSocketStream};
 type Ws = WebSocketStream<TcpStream>;
 
 async fn start(limits: Limits, static_dir: Option<std::path::PathBuf>) -> ServerHandle {
-    let config = ServerConfig { bind: "127.0.0.1:0".parse().unwrap(), static_dir, trusted_proxy: None, limits };
+    let config =
+        ServerConfig { bind: "127.0.0.1:0".parse().unwrap(), static_dir, trusted_proxy: None, limits, data: None };
     serve(config).await.expect("server binds on loopback")
 }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use lockstep_signaling::data::{fineweb_shards, DataConfig, FINEWEB_EDU_10BT};
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
 #[derive(clap::Args)]
@@ -25,6 +26,15 @@ pub struct SignalArgs {
     /// Seconds a join request waits for the room host.
     #[arg(long, default_value_t = Limits::default().approval_timeout.as_secs())]
     approval_timeout: u64,
+    /// Base URL of the parquet shards `/data` reads (FineWeb-Edu `sample/10BT` by default).
+    #[arg(long, default_value = FINEWEB_EDU_10BT)]
+    data_source: String,
+    /// Shard file names under the data source (default: the 14 of `sample/10BT`).
+    #[arg(long, value_delimiter = ',')]
+    data_shards: Vec<String>,
+    /// Turn `/data` off.
+    #[arg(long)]
+    no_data: bool,
 }
 
 pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
@@ -35,10 +45,21 @@ pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
             approval_timeout: Duration::from_secs(args.approval_timeout),
             ..Limits::default()
         };
-        let config =
-            ServerConfig { bind: args.bind, static_dir: args.static_dir, trusted_proxy: args.trusted_proxy, limits };
+        let shards = if args.data_shards.is_empty() { fineweb_shards() } else { args.data_shards };
+        let data =
+            (!args.no_data).then(|| DataConfig { base_url: args.data_source.clone(), shards, ..DataConfig::default() });
+        let config = ServerConfig {
+            bind: args.bind,
+            static_dir: args.static_dir,
+            trusted_proxy: args.trusted_proxy,
+            limits,
+            data,
+        };
         let server = serve(config).await.with_context(|| format!("binding {}", args.bind))?;
         println!("signal: listening on ws://{}/ws (rooms: ?room=CODE, join only: ?join=CODE)", server.local_addr);
+        if !args.no_data {
+            println!("signal: /data reads {}", args.data_source);
+        }
         tokio::select! {
             _ = server.wait() => {}
             _ = tokio::signal::ctrl_c() => println!("signal: stopping"),

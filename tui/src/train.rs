@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::data::BuiltinSource;
+use lockstep_node::data::{BuiltinSource, DataSource, Origin, RemoteSource};
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::trainer::Trainer;
 
@@ -76,6 +76,10 @@ pub struct TrainArgs {
     /// Print one JSON line per step instead of the progress display.
     #[arg(long)]
     json: bool,
+    /// Fetch training text from a signaling server's `/data` (e.g. `http://127.0.0.1:8787/data`)
+    /// instead of the built-in corpus; falls back to the built-in corpus when it is unreachable.
+    #[arg(long)]
+    data: Option<String>,
 }
 
 /// `threads`, or every core for 0.
@@ -105,7 +109,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         bail!("invalid configuration: {why}");
     }
     let gemm = gemm_for(&args.backend, args.threads, args.json)?;
-    let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed))).map_err(anyhow::Error::msg)?;
+    let source: Box<dyn DataSource> = match &args.data {
+        Some(url) => Box::new(RemoteSource::new(url, run.seed).map_err(anyhow::Error::msg)?),
+        None => Box::new(BuiltinSource::new(run.seed)),
+    };
+    let mut trainer = Trainer::new(run, gemm, source).map_err(anyhow::Error::msg)?;
     if let Some(state) = resumed {
         trainer.restore(state).map_err(anyhow::Error::msg)?;
     }
@@ -134,8 +142,19 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let first_step = trainer.step_count();
     let mut last = None;
+    let mut last_origin_kind = None;
     while trainer.step_count() < until {
         let report = trainer.step().context("training step failed")?;
+        // Say when the data's origin changes (remote, built-in, or a fallback and why).
+        let kind = std::mem::discriminant(&report.origin);
+        if last_origin_kind != Some(kind) && !args.json {
+            match &report.origin {
+                Origin::Builtin => {}
+                Origin::Remote(what) => eprintln!("\rdata: step {} from /data ({what})", report.step),
+                Origin::Fallback { reason } => eprintln!("\rdata: step {}: {reason}", report.step),
+            }
+        }
+        last_origin_kind = Some(kind);
         let elapsed = started.elapsed().as_secs_f64();
         let tokens_per_s = (report.step - first_step) as f64 * report.tokens as f64 / elapsed.max(1e-9);
         if args.json {
