@@ -295,3 +295,32 @@ async fn load_200_peers_in_50_groups() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn forwarded_for_is_believed_only_from_the_trusted_proxy() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        static_dir: None,
+        trusted_proxy: Some("127.0.0.1".parse().unwrap()),
+        limits: Limits::default(),
+        data: None,
+    };
+    let server = serve(config).await.unwrap();
+    let addr = server.local_addr;
+    let via = |from: &'static str| async move {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let stream = socket.connect(addr).await.unwrap();
+        let mut request = format!("ws://{addr}/ws").into_client_request().unwrap();
+        request.headers_mut().insert("X-Forwarded-For", "203.0.113.7, 10.0.0.1".parse().unwrap());
+        client_async(request, stream).await.unwrap().0
+    };
+    // Through the proxy: grouped by the forwarded client address.
+    let mut proxied = via("127.0.0.1").await;
+    assert_eq!(expect(&mut proxied, "welcome").await["group"], json!({"kind": "ip", "name": "203.0.113.7"}));
+    // Anyone else claiming a forwarded address is grouped by their own.
+    let mut direct = via("127.0.0.2").await;
+    assert_eq!(expect(&mut direct, "welcome").await["group"], json!({"kind": "ip", "name": "127.0.0.2"}));
+    server.stop().await;
+}
