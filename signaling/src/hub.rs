@@ -96,6 +96,22 @@ struct Peer {
     pending: bool,
 }
 
+/// Makes `id` a member of `group`: the others hear of it, the newcomer is welcomed.
+fn admit(group: &mut Group, key: &GroupKey, id: PeerId, out: &mut Output) {
+    for &member in &group.members {
+        out.send(member, ServerMessage::PeerJoined { peer: id });
+    }
+    group.members.push(id);
+    let welcome = ServerMessage::Welcome {
+        v: PROTOCOL_VERSION,
+        id,
+        group: key.name(),
+        host: group.members[0],
+        members: group.members.clone(),
+    };
+    out.send(id, welcome);
+}
+
 /// The whole server state.
 #[derive(Debug)]
 pub struct Hub {
@@ -184,20 +200,7 @@ impl Hub {
                 if group.members.len() >= self.limits.max_group_size {
                     return Err(ServerMessage::fatal(ErrorCode::GroupFull, "your group is full"));
                 }
-                for &member in &group.members {
-                    out.send(member, ServerMessage::PeerJoined { peer: id });
-                }
-                group.members.push(id);
-                out.send(
-                    id,
-                    ServerMessage::Welcome {
-                        v: PROTOCOL_VERSION,
-                        id,
-                        group: key.name(),
-                        host: group.members[0],
-                        members: group.members.clone(),
-                    },
-                );
+                admit(group, &key, id, &mut out);
                 self.peers.insert(id, Peer { address: address.to_string(), group: key, pending: false });
             }
         }
@@ -316,20 +319,7 @@ impl Hub {
                 self.peers.remove(&joiner);
             }
             None => {
-                for &member in &group.members {
-                    out.send(member, ServerMessage::PeerJoined { peer: joiner });
-                }
-                group.members.push(joiner);
-                out.send(
-                    joiner,
-                    ServerMessage::Welcome {
-                        v: PROTOCOL_VERSION,
-                        id: joiner,
-                        group: key.name(),
-                        host: group.members[0],
-                        members: group.members.clone(),
-                    },
-                );
+                admit(group, &key, joiner, out);
                 if let Some(p) = self.peers.get_mut(&joiner) {
                     p.pending = false;
                 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use lockstep_backends::{resolve_plugin, Backend, Plugin};
 use lockstep_luts::rng::SplitMix64;
+use lockstep_node::gemm::{FloatLane, Gemm};
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -135,29 +136,9 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             );
         }
         if compare_peers {
-            let seconds = best_time(min, || {
-                // SAFETY: the pointers and strides describe the buffers above: A m×k row-major,
-                // B n×k row-major read as its k×n transpose, C m×n row-major.
-                unsafe {
-                    matrixmultiply::sgemm(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        a.as_ptr(),
-                        k as isize,
-                        1,
-                        b.as_ptr(),
-                        1,
-                        k as isize,
-                        0.0,
-                        c.as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
-                }
-                Ok(())
-            })?;
+            // The peer is the float reference trainer's own product (`matrixmultiply`'s sgemm).
+            let mut sgemm = FloatLane;
+            let seconds = best_time(min, || Ok(sgemm.gemm_nt(m, n, k, &a, &b, &mut c)?))?;
             push("sgemm-f32", 1, seconds);
         }
     }
