@@ -484,7 +484,14 @@ fn simd_rows(
                     run_tile(path, blocks, words, scales, panel, cols, TileOut::Sums(&mut out));
                     for r in 0..tile_rows {
                         let dst = (row0 + r) * n + col0;
-                        c[dst..dst + cols].copy_from_slice(&out[r * PANEL..r * PANEL + cols]);
+                        if cols == PANEL {
+                            // A constant length lets the copy compile to a few vector moves
+                            // instead of a call per row.
+                            let row: &[f32; PANEL] = out[r * PANEL..(r + 1) * PANEL].try_into().expect("PANEL floats");
+                            c[dst..dst + PANEL].copy_from_slice(row);
+                        } else {
+                            c[dst..dst + cols].copy_from_slice(&out[r * PANEL..r * PANEL + cols]);
+                        }
                     }
                 } else {
                     grow(raw, blocks * MR * PANEL, 0);
