@@ -12,6 +12,7 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 # /data is tested against a real HTTP server with range support.
 command -v nginx >/dev/null || need_apt+=(nginx-light)
+command -v pgrep >/dev/null || need_apt+=(procps)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -432,3 +432,34 @@ impl DataService {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slice_cache_stays_within_its_bound() {
+        let mut cache = SliceCache::default();
+        let group = |n: usize| Arc::new(vec!["x".repeat(100); n]);
+        cache.put(("a".into(), 0), group(4), 1000); // 4 · 124 = 496 bytes
+        cache.put(("a".into(), 1), group(3), 1000); // 372: 868 in all
+        assert!(cache.get(&("a".into(), 0)).is_some());
+        cache.put(("b".into(), 0), group(2), 1000); // 248: the oldest goes
+        assert!(cache.get(&("a".into(), 0)).is_none());
+        assert!(cache.get(&("a".into(), 1)).is_some() && cache.get(&("b".into(), 0)).is_some());
+        assert!(cache.bytes <= 1000);
+        cache.put(("c".into(), 0), group(20), 1000); // larger than the bound: not kept
+        assert!(cache.get(&("c".into(), 0)).is_none());
+        let mut off = SliceCache::default();
+        off.put(("a".into(), 0), group(1), 0);
+        assert!(off.get(&("a".into(), 0)).is_none());
+    }
+
+    #[test]
+    fn shard_names_are_fineweb_s() {
+        let shards = fineweb_shards();
+        assert_eq!(shards.len(), 14);
+        assert_eq!(shards[0], "000_00000.parquet");
+        assert_eq!(shards[13], "013_00000.parquet");
+    }
+}

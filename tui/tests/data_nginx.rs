@@ -144,6 +144,9 @@ fn data_reads_parquet_over_ranges_from_nginx() {
         // These files are small; FineWeb-Edu's are ~2 GB, where the default 64 KiB guess is a
         // sliver. Either way a footer costs at most two requests.
         footer_guess: 4096,
+        // No row-group cache here, so every slice reads from nginx (the expiry below must be
+        // met by a real request); the cache has its own unit test.
+        cache_bytes: 0,
         ..DataConfig::default()
     };
     let config = ServerConfig {
@@ -183,6 +186,16 @@ fn data_reads_parquet_over_ranges_from_nginx() {
                     break;
                 }
                 assert!(Instant::now() < deadline, "nginx never picked up the new configuration");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // ... and until the old worker, which still serves kept-alive connections with the
+            // old signature, is gone.
+            loop {
+                let workers = Command::new("pgrep").args(["-P", &nginx.child.id().to_string()]).output().unwrap();
+                if String::from_utf8_lossy(&workers.stdout).lines().count() == 1 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the old nginx worker never exited");
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -229,7 +242,7 @@ fn data_reads_parquet_over_ranges_from_nginx() {
         );
     }
     assert!(log.iter().any(|(uri, status, ..)| uri.starts_with("/resolve/") && *status == 302), "no redirect followed");
-    assert!(log.iter().any(|(_, status, ..)| *status == 403), "the expiry was never met");
+    assert!(log.iter().any(|(_, status, ..)| *status == 403), "the expiry was never met: {log:?}");
     // With a warm footer, a slice of a new row group costs one range request.
     assert!(!warm_uncached_requests.is_empty());
     assert!(warm_uncached_requests.iter().all(|&r| r == 1), "{warm_uncached_requests:?}");
