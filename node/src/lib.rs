@@ -16,3 +16,4 @@ pub mod mathf;
 pub mod model;
 pub mod params;
 pub mod trainer;
+pub mod wire;

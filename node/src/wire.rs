@@ -1,0 +1,519 @@
+//! The mesh's binary wire protocol (the seed's, extended where it was silent).
+//!
+//! Every message is little-endian and starts with an `i32`: a non-negative value is a gradient
+//! message's step; negative sentinels are control messages. `docs/PROTOCOL.md` lists them.
+//!
+//! | first `i32` | message |
+//! |---|---|
+//! | `≥ 0` | gradient: `[i32 step][u32 whash][u32 phash][f32 loss][f32 grad…]` |
+//! | `-2` | checkpoint push: `[u32 len][checkpoint bytes]` |
+//! | `-3` | run config: `[u32 protocol][u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed]` |
+//! | `-4` | step roster: `[u32 step][u32 n][u64 peer × n]` |
+//! | `-5` | fragment: `[u32 id][u16 index][u16 count][payload]`, payload ≤ 48 KB − 12 |
+//! | `-6` | mid-run resume: `[u32 len][checkpoint bytes]` (weights, step, optimizer, sampler) |
+//! | `-7` | repair request: `[u32 step][u64 peer]` |
+//! | `-8` | repair response: `[u64 peer][gradient message]` (the original header and bytes) |
+//!
+//! Every decoder checks lengths before reading and returns a [`WireError`]; nothing here can
+//! panic on input.
+
+use std::collections::HashMap;
+
+/// The mesh protocol version carried in the run config.
+pub const MESH_PROTOCOL_VERSION: u32 = 1;
+/// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
+pub const FRAGMENT_BYTES: usize = 48 * 1024;
+const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
+/// Largest reassembled message (a checkpoint of a model far beyond the default fits).
+pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+const CHECKPOINT_PUSH: i32 = -2;
+const RUN_CONFIG: i32 = -3;
+const ROSTER: i32 = -4;
+const FRAGMENT: i32 = -5;
+const RESUME: i32 = -6;
+const REPAIR_REQUEST: i32 = -7;
+const REPAIR_RESPONSE: i32 = -8;
+
+/// A peer's id (assigned by the signaling server).
+pub type PeerId = u64;
+
+/// One node's contribution to a step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradient {
+    pub step: u32,
+    /// Weight hash before the step.
+    pub whash: u32,
+    /// Probe hash through the node's live kernel.
+    pub phash: u32,
+    pub loss: f32,
+    pub grad: Vec<f32>,
+}
+
+/// The starter's run settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunSettings {
+    pub protocol: u32,
+    pub width: u32,
+    pub context: u32,
+    pub batch: u32,
+    pub layers: u32,
+    pub heads: u32,
+    pub steps: u32,
+    pub lr: f32,
+    pub seed: u64,
+}
+
+/// Every mesh message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    Gradient(Gradient),
+    CheckpointPush(Vec<u8>),
+    RunConfig(RunSettings),
+    Roster { step: u32, peers: Vec<PeerId> },
+    Fragment { id: u32, index: u16, count: u16, payload: Vec<u8> },
+    Resume(Vec<u8>),
+    RepairRequest { step: u32, peer: PeerId },
+    RepairResponse { peer: PeerId, gradient: Gradient },
+}
+
+/// Why bytes are not a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer bytes than the message needs.
+    Truncated { needed: usize, have: usize },
+    /// Bytes left over after a complete message.
+    Trailing(usize),
+    /// A first word that is neither a step nor a known sentinel.
+    UnknownSentinel(i32),
+    /// A field out of range (a gradient body that is not whole floats, a fragment index past
+    /// its count, a declared length beyond the limit, …).
+    Invalid(String),
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Truncated { needed, have } => write!(f, "message truncated: {have} bytes, {needed} needed"),
+            WireError::Trailing(n) => write!(f, "{n} unexpected bytes after the message"),
+            WireError::UnknownSentinel(s) => write!(f, "unknown message type {s}"),
+            WireError::Invalid(why) => write!(f, "malformed message: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or(WireError::Truncated { needed: self.at.saturating_add(n), have: self.bytes.len() })?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn i32(&mut self) -> Result<i32, WireError> {
+        Ok(i32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn f32(&mut self) -> Result<f32, WireError> {
+        Ok(f32::from_le_bytes(self.array()?))
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        let out = &self.bytes[self.at..];
+        self.at = self.bytes.len();
+        out
+    }
+
+    fn blob(&mut self) -> Result<Vec<u8>, WireError> {
+        let len = self.u32()? as usize;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(WireError::Invalid(format!("declared length {len} is over the limit")));
+        }
+        Ok(self.take(len)?.to_vec())
+    }
+
+    fn finish(&self) -> Result<(), WireError> {
+        match self.bytes.len() - self.at {
+            0 => Ok(()),
+            n => Err(WireError::Trailing(n)),
+        }
+    }
+}
+
+fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
+    out.extend_from_slice(&(g.step as i32).to_le_bytes());
+    out.extend_from_slice(&g.whash.to_le_bytes());
+    out.extend_from_slice(&g.phash.to_le_bytes());
+    out.extend_from_slice(&g.loss.to_le_bytes());
+    for v in &g.grad {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
+    let step = r.i32()?;
+    if step < 0 {
+        return Err(WireError::Invalid(format!("gradient step {step} is negative")));
+    }
+    let whash = r.u32()?;
+    let phash = r.u32()?;
+    let loss = r.f32()?;
+    let body = r.rest();
+    if !body.len().is_multiple_of(4) {
+        return Err(WireError::Invalid(format!("gradient body of {} bytes is not whole f32s", body.len())));
+    }
+    let grad = body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    Ok(Gradient { step: step as u32, whash, phash, loss, grad })
+}
+
+/// The message's bytes (unfragmented).
+pub fn encode(message: &Message) -> Vec<u8> {
+    let mut out = Vec::new();
+    let blob = |out: &mut Vec<u8>, sentinel: i32, bytes: &[u8]| {
+        out.extend_from_slice(&sentinel.to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    };
+    match message {
+        Message::Gradient(g) => {
+            assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
+            put_gradient(&mut out, g);
+        }
+        Message::CheckpointPush(bytes) => blob(&mut out, CHECKPOINT_PUSH, bytes),
+        Message::Resume(bytes) => blob(&mut out, RESUME, bytes),
+        Message::RunConfig(s) => {
+            out.extend_from_slice(&RUN_CONFIG.to_le_bytes());
+            for v in [s.protocol, s.width, s.context, s.batch, s.layers, s.heads, s.steps] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&s.lr.to_le_bytes());
+            out.extend_from_slice(&s.seed.to_le_bytes());
+        }
+        Message::Roster { step, peers } => {
+            out.extend_from_slice(&ROSTER.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&(peers.len() as u32).to_le_bytes());
+            for p in peers {
+                out.extend_from_slice(&p.to_le_bytes());
+            }
+        }
+        Message::Fragment { id, index, count, payload } => {
+            out.extend_from_slice(&FRAGMENT.to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(payload);
+        }
+        Message::RepairRequest { step, peer } => {
+            out.extend_from_slice(&REPAIR_REQUEST.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&peer.to_le_bytes());
+        }
+        Message::RepairResponse { peer, gradient } => {
+            out.extend_from_slice(&REPAIR_RESPONSE.to_le_bytes());
+            out.extend_from_slice(&peer.to_le_bytes());
+            put_gradient(&mut out, gradient);
+        }
+    }
+    out
+}
+
+/// Parses one complete message.
+pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
+    let mut r = Reader { bytes, at: 0 };
+    let first = i32::from_le_bytes(Reader { bytes, at: 0 }.array()?);
+    if first >= 0 {
+        return Ok(Message::Gradient(read_gradient(&mut r)?));
+    }
+    r.i32()?;
+    let message = match first {
+        CHECKPOINT_PUSH => Message::CheckpointPush(r.blob()?),
+        RESUME => Message::Resume(r.blob()?),
+        RUN_CONFIG => {
+            let mut v = [0u32; 7];
+            for slot in &mut v {
+                *slot = r.u32()?;
+            }
+            let lr = r.f32()?;
+            let seed = r.u64()?;
+            Message::RunConfig(RunSettings {
+                protocol: v[0],
+                width: v[1],
+                context: v[2],
+                batch: v[3],
+                layers: v[4],
+                heads: v[5],
+                steps: v[6],
+                lr,
+                seed,
+            })
+        }
+        ROSTER => {
+            let step = r.u32()?;
+            let n = r.u32()? as usize;
+            if n > 4096 {
+                return Err(WireError::Invalid(format!("a roster of {n} peers")));
+            }
+            let mut peers = Vec::with_capacity(n);
+            for _ in 0..n {
+                peers.push(r.u64()?);
+            }
+            Message::Roster { step, peers }
+        }
+        FRAGMENT => {
+            let id = r.u32()?;
+            let index = r.u16()?;
+            let count = r.u16()?;
+            if count == 0 || index >= count {
+                return Err(WireError::Invalid(format!("fragment {index} of {count}")));
+            }
+            let payload = r.rest().to_vec();
+            if payload.len() > FRAGMENT_BYTES - FRAGMENT_HEADER {
+                return Err(WireError::Invalid(format!("fragment payload of {} bytes", payload.len())));
+            }
+            Message::Fragment { id, index, count, payload }
+        }
+        REPAIR_REQUEST => Message::RepairRequest { step: r.u32()?, peer: r.u64()? },
+        REPAIR_RESPONSE => {
+            let peer = r.u64()?;
+            Message::RepairResponse { peer, gradient: read_gradient(&mut r)? }
+        }
+        other => return Err(WireError::UnknownSentinel(other)),
+    };
+    r.finish()?;
+    Ok(message)
+}
+
+/// Splits an encoded message into wire frames of at most [`FRAGMENT_BYTES`]; a message that
+/// fits is sent as it is.
+pub fn frames(bytes: Vec<u8>, id: u32) -> Vec<Vec<u8>> {
+    if bytes.len() <= FRAGMENT_BYTES {
+        return vec![bytes];
+    }
+    let chunk = FRAGMENT_BYTES - FRAGMENT_HEADER;
+    let count = bytes.len().div_ceil(chunk);
+    assert!(count <= u16::MAX as usize, "a message of {} bytes has too many fragments", bytes.len());
+    bytes
+        .chunks(chunk)
+        .enumerate()
+        .map(|(index, payload)| {
+            encode(&Message::Fragment { id, index: index as u16, count: count as u16, payload: payload.to_vec() })
+        })
+        .collect()
+}
+
+/// Reassembles fragmented messages per sender. Bounded: one message in flight per sender and
+/// id, at most [`MAX_MESSAGE_BYTES`] each, at most 16 partial messages per sender.
+#[derive(Default)]
+pub struct Reassembler {
+    partial: HashMap<(PeerId, u32), Partial>,
+}
+
+struct Partial {
+    count: u16,
+    parts: Vec<Option<Vec<u8>>>,
+    received: u16,
+    bytes: usize,
+}
+
+impl Reassembler {
+    /// Takes a frame from `from`: returns a complete message when one is done (a frame that is
+    /// not a fragment is complete by itself), `None` while fragments are outstanding.
+    pub fn push(&mut self, from: PeerId, frame: &[u8]) -> Result<Option<Message>, WireError> {
+        let (id, index, count, payload) = match decode(frame)? {
+            Message::Fragment { id, index, count, payload } => (id, index, count, payload),
+            whole => return Ok(Some(whole)),
+        };
+        let in_flight = self.partial.keys().filter(|(p, _)| *p == from).count();
+        let entry = match self.partial.entry((from, id)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if in_flight >= 16 {
+                    return Err(WireError::Invalid(format!("peer {from} has too many fragmented messages in flight")));
+                }
+                e.insert(Partial { count, parts: vec![None; count as usize], received: 0, bytes: 0 })
+            }
+        };
+        if entry.count != count {
+            self.partial.remove(&(from, id));
+            return Err(WireError::Invalid(format!("fragment count changed within message {id}")));
+        }
+        if entry.parts[index as usize].is_some() {
+            return Ok(None); // a duplicate: ignored
+        }
+        entry.bytes += payload.len();
+        if entry.bytes > MAX_MESSAGE_BYTES {
+            self.partial.remove(&(from, id));
+            return Err(WireError::Invalid("reassembled message over the size limit".into()));
+        }
+        entry.parts[index as usize] = Some(payload);
+        entry.received += 1;
+        if entry.received < entry.count {
+            return Ok(None);
+        }
+        let done = self.partial.remove(&(from, id)).expect("just completed");
+        let whole: Vec<u8> = done.parts.into_iter().flatten().flatten().collect();
+        decode(&whole).map(Some)
+    }
+
+    /// Forgets everything from a peer that left.
+    pub fn forget(&mut self, peer: PeerId) {
+        self.partial.retain(|(p, _), _| *p != peer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gradient(n: usize) -> Gradient {
+        Gradient {
+            step: 7,
+            whash: 0xdead_beef,
+            phash: 0xdf23_2627,
+            loss: 2.5,
+            grad: (0..n).map(|i| i as f32 * 0.25 - 1.0).collect(),
+        }
+    }
+
+    #[test]
+    fn golden_bytes() {
+        let g = Gradient { step: 3, whash: 0x0102_0304, phash: 0xa0b0_c0d0, loss: 1.0, grad: vec![-2.0] };
+        assert_eq!(
+            encode(&Message::Gradient(g.clone())),
+            vec![3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]
+        );
+        assert_eq!(
+            encode(&Message::RepairRequest { step: 9, peer: 2 }),
+            vec![0xf9, 0xff, 0xff, 0xff, 9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            encode(&Message::Roster { step: 1, peers: vec![5] }),
+            vec![0xfc, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]
+        );
+        let response = encode(&Message::RepairResponse { peer: 4, gradient: g.clone() });
+        assert_eq!(&response[..12], &[0xf8, 0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&response[12..], &encode(&Message::Gradient(g))[..]);
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let settings = RunSettings {
+            protocol: 1,
+            width: 128,
+            context: 128,
+            batch: 16,
+            layers: 4,
+            heads: 4,
+            steps: 600,
+            lr: 3e-3,
+            seed: 1,
+        };
+        let messages = vec![
+            Message::Gradient(gradient(10)),
+            Message::Gradient(gradient(0)),
+            Message::CheckpointPush(vec![1, 2, 3]),
+            Message::RunConfig(settings),
+            Message::Roster { step: 12, peers: vec![1, 3, 9] },
+            Message::Fragment { id: 5, index: 1, count: 3, payload: vec![9; 100] },
+            Message::Resume(vec![4; 50]),
+            Message::RepairRequest { step: 4, peer: 77 },
+            Message::RepairResponse { peer: 2, gradient: gradient(3) },
+        ];
+        for m in messages {
+            assert_eq!(decode(&encode(&m)).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn malformed_bytes_are_errors_never_panics() {
+        assert!(matches!(decode(&[]), Err(WireError::Truncated { .. })));
+        assert!(matches!(decode(&[1, 0]), Err(WireError::Truncated { .. })));
+        assert_eq!(decode(&(-99i32).to_le_bytes()), Err(WireError::UnknownSentinel(-99)));
+        let mut g = encode(&Message::Gradient(gradient(2)));
+        g.push(0);
+        assert!(matches!(decode(&g), Err(WireError::Invalid(_))));
+        let mut req = encode(&Message::RepairRequest { step: 1, peer: 1 });
+        req.push(0);
+        assert_eq!(decode(&req), Err(WireError::Trailing(1)));
+        let mut big = (-2i32).to_le_bytes().to_vec();
+        big.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode(&big), Err(WireError::Invalid(_))));
+        let bad_fragment = encode(&Message::Fragment { id: 1, index: 3, count: 3, payload: vec![] });
+        assert!(matches!(decode(&bad_fragment), Err(WireError::Invalid(_))));
+        // Every prefix and a seeded stream of random frames: errors or messages, no panics.
+        let full = encode(&Message::RepairResponse { peer: 2, gradient: gradient(5) });
+        for cut in 0..full.len() {
+            let _ = decode(&full[..cut]);
+        }
+        let mut rng = lockstep_luts::rng::SplitMix64::new(99);
+        let mut reassembler = Reassembler::default();
+        for _ in 0..5000 {
+            let len = rng.below(64) as usize;
+            let mut frame: Vec<u8> = (0..len).map(|_| rng.next_u32() as u8).collect();
+            if len >= 4 && rng.below(2) == 0 {
+                let sentinel = -(rng.below(8) as i32) - 1;
+                frame[..4].copy_from_slice(&sentinel.to_le_bytes());
+            }
+            let _ = decode(&frame);
+            let _ = reassembler.push(rng.below(3), &frame);
+        }
+    }
+
+    #[test]
+    fn large_messages_fragment_and_reassemble_in_any_order() {
+        let message = Message::Gradient(gradient(40_000)); // 160 KB
+        let parts = frames(encode(&message), 42);
+        assert_eq!(parts.len(), 4);
+        assert!(parts.iter().all(|f| f.len() <= FRAGMENT_BYTES));
+        let mut r = Reassembler::default();
+        let order = [2, 0, 3, 1];
+        for (i, &k) in order.iter().enumerate() {
+            let out = r.push(1, &parts[k]).unwrap();
+            if i + 1 < order.len() {
+                assert_eq!(out, None);
+                assert_eq!(r.push(1, &parts[k]).unwrap(), None, "a duplicate is ignored");
+            } else {
+                assert_eq!(out, Some(message.clone()));
+            }
+        }
+        // Two senders' fragments with the same id do not mix.
+        let small = frames(encode(&Message::Gradient(gradient(20_000))), 42);
+        let mut r = Reassembler::default();
+        for f in &small[..small.len() - 1] {
+            assert_eq!(r.push(1, f).unwrap(), None);
+            assert_eq!(r.push(2, f).unwrap(), None);
+        }
+        assert!(r.push(1, small.last().unwrap()).unwrap().is_some());
+        r.forget(2);
+        assert!(r.partial.is_empty());
+        // A message that fits travels whole.
+        assert_eq!(frames(encode(&Message::RepairRequest { step: 1, peer: 1 }), 0).len(), 1);
+    }
+}
