@@ -15,5 +15,6 @@ pub mod kit;
 pub mod mathf;
 pub mod model;
 pub mod params;
+pub mod step;
 pub mod trainer;
 pub mod wire;

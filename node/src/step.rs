@@ -1,0 +1,257 @@
+//! The pieces of one mesh step that must be identical on every replica, without I/O: collecting
+//! the roster's gradients, averaging them in strict roster order, the sync guard, and the
+//! leader's repair store. The session state machine (issue 6) drives these.
+//!
+//! Averaging: for every element, `sum = g[r0] + g[r1] + …` in roster order, each addition an
+//! f32 rounding, then `sum / n`. Float addition is not associative, so any other order could
+//! round differently and fork the replicas; this order is part of the protocol.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::wire::{Gradient, PeerId};
+
+/// Steps of everyone's gradients the leader keeps for repairs.
+pub const REPAIR_DEPTH: u32 = 8;
+
+/// What happened to an offered gradient.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Offer {
+    Accepted,
+    /// Already had this peer's gradient for the step (a duplicate delivery).
+    Duplicate,
+    /// For another step than the one being collected (late or early).
+    WrongStep {
+        step: u32,
+    },
+    /// From a peer not in this step's roster.
+    NotInRoster,
+    /// The gradient's length is not the model's.
+    WrongLength {
+        expected: usize,
+        actual: usize,
+    },
+}
+
+/// The guard stopped the run: replicas disagree or a kernel misbehaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardFailure {
+    pub step: u32,
+    /// Peers whose weight hash differs from ours.
+    pub weight_mismatch: Vec<PeerId>,
+    /// Peers whose probe hash differs from the expected one.
+    pub probe_mismatch: Vec<PeerId>,
+}
+
+impl std::fmt::Display for GuardFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sync guard stopped the run at step {}", self.step)?;
+        if !self.weight_mismatch.is_empty() {
+            write!(f, "; weights differ on peers {:?}", self.weight_mismatch)?;
+        }
+        if !self.probe_mismatch.is_empty() {
+            write!(f, "; probe hash wrong on peers {:?}", self.probe_mismatch)?;
+        }
+        Ok(())
+    }
+}
+
+/// One step's gradients, keyed by the step's roster.
+#[derive(Clone, Debug)]
+pub struct StepCollector {
+    pub step: u32,
+    roster: Vec<PeerId>,
+    len: usize,
+    gradients: HashMap<PeerId, Gradient>,
+    /// Deliveries ignored so far (duplicates, wrong step, outsiders), for the health view.
+    pub ignored: u64,
+}
+
+impl StepCollector {
+    /// `roster` in the order the leader announced; `len` the model's weight count.
+    pub fn new(step: u32, roster: Vec<PeerId>, len: usize) -> Self {
+        StepCollector { step, roster, len, gradients: HashMap::new(), ignored: 0 }
+    }
+
+    pub fn roster(&self) -> &[PeerId] {
+        &self.roster
+    }
+
+    pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
+        let verdict = if gradient.step != self.step {
+            Offer::WrongStep { step: gradient.step }
+        } else if !self.roster.contains(&from) {
+            Offer::NotInRoster
+        } else if gradient.grad.len() != self.len {
+            Offer::WrongLength { expected: self.len, actual: gradient.grad.len() }
+        } else if self.gradients.contains_key(&from) {
+            Offer::Duplicate
+        } else {
+            self.gradients.insert(from, gradient);
+            return Offer::Accepted;
+        };
+        self.ignored += 1;
+        verdict
+    }
+
+    /// Roster members whose gradient has not arrived, in roster order.
+    pub fn missing(&self) -> Vec<PeerId> {
+        self.roster.iter().copied().filter(|p| !self.gradients.contains_key(p)).collect()
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.missing().is_empty()
+    }
+
+    pub fn get(&self, peer: PeerId) -> Option<&Gradient> {
+        self.gradients.get(&peer)
+    }
+
+    /// The guard: every gradient's weight hash must equal ours and its probe hash the
+    /// expected value.
+    pub fn guard(&self, our_whash: u32, expected_phash: u32) -> Result<(), GuardFailure> {
+        let mut failure = GuardFailure { step: self.step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
+        for peer in &self.roster {
+            if let Some(g) = self.gradients.get(peer) {
+                if g.whash != our_whash {
+                    failure.weight_mismatch.push(*peer);
+                }
+                if g.phash != expected_phash {
+                    failure.probe_mismatch.push(*peer);
+                }
+            }
+        }
+        if failure.weight_mismatch.is_empty() && failure.probe_mismatch.is_empty() {
+            Ok(())
+        } else {
+            Err(failure)
+        }
+    }
+
+    /// The average in strict roster order (see the module docs), once complete.
+    pub fn average(&self) -> Option<Vec<f32>> {
+        if !self.is_complete() || self.roster.is_empty() {
+            return None;
+        }
+        let mut sum = self.gradients[&self.roster[0]].grad.clone();
+        for peer in &self.roster[1..] {
+            for (s, g) in sum.iter_mut().zip(&self.gradients[peer].grad) {
+                *s += g;
+            }
+        }
+        let n = self.roster.len() as f32;
+        for s in &mut sum {
+            *s /= n;
+        }
+        Some(sum)
+    }
+
+    /// The mean loss in roster order, for reports.
+    pub fn mean_loss(&self) -> Option<f32> {
+        let losses: Vec<f32> = self.roster.iter().filter_map(|p| self.gradients.get(p).map(|g| g.loss)).collect();
+        (!losses.is_empty()).then(|| losses.iter().fold(0.0f32, |a, l| a + l) / losses.len() as f32)
+    }
+}
+
+/// The leader's copies of every roster gradient for the last [`REPAIR_DEPTH`] steps.
+#[derive(Default, Debug)]
+pub struct RepairStore {
+    steps: BTreeMap<u32, HashMap<PeerId, Gradient>>,
+}
+
+impl RepairStore {
+    /// Keeps a completed step's gradients, dropping steps older than the depth.
+    pub fn retain(&mut self, collector: &StepCollector) {
+        let kept =
+            collector.roster.iter().filter_map(|p| collector.gradients.get(p).map(|g| (*p, g.clone()))).collect();
+        self.steps.insert(collector.step, kept);
+        while let Some((&oldest, _)) = self.steps.iter().next() {
+            if collector.step.saturating_sub(oldest) < REPAIR_DEPTH {
+                break;
+            }
+            self.steps.remove(&oldest);
+        }
+    }
+
+    /// The original gradient of `peer` at `step`, if still kept.
+    pub fn get(&self, step: u32, peer: PeerId) -> Option<&Gradient> {
+        self.steps.get(&step).and_then(|s| s.get(&peer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(step: u32, whash: u32, values: &[f32]) -> Gradient {
+        Gradient { step, whash, phash: 7, loss: 1.0, grad: values.to_vec() }
+    }
+
+    #[test]
+    fn averages_in_roster_order_whatever_the_arrival_order() {
+        // 1e8 + 1 - 1e8 rounds differently depending on order: the roster decides.
+        let big = 1.0e8f32;
+        let grads = [(10u64, [big]), (20, [1.0]), (30, [-big])];
+        let mut forward = StepCollector::new(5, vec![10, 20, 30], 1);
+        let mut reversed = StepCollector::new(5, vec![10, 20, 30], 1);
+        for (p, v) in grads {
+            assert_eq!(forward.offer(p, g(5, 1, &v)), Offer::Accepted);
+        }
+        for (p, v) in grads.iter().rev() {
+            reversed.offer(*p, g(5, 1, v));
+        }
+        let a = forward.average().unwrap();
+        assert_eq!(a[0].to_bits(), reversed.average().unwrap()[0].to_bits());
+        assert_eq!(a[0], ((big + 1.0) - big) / 3.0);
+        // A different roster order is a different (documented) result.
+        let mut other = StepCollector::new(5, vec![10, 30, 20], 1);
+        for (p, v) in grads {
+            other.offer(p, g(5, 1, &v));
+        }
+        assert_ne!(other.average().unwrap()[0].to_bits(), a[0].to_bits());
+    }
+
+    #[test]
+    fn duplicates_late_and_outsiders_are_ignored_and_counted() {
+        let mut c = StepCollector::new(3, vec![1, 2], 2);
+        assert_eq!(c.offer(1, g(3, 9, &[1.0, 2.0])), Offer::Accepted);
+        assert_eq!(c.offer(1, g(3, 9, &[5.0, 5.0])), Offer::Duplicate);
+        assert_eq!(c.offer(2, g(2, 9, &[1.0, 2.0])), Offer::WrongStep { step: 2 });
+        assert_eq!(c.offer(7, g(3, 9, &[1.0, 2.0])), Offer::NotInRoster);
+        assert_eq!(c.offer(2, g(3, 9, &[1.0])), Offer::WrongLength { expected: 2, actual: 1 });
+        assert_eq!(c.ignored, 4);
+        assert_eq!(c.missing(), vec![2]);
+        assert_eq!(c.average(), None);
+        c.offer(2, g(3, 9, &[3.0, 4.0]));
+        assert_eq!(c.average(), Some(vec![2.0, 3.0]));
+        assert_eq!(c.get(1).unwrap().grad, vec![1.0, 2.0], "the duplicate did not replace the first");
+    }
+
+    #[test]
+    fn the_guard_names_step_and_peers() {
+        let mut c = StepCollector::new(8, vec![1, 2, 3], 1);
+        c.offer(1, g(8, 0xaa, &[0.0]));
+        c.offer(2, Gradient { phash: 6, ..g(8, 0xab, &[0.0]) });
+        c.offer(3, g(8, 0xaa, &[0.0]));
+        let failure = c.guard(0xaa, 7).unwrap_err();
+        assert_eq!(failure, GuardFailure { step: 8, weight_mismatch: vec![2], probe_mismatch: vec![2] });
+        assert!(failure.to_string().contains("step 8") && failure.to_string().contains("[2]"));
+        let mut ok = StepCollector::new(8, vec![1], 1);
+        ok.offer(1, g(8, 0xaa, &[0.0]));
+        assert_eq!(ok.guard(0xaa, 7), Ok(()));
+    }
+
+    #[test]
+    fn the_repair_store_keeps_eight_steps() {
+        let mut store = RepairStore::default();
+        for step in 0..12 {
+            let mut c = StepCollector::new(step, vec![1, 2], 1);
+            c.offer(1, g(step, 0, &[step as f32]));
+            c.offer(2, g(step, 0, &[-(step as f32)]));
+            store.retain(&c);
+        }
+        assert!(store.get(3, 1).is_none());
+        assert_eq!(store.get(4, 2).unwrap().grad, vec![-4.0]);
+        assert_eq!(store.get(11, 1).unwrap().grad, vec![11.0]);
+        assert!(store.get(11, 9).is_none());
+    }
+}
