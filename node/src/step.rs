@@ -83,11 +83,14 @@ impl StepCollector {
             Offer::NotInRoster
         } else if gradient.grad.len() != self.len {
             Offer::WrongLength { expected: self.len, actual: gradient.grad.len() }
-        } else if self.gradients.contains_key(&from) {
-            Offer::Duplicate
         } else {
-            self.gradients.insert(from, gradient);
-            return Offer::Accepted;
+            match self.gradients.entry(from) {
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(gradient);
+                    return Offer::Accepted;
+                }
+                std::collections::hash_map::Entry::Occupied(_) => Offer::Duplicate,
+            }
         };
         self.ignored += 1;
         verdict
