@@ -108,12 +108,13 @@ impl Quantized {
     }
 }
 
-/// Makes `v` exactly `len` long, keeping whatever it held (callers overwrite what they read).
+/// Makes `v` at least `len` long, keeping whatever it held: callers work on `v[..len]` and
+/// overwrite what they read. Never shrinking means shapes that alternate (as a training step's
+/// do) do not pay for refilling the buffer on every call.
 fn grow<T: Copy>(v: &mut Vec<T>, len: usize, fill: T) {
     if v.len() < len {
         v.resize(len, fill);
     }
-    v.truncate(len);
 }
 
 /// Buffers reused from call to call, so a call allocates (and clears) nothing once warm.
@@ -240,8 +241,8 @@ fn quantize_parallel(
     let rows_per_thread = rows.div_ceil(threads);
     let work = values
         .chunks(rows_per_thread * k)
-        .zip(out.q.chunks_mut(rows_per_thread * blocks * BLOCK))
-        .zip(out.exp.chunks_mut(rows_per_thread * blocks));
+        .zip(out.q[..rows * blocks * BLOCK].chunks_mut(rows_per_thread * blocks * BLOCK))
+        .zip(out.exp[..rows * blocks].chunks_mut(rows_per_thread * blocks));
     for_all(pool, work, |((v, q), e)| quantize_rows(v, k, q, e).is_ok())
 }
 
@@ -301,6 +302,8 @@ struct PackedB {
     scales: Vec<f32>,
     offsets: Vec<i32>,
     ranges: Vec<ExpRange>,
+    /// Panels of the current call (the buffers may be longer).
+    panels: usize,
 }
 
 fn pack_b(
@@ -356,12 +359,12 @@ fn pack_b(
                 }
             }
         };
-    let work = packed
-        .bytes
+    packed.panels = panels;
+    let work = packed.bytes[..panels * bytes_len]
         .chunks_mut(per_thread * bytes_len)
-        .zip(packed.scales.chunks_mut(per_thread * per_block_len))
-        .zip(packed.offsets.chunks_mut(per_thread * per_block_len))
-        .zip(packed.ranges.chunks_mut(per_thread))
+        .zip(packed.scales[..panels * per_block_len].chunks_mut(per_thread * per_block_len))
+        .zip(packed.offsets[..panels * per_block_len].chunks_mut(per_thread * per_block_len))
+        .zip(packed.ranges[..panels].chunks_mut(per_thread))
         .enumerate();
     for_all(pool, work, |(i, (((p, s), o), r))| {
         pack_range(i * per_thread, p, s, o, r);
@@ -467,7 +470,7 @@ fn simd_rows(
                 &mut a_scales[i * scales_len..(i + 1) * scales_len],
             );
         }
-        for (jb, b_range) in packed_b.ranges.iter().enumerate() {
+        for (jb, b_range) in packed_b.ranges[..packed_b.panels].iter().enumerate() {
             let panel = PanelRef {
                 bytes: &packed_b.bytes[jb * b_bytes_len..(jb + 1) * b_bytes_len],
                 scales: &packed_b.scales[jb * b_block_len..(jb + 1) * b_block_len],
@@ -638,6 +641,25 @@ mod tests {
             let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit() * scale_a).collect();
             let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit()).collect();
             check(m, n, k, &a, &b);
+        }
+    }
+
+    #[test]
+    fn one_scratch_across_alternating_shapes() {
+        // Buffers never shrink: a small call after a big one leaves stale data past its end,
+        // and the next big call must not read any of it.
+        let mut rng = SplitMix64::new(34);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for path in Path::available() {
+            let mut scratch = Scratch::default();
+            for (m, n, k) in [(70, 90, 260), (5, 33, 40), (130, 64, 128), (3, 1, 7), (70, 90, 260), (64, 200, 96)] {
+                let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit()).collect();
+                let b: Vec<f32> = (0..n * k).map(|_| rng.next_signed_unit() * 0.1).collect();
+                let expected = lockstep_luts::gemm_nt(m, n, k, &a, &b).unwrap();
+                let mut c = vec![0.0; m * n];
+                gemm_f32(path, Some(&pool), &mut scratch, m, n, k, &a, &b, &mut c).unwrap();
+                assert_eq!(bits(&c), bits(&expected), "{path:?} {m}x{n}x{k}");
+            }
         }
     }
 
