@@ -14,6 +14,8 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::lock;
+
 use arrow_array::cast::AsArray;
 use arrow_array::Array;
 use bytes::Bytes;
@@ -115,10 +117,6 @@ struct RemoteFile {
     len: u64,
     stats: Arc<FetchStats>,
     metadata: Option<Arc<ParquetMetaData>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Fetches `bytes=start-end` (inclusive) of `origin`, going straight to the last redirect

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
+
+use crate::lock;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -88,11 +90,6 @@ struct Shared {
     senders: Mutex<HashMap<PeerId, mpsc::UnboundedSender<Outgoing>>>,
     config: ServerConfig,
     data: Option<Arc<DataService>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock is a bug; keep serving with the state as it is.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {

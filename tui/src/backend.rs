@@ -2,17 +2,23 @@
 
 use anyhow::{bail, Context};
 use lockstep_backends::gate::run_gate;
-use lockstep_backends::{resolve_plugin, Plugin};
+use lockstep_backends::{resolve_plugin, Backend, Plugin};
 use lockstep_node::gemm::UnitsGemm;
+
+/// Loads the plugin `name` (a built-in name or a path) and creates an instance, not yet gated.
+pub fn open_backend(name: &str, threads: u32) -> anyhow::Result<(Plugin, Backend)> {
+    let path = resolve_plugin(name)?;
+    let plugin = Plugin::load(&path).with_context(|| format!("loading backend `{name}`"))?;
+    let backend = plugin.instantiate(threads).with_context(|| format!("creating backend `{name}`"))?;
+    Ok((plugin, backend))
+}
 
 /// Loads `name` (a built-in name or a path), runs the exact gate, and returns the backend only
 /// if it is admitted, with one lane per thread (`threads`, 0 for every core): the main
 /// instance threads large products itself, the others run small ones in parallel. The verdict
 /// is printed unless `quiet`.
 pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<UnitsGemm> {
-    let path = resolve_plugin(name)?;
-    let plugin = Plugin::load(&path).with_context(|| format!("loading backend `{name}`"))?;
-    let mut backend = plugin.instantiate(threads).with_context(|| format!("creating backend `{name}`"))?;
+    let (plugin, mut backend) = open_backend(name, threads)?;
     let report = run_gate(&mut backend, &mut |_| {});
     if !quiet {
         println!("gate: {} ({})", report.verdict_line(), backend.describe());

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use lockstep_backends::{resolve_plugin, Backend, Plugin};
+use lockstep_backends::Backend;
 use lockstep_luts::rng::SplitMix64;
 use lockstep_node::gemm::{FloatLane, Gemm};
 
@@ -76,8 +76,7 @@ fn best_time(min: Duration, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow
 }
 
 fn load_backend(name: &str, threads: u32) -> anyhow::Result<Backend> {
-    let plugin = Plugin::load(&resolve_plugin(name)?).with_context(|| format!("loading backend `{name}`"))?;
-    Ok(plugin.instantiate(threads)?)
+    Ok(crate::backend::open_backend(name, threads)?.1)
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {

@@ -3,9 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use lockstep_backends::gate::run_gate;
-use lockstep_backends::{resolve_plugin, Plugin};
 
 #[derive(clap::Args)]
 pub struct GateArgs {
@@ -21,10 +19,7 @@ pub struct GateArgs {
 
 /// Exit codes: 0 admitted, 1 rejected, 2 could not run (load or create failed).
 pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
-    let path = resolve_plugin(&args.backend)?;
-    let plugin = Plugin::load(&path).with_context(|| format!("loading backend `{}`", args.backend))?;
-    let mut backend =
-        plugin.instantiate(args.threads).with_context(|| format!("creating backend `{}`", plugin.name()))?;
+    let (plugin, mut backend) = crate::backend::open_backend(&args.backend, args.threads)?;
     println!("gate: backend `{}` from {}", plugin.name(), plugin.path().display());
     println!("      {}", plugin.description());
     println!("      device: {}", backend.describe());
