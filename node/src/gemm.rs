@@ -88,10 +88,6 @@ impl UnitsGemm {
     pub fn backend(&self) -> &Backend {
         &self.lanes[0]
     }
-
-    pub fn into_backend(mut self) -> Backend {
-        self.lanes.swap_remove(0)
-    }
 }
 
 impl Gemm for UnitsGemm {

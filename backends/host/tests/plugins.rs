@@ -158,9 +158,17 @@ fn fresh_copies_load_as_separate_libraries() {
 }
 
 #[test]
-fn unknown_backend_names_say_where_they_looked() {
+fn unknown_names_are_paths_and_missing_builtins_say_where_they_looked() {
     // A bare word that is not a built-in is taken as a path, and that path does not exist.
     let error = Plugin::load(&resolve_plugin("no-such-backend").unwrap()).unwrap_err();
     assert!(matches!(error, LoadError::Io { .. }));
+    assert!(error.to_string().contains("no-such-backend"), "{error}");
     assert!(resolve_plugin("cpu").unwrap().is_file());
+    // A built-in that was not built names every place it was looked for.
+    let missing = LoadError::NotFound {
+        name: "lut".into(),
+        searched: vec![PathBuf::from("/a/liblockstep_backend_lut.so"), PathBuf::from("/b/liblockstep_backend_lut.so")],
+    };
+    let text = missing.to_string();
+    assert!(text.contains("`lut` not found") && text.contains("/a/liblockstep_backend_lut.so, /b/"), "{text}");
 }
