@@ -23,7 +23,7 @@ pub mod plugin;
 /// ABI major version: a host refuses a plugin with a different one.
 pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version: fields appended within one major version.
-pub const ABI_MINOR: u16 = 0;
+pub const ABI_MINOR: u16 = 1;
 /// The one exported symbol, without its NUL.
 pub const ENTRY_SYMBOL: &str = "lockstep_worker_entry";
 
@@ -72,6 +72,16 @@ pub mod caps {
     pub const REQUIRED: u64 = GEMM_F32 | GEMM_I8;
 }
 
+/// Bits of [`CreateOptions::flags`] (ABI 1.1; 1.0 had none).
+pub mod create_flags {
+    /// Refuse to run on a software adapter (lavapipe, SwiftShader): the host's automatic
+    /// backend choice sets it, because such an adapter is slower than the CPU mirror. CPU
+    /// plugins accept and ignore it.
+    pub const HARDWARE_ONLY: u64 = 1 << 0;
+    /// Every bit this ABI version defines.
+    pub const KNOWN: u64 = HARDWARE_ONLY;
+}
+
 /// A host-owned buffer the plugin writes an error message into (UTF-8, not NUL-terminated).
 #[repr(C)]
 #[derive(Debug)]
@@ -89,7 +99,7 @@ pub struct CreateOptions {
     pub struct_size: u32,
     /// Worker threads a CPU plugin may use; 0 means all available.
     pub threads: u32,
-    /// Reserved; must be zero in v1.
+    /// Bits from [`create_flags`]; a plugin refuses bits it does not know.
     pub flags: u64,
 }
 

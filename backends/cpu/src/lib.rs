@@ -19,7 +19,7 @@ use lockstep_worker_api::{caps, status, CreateOptions};
 
 mod gemm;
 mod portable;
-mod quantize;
+use lockstep_quantize as quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -41,7 +41,7 @@ impl Worker for CpuWorker {
     const CAPABILITIES: u64 = caps::REQUIRED;
 
     fn create(options: &CreateOptions) -> Result<Self, WorkerError> {
-        if options.flags != 0 {
+        if options.flags & !lockstep_worker_api::create_flags::KNOWN != 0 {
             return Err(WorkerError::new(
                 status::INVALID_ARGUMENT,
                 format!("unknown option flags {:#x}", options.flags),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use lockstep_worker_api::{caps, EntryFn, WorkerVTable, ABI_MAJOR, ENTRY_SYMBOL};
 
 /// Backend names that resolve to plugins built with the workspace.
-pub const BUILTIN_BACKENDS: &[&str] = &["cpu"];
+pub const BUILTIN_BACKENDS: &[&str] = &["cpu", "lut", "dp4a"];
 
 /// Why a plugin file was refused. Nothing from a refused file is ever called again.
 #[derive(Debug)]

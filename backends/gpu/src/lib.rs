@@ -1,0 +1,661 @@
+//! Shared wgpu plumbing of the GPU plugins (`lut`, `dp4a`).
+//!
+//! [`GpuUnits`] owns one device and queue, a pipeline cache keyed by kernel, the product
+//! table (LUT plugin) and grow-only buffers. A unit call quantizes on the host with
+//! `lockstep_quantize` (bit-identical to the reference), uploads the int8 blocks and
+//! exponents, runs the `gemm_units` kernel from `lockstep_shaders` (exact i32 block sums and
+//! the contraction-proof epilogue on the GPU), and reads C back.
+//!
+//! **Adapter choice**: the highest-ranked adapter (discrete, integrated, virtual, then
+//! software) unless `LOCKSTEP_GPU_ADAPTER` names a substring of another's name. With
+//! [`GpuOptions::hardware_only`] a software adapter (Mesa lavapipe, SwiftShader) is refused.
+//! The DP4A product needs the adapter's integer dot product (Vulkan 1.3 or
+//! `VK_KHR_shader_integer_dot_product`); without it creation fails instead of silently running
+//! naga's polyfill.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockstep_luts::units::{blocks_for, first_non_finite, Operand, UnitError, BLOCK};
+use lockstep_shaders::{binding, Kernel, Product, Tile, GEMM_I8_WORKGROUP, TILES};
+use wgpu::util::DeviceExt;
+
+/// Why a GPU call failed.
+#[derive(Debug)]
+pub enum GpuError {
+    /// No usable adapter, or the chosen one lacks what the product needs.
+    Unavailable(String),
+    /// The device or driver failed (validation, out of memory, lost device, timeout).
+    Device(String),
+    /// The shape is outside what one dispatch can address.
+    Shape(String),
+    /// The units refuse the input (a NaN or ±Inf), as the reference does.
+    Unit(UnitError),
+}
+
+impl std::fmt::Display for GpuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuError::Unavailable(m) | GpuError::Device(m) | GpuError::Shape(m) => f.write_str(m),
+            GpuError::Unit(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+/// How to create a [`GpuUnits`].
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Refuse software adapters.
+    pub hardware_only: bool,
+    /// Force a tile (benchmarks sweep them); `None` picks by adapter type.
+    pub tile: Option<Tile>,
+    /// Quantizer threads; 0 means all available.
+    pub threads: usize,
+}
+
+/// What the chosen adapter is.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub software: bool,
+}
+
+#[derive(Default)]
+struct Buffers {
+    params: Option<wgpu::Buffer>,
+    a: Option<wgpu::Buffer>,
+    b: Option<wgpu::Buffer>,
+    a_exp: Option<wgpu::Buffer>,
+    b_exp: Option<wgpu::Buffer>,
+    out: Option<wgpu::Buffer>,
+    staging: Option<wgpu::Buffer>,
+}
+
+/// Host-side quantized operands, kept between calls (they only grow).
+#[derive(Default)]
+struct HostScratch {
+    a_q: Vec<i8>,
+    a_exp: Vec<i32>,
+    b_q: Vec<i8>,
+    b_exp: Vec<i32>,
+}
+
+/// One GPU device running the units with one product kind.
+pub struct GpuUnits {
+    product: Product,
+    tile: Tile,
+    threads: usize,
+    adapter: AdapterSummary,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    /// The pipeline cache: one compute pipeline per kernel family, built on first use.
+    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+    mul_lut: Option<wgpu::Buffer>,
+    buffers: Buffers,
+    host: HostScratch,
+    /// Errors wgpu reports outside an error scope, surfaced on the next call.
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+fn rank(device_type: wgpu::DeviceType) -> u8 {
+    match device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+/// True when the adapter executes `dot4I8Packed` natively (see the crate docs).
+fn has_integer_dot_product(adapter: &wgpu::Adapter) -> bool {
+    // SAFETY: the hal adapter is only read, while `adapter` keeps it alive.
+    let vulkan = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() };
+    match vulkan {
+        Some(hal) => {
+            let caps = hal.physical_device_capabilities();
+            let api = caps.properties().api_version;
+            let (major, minor) = (api >> 22, (api >> 12) & 0x3ff);
+            (major, minor) >= (1, 3) || caps.supports_extension(c"VK_KHR_shader_integer_dot_product")
+        }
+        // Metal and D3D12 have no such report through wgpu; they run naga's polyfill,
+        // which is exact but not DP4A.
+        None => false,
+    }
+}
+
+/// Every adapter wgpu can see, best first: `(summary, has integer dot product)`.
+pub fn list_adapters() -> Vec<(AdapterSummary, bool)> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    adapters.sort_by_key(|a| rank(a.get_info().device_type));
+    adapters.iter().map(|a| (summarize(a), has_integer_dot_product(a))).collect()
+}
+
+fn summarize(adapter: &wgpu::Adapter) -> AdapterSummary {
+    let info = adapter.get_info();
+    AdapterSummary {
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        software: info.device_type == wgpu::DeviceType::Cpu,
+    }
+}
+
+fn storage(device: &wgpu::Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+}
+
+/// Makes sure `slot` holds a buffer of at least `size` bytes (rounded up; never shrinks).
+fn ensure(
+    device: &wgpu::Device,
+    slot: &mut Option<wgpu::Buffer>,
+    label: &str,
+    size: u64,
+    usage: wgpu::BufferUsages,
+) -> wgpu::Buffer {
+    let size = size.max(16).next_multiple_of(256);
+    if slot.as_ref().is_none_or(|b| b.size() < size) {
+        *slot = Some(storage(device, label, size, usage));
+    }
+    slot.clone().expect("just filled")
+}
+
+impl GpuUnits {
+    /// Opens the best adapter for `product` and builds nothing else until first use.
+    pub fn new(product: Product, options: &GpuOptions) -> Result<Self, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        if adapters.is_empty() {
+            return Err(GpuError::Unavailable(
+                "no GPU adapter found (no Vulkan, Metal or D3D12 driver; on Debian, `apt-get install mesa-vulkan-drivers` gives the lavapipe software adapter)".into(),
+            ));
+        }
+        adapters.sort_by_key(|a| rank(a.get_info().device_type));
+        let seen: Vec<String> = adapters
+            .iter()
+            .map(|a| {
+                let i = a.get_info();
+                format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+            })
+            .collect();
+        if let Ok(wanted) = std::env::var("LOCKSTEP_GPU_ADAPTER") {
+            adapters.retain(|a| a.get_info().name.to_lowercase().contains(&wanted.to_lowercase()));
+            if adapters.is_empty() {
+                return Err(GpuError::Unavailable(format!(
+                    "LOCKSTEP_GPU_ADAPTER={wanted:?} matches none of: {}",
+                    seen.join(", ")
+                )));
+            }
+        }
+        if options.hardware_only {
+            adapters.retain(|a| a.get_info().device_type != wgpu::DeviceType::Cpu);
+            if adapters.is_empty() {
+                return Err(GpuError::Unavailable(format!(
+                    "no hardware GPU adapter (only software ones: {})",
+                    seen.join(", ")
+                )));
+            }
+        }
+        let adapter = match product {
+            Product::Dp4a => adapters.into_iter().find(has_integer_dot_product).ok_or_else(|| {
+                GpuError::Unavailable(format!(
+                    "no adapter with a native integer dot product (packed_4x8_integer_dot_product needs Vulkan 1.3 or VK_KHR_shader_integer_dot_product); adapters: {}",
+                    seen.join(", ")
+                ))
+            })?,
+            Product::Lut => adapters.into_iter().next().expect("checked non-empty"),
+        };
+        let summary = summarize(&adapter);
+        let tile = options.tile.unwrap_or(if summary.software { TILES[4] } else { TILES[0] });
+        let needed = wgpu::Limits {
+            max_storage_buffer_binding_size: adapter.limits().max_storage_buffer_binding_size,
+            max_buffer_size: adapter.limits().max_buffer_size,
+            max_compute_workgroup_storage_size: adapter.limits().max_compute_workgroup_storage_size,
+            ..wgpu::Limits::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("lockstep units"),
+            required_features: wgpu::Features::empty(),
+            required_limits: needed,
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::Unavailable(format!("{}: cannot open the device: {e}", summary.name)))?;
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(error.to_string());
+        }));
+        let mul_lut = (product == Product::Lut).then(|| {
+            let table: Vec<i32> = lockstep_luts::table::mul_lut().iter().map(|&p| i32::from(p)).collect();
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("mul_lut"),
+                contents: bytemuck::cast_slice(&table),
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+        });
+        let threads = match options.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        Ok(Self {
+            product,
+            tile,
+            threads,
+            adapter: summary,
+            device,
+            queue,
+            pipelines: HashMap::new(),
+            mul_lut,
+            buffers: Buffers::default(),
+            host: HostScratch::default(),
+            uncaptured,
+        })
+    }
+
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.adapter
+    }
+
+    pub fn tile(&self) -> Tile {
+        self.tile
+    }
+
+    /// One line: adapter, backend, driver, tile.
+    pub fn describe(&self) -> String {
+        let a = &self.adapter;
+        format!(
+            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs",
+            a.name,
+            a.backend,
+            a.device_type,
+            a.driver,
+            self.tile.rows(),
+            self.tile.cols(),
+            self.tile.tm,
+            self.tile.tn
+        )
+    }
+
+    fn pipeline(&mut self, kernel: Kernel) -> Result<wgpu::ComputePipeline, GpuError> {
+        if let Some(p) = self.pipelines.get(&kernel) {
+            return Ok(p.clone());
+        }
+        let source = lockstep_shaders::source(kernel, self.product, self.tile);
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        // SAFETY: runtime bounds checks are off. Every index the kernels compute is in range by
+        // construction: rows and columns are guarded against m and n, words stay inside a row
+        // of `blocks × 8` words (the buffers are sized from the same numbers), and table
+        // indices are masked to 16 bits of a 65536-entry array.
+        let module = unsafe {
+            self.device.create_shader_module_trusted(
+                wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.entry_point()),
+                    source: wgpu::ShaderSource::Wgsl(source.into()),
+                },
+                wgpu::ShaderRuntimeChecks::unchecked(),
+            )
+        };
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.entry_point()),
+            layout: None,
+            module: &module,
+            entry_point: Some(kernel.entry_point()),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Device(format!("cannot build the {} kernel: {error}", kernel.entry_point())));
+        }
+        self.pipelines.insert(kernel, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    fn take_uncaptured(&self) -> Result<(), GpuError> {
+        let mut errors = self.uncaptured.lock().unwrap_or_else(|p| p.into_inner());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(GpuError::Device(errors.drain(..).collect::<Vec<_>>().join("; ")))
+        }
+    }
+
+    fn check_shape(&self, m: usize, n: usize, row_words: usize) -> Result<(), GpuError> {
+        let limit = self.device.limits().max_storage_buffer_binding_size;
+        let biggest = [m * row_words * 4, n * row_words * 4, m * n * 4].into_iter().max().unwrap_or(0) as u64;
+        let groups = [m.div_ceil(self.tile.rows() as usize), n.div_ceil(self.tile.cols() as usize)];
+        if biggest > limit || groups.iter().any(|&g| g > 65535) || m * n >= 1 << 32 {
+            return Err(GpuError::Shape(format!(
+                "{m}x{n} with {row_words} words per row needs {biggest} bytes in one binding (limit {limit}) or too many workgroups"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Quantizes `values` (`rows × k`) into `q`/`exp`, splitting rows across threads.
+    fn quantize(threads: usize, values: &[f32], rows: usize, k: usize, q: &mut Vec<i8>, exp: &mut Vec<i32>) -> bool {
+        let blocks = blocks_for(k);
+        q.resize(rows * blocks * BLOCK, 0);
+        exp.resize(rows * blocks, 0);
+        if k == 0 {
+            return true;
+        }
+        let threads = if rows * k < 1 << 18 { 1 } else { threads.clamp(1, rows) };
+        let per = rows.div_ceil(threads);
+        std::thread::scope(|s| {
+            let work: Vec<_> = values
+                .chunks(per * k)
+                .zip(q.chunks_mut(per * blocks * BLOCK))
+                .zip(exp.chunks_mut(per * blocks))
+                .map(|((v, q), e)| s.spawn(move || lockstep_quantize::quantize_rows(v, k, q, e).is_ok()))
+                .collect();
+            work.into_iter().all(|h| h.join().unwrap_or(false))
+        })
+    }
+
+    /// The unit `c = a · bᵀ` (`a` m × k, `b` n × k, `c` m × n), bit for bit the reference's.
+    pub fn gemm_f32(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), GpuError> {
+        let blocks = blocks_for(k);
+        let row_words = blocks * BLOCK / 4;
+        self.check_shape(m, n, row_words)?;
+        let threads = self.threads;
+        let ok_a = Self::quantize(threads, a, m, k, &mut self.host.a_q, &mut self.host.a_exp);
+        let ok_b = ok_a && Self::quantize(threads, b, n, k, &mut self.host.b_q, &mut self.host.b_exp);
+        if !ok_b {
+            // The reference checks A, then B, and names the first non-finite value.
+            for (values, operand) in [(a, Operand::A), (b, Operand::B)] {
+                if let Some(index) = first_non_finite(values) {
+                    return Err(GpuError::Unit(UnitError::NonFinite { operand, index, bits: values[index].to_bits() }));
+                }
+            }
+            unreachable!("the quantizer saw a non-finite value that a scan cannot find");
+        }
+        let params = [m as u32, n as u32, blocks as u32, 0];
+        let out_bytes = (m * n * 4) as u64;
+        self.upload(&params, out_bytes)?;
+        let pipeline = self.pipeline(Kernel::GemmUnits)?;
+        let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
+        self.run(&pipeline, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+    }
+
+    /// The raw integer product over the full i8 range, i32 out (wrapping).
+    pub fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), GpuError> {
+        let words = k.div_ceil(4);
+        self.check_shape(m, n, words)?;
+        let pad = |src: &[i8], rows: usize, dst: &mut Vec<i8>| {
+            dst.clear();
+            dst.resize(rows * words * 4, 0);
+            if k > 0 {
+                for (row, out) in src.chunks_exact(k).zip(dst.chunks_exact_mut(words * 4)) {
+                    out[..k].copy_from_slice(row);
+                }
+            }
+        };
+        pad(a, m, &mut self.host.a_q);
+        pad(b, n, &mut self.host.b_q);
+        self.host.a_exp.clear();
+        self.host.b_exp.clear();
+        let params = [m as u32, n as u32, words as u32, 0];
+        let out_bytes = (m * n * 4) as u64;
+        self.upload(&params, out_bytes)?;
+        let pipeline = self.pipeline(Kernel::GemmI8)?;
+        let groups = (n.div_ceil(GEMM_I8_WORKGROUP.0 as usize) as u32, m.div_ceil(GEMM_I8_WORKGROUP.1 as usize) as u32);
+        self.run(&pipeline, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+    }
+
+    /// Writes the host scratch and `params` into the device buffers.
+    fn upload(&mut self, params: &[u32; 4], out_bytes: u64) -> Result<(), GpuError> {
+        use wgpu::BufferUsages as U;
+        let d = &self.device;
+        let b = &mut self.buffers;
+        let h = &self.host;
+        let input = U::STORAGE | U::COPY_DST;
+        let params_buf = ensure(d, &mut b.params, "params", 16, U::UNIFORM | U::COPY_DST);
+        let a = ensure(d, &mut b.a, "a", h.a_q.len() as u64, input);
+        let bb = ensure(d, &mut b.b, "b", h.b_q.len() as u64, input);
+        let ae = ensure(d, &mut b.a_exp, "a_exp", h.a_exp.len() as u64 * 4, input);
+        let be = ensure(d, &mut b.b_exp, "b_exp", h.b_exp.len() as u64 * 4, input);
+        ensure(d, &mut b.out, "out", out_bytes, U::STORAGE | U::COPY_SRC);
+        ensure(d, &mut b.staging, "staging", out_bytes, U::MAP_READ | U::COPY_DST);
+        self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(params));
+        let write = |buf: &wgpu::Buffer, bytes: &[u8]| {
+            // write_buffer wants a multiple of 4 bytes; the buffers are padded beyond that.
+            if !bytes.is_empty() {
+                let whole = bytes.len() / 4 * 4;
+                if whole > 0 {
+                    self.queue.write_buffer(buf, 0, &bytes[..whole]);
+                }
+                if whole < bytes.len() {
+                    let mut tail = [0u8; 4];
+                    tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+                    self.queue.write_buffer(buf, whole as u64, &tail);
+                }
+            }
+        };
+        write(&a, bytemuck::cast_slice(&h.a_q));
+        write(&bb, bytemuck::cast_slice(&h.b_q));
+        write(&ae, bytemuck::cast_slice(&h.a_exp));
+        write(&be, bytemuck::cast_slice(&h.b_exp));
+        Ok(())
+    }
+
+    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, kernel_uses_exponents: bool) -> wgpu::BindGroup {
+        let b = &self.buffers;
+        fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
+            buf.as_ref().expect("uploaded").as_entire_binding()
+        }
+        let mut entries = vec![
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: whole(&b.params) },
+            wgpu::BindGroupEntry { binding: binding::A, resource: whole(&b.a) },
+            wgpu::BindGroupEntry { binding: binding::B, resource: whole(&b.b) },
+            wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) },
+        ];
+        if kernel_uses_exponents {
+            entries.push(wgpu::BindGroupEntry { binding: binding::A_EXP, resource: whole(&b.a_exp) });
+            entries.push(wgpu::BindGroupEntry { binding: binding::B_EXP, resource: whole(&b.b_exp) });
+        }
+        if let Some(table) = &self.mul_lut {
+            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
+        }
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+
+    /// Dispatches `pipeline` `repeat` times over `groups`, then copies `out_bytes` of the
+    /// output into `out` (when `out` is non-empty).
+    fn run(
+        &mut self,
+        pipeline: &wgpu::ComputePipeline,
+        groups: (u32, u32),
+        repeat: usize,
+        out_bytes: u64,
+        out: &mut [u8],
+    ) -> Result<(), GpuError> {
+        self.take_uncaptured()?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let uses_exponents = pipeline_uses_exponents(&self.pipelines, pipeline);
+        let bind_group = self.bind_group(pipeline, uses_exponents);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            for _ in 0..repeat {
+                pass.dispatch_workgroups(groups.0, groups.1, 1);
+            }
+        }
+        let staging = self.buffers.staging.clone().expect("uploaded");
+        if !out.is_empty() {
+            encoder.copy_buffer_to_buffer(self.buffers.out.as_ref().expect("uploaded"), 0, &staging, 0, out_bytes);
+        }
+        self.queue.submit([encoder.finish()]);
+        let oom = pollster::block_on(oom.pop());
+        let validation = pollster::block_on(scope.pop());
+        if let Some(error) = validation.or(oom) {
+            return Err(GpuError::Device(format!("dispatch failed: {error}")));
+        }
+        if out.is_empty() {
+            self.wait()?;
+            return Ok(());
+        }
+        let mapped = Arc::new(Mutex::new(None));
+        let flag = mapped.clone();
+        staging.slice(..out_bytes).map_async(wgpu::MapMode::Read, move |r| {
+            *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        });
+        self.wait()?;
+        match mapped.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(GpuError::Device(format!("cannot read the result back: {e}"))),
+            None => return Err(GpuError::Device("the result was never mapped".into())),
+        }
+        {
+            let view = staging
+                .slice(..out_bytes)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Device(format!("cannot read the mapped result: {e}")))?;
+            out.copy_from_slice(&view[..out.len()]);
+        }
+        staging.unmap();
+        self.take_uncaptured()
+    }
+
+    fn wait(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(Duration::from_secs(600)) })
+            .map(|_| ())
+            .map_err(|e| GpuError::Device(format!("waiting for the GPU failed: {e}")))
+    }
+
+    /// Kernel-only timing: uploads random quantized operands of an `m × n × k` unit once,
+    /// then times `repeat` back-to-back dispatches (after one warm-up) with the host waiting
+    /// for completion. Quantization and transfers are excluded. Returns seconds per dispatch.
+    pub fn time_kernel(&mut self, m: usize, n: usize, k: usize, repeat: usize) -> Result<f64, GpuError> {
+        let blocks = blocks_for(k);
+        self.check_shape(m, n, blocks * BLOCK / 4)?;
+        let mut rng = lockstep_luts::rng::SplitMix64::new(0x6b65726e656c);
+        let mut fill = |rows: usize, q: &mut Vec<i8>, e: &mut Vec<i32>| {
+            q.clear();
+            q.extend((0..rows * blocks * BLOCK).map(|_| (rng.below(255) as i32 - 127) as i8));
+            e.clear();
+            e.extend((0..rows * blocks).map(|_| rng.below(40) as i32 - 20));
+        };
+        fill(m, &mut self.host.a_q, &mut self.host.a_exp);
+        fill(n, &mut self.host.b_q, &mut self.host.b_exp);
+        let out_bytes = (m * n * 4) as u64;
+        self.upload(&[m as u32, n as u32, blocks as u32, 0], out_bytes)?;
+        let pipeline = self.pipeline(Kernel::GemmUnits)?;
+        let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
+        self.run(&pipeline, groups, 1, out_bytes, &mut [])?;
+        let start = Instant::now();
+        self.run(&pipeline, groups, repeat, out_bytes, &mut [])?;
+        Ok(start.elapsed().as_secs_f64() / repeat as f64)
+    }
+}
+
+fn pipeline_uses_exponents(cache: &HashMap<Kernel, wgpu::ComputePipeline>, pipeline: &wgpu::ComputePipeline) -> bool {
+    cache.get(&Kernel::GemmUnits).is_some_and(|p| p == pipeline)
+}
+
+/// Maps a [`GpuError`] onto a plugin error.
+pub fn worker_error(error: GpuError) -> lockstep_worker_api::plugin::WorkerError {
+    use lockstep_worker_api::status;
+    let code = match &error {
+        GpuError::Unavailable(_) | GpuError::Device(_) => status::DEVICE_ERROR,
+        GpuError::Shape(_) => status::INVALID_ARGUMENT,
+        GpuError::Unit(UnitError::NonFinite { .. }) => status::NON_FINITE_INPUT,
+        GpuError::Unit(UnitError::Shape { .. }) => status::INVALID_ARGUMENT,
+    };
+    lockstep_worker_api::plugin::WorkerError::new(code, error.to_string())
+}
+
+/// Creates the [`GpuUnits`] behind a plugin instance from the host's options.
+pub fn create_for_plugin(
+    product: Product,
+    options: &lockstep_worker_api::CreateOptions,
+) -> Result<GpuUnits, lockstep_worker_api::plugin::WorkerError> {
+    use lockstep_worker_api::{create_flags, status};
+    if options.flags & !create_flags::KNOWN != 0 {
+        return Err(lockstep_worker_api::plugin::WorkerError::new(
+            status::INVALID_ARGUMENT,
+            format!("unknown option flags {:#x}", options.flags),
+        ));
+    }
+    let gpu_options = GpuOptions {
+        hardware_only: options.flags & create_flags::HARDWARE_ONLY != 0,
+        tile: None,
+        threads: options.threads as usize,
+    };
+    GpuUnits::new(product, &gpu_options).map_err(worker_error)
+}
+
+/// Defines a plugin worker type over [`GpuUnits`] for one product; the plugin crate then
+/// calls `lockstep_worker_api::export_worker!` on it.
+#[macro_export]
+macro_rules! gpu_worker {
+    ($ty:ident, $name:expr, $description:expr, $product:expr) => {
+        /// The plugin instance: one GPU device running the units.
+        pub struct $ty {
+            units: $crate::GpuUnits,
+        }
+
+        impl lockstep_worker_api::plugin::Worker for $ty {
+            const NAME: &'static std::ffi::CStr = $name;
+            const DESCRIPTION: &'static std::ffi::CStr = $description;
+            const CAPABILITIES: u64 = lockstep_worker_api::caps::REQUIRED;
+
+            fn create(
+                options: &lockstep_worker_api::CreateOptions,
+            ) -> Result<Self, lockstep_worker_api::plugin::WorkerError> {
+                Ok(Self { units: $crate::create_for_plugin($product, options)? })
+            }
+
+            fn describe(&self) -> String {
+                self.units.describe()
+            }
+
+            fn gemm_f32(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[f32],
+                b: &[f32],
+                c: &mut [f32],
+            ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+                self.units.gemm_f32(m, n, k, a, b, c).map_err($crate::worker_error)
+            }
+
+            fn gemm_i8(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[i8],
+                b: &[i8],
+                c: &mut [i32],
+            ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+                self.units.gemm_i8(m, n, k, a, b, c).map_err($crate::worker_error)
+            }
+        }
+    };
+}

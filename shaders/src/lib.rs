@@ -1,0 +1,169 @@
+//! WGSL sources of the GPU units, as data with a typed index.
+//!
+//! A kernel is a *family* ([`Kernel`]: the blocked unit or the raw integer product) combined
+//! with a *product* ([`Product`]: the DP4A instruction or the product table) and, for the
+//! tiled unit, a [`Tile`]. [`source`] assembles the module: the product snippet first (it may
+//! open with a `requires` directive, which WGSL wants before any declaration), then the tile
+//! constants, then the family's body. No wgpu here; `cargo test` validates every combination
+//! with naga.
+//!
+//! Every combination computes the same bits: the tile only decides which invocation computes
+//! an output, never the order of its additions.
+
+/// A kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// The verified unit `C = A · Bᵀ` on quantized operands, with the exact epilogue.
+    GemmUnits,
+    /// The raw integer product over the full i8 range, i32 out.
+    GemmI8,
+}
+
+/// How four packed int8 pairs are multiplied and summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Product {
+    /// `dot4I8Packed` (`requires packed_4x8_integer_dot_product`).
+    Dp4a,
+    /// Lookups in the 65536-entry product table bound at `@binding(6)`.
+    Lut,
+}
+
+/// Work per invocation (`tm × tn` outputs) and workgroup shape (`wx × wy` invocations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tile {
+    pub tm: u32,
+    pub tn: u32,
+    pub wx: u32,
+    pub wy: u32,
+}
+
+impl Tile {
+    /// Rows of C per workgroup.
+    pub fn rows(self) -> u32 {
+        self.tm * self.wy
+    }
+
+    /// Columns of C per workgroup.
+    pub fn cols(self) -> u32 {
+        self.tn * self.wx
+    }
+
+    /// Workgroup memory the unit kernel uses, in bytes: one block (8 words) of each operand
+    /// tile and its exponents.
+    pub fn workgroup_bytes(self) -> u32 {
+        (self.rows() + self.cols()) * (8 + 1) * 4
+    }
+}
+
+/// Tiles a plugin may pick from. Large tiles suit discrete GPUs; small ones keep shader
+/// compilation and register use modest on software rasterizers such as lavapipe.
+pub const TILES: &[Tile] = &[
+    Tile { tm: 8, tn: 8, wx: 16, wy: 16 },
+    Tile { tm: 8, tn: 4, wx: 16, wy: 16 },
+    Tile { tm: 4, tn: 8, wx: 16, wy: 16 },
+    Tile { tm: 4, tn: 4, wx: 16, wy: 16 },
+    Tile { tm: 4, tn: 4, wx: 8, wy: 8 },
+];
+
+/// Workgroup size of [`Kernel::GemmI8`] (`8 × 8`, one output per invocation).
+pub const GEMM_I8_WORKGROUP: (u32, u32) = (8, 8);
+
+/// Binding slots shared by both families (see the WGSL files).
+pub mod binding {
+    pub const PARAMS: u32 = 0;
+    pub const A: u32 = 1;
+    pub const B: u32 = 2;
+    pub const A_EXP: u32 = 3;
+    pub const B_EXP: u32 = 4;
+    pub const OUT: u32 = 5;
+    pub const MUL_LUT: u32 = 6;
+}
+
+const PRODUCT_DP4A: &str = include_str!("../wgsl/product_dp4a.wgsl");
+const PRODUCT_LUT: &str = include_str!("../wgsl/product_lut.wgsl");
+const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
+const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
+
+impl Kernel {
+    /// The entry point's name.
+    pub fn entry_point(self) -> &'static str {
+        match self {
+            Kernel::GemmUnits => "gemm_units",
+            Kernel::GemmI8 => "gemm_i8",
+        }
+    }
+}
+
+/// The complete WGSL module for `kernel` with `product`; `tile` matters only for
+/// [`Kernel::GemmUnits`].
+pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
+    let product_src = match product {
+        Product::Dp4a => PRODUCT_DP4A,
+        Product::Lut => PRODUCT_LUT,
+    };
+    match kernel {
+        Kernel::GemmUnits => format!(
+            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\n\n{GEMM_UNITS}",
+            tile.tm, tile.tn, tile.wx, tile.wy
+        ),
+        Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validate(kernel: Kernel, product: Product, tile: Tile) -> naga::Module {
+        let src = source(kernel, product, tile);
+        let module = naga::front::wgsl::parse_str(&src)
+            .unwrap_or_else(|e| panic!("{kernel:?}/{product:?}/{tile:?}: {}", e.emit_to_string(&src)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{kernel:?}/{product:?}/{tile:?}: {}", e.emit_to_string(&src)));
+        module
+    }
+
+    #[test]
+    fn every_kernel_product_and_tile_validates() {
+        for product in [Product::Dp4a, Product::Lut] {
+            validate(Kernel::GemmI8, product, TILES[0]);
+            for &tile in TILES {
+                let module = validate(Kernel::GemmUnits, product, tile);
+                let entry = &module.entry_points[0];
+                assert_eq!(entry.name, Kernel::GemmUnits.entry_point());
+                assert_eq!(entry.workgroup_size, [tile.wx, tile.wy, 1]);
+                // NVIDIA gives compute shaders 48 KiB of workgroup memory, wgpu's default 16.
+                assert!(tile.workgroup_bytes() <= 16 * 1024, "{tile:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_dp4a_kernel_uses_the_dot_product_and_the_lut_kernel_the_table() {
+        let dp4a = source(Kernel::GemmUnits, Product::Dp4a, TILES[0]);
+        assert!(dp4a.starts_with("// The exact int8 product"));
+        assert!(dp4a.contains("requires packed_4x8_integer_dot_product;"));
+        assert!(!dp4a.contains("mul_lut"));
+        let lut = source(Kernel::GemmUnits, Product::Lut, TILES[0]);
+        assert!(lut.contains("var<storage, read> mul_lut: array<i32, 65536>"));
+        assert!(!lut.contains("dot4I8Packed"));
+        // Both lower to SPIR-V; the DP4A one through the integer dot product instruction.
+        for (src, needle) in [(&dp4a, Some(spirv_op_sdot())), (&lut, None)] {
+            let module = naga::front::wgsl::parse_str(src).unwrap();
+            let info =
+                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+                    .validate(&module)
+                    .unwrap();
+            let options = naga::back::spv::Options { capabilities: None, ..naga::back::spv::Options::default() };
+            let words = naga::back::spv::write_vec(&module, &info, &options, None).unwrap();
+            let has_sdot = words.iter().any(|&w| w & 0xffff == needle.unwrap_or(u32::MAX));
+            assert_eq!(has_sdot, needle.is_some());
+        }
+    }
+
+    /// `OpSDot` (SPV_KHR_integer_dot_product), opcode 4450.
+    fn spirv_op_sdot() -> u32 {
+        4450
+    }
+}

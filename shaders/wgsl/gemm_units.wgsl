@@ -1,0 +1,218 @@
+// The verified INT8 unit C = A · Bᵀ on quantized operands (docs/VERIFICATION.md).
+//
+// The host quantizes: `qa` holds A's rows as blocks of 32 int8 (8 packed words per block,
+// block order along k, zero-padded), `ea` one power-of-two exponent per (row, block); the
+// same for B. Each invocation owns a TM × TN sub-tile of C and, for every block in order,
+// (1) sums the 32 exact products of each output in i32 (`dot4`, from the product snippet
+// prepended to this file), then (2) adds the block's term `acc · 2^(ea + eb)` to the output's
+// f32 running sum.
+//
+// Contraction-proof epilogue: while every exponent sum of every block so far lies in
+// [-126, 108] (`clean`), each term is a normal f32 or +0 (|acc| < 2^19) and `f32(acc) * 2^s`
+// is exact, so an FMA the compiler may form rounds exactly like the separate add; all partial
+// sums are then multiples of 2^-126 and can be neither subnormal nor -0, so the flush rule has
+// nothing to do. From the first block outside that range on, each term is built on its bits
+// like `lockstep_luts::block_term` and every partial sum is flushed. Either way each output sees one fixed sequence of additions, whatever TM/TN/WX/WY
+// are. No float multiply-add pattern exists whose product is inexact.
+//
+// Workgroup: WX × WY invocations; tile BM = TM·WY rows × BN = TN·WX columns. Invocation
+// (x, y) owns rows y + WY·i and columns x + WX·j (strided, so a warp's shared-memory reads
+// are broadcasts or consecutive words). The prepended constants choose TM, TN, WX, WY.
+
+struct Params {
+    m: u32,
+    n: u32,
+    blocks: u32,
+    pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> qa: array<u32>;
+@group(0) @binding(2) var<storage, read> qb: array<u32>;
+@group(0) @binding(3) var<storage, read> ea: array<i32>;
+@group(0) @binding(4) var<storage, read> eb: array<i32>;
+@group(0) @binding(5) var<storage, read_write> c: array<f32>;
+
+const BM: u32 = TM * WY;
+const BN: u32 = TN * WX;
+const THREADS: u32 = WX * WY;
+// Packed words per block of 32 int8.
+const WORDS: u32 = 8u;
+
+// One block of the A and B tiles, word-major so the inner loop reads consecutive rows.
+var<workgroup> tile_a: array<u32, BM * WORDS>;
+var<workgroup> tile_b: array<u32, BN * WORDS>;
+var<workgroup> tile_ea: array<i32, BM>;
+var<workgroup> tile_eb: array<i32, BN>;
+
+const EXP_MASK: u32 = 0x7f800000u;
+const CANONICAL_NAN: u32 = 0x7fc00000u;
+
+// `lockstep_luts::units::block_term`: acc · 2^s built on the bits; +0 below the normal range,
+// ±Inf above it. |acc| < 2^24, so f32(acc) is exact.
+fn block_term(acc: i32, s: i32) -> f32 {
+    if acc == 0 {
+        return 0.0;
+    }
+    let bits = bitcast<u32>(f32(acc));
+    let biased = i32((bits >> 23u) & 0xffu) + s;
+    if biased <= 0 {
+        return 0.0;
+    }
+    if biased >= 255 {
+        return bitcast<f32>((bits & 0x80000000u) | EXP_MASK);
+    }
+    return bitcast<f32>((bits & 0x807fffffu) | (u32(biased) << 23u));
+}
+
+// Partial sums of magnitude below 2^-126 (zero or subnormal, either sign) become +0.
+fn flush_partial(x: f32) -> f32 {
+    if (bitcast<u32>(x) & 0x7fffffffu) < 0x00800000u {
+        return 0.0;
+    }
+    return x;
+}
+
+fn canonicalize(x: f32) -> f32 {
+    if (bitcast<u32>(x) & 0x7fffffffu) > EXP_MASK {
+        return bitcast<f32>(CANONICAL_NAN);
+    }
+    return x;
+}
+
+@compute @workgroup_size(WX, WY, 1)
+fn gemm_units(
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let tid = lid.y * WX + lid.x;
+    let m = params.m;
+    let n = params.n;
+    let blocks = params.blocks;
+    let row_words = blocks * WORDS;
+
+    var clean = true;
+    var sum: array<f32, TM * TN>;
+    for (var o = 0u; o < TM * TN; o++) {
+        sum[o] = 0.0;
+    }
+
+    for (var blk = 0u; blk < blocks; blk++) {
+        // Stage this block of the A and B tiles; rows past the matrix read as zeros.
+        for (var idx = tid; idx < BM * WORDS; idx += THREADS) {
+            let r = idx / WORDS;
+            let w = idx % WORDS;
+            var word = 0u;
+            if row0 + r < m {
+                word = qa[(row0 + r) * row_words + blk * WORDS + w];
+            }
+            tile_a[w * BM + r] = word;
+        }
+        for (var idx = tid; idx < BN * WORDS; idx += THREADS) {
+            let r = idx / WORDS;
+            let w = idx % WORDS;
+            var word = 0u;
+            if col0 + r < n {
+                word = qb[(col0 + r) * row_words + blk * WORDS + w];
+            }
+            tile_b[w * BN + r] = word;
+        }
+        for (var idx = tid; idx < BM; idx += THREADS) {
+            var e = 0;
+            if row0 + idx < m {
+                e = ea[(row0 + idx) * blocks + blk];
+            }
+            tile_ea[idx] = e;
+        }
+        for (var idx = tid; idx < BN; idx += THREADS) {
+            var e = 0;
+            if col0 + idx < n {
+                e = eb[(col0 + idx) * blocks + blk];
+            }
+            tile_eb[idx] = e;
+        }
+        workgroupBarrier();
+
+        // Exact i32 block sums.
+        var acc: array<i32, TM * TN>;
+        for (var o = 0u; o < TM * TN; o++) {
+            acc[o] = 0;
+        }
+        for (var w = 0u; w < WORDS; w++) {
+            var av: array<u32, TM>;
+            var bv: array<u32, TN>;
+            for (var i = 0u; i < TM; i++) {
+                av[i] = tile_a[w * BM + lid.y + WY * i];
+            }
+            for (var j = 0u; j < TN; j++) {
+                bv[j] = tile_b[w * BN + lid.x + WX * j];
+            }
+            for (var i = 0u; i < TM; i++) {
+                for (var j = 0u; j < TN; j++) {
+                    acc[i * TN + j] = dot4(av[i], bv[j]) + acc[i * TN + j];
+                }
+            }
+        }
+        var xa: array<i32, TM>;
+        var xb: array<i32, TN>;
+        for (var i = 0u; i < TM; i++) {
+            xa[i] = tile_ea[lid.y + WY * i];
+        }
+        for (var j = 0u; j < TN; j++) {
+            xb[j] = tile_eb[lid.x + WX * j];
+        }
+        workgroupBarrier();
+
+        var a_lo = xa[0];
+        var a_hi = xa[0];
+        for (var i = 1u; i < TM; i++) {
+            a_lo = min(a_lo, xa[i]);
+            a_hi = max(a_hi, xa[i]);
+        }
+        var b_lo = xb[0];
+        var b_hi = xb[0];
+        for (var j = 1u; j < TN; j++) {
+            b_lo = min(b_lo, xb[j]);
+            b_hi = max(b_hi, xb[j]);
+        }
+
+        // The block's terms, added in block order.
+        clean = clean && a_lo + b_lo >= -126 && a_hi + b_hi <= 108;
+        if clean {
+            // Scale bits (s + 127) << 23, split as ((ea + 127) << 23) + (eb << 23).
+            var sa: array<i32, TM>;
+            var sb: array<i32, TN>;
+            for (var i = 0u; i < TM; i++) {
+                sa[i] = (xa[i] + 127) << 23u;
+            }
+            for (var j = 0u; j < TN; j++) {
+                sb[j] = xb[j] << 23u;
+            }
+            for (var i = 0u; i < TM; i++) {
+                for (var j = 0u; j < TN; j++) {
+                    let scale = bitcast<f32>(sa[i] + sb[j]);
+                    sum[i * TN + j] = sum[i * TN + j] + f32(acc[i * TN + j]) * scale;
+                }
+            }
+        } else {
+            for (var i = 0u; i < TM; i++) {
+                for (var j = 0u; j < TN; j++) {
+                    let term = block_term(acc[i * TN + j], xa[i] + xb[j]);
+                    sum[i * TN + j] = flush_partial(sum[i * TN + j] + term);
+                }
+            }
+        }
+    }
+
+    for (var i = 0u; i < TM; i++) {
+        let row = row0 + lid.y + WY * i;
+        for (var j = 0u; j < TN; j++) {
+            let col = col0 + lid.x + WX * j;
+            if row < m && col < n {
+                c[row * n + col] = canonicalize(sum[i * TN + j]);
+            }
+        }
+    }
+}
