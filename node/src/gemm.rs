@@ -200,3 +200,109 @@ impl Gemm for FloatLane {
         vec![self]
     }
 }
+
+/// What an audit found: one product of a step recomputed by the reference units disagreed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditMismatch {
+    /// Which call of the step (0-based, in the order the model makes them).
+    pub call: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Flat index of the first differing element of C.
+    pub index: usize,
+    pub expected_bits: u32,
+    pub actual_bits: u32,
+    /// How many elements differ.
+    pub differing: usize,
+}
+
+impl std::fmt::Display for AuditMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "product #{} ({}x{}x{}) differs from the CPU reference in {} element(s); first at [{}][{}]: expected {:#010x}, got {:#010x}",
+            self.call,
+            self.m,
+            self.n,
+            self.k,
+            self.differing,
+            self.index / self.n,
+            self.index % self.n,
+            self.expected_bits,
+            self.actual_bits
+        )
+    }
+}
+
+/// Wraps the step's products for a live audit: the `target`-th call through
+/// [`Gemm::gemm_nt`] is recomputed by the reference units (`lockstep_luts::gemm_nt`) and
+/// compared bit for bit. Lane calls (attention) pass through unaudited. A mismatch makes that
+/// call fail, which stops the step.
+pub struct AuditOne<'a> {
+    inner: &'a mut dyn Gemm,
+    target: usize,
+    calls: usize,
+    /// Set when the audited call disagreed.
+    pub mismatch: Option<AuditMismatch>,
+    /// Set once the target call ran and was compared.
+    pub audited: Option<(usize, usize, usize)>,
+}
+
+impl<'a> AuditOne<'a> {
+    pub fn new(inner: &'a mut dyn Gemm, target: usize) -> Self {
+        Self { inner, target, calls: 0, mismatch: None, audited: None }
+    }
+
+    /// Calls through `gemm_nt` so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+}
+
+impl Gemm for AuditOne<'_> {
+    fn gemm_nt(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), ComputeError> {
+        let call = self.calls;
+        self.calls += 1;
+        self.inner.gemm_nt(m, n, k, a, b, c)?;
+        if call != self.target {
+            return Ok(());
+        }
+        let expected =
+            lockstep_luts::gemm_nt(m, n, k, a, b).map_err(|e| ComputeError(format!("audit reference failed: {e}")))?;
+        self.audited = Some((m, n, k));
+        let mut differing = expected.iter().zip(c.iter()).enumerate().filter(|(_, (x, y))| x.to_bits() != y.to_bits());
+        if let Some((index, (x, y))) = differing.next() {
+            let mismatch = AuditMismatch {
+                call,
+                m,
+                n,
+                k,
+                index,
+                expected_bits: x.to_bits(),
+                actual_bits: y.to_bits(),
+                differing: 1 + differing.count(),
+            };
+            let message = format!("audit failed: {mismatch}");
+            self.mismatch = Some(mismatch);
+            return Err(ComputeError(message));
+        }
+        Ok(())
+    }
+
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+
+    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
+        self.inner.lanes()
+    }
+}

@@ -7,7 +7,7 @@
 use crate::adam::{schedule, Adam};
 use crate::config::RunConfig;
 use crate::data::{heldout_batches, DataSource, Origin};
-use crate::gemm::{ComputeError, Gemm};
+use crate::gemm::{AuditOne, ComputeError, Gemm};
 use crate::model::Model;
 use crate::params::{init, weight_hash, Layout};
 
@@ -33,6 +33,8 @@ pub struct StepReport {
     pub weight_hash: u32,
     pub tokens: usize,
     pub origin: Origin,
+    /// The product a live audit recomputed this step and found equal: `(call, m, n, k)`.
+    pub audited: Option<(usize, usize, usize, usize)>,
 }
 
 pub struct Trainer {
@@ -43,6 +45,11 @@ pub struct Trainer {
     step: u32,
     gemm: Box<dyn Gemm + Send>,
     data: Box<dyn DataSource>,
+    /// Live audit period in steps (0: off).
+    audit_every: u32,
+    /// Products per step through `Gemm::gemm_nt`, learned from the last audited step.
+    calls_per_step: usize,
+    last_audited: Option<(usize, usize, usize, usize)>,
 }
 
 impl Trainer {
@@ -52,7 +59,18 @@ impl Trainer {
         let layout = Layout::new(run.model);
         let weights = init(&layout, run.seed);
         let adam = Adam::new(layout.len);
-        Ok(Trainer { run, model: Model::new(layout), weights, adam, step: 0, gemm, data })
+        Ok(Trainer {
+            run,
+            model: Model::new(layout),
+            weights,
+            adam,
+            step: 0,
+            gemm,
+            data,
+            audit_every: 0,
+            calls_per_step: 0,
+            last_audited: None,
+        })
     }
 
     pub fn run_config(&self) -> &RunConfig {
@@ -89,19 +107,51 @@ impl Trainer {
         std::mem::replace(&mut self.gemm, gemm)
     }
 
+    /// Turns the live audit on (every `every` steps) or off (0). On an audited step one
+    /// product of the step, a different one each time, is recomputed by the reference units
+    /// and compared bit for bit; a mismatch fails the step with a report.
+    pub fn set_audit_every(&mut self, every: u32) {
+        self.audit_every = every;
+    }
+
     /// Loss and gradient on this node's next batch, at the current weights.
     pub fn gradient(&mut self) -> Result<(f32, Vec<f32>, Origin), ComputeError> {
         let seq = self.run.model.context;
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
-        let (loss, grad) = self.model.loss_and_grad(
-            self.gemm.as_mut(),
-            &self.weights,
-            &batch.tokens,
-            &batch.targets,
-            self.run.batch,
-            seq,
-        )?;
+        let computing = self.step + 1;
+        self.last_audited = None;
+        if self.audit_every == 0 || computing % self.audit_every != 0 {
+            let (loss, grad) = self.model.loss_and_grad(
+                self.gemm.as_mut(),
+                &self.weights,
+                &batch.tokens,
+                &batch.targets,
+                self.run.batch,
+                seq,
+            )?;
+            return Ok((loss, grad, origin));
+        }
+        // Rotate through the step's products: the n-th audit checks call n mod calls-per-step.
+        let round = (computing / self.audit_every) as usize;
+        let target = if self.calls_per_step == 0 { 0 } else { round % self.calls_per_step };
+        let mut audit = AuditOne::new(self.gemm.as_mut(), target);
+        let result =
+            self.model.loss_and_grad(&mut audit, &self.weights, &batch.tokens, &batch.targets, self.run.batch, seq);
+        if let Some(mismatch) = &audit.mismatch {
+            return Err(ComputeError(format!(
+                "step {computing}: live audit failed, the run stops: {mismatch} (backend: {})",
+                audit.label()
+            )));
+        }
+        let (loss, grad) = result?;
+        self.calls_per_step = audit.calls();
+        self.last_audited = audit.audited.map(|(m, n, k)| (target, m, n, k));
         Ok((loss, grad, origin))
+    }
+
+    /// The product the last step's audit recomputed, if that step was audited.
+    pub fn last_audited(&self) -> Option<(usize, usize, usize, usize)> {
+        self.last_audited
     }
 
     /// One Adam update from `grad`, ending the current step.
@@ -121,6 +171,7 @@ impl Trainer {
             weight_hash: self.weight_hash(),
             tokens: self.run.tokens_per_step(),
             origin,
+            audited: self.last_audited,
         })
     }
 

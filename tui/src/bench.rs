@@ -125,6 +125,17 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         let seconds = best_time(min, || Ok(single.gemm_f32_into(m, n, k, &a, &b, &mut c)?))?;
         push(single.name(), 1, seconds);
         let expected = c.clone();
+        // Plugins that can time their device kernel alone (GPU plugins) report it beside the
+        // whole call: operands resident on the device, no quantization, no transfers.
+        match single.time_kernel(m, n, k, 10) {
+            Ok(_) => {
+                let repeat = (min.as_secs_f64() / single.time_kernel(m, n, k, 3)?.max(1e-6)).clamp(3.0, 200.0) as u32;
+                let seconds = single.time_kernel(m, n, k, repeat)?;
+                push(&format!("{} kernel", single.name()), 1, seconds);
+            }
+            Err(e) if e.status == lockstep_worker_api::status::UNSUPPORTED => {}
+            Err(e) => return Err(e.into()),
+        }
         if all_threads > 1 {
             let seconds = best_time(min, || Ok(multi.gemm_f32_into(m, n, k, &a, &b, &mut c)?))?;
             push(multi.name(), all_threads, seconds);
@@ -148,12 +159,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("{:<16} {:<10} {:>7} {:>10} {:>9} {:>10}", "shape", "impl", "threads", "ms", "GOP/s", "vs sgemm");
+    println!("{:<16} {:<12} {:>7} {:>10} {:>9} {:>10}", "shape", "impl", "threads", "ms", "GOP/s", "vs sgemm");
     for row in rows {
         let peer = rows.iter().find(|r| r.shape == row.shape && r.implementation == "sgemm-f32");
         let ratio = peer.map_or(String::from("-"), |p| format!("{:.2}x", row.gops / p.gops));
         println!(
-            "{:<16} {:<10} {:>7} {:>10.3} {:>9.1} {:>10}",
+            "{:<16} {:<12} {:>7} {:>10.3} {:>9.1} {:>10}",
             row.shape,
             row.implementation,
             row.threads,

@@ -55,9 +55,18 @@ impl ModelArgs {
 pub struct TrainArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// `cpu`, a plugin path, or `float` for the float reference trainer (no units).
-    #[arg(long, default_value = "cpu")]
+    /// `auto` (DP4A, then LUT, then CPU, each gated, hardware GPUs only), `cpu`, `lut`,
+    /// `dp4a`, a plugin path, or `float` for the float reference trainer (no units).
+    #[arg(long, default_value = "auto")]
     backend: String,
+    /// Hot-swap the backend after a step: `STEP:NAME` (repeatable). The new backend is gated
+    /// first; if it is refused, training continues on the old one.
+    #[arg(long = "swap", value_name = "STEP:NAME")]
+    swaps: Vec<String>,
+    /// Live audit: every this many steps one product of the step is recomputed by the CPU
+    /// reference and compared bit for bit; a mismatch stops the run (0: off).
+    #[arg(long, default_value_t = 100)]
+    audit_every: u32,
     /// Threads for CPU backends (0: all cores).
     #[arg(long, default_value_t = 0)]
     threads: u32,
@@ -80,6 +89,47 @@ pub struct TrainArgs {
     /// instead of the built-in corpus; falls back to the built-in corpus when it is unreachable.
     #[arg(long)]
     data: Option<String>,
+}
+
+/// `STEP:NAME` pairs, sorted by step.
+fn parse_swaps(specs: &[String]) -> anyhow::Result<Vec<(u32, String)>> {
+    let mut swaps = specs
+        .iter()
+        .map(|spec| {
+            let (step, name) = spec.split_once(':').with_context(|| format!("--swap `{spec}` is not STEP:NAME"))?;
+            let step =
+                step.parse::<u32>().with_context(|| format!("--swap `{spec}`: `{step}` is not a step number"))?;
+            anyhow::ensure!(!name.is_empty(), "--swap `{spec}` names no backend");
+            Ok((step, name.to_string()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    swaps.sort_by_key(|(step, _)| *step);
+    Ok(swaps)
+}
+
+/// Gates `name` and, if admitted, makes it compute from the next step on; otherwise says why
+/// and keeps the current backend.
+fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool) {
+    let step = trainer.step_count();
+    match gemm_for(name, threads, true) {
+        Ok(gemm) => {
+            let label = gemm.label();
+            trainer.replace_gemm(gemm);
+            if json {
+                println!("{}", serde_json::json!({"swap": name, "after_step": step, "ok": true, "now": label}));
+            } else {
+                println!("swap: after step {step}: now {label}");
+            }
+        }
+        Err(error) => {
+            let why = format!("{error:#}");
+            if json {
+                println!("{}", serde_json::json!({"swap": name, "after_step": step, "ok": false, "why": why}));
+            } else {
+                println!("swap: after step {step}: `{name}` refused, keeping {}: {why}", trainer.gemm_label());
+            }
+        }
+    }
 }
 
 /// `threads`, or every core for 0.
@@ -113,7 +163,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(url) => Box::new(RemoteSource::new(url, run.seed).map_err(anyhow::Error::msg)?),
         None => Box::new(BuiltinSource::new(run.seed)),
     };
+    let mut swaps = parse_swaps(&args.swaps)?;
     let mut trainer = Trainer::new(run, gemm, source).map_err(anyhow::Error::msg)?;
+    if args.backend != "float" {
+        trainer.set_audit_every(args.audit_every);
+    }
     if let Some(state) = resumed {
         trainer.restore(state).map_err(anyhow::Error::msg)?;
     }
@@ -144,6 +198,14 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut last = None;
     let mut last_origin_kind = None;
     while trainer.step_count() < until {
+        // Hot-swaps happen here, at a step boundary.
+        while let Some(&(at, ref name)) = swaps.first() {
+            if at > trainer.step_count() {
+                break;
+            }
+            swap_backend(&mut trainer, name, args.threads, args.json);
+            swaps.remove(0);
+        }
         let report = trainer.step().context("training step failed")?;
         // Say when the data's origin changes (remote, built-in, or a fallback and why).
         let kind = std::mem::discriminant(&report.origin);
@@ -160,7 +222,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"step": report.step, "loss": report.loss, "whash": format!("{:#010x}", report.weight_hash), "tokens_per_s": tokens_per_s})
+                serde_json::json!({"step": report.step, "loss": report.loss, "whash": format!("{:#010x}", report.weight_hash), "tokens_per_s": tokens_per_s, "audited": report.audited.map(|(call, m, n, k)| format!("#{call} {m}x{n}x{k}"))})
             );
         } else if live {
             let done = (report.step - first_step) as f64 / (until - first_step).max(1) as f64;

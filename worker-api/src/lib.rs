@@ -64,6 +64,12 @@ pub mod caps {
     pub const GEMM_F32: u64 = 1 << 0;
     /// `gemm_i8`: the raw integer product over the full i8 range. Required.
     pub const GEMM_I8: u64 = 1 << 1;
+    /// `time_kernel` (ABI 1.1): times the device kernel alone on operands already resident
+    /// on the device, for benchmarks. Optional.
+    pub const KERNEL_TIMING: u64 = 1 << 2;
+    /// The plugin computes on an accelerator and serializes calls on it: hosts use one
+    /// instance rather than one per thread. Informational (ABI 1.1).
+    pub const DEVICE: u64 = 1 << 3;
     /// Reserved for a fused attention entry appended in a later minor version.
     pub const FUSED_ATTENTION: u64 = 1 << 8;
     /// Reserved for a back-to-back MLP chain entry appended in a later minor version.
@@ -140,6 +146,18 @@ pub type GemmI8Fn = unsafe extern "C" fn(
     c: *mut i32,
     error: *mut ErrorBuf,
 ) -> i32;
+/// `time_kernel(instance, m, n, k, repeat, out_seconds, error) -> status` (ABI 1.1): uploads
+/// operands of an `m × n × k` unit once, then runs the unit's device kernel `repeat` times and
+/// writes the seconds per run, excluding quantization and transfers.
+pub type TimeKernelFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    m: u32,
+    n: u32,
+    k: u32,
+    repeat: u32,
+    out_seconds: *mut f64,
+    error: *mut ErrorBuf,
+) -> i32;
 /// The entry symbol's type.
 pub type EntryFn = unsafe extern "C" fn() -> *const WorkerVTable;
 
@@ -161,7 +179,13 @@ pub struct WorkerVTable {
     pub describe: Option<DescribeFn>,
     pub gemm_f32: Option<GemmF32Fn>,
     pub gemm_i8: Option<GemmI8Fn>,
+    // ---- ABI 1.1 ----
+    pub time_kernel: Option<TimeKernelFn>,
 }
+
+/// Size of an ABI 1.0 table: the smallest a host accepts. Fields past it are read only when
+/// `struct_size` covers them.
+pub const TABLE_SIZE_1_0: u32 = 72;
 
 // SAFETY: the table is immutable and its pointers point at static, immutable data (string
 // literals and functions), so sharing it between threads is sound.
@@ -175,7 +199,8 @@ mod tests {
     /// Golden layout: changing any of these numbers is an ABI break.
     #[test]
     fn vtable_layout_is_pinned() {
-        assert_eq!(size_of::<WorkerVTable>(), 72);
+        assert_eq!(size_of::<WorkerVTable>(), 80);
+        assert_eq!(TABLE_SIZE_1_0, 72);
         assert_eq!(align_of::<WorkerVTable>(), 8);
         assert_eq!(offset_of!(WorkerVTable, abi_major), 0);
         assert_eq!(offset_of!(WorkerVTable, abi_minor), 2);
@@ -188,6 +213,7 @@ mod tests {
         assert_eq!(offset_of!(WorkerVTable, describe), 48);
         assert_eq!(offset_of!(WorkerVTable, gemm_f32), 56);
         assert_eq!(offset_of!(WorkerVTable, gemm_i8), 64);
+        assert_eq!(offset_of!(WorkerVTable, time_kernel), 72);
         // A nullable function pointer is one pointer wide.
         assert_eq!(size_of::<Option<GemmF32Fn>>(), size_of::<usize>());
     }
@@ -222,6 +248,7 @@ mod tests {
         }
         assert_eq!(status::name(99), "unknown status");
         assert_eq!(caps::REQUIRED, 0b11);
+        assert_eq!(caps::KERNEL_TIMING, 0b100);
         assert_eq!(ENTRY_SYMBOL, "lockstep_worker_entry");
     }
 }

@@ -49,6 +49,12 @@ pub trait Worker: Sized + 'static {
 
     /// `c = a · bᵀ` over i8 with i32 accumulation.
     fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), WorkerError>;
+
+    /// Seconds per run of the device kernel alone (see [`crate::TimeKernelFn`]). Plugins
+    /// with [`crate::caps::KERNEL_TIMING`] implement it.
+    fn time_kernel(&mut self, _m: usize, _n: usize, _k: usize, _repeat: usize) -> Result<f64, WorkerError> {
+        Err(WorkerError::new(status::UNSUPPORTED, "this plugin does not time its kernel"))
+    }
 }
 
 /// Builds the static table for `W`. Used by [`crate::export_worker!`].
@@ -65,6 +71,7 @@ pub const fn vtable<W: Worker>() -> WorkerVTable {
         describe: Some(describe::<W>),
         gemm_f32: Some(gemm_f32::<W>),
         gemm_i8: Some(gemm_i8::<W>),
+        time_kernel: Some(time_kernel::<W>),
     }
 }
 
@@ -259,6 +266,31 @@ unsafe extern "C" fn gemm_i8<W: Worker>(
             let b = slice(b, elements(n, k)?, "B")?;
             let c = slice_mut(c, elements(m, n)?, "C")?;
             worker.gemm_i8(m as usize, n as usize, k as usize, a, b, c)
+        })
+    }
+}
+
+unsafe extern "C" fn time_kernel<W: Worker>(
+    instance_ptr: *mut c_void,
+    m: u32,
+    n: u32,
+    k: u32,
+    repeat: u32,
+    out_seconds: *mut f64,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            if out_seconds.is_null() {
+                return Err(invalid("out_seconds is null"));
+            }
+            if m == 0 || n == 0 || k == 0 || repeat == 0 {
+                return Err(invalid("time_kernel needs a non-empty shape and repeat ≥ 1"));
+            }
+            *out_seconds = worker.time_kernel(m as usize, n as usize, k as usize, repeat as usize)?;
+            Ok(())
         })
     }
 }

@@ -103,6 +103,22 @@ pub struct GpuUnits {
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
 
+/// `LOCKSTEP_GPU_TILE=TMxTNxWXxWY` picks a tile for benchmarks. The tile decides only which
+/// invocation computes an output, never the order of its additions, so it cannot change a bit
+/// (the conformance suite runs every tile in `TILES`).
+fn tile_from_env() -> Result<Option<Tile>, GpuError> {
+    let Ok(text) = std::env::var("LOCKSTEP_GPU_TILE") else { return Ok(None) };
+    let parts: Vec<u32> = text.split('x').filter_map(|p| p.parse().ok()).collect();
+    match parts[..] {
+        [tm, tn, wx, wy] if [tm, tn, wx, wy].iter().all(|&v| (1..=64).contains(&v)) && wx * wy <= 256 => {
+            Ok(Some(Tile { tm, tn, wx, wy }))
+        }
+        _ => Err(GpuError::Unavailable(format!(
+            "LOCKSTEP_GPU_TILE={text:?} is not TMxTNxWXxWY (at most 256 invocations)"
+        ))),
+    }
+}
+
 fn rank(device_type: wgpu::DeviceType) -> u8 {
     match device_type {
         wgpu::DeviceType::DiscreteGpu => 0,
@@ -214,7 +230,11 @@ impl GpuUnits {
             Product::Lut => adapters.into_iter().next().expect("checked non-empty"),
         };
         let summary = summarize(&adapter);
-        let tile = options.tile.unwrap_or(if summary.software { TILES[4] } else { TILES[0] });
+        let tile = match (options.tile, tile_from_env()?) {
+            (Some(tile), _) | (None, Some(tile)) => tile,
+            (None, None) if summary.software => TILES[4],
+            (None, None) => TILES[0],
+        };
         let needed = wgpu::Limits {
             max_storage_buffer_binding_size: adapter.limits().max_storage_buffer_binding_size,
             max_buffer_size: adapter.limits().max_buffer_size,
@@ -621,7 +641,9 @@ macro_rules! gpu_worker {
         impl lockstep_worker_api::plugin::Worker for $ty {
             const NAME: &'static std::ffi::CStr = $name;
             const DESCRIPTION: &'static std::ffi::CStr = $description;
-            const CAPABILITIES: u64 = lockstep_worker_api::caps::REQUIRED;
+            const CAPABILITIES: u64 = lockstep_worker_api::caps::REQUIRED
+                | lockstep_worker_api::caps::KERNEL_TIMING
+                | lockstep_worker_api::caps::DEVICE;
 
             fn create(
                 options: &lockstep_worker_api::CreateOptions,
@@ -655,6 +677,16 @@ macro_rules! gpu_worker {
                 c: &mut [i32],
             ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
                 self.units.gemm_i8(m, n, k, a, b, c).map_err($crate::worker_error)
+            }
+
+            fn time_kernel(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                repeat: usize,
+            ) -> Result<f64, lockstep_worker_api::plugin::WorkerError> {
+                self.units.time_kernel(m, n, k, repeat).map_err($crate::worker_error)
             }
         }
     };

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use lockstep_worker_api::{status, CreateOptions, ErrorBuf};
+use lockstep_worker_api::{caps, status, CreateOptions, ErrorBuf};
 
 use crate::loader::Plugin;
 
@@ -65,7 +65,12 @@ impl ErrorStorage {
 impl Plugin {
     /// Creates an instance (`threads`: 0 for all cores; GPU plugins ignore it).
     pub fn instantiate(&self, threads: u32) -> Result<Backend, BackendError> {
-        let options = CreateOptions::new(threads);
+        self.instantiate_with(threads, 0)
+    }
+
+    /// Creates an instance with option `flags` from `lockstep_worker_api::create_flags`.
+    pub fn instantiate_with(&self, threads: u32, flags: u64) -> Result<Backend, BackendError> {
+        let options = CreateOptions { flags, ..CreateOptions::new(threads) };
         let mut instance = std::ptr::null_mut();
         let mut error = ErrorStorage::new();
         let create = self.vtable.create.expect("checked at load");
@@ -172,6 +177,29 @@ impl Backend {
     }
 
     /// The raw integer unit over the full i8 range.
+    /// Seconds per run of the plugin's device kernel alone, on an `m × n × k` unit (plugins
+    /// with `caps::KERNEL_TIMING`); `UNSUPPORTED` otherwise.
+    pub fn time_kernel(&mut self, m: usize, n: usize, k: usize, repeat: u32) -> Result<f64, BackendError> {
+        const CALL: &str = "time_kernel";
+        self.check_usable(CALL)?;
+        let (m, n, k) = self.shape(CALL, m, n, k)?;
+        let supported = self.plugin.capabilities() & caps::KERNEL_TIMING != 0;
+        let Some(time) = self.plugin.vtable.time_kernel.filter(|_| supported) else {
+            return Err(BackendError {
+                backend: self.name().to_string(),
+                call: CALL,
+                status: status::UNSUPPORTED,
+                message: "the plugin does not time its kernel".into(),
+            });
+        };
+        let mut seconds = 0f64;
+        let mut error = ErrorStorage::new();
+        // SAFETY: live instance, valid out pointer and error buffer, per the ABI.
+        let code = unsafe { time(self.instance, m, n, k, repeat, &mut seconds, &mut error.buf) };
+        self.finish(CALL, code, &error)?;
+        Ok(seconds)
+    }
+
     pub fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8]) -> Result<Vec<i32>, BackendError> {
         const CALL: &str = "gemm_i8";
         self.check_usable(CALL)?;

@@ -4,7 +4,7 @@ use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lockstep_worker_api::{caps, EntryFn, WorkerVTable, ABI_MAJOR, ENTRY_SYMBOL};
+use lockstep_worker_api::{caps, EntryFn, WorkerVTable, ABI_MAJOR, ENTRY_SYMBOL, TABLE_SIZE_1_0};
 
 /// Backend names that resolve to plugins built with the workspace.
 pub const BUILTIN_BACKENDS: &[&str] = &["cpu", "lut", "dp4a"];
@@ -119,12 +119,21 @@ impl Plugin {
         if major != ABI_MAJOR {
             return Err(LoadError::AbiMajor { path: path_buf, found: major, expected: ABI_MAJOR });
         }
-        let needed = std::mem::size_of::<WorkerVTable>() as u32;
+        let needed = TABLE_SIZE_1_0;
         if size < needed {
             return Err(LoadError::TableTooSmall { path: path_buf, found: size, needed });
         }
-        // SAFETY: the major version and size say this is (at least) a full v1 table.
-        let vtable: &'static WorkerVTable = unsafe { &*table };
+        // An older minor version's table is shorter than ours: copy what it has into a table
+        // whose later fields are null (absent), and use only the copy.
+        let mut owned = std::mem::MaybeUninit::<WorkerVTable>::zeroed();
+        let copied = (size as usize).min(std::mem::size_of::<WorkerVTable>());
+        // SAFETY: the plugin's table is `size` bytes (its `struct_size`), of which we copy at
+        // most our own table's size into our zeroed table; all-zero bytes are a valid table
+        // (null pointers, `None` functions, zero integers).
+        let vtable: &'static WorkerVTable = unsafe {
+            std::ptr::copy_nonoverlapping(table.cast::<u8>(), owned.as_mut_ptr().cast::<u8>(), copied);
+            Box::leak(Box::new(owned.assume_init()))
+        };
         let functions = [
             ("create", vtable.create.is_some()),
             ("destroy", vtable.destroy.is_some()),
