@@ -71,3 +71,99 @@ fn bench_gemm_prints_json_lines() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not MxNxK"), "{}", text(&out));
 }
+
+const TINY: &[&str] = &[
+    "--width",
+    "32",
+    "--context",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch",
+    "4",
+    "--eval-batches",
+    "0",
+    "--json",
+];
+
+/// Runs `lockstep train` on the tiny model and returns its JSON lines (steps and swaps).
+fn train_json(extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["train"];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(extra);
+    let out = lockstep(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+fn step_hashes(lines: &[serde_json::Value]) -> Vec<String> {
+    lines.iter().filter_map(|l| l["whash"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
+    let cpu = step_hashes(&train_json(&["--steps", "8", "--backend", "cpu"]));
+    assert_eq!(cpu.len(), 8);
+    for gpu in ["lut", "dp4a"] {
+        let hashes = step_hashes(&train_json(&["--steps", "8", "--backend", gpu]));
+        assert_eq!(hashes, cpu, "--backend {gpu}");
+    }
+}
+
+#[test]
+fn hot_swaps_at_step_boundaries_leave_the_hashes_of_an_unswapped_run() {
+    let plain = step_hashes(&train_json(&["--steps", "9", "--backend", "cpu"]));
+    let lines = train_json(&["--steps", "9", "--backend", "cpu", "--swap", "3:dp4a", "--swap", "6:lut"]);
+    assert_eq!(step_hashes(&lines), plain);
+    let swaps: Vec<(&str, u64, bool)> = lines
+        .iter()
+        .filter(|l| l.get("swap").is_some())
+        .map(|l| (l["swap"].as_str().unwrap(), l["after_step"].as_u64().unwrap(), l["ok"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(swaps, [("dp4a", 3, true), ("lut", 6, true)]);
+    // A swap to a plugin the gate refuses keeps the old backend and says why.
+    let wrong = fixture("flaw_round_half_away");
+    let swap = format!("2:{wrong}");
+    let lines = train_json(&["--steps", "4", "--backend", "cpu", "--swap", &swap]);
+    let refused = lines.iter().find(|l| l.get("swap").is_some()).expect("a swap line");
+    assert_eq!(refused["ok"], false);
+    assert!(refused["why"].as_str().unwrap().contains("was not admitted"), "{refused}");
+    assert_eq!(step_hashes(&lines), step_hashes(&train_json(&["--steps", "4", "--backend", "cpu"])));
+}
+
+#[test]
+fn the_live_audit_stops_a_backend_that_drifts_after_admission() {
+    let drifting = fixture("drift_after_admission");
+    let mut args = vec!["train"];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(&["--steps", "40", "--audit-every", "1", "--threads", "1", "--backend", &drifting]);
+    let out = lockstep(&args);
+    let shown = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("live audit failed, the run stops"), "{shown}");
+    assert!(shown.contains("differs from the CPU reference"), "{shown}");
+    // It stopped at the first audited step after the drift began, not at the end.
+    let steps = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("\"whash\"")).count();
+    assert!(steps < 40, "{shown}");
+    // The same run with an honest backend passes every audit.
+    let lines = train_json(&["--steps", "5", "--audit-every", "1", "--backend", "cpu"]);
+    assert!(lines.iter().filter(|l| l.get("whash").is_some()).all(|l| l["audited"].is_string()), "{lines:?}");
+}
+
+#[test]
+fn the_automatic_choice_reports_every_verdict() {
+    let mut args = vec!["train"];
+    args.extend_from_slice(&TINY[..TINY.len() - 1]);
+    args.extend_from_slice(&["--steps", "1"]);
+    let out = lockstep(&args);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    // dp4a is tried first, then lut, then cpu; each gets a verdict until one is admitted.
+    let order: Vec<&str> = shown.lines().filter_map(|l| l.strip_prefix("auto: ")).collect();
+    assert!(order.first().is_some_and(|l| l.starts_with("dp4a: ")), "{shown}");
+    let chosen = order.iter().find_map(|l| l.strip_prefix("chose `")).expect("a choice").trim_end_matches('`');
+    assert!(["dp4a", "lut", "cpu"].contains(&chosen), "{shown}");
+    assert!(order.iter().any(|l| l.starts_with(&format!("{chosen}: ADMITTED"))), "{shown}");
+}
