@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU evidence run on a real NVIDIA GPU (the device machine's H200; see docs/PERFORMANCE.md).
+# Expects, in .dev/, stripped release builds made on the build machine:
+#   lockstep, liblockstep_backend_{cpu,lut,dp4a}.so, and the `conformance` and `tiles` test
+#   binaries (cargo test --release --no-run -p lockstep-backends --test conformance
+#   -p lockstep-gpu --test tiles), and in .gl/ the Vulkan loader packages.
+# Writes logs to $OUT (or ./h200-out).
+set -uo pipefail
+out=${OUT:-$PWD/h200-out}
+mkdir -p "$out"
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export LOCKSTEP_PLUGIN_DIR=$PWD/.dev
+bin=$PWD/.dev
+step() { echo; echo "### $*"; }
+{
+  step nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+  step gates
+  for b in cpu lut dp4a; do "$bin/lockstep" gate "$b"; echo "exit $?"; done
+  step conformance suite; "$bin/conformance" --test-threads 1 2>&1 | grep -v XDG_RUNTIME
+  step tile invariance; "$bin/tiles" --test-threads 1 2>&1 | grep -v XDG_RUNTIME
+} 2>&1 | tee "$out/gate.log"
+{
+  step tile sweep, 4096^3 kernel
+  for t in ${TILES_SWEEP:-8x8x16x16 8x4x16x16 4x8x16x16 4x4x16x16}; do
+    for b in dp4a lut; do
+      echo "tile $t $b"; LOCKSTEP_GPU_TILE=$t "$bin/lockstep" bench gemm --backend $b --shapes 4096x4096x4096 --min-ms 300 | grep kernel
+    done
+  done
+  step bench gemm
+  shapes=1024x1024x1024,4096x4096x4096,2048x384x128,2048x128x384,384x128x2048,2048x512x128,2048x128x512,128x128x32,128x32x128
+  for b in dp4a lut cpu; do "$bin/lockstep" bench gemm --backend $b --shapes $shapes --min-ms 300; done
+} 2>&1 | tee "$out/bench.log"
+{
+  step 200-step training per backend
+  for b in cpu dp4a lut; do
+    timeout ${TRAIN_TIMEOUT:-150} "$bin/lockstep" train --backend $b --steps 200 --json --eval-batches 0 > "$out/train_$b.jsonl"
+    echo "$b exit $? steps $(grep -c whash "$out/train_$b.jsonl") last $(tail -1 "$out/train_$b.jsonl")"
+  done
+  for b in dp4a lut; do
+    if diff <(grep -o '"whash":"[^"]*"' "$out/train_cpu.jsonl") <(grep -o '"whash":"[^"]*"' "$out/train_$b.jsonl") >/dev/null; then
+      echo "$b: every step's weight hash equals cpu's"
+    else
+      echo "$b: weight hashes DIFFER from cpu's"
+    fi
+  done
+} 2>&1 | tee "$out/train.log"
