@@ -22,10 +22,10 @@ step() { echo; echo "### $*"; }
   step tile invariance; "$bin/tiles" --test-threads 1 2>&1 | grep -v XDG_RUNTIME
 } 2>&1 | tee "$out/gate.log"
 {
-  step tile sweep, 4096^3 kernel
-  for t in ${TILES_SWEEP:-8x8x16x16 8x4x16x16 4x8x16x16 4x4x16x16}; do
-    for b in dp4a lut; do
-      echo "tile $t $b"; LOCKSTEP_GPU_TILE=$t "$bin/lockstep" bench gemm --backend $b --shapes 4096x4096x4096 --min-ms 300 | grep kernel
+  step tile sweep, 4096^3 kernel '(TMxTNxWXxWYxKB)'
+  for b in dp4a lut; do
+    for t in ${TILES_SWEEP:-8x4x16x16x1 8x4x16x16x2 8x4x16x16x4 8x8x16x16x1 8x8x16x16x2 8x8x16x16x4 4x8x16x16x2 16x4x16x16x2}; do
+      echo "tile $t $b $(LOCKSTEP_GPU_TILE=$t "$bin/lockstep" bench gemm --backend $b --shapes 4096x4096x4096 --min-ms 100 | grep kernel)"
     done
   done
   step bench gemm
@@ -34,10 +34,15 @@ step() { echo; echo "### $*"; }
 } 2>&1 | tee "$out/bench.log"
 {
   step 200-step training per backend
+  # The GPU runs share the machine: both at once, after the CPU run.
   for b in cpu dp4a lut; do
-    timeout ${TRAIN_TIMEOUT:-150} "$bin/lockstep" train --backend $b --steps 200 --json --eval-batches 0 > "$out/train_$b.jsonl"
-    echo "$b exit $? steps $(grep -c whash "$out/train_$b.jsonl") last $(tail -1 "$out/train_$b.jsonl")"
+    run_one() {
+      timeout ${TRAIN_TIMEOUT:-400} "$bin/lockstep" train --backend $1 --steps 200 --json --eval-batches 0 > "$out/train_$1.jsonl"
+      echo "$1 exit $? steps $(grep -c whash "$out/train_$1.jsonl") last $(tail -1 "$out/train_$1.jsonl")"
+    }
+    if [ $b = cpu ]; then run_one $b; else run_one $b & fi
   done
+  wait
   for b in dp4a lut; do
     if diff <(grep -o '"whash":"[^"]*"' "$out/train_cpu.jsonl") <(grep -o '"whash":"[^"]*"' "$out/train_$b.jsonl") >/dev/null; then
       echo "$b: every step's weight hash equals cpu's"

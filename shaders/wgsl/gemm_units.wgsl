@@ -17,7 +17,8 @@
 //
 // Workgroup: WX × WY invocations; tile BM = TM·WY rows × BN = TN·WX columns. Invocation
 // (x, y) owns rows y + WY·i and columns x + WX·j (strided, so a warp's shared-memory reads
-// are broadcasts or consecutive words). The prepended constants choose TM, TN, WX, WY.
+// are broadcasts or consecutive words). A stage loads KB blocks between barriers. The
+// prepended constants choose TM, TN, WX, WY, KB.
 
 struct Params {
     m: u32,
@@ -39,11 +40,12 @@ const THREADS: u32 = WX * WY;
 // Packed words per block of 32 int8.
 const WORDS: u32 = 8u;
 
-// One block of the A and B tiles, word-major so the inner loop reads consecutive rows.
-var<workgroup> tile_a: array<u32, BM * WORDS>;
-var<workgroup> tile_b: array<u32, BN * WORDS>;
-var<workgroup> tile_ea: array<i32, BM>;
-var<workgroup> tile_eb: array<i32, BN>;
+// KB blocks of the A and B tiles (one stage), word-major so the inner loop reads
+// consecutive rows.
+var<workgroup> tile_a: array<u32, BM * WORDS * KB>;
+var<workgroup> tile_b: array<u32, BN * WORDS * KB>;
+var<workgroup> tile_ea: array<i32, BM * KB>;
+var<workgroup> tile_eb: array<i32, BN * KB>;
 
 const EXP_MASK: u32 = 0x7f800000u;
 const CANONICAL_NAN: u32 = 0x7fc00000u;
@@ -99,111 +101,122 @@ fn gemm_units(
         sum[o] = 0.0;
     }
 
-    for (var blk = 0u; blk < blocks; blk++) {
-        // Stage this block of the A and B tiles; rows past the matrix read as zeros.
-        for (var idx = tid; idx < BM * WORDS; idx += THREADS) {
-            let r = idx / WORDS;
-            let w = idx % WORDS;
+    for (var blk0 = 0u; blk0 < blocks; blk0 += KB) {
+        // Stage KB blocks of the A and B tiles; rows past the matrix and blocks past k read
+        // as zeros (and are never summed: blocks past k end the stage's loop).
+        for (var idx = tid; idx < BM * WORDS * KB; idx += THREADS) {
+            let r = idx / (WORDS * KB);
+            let sw = idx % (WORDS * KB);
             var word = 0u;
-            if row0 + r < m {
-                word = qa[(row0 + r) * row_words + blk * WORDS + w];
+            if row0 + r < m && blk0 * WORDS + sw < row_words {
+                word = qa[(row0 + r) * row_words + blk0 * WORDS + sw];
             }
-            tile_a[w * BM + r] = word;
+            tile_a[sw * BM + r] = word;
         }
-        for (var idx = tid; idx < BN * WORDS; idx += THREADS) {
-            let r = idx / WORDS;
-            let w = idx % WORDS;
+        for (var idx = tid; idx < BN * WORDS * KB; idx += THREADS) {
+            let r = idx / (WORDS * KB);
+            let sw = idx % (WORDS * KB);
             var word = 0u;
-            if col0 + r < n {
-                word = qb[(col0 + r) * row_words + blk * WORDS + w];
+            if col0 + r < n && blk0 * WORDS + sw < row_words {
+                word = qb[(col0 + r) * row_words + blk0 * WORDS + sw];
             }
-            tile_b[w * BN + r] = word;
+            tile_b[sw * BN + r] = word;
         }
-        for (var idx = tid; idx < BM; idx += THREADS) {
+        for (var idx = tid; idx < BM * KB; idx += THREADS) {
+            let r = idx / KB;
+            let sb = idx % KB;
             var e = 0;
-            if row0 + idx < m {
-                e = ea[(row0 + idx) * blocks + blk];
+            if row0 + r < m && blk0 + sb < blocks {
+                e = ea[(row0 + r) * blocks + blk0 + sb];
             }
-            tile_ea[idx] = e;
+            tile_ea[sb * BM + r] = e;
         }
-        for (var idx = tid; idx < BN; idx += THREADS) {
+        for (var idx = tid; idx < BN * KB; idx += THREADS) {
+            let r = idx / KB;
+            let sb = idx % KB;
             var e = 0;
-            if col0 + idx < n {
-                e = eb[(col0 + idx) * blocks + blk];
+            if col0 + r < n && blk0 + sb < blocks {
+                e = eb[(col0 + r) * blocks + blk0 + sb];
             }
-            tile_eb[idx] = e;
+            tile_eb[sb * BN + r] = e;
         }
         workgroupBarrier();
 
-        // Exact i32 block sums.
-        var acc: array<i32, TM * TN>;
-        for (var o = 0u; o < TM * TN; o++) {
-            acc[o] = 0;
-        }
-        for (var w = 0u; w < WORDS; w++) {
-            var av: array<u32, TM>;
-            var bv: array<u32, TN>;
+        for (var sb = 0u; sb < KB; sb++) {
+            if blk0 + sb >= blocks {
+                break;
+            }
+            // Exact i32 block sums.
+            var acc: array<i32, TM * TN>;
+            for (var o = 0u; o < TM * TN; o++) {
+                acc[o] = 0;
+            }
+            for (var w = 0u; w < WORDS; w++) {
+                var av: array<u32, TM>;
+                var bv: array<u32, TN>;
+                for (var i = 0u; i < TM; i++) {
+                    av[i] = tile_a[(sb * WORDS + w) * BM + lid.y + WY * i];
+                }
+                for (var j = 0u; j < TN; j++) {
+                    bv[j] = tile_b[(sb * WORDS + w) * BN + lid.x + WX * j];
+                }
+                for (var i = 0u; i < TM; i++) {
+                    for (var j = 0u; j < TN; j++) {
+                        acc[i * TN + j] = dot4(av[i], bv[j]) + acc[i * TN + j];
+                    }
+                }
+            }
+            var xa: array<i32, TM>;
+            var xb: array<i32, TN>;
             for (var i = 0u; i < TM; i++) {
-                av[i] = tile_a[w * BM + lid.y + WY * i];
+                xa[i] = tile_ea[sb * BM + lid.y + WY * i];
             }
             for (var j = 0u; j < TN; j++) {
-                bv[j] = tile_b[w * BN + lid.x + WX * j];
+                xb[j] = tile_eb[sb * BN + lid.x + WX * j];
             }
-            for (var i = 0u; i < TM; i++) {
+
+            var a_lo = xa[0];
+            var a_hi = xa[0];
+            for (var i = 1u; i < TM; i++) {
+                a_lo = min(a_lo, xa[i]);
+                a_hi = max(a_hi, xa[i]);
+            }
+            var b_lo = xb[0];
+            var b_hi = xb[0];
+            for (var j = 1u; j < TN; j++) {
+                b_lo = min(b_lo, xb[j]);
+                b_hi = max(b_hi, xb[j]);
+            }
+
+            // The block's terms, added in block order.
+            clean = clean && a_lo + b_lo >= -126 && a_hi + b_hi <= 108;
+            if clean {
+                // Scale bits (s + 127) << 23, split as ((ea + 127) << 23) + (eb << 23).
+                var scale_a: array<i32, TM>;
+                var scale_b: array<i32, TN>;
+                for (var i = 0u; i < TM; i++) {
+                    scale_a[i] = (xa[i] + 127) << 23u;
+                }
                 for (var j = 0u; j < TN; j++) {
-                    acc[i * TN + j] = dot4(av[i], bv[j]) + acc[i * TN + j];
+                    scale_b[j] = xb[j] << 23u;
+                }
+                for (var i = 0u; i < TM; i++) {
+                    for (var j = 0u; j < TN; j++) {
+                        let scale = bitcast<f32>(scale_a[i] + scale_b[j]);
+                        sum[i * TN + j] = sum[i * TN + j] + f32(acc[i * TN + j]) * scale;
+                    }
+                }
+            } else {
+                for (var i = 0u; i < TM; i++) {
+                    for (var j = 0u; j < TN; j++) {
+                        let term = block_term(acc[i * TN + j], xa[i] + xb[j]);
+                        sum[i * TN + j] = flush_partial(sum[i * TN + j] + term);
+                    }
                 }
             }
         }
-        var xa: array<i32, TM>;
-        var xb: array<i32, TN>;
-        for (var i = 0u; i < TM; i++) {
-            xa[i] = tile_ea[lid.y + WY * i];
-        }
-        for (var j = 0u; j < TN; j++) {
-            xb[j] = tile_eb[lid.x + WX * j];
-        }
+        // Everyone is done with this stage before the next one overwrites it.
         workgroupBarrier();
-
-        var a_lo = xa[0];
-        var a_hi = xa[0];
-        for (var i = 1u; i < TM; i++) {
-            a_lo = min(a_lo, xa[i]);
-            a_hi = max(a_hi, xa[i]);
-        }
-        var b_lo = xb[0];
-        var b_hi = xb[0];
-        for (var j = 1u; j < TN; j++) {
-            b_lo = min(b_lo, xb[j]);
-            b_hi = max(b_hi, xb[j]);
-        }
-
-        // The block's terms, added in block order.
-        clean = clean && a_lo + b_lo >= -126 && a_hi + b_hi <= 108;
-        if clean {
-            // Scale bits (s + 127) << 23, split as ((ea + 127) << 23) + (eb << 23).
-            var sa: array<i32, TM>;
-            var sb: array<i32, TN>;
-            for (var i = 0u; i < TM; i++) {
-                sa[i] = (xa[i] + 127) << 23u;
-            }
-            for (var j = 0u; j < TN; j++) {
-                sb[j] = xb[j] << 23u;
-            }
-            for (var i = 0u; i < TM; i++) {
-                for (var j = 0u; j < TN; j++) {
-                    let scale = bitcast<f32>(sa[i] + sb[j]);
-                    sum[i * TN + j] = sum[i * TN + j] + f32(acc[i * TN + j]) * scale;
-                }
-            }
-        } else {
-            for (var i = 0u; i < TM; i++) {
-                for (var j = 0u; j < TN; j++) {
-                    let term = block_term(acc[i * TN + j], xa[i] + xb[j]);
-                    sum[i * TN + j] = flush_partial(sum[i * TN + j] + term);
-                }
-            }
-        }
     }
 
     for (var i = 0u; i < TM; i++) {

@@ -103,18 +103,18 @@ pub struct GpuUnits {
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
 
-/// `LOCKSTEP_GPU_TILE=TMxTNxWXxWY` picks a tile for benchmarks. The tile decides only which
+/// `LOCKSTEP_GPU_TILE=TMxTNxWXxWYxKB` picks a tile for benchmarks. The tile decides only which
 /// invocation computes an output, never the order of its additions, so it cannot change a bit
-/// (the conformance suite runs every tile in `TILES`).
+/// (the `tiles` test runs every tile in `TILES`).
 fn tile_from_env() -> Result<Option<Tile>, GpuError> {
     let Ok(text) = std::env::var("LOCKSTEP_GPU_TILE") else { return Ok(None) };
     let parts: Vec<u32> = text.split('x').filter_map(|p| p.parse().ok()).collect();
     match parts[..] {
-        [tm, tn, wx, wy] if [tm, tn, wx, wy].iter().all(|&v| (1..=64).contains(&v)) && wx * wy <= 256 => {
-            Ok(Some(Tile { tm, tn, wx, wy }))
+        [tm, tn, wx, wy, kb] if [tm, tn, wx, wy, kb].iter().all(|&v| (1..=64).contains(&v)) && wx * wy <= 256 => {
+            Ok(Some(Tile { tm, tn, wx, wy, kb }))
         }
         _ => Err(GpuError::Unavailable(format!(
-            "LOCKSTEP_GPU_TILE={text:?} is not TMxTNxWXxWY (at most 256 invocations)"
+            "LOCKSTEP_GPU_TILE={text:?} is not TMxTNxWXxWYxKB (at most 256 invocations)"
         ))),
     }
 }
@@ -230,11 +230,21 @@ impl GpuUnits {
             Product::Lut => adapters.into_iter().next().expect("checked non-empty"),
         };
         let summary = summarize(&adapter);
+        let workgroup_limit = adapter.limits().max_compute_workgroup_storage_size;
         let tile = match (options.tile, tile_from_env()?) {
             (Some(tile), _) | (None, Some(tile)) => tile,
-            (None, None) if summary.software => TILES[4],
-            (None, None) => TILES[0],
+            (None, None) if summary.software => *TILES.last().expect("tiles"),
+            (None, None) => {
+                *TILES.iter().find(|t| t.workgroup_bytes() <= workgroup_limit).unwrap_or(TILES.last().expect("tiles"))
+            }
         };
+        if tile.workgroup_bytes() > workgroup_limit {
+            return Err(GpuError::Unavailable(format!(
+                "{}: tile {tile:?} needs {} bytes of workgroup memory, the device offers {workgroup_limit}",
+                summary.name,
+                tile.workgroup_bytes()
+            )));
+        }
         let needed = wgpu::Limits {
             max_storage_buffer_binding_size: adapter.limits().max_storage_buffer_binding_size,
             max_buffer_size: adapter.limits().max_buffer_size,
@@ -292,7 +302,7 @@ impl GpuUnits {
     pub fn describe(&self) -> String {
         let a = &self.adapter;
         format!(
-            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs",
+            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage",
             a.name,
             a.backend,
             a.device_type,
@@ -300,7 +310,8 @@ impl GpuUnits {
             self.tile.rows(),
             self.tile.cols(),
             self.tile.tm,
-            self.tile.tn
+            self.tile.tn,
+            self.tile.kb
         )
     }
 
