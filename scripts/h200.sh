@@ -24,7 +24,7 @@ step() { echo; echo "### $*"; }
 {
   step tile sweep, 4096^3 kernel '(TMxTNxWXxWYxKB)'
   for b in dp4a lut; do
-    for t in ${TILES_SWEEP:-8x4x16x16x1 8x4x16x16x2 8x4x16x16x4 8x8x16x16x1 8x8x16x16x2 8x8x16x16x4 4x8x16x16x2 16x4x16x16x2}; do
+    for t in ${TILES_SWEEP:-8x4x16x16x1 8x4x16x16x2 8x4x16x16x4 8x8x16x16x1 8x8x16x16x2 8x8x16x16x3 4x8x16x16x2 4x4x16x16x2 16x4x16x16x2 8x8x16x8x2 8x4x8x16x2}; do
       echo "tile $t $b $(LOCKSTEP_GPU_TILE=$t "$bin/lockstep" bench gemm --backend $b --shapes 4096x4096x4096 --min-ms 100 | grep kernel)"
     done
   done

@@ -138,6 +138,7 @@ mod tests {
             validate(Kernel::GemmI8, product, TILES[0]);
             assert!(TILES.last().unwrap().workgroup_bytes() <= PORTABLE_WORKGROUP_BYTES);
             for &tile in TILES {
+                assert!(tile.tm % 4 == 0 && tile.tn % 4 == 0, "{tile:?}: the kernel reads 4 rows at a time");
                 let module = validate(Kernel::GemmUnits, product, tile);
                 let entry = &module.entry_points[0];
                 assert_eq!(entry.name, Kernel::GemmUnits.entry_point());

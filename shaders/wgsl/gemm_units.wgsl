@@ -16,8 +16,9 @@
 // are. No float multiply-add pattern exists whose product is inexact.
 //
 // Workgroup: WX × WY invocations; tile BM = TM·WY rows × BN = TN·WX columns. Invocation
-// (x, y) owns rows y + WY·i and columns x + WX·j (strided, so a warp's shared-memory reads
-// are broadcasts or consecutive words). A stage loads KB blocks between barriers. The
+// (x, y) owns rows y·TM + i and columns x·TN + j, so it reads its operands from workgroup
+// memory as 16-byte vectors (TM and TN are multiples of 4) and a warp's reads are broadcasts
+// or consecutive vectors. A stage loads KB blocks between barriers. The
 // prepended constants choose TM, TN, WX, WY, KB.
 
 struct Params {
@@ -28,8 +29,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> qa: array<u32>;
-@group(0) @binding(2) var<storage, read> qb: array<u32>;
+@group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> ea: array<i32>;
 @group(0) @binding(4) var<storage, read> eb: array<i32>;
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
@@ -37,13 +38,14 @@ struct Params {
 const BM: u32 = TM * WY;
 const BN: u32 = TN * WX;
 const THREADS: u32 = WX * WY;
-// Packed words per block of 32 int8.
+// Packed words per block of 32 int8, and 16-byte groups per row of a stage.
 const WORDS: u32 = 8u;
+const GROUPS: u32 = WORDS * KB / 4u;
 
 // KB blocks of the A and B tiles (one stage), word-major so the inner loop reads
 // consecutive rows.
-var<workgroup> tile_a: array<u32, BM * WORDS * KB>;
-var<workgroup> tile_b: array<u32, BN * WORDS * KB>;
+var<workgroup> tile_a: array<vec4<u32>, BM * WORDS * KB / 4u>;
+var<workgroup> tile_b: array<vec4<u32>, BN * WORDS * KB / 4u>;
 var<workgroup> tile_ea: array<i32, BM * KB>;
 var<workgroup> tile_eb: array<i32, BN * KB>;
 
@@ -102,25 +104,33 @@ fn gemm_units(
     }
 
     for (var blk0 = 0u; blk0 < blocks; blk0 += KB) {
-        // Stage KB blocks of the A and B tiles; rows past the matrix and blocks past k read
-        // as zeros (and are never summed: blocks past k end the stage's loop).
-        for (var idx = tid; idx < BM * WORDS * KB; idx += THREADS) {
-            let r = idx / (WORDS * KB);
-            let sw = idx % (WORDS * KB);
-            var word = 0u;
-            if row0 + r < m && blk0 * WORDS + sw < row_words {
-                word = qa[(row0 + r) * row_words + blk0 * WORDS + sw];
+        // Stage KB blocks of the A and B tiles: each invocation moves 16-byte groups of one
+        // row (consecutive invocations take consecutive rows, so the workgroup-memory stores
+        // do not conflict). Rows past the matrix and blocks past k read as zeros (and are
+        // never summed: blocks past k end the stage's loop).
+        for (var idx = tid; idx < BM * GROUPS; idx += THREADS) {
+            let r = idx % BM;
+            let g = idx / BM;
+            var v = vec4<u32>(0u);
+            if row0 + r < m && blk0 * WORDS + g * 4u < row_words {
+                v = qa[((row0 + r) * row_words + blk0 * WORDS) / 4u + g];
             }
-            tile_a[sw * BM + r] = word;
+            for (var e = 0u; e < 4u; e++) {
+                let at = (g * 4u + e) * BM + r;
+                tile_a[at / 4u][at % 4u] = v[e];
+            }
         }
-        for (var idx = tid; idx < BN * WORDS * KB; idx += THREADS) {
-            let r = idx / (WORDS * KB);
-            let sw = idx % (WORDS * KB);
-            var word = 0u;
-            if col0 + r < n && blk0 * WORDS + sw < row_words {
-                word = qb[(col0 + r) * row_words + blk0 * WORDS + sw];
+        for (var idx = tid; idx < BN * GROUPS; idx += THREADS) {
+            let r = idx % BN;
+            let g = idx / BN;
+            var v = vec4<u32>(0u);
+            if col0 + r < n && blk0 * WORDS + g * 4u < row_words {
+                v = qb[((col0 + r) * row_words + blk0 * WORDS) / 4u + g];
             }
-            tile_b[sw * BN + r] = word;
+            for (var e = 0u; e < 4u; e++) {
+                let at = (g * 4u + e) * BN + r;
+                tile_b[at / 4u][at % 4u] = v[e];
+            }
         }
         for (var idx = tid; idx < BM * KB; idx += THREADS) {
             let r = idx / KB;
@@ -154,11 +164,19 @@ fn gemm_units(
             for (var w = 0u; w < WORDS; w++) {
                 var av: array<u32, TM>;
                 var bv: array<u32, TN>;
-                for (var i = 0u; i < TM; i++) {
-                    av[i] = tile_a[(sb * WORDS + w) * BM + lid.y + WY * i];
+                for (var q = 0u; q < TM / 4u; q++) {
+                    let v = tile_a[((sb * WORDS + w) * BM + lid.y * TM) / 4u + q];
+                    av[4u * q] = v.x;
+                    av[4u * q + 1u] = v.y;
+                    av[4u * q + 2u] = v.z;
+                    av[4u * q + 3u] = v.w;
                 }
-                for (var j = 0u; j < TN; j++) {
-                    bv[j] = tile_b[(sb * WORDS + w) * BN + lid.x + WX * j];
+                for (var q = 0u; q < TN / 4u; q++) {
+                    let v = tile_b[((sb * WORDS + w) * BN + lid.x * TN) / 4u + q];
+                    bv[4u * q] = v.x;
+                    bv[4u * q + 1u] = v.y;
+                    bv[4u * q + 2u] = v.z;
+                    bv[4u * q + 3u] = v.w;
                 }
                 for (var i = 0u; i < TM; i++) {
                     for (var j = 0u; j < TN; j++) {
@@ -169,10 +187,10 @@ fn gemm_units(
             var xa: array<i32, TM>;
             var xb: array<i32, TN>;
             for (var i = 0u; i < TM; i++) {
-                xa[i] = tile_ea[sb * BM + lid.y + WY * i];
+                xa[i] = tile_ea[sb * BM + lid.y * TM + i];
             }
             for (var j = 0u; j < TN; j++) {
-                xb[j] = tile_eb[sb * BN + lid.x + WX * j];
+                xb[j] = tile_eb[sb * BN + lid.x * TN + j];
             }
 
             var a_lo = xa[0];
@@ -220,9 +238,9 @@ fn gemm_units(
     }
 
     for (var i = 0u; i < TM; i++) {
-        let row = row0 + lid.y + WY * i;
+        let row = row0 + lid.y * TM + i;
         for (var j = 0u; j < TN; j++) {
-            let col = col0 + lid.x + WX * j;
+            let col = col0 + lid.x * TN + j;
             if row < m && col < n {
                 c[row * n + col] = canonicalize(sum[i * TN + j]);
             }
