@@ -23,8 +23,10 @@ step() { echo; echo "### $*"; }
 } 2>&1 | tee "$out/gate.log"
 {
   step tile sweep, 4096^3 kernel '(TMxTNxWXxWYxKB)'
+  sweep="8x4x16x16x1 8x4x16x16x2 8x4x16x16x4 8x8x16x16x1 8x8x16x16x2 8x8x16x16x3 4x8x16x16x2 4x4x16x16x2 16x4x16x16x2 8x8x16x8x2 8x4x8x16x2"
   for b in dp4a lut; do
-    for t in ${TILES_SWEEP:-8x4x16x16x1 8x4x16x16x2 8x4x16x16x4 8x8x16x16x1 8x8x16x16x2 8x8x16x16x3 4x8x16x16x2 4x4x16x16x2 16x4x16x16x2 8x8x16x8x2 8x4x8x16x2}; do
+    if [ $b = dp4a ]; then list=${DP4A_SWEEP-$sweep}; else list=${LUT_SWEEP-$sweep}; fi
+    for t in $list; do
       echo "tile $t $b $(LOCKSTEP_GPU_TILE=$t "$bin/lockstep" bench gemm --backend $b --shapes 4096x4096x4096 --min-ms 100 | grep kernel)"
     done
   done

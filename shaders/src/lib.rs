@@ -24,7 +24,7 @@ pub enum Kernel {
 pub enum Product {
     /// `dot4I8Packed` (`requires packed_4x8_integer_dot_product`).
     Dp4a,
-    /// Lookups in the 65536-entry product table bound at `@binding(6)`.
+    /// Lookups in the 65536-entry product table (`mul_lut.bin`) bound at `@binding(6)`.
     Lut,
 }
 
@@ -69,6 +69,11 @@ pub const TILES: &[Tile] = &[
     Tile { tm: 4, tn: 4, wx: 8, wy: 8, kb: 3 },
     Tile { tm: 4, tn: 4, wx: 8, wy: 8, kb: 1 },
 ];
+
+/// The default tile of the DP4A kernel on hardware GPUs.
+pub const DEFAULT_DP4A_TILE: Tile = TILES[0];
+/// The default tile of the LUT kernel on hardware GPUs.
+pub const DEFAULT_LUT_TILE: Tile = TILES[2];
 
 /// Workgroup memory every Vulkan 1.3 device offers compute shaders (and wgpu's default).
 pub const PORTABLE_WORKGROUP_BYTES: u32 = 16 * 1024;
@@ -157,7 +162,7 @@ mod tests {
         assert!(dp4a.contains("requires packed_4x8_integer_dot_product;"));
         assert!(!dp4a.contains("mul_lut"));
         let lut = source(Kernel::GemmUnits, Product::Lut, TILES[0]);
-        assert!(lut.contains("var<storage, read> mul_lut: array<i32, 65536>"));
+        assert!(lut.contains("var<storage, read> mul_lut: array<u32, 32768>"));
         assert!(!lut.contains("dot4I8Packed"));
         // Both lower to SPIR-V; the DP4A one through the integer dot product instruction.
         for (src, needle) in [(&dp4a, Some(spirv_op_sdot())), (&lut, None)] {

@@ -235,7 +235,19 @@ impl GpuUnits {
             (Some(tile), _) | (None, Some(tile)) => tile,
             (None, None) if summary.software => *TILES.last().expect("tiles"),
             (None, None) => {
-                *TILES.iter().find(|t| t.workgroup_bytes() <= workgroup_limit).unwrap_or(TILES.last().expect("tiles"))
+                // The product decides the best shape (measured on an H200, docs/PERFORMANCE.md).
+                let preferred = match product {
+                    Product::Dp4a => lockstep_shaders::DEFAULT_DP4A_TILE,
+                    Product::Lut => lockstep_shaders::DEFAULT_LUT_TILE,
+                };
+                if preferred.workgroup_bytes() <= workgroup_limit {
+                    preferred
+                } else {
+                    *TILES
+                        .iter()
+                        .find(|t| t.workgroup_bytes() <= workgroup_limit)
+                        .unwrap_or(TILES.last().expect("tiles"))
+                }
             }
         };
         if tile.workgroup_bytes() > workgroup_limit {
@@ -264,10 +276,10 @@ impl GpuUnits {
             sink.lock().unwrap_or_else(|p| p.into_inner()).push(error.to_string());
         }));
         let mul_lut = (product == Product::Lut).then(|| {
-            let table: Vec<i32> = lockstep_luts::table::mul_lut().iter().map(|&p| i32::from(p)).collect();
+            // The committed table file, byte for byte.
             device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("mul_lut"),
-                contents: bytemuck::cast_slice(&table),
+                contents: lockstep_luts::table::MUL_LUT_FILE,
                 usage: wgpu::BufferUsages::STORAGE,
             })
         });
