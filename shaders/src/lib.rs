@@ -73,7 +73,7 @@ pub const TILES: &[Tile] = &[
 /// The default tile of the DP4A kernel on hardware GPUs.
 pub const DEFAULT_DP4A_TILE: Tile = TILES[0];
 /// The default tile of the LUT kernel on hardware GPUs.
-pub const DEFAULT_LUT_TILE: Tile = TILES[2];
+pub const DEFAULT_LUT_TILE: Tile = TILES[3];
 
 /// Workgroup memory every Vulkan 1.3 device offers compute shaders (and wgpu's default).
 pub const PORTABLE_WORKGROUP_BYTES: u32 = 16 * 1024;
