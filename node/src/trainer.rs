@@ -120,7 +120,7 @@ impl Trainer {
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
         let computing = self.step + 1;
         self.last_audited = None;
-        if self.audit_every == 0 || computing % self.audit_every != 0 {
+        if self.audit_every == 0 || !computing.is_multiple_of(self.audit_every) {
             let (loss, grad) = self.model.loss_and_grad(
                 self.gemm.as_mut(),
                 &self.weights,

@@ -6,11 +6,14 @@ use lockstep_gpu::{GpuOptions, GpuUnits};
 use lockstep_luts::rng::SplitMix64;
 use lockstep_shaders::{Product, TILES};
 
+/// One product: `m, n, k`, then A and B.
+type Case = (usize, usize, usize, Vec<f32>, Vec<f32>);
+
 #[test]
 fn every_tile_and_product_gives_the_reference_bits() {
     let mut rng = SplitMix64::new(0x711e);
     // Shapes that leave partial tiles in both directions, several blocks, a short last block.
-    let cases: Vec<(usize, usize, usize, Vec<f32>, Vec<f32>)> = [(70, 45, 100), (129, 17, 64), (5, 260, 33)]
+    let cases: Vec<Case> = [(70, 45, 100), (129, 17, 64), (5, 260, 33)]
         .into_iter()
         .enumerate()
         .map(|(i, (m, n, k))| {
