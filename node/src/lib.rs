@@ -15,6 +15,7 @@ pub mod kit;
 pub mod mathf;
 pub mod model;
 pub mod params;
+pub mod session;
 pub mod step;
 pub mod trainer;
 pub mod wire;

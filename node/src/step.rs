@@ -76,6 +76,13 @@ impl StepCollector {
         &self.roster
     }
 
+    /// Replaces the roster (the leader revised it, e.g. after a peer left mid-step): gradients
+    /// of peers still in it are kept, the others dropped.
+    pub fn revise(&mut self, roster: Vec<PeerId>) {
+        self.gradients.retain(|p, _| roster.contains(p));
+        self.roster = roster;
+    }
+
     pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
         let verdict = if gradient.step != self.step {
             Offer::WrongStep { step: gradient.step }

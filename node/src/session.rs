@@ -1,0 +1,890 @@
+//! The mesh session core: roster, leader, step scheduling, averaging order, the sync guard,
+//! gradient repair, mid-run resume and checkpoint push — a state machine without I/O
+//! (DESIGN.md §3, invariant 2). It never reads a clock, touches a socket or runs the model.
+//!
+//! The adapter feeds [`Input`]s (connections, decoded messages, compute results, ticks carrying
+//! `now`) to [`Session::handle`] and executes the returned [`Output`]s **in order**. Three
+//! outputs are requests the adapter must answer before it feeds anything else:
+//! `Configure` with `Configured` (or `Failed`), `Restore` with `Restored` (or `Failed`), and
+//! `Compute` — whose answer, `Computed`, may come later, interleaved with other inputs.
+//!
+//! # The protocol as this core runs it
+//!
+//! - **Leader**: whoever starts the run. It sends the run config (-3) to every member, then for
+//!   each step `s` a roster (-4) listing, in averaging order (ascending peer id), the members in
+//!   sync. Every roster member computes its gradient at the current weights and sends
+//!   `[step][whash][phash][loss][grad]` to every other roster member.
+//! - **Commit**: the leader applies step `s` once it holds every roster gradient and the guard
+//!   passes, then announces the roster of `s + 1`. That announcement is the commit: a follower
+//!   applies `s` only when it arrives (after the last step, the commit is a roster of
+//!   `steps + 1` with no peers). Because the leader held every gradient of a committed step, a
+//!   follower that lacks one can always repair it from the leader (-7/-8), and no follower ever
+//!   applies a step with a roster the leader did not commit.
+//! - **Guard**: before applying, every roster gradient's weight hash must equal ours and its
+//!   probe hash the expected one; otherwise the run stops with the step and the peers named.
+//! - **A peer that leaves** mid-step: if the leader already holds its gradient the step keeps
+//!   its roster (others repair); otherwise the leader revises the step's roster without it
+//!   (a second -4 for the same step). Either way it is absent from the next roster.
+//! - **A leader that leaves**: every node picks the same successor, the smallest id among the
+//!   connected members of the latest roster (and itself). The successor re-announces the
+//!   in-flight step's roster (revised as above) and carries on. If the old leader's commit
+//!   reached only some nodes, the survivors may disagree about that step's roster; the guard
+//!   then stops the run at the next step rather than let it fork silently.
+//! - **Late joiner**: the leader sends it the run config at once and, at the next step
+//!   boundary, a resume (-6: a checkpoint of everything that determines the next update), then
+//!   includes it in the next roster.
+//! - **Checkpoint push** (-2): the pusher restores it locally and sends it to every member; each
+//!   restores it; the leader then announces the next step from the checkpoint's step. A stale
+//!   gradient still in flight from before the push carries the old weight hash, so at worst the
+//!   guard stops the run; it cannot fork it.
+//! - Duplicate, late, early-beyond-one-step and outsider messages are ignored and counted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::step::{GuardFailure, Offer, RepairStore, StepCollector};
+use crate::wire::{Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+
+/// What the adapter feeds the session.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A data channel to `peer` is open.
+    Connected(PeerId),
+    /// The channel to `peer` is gone.
+    Disconnected(PeerId),
+    /// A decoded, reassembled message from `from`.
+    Received { from: PeerId, message: Message },
+    /// Our gradient for a step we were asked to compute (`whash`: our weights before it).
+    Computed(Gradient),
+    /// Answer to `Output::Configure`: a fresh model with `weights` parameters.
+    Configured { weights: usize },
+    /// Answer to `Output::Restore`: the state now is the checkpoint's, `step` steps done.
+    Restored { step: u32, weights: usize },
+    /// A `Configure` or `Restore` failed; the session reports it and stays as it was.
+    Failed { why: String },
+    /// Time passes (milliseconds on any monotonic clock).
+    Tick { now_ms: u64 },
+    /// The user starts a run; this node leads it.
+    Start(RunSettings),
+    /// The user pushes a checkpoint to the whole group.
+    PushCheckpoint { bytes: Vec<u8> },
+}
+
+/// What the session asks the adapter to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    Send {
+        to: PeerId,
+        message: Message,
+    },
+    /// Build a fresh model and optimizer from the settings; answer `Configured`.
+    Configure(RunSettings),
+    /// Compute our gradient for `step` at the current weights; answer `Computed`.
+    Compute {
+        step: u32,
+    },
+    /// Apply one optimizer update with the roster-order average.
+    Apply {
+        step: u32,
+        gradient: Vec<f32>,
+        loss: f32,
+    },
+    /// Send `to` a resume message (-6) with a checkpoint of the current state (a step boundary).
+    SendSnapshot {
+        to: PeerId,
+    },
+    /// Replace the state with a checkpoint; answer `Restored`.
+    Restore {
+        bytes: Vec<u8>,
+    },
+    Event(Event),
+}
+
+/// What happened, for the console and the JSON-lines stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    PeerJoined(PeerId),
+    PeerLeft(PeerId),
+    Leader(PeerId),
+    RunStarted { leader: PeerId, settings: RunSettings },
+    Roster { step: u32, peers: Vec<PeerId> },
+    StepApplied { step: u32, loss: f32, peers: usize, whash: u32 },
+    RepairRequested { step: u32, peer: PeerId },
+    Repaired { step: u32, peer: PeerId },
+    RepairServed { step: u32, peer: PeerId, to: PeerId },
+    Resumed { step: u32 },
+    CheckpointRestored { from: PeerId, step: u32 },
+    GuardStopped(GuardFailure),
+    RunFinished { step: u32 },
+    Ignored { from: PeerId, why: String },
+    Error(String),
+}
+
+/// Settings of one node's session.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionConfig {
+    pub me: PeerId,
+    /// The probe hash every healthy backend reports.
+    pub expected_phash: u32,
+    /// How long a follower waits for a roster gradient before asking the leader.
+    pub repair_after_ms: u64,
+}
+
+/// Why the adapter is owed an answer.
+#[derive(Clone, Debug, PartialEq)]
+enum Pending {
+    Configure,
+    Resume,
+    Push { from: PeerId, bytes: Option<Vec<u8>> },
+}
+
+/// The session state machine. See the module docs.
+pub struct Session {
+    config: SessionConfig,
+    now_ms: u64,
+    members: BTreeSet<PeerId>,
+    run: Option<RunSettings>,
+    leader: Option<PeerId>,
+    weights: usize,
+    /// Steps applied: the weights are the result of `applied` updates.
+    applied: u32,
+    /// The step being collected (`applied + 1`).
+    collector: Option<StepCollector>,
+    collector_since_ms: u64,
+    last_repair_ms: Option<u64>,
+    /// Roster of `applied + 2`, received before `applied + 1` could be applied (the commit).
+    commit: Option<Vec<PeerId>>,
+    /// Gradients for `applied + 2` that arrived before its roster.
+    early: BTreeMap<PeerId, Gradient>,
+    /// Leader: everyone's gradients of the last steps, and those steps' final rosters.
+    repairs: RepairStore,
+    committed: BTreeMap<u32, Vec<PeerId>>,
+    /// Leader: members in step with the run (they get rosters).
+    synced: BTreeSet<PeerId>,
+    /// Leader: members to resume at the next step boundary.
+    joiners: BTreeSet<PeerId>,
+    /// The last roster announced or received, for choosing a successor.
+    last_roster: Vec<PeerId>,
+    /// The latest roster message from the leader, kept so a roster that overtook a checkpoint
+    /// push (on another link) is not lost.
+    latest_from_leader: Option<(u32, Vec<PeerId>)>,
+    pending: Option<Pending>,
+    stopped: Option<String>,
+    finished: bool,
+    /// Leader: times the final commit was repeated.
+    final_repeats: u32,
+    ignored: u64,
+    out: Vec<Output>,
+}
+
+impl Session {
+    pub fn new(config: SessionConfig) -> Self {
+        Session {
+            config,
+            now_ms: 0,
+            members: BTreeSet::new(),
+            run: None,
+            leader: None,
+            weights: 0,
+            applied: 0,
+            collector: None,
+            collector_since_ms: 0,
+            last_repair_ms: None,
+            commit: None,
+            early: BTreeMap::new(),
+            repairs: RepairStore::default(),
+            committed: BTreeMap::new(),
+            synced: BTreeSet::new(),
+            joiners: BTreeSet::new(),
+            last_roster: Vec::new(),
+            latest_from_leader: None,
+            pending: None,
+            stopped: None,
+            finished: false,
+            final_repeats: 0,
+            ignored: 0,
+            out: Vec::new(),
+        }
+    }
+
+    pub fn me(&self) -> PeerId {
+        self.config.me
+    }
+
+    pub fn leader(&self) -> Option<PeerId> {
+        self.leader
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader == Some(self.config.me)
+    }
+
+    /// Steps applied so far.
+    pub fn applied(&self) -> u32 {
+        self.applied
+    }
+
+    pub fn members(&self) -> &BTreeSet<PeerId> {
+        &self.members
+    }
+
+    pub fn run(&self) -> Option<&RunSettings> {
+        self.run.as_ref()
+    }
+
+    /// Why the run stopped, if the guard (or an error) stopped it.
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Messages ignored so far (duplicates, late, out of range, outsiders).
+    pub fn ignored(&self) -> u64 {
+        self.ignored + self.collector.as_ref().map_or(0, |c| c.ignored)
+    }
+
+    /// Feeds one input; returns what to do, in order.
+    pub fn handle(&mut self, input: Input) -> Vec<Output> {
+        match input {
+            Input::Connected(peer) => self.on_connected(peer),
+            Input::Disconnected(peer) => self.on_disconnected(peer),
+            Input::Received { from, message } => {
+                if self.members.contains(&from) {
+                    self.on_message(from, message);
+                } else {
+                    self.ignore(from, "a message from a peer that is not connected");
+                }
+            }
+            Input::Computed(gradient) => self.on_computed(gradient),
+            Input::Configured { weights } => self.on_configured(weights),
+            Input::Restored { step, weights } => self.on_restored(step, weights),
+            Input::Failed { why } => {
+                self.pending = None;
+                self.event(Event::Error(why));
+            }
+            Input::Tick { now_ms } => {
+                self.now_ms = now_ms;
+                self.on_tick();
+            }
+            Input::Start(settings) => self.on_start(settings),
+            Input::PushCheckpoint { bytes } => {
+                if self.pending.is_some() {
+                    self.event(Event::Error("busy: a restore is already under way".into()));
+                } else {
+                    self.pending = Some(Pending::Push { from: self.config.me, bytes: Some(bytes.clone()) });
+                    self.out.push(Output::Restore { bytes });
+                }
+            }
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn event(&mut self, event: Event) {
+        self.out.push(Output::Event(event));
+    }
+
+    fn ignore(&mut self, from: PeerId, why: &str) {
+        self.ignored += 1;
+        self.event(Event::Ignored { from, why: why.to_string() });
+    }
+
+    fn send(&mut self, to: PeerId, message: Message) {
+        self.out.push(Output::Send { to, message });
+    }
+
+    fn broadcast(&mut self, message: &Message) {
+        let members: Vec<PeerId> = self.members.iter().copied().collect();
+        for to in members {
+            self.send(to, message.clone());
+        }
+    }
+
+    fn active(&self) -> bool {
+        self.run.is_some() && self.stopped.is_none() && !self.finished && self.pending.is_none()
+    }
+
+    // ---- membership ----
+
+    fn on_connected(&mut self, peer: PeerId) {
+        if peer == self.config.me || !self.members.insert(peer) {
+            return;
+        }
+        self.event(Event::PeerJoined(peer));
+        if self.is_leader() {
+            if let Some(settings) = self.run.clone() {
+                self.send(peer, Message::RunConfig(settings));
+                self.joiners.insert(peer);
+            }
+        }
+    }
+
+    fn on_disconnected(&mut self, peer: PeerId) {
+        if !self.members.remove(&peer) {
+            return;
+        }
+        self.event(Event::PeerLeft(peer));
+        self.synced.remove(&peer);
+        self.joiners.remove(&peer);
+        self.early.remove(&peer);
+        if self.run.is_none() || self.stopped.is_some() || self.finished {
+            return;
+        }
+        if self.leader == Some(peer) && self.last_roster.is_empty() {
+            // Never in step (a joiner awaiting its resume): wait for the new leader's config.
+            self.leader = None;
+            self.event(Event::Error("the leader left before this node was in step; waiting for the new leader".into()));
+        } else if self.leader == Some(peer) {
+            let mut candidates: Vec<PeerId> =
+                self.last_roster.iter().copied().filter(|p| self.members.contains(p)).collect();
+            candidates.push(self.config.me);
+            let successor = candidates.into_iter().min().expect("at least this node");
+            self.leader = Some(successor);
+            self.event(Event::Leader(successor));
+            if successor == self.config.me {
+                self.take_over();
+            }
+        } else if self.is_leader() {
+            self.drop_from_inflight(peer);
+        }
+    }
+
+    /// This node just became leader: adopt the members of the latest roster as synced, settle
+    /// a commit the old leader sent, and re-announce the in-flight step.
+    fn take_over(&mut self) {
+        self.synced = self.last_roster.iter().copied().filter(|p| self.members.contains(p)).collect();
+        // Members not in step (joiners the old leader had not resumed) hear from us and are
+        // resumed at the next boundary.
+        let settings = self.run.clone().expect("a run is going");
+        let unsynced: Vec<PeerId> = self.members.iter().copied().filter(|p| !self.synced.contains(p)).collect();
+        for peer in unsynced {
+            self.send(peer, Message::RunConfig(settings.clone()));
+            self.joiners.insert(peer);
+        }
+        let Some(collector) = &self.collector else { return };
+        let lost = collector.missing().iter().any(|p| *p != self.config.me && !self.members.contains(p));
+        if self.commit.is_some() && !lost {
+            // The old leader committed `applied + 1` and every gradient it needs can still
+            // arrive: finish it before announcing anything new.
+            self.try_commit();
+            return;
+        }
+        // Otherwise re-announce the step without the gradients that can no longer come. (A node
+        // that applied the old leader's commit would now differ; the guard stops it next step.)
+        self.commit = None;
+        let step = collector.step;
+        let roster: Vec<PeerId> = collector
+            .roster()
+            .iter()
+            .copied()
+            .filter(|p| *p == self.config.me || self.members.contains(p) || collector.get(*p).is_some())
+            .collect();
+        self.announce(step, roster);
+    }
+
+    /// Leader: `peer` left during the in-flight step.
+    fn drop_from_inflight(&mut self, peer: PeerId) {
+        let Some(collector) = &self.collector else { return };
+        if !collector.roster().contains(&peer) || collector.get(peer).is_some() {
+            return; // not in it, or its gradient is here and can be repaired from us
+        }
+        let step = collector.step;
+        let roster: Vec<PeerId> = collector.roster().iter().copied().filter(|p| *p != peer).collect();
+        self.announce(step, roster);
+    }
+
+    // ---- starting, configuring, restoring ----
+
+    fn on_start(&mut self, settings: RunSettings) {
+        if self.run.is_some() && !self.finished && self.stopped.is_none() {
+            self.event(Event::Error("a run is already going".into()));
+            return;
+        }
+        self.reset_run();
+        self.leader = Some(self.config.me);
+        self.run = Some(settings.clone());
+        self.pending = Some(Pending::Configure);
+        self.event(Event::RunStarted { leader: self.config.me, settings: settings.clone() });
+        self.out.push(Output::Configure(settings));
+    }
+
+    fn reset_run(&mut self) {
+        self.applied = 0;
+        self.collector = None;
+        self.commit = None;
+        self.early.clear();
+        self.repairs = RepairStore::default();
+        self.committed.clear();
+        self.synced.clear();
+        self.joiners.clear();
+        self.stopped = None;
+        self.finished = false;
+        self.final_repeats = 0;
+    }
+
+    fn on_configured(&mut self, weights: usize) {
+        if self.pending != Some(Pending::Configure) {
+            self.event(Event::Error("configured without a pending configure".into()));
+            return;
+        }
+        self.pending = None;
+        self.weights = weights;
+        if self.is_leader() {
+            let settings = self.run.clone().expect("a run is configured");
+            self.broadcast(&Message::RunConfig(settings));
+            self.synced = self.members.clone();
+            self.next_step();
+        }
+    }
+
+    fn on_restored(&mut self, step: u32, weights: usize) {
+        let Some(pending) = self.pending.take() else {
+            self.event(Event::Error("restored without a pending restore".into()));
+            return;
+        };
+        self.weights = weights;
+        self.applied = step;
+        self.collector = None;
+        self.commit = None;
+        self.early.clear();
+        self.finished = false;
+        self.stopped = None;
+        match pending {
+            Pending::Resume => self.event(Event::Resumed { step }),
+            Pending::Push { from, bytes } => {
+                self.event(Event::CheckpointRestored { from, step });
+                if let Some(bytes) = bytes {
+                    // Our own push: restored here first, now the group.
+                    self.broadcast(&Message::CheckpointPush(bytes));
+                }
+            }
+            Pending::Configure => {}
+        }
+        if self.is_leader() {
+            self.next_step();
+        } else if let Some((step, peers)) = self.latest_from_leader.take() {
+            if step == self.applied + 1 {
+                self.on_roster(step, peers);
+            }
+        }
+    }
+
+    // ---- steps ----
+
+    /// Leader: announce the roster of the next step (or the final commit).
+    fn next_step(&mut self) {
+        let Some(settings) = &self.run else { return };
+        let total = settings.steps;
+        if self.applied >= total {
+            // The final commit; `on_roster` marks the run finished.
+            self.announce(self.applied + 1, Vec::new());
+            return;
+        }
+        let joiners: Vec<PeerId> = std::mem::take(&mut self.joiners).into_iter().collect();
+        for peer in joiners {
+            if self.members.contains(&peer) {
+                self.out.push(Output::SendSnapshot { to: peer });
+                self.synced.insert(peer);
+            }
+        }
+        let mut roster: Vec<PeerId> = self.synced.iter().copied().filter(|p| self.members.contains(p)).collect();
+        roster.push(self.config.me);
+        roster.sort_unstable();
+        self.announce(self.applied + 1, roster);
+    }
+
+    /// Leader: send a roster to every member in step with the run (a joiner gets its first
+    /// roster right after its resume) and act on it locally.
+    fn announce(&mut self, step: u32, roster: Vec<PeerId>) {
+        let targets: Vec<PeerId> = self.synced.iter().copied().filter(|p| self.members.contains(p)).collect();
+        for to in targets {
+            self.send(to, Message::Roster { step, peers: roster.clone() });
+        }
+        self.on_roster(step, roster);
+    }
+
+    fn on_roster(&mut self, step: u32, peers: Vec<PeerId>) {
+        if step <= self.applied {
+            self.ignore(self.leader.unwrap_or(0), "a roster for a step already applied");
+            return;
+        }
+        if step == self.applied + 2 {
+            // The commit of `applied + 1`.
+            self.commit = Some(peers);
+            self.try_commit();
+            return;
+        }
+        if step != self.applied + 1 {
+            // Sent before a checkpoint push or resume that this node has already restored.
+            self.ignore(self.leader.unwrap_or(0), "a roster for a step beyond the next two");
+            return;
+        }
+        self.last_roster = peers.clone();
+        self.event(Event::Roster { step, peers: peers.clone() });
+        if self.run.as_ref().is_some_and(|r| step > r.steps) {
+            // The final commit has nothing after it.
+            self.finished = true;
+            self.event(Event::RunFinished { step: self.applied });
+            return;
+        }
+        match &mut self.collector {
+            Some(c) if c.step == step => {
+                c.revise(peers);
+                // A repeated roster means the leader still misses someone; if that could be
+                // us, say our gradient again.
+                let resend = c.get(self.config.me).cloned().filter(|_| !self.is_leader());
+                if let (Some(gradient), Some(leader)) = (resend, self.leader) {
+                    self.send(leader, Message::Gradient(gradient));
+                }
+                if self.commit.is_some() {
+                    self.try_commit();
+                    return;
+                }
+            }
+            _ => {
+                self.collector = Some(StepCollector::new(step, peers.clone(), self.weights));
+                self.collector_since_ms = self.now_ms;
+                self.last_repair_ms = None;
+                for (from, gradient) in std::mem::take(&mut self.early) {
+                    self.offer(from, gradient);
+                }
+                if peers.contains(&self.config.me) {
+                    self.out.push(Output::Compute { step });
+                }
+            }
+        }
+        if self.is_leader() {
+            self.leader_try_complete();
+        }
+    }
+
+    fn on_computed(&mut self, gradient: Gradient) {
+        if !self.active() {
+            return;
+        }
+        let Some(collector) = &self.collector else { return };
+        if collector.step != gradient.step {
+            return; // a stale result (the roster moved on)
+        }
+        let targets: Vec<PeerId> =
+            collector.roster().iter().copied().filter(|p| *p != self.config.me && self.members.contains(p)).collect();
+        for to in targets {
+            self.send(to, Message::Gradient(gradient.clone()));
+        }
+        self.offer(self.config.me, gradient);
+        self.after_offer();
+    }
+
+    fn offer(&mut self, from: PeerId, gradient: Gradient) {
+        let step = gradient.step;
+        let Some(collector) = &mut self.collector else {
+            if step == self.applied + 1 || step == self.applied + 2 {
+                self.early.insert(from, gradient);
+            } else {
+                self.ignore(from, "a gradient for a step not being collected");
+            }
+            return;
+        };
+        if step == collector.step + 1 {
+            self.early.insert(from, gradient);
+            return;
+        }
+        match collector.offer(from, gradient) {
+            Offer::Accepted => {}
+            Offer::Duplicate => {
+                self.event(Event::Ignored { from, why: format!("a duplicate gradient for step {step}") })
+            }
+            Offer::WrongStep { step } => {
+                self.event(Event::Ignored { from, why: format!("a gradient for step {step}, not the current one") })
+            }
+            Offer::NotInRoster => {
+                self.event(Event::Ignored { from, why: format!("a gradient for step {step} from outside its roster") })
+            }
+            Offer::WrongLength { expected, actual } => self.event(Event::Ignored {
+                from,
+                why: format!("a gradient of {actual} values, the model has {expected}"),
+            }),
+        }
+    }
+
+    fn after_offer(&mut self) {
+        if self.is_leader() {
+            self.leader_try_complete();
+        } else if self.commit.is_some() {
+            self.try_commit();
+        } else {
+            // Every node runs the guard on its own as soon as it holds the whole roster: the
+            // leader's refusal to commit is not a message anyone would receive.
+            self.early_guard();
+        }
+    }
+
+    fn early_guard(&mut self) {
+        let Some(collector) = &self.collector else { return };
+        let Some(ours) = collector.get(self.config.me).map(|g| g.whash) else { return };
+        if !collector.is_complete() {
+            return;
+        }
+        if let Err(failure) = collector.guard(ours, self.config.expected_phash) {
+            self.stop_with(failure);
+        }
+    }
+
+    /// Leader: apply the step once every roster gradient is here, then announce the next.
+    fn leader_try_complete(&mut self) {
+        if !self.active() || self.collector.as_ref().is_none_or(|c| !c.is_complete()) {
+            return;
+        }
+        if self.apply_collected() {
+            self.next_step();
+        }
+    }
+
+    /// Follower: apply the committed step once every gradient is here; ask for repairs if not.
+    fn try_commit(&mut self) {
+        if !self.active() {
+            return;
+        }
+        let Some(collector) = &self.collector else {
+            self.stop(format!("step {} was committed but never announced here", self.applied + 1));
+            return;
+        };
+        if !collector.is_complete() {
+            self.request_repairs();
+            return;
+        }
+        if !self.apply_collected() {
+            return;
+        }
+        if let Some(next) = self.commit.take() {
+            if self.is_leader() {
+                // We took over with a commit pending: announce afresh from the members we see.
+                self.next_step();
+            } else {
+                self.on_roster(self.applied + 1, next);
+            }
+        }
+    }
+
+    /// Guard, average in roster order, apply. False if the guard stopped the run.
+    fn apply_collected(&mut self) -> bool {
+        let collector = self.collector.take().expect("checked by the caller");
+        let me = self.config.me;
+        let Some(ours) = collector.get(me).map(|g| g.whash) else {
+            // Not in the roster: this node is not in step (it waits for a resume).
+            self.applied = collector.step;
+            return true;
+        };
+        if let Err(failure) = collector.guard(ours, self.config.expected_phash) {
+            self.stop_with(failure);
+            return false;
+        }
+        let gradient = collector.average().expect("complete");
+        let loss = collector.mean_loss().unwrap_or(f32::NAN);
+        let peers = collector.roster().len();
+        if self.is_leader() {
+            self.repairs.retain(&collector);
+            self.committed.insert(collector.step, collector.roster().to_vec());
+            while self.committed.len() > crate::step::REPAIR_DEPTH as usize {
+                self.committed.pop_first();
+            }
+        }
+        self.applied = collector.step;
+        self.out.push(Output::Apply { step: collector.step, gradient, loss });
+        self.event(Event::StepApplied { step: collector.step, loss, peers, whash: ours });
+        true
+    }
+
+    fn stop_with(&mut self, failure: GuardFailure) {
+        self.stopped = Some(failure.to_string());
+        self.event(Event::GuardStopped(failure));
+    }
+
+    fn stop(&mut self, why: String) {
+        self.stopped = Some(why.clone());
+        self.event(Event::Error(why));
+    }
+
+    // ---- repair ----
+
+    fn on_tick(&mut self) {
+        if self.finished && self.is_leader() && self.stopped.is_none() {
+            self.repeat_final_commit();
+            return;
+        }
+        if !self.active() {
+            return;
+        }
+        let Some(collector) = &self.collector else { return };
+        let waited = self.now_ms.saturating_sub(self.collector_since_ms);
+        if self.is_leader() {
+            // A roster member that has not sent its gradient may have missed the roster (or the
+            // commit before it): say it again, at most once per repair interval.
+            if waited >= self.config.repair_after_ms
+                && self.last_repair_ms.is_none_or(|t| self.now_ms.saturating_sub(t) >= self.config.repair_after_ms)
+            {
+                let step = collector.step;
+                let peers = collector.roster().to_vec();
+                let missing: Vec<PeerId> =
+                    collector.missing().into_iter().filter(|p| self.members.contains(p)).collect();
+                self.last_repair_ms = Some(self.now_ms);
+                for to in missing {
+                    self.send(to, Message::Roster { step, peers: peers.clone() });
+                }
+            }
+            return;
+        }
+        if waited >= self.config.repair_after_ms && !collector.is_complete() {
+            self.request_repairs();
+        }
+    }
+
+    /// Leader, after the last step: repeat the final commit for a while (every repair
+    /// interval, 20 times) in case one was lost.
+    fn repeat_final_commit(&mut self) {
+        if self.final_repeats >= 20
+            || self.last_repair_ms.is_some_and(|t| self.now_ms.saturating_sub(t) < self.config.repair_after_ms)
+        {
+            return;
+        }
+        self.final_repeats += 1;
+        self.last_repair_ms = Some(self.now_ms);
+        let step = self.applied + 1;
+        let targets: Vec<PeerId> = self.synced.iter().copied().filter(|p| self.members.contains(p)).collect();
+        for to in targets {
+            self.send(to, Message::Roster { step, peers: Vec::new() });
+        }
+    }
+
+    /// Follower: ask the leader for missing roster gradients (not our own), at most once per
+    /// repair interval.
+    fn request_repairs(&mut self) {
+        let Some(leader) = self.leader.filter(|l| *l != self.config.me) else { return };
+        if self.last_repair_ms.is_some_and(|t| self.now_ms.saturating_sub(t) < self.config.repair_after_ms) {
+            return;
+        }
+        let Some(collector) = &self.collector else { return };
+        let step = collector.step;
+        let missing: Vec<PeerId> = collector.missing().into_iter().filter(|p| *p != self.config.me).collect();
+        if missing.is_empty() {
+            return;
+        }
+        self.last_repair_ms = Some(self.now_ms);
+        for peer in missing {
+            self.send(leader, Message::RepairRequest { step, peer });
+            self.event(Event::RepairRequested { step, peer });
+        }
+    }
+
+    fn on_repair_request(&mut self, from: PeerId, step: u32, peer: PeerId) {
+        if !self.is_leader() {
+            self.ignore(from, "a repair request, but only the leader answers them");
+            return;
+        }
+        let (found, roster) = match &self.collector {
+            Some(c) if c.step == step => (c.get(peer).cloned(), Some(c.roster().to_vec())),
+            _ => (self.repairs.get(step, peer).cloned(), self.committed.get(&step).cloned()),
+        };
+        if let Some(roster) = roster.filter(|r| !r.contains(&peer)) {
+            // The requester missed a revision that dropped `peer`: tell it the roster again.
+            self.send(from, Message::Roster { step, peers: roster });
+            return;
+        }
+        match found {
+            Some(gradient) => {
+                self.send(from, Message::RepairResponse { peer, gradient });
+                self.event(Event::RepairServed { step, peer, to: from });
+            }
+            None => self.ignore(from, "a repair request for a gradient the leader does not hold (yet)"),
+        }
+    }
+
+    // ---- messages ----
+
+    fn on_message(&mut self, from: PeerId, message: Message) {
+        match message {
+            Message::RunConfig(settings) => self.on_run_config(from, settings),
+            Message::Roster { step, peers } => {
+                if self.leader != Some(from) || self.is_leader() {
+                    self.ignore(from, "a roster from a peer that is not the leader");
+                } else if self.active() {
+                    self.latest_from_leader = Some((step, peers.clone()));
+                    self.on_roster(step, peers);
+                }
+            }
+            Message::Gradient(gradient) => {
+                if self.active() {
+                    self.offer(from, gradient);
+                    self.after_offer();
+                }
+            }
+            Message::RepairRequest { step, peer } => {
+                // Served after the run finished too: a follower may still be completing the
+                // last step.
+                if self.run.is_some() && self.stopped.is_none() && self.pending.is_none() {
+                    self.on_repair_request(from, step, peer);
+                }
+            }
+            Message::RepairResponse { peer, gradient } => {
+                if self.leader != Some(from) {
+                    self.ignore(from, "a repair response from a peer that is not the leader");
+                } else if self.active() {
+                    let step = gradient.step;
+                    let wanted = self.collector.as_ref().is_some_and(|c| c.step == step && c.get(peer).is_none());
+                    self.offer(peer, gradient);
+                    if wanted {
+                        self.event(Event::Repaired { step, peer });
+                    }
+                    self.after_offer();
+                }
+            }
+            Message::Resume(bytes) => {
+                if self.leader != Some(from) {
+                    self.ignore(from, "a resume from a peer that is not the leader");
+                } else if self.pending.is_none() {
+                    self.pending = Some(Pending::Resume);
+                    self.out.push(Output::Restore { bytes });
+                }
+            }
+            Message::CheckpointPush(bytes) => {
+                if self.run.is_none() || self.pending.is_some() {
+                    self.ignore(from, "a checkpoint push outside a run, or during a restore");
+                } else {
+                    self.pending = Some(Pending::Push { from, bytes: None });
+                    self.out.push(Output::Restore { bytes });
+                }
+            }
+            Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),
+        }
+    }
+
+    fn on_run_config(&mut self, from: PeerId, settings: RunSettings) {
+        if settings.protocol != MESH_PROTOCOL_VERSION {
+            self.ignore(
+                from,
+                &format!(
+                    "a run config for mesh protocol {} (this node speaks {MESH_PROTOCOL_VERSION})",
+                    settings.protocol
+                ),
+            );
+            return;
+        }
+        if self.run.is_some() && !self.finished && self.stopped.is_none() {
+            if self.leader.is_none() && self.run.as_ref() == Some(&settings) {
+                // Our leader left before resuming us; this is its successor.
+                self.leader = Some(from);
+                self.event(Event::Leader(from));
+            } else if self.run.as_ref() != Some(&settings) || self.leader != Some(from) {
+                self.ignore(from, "a second run config while a run is going");
+            }
+            return;
+        }
+        self.reset_run();
+        self.leader = Some(from);
+        self.run = Some(settings.clone());
+        self.pending = Some(Pending::Configure);
+        self.event(Event::RunStarted { leader: from, settings: settings.clone() });
+        self.out.push(Output::Configure(settings));
+    }
+}
