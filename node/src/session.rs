@@ -312,7 +312,7 @@ impl Session {
             return;
         }
         self.event(Event::PeerJoined(peer));
-        if self.is_leader() {
+        if self.is_leader() && !self.finished && self.stopped.is_none() {
             if let Some(settings) = self.run.clone() {
                 self.send(peer, Message::RunConfig(settings));
                 self.joiners.insert(peer);

@@ -102,6 +102,15 @@ impl Trainer {
         self.data.describe()
     }
 
+    /// The probe hash through the live products (the guard compares it with the reference's).
+    pub fn probe_hash(&mut self) -> Result<u32, ComputeError> {
+        use lockstep_luts::probe::{probe_hash, probe_operands, PROBE_K, PROBE_M, PROBE_N};
+        let (a, b) = probe_operands();
+        let mut c = vec![0f32; PROBE_M * PROBE_N];
+        self.gemm.gemm_nt(PROBE_M, PROBE_N, PROBE_K, &a, &b, &mut c)?;
+        Ok(probe_hash(&c))
+    }
+
     /// Replaces what computes the products (a hot-swap, at a step boundary).
     pub fn replace_gemm(&mut self, gemm: Box<dyn Gemm + Send>) -> Box<dyn Gemm + Send> {
         std::mem::replace(&mut self.gemm, gemm)

@@ -9,6 +9,7 @@ mod bench;
 mod bench_train;
 mod gate;
 mod infer;
+mod node;
 mod signal;
 mod train;
 
@@ -29,6 +30,8 @@ enum Command {
     Gate(gate::GateArgs),
     /// Train on this machine alone (no network).
     Train(train::TrainArgs),
+    /// Join a training group as one mesh node (`--headless`: JSON lines on stdin/stdout).
+    Node(node::NodeArgs),
     /// Run the signaling server (WebSocket introductions, static files).
     Signal(signal::SignalArgs),
     /// Generate text from a checkpoint.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(args),
         Command::Generate(args) => infer::generate_command(args),
         Command::Signal(args) => signal::run(args),
+        Command::Node(args) => node::run(args),
         Command::Kit(args) => infer::kit_command(args),
     };
     match result {

@@ -1,0 +1,552 @@
+//! The mesh adapter: everything around `lockstep_node::session` that touches the world.
+//!
+//! - a signaling client (tokio-tungstenite) that joins a group and relays WebRTC handshakes;
+//! - one `webrtc` 0.21 peer connection per other member (full mesh), each with one reliable,
+//!   ordered data channel; the member with the smaller id offers; ICE gathering completes
+//!   before the description is sent (no trickle); mDNS is off; host candidates on the bind
+//!   address; STUN/TURN servers are configurable for real deployments;
+//! - flow control: each channel's send buffer is bounded (`send` waits when it is full), and
+//!   each peer has its own writer task, so a slow peer never stalls the others;
+//! - framing: messages are encoded by `lockstep_node::wire`, split into 48 KB frames, and
+//!   reassembled per sender;
+//! - the session loop: feeds the session inputs (channel open/closed, messages, ticks every
+//!   50 ms, compute results, commands) and executes its outputs through a [`Replica`].
+//!
+//! **Architecture Invariant:** all protocol decisions are the session's; this crate only moves
+//! bytes, runs compute and reports events.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use bytes::BytesMut;
+use futures_util::{SinkExt, StreamExt};
+use lockstep_node::session::{Event, Input, Output, Session, SessionConfig};
+use lockstep_node::wire::{self, Gradient, Message, PeerId, Reassembler, RunSettings};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use webrtc::data_channel::{DataChannel, DataChannelEvent, RTCDataChannelInit};
+use webrtc::peer_connection::{
+    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCConfigurationBuilder, RTCIceGatheringState,
+    RTCIceServer, RTCPeerConnectionState, RTCSessionDescription, SettingEngineBuilder,
+};
+
+/// Bytes a channel may buffer before `send` waits (flow control).
+pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+/// How often the session gets a tick.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// The replica's state and compute, owned by the adapter; the session only decides.
+pub trait Replica: Send + 'static {
+    /// A fresh model and optimizer for `settings`; returns the parameter count.
+    fn configure(&mut self, settings: &RunSettings) -> Result<usize, String>;
+    /// Our gradient for `step` at the current weights (weight hash before, probe hash of the
+    /// live kernel, loss). May take long: runs on a blocking thread.
+    fn compute(&mut self, step: u32) -> Result<Gradient, String>;
+    /// One optimizer update.
+    fn apply(&mut self, gradient: &[f32]);
+    /// A checkpoint of everything that determines the next update.
+    fn snapshot(&self) -> Vec<u8>;
+    /// Restore a checkpoint; returns (steps done, parameter count).
+    fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String>;
+    /// The current weights' hash.
+    fn weight_hash(&self) -> u32;
+    /// Fault injection for tests: flip the lowest bit of one weight.
+    fn flip_weight_bit(&mut self);
+}
+
+/// How a node joins and talks.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    /// `ws://HOST:PORT/ws`, with `?room=CODE` or not.
+    pub signal_url: String,
+    /// The address ICE binds and gathers host candidates on (127.0.0.1 in tests).
+    pub bind_ip: IpAddr,
+    /// `stun:` / `turn:` URLs; empty on a LAN or loopback.
+    pub ice_servers: Vec<String>,
+    pub turn_username: String,
+    pub turn_credential: String,
+    pub expected_phash: u32,
+    pub repair_after_ms: u64,
+}
+
+/// What a user (console, stdin) asks of the node.
+#[derive(Clone, Debug)]
+pub enum Command {
+    Start(RunSettings),
+    PushCheckpoint(Vec<u8>),
+    /// For fault-injection tests: stop sending anything to this peer (the channel stays open).
+    CutLinkTo(PeerId),
+    /// For fault-injection tests: flip one bit of this replica's weights.
+    FlipWeightBit,
+    Quit,
+}
+
+/// What the node reports: session events plus the adapter's own.
+#[derive(Clone, Debug)]
+pub enum Report {
+    Connected {
+        id: PeerId,
+        members: Vec<PeerId>,
+    },
+    ChannelOpen(PeerId),
+    Session(Event),
+    Applied {
+        step: u32,
+        whash: u32,
+    },
+    /// A checkpoint (push or resume) replaced the state.
+    Restored {
+        step: u32,
+        whash: u32,
+    },
+    Warning(String),
+}
+
+impl Report {
+    /// One JSON object, as `lockstep node --headless` prints it.
+    pub fn to_json(&self) -> Value {
+        let hex = |v: u32| format!("{v:#010x}");
+        match self {
+            Report::Connected { id, members } => json!({"event": "connected", "id": id, "members": members}),
+            Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
+            Report::Applied { step, whash } => json!({"event": "weights", "step": step, "whash": hex(*whash)}),
+            Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
+            Report::Warning(message) => json!({"event": "warning", "message": message}),
+            Report::Session(event) => match event {
+                Event::PeerJoined(p) => json!({"event": "peer-joined", "peer": p}),
+                Event::PeerLeft(p) => json!({"event": "peer-left", "peer": p}),
+                Event::Leader(p) => json!({"event": "leader", "peer": p}),
+                Event::RunStarted { leader, settings } => json!({"event": "run-started", "leader": leader,
+                    "width": settings.width, "context": settings.context, "batch": settings.batch,
+                    "layers": settings.layers, "heads": settings.heads, "steps": settings.steps,
+                    "lr": settings.lr, "seed": settings.seed}),
+                Event::Roster { step, peers } => json!({"event": "roster", "step": step, "peers": peers}),
+                Event::StepApplied { step, loss, peers, whash } => {
+                    json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)})
+                }
+                Event::RepairRequested { step, peer } => {
+                    json!({"event": "repair-requested", "step": step, "peer": peer})
+                }
+                Event::Repaired { step, peer } => json!({"event": "repaired", "step": step, "peer": peer}),
+                Event::RepairServed { step, peer, to } => {
+                    json!({"event": "repair-served", "step": step, "peer": peer, "to": to})
+                }
+                Event::Resumed { step } => json!({"event": "resumed", "step": step}),
+                Event::CheckpointRestored { from, step } => {
+                    json!({"event": "checkpoint-restored", "from": from, "step": step})
+                }
+                Event::GuardStopped(f) => json!({"event": "guard-stopped", "step": f.step,
+                    "weight_mismatch": f.weight_mismatch, "probe_mismatch": f.probe_mismatch,
+                    "message": f.to_string()}),
+                Event::RunFinished { step } => json!({"event": "run-finished", "step": step}),
+                Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
+                Event::Error(message) => json!({"event": "error", "message": message}),
+            },
+        }
+    }
+}
+
+/// What the adapter's tasks tell the session loop.
+enum Inbound {
+    Signal(Value),
+    SignalClosed(String),
+    ChannelOpen(PeerId, Arc<dyn DataChannel>),
+    Frame(PeerId, BytesMut),
+    ChannelClosed(PeerId),
+    Computed(Result<Gradient, String>),
+}
+
+struct Peer {
+    connection: Arc<dyn PeerConnection>,
+    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    open: bool,
+}
+
+/// Runs one node until `Quit` or the signaling connection ends.
+pub async fn run(
+    config: MeshConfig,
+    replica: Arc<Mutex<dyn Replica>>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    report: impl Fn(Report) + Send + 'static,
+) -> anyhow::Result<()> {
+    let (ws, _) = tokio_tungstenite::connect_async(&config.signal_url)
+        .await
+        .with_context(|| format!("connecting to the signaling server at {}", config.signal_url))?;
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let (inbound_tx, mut inbound) = mpsc::unbounded_channel::<Inbound>();
+    let (ws_out_tx, mut ws_out) = mpsc::unbounded_channel::<Value>();
+    {
+        let inbound_tx = inbound_tx.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = ws_rx.next().await {
+                match frame {
+                    Ok(WsMessage::Text(text)) => match serde_json::from_str::<Value>(text.as_str()) {
+                        Ok(value) => {
+                            let _ = inbound_tx.send(Inbound::Signal(value));
+                        }
+                        Err(e) => {
+                            let _ = inbound_tx.send(Inbound::SignalClosed(format!("bad JSON from the server: {e}")));
+                        }
+                    },
+                    Ok(WsMessage::Close(_)) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            let _ = inbound_tx.send(Inbound::SignalClosed("the signaling connection closed".into()));
+        });
+        tokio::spawn(async move {
+            while let Some(value) = ws_out.recv().await {
+                if ws_tx.send(WsMessage::text(value.to_string())).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    let mut me: Option<PeerId> = None;
+    let mut session: Option<Session> = None;
+    let mut peers: BTreeMap<PeerId, Peer> = BTreeMap::new();
+    let mut reassembler = Reassembler::default();
+    let mut next_message_id: u32 = 0;
+    let mut cut: Vec<PeerId> = Vec::new();
+    let started = Instant::now();
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    loop {
+        let mut inputs: Vec<Input> = Vec::new();
+        tokio::select! {
+            _ = ticker.tick() => inputs.push(Input::Tick { now_ms: started.elapsed().as_millis() as u64 }),
+            command = commands.recv() => match command {
+                None | Some(Command::Quit) => break,
+                Some(Command::Start(settings)) => inputs.push(Input::Start(settings)),
+                Some(Command::PushCheckpoint(bytes)) => inputs.push(Input::PushCheckpoint { bytes }),
+                Some(Command::CutLinkTo(peer)) => cut.push(peer),
+                Some(Command::FlipWeightBit) => replica.lock().unwrap_or_else(|p| p.into_inner()).flip_weight_bit(),
+            },
+            event = inbound.recv() => match event {
+                None => break,
+                Some(Inbound::Signal(value)) => {
+                    handle_signal(&config, &value, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report, &mut inputs).await;
+                }
+                Some(Inbound::SignalClosed(why)) => {
+                    report(Report::Warning(why));
+                    break;
+                }
+                Some(Inbound::ChannelOpen(peer, channel)) => {
+                    if let Some(entry) = peers.get_mut(&peer) {
+                        if !entry.open {
+                            entry.open = true;
+                            entry.writer = Some(spawn_writer(channel));
+                            report(Report::ChannelOpen(peer));
+                            inputs.push(Input::Connected(peer));
+                        }
+                    }
+                }
+                Some(Inbound::Frame(peer, bytes)) => match reassembler.push(peer, &bytes) {
+                    Ok(Some(message)) => inputs.push(Input::Received { from: peer, message }),
+                    Ok(None) => {}
+                    Err(e) => report(Report::Warning(format!("peer {peer} sent a malformed frame: {e}"))),
+                },
+                Some(Inbound::ChannelClosed(peer)) => {
+                    if let Some(entry) = peers.remove(&peer) {
+                        let _ = entry.connection.close().await;
+                        reassembler.forget(peer);
+                        if entry.open {
+                            inputs.push(Input::Disconnected(peer));
+                        }
+                    }
+                }
+                Some(Inbound::Computed(result)) => match result {
+                    Ok(gradient) => inputs.push(Input::Computed(gradient)),
+                    Err(why) => report(Report::Warning(format!("compute failed, this node stops contributing: {why}"))),
+                },
+            },
+        }
+        let Some(session) = session.as_mut() else { continue };
+        let mut queue: std::collections::VecDeque<Input> = inputs.into();
+        while let Some(input) = queue.pop_front() {
+            for output in session.handle(input) {
+                match output {
+                    Output::Send { to, message } => {
+                        if cut.contains(&to) {
+                            continue;
+                        }
+                        send(&peers, to, &message, &mut next_message_id);
+                    }
+                    Output::Configure(settings) => {
+                        let result = replica.lock().unwrap_or_else(|p| p.into_inner()).configure(&settings);
+                        queue.push_front(match result {
+                            Ok(weights) => Input::Configured { weights },
+                            Err(why) => Input::Failed { why },
+                        });
+                    }
+                    Output::Compute { step } => {
+                        let replica = replica.clone();
+                        let tx = inbound_tx.clone();
+                        tokio::task::spawn_blocking(move || {
+                            let result = replica.lock().unwrap_or_else(|p| p.into_inner()).compute(step);
+                            let _ = tx.send(Inbound::Computed(result));
+                        });
+                    }
+                    Output::Apply { step, gradient, .. } => {
+                        let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                        replica.apply(&gradient);
+                        report(Report::Applied { step, whash: replica.weight_hash() });
+                    }
+                    Output::SendSnapshot { to } => {
+                        let bytes = replica.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
+                        send(&peers, to, &Message::Resume(bytes), &mut next_message_id);
+                    }
+                    Output::Restore { bytes } => {
+                        let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                        queue.push_front(match replica.restore(&bytes) {
+                            Ok((step, weights)) => {
+                                report(Report::Restored { step, whash: replica.weight_hash() });
+                                Input::Restored { step, weights }
+                            }
+                            Err(why) => Input::Failed { why },
+                        });
+                    }
+                    Output::Event(event) => report(Report::Session(event)),
+                }
+            }
+        }
+    }
+    for (_, peer) in peers {
+        let _ = peer.connection.close().await;
+    }
+    Ok(())
+}
+
+fn send(peers: &BTreeMap<PeerId, Peer>, to: PeerId, message: &Message, next_id: &mut u32) {
+    let Some(writer) = peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
+    *next_id = next_id.wrapping_add(1);
+    for frame in wire::frames(wire::encode(message), *next_id) {
+        let _ = writer.send(frame);
+    }
+}
+
+/// One task per channel writes its frames in order; `send` waits while the channel's buffer
+/// is full, so a slow peer only slows its own queue.
+fn spawn_writer(channel: Arc<dyn DataChannel>) -> mpsc::UnboundedSender<Vec<u8>> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if channel.send(BytesMut::from(&frame[..])).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+#[allow(clippy::too_many_arguments)] // the loop's state, passed by reference
+async fn handle_signal(
+    config: &MeshConfig,
+    value: &Value,
+    me: &mut Option<PeerId>,
+    session: &mut Option<Session>,
+    peers: &mut BTreeMap<PeerId, Peer>,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+    ws_out: &mpsc::UnboundedSender<Value>,
+    report: &impl Fn(Report),
+    inputs: &mut Vec<Input>,
+) {
+    let kind = value["type"].as_str().unwrap_or("");
+    match kind {
+        "welcome" => {
+            let id = value["id"].as_u64().unwrap_or(0);
+            *me = Some(id);
+            *session = Some(Session::new(SessionConfig {
+                me: id,
+                expected_phash: config.expected_phash,
+                repair_after_ms: config.repair_after_ms,
+            }));
+            let members: Vec<PeerId> =
+                value["members"].as_array().map_or(Vec::new(), |m| m.iter().filter_map(|v| v.as_u64()).collect());
+            report(Report::Connected { id, members: members.clone() });
+            for peer in members.into_iter().filter(|p| *p != id) {
+                if id < peer {
+                    offer_to(config, peer, peers, inbound, ws_out, report).await;
+                }
+            }
+        }
+        "peer-joined" => {
+            let (Some(id), Some(peer)) = (*me, value["peer"].as_u64()) else { return };
+            if id < peer && !peers.contains_key(&peer) {
+                offer_to(config, peer, peers, inbound, ws_out, report).await;
+            }
+        }
+        "peer-left" => {
+            let Some(peer) = value["peer"].as_u64() else { return };
+            if let Some(entry) = peers.remove(&peer) {
+                let _ = entry.connection.close().await;
+                if entry.open {
+                    inputs.push(Input::Disconnected(peer));
+                }
+            }
+        }
+        "signal" => {
+            let (Some(from), Some(kind)) = (value["from"].as_u64(), value["kind"].as_str()) else { return };
+            let Ok(description) = serde_json::from_value::<RTCSessionDescription>(value["data"].clone()) else {
+                report(Report::Warning(format!("peer {from} sent an unreadable session description")));
+                return;
+            };
+            match kind {
+                "offer" => {
+                    if let Err(e) = answer_to(config, from, description, peers, inbound, ws_out).await {
+                        report(Report::Warning(format!("cannot answer peer {from}: {e:#}")));
+                    }
+                }
+                "answer" => {
+                    if let Some(entry) = peers.get(&from) {
+                        if let Err(e) = entry.connection.set_remote_description(description).await {
+                            report(Report::Warning(format!("peer {from}'s answer was refused: {e}")));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        "error" => report(Report::Warning(format!("signaling server: {}", value["message"]))),
+        "denied" => report(Report::Warning(format!("denied: {}", value["reason"]))),
+        _ => {}
+    }
+}
+
+struct Handler {
+    peer: PeerId,
+    gathered: mpsc::UnboundedSender<()>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+}
+
+#[async_trait::async_trait]
+impl PeerConnectionEventHandler for Handler {
+    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
+        if state == RTCIceGatheringState::Complete {
+            let _ = self.gathered.send(());
+        }
+    }
+
+    async fn on_connection_state_change(&self, state: RTCPeerConnectionState) {
+        if matches!(state, RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed) {
+            let _ = self.inbound.send(Inbound::ChannelClosed(self.peer));
+        }
+    }
+
+    async fn on_data_channel(&self, channel: Arc<dyn DataChannel>) {
+        // Answerer side: the offerer created the channel.
+        spawn_reader(self.peer, channel, self.inbound.clone());
+    }
+}
+
+/// Reads a channel's events until it closes.
+fn spawn_reader(peer: PeerId, channel: Arc<dyn DataChannel>, inbound: mpsc::UnboundedSender<Inbound>) {
+    tokio::spawn(async move {
+        let mut announced = false;
+        while let Some(event) = channel.poll().await {
+            match event {
+                DataChannelEvent::OnOpen if !announced => {
+                    announced = true;
+                    let _ = inbound.send(Inbound::ChannelOpen(peer, channel.clone()));
+                }
+                DataChannelEvent::OnMessage(message) => {
+                    let _ = inbound.send(Inbound::Frame(peer, message.data));
+                }
+                DataChannelEvent::OnClose => break,
+                _ => {}
+            }
+        }
+        let _ = inbound.send(Inbound::ChannelClosed(peer));
+    });
+}
+
+async fn new_connection(
+    config: &MeshConfig,
+    peer: PeerId,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+) -> anyhow::Result<(Arc<dyn PeerConnection>, mpsc::UnboundedReceiver<()>)> {
+    let (gathered_tx, gathered_rx) = mpsc::unbounded_channel();
+    let ice_servers = if config.ice_servers.is_empty() {
+        Vec::new()
+    } else {
+        vec![RTCIceServer {
+            urls: config.ice_servers.clone(),
+            username: config.turn_username.clone(),
+            credential: config.turn_credential.clone(),
+        }]
+    };
+    let settings = SettingEngineBuilder::new()
+        .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled)
+        .with_include_loopback_candidate(config.bind_ip.is_loopback())
+        .build();
+    let runtime = webrtc::runtime::default_runtime().context("no async runtime for WebRTC")?;
+    let connection = PeerConnectionBuilder::new()
+        .with_configuration(RTCConfigurationBuilder::new().with_ice_servers(ice_servers).build())
+        .with_setting_engine(settings)
+        .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))
+        .with_runtime(runtime)
+        .with_udp_addrs(vec![format!("{}:0", config.bind_ip)])
+        .with_data_channel_send_buffer_limit(SEND_BUFFER_BYTES)
+        .build()
+        .await
+        .context("creating a peer connection")?;
+    Ok((Arc::new(connection), gathered_rx))
+}
+
+async fn offer_to(
+    config: &MeshConfig,
+    peer: PeerId,
+    peers: &mut BTreeMap<PeerId, Peer>,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+    ws_out: &mpsc::UnboundedSender<Value>,
+    report: &impl Fn(Report),
+) {
+    let result: anyhow::Result<()> = async {
+        let (connection, mut gathered) = new_connection(config, peer, inbound).await?;
+        let channel = connection
+            .create_data_channel("lockstep", Some(RTCDataChannelInit { ordered: true, ..Default::default() }))
+            .await
+            .context("creating the data channel")?;
+        spawn_reader(peer, channel, inbound.clone());
+        let offer = connection.create_offer(None).await?;
+        connection.set_local_description(offer).await?;
+        if tokio::time::timeout(Duration::from_secs(10), gathered.recv()).await.is_err() {
+            bail!("ICE gathering did not complete within 10 s");
+        }
+        let description = connection.local_description().await.context("no local description")?;
+        ws_out.send(json!({"type": "signal", "to": peer, "kind": "offer", "data": description}))?;
+        peers.insert(peer, Peer { connection, writer: None, open: false });
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        report(Report::Warning(format!("cannot connect to peer {peer}: {e:#}")));
+    }
+}
+
+async fn answer_to(
+    config: &MeshConfig,
+    peer: PeerId,
+    offer: RTCSessionDescription,
+    peers: &mut BTreeMap<PeerId, Peer>,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+    ws_out: &mpsc::UnboundedSender<Value>,
+) -> anyhow::Result<()> {
+    let (connection, mut gathered) = new_connection(config, peer, inbound).await?;
+    connection.set_remote_description(offer).await?;
+    let answer = connection.create_answer(None).await?;
+    connection.set_local_description(answer).await?;
+    if tokio::time::timeout(Duration::from_secs(10), gathered.recv()).await.is_err() {
+        bail!("ICE gathering did not complete within 10 s");
+    }
+    let description = connection.local_description().await.context("no local description")?;
+    ws_out.send(json!({"type": "signal", "to": peer, "kind": "answer", "data": description}))?;
+    peers.insert(peer, Peer { connection, writer: None, open: false });
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! `lockstep node --headless`: one mesh node driven by JSON lines.
+//!
+//! Events go to stdout, one JSON object per line (`lockstep_mesh::Report::to_json`); commands
+//! come from stdin, one JSON object per line:
+//!
+//! - `{"cmd": "start", "steps": 50, "width": 32, "context": 32, "layers": 1, "heads": 2,
+//!   "batch": 4, "lr": 0.003, "seed": 1}` — start a run and lead it (omitted fields take the
+//!   defaults of `lockstep train`);
+//! - `{"cmd": "push", "path": "run.ckpt"}` — restore the whole group from a checkpoint;
+//! - `{"cmd": "cut", "peer": 42}` — fault injection for tests: stop sending to that peer;
+//! - `{"cmd": "flip"}` — fault injection for tests: flip one bit of this node's weights;
+//! - `{"cmd": "quit"}` (or end of input) — leave.
+//!
+//! `docs/PROTOCOL.md` lists every event.
+
+use std::io::{BufRead, Write};
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context};
+use lockstep_mesh::{Command, MeshConfig, Replica, Report};
+use lockstep_node::checkpoint;
+use lockstep_node::config::{ModelConfig, RunConfig};
+use lockstep_node::data::BuiltinSource;
+use lockstep_node::trainer::Trainer;
+use lockstep_node::wire::{Gradient, RunSettings, MESH_PROTOCOL_VERSION};
+use serde_json::Value;
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// Print events as JSON lines and read commands from stdin (the console arrives later).
+    #[arg(long)]
+    headless: bool,
+    /// The signaling server's WebSocket URL, e.g. `ws://127.0.0.1:8787/ws?room=demo`.
+    #[arg(long)]
+    signal: String,
+    /// `cpu`, `lut`, `dp4a`, a plugin path, or `auto`.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// Threads for CPU backends (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: u32,
+    /// The address WebRTC binds and offers as its host candidate.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_ip: IpAddr,
+    /// STUN or TURN server URLs (`stun:host:3478`, `turn:host:3478`), repeatable.
+    #[arg(long = "ice-server")]
+    ice_servers: Vec<String>,
+    #[arg(long, default_value = "")]
+    turn_username: String,
+    #[arg(long, default_value = "")]
+    turn_credential: String,
+    /// How long to wait for a gradient before asking the leader for it.
+    #[arg(long, default_value_t = 2000)]
+    repair_after_ms: u64,
+}
+
+/// The trainer as the mesh sees it.
+struct TrainerReplica {
+    backend: String,
+    threads: u32,
+    /// Mixed into the data seed so every node trains on its own batches.
+    me_salt: u64,
+    trainer: Option<Trainer>,
+}
+
+impl TrainerReplica {
+    fn trainer(&mut self) -> Result<&mut Trainer, String> {
+        self.trainer.as_mut().ok_or_else(|| "no run is configured".to_string())
+    }
+}
+
+fn run_config(settings: &RunSettings) -> RunConfig {
+    RunConfig {
+        model: ModelConfig {
+            width: settings.width as usize,
+            context: settings.context as usize,
+            layers: settings.layers as usize,
+            heads: settings.heads as usize,
+        },
+        batch: settings.batch as usize,
+        steps: settings.steps,
+        lr: settings.lr,
+        seed: settings.seed,
+    }
+}
+
+impl Replica for TrainerReplica {
+    fn configure(&mut self, settings: &RunSettings) -> Result<usize, String> {
+        let run = run_config(settings);
+        run.validate()?;
+        let gemm = crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?;
+        let data = Box::new(BuiltinSource::new(run.seed ^ self.me_salt));
+        let trainer = Trainer::new(run, gemm, data)?;
+        let weights = trainer.weights().len();
+        self.trainer = Some(trainer);
+        Ok(weights)
+    }
+
+    fn compute(&mut self, step: u32) -> Result<Gradient, String> {
+        let trainer = self.trainer()?;
+        if trainer.step_count() + 1 != step {
+            return Err(format!("asked for step {step} at step {}", trainer.step_count()));
+        }
+        let whash = trainer.weight_hash();
+        let phash = trainer.probe_hash().map_err(|e| e.to_string())?;
+        let (loss, grad, _) = trainer.gradient().map_err(|e| e.to_string())?;
+        Ok(Gradient { step, whash, phash, loss, grad })
+    }
+
+    fn apply(&mut self, gradient: &[f32]) {
+        if let Some(trainer) = self.trainer.as_mut() {
+            trainer.apply(gradient);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.trainer.as_ref().map_or_else(Vec::new, |t| checkpoint::encode(&t.state()))
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String> {
+        let trainer = self.trainer()?;
+        let mut state = checkpoint::decode(bytes, Some(trainer.state().run.model)).map_err(|e| e.to_string())?;
+        // Weights, step and optimizer come from the checkpoint; this node keeps its own data
+        // stream (its batches are its own in a data-parallel group).
+        state.data_state = trainer.state().data_state;
+        let step = state.step;
+        trainer.restore(state)?;
+        Ok((step, trainer.weights().len()))
+    }
+
+    fn weight_hash(&self) -> u32 {
+        self.trainer.as_ref().map_or(0, |t| t.weight_hash())
+    }
+
+    fn flip_weight_bit(&mut self) {
+        if let Some(trainer) = self.trainer.as_mut() {
+            let mut state = trainer.state();
+            state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
+            let _ = trainer.restore(state);
+        }
+    }
+}
+
+fn settings_from(command: &Value) -> anyhow::Result<RunSettings> {
+    let defaults = RunConfig::DEFAULT;
+    let number = |key: &str, default: u64| -> anyhow::Result<u64> {
+        match command.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_u64().with_context(|| format!("`{key}` must be a non-negative integer")),
+        }
+    };
+    let small = |key: &str, default: usize| -> anyhow::Result<u32> {
+        u32::try_from(number(key, default as u64)?).with_context(|| format!("`{key}` is too large"))
+    };
+    let lr = match command.get("lr") {
+        None => defaults.lr,
+        Some(v) => v.as_f64().context("`lr` must be a number")? as f32,
+    };
+    Ok(RunSettings {
+        protocol: MESH_PROTOCOL_VERSION,
+        width: small("width", defaults.model.width)?,
+        context: small("context", defaults.model.context)?,
+        batch: small("batch", defaults.batch)?,
+        layers: small("layers", defaults.model.layers)?,
+        heads: small("heads", defaults.model.heads)?,
+        steps: small("steps", defaults.steps as usize)?,
+        lr,
+        seed: number("seed", defaults.seed)?,
+    })
+}
+
+/// One stdin line as a command.
+fn parse_command(line: &str) -> anyhow::Result<Command> {
+    let value: Value = serde_json::from_str(line).context("not JSON")?;
+    match value["cmd"].as_str() {
+        Some("start") => {
+            let settings = settings_from(&value)?;
+            run_config(&settings).validate().map_err(anyhow::Error::msg)?;
+            Ok(Command::Start(settings))
+        }
+        Some("push") => {
+            let path = value["path"].as_str().context("`push` needs a `path`")?;
+            let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+            checkpoint::decode(&bytes, None).with_context(|| format!("{path} is not a valid checkpoint"))?;
+            Ok(Command::PushCheckpoint(bytes))
+        }
+        Some("cut") => Ok(Command::CutLinkTo(value["peer"].as_u64().context("`cut` needs a `peer`")?)),
+        Some("flip") => Ok(Command::FlipWeightBit),
+        Some("quit") => Ok(Command::Quit),
+        other => bail!("unknown command {other:?} (start, push, cut, flip, quit)"),
+    }
+}
+
+fn emit(value: Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
+    if !args.headless {
+        bail!("the console is not built yet: run with --headless");
+    }
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let config = MeshConfig {
+        signal_url: args.signal.clone(),
+        bind_ip: args.bind_ip,
+        ice_servers: args.ice_servers.clone(),
+        turn_username: args.turn_username.clone(),
+        turn_credential: args.turn_credential.clone(),
+        expected_phash: lockstep_luts::probe::reference_probe_hash().context("the reference probe")?,
+        repair_after_ms: args.repair_after_ms,
+    };
+    // Gate the backend once up front, so a refused backend fails before joining.
+    crate::train::gemm_for(&args.backend, args.threads, true)?;
+    let salt = u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica {
+        backend: args.backend,
+        threads: args.threads,
+        me_salt: salt,
+        trainer: None,
+    }));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match parse_command(&line) {
+                Ok(command) => {
+                    if tx.send(command).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => emit(serde_json::json!({"event": "command-error", "message": format!("{e:#}")})),
+            }
+        }
+        let _ = tx.send(Command::Quit);
+    });
+    runtime.block_on(lockstep_mesh::run(config, replica, rx, |report: Report| emit(report.to_json())))?;
+    Ok(ExitCode::SUCCESS)
+}

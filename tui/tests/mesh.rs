@@ -1,0 +1,292 @@
+//! Real processes on 127.0.0.1: the real signaling server (`lockstep signal`) and headless
+//! nodes (`lockstep node --headless`) talking over real WebRTC data channels, driven by JSON
+//! lines exactly as a script would.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Signal {
+    _proc: Proc,
+    url: String,
+}
+
+fn signal_server() -> Signal {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(BIN)
+        .args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lockstep signal starts");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Signal { _proc: Proc(child), url: format!("ws://127.0.0.1:{port}/ws") }
+}
+
+/// One headless node: its events as they arrive, and its stdin.
+struct Node {
+    proc: Option<Proc>,
+    stdin: ChildStdin,
+    events: Arc<Mutex<Vec<Value>>>,
+    id: u64,
+}
+
+impl Node {
+    fn spawn(signal: &Signal, backend: &str) -> Node {
+        let mut child = Command::new(BIN)
+            .args(["node", "--headless", "--signal", &signal.url, "--backend", backend, "--threads", "1"])
+            .args(["--repair-after-ms", "300"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lockstep node starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().unwrap().push(value);
+                }
+            }
+        });
+        let mut node = Node { proc: Some(Proc(child)), stdin, events, id: 0 };
+        let connected = node.wait_for("connected", |e| e["event"] == "connected", 20);
+        node.id = connected["id"].as_u64().unwrap();
+        node
+    }
+
+    fn command(&mut self, command: Value) {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Waits for an event matching `pred`, failing after `secs` with everything seen.
+    fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
+        let started = Instant::now();
+        loop {
+            if let Some(found) = self.events().into_iter().find(|e| pred(e)) {
+                return found;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(secs),
+                "node {} never reported {what}; it said:\n{}",
+                self.id,
+                self.events().iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Weight hash after each applied step.
+    fn hashes(&self) -> BTreeMap<u64, String> {
+        self.events()
+            .iter()
+            .filter(|e| e["event"] == "weights")
+            .map(|e| (e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    fn kill(&mut self) {
+        self.proc.take();
+    }
+}
+
+fn channels_open(nodes: &[&Node]) {
+    for node in nodes {
+        for other in nodes.iter().filter(|o| o.id != node.id) {
+            node.wait_for("an open channel", |e| e["event"] == "channel-open" && e["peer"] == other.id, 30);
+        }
+    }
+}
+
+fn tiny(steps: u32) -> Value {
+    serde_json::json!({"cmd": "start", "steps": steps, "width": 32, "context": 32, "layers": 1, "heads": 2, "batch": 4})
+}
+
+fn finished(node: &Node, secs: u64) {
+    node.wait_for("run-finished", |e| e["event"] == "run-finished", secs);
+}
+
+#[test]
+fn three_nodes_with_mixed_backends_agree_at_every_step() {
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "lut");
+    let c = Node::spawn(&signal, "dp4a");
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(30));
+    for node in [&a, &b, &c] {
+        finished(node, 180);
+    }
+    let hashes = a.hashes();
+    assert_eq!(hashes.len(), 30);
+    assert_eq!(b.hashes(), hashes);
+    assert_eq!(c.hashes(), hashes);
+    // Every step averaged all three.
+    assert!(a.events().iter().filter(|e| e["event"] == "step").all(|e| e["peers"] == 3));
+}
+
+#[test]
+fn a_cut_link_is_repaired_by_the_leader() {
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let mut b = Node::spawn(&signal, "cpu");
+    let c = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c]);
+    // b never sends to c: c gets b's gradients from the leader a.
+    b.command(serde_json::json!({"cmd": "cut", "peer": c.id}));
+    a.command(tiny(6));
+    for node in [&a, &b, &c] {
+        finished(node, 120);
+    }
+    assert_eq!(c.hashes(), a.hashes());
+    assert_eq!(b.hashes(), a.hashes());
+    let repaired = c.events().iter().filter(|e| e["event"] == "repaired" && e["peer"] == b.id).count();
+    assert_eq!(repaired, 6, "c repaired b's gradient at every step");
+    let _ = &mut b;
+}
+
+#[test]
+fn a_flipped_bit_stops_the_run_and_names_the_node() {
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    let mut c = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(200));
+    c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
+    c.command(serde_json::json!({"cmd": "flip"}));
+    for node in [&a, &b] {
+        let stop = node.wait_for("guard-stopped", |e| e["event"] == "guard-stopped", 60);
+        assert_eq!(stop["weight_mismatch"], serde_json::json!([c.id]), "{stop}");
+    }
+    // It stopped within a step of the flip (the flip lands between two steps).
+    let last = a.hashes().keys().max().copied().unwrap_or(0);
+    assert!(last <= 6, "applied up to step {last} after a flip at step 3");
+}
+
+#[test]
+fn wrong_arithmetic_after_admission_is_caught_by_the_probe() {
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
+    let drifting = dir.join("libdrift_after_admission.so");
+    assert!(drifting.is_file(), "{} is missing: build all targets first", drifting.display());
+    let c = Node::spawn(&signal, drifting.to_str().unwrap());
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(200));
+    let stop = a.wait_for("guard-stopped", |e| e["event"] == "guard-stopped", 120);
+    assert_eq!(stop["probe_mismatch"], serde_json::json!([c.id]), "{stop}");
+}
+
+#[test]
+fn a_late_joiner_is_resumed_and_identical_from_then_on() {
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b]);
+    a.command(tiny(400));
+    a.wait_for("step 10", |e| e["event"] == "weights" && e["step"] == 10, 60);
+    let c = Node::spawn(&signal, "cpu");
+    let resumed = c.wait_for("resumed", |e| e["event"] == "restored", 60);
+    for node in [&a, &b, &c] {
+        finished(node, 120);
+    }
+    let from = resumed["step"].as_u64().unwrap();
+    let leader = a.hashes();
+    assert_eq!(leader[&from], resumed["whash"].as_str().unwrap(), "the resume carries the leader's weights");
+    let joined = c.hashes();
+    assert_eq!(joined.len() as u64, 400 - from);
+    for (step, hash) in &joined {
+        assert_eq!(&leader[step], hash, "step {step}");
+    }
+}
+
+#[test]
+fn the_group_survives_a_follower_and_then_the_leader_leaving() {
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    let mut c = Node::spawn(&signal, "cpu");
+    let d = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c, &d]);
+    a.command(tiny(30));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    c.kill();
+    b.wait_for("step 12", |e| e["event"] == "weights" && e["step"] == 12, 60);
+    a.kill();
+    for node in [&b, &d] {
+        finished(node, 120);
+    }
+    assert_eq!(b.hashes(), d.hashes());
+    assert_eq!(b.hashes().len(), 30);
+    let leader = b.wait_for("a new leader", |e| e["event"] == "leader", 5);
+    assert_eq!(leader["peer"], b.id.min(d.id));
+}
+
+#[test]
+fn a_checkpoint_push_restores_every_replica() {
+    let dir = std::env::temp_dir().join(format!("lockstep-push-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("tiny.ckpt");
+    let out = Command::new(BIN)
+        .args(["train", "--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
+        .args(["--steps", "40", "--until", "5", "--backend", "cpu", "--eval-batches", "0", "--json"])
+        .arg("--ckpt-out")
+        .arg(&ckpt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let mut b = Node::spawn(&signal, "cpu");
+    let c = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(40));
+    a.wait_for("step 8", |e| e["event"] == "weights" && e["step"] == 8, 60);
+    b.command(serde_json::json!({"cmd": "push", "path": ckpt}));
+    let mut restored = Vec::new();
+    for node in [&a, &b, &c] {
+        let r = node.wait_for("restored", |e| e["event"] == "restored", 60);
+        assert_eq!(r["step"], 5);
+        restored.push(r["whash"].as_str().unwrap().to_string());
+    }
+    assert!(restored.iter().all(|h| *h == restored[0]), "{restored:?}");
+    for node in [&a, &b, &c] {
+        finished(node, 120);
+    }
+    assert_eq!(a.hashes(), b.hashes());
+    assert_eq!(a.hashes(), c.hashes());
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = &mut b;
+}
