@@ -17,6 +17,9 @@ use lockstep_node::gemm::{FloatLane, Gemm};
 pub enum BenchCommand {
     /// GEMM throughput: reference units, backend plugins (1 thread and all), f32 sgemm.
     Gemm(GemmArgs),
+    /// Data-channel throughput on loopback (the mesh's configuration and a naive one) beside
+    /// plain TCP.
+    Exchange(crate::bench_exchange::ExchangeArgs),
     /// Training throughput of the default model: units trainer (1 thread and all), float
     /// reference, and PyTorch eager f32 when `torch` imports.
     Train(crate::bench_train::TrainBenchArgs),
@@ -83,6 +86,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     let args = match command {
         BenchCommand::Gemm(args) => args,
         BenchCommand::Train(args) => return crate::bench_train::run(args),
+        BenchCommand::Exchange(args) => return crate::bench_exchange::run(args),
     };
     let shapes: Vec<(usize, usize, usize)> =
         args.shapes.iter().map(|s| parse_shape(s)).collect::<anyhow::Result<_>>()?;

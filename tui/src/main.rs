@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod bench;
+mod bench_exchange;
 mod bench_train;
 mod gate;
 mod infer;

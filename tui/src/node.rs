@@ -57,12 +57,28 @@ pub struct NodeArgs {
 }
 
 /// The trainer as the mesh sees it.
-struct TrainerReplica {
+pub struct TrainerReplica {
     backend: String,
     threads: u32,
     /// Mixed into the data seed so every node trains on its own batches.
     me_salt: u64,
     trainer: Option<Trainer>,
+    /// The weight hash of the current weights, computed once per update.
+    cached_whash: Option<u32>,
+    hash_seconds: f64,
+}
+
+impl TrainerReplica {
+    pub fn new(backend: &str, threads: u32, me_salt: u64) -> Self {
+        TrainerReplica {
+            backend: backend.to_string(),
+            threads,
+            me_salt,
+            trainer: None,
+            cached_whash: None,
+            hash_seconds: 0.0,
+        }
+    }
 }
 
 impl TrainerReplica {
@@ -95,6 +111,7 @@ impl Replica for TrainerReplica {
         let trainer = Trainer::new(run, gemm, data)?;
         let weights = trainer.weights().len();
         self.trainer = Some(trainer);
+        self.cached_whash = None;
         Ok(weights)
     }
 
@@ -103,13 +120,20 @@ impl Replica for TrainerReplica {
         if trainer.step_count() + 1 != step {
             return Err(format!("asked for step {step} at step {}", trainer.step_count()));
         }
-        let whash = trainer.weight_hash();
+        let hashing = std::time::Instant::now();
+        let cached = self.cached_whash;
+        let trainer = self.trainer()?;
+        let whash = cached.unwrap_or_else(|| trainer.weight_hash());
         let phash = trainer.probe_hash().map_err(|e| e.to_string())?;
+        let hash_seconds = hashing.elapsed().as_secs_f64();
         let (loss, grad, _) = trainer.gradient().map_err(|e| e.to_string())?;
+        self.cached_whash = Some(whash);
+        self.hash_seconds = hash_seconds;
         Ok(Gradient { step, whash, phash, loss, grad })
     }
 
     fn apply(&mut self, gradient: &[f32]) {
+        self.cached_whash = None;
         if let Some(trainer) = self.trainer.as_mut() {
             trainer.apply(gradient);
         }
@@ -120,6 +144,7 @@ impl Replica for TrainerReplica {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String> {
+        self.cached_whash = None;
         let trainer = self.trainer()?;
         let mut state = checkpoint::decode(bytes, Some(trainer.state().run.model)).map_err(|e| e.to_string())?;
         // Weights, step and optimizer come from the checkpoint; this node keeps its own data
@@ -131,10 +156,15 @@ impl Replica for TrainerReplica {
     }
 
     fn weight_hash(&self) -> u32 {
-        self.trainer.as_ref().map_or(0, |t| t.weight_hash())
+        self.cached_whash.unwrap_or_else(|| self.trainer.as_ref().map_or(0, |t| t.weight_hash()))
+    }
+
+    fn last_hash_seconds(&self) -> f64 {
+        self.hash_seconds
     }
 
     fn flip_weight_bit(&mut self) {
+        self.cached_whash = None;
         if let Some(trainer) = self.trainer.as_mut() {
             let mut state = trainer.state();
             state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
@@ -216,12 +246,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     // Gate the backend once up front, so a refused backend fails before joining.
     crate::train::gemm_for(&args.backend, args.threads, true)?;
     let salt = u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica {
-        backend: args.backend,
-        threads: args.threads,
-        me_salt: salt,
-        trainer: None,
-    }));
+    let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new(&args.backend, args.threads, salt)));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

@@ -34,8 +34,31 @@ use webrtc::peer_connection::{
     RTCIceServer, RTCPeerConnectionState, RTCSessionDescription, SettingEngineBuilder,
 };
 
+pub mod bench;
+
 /// Bytes a channel may buffer before `send` waits (flow control).
 pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+/// The SCTP receive buffer each end advertises (the crate's default is about 1 MiB, which
+/// caps a loopback channel's throughput).
+pub const SCTP_RECEIVE_BUFFER_BYTES: u32 = 8 * 1024 * 1024;
+
+/// The mesh's connection settings: mDNS off, loopback candidates when binding loopback, a
+/// bounded send buffer (`send` waits: flow control), a larger SCTP receive window, and a
+/// dedicated reactor thread for the connections' drivers.
+pub fn channel_settings<A: std::net::ToSocketAddrs>(
+    builder: PeerConnectionBuilder<A>,
+    loopback: bool,
+) -> PeerConnectionBuilder<A> {
+    let settings = SettingEngineBuilder::new()
+        .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled)
+        .with_include_loopback_candidate(loopback)
+        .with_sctp_max_receive_buffer_size(SCTP_RECEIVE_BUFFER_BYTES)
+        .build();
+    builder
+        .with_setting_engine(settings)
+        .with_data_channel_send_buffer_limit(SEND_BUFFER_BYTES)
+        .with_dedicated_reactor_pool_size(1)
+}
 /// How often the session gets a tick.
 pub const TICK: Duration = Duration::from_millis(50);
 
@@ -54,6 +77,11 @@ pub trait Replica: Send + 'static {
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String>;
     /// The current weights' hash.
     fn weight_hash(&self) -> u32;
+    /// Seconds the last `compute` spent hashing (weight hash and probe), for the step-time
+    /// breakdown.
+    fn last_hash_seconds(&self) -> f64 {
+        0.0
+    }
     /// Fault injection for tests: flip the lowest bit of one weight.
     fn flip_weight_bit(&mut self);
 }
@@ -97,6 +125,7 @@ pub enum Report {
     Applied {
         step: u32,
         whash: u32,
+        timing: StepTiming,
     },
     /// A checkpoint (push or resume) replaced the state.
     Restored {
@@ -113,7 +142,9 @@ impl Report {
         match self {
             Report::Connected { id, members } => json!({"event": "connected", "id": id, "members": members}),
             Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
-            Report::Applied { step, whash } => json!({"event": "weights", "step": step, "whash": hex(*whash)}),
+            Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
+                "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
+                "exchange_ms": timing.exchange * 1e3}),
             Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
             Report::Warning(message) => json!({"event": "warning", "message": message}),
             Report::Session(event) => match event {
@@ -150,6 +181,18 @@ impl Report {
     }
 }
 
+/// Where one step's time went on this node, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTiming {
+    /// Forward and backward pass (our gradient), hashing excluded.
+    pub compute: f64,
+    /// Weight hash, probe hash, the guard, roster-order averaging and the update's hash.
+    pub hash_guard: f64,
+    /// From our gradient being ready to the step being applied: waiting for the others'
+    /// gradients and the leader's commit.
+    pub exchange: f64,
+}
+
 /// What the adapter's tasks tell the session loop.
 enum Inbound {
     Signal(Value),
@@ -157,7 +200,7 @@ enum Inbound {
     ChannelOpen(PeerId, Arc<dyn DataChannel>),
     Frame(PeerId, BytesMut),
     ChannelClosed(PeerId),
-    Computed(Result<Gradient, String>),
+    Computed(Result<Gradient, String>, f64, f64),
 }
 
 struct Peer {
@@ -213,6 +256,8 @@ pub async fn run(
     let mut reassembler = Reassembler::default();
     let mut next_message_id: u32 = 0;
     let mut cut: Vec<PeerId> = Vec::new();
+    let mut timing = StepTiming::default();
+    let mut computed_at: Option<Instant> = None;
     let started = Instant::now();
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -261,8 +306,12 @@ pub async fn run(
                         }
                     }
                 }
-                Some(Inbound::Computed(result)) => match result {
-                    Ok(gradient) => inputs.push(Input::Computed(gradient)),
+                Some(Inbound::Computed(result, compute, hash)) => match result {
+                    Ok(gradient) => {
+                        timing = StepTiming { compute: compute - hash, hash_guard: hash, exchange: 0.0 };
+                        computed_at = Some(Instant::now());
+                        inputs.push(Input::Computed(gradient));
+                    }
                     Err(why) => report(Report::Warning(format!("compute failed, this node stops contributing: {why}"))),
                 },
             },
@@ -289,14 +338,23 @@ pub async fn run(
                         let replica = replica.clone();
                         let tx = inbound_tx.clone();
                         tokio::task::spawn_blocking(move || {
-                            let result = replica.lock().unwrap_or_else(|p| p.into_inner()).compute(step);
-                            let _ = tx.send(Inbound::Computed(result));
+                            let began = Instant::now();
+                            let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                            let result = replica.compute(step);
+                            let hash = replica.last_hash_seconds();
+                            let _ = tx.send(Inbound::Computed(result, began.elapsed().as_secs_f64(), hash));
                         });
                     }
                     Output::Apply { step, gradient, .. } => {
+                        let waited = computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                         let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                         replica.apply(&gradient);
-                        report(Report::Applied { step, whash: replica.weight_hash() });
+                        let hashing = Instant::now();
+                        let whash = replica.weight_hash();
+                        let mut step_timing = timing;
+                        step_timing.hash_guard += hashing.elapsed().as_secs_f64();
+                        step_timing.exchange = waited;
+                        report(Report::Applied { step, whash, timing: step_timing });
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = replica.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
@@ -481,21 +539,14 @@ async fn new_connection(
             credential: config.turn_credential.clone(),
         }]
     };
-    let settings = SettingEngineBuilder::new()
-        .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled)
-        .with_include_loopback_candidate(config.bind_ip.is_loopback())
-        .build();
     let runtime = webrtc::runtime::default_runtime().context("no async runtime for WebRTC")?;
-    let connection = PeerConnectionBuilder::new()
+    let builder = PeerConnectionBuilder::new()
         .with_configuration(RTCConfigurationBuilder::new().with_ice_servers(ice_servers).build())
-        .with_setting_engine(settings)
         .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))
         .with_runtime(runtime)
-        .with_udp_addrs(vec![format!("{}:0", config.bind_ip)])
-        .with_data_channel_send_buffer_limit(SEND_BUFFER_BYTES)
-        .build()
-        .await
-        .context("creating a peer connection")?;
+        .with_udp_addrs(vec![format!("{}:0", config.bind_ip)]);
+    let connection =
+        channel_settings(builder, config.bind_ip.is_loopback()).build().await.context("creating a peer connection")?;
     Ok((Arc::new(connection), gathered_rx))
 }
 
