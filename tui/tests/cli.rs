@@ -167,3 +167,19 @@ fn the_automatic_choice_reports_every_verdict() {
     assert!(["dp4a", "lut", "cpu"].contains(&chosen), "{shown}");
     assert!(order.iter().any(|l| l.starts_with(&format!("{chosen}: ADMITTED"))), "{shown}");
 }
+
+#[test]
+fn bench_exchange_reports_throughput_and_the_step_breakdown() {
+    let out = lockstep(&["bench", "exchange", "--json", "--mb", "2", "--nodes", "2", "--steps", "4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let transports: Vec<&str> = rows.iter().filter_map(|r| r["transport"].as_str()).collect();
+    assert_eq!(transports, ["tcp", "naive data channel", "mesh data channel", "naive data channel", "mesh data channel"]);
+    assert!(rows.iter().filter(|r| r.get("mb_per_s").is_some()).all(|r| r["mb_per_s"].as_f64().unwrap() > 0.0));
+    let step = rows.iter().find(|r| r["nodes"] == 2).expect("a 2-node breakdown");
+    for key in ["step_ms", "compute_ms", "exchange_ms", "hash_guard_ms", "hash_guard_percent"] {
+        assert!(step[key].as_f64().is_some_and(|v| v >= 0.0), "{key}: {step}");
+    }
+    assert!(step["compute_ms"].as_f64().unwrap() > 0.0);
+}
