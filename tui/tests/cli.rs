@@ -175,7 +175,10 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
     let rows: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
     let transports: Vec<&str> = rows.iter().filter_map(|r| r["transport"].as_str()).collect();
-    assert_eq!(transports, ["tcp", "naive data channel", "mesh data channel", "naive data channel", "mesh data channel"]);
+    assert_eq!(
+        transports,
+        ["tcp", "naive data channel", "mesh data channel", "naive data channel", "mesh data channel"]
+    );
     assert!(rows.iter().filter(|r| r.get("mb_per_s").is_some()).all(|r| r["mb_per_s"].as_f64().unwrap() > 0.0));
     let step = rows.iter().find(|r| r["nodes"] == 2).expect("a 2-node breakdown");
     for key in ["step_ms", "compute_ms", "exchange_ms", "hash_guard_ms", "hash_guard_percent"] {
