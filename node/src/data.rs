@@ -78,6 +78,12 @@ pub fn sample(text: &[u8], rng: &mut SplitMix64, batch: usize, seq: usize) -> Ba
     out
 }
 
+/// The data seed of mesh node `peer` in a run seeded `run_seed`: every node of a group samples
+/// its own batches, deterministically, so one process can replay a group's gradient streams.
+pub fn node_data_seed(run_seed: u64, peer: u64) -> u64 {
+    run_seed ^ peer.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// Batches from the built-in corpus's training text.
 pub struct BuiltinSource {
     corpus: Corpus,

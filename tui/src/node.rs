@@ -22,7 +22,7 @@ use anyhow::{bail, Context};
 use lockstep_mesh::{Command, MeshConfig, Replica, Report};
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::data::BuiltinSource;
+use lockstep_node::data::{node_data_seed, BuiltinSource};
 use lockstep_node::trainer::Trainer;
 use lockstep_node::wire::{Gradient, RunSettings, MESH_PROTOCOL_VERSION};
 use serde_json::Value;
@@ -60,8 +60,8 @@ pub struct NodeArgs {
 pub struct TrainerReplica {
     backend: String,
     threads: u32,
-    /// Mixed into the data seed so every node trains on its own batches.
-    me_salt: u64,
+    /// This node's id: its data stream is `node_data_seed(run seed, id)`.
+    me: u64,
     trainer: Option<Trainer>,
     /// The weight hash of the current weights, computed once per update.
     cached_whash: Option<u32>,
@@ -69,11 +69,11 @@ pub struct TrainerReplica {
 }
 
 impl TrainerReplica {
-    pub fn new(backend: &str, threads: u32, me_salt: u64) -> Self {
+    pub fn new(backend: &str, threads: u32, me: u64) -> Self {
         TrainerReplica {
             backend: backend.to_string(),
             threads,
-            me_salt,
+            me,
             trainer: None,
             cached_whash: None,
             hash_seconds: 0.0,
@@ -107,7 +107,7 @@ impl Replica for TrainerReplica {
         let run = run_config(settings);
         run.validate()?;
         let gemm = crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?;
-        let data = Box::new(BuiltinSource::new(run.seed ^ self.me_salt));
+        let data = Box::new(BuiltinSource::new(node_data_seed(run.seed, self.me)));
         let trainer = Trainer::new(run, gemm, data)?;
         let weights = trainer.weights().len();
         self.trainer = Some(trainer);
@@ -161,6 +161,10 @@ impl Replica for TrainerReplica {
 
     fn last_hash_seconds(&self) -> f64 {
         self.hash_seconds
+    }
+
+    fn set_identity(&mut self, peer: u64) {
+        self.me = peer;
     }
 
     fn flip_weight_bit(&mut self) {
@@ -245,8 +249,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     };
     // Gate the backend once up front, so a refused backend fails before joining.
     crate::train::gemm_for(&args.backend, args.threads, true)?;
-    let salt = u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new(&args.backend, args.threads, salt)));
+    let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new(&args.backend, args.threads, 0)));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

@@ -85,10 +85,48 @@ pub struct TrainArgs {
     /// Print one JSON line per step instead of the progress display.
     #[arg(long)]
     json: bool,
+    /// Replay a mesh group in this one process: one replica per listed peer id (each on its
+    /// own data stream, as `lockstep node` samples it), gradients averaged in ascending id
+    /// order, one update; prints the same per-step weight hashes the group's nodes report.
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    replay_group: Vec<u64>,
     /// Fetch training text from a signaling server's `/data` (e.g. `http://127.0.0.1:8787/data`)
     /// instead of the built-in corpus; falls back to the built-in corpus when it is unreachable.
     #[arg(long)]
     data: Option<String>,
+}
+
+/// `--replay-group`: the group's arithmetic in one process (see the flag's help).
+fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
+    let mut ids = args.replay_group.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut replicas = Vec::new();
+    for &id in &ids {
+        let gemm = gemm_for(&args.backend, args.threads, true)?;
+        let data = Box::new(BuiltinSource::new(lockstep_node::data::node_data_seed(run.seed, id)));
+        replicas.push(Trainer::new(run, gemm, data).map_err(anyhow::Error::msg)?);
+    }
+    let until = args.until.unwrap_or(run.steps);
+    while replicas[0].step_count() < until {
+        let mut sum: Option<Vec<f32>> = None;
+        for replica in &mut replicas {
+            let (_, grad, _) = replica.gradient().context("training step failed")?;
+            match &mut sum {
+                None => sum = Some(grad),
+                Some(total) => total.iter_mut().zip(&grad).for_each(|(t, g)| *t += g),
+            }
+        }
+        let n = replicas.len() as f32;
+        let average: Vec<f32> = sum.expect("at least one replica").iter().map(|v| v / n).collect();
+        for replica in &mut replicas {
+            replica.apply(&average);
+        }
+        let whash = replicas[0].weight_hash();
+        anyhow::ensure!(replicas.iter().all(|r| r.weight_hash() == whash), "replicas diverged");
+        println!("{}", serde_json::json!({"step": replicas[0].step_count(), "whash": format!("{whash:#010x}")}));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `STEP:NAME` pairs, sorted by step.
@@ -157,6 +195,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let run = resumed.as_ref().map_or_else(|| args.model.run_config(), |state| state.run);
     if let Err(why) = run.validate() {
         bail!("invalid configuration: {why}");
+    }
+    if !args.replay_group.is_empty() {
+        return replay_group(&args, run);
     }
     let gemm = gemm_for(&args.backend, args.threads, args.json)?;
     let source: Box<dyn DataSource> = match &args.data {

@@ -153,6 +153,21 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     assert_eq!(c.hashes(), hashes);
     // Every step averaged all three.
     assert!(a.events().iter().filter(|e| e["event"] == "step").all(|e| e["peers"] == 3));
+    // And equals one process averaging the same three gradient streams in roster order.
+    let ids = format!("{},{},{}", a.id, b.id, c.id);
+    let out = Command::new(BIN)
+        .args(["train", "--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
+        .args(["--steps", "30", "--backend", "cpu", "--replay-group", &ids])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let replay: BTreeMap<u64, String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_u64().unwrap(), v["whash"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(replay, hashes);
 }
 
 #[test]

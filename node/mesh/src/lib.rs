@@ -84,6 +84,8 @@ pub trait Replica: Send + 'static {
     }
     /// Fault injection for tests: flip the lowest bit of one weight.
     fn flip_weight_bit(&mut self);
+    /// This node's id in the group, known once the signaling server has welcomed it.
+    fn set_identity(&mut self, _peer: PeerId) {}
 }
 
 /// How a node joins and talks.
@@ -276,6 +278,11 @@ pub async fn run(
             event = inbound.recv() => match event {
                 None => break,
                 Some(Inbound::Signal(value)) => {
+                    if value["type"] == "welcome" {
+                        if let Some(id) = value["id"].as_u64() {
+                            replica.lock().unwrap_or_else(|p| p.into_inner()).set_identity(id);
+                        }
+                    }
                     handle_signal(&config, &value, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report, &mut inputs).await;
                 }
                 Some(Inbound::SignalClosed(why)) => {
