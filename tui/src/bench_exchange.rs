@@ -25,6 +25,9 @@ pub struct ExchangeArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Rounds of throughput measurements; each figure is the best round.
+    #[arg(long, default_value_t = 3)]
+    trials: usize,
     /// Steps per group size in the step-time breakdown (the first two are not counted).
     #[arg(long, default_value_t = 8)]
     steps: u32,
@@ -173,7 +176,11 @@ pub fn run(args: ExchangeArgs) -> anyhow::Result<ExitCode> {
         for (what, links, mb) in &rows {
             println!("{what:<20} {links:<8} {mb:>10.1} {:>13.2}x", mb / naive);
         }
-        println!("({} MB per link, {FRAGMENT_BYTES}-byte messages, 127.0.0.1)", total / 1_000_000);
+        println!(
+            "({} MB per link, {FRAGMENT_BYTES}-byte messages, 127.0.0.1, best of {} rounds)",
+            total / 1_000_000,
+            args.trials.max(1)
+        );
     }
     if !breakdown.is_empty() && !args.json {
         println!();

@@ -170,7 +170,7 @@ fn the_automatic_choice_reports_every_verdict() {
 
 #[test]
 fn bench_exchange_reports_throughput_and_the_step_breakdown() {
-    let out = lockstep(&["bench", "exchange", "--json", "--mb", "2", "--nodes", "2", "--steps", "4"]);
+    let out = lockstep(&["bench", "exchange", "--json", "--mb", "2", "--trials", "1", "--nodes", "2", "--steps", "4"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let rows: Vec<serde_json::Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
