@@ -200,13 +200,20 @@ fn a_flipped_bit_stops_the_run_and_names_the_node() {
     a.command(tiny(200));
     c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
     c.command(serde_json::json!({"cmd": "flip"}));
+    let flipped = c.wait_for(
+        "the flip",
+        |e| e["event"] == "warning" && e["message"].as_str().is_some_and(|m| m.contains("flipped")),
+        30,
+    );
+    let after: u64 = flipped["message"].as_str().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
     for node in [&a, &b] {
         let stop = node.wait_for("guard-stopped", |e| e["event"] == "guard-stopped", 60);
         assert_eq!(stop["weight_mismatch"], serde_json::json!([c.id]), "{stop}");
+        // Within one step: the first gradient computed from the flipped weights is refused (the
+        // flip may land while step `after + 1` is being computed, then `after + 2` is the one).
+        let step = stop["step"].as_u64().unwrap();
+        assert!((after + 1..=after + 2).contains(&step), "stopped at {step}, flipped after {after}");
     }
-    // It stopped within a step of the flip (the flip lands between two steps).
-    let last = a.hashes().keys().max().copied().unwrap_or(0);
-    assert!(last <= 6, "applied up to step {last} after a flip at step 3");
 }
 
 #[test]
@@ -230,7 +237,7 @@ fn a_late_joiner_is_resumed_and_identical_from_then_on() {
     let mut a = Node::spawn(&signal, "cpu");
     let b = Node::spawn(&signal, "cpu");
     channels_open(&[&a, &b]);
-    a.command(tiny(400));
+    a.command(tiny(1000));
     a.wait_for("step 10", |e| e["event"] == "weights" && e["step"] == 10, 60);
     let c = Node::spawn(&signal, "cpu");
     let resumed = c.wait_for("resumed", |e| e["event"] == "restored", 60);
@@ -241,7 +248,7 @@ fn a_late_joiner_is_resumed_and_identical_from_then_on() {
     let leader = a.hashes();
     assert_eq!(leader[&from], resumed["whash"].as_str().unwrap(), "the resume carries the leader's weights");
     let joined = c.hashes();
-    assert_eq!(joined.len() as u64, 400 - from);
+    assert_eq!(joined.len() as u64, 1000 - from);
     for (step, hash) in &joined {
         assert_eq!(&leader[step], hash, "step {step}");
     }
@@ -255,7 +262,7 @@ fn the_group_survives_a_follower_and_then_the_leader_leaving() {
     let mut c = Node::spawn(&signal, "cpu");
     let d = Node::spawn(&signal, "cpu");
     channels_open(&[&a, &b, &c, &d]);
-    a.command(tiny(30));
+    a.command(tiny(300));
     b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
     c.kill();
     b.wait_for("step 12", |e| e["event"] == "weights" && e["step"] == 12, 60);
@@ -264,7 +271,7 @@ fn the_group_survives_a_follower_and_then_the_leader_leaving() {
         finished(node, 120);
     }
     assert_eq!(b.hashes(), d.hashes());
-    assert_eq!(b.hashes().len(), 30);
+    assert_eq!(b.hashes().len(), 300);
     let leader = b.wait_for("a new leader", |e| e["event"] == "leader", 5);
     assert_eq!(leader["peer"], b.id.min(d.id));
 }
@@ -287,7 +294,7 @@ fn a_checkpoint_push_restores_every_replica() {
     let mut b = Node::spawn(&signal, "cpu");
     let c = Node::spawn(&signal, "cpu");
     channels_open(&[&a, &b, &c]);
-    a.command(tiny(40));
+    a.command(tiny(400));
     a.wait_for("step 8", |e| e["event"] == "weights" && e["step"] == 8, 60);
     b.command(serde_json::json!({"cmd": "push", "path": ckpt}));
     let mut restored = Vec::new();

@@ -284,7 +284,11 @@ pub async fn run(
                 Some(Command::Start(settings)) => inputs.push(Input::Start(settings)),
                 Some(Command::PushCheckpoint(bytes)) => inputs.push(Input::PushCheckpoint { bytes }),
                 Some(Command::CutLinkTo(peer)) => cut.push(peer),
-                Some(Command::FlipWeightBit) => replica.lock().unwrap_or_else(|p| p.into_inner()).flip_weight_bit(),
+                Some(Command::FlipWeightBit) => {
+                    replica.lock().unwrap_or_else(|p| p.into_inner()).flip_weight_bit();
+                    let step = session.as_ref().map_or(0, |s| s.applied());
+                    report(Report::Warning(format!("fault injection: flipped one weight bit after step {step}")));
+                }
             },
             event = inbound.recv() => match event {
                 None => break,
