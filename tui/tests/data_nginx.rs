@@ -46,6 +46,8 @@ fn nginx_conf(dir: &Path, port: u16, signature: u32) -> String {
         r#"daemon off;
 master_process on;
 worker_processes 1;
+# After a reload the old worker keeps serving its kept-alive connections; give it 2 s at most.
+worker_shutdown_timeout 2s;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 user root;
@@ -189,7 +191,8 @@ fn data_reads_parquet_over_ranges_from_nginx() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             // ... and until the old worker, which still serves kept-alive connections with the
-            // old signature, is gone.
+            // old signature, is gone (`worker_shutdown_timeout` bounds that).
+            let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 let workers = Command::new("pgrep").args(["-P", &nginx.child.id().to_string()]).output().unwrap();
                 if String::from_utf8_lossy(&workers.stdout).lines().count() == 1 {
