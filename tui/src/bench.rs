@@ -131,14 +131,11 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         let expected = c.clone();
         // Plugins that can time their device kernel alone (GPU plugins) report it beside the
         // whole call: operands resident on the device, no quantization, no transfers.
-        match single.time_kernel(m, n, k, 10) {
-            Ok(_) => {
-                let repeat = (min.as_secs_f64() / single.time_kernel(m, n, k, 3)?.max(1e-6)).clamp(3.0, 200.0) as u32;
-                let seconds = single.time_kernel(m, n, k, repeat)?;
-                push(&format!("{} kernel", single.name()), 1, seconds);
-            }
-            Err(e) if e.status == lockstep_worker_api::status::UNSUPPORTED => {}
-            Err(e) => return Err(e.into()),
+        if single.plugin().capabilities() & lockstep_worker_api::caps::KERNEL_TIMING != 0 {
+            let once = single.time_kernel(m, n, k, 3)?;
+            let repeat = (min.as_secs_f64() / once.max(1e-6)).clamp(3.0, 200.0) as u32;
+            let seconds = single.time_kernel(m, n, k, repeat)?;
+            push(&format!("{} kernel", single.name()), 1, seconds);
         }
         if all_threads > 1 {
             let seconds = best_time(min, || Ok(multi.gemm_f32_into(m, n, k, &a, &b, &mut c)?))?;

@@ -57,6 +57,15 @@ pub trait Worker: Sized + 'static {
     }
 }
 
+/// Refuses option flags this ABI version does not define (every plugin's `create` calls it).
+pub fn check_create_flags(options: &CreateOptions) -> Result<(), WorkerError> {
+    let unknown = options.flags & !crate::create_flags::KNOWN;
+    if unknown != 0 {
+        return Err(WorkerError::new(status::INVALID_ARGUMENT, format!("unknown option flags {unknown:#x}")));
+    }
+    Ok(())
+}
+
 /// Builds the static table for `W`. Used by [`crate::export_worker!`].
 pub const fn vtable<W: Worker>() -> WorkerVTable {
     WorkerVTable {

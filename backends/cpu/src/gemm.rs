@@ -1,9 +1,9 @@
 //! The unit call: checks, quantization, packing, threads and tiles.
 
-use lockstep_luts::units::{first_non_finite, Operand, UnitError, BLOCK};
+use lockstep_luts::units::{Operand, UnitError, BLOCK};
 
 use crate::portable;
-use crate::quantize::quantize_rows;
+use crate::quantize::{first_non_finite_error, quantize_rows};
 
 /// Which kernel computes the tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,16 +215,6 @@ fn check_shape(values: &[f32], expected: usize, operand: Operand) -> Result<(), 
         return Err(UnitError::Shape { operand, expected, actual: values.len() });
     }
     Ok(())
-}
-
-/// The error for the first non-finite input, A before B, as the reference reports it.
-fn first_non_finite_error(a: &[f32], b: &[f32]) -> UnitError {
-    for (values, operand) in [(a, Operand::A), (b, Operand::B)] {
-        if let Some(index) = first_non_finite(values) {
-            return UnitError::NonFinite { operand, index, bits: values[index].to_bits() };
-        }
-    }
-    unreachable!("the quantizer saw a non-finite value that a scan cannot find")
 }
 
 /// Quantizes `rows × k` values across threads into `out`; false if any is non-finite.

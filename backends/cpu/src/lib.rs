@@ -41,12 +41,7 @@ impl Worker for CpuWorker {
     const CAPABILITIES: u64 = caps::REQUIRED;
 
     fn create(options: &CreateOptions) -> Result<Self, WorkerError> {
-        if options.flags & !lockstep_worker_api::create_flags::KNOWN != 0 {
-            return Err(WorkerError::new(
-                status::INVALID_ARGUMENT,
-                format!("unknown option flags {:#x}", options.flags),
-            ));
-        }
+        lockstep_worker_api::plugin::check_create_flags(options)?;
         let threads = match options.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n as usize,

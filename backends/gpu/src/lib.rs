@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockstep_luts::units::{blocks_for, first_non_finite, Operand, UnitError, BLOCK};
+use lockstep_luts::units::{blocks_for, UnitError, BLOCK};
 use lockstep_shaders::{binding, Kernel, Product, Tile, GEMM_I8_WORKGROUP, TILES};
 use wgpu::util::DeviceExt;
 
@@ -144,14 +144,6 @@ fn has_integer_dot_product(adapter: &wgpu::Adapter) -> bool {
         // which is exact but not DP4A.
         None => false,
     }
-}
-
-/// Every adapter wgpu can see, best first: `(summary, has integer dot product)`.
-pub fn list_adapters() -> Vec<(AdapterSummary, bool)> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-    adapters.sort_by_key(|a| rank(a.get_info().device_type));
-    adapters.iter().map(|a| (summarize(a), has_integer_dot_product(a))).collect()
 }
 
 fn summarize(adapter: &wgpu::Adapter) -> AdapterSummary {
@@ -302,10 +294,6 @@ impl GpuUnits {
         })
     }
 
-    pub fn adapter(&self) -> &AdapterSummary {
-        &self.adapter
-    }
-
     pub fn tile(&self) -> Tile {
         self.tile
     }
@@ -420,20 +408,13 @@ impl GpuUnits {
         let ok_a = Self::quantize(threads, a, m, k, &mut self.host.a_q, &mut self.host.a_exp);
         let ok_b = ok_a && Self::quantize(threads, b, n, k, &mut self.host.b_q, &mut self.host.b_exp);
         if !ok_b {
-            // The reference checks A, then B, and names the first non-finite value.
-            for (values, operand) in [(a, Operand::A), (b, Operand::B)] {
-                if let Some(index) = first_non_finite(values) {
-                    return Err(GpuError::Unit(UnitError::NonFinite { operand, index, bits: values[index].to_bits() }));
-                }
-            }
-            unreachable!("the quantizer saw a non-finite value that a scan cannot find");
+            return Err(GpuError::Unit(lockstep_quantize::first_non_finite_error(a, b)));
         }
         let params = [m as u32, n as u32, blocks as u32, 0];
         let out_bytes = (m * n * 4) as u64;
         self.upload(&params, out_bytes)?;
-        let pipeline = self.pipeline(Kernel::GemmUnits)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
-        self.run(&pipeline, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+        self.run(Kernel::GemmUnits, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
     }
 
     /// The raw integer product over the full i8 range, i32 out (wrapping).
@@ -456,9 +437,8 @@ impl GpuUnits {
         let params = [m as u32, n as u32, words as u32, 0];
         let out_bytes = (m * n * 4) as u64;
         self.upload(&params, out_bytes)?;
-        let pipeline = self.pipeline(Kernel::GemmI8)?;
         let groups = (n.div_ceil(GEMM_I8_WORKGROUP.0 as usize) as u32, m.div_ceil(GEMM_I8_WORKGROUP.1 as usize) as u32);
-        self.run(&pipeline, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+        self.run(Kernel::GemmI8, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
     }
 
     /// Writes the host scratch and `params` into the device buffers.
@@ -477,17 +457,11 @@ impl GpuUnits {
         ensure(d, &mut b.staging, "staging", out_bytes, U::MAP_READ | U::COPY_DST);
         self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(params));
         let write = |buf: &wgpu::Buffer, bytes: &[u8]| {
-            // write_buffer wants a multiple of 4 bytes; the buffers are padded beyond that.
+            // Quantized rows are whole blocks and integer rows whole words, so every length is
+            // a multiple of the 4 bytes `write_buffer` wants.
+            debug_assert_eq!(bytes.len() % 4, 0);
             if !bytes.is_empty() {
-                let whole = bytes.len() / 4 * 4;
-                if whole > 0 {
-                    self.queue.write_buffer(buf, 0, &bytes[..whole]);
-                }
-                if whole < bytes.len() {
-                    let mut tail = [0u8; 4];
-                    tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
-                    self.queue.write_buffer(buf, whole as u64, &tail);
-                }
+                self.queue.write_buffer(buf, 0, bytes);
             }
         };
         write(&a, bytemuck::cast_slice(&h.a_q));
@@ -522,21 +496,21 @@ impl GpuUnits {
         })
     }
 
-    /// Dispatches `pipeline` `repeat` times over `groups`, then copies `out_bytes` of the
-    /// output into `out` (when `out` is non-empty).
+    /// Dispatches `kernel` `repeat` times over `groups`, then copies `out_bytes` of the output
+    /// into `out` (when `out` is non-empty).
     fn run(
         &mut self,
-        pipeline: &wgpu::ComputePipeline,
+        kernel: Kernel,
         groups: (u32, u32),
         repeat: usize,
         out_bytes: u64,
         out: &mut [u8],
     ) -> Result<(), GpuError> {
         self.take_uncaptured()?;
+        let pipeline = &self.pipeline(kernel)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let uses_exponents = pipeline_uses_exponents(&self.pipelines, pipeline);
-        let bind_group = self.bind_group(pipeline, uses_exponents);
+        let bind_group = self.bind_group(pipeline, kernel == Kernel::GemmUnits);
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
@@ -606,17 +580,12 @@ impl GpuUnits {
         fill(n, &mut self.host.b_q, &mut self.host.b_exp);
         let out_bytes = (m * n * 4) as u64;
         self.upload(&[m as u32, n as u32, blocks as u32, 0], out_bytes)?;
-        let pipeline = self.pipeline(Kernel::GemmUnits)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
-        self.run(&pipeline, groups, 1, out_bytes, &mut [])?;
+        self.run(Kernel::GemmUnits, groups, 1, out_bytes, &mut [])?;
         let start = Instant::now();
-        self.run(&pipeline, groups, repeat, out_bytes, &mut [])?;
+        self.run(Kernel::GemmUnits, groups, repeat, out_bytes, &mut [])?;
         Ok(start.elapsed().as_secs_f64() / repeat as f64)
     }
-}
-
-fn pipeline_uses_exponents(cache: &HashMap<Kernel, wgpu::ComputePipeline>, pipeline: &wgpu::ComputePipeline) -> bool {
-    cache.get(&Kernel::GemmUnits).is_some_and(|p| p == pipeline)
 }
 
 /// Maps a [`GpuError`] onto a plugin error.
@@ -636,13 +605,8 @@ pub fn create_for_plugin(
     product: Product,
     options: &lockstep_worker_api::CreateOptions,
 ) -> Result<GpuUnits, lockstep_worker_api::plugin::WorkerError> {
-    use lockstep_worker_api::{create_flags, status};
-    if options.flags & !create_flags::KNOWN != 0 {
-        return Err(lockstep_worker_api::plugin::WorkerError::new(
-            status::INVALID_ARGUMENT,
-            format!("unknown option flags {:#x}", options.flags),
-        ));
-    }
+    use lockstep_worker_api::create_flags;
+    lockstep_worker_api::plugin::check_create_flags(options)?;
     let gpu_options = GpuOptions {
         hardware_only: options.flags & create_flags::HARDWARE_ONLY != 0,
         tile: None,

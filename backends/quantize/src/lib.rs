@@ -11,14 +11,25 @@
 //! Non-finite values are detected on the way for free: a block holds NaN or ±Inf exactly
 //! when its largest magnitude's bits reach `0x7f800000`.
 
-use lockstep_luts::units::{block_exponent, quantize_value, BLOCK};
+use lockstep_luts::units::{block_exponent, first_non_finite, quantize_value, Operand, UnitError, BLOCK};
 
 const ROUNDING_MAGIC: f32 = 12_582_912.0; // 1.5 · 2^23
 const NON_FINITE_BITS: u32 = 0x7f80_0000;
 
-/// A non-finite value was seen; the caller finds which.
+/// A non-finite value was seen; the caller finds which ([`first_non_finite_error`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct SawNonFinite;
+
+/// The error for the first non-finite input of a unit call, A before B, as the reference
+/// reports it. Called after the quantizer said [`SawNonFinite`] for one of them.
+pub fn first_non_finite_error(a: &[f32], b: &[f32]) -> UnitError {
+    for (values, operand) in [(a, Operand::A), (b, Operand::B)] {
+        if let Some(index) = first_non_finite(values) {
+            return UnitError::NonFinite { operand, index, bits: values[index].to_bits() };
+        }
+    }
+    unreachable!("the quantizer saw a non-finite value that a scan cannot find")
+}
 
 /// Quantizes one block (`chunk.len() ≤ BLOCK`) into `out` (`BLOCK` long, tail zeroed);
 /// returns the block exponent.
