@@ -157,7 +157,6 @@ pub struct Session {
     early: BTreeMap<PeerId, Gradient>,
     /// Leader: everyone's gradients of the last steps, and those steps' final rosters.
     repairs: RepairStore,
-    committed: BTreeMap<u32, Vec<PeerId>>,
     /// Leader: members in step with the run (they get rosters).
     synced: BTreeSet<PeerId>,
     /// Leader: members to resume at the next step boundary.
@@ -192,7 +191,6 @@ impl Session {
             commit: None,
             early: BTreeMap::new(),
             repairs: RepairStore::default(),
-            committed: BTreeMap::new(),
             synced: BTreeSet::new(),
             joiners: BTreeSet::new(),
             last_roster: Vec::new(),
@@ -240,9 +238,9 @@ impl Session {
         self.finished
     }
 
-    /// Messages ignored so far (duplicates, late, out of range, outsiders).
+    /// Messages ignored so far (duplicates, late, out of range, outsiders), over the run.
     pub fn ignored(&self) -> u64 {
-        self.ignored + self.collector.as_ref().map_or(0, |c| c.ignored)
+        self.ignored
     }
 
     /// Feeds one input; returns what to do, in order.
@@ -415,7 +413,6 @@ impl Session {
         self.commit = None;
         self.early.clear();
         self.repairs = RepairStore::default();
-        self.committed.clear();
         self.synced.clear();
         self.joiners.clear();
         self.stopped = None;
@@ -590,22 +587,16 @@ impl Session {
             self.early.insert(from, gradient);
             return;
         }
-        match collector.offer(from, gradient) {
-            Offer::Accepted => {}
-            Offer::Duplicate => {
-                self.event(Event::Ignored { from, why: format!("a duplicate gradient for step {step}") })
+        let why = match collector.offer(from, gradient) {
+            Offer::Accepted => return,
+            Offer::Duplicate => format!("a duplicate gradient for step {step}"),
+            Offer::WrongStep { step } => format!("a gradient for step {step}, not the current one"),
+            Offer::NotInRoster => format!("a gradient for step {step} from outside its roster"),
+            Offer::WrongLength { expected, actual } => {
+                format!("a gradient of {actual} values, the model has {expected}")
             }
-            Offer::WrongStep { step } => {
-                self.event(Event::Ignored { from, why: format!("a gradient for step {step}, not the current one") })
-            }
-            Offer::NotInRoster => {
-                self.event(Event::Ignored { from, why: format!("a gradient for step {step} from outside its roster") })
-            }
-            Offer::WrongLength { expected, actual } => self.event(Event::Ignored {
-                from,
-                why: format!("a gradient of {actual} values, the model has {expected}"),
-            }),
-        }
+        };
+        self.ignore(from, &why);
     }
 
     fn after_offer(&mut self) {
@@ -685,10 +676,6 @@ impl Session {
         let peers = collector.roster().len();
         if self.is_leader() {
             self.repairs.retain(&collector);
-            self.committed.insert(collector.step, collector.roster().to_vec());
-            while self.committed.len() > crate::step::REPAIR_DEPTH as usize {
-                self.committed.pop_first();
-            }
         }
         self.applied = collector.step;
         self.out.push(Output::Apply { step: collector.step, gradient, loss });
@@ -784,7 +771,7 @@ impl Session {
         }
         let (found, roster) = match &self.collector {
             Some(c) if c.step == step => (c.get(peer).cloned(), Some(c.roster().to_vec())),
-            _ => (self.repairs.get(step, peer).cloned(), self.committed.get(&step).cloned()),
+            _ => (self.repairs.get(step, peer).cloned(), self.repairs.roster(step).map(<[PeerId]>::to_vec)),
         };
         if let Some(roster) = roster.filter(|r| !r.contains(&peer)) {
             // The requester missed a revision that dropped `peer`: tell it the roster again.

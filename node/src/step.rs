@@ -62,14 +62,12 @@ pub struct StepCollector {
     roster: Vec<PeerId>,
     len: usize,
     gradients: HashMap<PeerId, Gradient>,
-    /// Deliveries ignored so far (duplicates, wrong step, outsiders), for the health view.
-    pub ignored: u64,
 }
 
 impl StepCollector {
     /// `roster` in the order the leader announced; `len` the model's weight count.
     pub fn new(step: u32, roster: Vec<PeerId>, len: usize) -> Self {
-        StepCollector { step, roster, len, gradients: HashMap::new(), ignored: 0 }
+        StepCollector { step, roster, len, gradients: HashMap::new() }
     }
 
     pub fn roster(&self) -> &[PeerId] {
@@ -84,7 +82,7 @@ impl StepCollector {
     }
 
     pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
-        let verdict = if gradient.step != self.step {
+        if gradient.step != self.step {
             Offer::WrongStep { step: gradient.step }
         } else if !self.roster.contains(&from) {
             Offer::NotInRoster
@@ -94,13 +92,11 @@ impl StepCollector {
             match self.gradients.entry(from) {
                 std::collections::hash_map::Entry::Vacant(slot) => {
                     slot.insert(gradient);
-                    return Offer::Accepted;
+                    Offer::Accepted
                 }
                 std::collections::hash_map::Entry::Occupied(_) => Offer::Duplicate,
             }
-        };
-        self.ignored += 1;
-        verdict
+        }
     }
 
     /// Roster members whose gradient has not arrived, in roster order.
@@ -162,18 +158,19 @@ impl StepCollector {
     }
 }
 
-/// The leader's copies of every roster gradient for the last [`REPAIR_DEPTH`] steps.
+/// The leader's copies of every roster gradient for the last [`REPAIR_DEPTH`] steps, with
+/// each step's final roster.
 #[derive(Default, Debug)]
 pub struct RepairStore {
-    steps: BTreeMap<u32, HashMap<PeerId, Gradient>>,
+    steps: BTreeMap<u32, (Vec<PeerId>, HashMap<PeerId, Gradient>)>,
 }
 
 impl RepairStore {
-    /// Keeps a completed step's gradients, dropping steps older than the depth.
+    /// Keeps a completed step's gradients and roster, dropping steps older than the depth.
     pub fn retain(&mut self, collector: &StepCollector) {
         let kept =
             collector.roster.iter().filter_map(|p| collector.gradients.get(p).map(|g| (*p, g.clone()))).collect();
-        self.steps.insert(collector.step, kept);
+        self.steps.insert(collector.step, (collector.roster.clone(), kept));
         while let Some((&oldest, _)) = self.steps.iter().next() {
             if collector.step.saturating_sub(oldest) < REPAIR_DEPTH {
                 break;
@@ -184,7 +181,12 @@ impl RepairStore {
 
     /// The original gradient of `peer` at `step`, if still kept.
     pub fn get(&self, step: u32, peer: PeerId) -> Option<&Gradient> {
-        self.steps.get(&step).and_then(|s| s.get(&peer))
+        self.steps.get(&step).and_then(|(_, s)| s.get(&peer))
+    }
+
+    /// The roster `step` was applied with, if still kept.
+    pub fn roster(&self, step: u32) -> Option<&[PeerId]> {
+        self.steps.get(&step).map(|(roster, _)| roster.as_slice())
     }
 }
 
@@ -221,14 +223,13 @@ mod tests {
     }
 
     #[test]
-    fn duplicates_late_and_outsiders_are_ignored_and_counted() {
+    fn duplicates_late_and_outsiders_are_refused_with_the_reason() {
         let mut c = StepCollector::new(3, vec![1, 2], 2);
         assert_eq!(c.offer(1, g(3, 9, &[1.0, 2.0])), Offer::Accepted);
         assert_eq!(c.offer(1, g(3, 9, &[5.0, 5.0])), Offer::Duplicate);
         assert_eq!(c.offer(2, g(2, 9, &[1.0, 2.0])), Offer::WrongStep { step: 2 });
         assert_eq!(c.offer(7, g(3, 9, &[1.0, 2.0])), Offer::NotInRoster);
         assert_eq!(c.offer(2, g(3, 9, &[1.0])), Offer::WrongLength { expected: 2, actual: 1 });
-        assert_eq!(c.ignored, 4);
         assert_eq!(c.missing(), vec![2]);
         assert_eq!(c.average(), None);
         c.offer(2, g(3, 9, &[3.0, 4.0]));
@@ -263,5 +264,7 @@ mod tests {
         assert_eq!(store.get(4, 2).unwrap().grad, vec![-4.0]);
         assert_eq!(store.get(11, 1).unwrap().grad, vec![11.0]);
         assert!(store.get(11, 9).is_none());
+        assert_eq!(store.roster(4), Some(&[1, 2][..]));
+        assert_eq!(store.roster(3), None);
     }
 }
