@@ -235,13 +235,13 @@ impl std::fmt::Display for AuditMismatch {
     }
 }
 
-/// Wraps the step's products for a live audit: the `target`-th call through
+/// Wraps the step's products for a live audit: the `target`-th call (if any) through
 /// [`Gemm::gemm_nt`] is recomputed by the reference units (`lockstep_luts::gemm_nt`) and
 /// compared bit for bit. Lane calls (attention) pass through unaudited. A mismatch makes that
 /// call fail, which stops the step.
 pub struct AuditOne<'a> {
     inner: &'a mut dyn Gemm,
-    target: usize,
+    target: Option<usize>,
     calls: usize,
     /// Set when the audited call disagreed.
     pub mismatch: Option<AuditMismatch>,
@@ -250,7 +250,8 @@ pub struct AuditOne<'a> {
 }
 
 impl<'a> AuditOne<'a> {
-    pub fn new(inner: &'a mut dyn Gemm, target: usize) -> Self {
+    /// `target: None` only counts the calls.
+    pub fn new(inner: &'a mut dyn Gemm, target: Option<usize>) -> Self {
         Self { inner, target, calls: 0, mismatch: None, audited: None }
     }
 
@@ -273,7 +274,7 @@ impl Gemm for AuditOne<'_> {
         let call = self.calls;
         self.calls += 1;
         self.inner.gemm_nt(m, n, k, a, b, c)?;
-        if call != self.target {
+        if Some(call) != self.target {
             return Ok(());
         }
         let expected =

@@ -128,21 +128,15 @@ impl Trainer {
         let seq = self.run.model.context;
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
         let computing = self.step + 1;
-        self.last_audited = None;
-        if self.audit_every == 0 || !computing.is_multiple_of(self.audit_every) {
-            let (loss, grad) = self.model.loss_and_grad(
-                self.gemm.as_mut(),
-                &self.weights,
-                &batch.tokens,
-                &batch.targets,
-                self.run.batch,
-                seq,
-            )?;
-            return Ok((loss, grad, origin));
-        }
         // Rotate through the step's products: the n-th audit checks call n mod calls-per-step.
-        let round = (computing / self.audit_every) as usize;
-        let target = if self.calls_per_step == 0 { 0 } else { round % self.calls_per_step };
+        let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every)).then(|| {
+            let round = (computing / self.audit_every) as usize;
+            if self.calls_per_step == 0 {
+                0
+            } else {
+                round % self.calls_per_step
+            }
+        });
         let mut audit = AuditOne::new(self.gemm.as_mut(), target);
         let result =
             self.model.loss_and_grad(&mut audit, &self.weights, &batch.tokens, &batch.targets, self.run.batch, seq);
@@ -154,7 +148,7 @@ impl Trainer {
         }
         let (loss, grad) = result?;
         self.calls_per_step = audit.calls();
-        self.last_audited = audit.audited.map(|(m, n, k)| (target, m, n, k));
+        self.last_audited = audit.audited.zip(target).map(|((m, n, k), call)| (call, m, n, k));
         Ok((loss, grad, origin))
     }
 
