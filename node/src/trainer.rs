@@ -77,6 +77,11 @@ impl Trainer {
         &self.run
     }
 
+    /// The data source's sampler state.
+    pub fn data_state(&self) -> u64 {
+        self.data.state()
+    }
+
     pub fn model(&self) -> &Model {
         &self.model
     }
@@ -202,7 +207,7 @@ impl Trainer {
             step: self.step,
             weights: self.weights.clone(),
             adam: self.adam.clone(),
-            data_state: self.data.state(),
+            data_state: self.data_state(),
         }
     }
 

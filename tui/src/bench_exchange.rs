@@ -63,7 +63,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             expected_phash,
             repair_after_ms: 5_000,
         };
-        let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new("cpu", threads, 0)));
+        let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new("cpu", threads, None)));
         let sink = reports.clone();
         tokio::spawn(lockstep_mesh::run(config, replica, rx, move |r| {
             sink.lock().unwrap_or_else(|p| p.into_inner()).push((index, Instant::now(), r))

@@ -23,6 +23,7 @@ use lockstep_mesh::{Command, MeshConfig, Replica, Report};
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::{node_data_seed, BuiltinSource};
+use lockstep_node::gemm::Gemm;
 use lockstep_node::trainer::Trainer;
 use lockstep_node::wire::{Gradient, RunSettings, MESH_PROTOCOL_VERSION};
 use serde_json::Value;
@@ -62,28 +63,40 @@ pub struct TrainerReplica {
     threads: u32,
     /// This node's id: its data stream is `node_data_seed(run seed, id)`.
     me: u64,
+    /// A backend already gated (at start-up), used by the first run instead of gating again.
+    admitted: Option<Box<dyn Gemm + Send>>,
     trainer: Option<Trainer>,
-    /// The weight hash of the current weights, computed once per update.
-    cached_whash: Option<u32>,
+    /// The current weights' hash: computed once per update (or restore) and reported as the
+    /// next step's `whash`.
+    whash: Option<u32>,
     hash_seconds: f64,
 }
 
 impl TrainerReplica {
-    pub fn new(backend: &str, threads: u32, me: u64) -> Self {
+    /// `admitted`: a gated instance of `backend` to use for the first run, if there is one.
+    pub fn new(backend: &str, threads: u32, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
         TrainerReplica {
             backend: backend.to_string(),
             threads,
-            me,
+            me: 0,
+            admitted,
             trainer: None,
-            cached_whash: None,
+            whash: None,
             hash_seconds: 0.0,
         }
     }
-}
 
-impl TrainerReplica {
     fn trainer(&mut self) -> Result<&mut Trainer, String> {
         self.trainer.as_mut().ok_or_else(|| "no run is configured".to_string())
+    }
+
+    /// Hashes the current weights once and keeps the hash.
+    fn rehash(&mut self) -> u32 {
+        let began = std::time::Instant::now();
+        let whash = self.trainer.as_ref().map_or(0, |t| t.weight_hash());
+        self.hash_seconds += began.elapsed().as_secs_f64();
+        self.whash = Some(whash);
+        whash
     }
 }
 
@@ -106,37 +119,40 @@ impl Replica for TrainerReplica {
     fn configure(&mut self, settings: &RunSettings) -> Result<usize, String> {
         let run = run_config(settings);
         run.validate()?;
-        let gemm = crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?;
+        let gemm = match self.admitted.take() {
+            Some(gemm) => gemm,
+            None => crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?,
+        };
         let data = Box::new(BuiltinSource::new(node_data_seed(run.seed, self.me)));
         let trainer = Trainer::new(run, gemm, data)?;
         let weights = trainer.weights().len();
         self.trainer = Some(trainer);
-        self.cached_whash = None;
+        self.rehash();
         Ok(weights)
     }
 
     fn compute(&mut self, step: u32) -> Result<Gradient, String> {
+        let whash = match self.whash {
+            Some(whash) => whash,
+            None => self.rehash(),
+        };
         let trainer = self.trainer()?;
         if trainer.step_count() + 1 != step {
             return Err(format!("asked for step {step} at step {}", trainer.step_count()));
         }
-        let hashing = std::time::Instant::now();
-        let cached = self.cached_whash;
-        let trainer = self.trainer()?;
-        let whash = cached.unwrap_or_else(|| trainer.weight_hash());
+        let probing = std::time::Instant::now();
         let phash = trainer.probe_hash().map_err(|e| e.to_string())?;
-        let hash_seconds = hashing.elapsed().as_secs_f64();
+        let probe_seconds = probing.elapsed().as_secs_f64();
         let (loss, grad, _) = trainer.gradient().map_err(|e| e.to_string())?;
-        self.cached_whash = Some(whash);
-        self.hash_seconds = hash_seconds;
+        self.hash_seconds += probe_seconds;
         Ok(Gradient { step, whash, phash, loss, grad })
     }
 
-    fn apply(&mut self, gradient: &[f32]) {
-        self.cached_whash = None;
+    fn apply(&mut self, gradient: &[f32]) -> u32 {
         if let Some(trainer) = self.trainer.as_mut() {
             trainer.apply(gradient);
         }
+        self.rehash()
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -144,23 +160,24 @@ impl Replica for TrainerReplica {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String> {
-        self.cached_whash = None;
         let trainer = self.trainer()?;
-        let mut state = checkpoint::decode(bytes, Some(trainer.state().run.model)).map_err(|e| e.to_string())?;
+        let mut state = checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(|e| e.to_string())?;
         // Weights, step and optimizer come from the checkpoint; this node keeps its own data
         // stream (its batches are its own in a data-parallel group).
-        state.data_state = trainer.state().data_state;
+        state.data_state = trainer.data_state();
         let step = state.step;
         trainer.restore(state)?;
-        Ok((step, trainer.weights().len()))
+        let weights = trainer.weights().len();
+        self.rehash();
+        Ok((step, weights))
     }
 
     fn weight_hash(&self) -> u32 {
-        self.cached_whash.unwrap_or_else(|| self.trainer.as_ref().map_or(0, |t| t.weight_hash()))
+        self.whash.unwrap_or_else(|| self.trainer.as_ref().map_or(0, |t| t.weight_hash()))
     }
 
-    fn last_hash_seconds(&self) -> f64 {
-        self.hash_seconds
+    fn take_hash_seconds(&mut self) -> f64 {
+        std::mem::take(&mut self.hash_seconds)
     }
 
     fn set_identity(&mut self, peer: u64) {
@@ -168,12 +185,12 @@ impl Replica for TrainerReplica {
     }
 
     fn flip_weight_bit(&mut self) {
-        self.cached_whash = None;
         if let Some(trainer) = self.trainer.as_mut() {
             let mut state = trainer.state();
             state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
             let _ = trainer.restore(state);
         }
+        self.whash = None;
     }
 }
 
@@ -247,9 +264,11 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
         expected_phash: lockstep_luts::probe::reference_probe_hash().context("the reference probe")?,
         repair_after_ms: args.repair_after_ms,
     };
-    // Gate the backend once up front, so a refused backend fails before joining.
-    crate::train::gemm_for(&args.backend, args.threads, true)?;
-    let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new(&args.backend, args.threads, 0)));
+    // Gate the backend up front, so a refused backend fails before joining; the first run
+    // uses this instance.
+    let admitted = crate::train::gemm_for(&args.backend, args.threads, true)?;
+    let replica: Arc<Mutex<dyn Replica>> =
+        Arc::new(Mutex::new(TrainerReplica::new(&args.backend, args.threads, Some(admitted))));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

@@ -80,17 +80,18 @@ pub trait Replica: Send + 'static {
     /// Our gradient for `step` at the current weights (weight hash before, probe hash of the
     /// live kernel, loss). May take long: runs on a blocking thread.
     fn compute(&mut self, step: u32) -> Result<Gradient, String>;
-    /// One optimizer update.
-    fn apply(&mut self, gradient: &[f32]);
+    /// One optimizer update; returns the new weights' hash (which the next `compute` reports
+    /// as its `whash`, so each update is hashed once).
+    fn apply(&mut self, gradient: &[f32]) -> u32;
     /// A checkpoint of everything that determines the next update.
     fn snapshot(&self) -> Vec<u8>;
     /// Restore a checkpoint; returns (steps done, parameter count).
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String>;
     /// The current weights' hash.
     fn weight_hash(&self) -> u32;
-    /// Seconds the last `compute` spent hashing (weight hash and probe), for the step-time
+    /// Seconds spent hashing (weight hash, probe) since the last call, for the step-time
     /// breakdown.
-    fn last_hash_seconds(&self) -> f64 {
+    fn take_hash_seconds(&mut self) -> f64 {
         0.0
     }
     /// Fault injection for tests: flip the lowest bit of one weight.
@@ -218,8 +219,8 @@ enum Inbound {
 
 struct Peer {
     connection: Arc<dyn PeerConnection>,
+    /// Set once the channel is open (the session then knows the peer).
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
-    open: bool,
 }
 
 /// Runs one node until `Quit` or the signaling connection ends.
@@ -298,7 +299,7 @@ pub async fn run(
                             replica.lock().unwrap_or_else(|p| p.into_inner()).set_identity(id);
                         }
                     }
-                    handle_signal(&config, &value, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report, &mut inputs).await;
+                    handle_signal(&config, &value, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report).await;
                 }
                 Some(Inbound::SignalClosed(why)) => {
                     report(Report::Warning(why));
@@ -306,8 +307,7 @@ pub async fn run(
                 }
                 Some(Inbound::ChannelOpen(peer, channel)) => {
                     if let Some(entry) = peers.get_mut(&peer) {
-                        if !entry.open {
-                            entry.open = true;
+                        if entry.writer.is_none() {
                             entry.writer = Some(spawn_writer(channel));
                             report(Report::ChannelOpen(peer));
                             inputs.push(Input::Connected(peer));
@@ -323,7 +323,7 @@ pub async fn run(
                     if let Some(entry) = peers.remove(&peer) {
                         let _ = entry.connection.close().await;
                         reassembler.forget(peer);
-                        if entry.open {
+                        if entry.writer.is_some() {
                             inputs.push(Input::Disconnected(peer));
                         }
                     }
@@ -341,7 +341,11 @@ pub async fn run(
         let Some(session) = session.as_mut() else { continue };
         let mut queue: std::collections::VecDeque<Input> = inputs.into();
         while let Some(input) = queue.pop_front() {
-            for output in session.handle(input) {
+            let handling = Instant::now();
+            let outputs = session.handle(input);
+            // The input that completes a step carries the guard and the roster-order average.
+            let handled = handling.elapsed().as_secs_f64();
+            for output in outputs {
                 match output {
                     Output::Send { to, message } => {
                         if cut.contains(&to) {
@@ -363,18 +367,16 @@ pub async fn run(
                             let began = Instant::now();
                             let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                             let result = replica.compute(step);
-                            let hash = replica.last_hash_seconds();
+                            let hash = replica.take_hash_seconds();
                             let _ = tx.send(Inbound::Computed(result, began.elapsed().as_secs_f64(), hash));
                         });
                     }
                     Output::Apply { step, gradient, .. } => {
                         let waited = computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                         let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
-                        replica.apply(&gradient);
-                        let hashing = Instant::now();
-                        let whash = replica.weight_hash();
+                        let whash = replica.apply(&gradient);
                         let mut step_timing = timing;
-                        step_timing.hash_guard += hashing.elapsed().as_secs_f64();
+                        step_timing.hash_guard += replica.take_hash_seconds() + handled;
                         step_timing.exchange = waited;
                         report(Report::Applied { step, whash, timing: step_timing });
                     }
@@ -435,7 +437,6 @@ async fn handle_signal(
     inbound: &mpsc::UnboundedSender<Inbound>,
     ws_out: &mpsc::UnboundedSender<Value>,
     report: &impl Fn(Report),
-    inputs: &mut Vec<Input>,
 ) {
     let kind = value["type"].as_str().unwrap_or("");
     match kind {
@@ -463,12 +464,9 @@ async fn handle_signal(
             }
         }
         "peer-left" => {
-            let Some(peer) = value["peer"].as_u64() else { return };
-            if let Some(entry) = peers.remove(&peer) {
-                let _ = entry.connection.close().await;
-                if entry.open {
-                    inputs.push(Input::Disconnected(peer));
-                }
+            // The same path as a channel that closes on its own.
+            if let Some(peer) = value["peer"].as_u64() {
+                let _ = inbound.send(Inbound::ChannelClosed(peer));
             }
         }
         "signal" => {
@@ -589,13 +587,7 @@ async fn offer_to(
         spawn_reader(peer, channel, inbound.clone());
         let offer = connection.create_offer(None).await?;
         connection.set_local_description(offer).await?;
-        if tokio::time::timeout(Duration::from_secs(10), gathered.recv()).await.is_err() {
-            bail!("ICE gathering did not complete within 10 s");
-        }
-        let description = connection.local_description().await.context("no local description")?;
-        ws_out.send(json!({"type": "signal", "to": peer, "kind": "offer", "data": description}))?;
-        peers.insert(peer, Peer { connection, writer: None, open: false });
-        Ok(())
+        send_description(connection, &mut gathered, peer, "offer", peers, ws_out).await
     }
     .await;
     if let Err(e) = result {
@@ -615,11 +607,24 @@ async fn answer_to(
     connection.set_remote_description(offer).await?;
     let answer = connection.create_answer(None).await?;
     connection.set_local_description(answer).await?;
+    send_description(connection, &mut gathered, peer, "answer", peers, ws_out).await
+}
+
+/// Waits for ICE gathering (no trickle), relays the local description as `kind` through the
+/// signaling server, and keeps the connection.
+async fn send_description(
+    connection: Arc<dyn PeerConnection>,
+    gathered: &mut mpsc::UnboundedReceiver<()>,
+    peer: PeerId,
+    kind: &str,
+    peers: &mut BTreeMap<PeerId, Peer>,
+    ws_out: &mpsc::UnboundedSender<Value>,
+) -> anyhow::Result<()> {
     if tokio::time::timeout(Duration::from_secs(10), gathered.recv()).await.is_err() {
         bail!("ICE gathering did not complete within 10 s");
     }
     let description = connection.local_description().await.context("no local description")?;
-    ws_out.send(json!({"type": "signal", "to": peer, "kind": "answer", "data": description}))?;
-    peers.insert(peer, Peer { connection, writer: None, open: false });
+    ws_out.send(json!({"type": "signal", "to": peer, "kind": kind, "data": description}))?;
+    peers.insert(peer, Peer { connection, writer: None });
     Ok(())
 }
