@@ -109,6 +109,8 @@ fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
     }
     let until = args.until.unwrap_or(run.steps);
     while replicas[0].step_count() < until {
+        // Averaged here by hand rather than with the session's `StepCollector`, so the mesh
+        // test compares the protocol's arithmetic with an independent statement of it.
         let mut sum: Option<Vec<f32>> = None;
         for replica in &mut replicas {
             let (_, grad, _) = replica.gradient().context("training step failed")?;
