@@ -843,6 +843,9 @@ impl Session {
                 }
             }
             Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),
+            Message::PeerInfo { .. } | Message::Ping { .. } | Message::Pong { .. } => {
+                self.ignore(from, "a link message (the adapter handles them)")
+            }
         }
     }
 

@@ -13,6 +13,12 @@
 //! | `-6` | mid-run resume: `[u32 len][checkpoint bytes]` (weights, step, optimizer, sampler) |
 //! | `-7` | repair request: `[u32 step][u64 peer]` |
 //! | `-8` | repair response: `[u64 peer][gradient message]` (the original header and bytes) |
+//! | `-9` | peer info: `[u16 n][backend name, n bytes UTF-8][u16 m][gate verdict, m bytes UTF-8]` |
+//! | `-10` | ping: `[u64 nonce]` |
+//! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
+//!
+//! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
+//! console, round-trip time); they never reach the training session and never change a weight.
 //!
 //! Every decoder checks lengths before reading and returns a [`WireError`]; nothing here can
 //! panic on input.
@@ -34,6 +40,11 @@ const FRAGMENT: i32 = -5;
 const RESUME: i32 = -6;
 const REPAIR_REQUEST: i32 = -7;
 const REPAIR_RESPONSE: i32 = -8;
+const PEER_INFO: i32 = -9;
+const PING: i32 = -10;
+const PONG: i32 = -11;
+/// Longest backend name or verdict text in a peer-info message.
+pub const MAX_INFO_TEXT: usize = 1024;
 
 /// A peer's id (assigned by the signaling server).
 pub type PeerId = u64;
@@ -70,11 +81,37 @@ pub enum Message {
     Gradient(Gradient),
     CheckpointPush(Vec<u8>),
     RunConfig(RunSettings),
-    Roster { step: u32, peers: Vec<PeerId> },
-    Fragment { id: u32, index: u16, count: u16, payload: Vec<u8> },
+    Roster {
+        step: u32,
+        peers: Vec<PeerId>,
+    },
+    Fragment {
+        id: u32,
+        index: u16,
+        count: u16,
+        payload: Vec<u8>,
+    },
     Resume(Vec<u8>),
-    RepairRequest { step: u32, peer: PeerId },
-    RepairResponse { peer: PeerId, gradient: Gradient },
+    RepairRequest {
+        step: u32,
+        peer: PeerId,
+    },
+    RepairResponse {
+        peer: PeerId,
+        gradient: Gradient,
+    },
+    /// What computes on the sender: its backend's name and gate verdict (link message).
+    PeerInfo {
+        backend: String,
+        verdict: String,
+    },
+    /// Round-trip measurement (link message); answered with a `Pong` carrying the same nonce.
+    Ping {
+        nonce: u64,
+    },
+    Pong {
+        nonce: u64,
+    },
 }
 
 /// Why bytes are not a message.
@@ -156,6 +193,14 @@ impl<'a> Reader<'a> {
             return Err(WireError::Invalid(format!("declared length {len} is over the limit")));
         }
         Ok(self.take(len)?.to_vec())
+    }
+
+    fn text(&mut self) -> Result<String, WireError> {
+        let len = self.u16()? as usize;
+        if len > MAX_INFO_TEXT {
+            return Err(WireError::Invalid(format!("a text of {len} bytes")));
+        }
+        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| WireError::Invalid("text is not UTF-8".into()))
     }
 
     fn finish(&self) -> Result<(), WireError> {
@@ -240,6 +285,26 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&peer.to_le_bytes());
             put_gradient(&mut out, gradient);
         }
+        Message::PeerInfo { backend, verdict } => {
+            out.extend_from_slice(&PEER_INFO.to_le_bytes());
+            for text in [backend, verdict] {
+                // Longer texts are cut at a character boundary: the field is informational.
+                let mut end = text.len().min(MAX_INFO_TEXT);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                out.extend_from_slice(&(end as u16).to_le_bytes());
+                out.extend_from_slice(&text.as_bytes()[..end]);
+            }
+        }
+        Message::Ping { nonce } => {
+            out.extend_from_slice(&PING.to_le_bytes());
+            out.extend_from_slice(&nonce.to_le_bytes());
+        }
+        Message::Pong { nonce } => {
+            out.extend_from_slice(&PONG.to_le_bytes());
+            out.extend_from_slice(&nonce.to_le_bytes());
+        }
     }
     out
 }
@@ -304,6 +369,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             let peer = r.u64()?;
             Message::RepairResponse { peer, gradient: read_gradient(&mut r)? }
         }
+        PEER_INFO => Message::PeerInfo { backend: r.text()?, verdict: r.text()? },
+        PING => Message::Ping { nonce: r.u64()? },
+        PONG => Message::Pong { nonce: r.u64()? },
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;
@@ -420,6 +488,30 @@ mod tests {
         let response = encode(&Message::RepairResponse { peer: 4, gradient: g.clone() });
         assert_eq!(&response[..12], &[0xf8, 0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&response[12..], &encode(&Message::Gradient(g))[..]);
+        assert_eq!(
+            encode(&Message::PeerInfo { backend: "lut".into(), verdict: "ok".into() }),
+            vec![0xf7, 0xff, 0xff, 0xff, 3, 0, b'l', b'u', b't', 2, 0, b'o', b'k']
+        );
+        assert_eq!(encode(&Message::Ping { nonce: 258 }), vec![0xf6, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(encode(&Message::Pong { nonce: 1 }), vec![0xf5, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn peer_info_texts_are_bounded_and_utf8() {
+        let long = "é".repeat(MAX_INFO_TEXT);
+        let Message::PeerInfo { backend, .. } =
+            decode(&encode(&Message::PeerInfo { backend: long, verdict: String::new() })).unwrap()
+        else {
+            panic!("a peer info decodes as one")
+        };
+        assert_eq!(backend.len(), MAX_INFO_TEXT);
+        let mut oversized = PEER_INFO.to_le_bytes().to_vec();
+        oversized.extend_from_slice(&(MAX_INFO_TEXT as u16 + 1).to_le_bytes());
+        oversized.extend(std::iter::repeat_n(b'a', MAX_INFO_TEXT + 1));
+        oversized.extend_from_slice(&[0, 0]);
+        assert!(matches!(decode(&oversized), Err(WireError::Invalid(_))));
+        let not_utf8 = [PEER_INFO.to_le_bytes().as_slice(), &[1, 0, 0xff, 0, 0]].concat();
+        assert!(matches!(decode(&not_utf8), Err(WireError::Invalid(_))));
     }
 
     #[test]
@@ -445,6 +537,9 @@ mod tests {
             Message::Resume(vec![4; 50]),
             Message::RepairRequest { step: 4, peer: 77 },
             Message::RepairResponse { peer: 2, gradient: gradient(3) },
+            Message::PeerInfo { backend: "dp4a".into(), verdict: "ADMITTED: 40/40".into() },
+            Message::Ping { nonce: u64::MAX },
+            Message::Pong { nonce: 0 },
         ];
         for m in messages {
             assert_eq!(decode(&encode(&m)).unwrap(), m);

@@ -1,10 +1,10 @@
 //! Turning a backend name into an admitted, ready-to-use backend.
 
 use anyhow::{bail, Context};
-use lockstep_backends::gate::run_gate;
+use lockstep_backends::gate::{run_gate, GateProgress};
 use lockstep_backends::{auto, resolve_plugin, Backend, Plugin};
 use lockstep_node::gemm::UnitsGemm;
-use lockstep_worker_api::caps;
+use lockstep_worker_api::{caps, create_flags};
 
 /// Loads the plugin `name` (a built-in name or a path) and creates an instance, not yet gated.
 pub fn open_backend(name: &str, threads: u32) -> anyhow::Result<(Plugin, Backend)> {
@@ -14,24 +14,48 @@ pub fn open_backend(name: &str, threads: u32) -> anyhow::Result<(Plugin, Backend
     Ok((plugin, backend))
 }
 
-/// Loads `name` (a built-in name, a path, or `auto`), runs the exact gate, and returns the
-/// backend only if it is admitted. CPU plugins get one lane per thread (`threads`, 0 for every
-/// core): the main instance threads large products itself, the others run small ones in
-/// parallel; device plugins get one instance. Verdicts are printed unless `quiet`.
+/// An admitted backend and what the gate said about it.
+pub struct Admitted {
+    pub gemm: UnitsGemm,
+    /// The plugin's name (`cpu`, `lut`, …; `auto` resolves to the chosen one).
+    pub name: String,
+    /// The gate's verdict line.
+    pub verdict: String,
+}
+
+/// How to open a backend for [`admit`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Opening {
+    /// Refuse software GPU adapters (lavapipe): for automatic choices, where a software
+    /// adapter would be slower than the CPU mirror.
+    pub hardware_only: bool,
+    /// Load a copy of the library under a unique name (hot-swaps: a rebuilt plugin at the same
+    /// path is really loaded anew).
+    pub fresh_copy: bool,
+}
+
+/// Loads `name` (a built-in name, a path, or `auto`), runs the exact gate with `progress`,
+/// and returns the backend only if it is admitted. CPU plugins get one lane per thread
+/// (`threads`, 0 for every core); device plugins get one instance.
 ///
 /// `auto` follows the seed: DP4A, then LUT, then CPU, each gated, hardware GPUs only (see
-/// `lockstep_backends::auto`); every verdict is printed.
-pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<UnitsGemm> {
-    let (plugin, backend) = if name == "auto" {
+/// `lockstep_backends::auto`); every verdict goes to `progress_line`.
+pub fn admit(
+    name: &str,
+    threads: u32,
+    opening: Opening,
+    progress: &mut dyn FnMut(GateProgress<'_>),
+    progress_line: &mut dyn FnMut(String),
+) -> anyhow::Result<Admitted> {
+    let (plugin, backend, verdict) = if name == "auto" {
         match auto::choose(threads) {
             Ok(choice) => {
-                if !quiet {
-                    for verdict in &choice.verdicts {
-                        println!("auto: {}", verdict.line());
-                    }
-                    println!("auto: chose `{}`", choice.backend.name());
+                for verdict in &choice.verdicts {
+                    progress_line(format!("auto: {}", verdict.line()));
                 }
-                (choice.plugin, choice.backend)
+                progress_line(format!("auto: chose `{}`", choice.backend.name()));
+                let verdict = choice.verdicts.last().map_or_else(String::new, |v| v.line());
+                (choice.plugin, choice.backend, verdict)
             }
             Err(verdicts) => {
                 let lines: Vec<String> = verdicts.iter().map(|v| v.line()).collect();
@@ -39,17 +63,31 @@ pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<Un
             }
         }
     } else {
-        let (plugin, mut backend) = open_backend(name, threads)?;
-        let report = run_gate(&mut backend, &mut |_| {});
-        if !quiet {
-            println!("gate: {} ({})", report.verdict_line(), backend.describe());
-        }
+        let path = resolve_plugin(name)?;
+        let plugin = if opening.fresh_copy { Plugin::load_fresh_copy(&path) } else { Plugin::load(&path) }
+            .with_context(|| format!("loading backend `{name}`"))?;
+        let flags = if opening.hardware_only { create_flags::HARDWARE_ONLY } else { 0 };
+        let mut backend =
+            plugin.instantiate_with(threads, flags).with_context(|| format!("creating backend `{name}`"))?;
+        let report = run_gate(&mut backend, progress);
+        progress_line(format!("gate: {} ({})", report.verdict_line(), backend.describe()));
         if !report.admitted() {
             bail!("backend `{name}` was not admitted: {}", report.verdict_line());
         }
-        (plugin, backend)
+        (plugin, backend, report.verdict_line())
     };
     let lanes = if plugin.capabilities() & caps::DEVICE != 0 { 1 } else { crate::train::threads_or_all(threads) };
     let extra = (1..lanes).map(|_| plugin.instantiate(1)).collect::<Result<Vec<_>, _>>()?;
-    Ok(UnitsGemm::with_lanes(backend, extra))
+    let name = backend.name().to_string();
+    Ok(Admitted { gemm: UnitsGemm::with_lanes(backend, extra), name, verdict })
+}
+
+/// [`admit`] with default opening, verdicts printed unless `quiet`.
+pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<UnitsGemm> {
+    let mut print = |line: String| {
+        if !quiet {
+            println!("{line}");
+        }
+    };
+    Ok(admit(name, threads, Opening::default(), &mut |_| {}, &mut print)?.gemm)
 }

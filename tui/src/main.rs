@@ -8,6 +8,8 @@ mod backend;
 mod bench;
 mod bench_exchange;
 mod bench_train;
+mod console;
+mod demo;
 mod gate;
 mod infer;
 mod node;
@@ -27,11 +29,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Three local nodes and a signaling server in this process, with the console on the
+    /// leader: the quickest way to watch a group train.
+    Demo(demo::DemoArgs),
     /// Run the exact gate on a backend plugin (a built-in name such as `cpu`, or a path).
     Gate(gate::GateArgs),
     /// Train on this machine alone (no network).
     Train(train::TrainArgs),
-    /// Join a training group as one mesh node (`--headless`: JSON lines on stdin/stdout).
+    /// Join a training group as one mesh node, with the console (`--headless`: JSON lines on
+    /// stdin/stdout).
     Node(node::NodeArgs),
     /// Run the signaling server (WebSocket introductions, static files).
     Signal(signal::SignalArgs),
@@ -50,6 +56,7 @@ fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Gate(args) => gate::run(args),
         Command::Bench { what } => bench::run(what),
         Command::Train(args) => train::run(args),

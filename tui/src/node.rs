@@ -1,70 +1,96 @@
-//! `lockstep node --headless`: one mesh node driven by JSON lines.
+//! `lockstep node`: one mesh node, with the console (default) or headless (JSON lines).
 //!
-//! Events go to stdout, one JSON object per line (`lockstep_mesh::Report::to_json`); commands
-//! come from stdin, one JSON object per line:
+//! This file holds what both front-ends share: the trainer as the mesh sees it
+//! ([`TrainerReplica`]), the node's runtime ([`NodeHandle`]: the mesh on its own thread, a
+//! command channel, hot-swaps gated off the event loop), and the headless front-end.
 //!
-//! - `{"cmd": "start", "steps": 50, "width": 32, "context": 32, "layers": 1, "heads": 2,
-//!   "batch": 4, "lr": 0.003, "seed": 1}` — start a run and lead it (omitted fields take the
-//!   defaults of `lockstep train`);
-//! - `{"cmd": "push", "path": "run.ckpt"}` — restore the whole group from a checkpoint;
-//! - `{"cmd": "cut", "peer": 42}` — fault injection for tests: stop sending to that peer;
-//! - `{"cmd": "flip"}` — fault injection for tests: flip one bit of this node's weights;
-//! - `{"cmd": "quit"}` (or end of input) — leave.
-//!
-//! `docs/PROTOCOL.md` lists every event.
+//! Headless: events go to stdout, one JSON object per line (`lockstep_mesh::Report::to_json`);
+//! commands come from stdin, one JSON object per line — `docs/PROTOCOL.md` lists both.
 
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
-use lockstep_mesh::{Command, MeshConfig, Replica, Report};
+use lockstep_mesh::{BackendChange, Command, MeshConfig, Replica, Report, SwapProgress};
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::data::{node_data_seed, BuiltinSource};
+use lockstep_node::data::{node_data_seed, BuiltinSource, DataSource, RemoteSource};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::trainer::Trainer;
-use lockstep_node::wire::{Gradient, RunSettings, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{Gradient, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 use serde_json::Value;
+
+use crate::backend::{admit, Opening};
+use crate::train::ModelArgs;
 
 #[derive(clap::Args)]
 pub struct NodeArgs {
-    /// Print events as JSON lines and read commands from stdin (the console arrives later).
+    /// Print events as JSON lines and read commands from stdin instead of opening the console.
     #[arg(long)]
     headless: bool,
     /// The signaling server's WebSocket URL, e.g. `ws://127.0.0.1:8787/ws?room=demo`.
     #[arg(long)]
     signal: String,
+    #[command(flatten)]
+    mesh: MeshArgs,
+    /// The run this node starts when it starts one (console `s`, headless `start` defaults).
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+/// How a node computes and connects (shared by `node` and `demo`).
+#[derive(clap::Args, Clone)]
+pub struct MeshArgs {
     /// `cpu`, `lut`, `dp4a`, a plugin path, or `auto`.
     #[arg(long, default_value = "auto")]
-    backend: String,
+    pub backend: String,
     /// Threads for CPU backends (0: all cores).
     #[arg(long, default_value_t = 0)]
-    threads: u32,
+    pub threads: u32,
     /// The address WebRTC binds and offers as its host candidate.
     #[arg(long, default_value = "127.0.0.1")]
-    bind_ip: IpAddr,
+    pub bind_ip: IpAddr,
     /// STUN or TURN server URLs (`stun:host:3478`, `turn:host:3478`), repeatable.
     #[arg(long = "ice-server")]
-    ice_servers: Vec<String>,
+    pub ice_servers: Vec<String>,
     #[arg(long, default_value = "")]
-    turn_username: String,
+    pub turn_username: String,
     #[arg(long, default_value = "")]
-    turn_credential: String,
+    pub turn_credential: String,
     /// How long to wait for a gradient before asking the leader for it.
     #[arg(long, default_value_t = 2000)]
-    repair_after_ms: u64,
+    pub repair_after_ms: u64,
+    /// Where checkpoints are saved (and listed for broadcast).
+    #[arg(long, default_value = "checkpoints")]
+    pub ckpt_dir: PathBuf,
+    /// Fetch training text from a `/data` URL (e.g. `http://HOST:8787/data`); unreachable means
+    /// the built-in corpus.
+    #[arg(long)]
+    pub data: Option<String>,
+}
+
+/// A backend admitted by the gate and waiting for the next step boundary.
+struct Staged {
+    name: String,
+    verdict: String,
+    gemm: Box<dyn Gemm + Send>,
 }
 
 /// The trainer as the mesh sees it.
 pub struct TrainerReplica {
     backend: String,
+    verdict: String,
     threads: u32,
+    data_url: Option<String>,
     /// This node's id: its data stream is `node_data_seed(run seed, id)`.
     me: u64,
-    /// A backend already gated (at start-up), used by the first run instead of gating again.
+    /// A backend already gated, used by the next run instead of gating again.
     admitted: Option<Box<dyn Gemm + Send>>,
+    staged: Option<Staged>,
+    change: Option<BackendChange>,
     trainer: Option<Trainer>,
     /// The current weights' hash: computed once per update (or restore) and reported as the
     /// next step's `whash`.
@@ -74,15 +100,37 @@ pub struct TrainerReplica {
 
 impl TrainerReplica {
     /// `admitted`: a gated instance of `backend` to use for the first run, if there is one.
-    pub fn new(backend: &str, threads: u32, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
+    pub fn new(backend: &str, verdict: &str, threads: u32, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
         TrainerReplica {
             backend: backend.to_string(),
+            verdict: verdict.to_string(),
             threads,
+            data_url: None,
             me: 0,
             admitted,
+            staged: None,
+            change: None,
             trainer: None,
             whash: None,
             hash_seconds: 0.0,
+        }
+    }
+
+    /// Batches come from this `/data` URL (falling back to the built-in corpus).
+    pub fn with_data(mut self, url: Option<String>) -> Self {
+        self.data_url = url;
+        self
+    }
+
+    /// Makes an admitted backend compute from the next step on (or the next run, between runs).
+    fn stage(&mut self, name: String, verdict: String, gemm: Box<dyn Gemm + Send>) {
+        if self.trainer.is_none() {
+            self.admitted = Some(gemm);
+            self.change = Some(BackendChange { backend: name.clone(), verdict: verdict.clone(), step: 1 });
+            self.backend = name;
+            self.verdict = verdict;
+        } else {
+            self.staged = Some(Staged { name, verdict, gemm });
         }
     }
 
@@ -115,15 +163,37 @@ fn run_config(settings: &RunSettings) -> RunConfig {
     }
 }
 
+/// The wire's run settings for a run configuration.
+pub fn settings_of(run: &RunConfig) -> RunSettings {
+    RunSettings {
+        protocol: MESH_PROTOCOL_VERSION,
+        width: run.model.width as u32,
+        context: run.model.context as u32,
+        batch: run.batch as u32,
+        layers: run.model.layers as u32,
+        heads: run.model.heads as u32,
+        steps: run.steps,
+        lr: run.lr,
+        seed: run.seed,
+    }
+}
+
 impl Replica for TrainerReplica {
     fn configure(&mut self, settings: &RunSettings) -> Result<usize, String> {
         let run = run_config(settings);
         run.validate()?;
+        if let Some(staged) = self.staged.take() {
+            self.stage(staged.name, staged.verdict, staged.gemm);
+        }
         let gemm = match self.admitted.take() {
             Some(gemm) => gemm,
             None => crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?,
         };
-        let data = Box::new(BuiltinSource::new(node_data_seed(run.seed, self.me)));
+        let seed = node_data_seed(run.seed, self.me);
+        let data: Box<dyn DataSource> = match &self.data_url {
+            Some(url) => Box::new(RemoteSource::new(url, seed)?),
+            None => Box::new(BuiltinSource::new(seed)),
+        };
         let trainer = Trainer::new(run, gemm, data)?;
         let weights = trainer.weights().len();
         self.trainer = Some(trainer);
@@ -132,6 +202,13 @@ impl Replica for TrainerReplica {
     }
 
     fn compute(&mut self, step: u32) -> Result<Gradient, String> {
+        // A staged hot-swap takes over here, at the step boundary.
+        if let (Some(staged), Some(trainer)) = (self.staged.take(), self.trainer.as_mut()) {
+            trainer.replace_gemm(staged.gemm);
+            self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict.clone(), step });
+            self.backend = staged.name;
+            self.verdict = staged.verdict;
+        }
         let whash = match self.whash {
             Some(whash) => whash,
             None => self.rehash(),
@@ -192,10 +269,118 @@ impl Replica for TrainerReplica {
         }
         self.whash = None;
     }
+
+    fn take_backend_change(&mut self) -> Option<BackendChange> {
+        self.change.take()
+    }
 }
 
-fn settings_from(command: &Value) -> anyhow::Result<RunSettings> {
-    let defaults = RunConfig::DEFAULT;
+/// Where a node's reports go.
+pub type Sink = Arc<dyn Fn(Report) + Send + Sync>;
+
+/// A running node: the mesh on its own thread (with its own async runtime), and the handles
+/// the front-ends drive it with.
+pub struct NodeHandle {
+    commands: tokio::sync::mpsc::UnboundedSender<Command>,
+    replica: Arc<Mutex<TrainerReplica>>,
+    threads: u32,
+    sink: Sink,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl NodeHandle {
+    /// Joins the group at `config.signal_url` with `replica`; reports go to `sink`.
+    pub fn start(config: MeshConfig, replica: TrainerReplica, threads: u32, sink: Sink) -> anyhow::Result<NodeHandle> {
+        let replica = Arc::new(Mutex::new(replica));
+        let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared: Arc<Mutex<dyn Replica>> = replica.clone();
+        let report = sink.clone();
+        let thread = std::thread::Builder::new()
+            .name("mesh".into())
+            .spawn(move || -> anyhow::Result<()> {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .context("starting the async runtime")?;
+                runtime.block_on(lockstep_mesh::run(config, shared, rx, move |r: Report| report(r)))
+            })
+            .context("starting the mesh thread")?;
+        Ok(NodeHandle { commands, replica, threads, sink, thread: Some(thread) })
+    }
+
+    pub fn send(&self, command: Command) {
+        let _ = self.commands.send(command);
+    }
+
+    /// Whether the mesh has stopped (signaling closed, denied, or quit).
+    pub fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Hot-swap: gates `name` on a thread of its own (reporting progress), then stages it for
+    /// the next step boundary; a refusal keeps the current backend and says why.
+    pub fn swap(&self, name: String) {
+        let replica = self.replica.clone();
+        let sink = self.sink.clone();
+        let threads = self.threads;
+        std::thread::spawn(move || {
+            sink(Report::Swap(SwapProgress::Gating { backend: name.clone(), done: 0, total: 0 }));
+            let opening = Opening { hardware_only: false, fresh_copy: true };
+            let mut progress = |p: lockstep_backends::gate::GateProgress<'_>| {
+                sink(Report::Swap(SwapProgress::Gating { backend: name.clone(), done: p.done, total: p.total }))
+            };
+            match admit(&name, threads, opening, &mut progress, &mut |_| {}) {
+                Ok(admitted) => {
+                    sink(Report::Swap(SwapProgress::Staged {
+                        backend: admitted.name.clone(),
+                        verdict: admitted.verdict.clone(),
+                    }));
+                    let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                    replica.stage(admitted.name, admitted.verdict, Box::new(admitted.gemm));
+                }
+                Err(e) => sink(Report::Swap(SwapProgress::Refused { backend: name, why: format!("{e:#}") })),
+            }
+        });
+    }
+
+    /// Leaves the group and waits for the mesh to close its connections.
+    pub fn quit(mut self) -> anyhow::Result<()> {
+        self.send(Command::Quit);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => bail!("the mesh thread panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Gates the node's backend up front (so a refused backend fails before joining) and builds
+/// the mesh configuration and replica for `signal_url`.
+pub fn prepare(
+    signal_url: &str,
+    args: &MeshArgs,
+    opening: Opening,
+    progress_line: &mut dyn FnMut(String),
+) -> anyhow::Result<(MeshConfig, TrainerReplica)> {
+    let admitted = admit(&args.backend, args.threads, opening, &mut |_| {}, progress_line)?;
+    let config = MeshConfig {
+        signal_url: signal_url.to_string(),
+        bind_ip: args.bind_ip,
+        ice_servers: args.ice_servers.clone(),
+        turn_username: args.turn_username.clone(),
+        turn_credential: args.turn_credential.clone(),
+        expected_phash: lockstep_luts::probe::reference_probe_hash().context("the reference probe")?,
+        repair_after_ms: args.repair_after_ms,
+        backend: admitted.name.clone(),
+        verdict: admitted.verdict.clone(),
+    };
+    let replica = TrainerReplica::new(&admitted.name, &admitted.verdict, args.threads, Some(Box::new(admitted.gemm)))
+        .with_data(args.data.clone());
+    Ok((config, replica))
+}
+
+fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunSettings> {
     let number = |key: &str, default: u64| -> anyhow::Result<u64> {
         match command.get(key) {
             None => Ok(default),
@@ -222,26 +407,59 @@ fn settings_from(command: &Value) -> anyhow::Result<RunSettings> {
     })
 }
 
-/// One stdin line as a command.
-fn parse_command(line: &str) -> anyhow::Result<Command> {
+/// Reads and checks a checkpoint file for a broadcast.
+pub fn read_checkpoint(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    checkpoint::decode(&bytes, None).with_context(|| format!("{} is not a valid checkpoint", path.display()))?;
+    Ok(bytes)
+}
+
+/// What one stdin line asks for.
+enum Request {
+    Mesh(Command),
+    Swap(String),
+}
+
+/// One stdin line as a request.
+fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -> anyhow::Result<Request> {
     let value: Value = serde_json::from_str(line).context("not JSON")?;
-    match value["cmd"].as_str() {
+    let peer = |what: &str| value["peer"].as_u64().with_context(|| format!("`{what}` needs a `peer`"));
+    let command = match value["cmd"].as_str() {
         Some("start") => {
-            let settings = settings_from(&value)?;
+            let settings = settings_from(&value, defaults)?;
             run_config(&settings).validate().map_err(anyhow::Error::msg)?;
-            Ok(Command::Start(settings))
+            Command::Start(settings)
         }
-        Some("push") => {
-            let path = value["path"].as_str().context("`push` needs a `path`")?;
-            let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
-            checkpoint::decode(&bytes, None).with_context(|| format!("{path} is not a valid checkpoint"))?;
-            Ok(Command::PushCheckpoint(bytes))
+        Some("push" | "broadcast") => {
+            let path = value["path"].as_str().context("`broadcast` needs a `path`")?;
+            Command::PushCheckpoint(read_checkpoint(std::path::Path::new(path))?)
         }
-        Some("cut") => Ok(Command::CutLinkTo(value["peer"].as_u64().context("`cut` needs a `peer`")?)),
-        Some("flip") => Ok(Command::FlipWeightBit),
-        Some("quit") => Ok(Command::Quit),
-        other => bail!("unknown command {other:?} (start, push, cut, flip, quit)"),
-    }
+        Some("save") => match value["path"].as_str() {
+            Some(path) => Command::SaveCheckpoint(PathBuf::from(path)),
+            None => Command::SaveCheckpoint(ckpt_dir.join(format!("node-{}.ckpt", timestamp()))),
+        },
+        Some("approve") => Command::Approve(peer("approve")?),
+        Some("deny") => Command::Deny {
+            peer: peer("deny")?,
+            reason: value["reason"].as_str().unwrap_or("the host declined").to_string(),
+        },
+        Some("swap") => {
+            let backend = value["backend"].as_str().context("`swap` needs a `backend` (a name or a path)")?;
+            return Ok(Request::Swap(backend.to_string()));
+        }
+        Some("cut") => Command::CutLinkTo(peer("cut")?),
+        Some("flip") => Command::FlipWeightBit,
+        Some("quit") => Command::Quit,
+        other => {
+            bail!("unknown command {other:?} (start, approve, deny, swap, save, broadcast, push, cut, flip, quit)")
+        }
+    };
+    Ok(Request::Mesh(command))
+}
+
+/// Seconds since the Unix epoch, for default checkpoint names.
+pub fn timestamp() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn emit(value: Value) {
@@ -250,43 +468,57 @@ fn emit(value: Value) {
     let _ = out.flush();
 }
 
+/// A sink that prints JSON lines (with `"node": id` when several nodes share stdout).
+pub fn json_sink(node: Option<PeerId>) -> Sink {
+    Arc::new(move |report: Report| {
+        let mut value = report.to_json();
+        if let (Some(node), Some(object)) = (node, value.as_object_mut()) {
+            object.insert("node".into(), node.into());
+        }
+        emit(value)
+    })
+}
+
 pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
+    let defaults = args.model.run_config();
+    defaults.validate().map_err(|why| anyhow::anyhow!("invalid run settings: {why}"))?;
     if !args.headless {
-        bail!("the console is not built yet: run with --headless");
+        return crate::console::run_node(&args.signal, &args.mesh, defaults);
     }
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let config = MeshConfig {
-        signal_url: args.signal.clone(),
-        bind_ip: args.bind_ip,
-        ice_servers: args.ice_servers.clone(),
-        turn_username: args.turn_username.clone(),
-        turn_credential: args.turn_credential.clone(),
-        expected_phash: lockstep_luts::probe::reference_probe_hash().context("the reference probe")?,
-        repair_after_ms: args.repair_after_ms,
-    };
-    // Gate the backend up front, so a refused backend fails before joining; the first run
-    // uses this instance.
-    let admitted = crate::train::gemm_for(&args.backend, args.threads, true)?;
-    let replica: Arc<Mutex<dyn Replica>> =
-        Arc::new(Mutex::new(TrainerReplica::new(&args.backend, args.threads, Some(admitted))));
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut print = |line: String| emit(serde_json::json!({"event": "gate", "message": line}));
+    let (config, replica) = prepare(&args.signal, &args.mesh, Opening::default(), &mut print)?;
+    let node = NodeHandle::start(config, replica, args.mesh.threads, json_sink(None))?;
+    let (tx, rx) = std::sync::mpsc::channel::<Request>();
+    let ckpt_dir = args.mesh.ckpt_dir.clone();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
             if line.trim().is_empty() {
                 continue;
             }
-            match parse_command(&line) {
-                Ok(command) => {
-                    if tx.send(command).is_err() {
+            match parse_request(&line, &defaults, &ckpt_dir) {
+                Ok(request) => {
+                    if tx.send(request).is_err() {
                         return;
                     }
                 }
                 Err(e) => emit(serde_json::json!({"event": "command-error", "message": format!("{e:#}")})),
             }
         }
-        let _ = tx.send(Command::Quit);
+        let _ = tx.send(Request::Mesh(Command::Quit));
     });
-    runtime.block_on(lockstep_mesh::run(config, replica, rx, |report: Report| emit(report.to_json())))?;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(Request::Mesh(Command::Quit)) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Ok(Request::Mesh(command)) => node.send(command),
+            Ok(Request::Swap(name)) => node.swap(name),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if node.finished() {
+                    break;
+                }
+            }
+        }
+    }
+    node.quit()?;
     Ok(ExitCode::SUCCESS)
 }

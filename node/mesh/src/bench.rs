@@ -54,7 +54,10 @@ async fn connection(
     let builder = PeerConnectionBuilder::new()
         .with_configuration(RTCConfigurationBuilder::new().build())
         .with_handler(Arc::new(Gather { gathered: gathered_tx, channel: channel_tx }))
-        .with_runtime(webrtc::runtime::default_runtime().context("no runtime")?)
+        .with_runtime(match flavor {
+            Flavor::Naive => webrtc::runtime::default_runtime().context("no runtime")?,
+            Flavor::Mesh => crate::mesh_runtime()?,
+        })
         .with_udp_addrs(vec!["127.0.0.1:0".to_string()]);
     let builder = match flavor {
         Flavor::Naive => builder.with_setting_engine(

@@ -12,11 +12,19 @@
 //! - the session loop: feeds the session inputs (channel open/closed, messages, ticks every
 //!   50 ms, compute results, commands) and executes its outputs through a [`Replica`].
 //!
-//! **Architecture Invariant:** all protocol decisions are the session's; this crate only moves
-//! bytes, runs compute and reports events.
+//! - link messages (`lockstep_node::wire` -9 … -11): each node tells its peers which backend
+//!   computes on it (and the gate's verdict), pings every open channel once a second, and
+//!   reports round-trip time and bytes in/out per peer;
+//! - room administration relayed from the console: join requests in, approve/deny out;
+//! - checkpoint saves (the replica's snapshot, written to a file off the event loop).
+//!
+//! **Architecture Invariant:** all training-protocol decisions are the session's; this crate
+//! only moves bytes, runs compute, measures links and reports events. Link messages never
+//! reach the session and never change a weight.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +43,7 @@ use webrtc::peer_connection::{
 };
 
 pub mod bench;
+pub mod sockets;
 
 /// Bytes a channel may buffer before `send` waits (flow control).
 pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
@@ -70,6 +79,12 @@ pub fn channel_settings<A: std::net::ToSocketAddrs>(
         .with_data_channel_send_buffer_limit(SEND_BUFFER_BYTES)
         .with_dedicated_reactor_pool_size(1)
 }
+/// The mesh's WebRTC runtime: tokio, with large UDP socket buffers ([`sockets`]).
+pub fn mesh_runtime() -> anyhow::Result<Arc<dyn webrtc::runtime::Runtime>> {
+    let runtime = webrtc::runtime::default_runtime().context("no async runtime for WebRTC")?;
+    Ok(Arc::new(sockets::BufferedRuntime::new(runtime)))
+}
+
 /// How often the session gets a tick.
 pub const TICK: Duration = Duration::from_millis(50);
 
@@ -98,6 +113,31 @@ pub trait Replica: Send + 'static {
     fn flip_weight_bit(&mut self);
     /// This node's id in the group, known once the signaling server has welcomed it.
     fn set_identity(&mut self, _peer: PeerId) {}
+    /// A backend swap that took effect since the last call (at a step boundary, before the
+    /// step's compute), if any.
+    fn take_backend_change(&mut self) -> Option<BackendChange> {
+        None
+    }
+}
+
+/// A hot-swap that took effect.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendChange {
+    pub backend: String,
+    pub verdict: String,
+    /// The first step computed by the new backend.
+    pub step: u32,
+}
+
+/// How a hot-swap is going (the gate runs in the composition root; these are its reports).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SwapProgress {
+    /// The gate is running on the candidate.
+    Gating { backend: String, done: usize, total: usize },
+    /// Admitted; it takes over at the next step boundary.
+    Staged { backend: String, verdict: String },
+    /// Refused (or failed to load): the old backend stays.
+    Refused { backend: String, why: String },
 }
 
 /// How a node joins and talks.
@@ -113,6 +153,9 @@ pub struct MeshConfig {
     pub turn_credential: String,
     pub expected_phash: u32,
     pub repair_after_ms: u64,
+    /// What computes here, told to every peer: the backend's name and its gate verdict.
+    pub backend: String,
+    pub verdict: String,
 }
 
 /// What a user (console, stdin) asks of the node.
@@ -124,6 +167,15 @@ pub enum Command {
     CutLinkTo(PeerId),
     /// For fault-injection tests: flip one bit of this replica's weights.
     FlipWeightBit,
+    /// Room host: admit a waiting joiner.
+    Approve(PeerId),
+    /// Room host: turn a waiting joiner away.
+    Deny {
+        peer: PeerId,
+        reason: String,
+    },
+    /// Write the replica's checkpoint (everything that determines the next update) to a file.
+    SaveCheckpoint(PathBuf),
     Quit,
 }
 
@@ -133,6 +185,45 @@ pub enum Report {
     Connected {
         id: PeerId,
         members: Vec<PeerId>,
+        /// `room CODE` or `address IP`.
+        group: String,
+        host: Option<PeerId>,
+    },
+    /// Our join request waits for the room host's approval.
+    Waiting {
+        id: PeerId,
+        room: String,
+    },
+    /// (Room host) someone asks to join.
+    JoinRequest {
+        peer: PeerId,
+        address: String,
+    },
+    HostChanged(PeerId),
+    /// We were turned away (or the request timed out): the node stops.
+    Denied(String),
+    /// The signaling server says a member (or a waiting joiner) left.
+    SignalPeerLeft(PeerId),
+    /// What computes on a peer.
+    PeerInfo {
+        peer: PeerId,
+        backend: String,
+        verdict: String,
+    },
+    /// One peer's link, once a second.
+    Link {
+        peer: PeerId,
+        rtt_ms: Option<f64>,
+        bytes_in: u64,
+        bytes_out: u64,
+    },
+    Swap(SwapProgress),
+    /// Our own backend changed at a step boundary.
+    BackendSwapped(BackendChange),
+    CheckpointSaved {
+        path: PathBuf,
+        step: u32,
+        whash: u32,
     },
     ChannelOpen(PeerId),
     Session(Event),
@@ -154,7 +245,35 @@ impl Report {
     pub fn to_json(&self) -> Value {
         let hex = |v: u32| format!("{v:#010x}");
         match self {
-            Report::Connected { id, members } => json!({"event": "connected", "id": id, "members": members}),
+            Report::Connected { id, members, group, host } => {
+                json!({"event": "connected", "id": id, "members": members, "group": group, "host": host})
+            }
+            Report::Waiting { id, room } => json!({"event": "waiting", "id": id, "room": room}),
+            Report::JoinRequest { peer, address } => {
+                json!({"event": "join-request", "peer": peer, "address": address})
+            }
+            Report::HostChanged(host) => json!({"event": "host-changed", "host": host}),
+            Report::Denied(reason) => json!({"event": "denied", "reason": reason}),
+            Report::SignalPeerLeft(peer) => json!({"event": "signal-peer-left", "peer": peer}),
+            Report::PeerInfo { peer, backend, verdict } => {
+                json!({"event": "peer-info", "peer": peer, "backend": backend, "verdict": verdict})
+            }
+            Report::Link { peer, rtt_ms, bytes_in, bytes_out } => {
+                json!({"event": "link", "peer": peer, "rtt_ms": rtt_ms, "bytes_in": bytes_in, "bytes_out": bytes_out})
+            }
+            Report::Swap(SwapProgress::Gating { backend, done, total }) => {
+                json!({"event": "swap-gating", "backend": backend, "done": done, "total": total})
+            }
+            Report::Swap(SwapProgress::Staged { backend, verdict }) => {
+                json!({"event": "swap-staged", "backend": backend, "verdict": verdict})
+            }
+            Report::Swap(SwapProgress::Refused { backend, why }) => {
+                json!({"event": "swap-refused", "backend": backend, "why": why})
+            }
+            Report::BackendSwapped(change) => json!({"event": "swapped", "backend": change.backend,
+                "verdict": change.verdict, "step": change.step}),
+            Report::CheckpointSaved { path, step, whash } => json!({"event": "checkpoint-saved",
+                "path": path.display().to_string(), "step": step, "whash": hex(*whash)}),
             Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
             Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
@@ -214,7 +333,18 @@ enum Inbound {
     ChannelOpen(PeerId, Arc<dyn DataChannel>),
     Frame(PeerId, BytesMut),
     ChannelClosed(PeerId),
-    Computed(Result<Gradient, String>, f64, f64),
+    Computed(Result<Gradient, String>, f64, f64, Option<BackendChange>),
+    Saved(Result<(PathBuf, u32, u32), String>),
+}
+
+/// Counters of one peer's link.
+#[derive(Default)]
+struct LinkStats {
+    bytes_in: u64,
+    bytes_out: u64,
+    rtt_ms: Option<f64>,
+    /// The outstanding ping: its nonce and when it left.
+    ping: Option<(u64, Instant)>,
 }
 
 struct Peer {
@@ -272,6 +402,9 @@ pub async fn run(
     let mut cut: Vec<PeerId> = Vec::new();
     let mut timing = StepTiming::default();
     let mut computed_at: Option<Instant> = None;
+    let mut links: BTreeMap<PeerId, LinkStats> = BTreeMap::new();
+    let mut info = (config.backend.clone(), config.verdict.clone());
+    let mut ticks: u64 = 0;
     let started = Instant::now();
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -279,12 +412,48 @@ pub async fn run(
     loop {
         let mut inputs: Vec<Input> = Vec::new();
         tokio::select! {
-            _ = ticker.tick() => inputs.push(Input::Tick { now_ms: started.elapsed().as_millis() as u64 }),
+            _ = ticker.tick() => {
+                inputs.push(Input::Tick { now_ms: started.elapsed().as_millis() as u64 });
+                ticks += 1;
+                // A swap made between runs shows up here (never blocks on a computing replica).
+                let change = replica.try_lock().ok().and_then(|mut r| r.take_backend_change());
+                if let Some(change) = change {
+                    announce(change, &mut info, &peers, &mut links, &mut next_message_id, &report);
+                }
+                if ticks.is_multiple_of(20) {
+                    let open: Vec<PeerId> = peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect();
+                    for peer in open {
+                        let link = links.entry(peer).or_default();
+                        report(Report::Link { peer, rtt_ms: link.rtt_ms, bytes_in: link.bytes_in, bytes_out: link.bytes_out });
+                        link.ping = Some((ticks, Instant::now()));
+                        if !cut.contains(&peer) {
+                            send(&peers, &mut links, peer, &Message::Ping { nonce: ticks }, &mut next_message_id);
+                        }
+                    }
+                }
+            }
             command = commands.recv() => match command {
                 None | Some(Command::Quit) => break,
                 Some(Command::Start(settings)) => inputs.push(Input::Start(settings)),
                 Some(Command::PushCheckpoint(bytes)) => inputs.push(Input::PushCheckpoint { bytes }),
                 Some(Command::CutLinkTo(peer)) => cut.push(peer),
+                Some(Command::Approve(peer)) => {
+                    let _ = ws_out_tx.send(json!({"type": "approve", "peer": peer}));
+                }
+                Some(Command::Deny { peer, reason }) => {
+                    let _ = ws_out_tx.send(json!({"type": "deny", "peer": peer, "reason": reason}));
+                }
+                Some(Command::SaveCheckpoint(path)) => {
+                    let replica = replica.clone();
+                    let tx = inbound_tx.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let (bytes, whash) = {
+                            let replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                            (replica.snapshot(), replica.weight_hash())
+                        };
+                        let _ = tx.send(Inbound::Saved(save_checkpoint(path, &bytes, whash)));
+                    });
+                }
                 Some(Command::FlipWeightBit) => {
                     replica.lock().unwrap_or_else(|p| p.into_inner()).flip_weight_bit();
                     let step = session.as_ref().map_or(0, |s| s.applied());
@@ -299,7 +468,11 @@ pub async fn run(
                             replica.lock().unwrap_or_else(|p| p.into_inner()).set_identity(id);
                         }
                     }
+                    let denied = value["type"] == "denied";
                     handle_signal(&config, &value, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report).await;
+                    if denied {
+                        break;
+                    }
                 }
                 Some(Inbound::SignalClosed(why)) => {
                     report(Report::Warning(why));
@@ -310,26 +483,56 @@ pub async fn run(
                         if entry.writer.is_none() {
                             entry.writer = Some(spawn_writer(channel));
                             report(Report::ChannelOpen(peer));
+                            let hello = Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() };
+                            send(&peers, &mut links, peer, &hello, &mut next_message_id);
                             inputs.push(Input::Connected(peer));
                         }
                     }
                 }
                 Some(Inbound::Frame(peer, bytes)) => match reassembler.push(peer, &bytes) {
-                    Ok(Some(message)) => inputs.push(Input::Received { from: peer, message }),
-                    Ok(None) => {}
+                    Ok(Some(message)) => {
+                        links.entry(peer).or_default().bytes_in += bytes.len() as u64;
+                        match message {
+                            Message::Ping { nonce } => {
+                                if !cut.contains(&peer) {
+                                    send(&peers, &mut links, peer, &Message::Pong { nonce }, &mut next_message_id);
+                                }
+                            }
+                            Message::Pong { nonce } => {
+                                let link = links.entry(peer).or_default();
+                                if let Some((sent, at)) = link.ping {
+                                    if sent == nonce {
+                                        link.rtt_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+                                        link.ping = None;
+                                    }
+                                }
+                            }
+                            Message::PeerInfo { backend, verdict } => report(Report::PeerInfo { peer, backend, verdict }),
+                            message => inputs.push(Input::Received { from: peer, message }),
+                        }
+                    }
+                    Ok(None) => links.entry(peer).or_default().bytes_in += bytes.len() as u64,
                     Err(e) => report(Report::Warning(format!("peer {peer} sent a malformed frame: {e}"))),
                 },
                 Some(Inbound::ChannelClosed(peer)) => {
                     if let Some(entry) = peers.remove(&peer) {
                         let _ = entry.connection.close().await;
                         reassembler.forget(peer);
+                        links.remove(&peer);
                         if entry.writer.is_some() {
                             inputs.push(Input::Disconnected(peer));
                         }
                     }
                 }
-                Some(Inbound::Computed(result, compute, hash)) => match result {
+                Some(Inbound::Saved(result)) => match result {
+                    Ok((path, step, whash)) => report(Report::CheckpointSaved { path, step, whash }),
+                    Err(why) => report(Report::Warning(format!("checkpoint not saved: {why}"))),
+                },
+                Some(Inbound::Computed(result, compute, hash, change)) => match result {
                     Ok(gradient) => {
+                        if let Some(change) = change {
+                            announce(change, &mut info, &peers, &mut links, &mut next_message_id, &report);
+                        }
                         timing = StepTiming { compute: compute - hash, hash_guard: hash, exchange: 0.0 };
                         computed_at = Some(Instant::now());
                         inputs.push(Input::Computed(gradient));
@@ -351,7 +554,7 @@ pub async fn run(
                         if cut.contains(&to) {
                             continue;
                         }
-                        send(&peers, to, &message, &mut next_message_id);
+                        send(&peers, &mut links, to, &message, &mut next_message_id);
                     }
                     Output::Configure(settings) => {
                         let result = replica.lock().unwrap_or_else(|p| p.into_inner()).configure(&settings);
@@ -368,7 +571,8 @@ pub async fn run(
                             let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                             let result = replica.compute(step);
                             let hash = replica.take_hash_seconds();
-                            let _ = tx.send(Inbound::Computed(result, began.elapsed().as_secs_f64(), hash));
+                            let change = replica.take_backend_change();
+                            let _ = tx.send(Inbound::Computed(result, began.elapsed().as_secs_f64(), hash, change));
                         });
                     }
                     Output::Apply { step, gradient, .. } => {
@@ -382,7 +586,7 @@ pub async fn run(
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = replica.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
-                        send(&peers, to, &Message::Resume(bytes), &mut next_message_id);
+                        send(&peers, &mut links, to, &Message::Resume(bytes), &mut next_message_id);
                     }
                     Output::Restore { bytes } => {
                         let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
@@ -405,12 +609,54 @@ pub async fn run(
     Ok(())
 }
 
-fn send(peers: &BTreeMap<PeerId, Peer>, to: PeerId, message: &Message, next_id: &mut u32) {
+fn send(
+    peers: &BTreeMap<PeerId, Peer>,
+    links: &mut BTreeMap<PeerId, LinkStats>,
+    to: PeerId,
+    message: &Message,
+    next_id: &mut u32,
+) {
     let Some(writer) = peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
     *next_id = next_id.wrapping_add(1);
+    let link = links.entry(to).or_default();
     for frame in wire::frames(wire::encode(message), *next_id) {
+        link.bytes_out += frame.len() as u64;
         let _ = writer.send(frame);
     }
+}
+
+/// Our backend changed: tell every open peer and report it.
+fn announce(
+    change: BackendChange,
+    info: &mut (String, String),
+    peers: &BTreeMap<PeerId, Peer>,
+    links: &mut BTreeMap<PeerId, LinkStats>,
+    next_id: &mut u32,
+    report: &impl Fn(Report),
+) {
+    *info = (change.backend.clone(), change.verdict.clone());
+    let message = Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() };
+    let open: Vec<PeerId> = peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect();
+    for peer in open {
+        send(peers, links, peer, &message, next_id);
+    }
+    report(Report::BackendSwapped(change));
+}
+
+/// Writes a snapshot to `path` (through a temporary file, so a crash never leaves half a
+/// checkpoint under the real name); returns (path, step, weight hash).
+fn save_checkpoint(path: PathBuf, bytes: &[u8], whash: u32) -> Result<(PathBuf, u32, u32), String> {
+    if bytes.is_empty() {
+        return Err("no run is configured yet".into());
+    }
+    let state = lockstep_node::checkpoint::decode(bytes, None).map_err(|e| e.to_string())?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, bytes).map_err(|e| format!("writing {}: {e}", partial.display()))?;
+    std::fs::rename(&partial, &path).map_err(|e| format!("renaming to {}: {e}", path.display()))?;
+    Ok((path, state.step, whash))
 }
 
 /// One task per channel writes its frames in order; `send` waits while the channel's buffer
@@ -450,7 +696,13 @@ async fn handle_signal(
             }));
             let members: Vec<PeerId> =
                 value["members"].as_array().map_or(Vec::new(), |m| m.iter().filter_map(|v| v.as_u64()).collect());
-            report(Report::Connected { id, members: members.clone() });
+            let group = match (value["group"]["kind"].as_str(), value["group"]["name"].as_str()) {
+                (Some("room"), Some(name)) => format!("room {name}"),
+                (Some(_), Some(name)) => format!("address {name}"),
+                _ => "?".to_string(),
+            };
+            let host = value["host"].as_u64();
+            report(Report::Connected { id, members: members.clone(), group, host });
             for peer in members.into_iter().filter(|p| *p != id) {
                 if id < peer {
                     offer_to(config, peer, peers, inbound, ws_out, report).await;
@@ -466,7 +718,23 @@ async fn handle_signal(
         "peer-left" => {
             // The same path as a channel that closes on its own.
             if let Some(peer) = value["peer"].as_u64() {
+                report(Report::SignalPeerLeft(peer));
                 let _ = inbound.send(Inbound::ChannelClosed(peer));
+            }
+        }
+        "waiting" => report(Report::Waiting {
+            id: value["id"].as_u64().unwrap_or(0),
+            room: value["room"].as_str().unwrap_or("").to_string(),
+        }),
+        "join-request" => {
+            if let Some(peer) = value["peer"].as_u64() {
+                let address = value["address"].as_str().unwrap_or("?").to_string();
+                report(Report::JoinRequest { peer, address });
+            }
+        }
+        "host-changed" => {
+            if let Some(host) = value["host"].as_u64() {
+                report(Report::HostChanged(host));
             }
         }
         "signal" => {
@@ -492,7 +760,7 @@ async fn handle_signal(
             }
         }
         "error" => report(Report::Warning(format!("signaling server: {}", value["message"]))),
-        "denied" => report(Report::Warning(format!("denied: {}", value["reason"]))),
+        "denied" => report(Report::Denied(value["reason"].as_str().unwrap_or("no reason given").to_string())),
         _ => {}
     }
 }
@@ -559,7 +827,7 @@ async fn new_connection(
             credential: config.turn_credential.clone(),
         }]
     };
-    let runtime = webrtc::runtime::default_runtime().context("no async runtime for WebRTC")?;
+    let runtime = mesh_runtime()?;
     let builder = PeerConnectionBuilder::new()
         .with_configuration(RTCConfigurationBuilder::new().with_ice_servers(ice_servers).build())
         .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))

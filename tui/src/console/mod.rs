@@ -1,0 +1,187 @@
+//! The console: a ratatui coordinator for one node, usable over SSH, without a mouse and
+//! without colour.
+//!
+//! - `state.rs`: `State`, `Action`, `update` (the only mutator), `Effect`;
+//! - `view.rs`: `render` (reads the state, draws);
+//! - here: the terminal, the one keymap, and the loop that turns node reports and keys into
+//!   actions and effects into node commands.
+//!
+//! **Architecture Invariant:** only this module renders; the node reports through
+//! `lockstep_mesh::Report` on a channel and never touches the terminal.
+
+pub mod state;
+pub mod view;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lockstep_mesh::{Command, Report};
+use lockstep_node::checkpoint;
+use lockstep_node::config::RunConfig;
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{self, EnterAlternateScreen, LeaveAlternateScreen};
+use ratatui::prelude::CrosstermBackend;
+use ratatui::Terminal;
+
+use self::state::{update, Action, CheckpointRow, Effect, Key, State};
+use crate::backend::Opening;
+use crate::node::{prepare, read_checkpoint, settings_of, MeshArgs, NodeHandle, Sink};
+
+/// The one keymap: terminal keys to console keys.
+fn key_of(event: &TermEvent) -> Option<Key> {
+    let TermEvent::Key(key) = event else { return None };
+    if key.kind != KeyEventKind::Press {
+        return None;
+    }
+    Some(match key.code {
+        KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => Key::Char('q'),
+        KeyCode::Char(c) => Key::Char(c),
+        KeyCode::Enter => Key::Enter,
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Tab => Key::Tab,
+        KeyCode::BackTab => Key::BackTab,
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::Backspace => Key::Backspace,
+        _ => return None,
+    })
+}
+
+/// Checkpoint files in `dir` (those that decode), oldest step first.
+pub fn scan_checkpoints(dir: &Path) -> Vec<CheckpointRow> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut rows: Vec<CheckpointRow> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "ckpt"))
+        .filter_map(|path| {
+            let state = checkpoint::load(&path, None).ok()?;
+            Some(CheckpointRow { whash: lockstep_node::params::weight_hash(&state.weights), step: state.step, path })
+        })
+        .collect();
+    rows.sort_by(|a, b| (a.step, &a.path).cmp(&(b.step, &b.path)));
+    rows
+}
+
+/// Gates each built-in plugin once (on a thread of its own) so the Backends pane can show
+/// what a swap would get; software adapters count (a swap may choose them).
+pub fn survey_backends(actions: Sender<Action>) {
+    std::thread::spawn(move || {
+        for name in ["cpu", "lut", "dp4a"] {
+            let verdict = match crate::backend::open_backend(name, 1) {
+                Ok((_, mut backend)) => {
+                    let report = lockstep_backends::gate::run_gate(&mut backend, &mut |_| {});
+                    format!("{} ({})", report.verdict_line(), backend.describe())
+                }
+                Err(e) => format!("unavailable: {e:#}"),
+            };
+            if actions.send(Action::BackendVerdict { name: name.to_string(), verdict }).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// A sink that turns reports into actions stamped with the console's clock.
+pub fn action_sink(actions: Sender<Action>, started: Instant) -> Sink {
+    let actions = std::sync::Mutex::new(actions);
+    std::sync::Arc::new(move |report: Report| {
+        let at = started.elapsed().as_secs_f64();
+        let _ = actions.lock().unwrap_or_else(|p| p.into_inner()).send(Action::Report(report, at));
+    })
+}
+
+/// Carries out `update`'s effects; returns false on quit.
+pub fn execute_effects(node: &NodeHandle, effects: Vec<Effect>, actions: &Sender<Action>) -> bool {
+    let mut going = true;
+    for effect in effects {
+        match effect {
+            Effect::Mesh(command) => node.send(command.into_command()),
+            Effect::Swap(name) => node.swap(name),
+            Effect::Broadcast(path) => match read_checkpoint(&path) {
+                Ok(bytes) => node.send(Command::PushCheckpoint(bytes)),
+                Err(e) => {
+                    let _ = actions.send(Action::Log(format!("broadcast failed: {e:#}")));
+                }
+            },
+            Effect::Quit => going = false,
+        }
+    }
+    going
+}
+
+/// Restores the terminal (also from the panic hook).
+fn restore_terminal() {
+    let _ = terminal::disable_raw_mode();
+    let _ = execute!(std::io::stdout(), LeaveAlternateScreen);
+}
+
+/// Runs the console on a started node until `q`.
+/// `started`: the clock the node's reports are stamped with (see [`action_sink`]).
+pub fn run_console(
+    node: NodeHandle,
+    mut state: State,
+    actions: (Sender<Action>, Receiver<Action>),
+    started: Instant,
+) -> anyhow::Result<()> {
+    let (tx, rx) = actions;
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore_terminal();
+        previous(info);
+    }));
+    terminal::enable_raw_mode().context("the console needs a terminal (or use --headless)")?;
+    execute!(std::io::stdout(), EnterAlternateScreen).context("switching to the alternate screen")?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout())).context("opening the terminal")?;
+    let result = (|| -> anyhow::Result<()> {
+        let mut last_tick = Instant::now();
+        let mut mesh_ended = false;
+        loop {
+            terminal.draw(|frame| view::render(&state, frame)).context("drawing")?;
+            let mut batch = Vec::new();
+            if event::poll(Duration::from_millis(100)).context("reading the terminal")? {
+                if let Some(key) = key_of(&event::read().context("reading the terminal")?) {
+                    batch.push(Action::Key(key));
+                }
+            }
+            batch.extend(rx.try_iter());
+            if last_tick.elapsed() >= Duration::from_secs(1) {
+                last_tick = Instant::now();
+                batch.push(Action::Tick(started.elapsed().as_secs_f64()));
+                if node.finished() && !mesh_ended {
+                    mesh_ended = true;
+                    batch.push(Action::Log("the node left the group (see above); q quits".into()));
+                }
+            }
+            for action in batch {
+                let effects = update(&mut state, action);
+                if !execute_effects(&node, effects, &tx) {
+                    return Ok(());
+                }
+            }
+        }
+    })();
+    restore_terminal();
+    node.quit()?;
+    result
+}
+
+/// `lockstep node` without `--headless`.
+pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::Result<ExitCode> {
+    let mut print = |line: String| println!("{line}");
+    let (config, replica) = prepare(signal, mesh, Opening::default(), &mut print)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut state = State::new(&config.backend, &config.verdict, settings_of(&defaults), mesh.ckpt_dir.clone());
+    update(&mut state, Action::CheckpointsFound(scan_checkpoints(&mesh.ckpt_dir)));
+    survey_backends(tx.clone());
+    let started = Instant::now();
+    let node = NodeHandle::start(config, replica, mesh.threads, action_sink(tx.clone(), started))?;
+    run_console(node, state, (tx, rx), started)?;
+    Ok(ExitCode::SUCCESS)
+}
