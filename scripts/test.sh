@@ -13,6 +13,8 @@ command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 # /data is tested against a real HTTP server with range support.
 command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v pgrep >/dev/null || need_apt+=(procps)
+# The console end-to-end test drives the real binary inside tmux.
+command -v tmux >/dev/null || need_apt+=(tmux)
 # The GPU plugins (lut, dp4a) run for real on Mesa's lavapipe, a Vulkan 1.3 CPU driver with
 # the integer dot product; no GPU test is skipped.
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers)

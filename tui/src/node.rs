@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
-use lockstep_mesh::{BackendChange, Command, MeshConfig, Replica, Report, SwapProgress};
+use lockstep_mesh::{BackendChange, CheckpointTarget, Command, MeshConfig, Replica, Report, SwapProgress};
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::{node_data_seed, BuiltinSource, DataSource, RemoteSource};
@@ -435,8 +435,8 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             Command::PushCheckpoint(read_checkpoint(std::path::Path::new(path))?)
         }
         Some("save") => match value["path"].as_str() {
-            Some(path) => Command::SaveCheckpoint(PathBuf::from(path)),
-            None => Command::SaveCheckpoint(ckpt_dir.join(format!("node-{}.ckpt", timestamp()))),
+            Some(path) => Command::SaveCheckpoint(CheckpointTarget::File(PathBuf::from(path))),
+            None => Command::SaveCheckpoint(CheckpointTarget::InDir(ckpt_dir.to_path_buf())),
         },
         Some("approve") => Command::Approve(peer("approve")?),
         Some("deny") => Command::Deny {
@@ -455,11 +455,6 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
         }
     };
     Ok(Request::Mesh(command))
-}
-
-/// Seconds since the Unix epoch, for default checkpoint names.
-pub fn timestamp() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn emit(value: Value) {

@@ -186,3 +186,41 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
     }
     assert!(step["compute_ms"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn the_headless_demo_trains_three_nodes_to_one_hash() {
+    let out = lockstep(&[
+        "demo",
+        "--headless",
+        "--no-data",
+        "--steps",
+        "12",
+        "--width",
+        "32",
+        "--context",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--batch",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let mut per_node: std::collections::BTreeMap<u64, Vec<(u64, String)>> = Default::default();
+    for e in events.iter().filter(|e| e["event"] == "weights") {
+        let entry = per_node.entry(e["node"].as_u64().unwrap()).or_default();
+        entry.push((e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()));
+    }
+    assert_eq!(per_node.len(), 3, "three nodes reported weights: {:?}", per_node.keys());
+    let first = per_node.values().next().unwrap().clone();
+    assert_eq!(first.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (1..=12).collect::<Vec<_>>());
+    for (node, hashes) in &per_node {
+        assert_eq!(hashes, &first, "node {node}");
+    }
+    // The two others joined through the room's approval, which the demo gave.
+    assert_eq!(events.iter().filter(|e| e["event"] == "join-request").count(), 2);
+    assert!(events.iter().any(|e| e["event"] == "run-finished"));
+}

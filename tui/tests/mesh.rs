@@ -54,8 +54,24 @@ struct Node {
 
 impl Node {
     fn spawn(signal: &Signal, backend: &str) -> Node {
+        let mut node = Node::spawn_at(&signal.url, backend);
+        let connected = node.wait_for("connected", |e| e["event"] == "connected", 20);
+        node.id = connected["id"].as_u64().unwrap();
+        node
+    }
+
+    /// A node asking to join `room`: its id comes with `waiting`.
+    fn ask_to_join(signal: &Signal, room: &str) -> Node {
+        let mut node = Node::spawn_at(&format!("{}?room={room}", signal.url), "cpu");
+        let waiting = node.wait_for("waiting", |e| e["event"] == "waiting", 20);
+        node.id = waiting["id"].as_u64().unwrap();
+        node
+    }
+
+    /// Starts a node without waiting for anything.
+    fn spawn_at(url: &str, backend: &str) -> Node {
         let mut child = Command::new(BIN)
-            .args(["node", "--headless", "--signal", &signal.url, "--backend", backend, "--threads", "1"])
+            .args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"])
             .args(["--repair-after-ms", "300"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -74,10 +90,7 @@ impl Node {
                 }
             }
         });
-        let mut node = Node { proc: Some(Proc(child)), stdin, events, id: 0 };
-        let connected = node.wait_for("connected", |e| e["event"] == "connected", 20);
-        node.id = connected["id"].as_u64().unwrap();
-        node
+        Node { proc: Some(Proc(child)), stdin, events, id: 0 }
     }
 
     fn command(&mut self, command: Value) {
@@ -311,4 +324,80 @@ fn a_checkpoint_push_restores_every_replica() {
     assert_eq!(a.hashes(), c.hashes());
     let _ = std::fs::remove_dir_all(&dir);
     let _ = &mut b;
+}
+
+#[test]
+fn headless_commands_approve_deny_swap_save_and_broadcast() {
+    let signal = signal_server();
+    let mut host = Node::spawn_at(&format!("{}?room=ops", signal.url), "cpu");
+    host.id = host.wait_for("connected", |e| e["event"] == "connected", 20)["id"].as_u64().unwrap();
+
+    // Approve one joiner, deny another: the denied one is told why and leaves.
+    let joiner = Node::ask_to_join(&signal, "ops");
+    host.wait_for("the join request", |e| e["event"] == "join-request" && e["peer"] == joiner.id, 20);
+    host.command(serde_json::json!({"cmd": "approve", "peer": joiner.id}));
+    joiner.wait_for("admission", |e| e["event"] == "connected" && e["host"] == host.id, 20);
+    let refused = Node::ask_to_join(&signal, "ops");
+    host.wait_for("the second request", |e| e["event"] == "join-request" && e["peer"] == refused.id, 20);
+    host.command(serde_json::json!({"cmd": "deny", "peer": refused.id, "reason": "full today"}));
+    refused.wait_for("the refusal", |e| e["event"] == "denied" && e["reason"] == "full today", 20);
+    channels_open(&[&host, &joiner]);
+    joiner.wait_for(
+        "the host's backend",
+        |e| e["event"] == "peer-info" && e["peer"] == host.id && e["backend"] == "cpu",
+        20,
+    );
+
+    host.command(tiny(100_000));
+    joiner.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+
+    // A backend that does not exist is refused and the old one stays; `lut` is gated and
+    // takes over at a step boundary, which the joiner hears about.
+    host.command(serde_json::json!({"cmd": "swap", "backend": "/nonexistent/libnothing.so"}));
+    host.wait_for("the refusal", |e| e["event"] == "swap-refused" && e["backend"] == "/nonexistent/libnothing.so", 30);
+    host.command(serde_json::json!({"cmd": "swap", "backend": "lut"}));
+    host.wait_for("gate progress", |e| e["event"] == "swap-gating" && e["total"].as_u64() > Some(0), 60);
+    host.wait_for("the staged backend", |e| e["event"] == "swap-staged" && e["backend"] == "lut", 60);
+    let swapped = host.wait_for("the swap", |e| e["event"] == "swapped" && e["backend"] == "lut", 60);
+    let at = swapped["step"].as_u64().unwrap();
+    joiner.wait_for(
+        "the new backend",
+        |e| e["event"] == "peer-info" && e["peer"] == host.id && e["backend"] == "lut",
+        30,
+    );
+    joiner.wait_for("steps after the swap", |e| e["event"] == "weights" && e["step"].as_u64() >= Some(at + 5), 60);
+
+    // Save, then broadcast what was saved: both replicas restore to the file's weights.
+    let dir = std::env::temp_dir().join(format!("lockstep-ops-{}", std::process::id()));
+    let path = dir.join("saved.ckpt");
+    host.command(serde_json::json!({"cmd": "save", "path": path}));
+    let saved = host.wait_for("the save", |e| e["event"] == "checkpoint-saved", 30);
+    let state = lockstep_node::checkpoint::load(&path, None).expect("the saved checkpoint loads");
+    let expected = format!("{:#010x}", lockstep_node::params::weight_hash(&state.weights));
+    assert_eq!(saved["whash"], expected.as_str());
+    assert_eq!(saved["step"].as_u64(), Some(u64::from(state.step)));
+    host.command(serde_json::json!({"cmd": "broadcast", "path": path}));
+    for node in [&host, &joiner] {
+        let restored = node.wait_for("the restore", |e| e["event"] == "restored", 30);
+        assert_eq!(restored["whash"], expected.as_str());
+    }
+    joiner.wait_for(
+        "training on",
+        |e| e["event"] == "weights" && e["step"].as_u64() >= Some(u64::from(state.step) + 3),
+        60,
+    );
+    let hashes = joiner.hashes();
+    let host_hashes = host.hashes();
+    for (step, whash) in &hashes {
+        if let Some(theirs) = host_hashes.get(step) {
+            assert_eq!(theirs, whash, "step {step}");
+        }
+    }
+    // Link reports: round trips measured, bytes counted both ways.
+    let link = host.wait_for("a measured link", |e| e["event"] == "link" && e["rtt_ms"].is_number(), 30);
+    assert!(link["bytes_in"].as_u64() > Some(0) && link["bytes_out"].as_u64() > Some(0), "{link}");
+    // Bad commands are answered, not fatal.
+    host.command(serde_json::json!({"cmd": "approve"}));
+    host.wait_for("a command error", |e| e["event"] == "command-error", 10);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -158,6 +158,14 @@ pub struct MeshConfig {
     pub verdict: String,
 }
 
+/// Where a checkpoint is written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CheckpointTarget {
+    File(PathBuf),
+    /// `node<ID>-step<STEP>.ckpt` in this directory, named after the step actually saved.
+    InDir(PathBuf),
+}
+
 /// What a user (console, stdin) asks of the node.
 #[derive(Clone, Debug)]
 pub enum Command {
@@ -175,7 +183,7 @@ pub enum Command {
         reason: String,
     },
     /// Write the replica's checkpoint (everything that determines the next update) to a file.
-    SaveCheckpoint(PathBuf),
+    SaveCheckpoint(CheckpointTarget),
     Quit,
 }
 
@@ -443,7 +451,8 @@ pub async fn run(
                 Some(Command::Deny { peer, reason }) => {
                     let _ = ws_out_tx.send(json!({"type": "deny", "peer": peer, "reason": reason}));
                 }
-                Some(Command::SaveCheckpoint(path)) => {
+                Some(Command::SaveCheckpoint(target)) => {
+                    let me = me.unwrap_or(0);
                     let replica = replica.clone();
                     let tx = inbound_tx.clone();
                     tokio::task::spawn_blocking(move || {
@@ -451,7 +460,7 @@ pub async fn run(
                             let replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                             (replica.snapshot(), replica.weight_hash())
                         };
-                        let _ = tx.send(Inbound::Saved(save_checkpoint(path, &bytes, whash)));
+                        let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, whash)));
                     });
                 }
                 Some(Command::FlipWeightBit) => {
@@ -645,11 +654,20 @@ fn announce(
 
 /// Writes a snapshot to `path` (through a temporary file, so a crash never leaves half a
 /// checkpoint under the real name); returns (path, step, weight hash).
-fn save_checkpoint(path: PathBuf, bytes: &[u8], whash: u32) -> Result<(PathBuf, u32, u32), String> {
+fn save_checkpoint(
+    target: CheckpointTarget,
+    me: PeerId,
+    bytes: &[u8],
+    whash: u32,
+) -> Result<(PathBuf, u32, u32), String> {
     if bytes.is_empty() {
         return Err("no run is configured yet".into());
     }
     let state = lockstep_node::checkpoint::decode(bytes, None).map_err(|e| e.to_string())?;
+    let path = match target {
+        CheckpointTarget::File(path) => path,
+        CheckpointTarget::InDir(dir) => dir.join(format!("node{me}-step{:06}.ckpt", state.step)),
+    };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }

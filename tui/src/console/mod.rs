@@ -122,6 +122,49 @@ fn restore_terminal() {
     let _ = execute!(std::io::stdout(), LeaveAlternateScreen);
 }
 
+/// While the console draws, whatever libraries write to stderr (Vulkan drivers do) would land
+/// on the screen: it goes to a log file instead, and the original stderr comes back after.
+struct StderrToFile {
+    saved: Option<std::ffi::c_int>,
+}
+
+impl StderrToFile {
+    fn new(path: &Path) -> (StderrToFile, Option<String>) {
+        extern "C" {
+            fn dup(fd: std::ffi::c_int) -> std::ffi::c_int;
+            fn dup2(from: std::ffi::c_int, to: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        use std::os::fd::AsRawFd;
+        let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(path) else {
+            return (StderrToFile { saved: None }, None);
+        };
+        // SAFETY: dup/dup2 on valid descriptors (2 and an open file); the file's descriptor is
+        // duplicated onto 2 before `file` closes its own.
+        let saved = unsafe {
+            let saved = dup(2);
+            (saved >= 0 && dup2(file.as_raw_fd(), 2) >= 0).then_some(saved)
+        };
+        let note = saved.map(|_| format!("stderr goes to {} while the console runs", path.display()));
+        (StderrToFile { saved }, note)
+    }
+}
+
+impl Drop for StderrToFile {
+    fn drop(&mut self) {
+        extern "C" {
+            fn dup2(from: std::ffi::c_int, to: std::ffi::c_int) -> std::ffi::c_int;
+            fn close(fd: std::ffi::c_int) -> std::ffi::c_int;
+        }
+        if let Some(saved) = self.saved {
+            // SAFETY: `saved` is the descriptor `dup` returned for the original stderr.
+            unsafe {
+                dup2(saved, 2);
+                close(saved);
+            }
+        }
+    }
+}
+
 /// Runs the console on a started node until `q`.
 /// `started`: the clock the node's reports are stamped with (see [`action_sink`]).
 pub fn run_console(
@@ -131,6 +174,11 @@ pub fn run_console(
     started: Instant,
 ) -> anyhow::Result<()> {
     let (tx, rx) = actions;
+    let log_path = std::env::temp_dir().join(format!("lockstep-console-{}.log", std::process::id()));
+    let (stderr, note) = StderrToFile::new(&log_path);
+    if let Some(note) = note {
+        let _ = tx.send(Action::Log(note));
+    }
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         restore_terminal();
@@ -168,6 +216,7 @@ pub fn run_console(
         }
     })();
     restore_terminal();
+    drop(stderr);
     node.quit()?;
     result
 }

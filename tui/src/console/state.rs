@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
-use lockstep_mesh::{Command, Report, SwapProgress};
+use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
 use lockstep_node::session::Event;
 use lockstep_node::wire::{PeerId, RunSettings};
 
@@ -68,6 +68,7 @@ pub enum CommandKind {
     Start(RunSettings),
     Approve(PeerId),
     Deny(PeerId),
+    /// Save into this directory (the file is named after the step saved).
     Save(PathBuf),
 }
 
@@ -77,7 +78,7 @@ impl CommandKind {
             CommandKind::Start(settings) => Command::Start(settings),
             CommandKind::Approve(peer) => Command::Approve(peer),
             CommandKind::Deny(peer) => Command::Deny { peer, reason: "the host declined".into() },
-            CommandKind::Save(path) => Command::SaveCheckpoint(path),
+            CommandKind::Save(dir) => Command::SaveCheckpoint(CheckpointTarget::InDir(dir)),
         }
     }
 }
@@ -528,10 +529,8 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
             if state.run.is_none() {
                 state.log("nothing to save: no run yet");
             } else {
-                let me = state.me.unwrap_or(0);
-                let path = state.ckpt_dir.join(format!("node{me}-step{:06}.ckpt", state.step));
-                state.log(format!("saving {}", path.display()));
-                effects.push(Effect::Mesh(CommandKind::Save(path)));
+                state.log(format!("saving a checkpoint in {}", state.ckpt_dir.display()));
+                effects.push(Effect::Mesh(CommandKind::Save(state.ckpt_dir.clone())));
             }
         }
         Key::Char('b') => {

@@ -1,1 +1,326 @@
+//! The console without a terminal: `update` driven by actions, views drawn on ratatui's
+//! `TestBackend` at 80×24 and 120×40 and compared with insta snapshots.
 
+use std::path::PathBuf;
+
+use lockstep_mesh::{BackendChange, Report, StepTiming, SwapProgress};
+use lockstep_node::config::RunConfig;
+use lockstep_node::session::Event;
+use lockstep_node::step::GuardFailure;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+use super::state::{update, Action, CheckpointRow, CommandKind, Effect, Key, Modal, Pane, RunState, State, PANES};
+use super::view::render;
+use crate::node::settings_of;
+
+const VERDICT: &str = "ADMITTED: backend `cpu` matched the reference on all 40 cases, every bit";
+
+fn fresh() -> State {
+    State::new("cpu", VERDICT, settings_of(&RunConfig::DEFAULT), PathBuf::from("checkpoints"))
+}
+
+fn report(state: &mut State, report: Report, at: f64) -> Vec<Effect> {
+    update(state, Action::Report(report, at))
+}
+
+fn keys(state: &mut State, keys: &[Key]) -> Vec<Effect> {
+    keys.iter().flat_map(|&k| update(state, Action::Key(k))).collect()
+}
+
+fn connected(state: &mut State) {
+    let members = vec![1];
+    report(state, Report::Connected { id: 1, members, group: "room demo".into(), host: Some(1) }, 0.5);
+}
+
+/// A node mid-run: three peers, 120 steps of a falling loss, two checkpoints, a full log.
+fn running() -> State {
+    let mut state = fresh();
+    connected(&mut state);
+    for (peer, backend, rtt) in [(2u64, "lut", 0.8), (3, "dp4a", 1.7)] {
+        report(&mut state, Report::ChannelOpen(peer), 1.0);
+        report(&mut state, Report::PeerInfo { peer, backend: backend.into(), verdict: VERDICT.into() }, 1.0);
+        let link = Report::Link { peer, rtt_ms: Some(rtt), bytes_in: 41_000_000 * peer, bytes_out: 39_500_000 * peer };
+        report(&mut state, link, 1.0);
+        report(&mut state, Report::Session(Event::PeerJoined(peer)), 1.0);
+    }
+    let settings = state.start_settings.clone();
+    report(&mut state, Report::Session(Event::RunStarted { leader: 1, settings }), 2.0);
+    for step in 1..=120u32 {
+        let at = 2.0 + f64::from(step) * 0.25;
+        report(&mut state, Report::Session(Event::Roster { step, peers: vec![1, 2, 3] }), at);
+        let loss = 3.5 + 2.0 * 40.0 / (40.0 + f64::from(step));
+        let applied = Event::StepApplied { step, loss: loss as f32, peers: 3, whash: 0x1000 + step };
+        report(&mut state, Report::Session(applied), at);
+        let timing = StepTiming { compute: 0.180, hash_guard: 0.004, exchange: 0.061 };
+        report(&mut state, Report::Applied { step, whash: 0x5eed_0000 + step, timing }, at);
+    }
+    report(&mut state, Report::Session(Event::RepairServed { step: 40, peer: 2, to: 3 }), 12.0);
+    report(
+        &mut state,
+        Report::CheckpointSaved { path: "checkpoints/node1-step000060.ckpt".into(), step: 60, whash: 0x0bad_cafe },
+        17.0,
+    );
+    report(
+        &mut state,
+        Report::CheckpointSaved { path: "checkpoints/node1-step000120.ckpt".into(), step: 120, whash: 0x5eed_0078 },
+        32.0,
+    );
+    update(
+        &mut state,
+        Action::BackendVerdict { name: "cpu".into(), verdict: format!("{VERDICT} (cpu mirror, 2 threads)") },
+    );
+    update(
+        &mut state,
+        Action::BackendVerdict {
+            name: "lut".into(),
+            verdict: format!("{} (llvmpipe, Vulkan, software)", VERDICT.replace("cpu", "lut")),
+        },
+    );
+    update(
+        &mut state,
+        Action::BackendVerdict {
+            name: "dp4a".into(),
+            verdict: "unavailable: no GPU adapter with an integer dot product".into(),
+        },
+    );
+    update(&mut state, Action::Tick(32.0));
+    state
+}
+
+/// The screen as text, one line per row, trailing spaces trimmed.
+fn draw(state: &State, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("a test terminal");
+    terminal.draw(|frame| render(state, frame)).expect("drawing never fails on a test backend");
+    let buffer = terminal.backend().buffer();
+    let mut out = String::new();
+    for y in 0..height {
+        let line: String = (0..width).map(|x| buffer[(x, y)].symbol().to_string()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Every view, at both sizes.
+#[test]
+fn views() {
+    let mut views: Vec<(&str, State)> = Vec::new();
+    views.push(("connecting", fresh()));
+    let mut idle = fresh();
+    connected(&mut idle);
+    views.push(("idle", idle));
+    for pane in PANES {
+        let mut state = running();
+        state.focus = pane;
+        let name = match pane {
+            Pane::Roster => "running_roster",
+            Pane::Health => "running_health",
+            Pane::Room => "running_room",
+            Pane::Checkpoints => "running_checkpoints",
+            Pane::Backends => "running_backends",
+            Pane::Log => "running_log",
+        };
+        views.push((name, state));
+    }
+    let mut help = running();
+    keys(&mut help, &[Key::Char('?')]);
+    views.push(("help", help));
+    let mut join = running();
+    report(&mut join, Report::JoinRequest { peer: 4, address: "192.0.2.7".into() }, 33.0);
+    views.push(("join_request", join));
+    let mut swap = running();
+    keys(&mut swap, &[Key::Char('w'), Key::Down]);
+    views.push(("swap_pick", swap));
+    let mut typing = running();
+    keys(&mut typing, &[Key::Char('w'), Key::Char('p')]);
+    keys(&mut typing, &"/opt/plugins/libmine.so".chars().map(Key::Char).collect::<Vec<_>>());
+    views.push(("swap_path", typing));
+    let mut gating = running();
+    keys(&mut gating, &[Key::Char('w'), Key::Down, Key::Enter]);
+    report(&mut gating, Report::Swap(SwapProgress::Gating { backend: "lut".into(), done: 17, total: 40 }), 33.0);
+    views.push(("swap_gating", gating));
+    let mut broadcast = running();
+    keys(&mut broadcast, &[Key::Char('b')]);
+    views.push(("broadcast_confirm", broadcast));
+    let mut start = fresh();
+    connected(&mut start);
+    keys(&mut start, &[Key::Char('s')]);
+    views.push(("start_confirm", start));
+    let mut quit = running();
+    keys(&mut quit, &[Key::Char('q')]);
+    views.push(("quit_confirm", quit));
+    let mut stopped = running();
+    let failure = GuardFailure { step: 121, weight_mismatch: vec![3], probe_mismatch: vec![] };
+    report(&mut stopped, Report::Session(Event::GuardStopped(failure)), 33.0);
+    views.push(("guard_stopped", stopped));
+    for (name, state) in &views {
+        for (width, height) in [(80, 24), (120, 40)] {
+            insta::assert_snapshot!(format!("{name}_{width}x{height}"), draw(state, width, height));
+        }
+    }
+}
+
+#[test]
+fn a_join_request_opens_a_modal_and_y_approves_it() {
+    let mut state = running();
+    report(&mut state, Report::JoinRequest { peer: 4, address: "10.0.0.4".into() }, 33.0);
+    report(&mut state, Report::JoinRequest { peer: 5, address: "10.0.0.5".into() }, 33.0);
+    assert_eq!(state.modal, Some(Modal::Approve { peer: 4, address: "10.0.0.4".into() }));
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(CommandKind::Approve(4))]);
+    // The next request is asked about at once.
+    assert_eq!(state.modal, Some(Modal::Approve { peer: 5, address: "10.0.0.5".into() }));
+    assert_eq!(keys(&mut state, &[Key::Char('n')]), vec![Effect::Mesh(CommandKind::Deny(5))]);
+    assert_eq!(state.modal, None);
+    assert!(state.pending.is_empty());
+}
+
+#[test]
+fn a_request_can_wait_and_be_reviewed_later_or_withdrawn() {
+    let mut state = running();
+    report(&mut state, Report::JoinRequest { peer: 4, address: "10.0.0.4".into() }, 33.0);
+    assert!(keys(&mut state, &[Key::Esc]).is_empty());
+    assert_eq!(state.modal, None);
+    assert_eq!(state.pending, vec![(4, "10.0.0.4".to_string())]);
+    keys(&mut state, &[Key::Char('a')]);
+    assert!(matches!(state.modal, Some(Modal::Approve { peer: 4, .. })));
+    report(&mut state, Report::SignalPeerLeft(4), 34.0);
+    assert_eq!(state.modal, None);
+    assert!(state.pending.is_empty());
+}
+
+#[test]
+fn the_demo_approves_its_own_nodes_without_asking() {
+    let mut state = fresh();
+    connected(&mut state);
+    assert!(update(&mut state, Action::TrustJoiner(2)).is_empty());
+    let effects = report(&mut state, Report::JoinRequest { peer: 2, address: "127.0.0.1".into() }, 1.0);
+    assert_eq!(effects, vec![Effect::Mesh(CommandKind::Approve(2))]);
+    assert_eq!(state.modal, None);
+    // A request that arrived before the demo knew the id is approved when it learns it.
+    report(&mut state, Report::JoinRequest { peer: 3, address: "127.0.0.1".into() }, 1.0);
+    assert_eq!(update(&mut state, Action::TrustJoiner(3)), vec![Effect::Mesh(CommandKind::Approve(3))]);
+    assert_eq!(state.modal, None);
+}
+
+#[test]
+fn autostart_starts_once_when_enough_channels_are_open() {
+    let mut state = fresh();
+    state.autostart = Some(3);
+    connected(&mut state);
+    assert!(report(&mut state, Report::ChannelOpen(2), 1.0).is_empty());
+    let effects = report(&mut state, Report::ChannelOpen(3), 1.0);
+    assert_eq!(effects, vec![Effect::Mesh(CommandKind::Start(state.start_settings.clone()))]);
+    assert_eq!(state.run_state, RunState::Starting);
+    assert!(report(&mut state, Report::ChannelOpen(4), 1.0).is_empty());
+}
+
+#[test]
+fn start_asks_first() {
+    let mut state = fresh();
+    assert!(keys(&mut state, &[Key::Char('s')]).is_empty());
+    assert_eq!(state.modal, None, "not connected yet: nothing to start");
+    connected(&mut state);
+    keys(&mut state, &[Key::Char('s')]);
+    assert_eq!(state.modal, Some(Modal::ConfirmStart));
+    assert!(keys(&mut state, &[Key::Char('n')]).is_empty());
+    keys(&mut state, &[Key::Char('s')]);
+    assert_eq!(
+        keys(&mut state, &[Key::Char('y')]),
+        vec![Effect::Mesh(CommandKind::Start(state.start_settings.clone()))]
+    );
+    keys(&mut state, &[Key::Char('s')]);
+    assert_eq!(state.modal, None, "a run is already starting");
+}
+
+#[test]
+fn quit_confirms_only_during_a_run() {
+    let mut idle = fresh();
+    assert_eq!(keys(&mut idle, &[Key::Char('q')]), vec![Effect::Quit]);
+    let mut state = running();
+    assert!(keys(&mut state, &[Key::Char('q')]).is_empty());
+    assert_eq!(state.modal, Some(Modal::ConfirmQuit));
+    assert!(keys(&mut state, &[Key::Char('n')]).is_empty());
+    assert!(!state.quit);
+    assert_eq!(keys(&mut state, &[Key::Char('q'), Key::Char('y')]), vec![Effect::Quit]);
+    assert!(state.quit);
+}
+
+#[test]
+fn tab_cycles_every_pane_and_wraps() {
+    let mut state = fresh();
+    let mut seen = vec![state.focus];
+    for _ in 0..PANES.len() {
+        keys(&mut state, &[Key::Tab]);
+        seen.push(state.focus);
+    }
+    assert_eq!(&seen[..PANES.len()], &PANES);
+    assert_eq!(seen[PANES.len()], PANES[0]);
+    keys(&mut state, &[Key::BackTab]);
+    assert_eq!(state.focus, PANES[PANES.len() - 1]);
+}
+
+#[test]
+fn swap_by_pick_or_path_and_the_outcome_is_shown() {
+    let mut state = running();
+    assert_eq!(keys(&mut state, &[Key::Char('w'), Key::Down, Key::Enter]), vec![Effect::Swap("lut".into())]);
+    assert!(state.swap.is_some());
+    keys(&mut state, &[Key::Char('w')]);
+    assert_eq!(state.modal, None, "one swap at a time");
+    report(
+        &mut state,
+        Report::Swap(SwapProgress::Refused { backend: "lut".into(), why: "case 3 differs".into() }),
+        40.0,
+    );
+    assert_eq!(state.swap, None);
+    assert_eq!(state.backend, "cpu");
+    assert!(state.log.back().unwrap().contains("refused, keeping `cpu`: case 3 differs"));
+
+    let typed: Vec<Key> =
+        "/x/p.so".chars().map(Key::Char).chain([Key::Backspace, Key::Char('o'), Key::Enter]).collect();
+    let mut all = vec![Key::Char('w'), Key::Char('p')];
+    all.extend(typed);
+    assert_eq!(keys(&mut state, &all), vec![Effect::Swap("/x/p.so".into())]);
+    report(&mut state, Report::Swap(SwapProgress::Staged { backend: "mine".into(), verdict: "ADMITTED".into() }), 41.0);
+    assert!(state.swap.as_deref().unwrap().contains("next step"));
+    let change = BackendChange { backend: "mine".into(), verdict: "ADMITTED".into(), step: 122 };
+    report(&mut state, Report::BackendSwapped(change), 42.0);
+    assert_eq!(state.swap, None);
+    assert_eq!(state.backend, "mine");
+    assert_eq!(state.peers[&1].backend.as_deref(), Some("mine"));
+}
+
+#[test]
+fn save_and_broadcast() {
+    let mut idle = fresh();
+    connected(&mut idle);
+    assert!(keys(&mut idle, &[Key::Char('c'), Key::Char('b')]).is_empty(), "no run: nothing to save or restore");
+    let mut state = running();
+    let save = keys(&mut state, &[Key::Char('c')]);
+    assert_eq!(save, vec![Effect::Mesh(CommandKind::Save("checkpoints".into()))]);
+    // `b` offers the selected (latest) checkpoint; Up selects the older one.
+    keys(&mut state, &[Key::Char('b'), Key::Char('n'), Key::Up, Key::Enter]);
+    let Some(Modal::ConfirmBroadcast(CheckpointRow { path, step, .. })) = state.modal.clone() else {
+        panic!("expected the broadcast confirmation, got {:?}", state.modal)
+    };
+    assert_eq!((path.to_str(), step), (Some("checkpoints/node1-step000060.ckpt"), 60));
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Broadcast(path)]);
+}
+
+#[test]
+fn rates_hashes_and_the_guard() {
+    let mut state = running();
+    // 120 steps at 4 steps/s; the rate window keeps the last 10 s.
+    let rate = state.steps_per_second().unwrap();
+    assert_eq!(rate, 4.0);
+    let run = RunConfig::DEFAULT;
+    assert_eq!(state.tokens_per_second().unwrap(), 4.0 * (run.batch * run.model.context * 3) as f64);
+    assert!(state.peers.values().all(|p| p.agreed_at == Some(120)));
+    assert_eq!(state.peers[&3].repairs, 1);
+    let failure = GuardFailure { step: 121, weight_mismatch: vec![3], probe_mismatch: vec![2] };
+    report(&mut state, Report::Session(Event::GuardStopped(failure)), 33.0);
+    assert!(state.peers[&3].weight_mismatch && state.peers[&2].probe_mismatch);
+    assert!(matches!(state.run_state, RunState::Stopped(_)));
+    // A stopped run no longer asks before quitting.
+    assert_eq!(keys(&mut state, &[Key::Char('q')]), vec![Effect::Quit]);
+}

@@ -79,11 +79,45 @@ fn pane(state: &State, frame: &mut Frame<'_>, which: Pane, area: Rect) {
         Pane::Checkpoints => frame.render_widget(Paragraph::new(checkpoint_lines(state)), inner),
         Pane::Backends => frame.render_widget(Paragraph::new(backend_lines(state)), inner),
         Pane::Log => {
-            let height = inner.height as usize;
-            let lines: Vec<Line<'_>> =
-                state.log.iter().skip(state.log.len().saturating_sub(height)).map(|l| Line::from(l.as_str())).collect();
-            frame.render_widget(Paragraph::new(lines), inner);
+            // Newest at the bottom; long lines wrap (indented) rather than being cut.
+            let (width, height) = (inner.width as usize, inner.height as usize);
+            let mut rows: Vec<String> = Vec::new();
+            for line in state.log.iter().rev() {
+                let mut wrapped = wrap(line, width);
+                wrapped.reverse();
+                rows.extend(wrapped);
+                if rows.len() >= height {
+                    break;
+                }
+            }
+            rows.truncate(height);
+            rows.reverse();
+            frame.render_widget(Paragraph::new(rows.into_iter().map(Line::from).collect::<Vec<_>>()), inner);
         }
+    }
+}
+
+/// `text` cut into rows of at most `width` characters, continuation rows indented by two.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if width <= 4 || chars.len() <= width {
+        return vec![text.to_string()];
+    }
+    let mut rows = vec![chars[..width].iter().collect::<String>()];
+    for chunk in chars[width..].chunks(width - 2) {
+        rows.push(format!("  {}", chunk.iter().collect::<String>()));
+    }
+    rows
+}
+
+/// `24.6k`, `980`.
+fn human_count(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.1}M", value / 1e6)
+    } else if value >= 1e4 {
+        format!("{:.1}k", value / 1e3)
+    } else {
+        format!("{value:.0}")
     }
 }
 
@@ -213,8 +247,8 @@ fn roster(state: &State, frame: &mut Frame<'_>, area: Rect) {
 
 fn health(state: &State, frame: &mut Frame<'_>, area: Rect) {
     let steps = state.run.as_ref().map_or_else(|| "no run".to_string(), |r| format!("step {}/{}", state.step, r.steps));
-    let rate = state.steps_per_second().map_or_else(|| "- steps/s".into(), |r| format!("{r:.2} steps/s"));
-    let tokens = state.tokens_per_second().map_or_else(|| "- tok/s".into(), |t| format!("{t:.0} tok/s"));
+    let rate = state.steps_per_second().map_or_else(|| "-/s".into(), |r| format!("{r:.2}/s"));
+    let tokens = state.tokens_per_second().map_or_else(|| "- tok/s".into(), |t| format!("{} tok/s", human_count(t)));
     let guard = match &state.run_state {
         RunState::Stopped(why) => format!("guard: STOPPED: {why}"),
         _ if state.step > 0 => format!("guard: ok, hashes agree at step {}", state.step),
@@ -290,27 +324,28 @@ fn backend_lines(state: &State) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for (i, row) in state.backends.iter().enumerate() {
         let marker = if i == state.backend_selected && state.focus == Pane::Backends { ">" } else { " " };
-        let using = if row.name == state.backend { " (in use)" } else { "" };
+        let using = if row.name == state.backend { "*" } else { " " };
         let verdict = short_verdict(&row.verdict);
-        lines.push(Line::from(format!("{marker} {:<5} {verdict}{using}", row.name)));
+        lines.push(Line::from(format!("{marker}{using}{:<5} {verdict}", row.name)));
     }
     if !state.backends.iter().any(|b| b.name == state.backend) {
         lines.push(Line::from(format!("  in use: {}", state.backend)));
     }
     lines.push(Line::from(match &state.swap {
         Some(swap) => format!("swap: {swap}"),
-        None => "w swap (Enter on a backend, or type a path)".to_string(),
+        None => "* in use; w swaps (gated first)".to_string(),
     }));
     lines
 }
 
-/// A verdict without the backend's name and the device description.
+/// A verdict in a few words: `admitted 40/40 (device)`, or the refusal as it is.
 fn short_verdict(verdict: &str) -> String {
-    if let Some(rest) = verdict.split_once("matched the reference on all ") {
-        let cases = rest.1.split_whitespace().next().unwrap_or("?");
-        return format!("admitted ({cases}/{cases} cases)");
+    if let Some((_, rest)) = verdict.split_once("matched the reference on all ") {
+        let cases = rest.split_whitespace().next().unwrap_or("?");
+        let device = rest.split_once(" (").map_or(String::new(), |(_, d)| format!(" ({d}"));
+        return format!("admitted {cases}/{cases}{device}");
     }
-    verdict.chars().take(70).collect()
+    verdict.to_string()
 }
 
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
