@@ -110,6 +110,16 @@ pub fn execute_effects(node: &NodeHandle, effects: Vec<Effect>, actions: &Sender
                     let _ = actions.send(Action::Log(format!("broadcast failed: {e:#}")));
                 }
             },
+            Effect::Inspect(path) => {
+                let loaded = checkpoint::load(&path, None)
+                    .map(|state| CheckpointRow {
+                        whash: lockstep_node::params::weight_hash(&state.weights),
+                        step: state.step,
+                        path: path.clone(),
+                    })
+                    .map_err(|e| format!("{}: {e}", path.display()));
+                let _ = actions.send(Action::CheckpointLoaded(loaded));
+            }
             Effect::Quit => going = false,
         }
     }

@@ -49,6 +49,8 @@ pub enum Action {
     TrustJoiner(PeerId),
     /// Something the loop wants in the log (a failed file read, …).
     Log(String),
+    /// A checkpoint file the user named, read and checked by the loop (or why not).
+    CheckpointLoaded(Result<CheckpointRow, String>),
 }
 
 /// What the loop should do for `update`.
@@ -59,6 +61,8 @@ pub enum Effect {
     Swap(String),
     /// Read this checkpoint and push it to the group.
     Broadcast(PathBuf),
+    /// Read and check this checkpoint file, then answer with `Action::CheckpointLoaded`.
+    Inspect(PathBuf),
     Quit,
 }
 
@@ -123,6 +127,8 @@ pub enum Modal {
         typing: Option<String>,
     },
     ConfirmBroadcast(CheckpointRow),
+    /// Typing the path of a checkpoint to load (and then broadcast).
+    LoadPath(String),
     ConfirmStart,
     ConfirmQuit,
 }
@@ -363,6 +369,15 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
             }
         }
         Action::Log(line) => state.log(line),
+        Action::CheckpointLoaded(Ok(row)) => {
+            state.log(format!("loaded {} (step {}, whash {:#010x})", row.path.display(), row.step, row.whash));
+            state.checkpoints.retain(|c| c.path != row.path);
+            state.checkpoints.push(row);
+            state.ckpt_selected = state.checkpoints.len() - 1;
+            state.focus = Pane::Checkpoints;
+            open_broadcast(state);
+        }
+        Action::CheckpointLoaded(Err(why)) => state.log(format!("cannot load: {why}")),
     }
     effects
 }
@@ -457,6 +472,24 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
                 Key::Char('n') | Key::Esc => state.modal = None,
                 _ => {}
             },
+            Modal::LoadPath(mut path) => match key {
+                Key::Char(c) => {
+                    path.push(c);
+                    state.modal = Some(Modal::LoadPath(path));
+                }
+                Key::Backspace => {
+                    path.pop();
+                    state.modal = Some(Modal::LoadPath(path));
+                }
+                Key::Enter => {
+                    state.modal = None;
+                    if !path.trim().is_empty() {
+                        effects.push(Effect::Inspect(PathBuf::from(path.trim())));
+                    }
+                }
+                Key::Esc => state.modal = None,
+                _ => {}
+            },
             Modal::ConfirmStart => match key {
                 Key::Char('y') | Key::Enter => {
                     state.modal = None;
@@ -537,6 +570,7 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
             state.focus = Pane::Checkpoints;
             open_broadcast(state);
         }
+        Key::Char('l') => state.modal = Some(Modal::LoadPath(String::new())),
         _ => {}
     }
 }

@@ -143,6 +143,10 @@ fn views() {
     let mut broadcast = running();
     keys(&mut broadcast, &[Key::Char('b')]);
     views.push(("broadcast_confirm", broadcast));
+    let mut load = running();
+    keys(&mut load, &[Key::Char('l')]);
+    keys(&mut load, &"/srv/runs/best.ckpt".chars().map(Key::Char).collect::<Vec<_>>());
+    views.push(("load_path", load));
     let mut start = fresh();
     connected(&mut start);
     keys(&mut start, &[Key::Char('s')]);
@@ -323,4 +327,21 @@ fn rates_hashes_and_the_guard() {
     assert!(matches!(state.run_state, RunState::Stopped(_)));
     // A stopped run no longer asks before quitting.
     assert_eq!(keys(&mut state, &[Key::Char('q')]), vec![Effect::Quit]);
+}
+
+#[test]
+fn a_checkpoint_loaded_by_path_is_listed_and_offered_for_broadcast() {
+    let mut state = running();
+    let mut typed = vec![Key::Char('l')];
+    typed.extend("/srv/x.ckptt".chars().map(Key::Char));
+    typed.extend([Key::Backspace, Key::Enter]);
+    assert_eq!(keys(&mut state, &typed), vec![Effect::Inspect("/srv/x.ckpt".into())]);
+    update(&mut state, Action::CheckpointLoaded(Err("/srv/x.ckpt: truncated".into())));
+    assert!(state.log.back().unwrap().contains("cannot load: /srv/x.ckpt: truncated"));
+    assert_eq!(state.modal, None);
+    let row = CheckpointRow { path: "/srv/x.ckpt".into(), step: 7, whash: 0x1234_5678 };
+    update(&mut state, Action::CheckpointLoaded(Ok(row.clone())));
+    assert_eq!(state.modal, Some(Modal::ConfirmBroadcast(row.clone())));
+    assert_eq!(state.checkpoints.last(), Some(&row));
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Broadcast(row.path)]);
 }

@@ -59,7 +59,11 @@ pub fn render(state: &State, frame: &mut Frame<'_>) {
 
 fn block(state: &State, which: Pane) -> Block<'static> {
     let focused = state.focus == which;
-    let title = if focused { format!(">{}<", which.title()) } else { which.title().to_string() };
+    let name = match which {
+        Pane::Roster => format!("Roster ({})", state.group),
+        other => other.title().to_string(),
+    };
+    let title = if focused { format!(">{name}<") } else { name };
     let block = Block::bordered().title(title);
     if focused {
         block.border_type(BorderType::Double)
@@ -308,7 +312,7 @@ fn room_lines(state: &State) -> Vec<Line<'static>> {
 }
 
 fn checkpoint_lines(state: &State) -> Vec<Line<'static>> {
-    let mut lines = vec![Line::from(format!("in {}  (c save, b broadcast)", state.ckpt_dir.display()))];
+    let mut lines = vec![Line::from(format!("in {}  (c save, b broadcast, l load)", state.ckpt_dir.display()))];
     if state.checkpoints.is_empty() {
         lines.push(Line::from("none yet"));
     }
@@ -367,6 +371,7 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
                 Line::from("w                hot-swap the backend (gated first)"),
                 Line::from("c                save a checkpoint"),
                 Line::from("b                broadcast a checkpoint to all"),
+                Line::from("l                load a checkpoint file by path"),
                 Line::from("?                this help"),
                 Line::from("q                quit (asks during a run)"),
                 Line::from(""),
@@ -405,6 +410,15 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
                 Line::from(format!("(step {}, whash {:#010x})?", row.step, row.whash)),
                 Line::from(""),
                 Line::from("y broadcast   n cancel"),
+            ],
+        ),
+        Modal::LoadPath(path) => (
+            "Load a checkpoint",
+            vec![
+                Line::from("Path of a checkpoint file to broadcast:"),
+                Line::from(format!("{path}_")),
+                Line::from(""),
+                Line::from("Enter load and confirm   Esc cancel"),
             ],
         ),
         Modal::ConfirmStart => {
