@@ -220,6 +220,34 @@ fn the_headless_demo_trains_three_nodes_to_one_hash() {
     for (node, hashes) in &per_node {
         assert_eq!(hashes, &first, "node {node}");
     }
+    // The same arithmetic as the group replayed in one process (the ids give the data streams).
+    let ids: Vec<String> = per_node.keys().map(|id| id.to_string()).collect();
+    let replay = lockstep(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "12",
+        "--width",
+        "32",
+        "--context",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--batch",
+        "4",
+        "--replay-group",
+        &ids.join(","),
+    ]);
+    assert!(replay.status.success(), "{}", text(&replay));
+    let replayed: Vec<(u64, String)> = String::from_utf8_lossy(&replay.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| (v["step"].as_u64().unwrap(), v["whash"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(replayed, first, "the demo trains exactly what the replay computes");
     // The two others joined through the room's approval, which the demo gave.
     assert_eq!(events.iter().filter(|e| e["event"] == "join-request").count(), 2);
     assert!(events.iter().any(|e| e["event"] == "run-finished"));
