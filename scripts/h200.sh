@@ -4,7 +4,8 @@
 #   lockstep, liblockstep_backend_{cpu,lut,dp4a}.so, and the `conformance` and `tiles` test
 #   binaries (cargo test --release --no-run -p lockstep-backends --test conformance
 #   -p lockstep-gpu --test tiles), and in .gl/ the Vulkan loader packages.
-# Writes logs to $OUT (or ./h200-out).
+# Writes logs to $OUT (or ./h200-out). `scripts/h200.sh demo` runs only the last part (the demo,
+# its CPU replay and the exchange bench), which needs only `lockstep` and the plugins.
 set -uo pipefail
 out=${OUT:-$PWD/h200-out}
 mkdir -p "$out"
@@ -14,6 +15,7 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export LOCKSTEP_PLUGIN_DIR=$PWD/.dev
 bin=$PWD/.dev
 step() { echo; echo "### $*"; }
+if [ "${1:-all}" != demo ]; then
 {
   step nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
   step gates
@@ -53,3 +55,18 @@ step() { echo; echo "### $*"; }
     fi
   done
 } 2>&1 | tee "$out/train.log"
+fi
+
+steps=${STEPS:-100}
+{
+  echo "### demo --headless, default model, $steps steps (cpu, lut, dp4a where admitted)"
+  start=$SECONDS
+  "$bin/lockstep" demo --headless --no-data --steps "$steps" > "$out/demo.jsonl" 2> "$out/demo.err"
+  echo "exit $? after $((SECONDS - start)) s"
+  grep -E '"(log|peer-info|swapped|run-finished|guard-stopped)"' "$out/demo.jsonl" | sort -u | head -20
+  echo "### replay of the group on the CPU alone (same ids, same data streams)"
+  "$bin/lockstep" train --backend cpu --steps "$steps" --replay-group 1,2,3 > "$out/replay.jsonl"
+  echo "exit $?"
+  echo "### bench exchange"
+  "$bin/lockstep" bench exchange --mb 64
+} 2>&1 | tee "$out/demo.log"

@@ -12,7 +12,7 @@ use anyhow::Context;
 use lockstep_mesh::bench::{data_channel_mb_per_s, tcp_mb_per_s, Flavor};
 use lockstep_mesh::{Command, MeshConfig, Replica, Report, StepTiming};
 use lockstep_node::config::RunConfig;
-use lockstep_node::wire::{RunSettings, FRAGMENT_BYTES, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::FRAGMENT_BYTES;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
 use crate::node::TrainerReplica;
@@ -81,18 +81,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
         anyhow::ensure!(Instant::now() < deadline, "the {nodes}-node mesh did not connect");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let defaults = RunConfig::DEFAULT;
-    controls[0].send(Command::Start(RunSettings {
-        protocol: MESH_PROTOCOL_VERSION,
-        width: defaults.model.width as u32,
-        context: defaults.model.context as u32,
-        batch: defaults.batch as u32,
-        layers: defaults.model.layers as u32,
-        heads: defaults.model.heads as u32,
-        steps,
-        lr: defaults.lr,
-        seed: defaults.seed,
-    }))?;
+    controls[0].send(Command::Start(crate::node::settings_of(&RunConfig { steps, ..RunConfig::DEFAULT })))?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let applied = |reports: &[(usize, Instant, Report)]| {
         reports.iter().filter(|(_, _, r)| matches!(r, Report::Applied { step, .. } if *step == steps)).count()

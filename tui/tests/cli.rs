@@ -72,25 +72,15 @@ fn bench_gemm_prints_json_lines() {
     assert!(text(&out).contains("not MxNxK"), "{}", text(&out));
 }
 
-const TINY: &[&str] = &[
-    "--width",
-    "32",
-    "--context",
-    "32",
-    "--layers",
-    "1",
-    "--heads",
-    "2",
-    "--batch",
-    "4",
-    "--eval-batches",
-    "0",
-    "--json",
-];
+/// The tiny model's flags (for `train` and `demo`).
+const TINY_MODEL: &[&str] = &["--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"];
+/// `train` on the tiny model, JSON lines, no evaluation.
+const TINY: &[&str] = &["--eval-batches", "0", "--json"];
 
 /// Runs `lockstep train` on the tiny model and returns its JSON lines (steps and swaps).
 fn train_json(extra: &[&str]) -> Vec<serde_json::Value> {
     let mut args = vec!["train"];
+    args.extend_from_slice(TINY_MODEL);
     args.extend_from_slice(TINY);
     args.extend_from_slice(extra);
     let out = lockstep(&args);
@@ -137,6 +127,7 @@ fn hot_swaps_at_step_boundaries_leave_the_hashes_of_an_unswapped_run() {
 fn the_live_audit_stops_a_backend_that_drifts_after_admission() {
     let drifting = fixture("drift_after_admission");
     let mut args = vec!["train"];
+    args.extend_from_slice(TINY_MODEL);
     args.extend_from_slice(TINY);
     args.extend_from_slice(&["--steps", "40", "--audit-every", "1", "--threads", "1", "--backend", &drifting]);
     let out = lockstep(&args);
@@ -155,6 +146,7 @@ fn the_live_audit_stops_a_backend_that_drifts_after_admission() {
 #[test]
 fn the_automatic_choice_reports_every_verdict() {
     let mut args = vec!["train"];
+    args.extend_from_slice(TINY_MODEL);
     args.extend_from_slice(&TINY[..TINY.len() - 1]);
     args.extend_from_slice(&["--steps", "1"]);
     let out = lockstep(&args);
@@ -189,23 +181,9 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
 
 #[test]
 fn the_headless_demo_trains_three_nodes_to_one_hash() {
-    let out = lockstep(&[
-        "demo",
-        "--headless",
-        "--no-data",
-        "--steps",
-        "12",
-        "--width",
-        "32",
-        "--context",
-        "32",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--batch",
-        "4",
-    ]);
+    let mut args = vec!["demo", "--headless", "--no-data", "--steps", "12"];
+    args.extend_from_slice(TINY_MODEL);
+    let out = lockstep(&args);
     assert!(out.status.success(), "{}", text(&out));
     let events: Vec<serde_json::Value> =
         String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
@@ -222,29 +200,9 @@ fn the_headless_demo_trains_three_nodes_to_one_hash() {
     }
     // The same arithmetic as the group replayed in one process (the ids give the data streams).
     let ids: Vec<String> = per_node.keys().map(|id| id.to_string()).collect();
-    let replay = lockstep(&[
-        "train",
-        "--backend",
-        "cpu",
-        "--steps",
-        "12",
-        "--width",
-        "32",
-        "--context",
-        "32",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--batch",
-        "4",
-        "--replay-group",
-        &ids.join(","),
-    ]);
-    assert!(replay.status.success(), "{}", text(&replay));
-    let replayed: Vec<(u64, String)> = String::from_utf8_lossy(&replay.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let group = ids.join(",");
+    let replayed: Vec<(u64, String)> = train_json(&["--backend", "cpu", "--steps", "12", "--replay-group", &group])
+        .iter()
         .map(|v| (v["step"].as_u64().unwrap(), v["whash"].as_str().unwrap().to_string()))
         .collect();
     assert_eq!(replayed, first, "the demo trains exactly what the replay computes");

@@ -2,26 +2,13 @@
 //! keystrokes and read back with `capture-pane`, next to a real signaling server and a real
 //! headless joiner over WebRTC on 127.0.0.1.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
-
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{signal_server, Node, BIN};
 
 /// A tmux server of our own (its own socket), killed when dropped.
 struct Tmux {
@@ -73,79 +60,6 @@ impl Drop for Tmux {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn signal_server() -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(BIN)
-        .args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("lockstep signal starts");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (Proc(child), format!("ws://127.0.0.1:{port}/ws"))
-}
-
-/// A headless node's events as they arrive.
-struct Headless {
-    _proc: Proc,
-    events: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Headless {
-    fn spawn(url: &str) -> Headless {
-        let mut child = Command::new(BIN)
-            .args(["node", "--headless", "--signal", url, "--backend", "cpu", "--threads", "1"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("lockstep node starts");
-        let stdout = child.stdout.take().unwrap();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(value) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().unwrap().push(value);
-                }
-            }
-        });
-        Headless { _proc: Proc(child), events }
-    }
-
-    fn events(&self) -> Vec<Value> {
-        self.events.lock().unwrap().clone()
-    }
-
-    fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
-        let started = Instant::now();
-        loop {
-            if let Some(found) = self.events().into_iter().find(|e| pred(e)) {
-                return found;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(secs),
-                "the joiner never reported {what}; it said:\n{}",
-                self.events().iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn last_step(&self) -> u64 {
-        self.events().iter().filter(|e| e["event"] == "weights").filter_map(|e| e["step"].as_u64()).max().unwrap_or(0)
-    }
-}
-
 fn checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| {
@@ -165,8 +79,8 @@ fn whash_on_screen(screen: &str, marker: &str) -> Option<String> {
 
 #[test]
 fn the_console_approves_a_join_swaps_its_backend_and_broadcasts_a_checkpoint() {
-    let (_signal, url) = signal_server();
-    let room = format!("{url}?room=e2e");
+    let signal = signal_server();
+    let room = format!("{}?room=e2e", signal.url);
     let dir = std::env::temp_dir().join(format!("lockstep-console-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -183,9 +97,8 @@ fn the_console_approves_a_join_swaps_its_backend_and_broadcasts_a_checkpoint() {
     assert!(screen.contains("Roster") && screen.contains("Step health") && screen.contains("Checkpoints"));
 
     // A joiner asks; the console shows the request with its id and address; `y` admits it.
-    let joiner = Headless::spawn(&room);
-    let waiting = joiner.wait_for("waiting", |e| e["event"] == "waiting", 30);
-    let joiner_id = waiting["id"].as_u64().unwrap();
+    let joiner = Node::ask_to_join(&signal, "e2e");
+    let joiner_id = joiner.id;
     tmux.wait_for(
         "the join request",
         |s| s.contains("Join request") && s.contains(&format!("Node {joiner_id} at 127.0.0.1")),

@@ -1,0 +1,140 @@
+//! What the process-level tests share: the binary, child processes killed on drop, a real
+//! signaling server on a free port, and headless nodes whose JSON-line events are collected.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
+
+/// A child process killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub struct Signal {
+    _proc: Proc,
+    pub url: String,
+}
+
+pub fn signal_server() -> Signal {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(BIN)
+        .args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("lockstep signal starts");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Signal { _proc: Proc(child), url: format!("ws://127.0.0.1:{port}/ws") }
+}
+
+/// One headless node: its events as they arrive, and its stdin.
+pub struct Node {
+    proc: Option<Proc>,
+    stdin: ChildStdin,
+    events: Arc<Mutex<Vec<Value>>>,
+    pub id: u64,
+}
+
+impl Node {
+    pub fn spawn(signal: &Signal, backend: &str) -> Node {
+        let mut node = Node::spawn_at(&signal.url, backend);
+        let connected = node.wait_for("connected", |e| e["event"] == "connected", 20);
+        node.id = connected["id"].as_u64().unwrap();
+        node
+    }
+
+    /// A node asking to join `room`: its id comes with `waiting`.
+    pub fn ask_to_join(signal: &Signal, room: &str) -> Node {
+        let mut node = Node::spawn_at(&format!("{}?room={room}", signal.url), "cpu");
+        let waiting = node.wait_for("waiting", |e| e["event"] == "waiting", 20);
+        node.id = waiting["id"].as_u64().unwrap();
+        node
+    }
+
+    /// Starts a node without waiting for anything.
+    pub fn spawn_at(url: &str, backend: &str) -> Node {
+        let mut child = Command::new(BIN)
+            .args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"])
+            .args(["--repair-after-ms", "300"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lockstep node starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().unwrap().push(value);
+                }
+            }
+        });
+        Node { proc: Some(Proc(child)), stdin, events, id: 0 }
+    }
+
+    pub fn command(&mut self, command: Value) {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Waits for an event matching `pred`, failing after `secs` with everything seen.
+    pub fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
+        let started = Instant::now();
+        loop {
+            if let Some(found) = self.events().into_iter().find(|e| pred(e)) {
+                return found;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(secs),
+                "node {} never reported {what}; it said:\n{}",
+                self.id,
+                self.events().iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Weight hash after each applied step.
+    /// The last step this node applied.
+    pub fn last_step(&self) -> u64 {
+        self.events().iter().filter(|e| e["event"] == "weights").filter_map(|e| e["step"].as_u64()).max().unwrap_or(0)
+    }
+
+    pub fn hashes(&self) -> BTreeMap<u64, String> {
+        self.events()
+            .iter()
+            .filter(|e| e["event"] == "weights")
+            .map(|e| (e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    pub fn kill(&mut self) {
+        self.proc.take();
+    }
+}
