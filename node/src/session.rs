@@ -674,12 +674,13 @@ impl Session {
         let gradient = collector.average().expect("complete");
         let loss = collector.mean_loss().unwrap_or(f32::NAN);
         let peers = collector.roster().len();
+        let step = collector.step;
         if self.is_leader() {
-            self.repairs.retain(&collector);
+            self.repairs.retain(collector);
         }
-        self.applied = collector.step;
-        self.out.push(Output::Apply { step: collector.step, gradient, loss });
-        self.event(Event::StepApplied { step: collector.step, loss, peers, whash: ours });
+        self.applied = step;
+        self.out.push(Output::Apply { step, gradient, loss });
+        self.event(Event::StepApplied { step, loss, peers, whash: ours });
         true
     }
 
