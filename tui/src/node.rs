@@ -94,8 +94,17 @@ pub struct TrainerReplica {
     trainer: Option<Trainer>,
     /// The current weights' hash: computed once per update (or restore) and reported as the
     /// next step's `whash`.
-    whash: Option<u32>,
+    whash: WeightHash,
     hash_seconds: f64,
+}
+
+/// The current weights' hash, or the thread computing it.
+enum WeightHash {
+    Unknown,
+    Known(u32),
+    /// FNV-1a is byte-serial (~0.8 GB/s): after an update it runs on a thread of its own, over
+    /// a copy of the weights, while the next step computes; the step joins it at the end.
+    Pending(std::thread::JoinHandle<u32>),
 }
 
 impl TrainerReplica {
@@ -111,7 +120,7 @@ impl TrainerReplica {
             staged: None,
             change: None,
             trainer: None,
-            whash: None,
+            whash: WeightHash::Unknown,
             hash_seconds: 0.0,
         }
     }
@@ -143,8 +152,31 @@ impl TrainerReplica {
         let began = std::time::Instant::now();
         let whash = self.trainer.as_ref().map_or(0, |t| t.weight_hash());
         self.hash_seconds += began.elapsed().as_secs_f64();
-        self.whash = Some(whash);
+        self.whash = WeightHash::Known(whash);
         whash
+    }
+
+    /// The current weights' hash: known, joined from its thread, or computed now.
+    fn resolve_hash(&mut self) -> u32 {
+        match std::mem::replace(&mut self.whash, WeightHash::Unknown) {
+            WeightHash::Known(whash) => {
+                self.whash = WeightHash::Known(whash);
+                whash
+            }
+            WeightHash::Pending(thread) => {
+                let began = std::time::Instant::now();
+                match thread.join() {
+                    Ok(whash) => {
+                        // Only the wait is on the step's path.
+                        self.hash_seconds += began.elapsed().as_secs_f64();
+                        self.whash = WeightHash::Known(whash);
+                        whash
+                    }
+                    Err(_) => self.rehash(),
+                }
+            }
+            WeightHash::Unknown => self.rehash(),
+        }
     }
 }
 
@@ -209,10 +241,6 @@ impl Replica for TrainerReplica {
             self.backend = staged.name;
             self.verdict = staged.verdict;
         }
-        let whash = match self.whash {
-            Some(whash) => whash,
-            None => self.rehash(),
-        };
         let trainer = self.trainer()?;
         if trainer.step_count() + 1 != step {
             return Err(format!("asked for step {step} at step {}", trainer.step_count()));
@@ -222,14 +250,24 @@ impl Replica for TrainerReplica {
         let probe_seconds = probing.elapsed().as_secs_f64();
         let (loss, grad, _) = trainer.gradient().map_err(|e| e.to_string())?;
         self.hash_seconds += probe_seconds;
+        // The hash of the weights this step started from (computed alongside, see `apply`).
+        let whash = self.resolve_hash();
         Ok(Gradient { step, whash, phash, loss, grad })
     }
 
-    fn apply(&mut self, gradient: &[f32]) -> u32 {
-        if let Some(trainer) = self.trainer.as_mut() {
-            trainer.apply(gradient);
-        }
-        self.rehash()
+    fn apply(&mut self, gradient: &[f32]) {
+        let Some(trainer) = self.trainer.as_mut() else { return };
+        trainer.apply(gradient);
+        let began = std::time::Instant::now();
+        let weights = trainer.weights().to_vec();
+        self.hash_seconds += began.elapsed().as_secs_f64();
+        self.whash = match std::thread::Builder::new()
+            .name("weight-hash".into())
+            .spawn(move || lockstep_node::params::weight_hash(&weights))
+        {
+            Ok(thread) => WeightHash::Pending(thread),
+            Err(_) => WeightHash::Unknown,
+        };
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -249,8 +287,8 @@ impl Replica for TrainerReplica {
         Ok((step, weights))
     }
 
-    fn weight_hash(&self) -> u32 {
-        self.whash.unwrap_or_else(|| self.trainer.as_ref().map_or(0, |t| t.weight_hash()))
+    fn weight_hash(&mut self) -> u32 {
+        self.resolve_hash()
     }
 
     fn take_hash_seconds(&mut self) -> f64 {
@@ -267,7 +305,7 @@ impl Replica for TrainerReplica {
             state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
             let _ = trainer.restore(state);
         }
-        self.whash = None;
+        self.whash = WeightHash::Unknown;
     }
 
     fn take_backend_change(&mut self) -> Option<BackendChange> {

@@ -95,15 +95,16 @@ pub trait Replica: Send + 'static {
     /// Our gradient for `step` at the current weights (weight hash before, probe hash of the
     /// live kernel, loss). May take long: runs on a blocking thread.
     fn compute(&mut self, step: u32) -> Result<Gradient, String>;
-    /// One optimizer update; returns the new weights' hash (which the next `compute` reports
-    /// as its `whash`, so each update is hashed once).
-    fn apply(&mut self, gradient: &[f32]) -> u32;
+    /// One optimizer update. The new weights' hash is the next `compute`'s `whash` (or
+    /// `weight_hash` when no step follows), so each update is hashed once and a replica may
+    /// hash while the next step computes.
+    fn apply(&mut self, gradient: &[f32]);
     /// A checkpoint of everything that determines the next update.
     fn snapshot(&self) -> Vec<u8>;
     /// Restore a checkpoint; returns (steps done, parameter count).
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String>;
-    /// The current weights' hash.
-    fn weight_hash(&self) -> u32;
+    /// The current weights' hash (waiting for it if it is being computed).
+    fn weight_hash(&mut self) -> u32;
     /// Seconds spent hashing (weight hash, probe) since the last call, for the step-time
     /// breakdown.
     fn take_hash_seconds(&mut self) -> f64 {
@@ -410,6 +411,16 @@ pub async fn run(
     let mut cut: Vec<PeerId> = Vec::new();
     let mut timing = StepTiming::default();
     let mut computed_at: Option<Instant> = None;
+    // An applied step whose `weights` report waits for its hash: the next step's gradient
+    // carries it, or `flush` asks the replica when no step is computing.
+    let mut unreported: Option<(u32, StepTiming)> = None;
+    let mut computing = false;
+    let flush = |unreported: &mut Option<(u32, StepTiming)>| {
+        if let Some((step, timing)) = unreported.take() {
+            let whash = replica.lock().unwrap_or_else(|p| p.into_inner()).weight_hash();
+            report(Report::Applied { step, whash, timing });
+        }
+    };
     let mut links: BTreeMap<PeerId, LinkStats> = BTreeMap::new();
     let mut info = (config.backend.clone(), config.verdict.clone());
     let mut ticks: u64 = 0;
@@ -441,7 +452,10 @@ pub async fn run(
                 }
             }
             command = commands.recv() => match command {
-                None | Some(Command::Quit) => break,
+                None | Some(Command::Quit) => {
+                    flush(&mut unreported);
+                    break;
+                }
                 Some(Command::Start(settings)) => inputs.push(Input::Start(settings)),
                 Some(Command::PushCheckpoint(bytes)) => inputs.push(Input::PushCheckpoint { bytes }),
                 Some(Command::CutLinkTo(peer)) => cut.push(peer),
@@ -457,13 +471,14 @@ pub async fn run(
                     let tx = inbound_tx.clone();
                     tokio::task::spawn_blocking(move || {
                         let (bytes, whash) = {
-                            let replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                             (replica.snapshot(), replica.weight_hash())
                         };
                         let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, whash)));
                     });
                 }
                 Some(Command::FlipWeightBit) => {
+                    flush(&mut unreported);
                     replica.lock().unwrap_or_else(|p| p.into_inner()).flip_weight_bit();
                     let step = session.as_ref().map_or(0, |s| s.applied());
                     report(Report::Warning(format!("fault injection: flipped one weight bit after step {step}")));
@@ -539,6 +554,10 @@ pub async fn run(
                 },
                 Some(Inbound::Computed(result, compute, hash, change)) => match result {
                     Ok(gradient) => {
+                        computing = false;
+                        if let Some((step, timing)) = unreported.take() {
+                            report(Report::Applied { step, whash: gradient.whash, timing });
+                        }
                         if let Some(change) = change {
                             announce(change, &mut info, &peers, &mut links, &mut next_message_id, &report);
                         }
@@ -546,7 +565,10 @@ pub async fn run(
                         computed_at = Some(Instant::now());
                         inputs.push(Input::Computed(gradient));
                     }
-                    Err(why) => report(Report::Warning(format!("compute failed, this node stops contributing: {why}"))),
+                    Err(why) => {
+                        computing = false;
+                        report(Report::Warning(format!("compute failed, this node stops contributing: {why}")));
+                    }
                 },
             },
         }
@@ -573,6 +595,7 @@ pub async fn run(
                         });
                     }
                     Output::Compute { step } => {
+                        computing = true;
                         let replica = replica.clone();
                         let tx = inbound_tx.clone();
                         tokio::task::spawn_blocking(move || {
@@ -585,19 +608,21 @@ pub async fn run(
                         });
                     }
                     Output::Apply { step, gradient, .. } => {
+                        flush(&mut unreported);
                         let waited = computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                         let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
-                        let whash = replica.apply(&gradient);
+                        replica.apply(&gradient);
                         let mut step_timing = timing;
                         step_timing.hash_guard += replica.take_hash_seconds() + handled;
                         step_timing.exchange = waited;
-                        report(Report::Applied { step, whash, timing: step_timing });
+                        unreported = Some((step, step_timing));
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = replica.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
                         send(&peers, &mut links, to, &Message::Resume(bytes), &mut next_message_id);
                     }
                     Output::Restore { bytes } => {
+                        flush(&mut unreported);
                         let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                         queue.push_front(match replica.restore(&bytes) {
                             Ok((step, weights)) => {
@@ -607,9 +632,18 @@ pub async fn run(
                             Err(why) => Input::Failed { why },
                         });
                     }
-                    Output::Event(event) => report(Report::Session(event)),
+                    Output::Event(event) => {
+                        // The last step's `weights` come before the run's end.
+                        if matches!(event, Event::RunFinished { .. } | Event::GuardStopped(_) | Event::Error(_)) {
+                            flush(&mut unreported);
+                        }
+                        report(Report::Session(event));
+                    }
                 }
             }
+        }
+        if !computing {
+            flush(&mut unreported);
         }
     }
     for (_, peer) in peers {
