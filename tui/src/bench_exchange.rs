@@ -12,6 +12,7 @@ use anyhow::Context;
 use lockstep_mesh::bench::{data_channel_mb_per_s, tcp_mb_per_s, Flavor};
 use lockstep_mesh::{Command, MeshConfig, Replica, Report, StepTiming};
 use lockstep_node::config::RunConfig;
+use lockstep_node::session::Event;
 use lockstep_node::wire::FRAGMENT_BYTES;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
@@ -99,11 +100,13 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
     let mut leader_times: BTreeMap<u32, Instant> = BTreeMap::new();
     let mut hashes: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (index, at, report) in &reports {
+        // Step times from the session's applies (the `Applied` report waits for the new
+        // weights' hash, which is computed alongside the next step).
+        if let (0, Report::Session(Event::StepApplied { step, .. })) = (*index, report) {
+            leader_times.insert(*step, *at);
+        }
         if let Report::Applied { step, whash, timing } = report {
             hashes.entry(*step).or_default().push(*whash);
-            if *index == 0 {
-                leader_times.insert(*step, *at);
-            }
             if *step > 2 {
                 sum.compute += timing.compute;
                 sum.hash_guard += timing.hash_guard;
