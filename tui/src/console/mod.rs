@@ -134,10 +134,12 @@ fn restore_terminal() {
 
 /// While the console draws, whatever libraries write to stderr (Vulkan drivers do) would land
 /// on the screen: it goes to a log file instead, and the original stderr comes back after.
+#[cfg(unix)]
 struct StderrToFile {
     saved: Option<std::ffi::c_int>,
 }
 
+#[cfg(unix)]
 impl StderrToFile {
     fn new(path: &Path) -> (StderrToFile, Option<String>) {
         extern "C" {
@@ -159,6 +161,7 @@ impl StderrToFile {
     }
 }
 
+#[cfg(unix)]
 impl Drop for StderrToFile {
     fn drop(&mut self) {
         extern "C" {
@@ -229,6 +232,17 @@ pub fn run_console(
     drop(stderr);
     node.quit()?;
     result
+}
+
+/// Elsewhere stderr stays where it is.
+#[cfg(not(unix))]
+struct StderrToFile;
+
+#[cfg(not(unix))]
+impl StderrToFile {
+    fn new(_path: &Path) -> (StderrToFile, Option<String>) {
+        (StderrToFile, None)
+    }
 }
 
 /// `lockstep node` without `--headless`.
