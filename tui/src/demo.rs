@@ -143,7 +143,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mesh = |backend: &str| MeshArgs {
         backend: backend.to_string(),
         threads,
-        bind_ip: "127.0.0.1".parse().expect("a literal address"),
+        bind_ip: Some([127, 0, 0, 1].into()),
         ice_servers: Vec::new(),
         turn_username: String::new(),
         turn_credential: String::new(),
