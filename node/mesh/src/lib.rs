@@ -168,7 +168,7 @@ pub enum CheckpointTarget {
 }
 
 /// What a user (console, stdin) asks of the node.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     Start(RunSettings),
     PushCheckpoint(Vec<u8>),

@@ -102,7 +102,7 @@ pub fn execute_effects(node: &NodeHandle, effects: Vec<Effect>, actions: &Sender
     let mut going = true;
     for effect in effects {
         match effect {
-            Effect::Mesh(command) => node.send(command.into_command()),
+            Effect::Mesh(command) => node.send(command),
             Effect::Swap(name) => node.swap(name),
             Effect::Broadcast(path) => match read_checkpoint(&path) {
                 Ok(bytes) => node.send(Command::PushCheckpoint(bytes)),

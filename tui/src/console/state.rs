@@ -56,7 +56,7 @@ pub enum Action {
 /// What the loop should do for `update`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
-    Mesh(CommandKind),
+    Mesh(Command),
     /// Gate this backend (name or path) and stage it.
     Swap(String),
     /// Read this checkpoint and push it to the group.
@@ -66,26 +66,8 @@ pub enum Effect {
     Quit,
 }
 
-/// The mesh commands the console sends (a comparable mirror of [`Command`]).
-#[derive(Clone, Debug, PartialEq)]
-pub enum CommandKind {
-    Start(RunSettings),
-    Approve(PeerId),
-    Deny(PeerId),
-    /// Save into this directory (the file is named after the step saved).
-    Save(PathBuf),
-}
-
-impl CommandKind {
-    pub fn into_command(self) -> Command {
-        match self {
-            CommandKind::Start(settings) => Command::Start(settings),
-            CommandKind::Approve(peer) => Command::Approve(peer),
-            CommandKind::Deny(peer) => Command::Deny { peer, reason: "the host declined".into() },
-            CommandKind::Save(dir) => Command::SaveCheckpoint(CheckpointTarget::InDir(dir)),
-        }
-    }
-}
+/// Why the console turns a joiner away.
+pub const DENY_REASON: &str = "the host declined";
 
 /// The panes `Tab` cycles through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -388,7 +370,7 @@ fn approve(state: &mut State, peer: PeerId, effects: &mut Vec<Effect>) {
         state.modal = None;
     }
     state.log(format!("approved peer {peer}"));
-    effects.push(Effect::Mesh(CommandKind::Approve(peer)));
+    effects.push(Effect::Mesh(Command::Approve(peer)));
     state.next_approval();
 }
 
@@ -417,7 +399,7 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
                     state.pending.retain(|(p, _)| *p != peer);
                     state.modal = None;
                     state.log(format!("denied peer {peer}"));
-                    effects.push(Effect::Mesh(CommandKind::Deny(peer)));
+                    effects.push(Effect::Mesh(Command::Deny { peer, reason: DENY_REASON.into() }));
                     state.next_approval();
                 }
                 // Decide later: the request stays in the Room pane (`a` reopens it).
@@ -563,7 +545,7 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
                 state.log("nothing to save: no run yet");
             } else {
                 state.log(format!("saving a checkpoint in {}", state.ckpt_dir.display()));
-                effects.push(Effect::Mesh(CommandKind::Save(state.ckpt_dir.clone())));
+                effects.push(Effect::Mesh(Command::SaveCheckpoint(CheckpointTarget::InDir(state.ckpt_dir.clone()))));
             }
         }
         Key::Char('b') => {
@@ -598,7 +580,7 @@ fn start_run(state: &mut State, effects: &mut Vec<Effect>) {
         "starting a run: c={} t={} layers={} heads={} batch={} steps={} lr={} seed={}",
         s.width, s.context, s.layers, s.heads, s.batch, s.steps, s.lr, s.seed
     ));
-    effects.push(Effect::Mesh(CommandKind::Start(state.start_settings.clone())));
+    effects.push(Effect::Mesh(Command::Start(state.start_settings.clone())));
 }
 
 fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {

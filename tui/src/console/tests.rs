@@ -3,14 +3,14 @@
 
 use std::path::PathBuf;
 
-use lockstep_mesh::{BackendChange, Report, StepTiming, SwapProgress};
+use lockstep_mesh::{BackendChange, CheckpointTarget, Command, Report, StepTiming, SwapProgress};
 use lockstep_node::config::RunConfig;
 use lockstep_node::session::Event;
 use lockstep_node::step::GuardFailure;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use super::state::{update, Action, CheckpointRow, CommandKind, Effect, Key, Modal, Pane, RunState, State, PANES};
+use super::state::{update, Action, CheckpointRow, Effect, Key, Modal, Pane, RunState, State, PANES};
 use super::view::render;
 use crate::node::settings_of;
 
@@ -171,10 +171,13 @@ fn a_join_request_opens_a_modal_and_y_approves_it() {
     report(&mut state, Report::JoinRequest { peer: 4, address: "10.0.0.4".into() }, 33.0);
     report(&mut state, Report::JoinRequest { peer: 5, address: "10.0.0.5".into() }, 33.0);
     assert_eq!(state.modal, Some(Modal::Approve { peer: 4, address: "10.0.0.4".into() }));
-    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(CommandKind::Approve(4))]);
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(Command::Approve(4))]);
     // The next request is asked about at once.
     assert_eq!(state.modal, Some(Modal::Approve { peer: 5, address: "10.0.0.5".into() }));
-    assert_eq!(keys(&mut state, &[Key::Char('n')]), vec![Effect::Mesh(CommandKind::Deny(5))]);
+    assert_eq!(
+        keys(&mut state, &[Key::Char('n')]),
+        vec![Effect::Mesh(Command::Deny { peer: 5, reason: "the host declined".into() })]
+    );
     assert_eq!(state.modal, None);
     assert!(state.pending.is_empty());
 }
@@ -199,11 +202,11 @@ fn the_demo_approves_its_own_nodes_without_asking() {
     connected(&mut state);
     assert!(update(&mut state, Action::TrustJoiner(2)).is_empty());
     let effects = report(&mut state, Report::JoinRequest { peer: 2, address: "127.0.0.1".into() }, 1.0);
-    assert_eq!(effects, vec![Effect::Mesh(CommandKind::Approve(2))]);
+    assert_eq!(effects, vec![Effect::Mesh(Command::Approve(2))]);
     assert_eq!(state.modal, None);
     // A request that arrived before the demo knew the id is approved when it learns it.
     report(&mut state, Report::JoinRequest { peer: 3, address: "127.0.0.1".into() }, 1.0);
-    assert_eq!(update(&mut state, Action::TrustJoiner(3)), vec![Effect::Mesh(CommandKind::Approve(3))]);
+    assert_eq!(update(&mut state, Action::TrustJoiner(3)), vec![Effect::Mesh(Command::Approve(3))]);
     assert_eq!(state.modal, None);
 }
 
@@ -214,7 +217,7 @@ fn autostart_starts_once_when_enough_channels_are_open() {
     connected(&mut state);
     assert!(report(&mut state, Report::ChannelOpen(2), 1.0).is_empty());
     let effects = report(&mut state, Report::ChannelOpen(3), 1.0);
-    assert_eq!(effects, vec![Effect::Mesh(CommandKind::Start(state.start_settings.clone()))]);
+    assert_eq!(effects, vec![Effect::Mesh(Command::Start(state.start_settings.clone()))]);
     assert_eq!(state.run_state, RunState::Starting);
     assert!(report(&mut state, Report::ChannelOpen(4), 1.0).is_empty());
 }
@@ -229,10 +232,7 @@ fn start_asks_first() {
     assert_eq!(state.modal, Some(Modal::ConfirmStart));
     assert!(keys(&mut state, &[Key::Char('n')]).is_empty());
     keys(&mut state, &[Key::Char('s')]);
-    assert_eq!(
-        keys(&mut state, &[Key::Char('y')]),
-        vec![Effect::Mesh(CommandKind::Start(state.start_settings.clone()))]
-    );
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(Command::Start(state.start_settings.clone()))]);
     keys(&mut state, &[Key::Char('s')]);
     assert_eq!(state.modal, None, "a run is already starting");
 }
@@ -301,7 +301,7 @@ fn save_and_broadcast() {
     assert!(keys(&mut idle, &[Key::Char('c'), Key::Char('b')]).is_empty(), "no run: nothing to save or restore");
     let mut state = running();
     let save = keys(&mut state, &[Key::Char('c')]);
-    assert_eq!(save, vec![Effect::Mesh(CommandKind::Save("checkpoints".into()))]);
+    assert_eq!(save, vec![Effect::Mesh(Command::SaveCheckpoint(CheckpointTarget::InDir("checkpoints".into())))]);
     // `b` offers the selected (latest) checkpoint; Up selects the older one.
     keys(&mut state, &[Key::Char('b'), Key::Char('n'), Key::Up, Key::Enter]);
     let Some(Modal::ConfirmBroadcast(CheckpointRow { path, step, .. })) = state.modal.clone() else {
