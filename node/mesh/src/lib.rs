@@ -346,6 +346,44 @@ enum Inbound {
     Saved(Result<(PathBuf, u32, u32), String>),
 }
 
+/// What goes out on the data channels: per-peer counters, the fault-injection cuts, and the
+/// message ids for fragmentation.
+#[derive(Default)]
+struct Links {
+    stats: BTreeMap<PeerId, LinkStats>,
+    /// Peers nothing is sent to (fault injection; the channel stays open).
+    cut: Vec<PeerId>,
+    next_message_id: u32,
+}
+
+impl Links {
+    /// Encodes, fragments and queues `message` for `to` (if its channel is open and not cut).
+    fn send(&mut self, peers: &BTreeMap<PeerId, Peer>, to: PeerId, message: &Message) {
+        let Some(writer) = peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
+        if self.cut.contains(&to) {
+            return;
+        }
+        self.next_message_id = self.next_message_id.wrapping_add(1);
+        let link = self.stats.entry(to).or_default();
+        for frame in wire::frames(wire::encode(message), self.next_message_id) {
+            link.bytes_out += frame.len() as u64;
+            let _ = writer.send(frame);
+        }
+    }
+
+    /// `message` to every peer whose channel is open.
+    fn broadcast(&mut self, peers: &BTreeMap<PeerId, Peer>, message: &Message) {
+        for peer in open_peers(peers) {
+            self.send(peers, peer, message);
+        }
+    }
+}
+
+/// Peers whose data channel is open.
+fn open_peers(peers: &BTreeMap<PeerId, Peer>) -> Vec<PeerId> {
+    peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
+}
+
 /// Counters of one peer's link.
 #[derive(Default)]
 struct LinkStats {
@@ -354,6 +392,18 @@ struct LinkStats {
     rtt_ms: Option<f64>,
     /// The outstanding ping: its nonce and when it left.
     ping: Option<(u64, Instant)>,
+}
+
+impl LinkStats {
+    /// The answer to our outstanding ping: the round trip is measured.
+    fn pong(&mut self, nonce: u64) {
+        if let Some((sent, at)) = self.ping {
+            if sent == nonce {
+                self.rtt_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+                self.ping = None;
+            }
+        }
+    }
 }
 
 struct Peer {
@@ -407,8 +457,6 @@ pub async fn run(
     let mut session: Option<Session> = None;
     let mut peers: BTreeMap<PeerId, Peer> = BTreeMap::new();
     let mut reassembler = Reassembler::default();
-    let mut next_message_id: u32 = 0;
-    let mut cut: Vec<PeerId> = Vec::new();
     let mut timing = StepTiming::default();
     let mut computed_at: Option<Instant> = None;
     // An applied step whose `weights` report waits for its hash: the next step's gradient
@@ -421,7 +469,7 @@ pub async fn run(
             report(Report::Applied { step, whash, timing });
         }
     };
-    let mut links: BTreeMap<PeerId, LinkStats> = BTreeMap::new();
+    let mut links = Links::default();
     let mut info = (config.backend.clone(), config.verdict.clone());
     let mut ticks: u64 = 0;
     let started = Instant::now();
@@ -437,17 +485,14 @@ pub async fn run(
                 // A swap made between runs shows up here (never blocks on a computing replica).
                 let change = replica.try_lock().ok().and_then(|mut r| r.take_backend_change());
                 if let Some(change) = change {
-                    announce(change, &mut info, &peers, &mut links, &mut next_message_id, &report);
+                    announce(change, &mut info, &peers, &mut links, &report);
                 }
                 if ticks.is_multiple_of(20) {
-                    let open: Vec<PeerId> = peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect();
-                    for peer in open {
-                        let link = links.entry(peer).or_default();
+                    for peer in open_peers(&peers) {
+                        let link = links.stats.entry(peer).or_default();
                         report(Report::Link { peer, rtt_ms: link.rtt_ms, bytes_in: link.bytes_in, bytes_out: link.bytes_out });
                         link.ping = Some((ticks, Instant::now()));
-                        if !cut.contains(&peer) {
-                            send(&peers, &mut links, peer, &Message::Ping { nonce: ticks }, &mut next_message_id);
-                        }
+                        links.send(&peers, peer, &Message::Ping { nonce: ticks });
                     }
                 }
             }
@@ -458,7 +503,7 @@ pub async fn run(
                 }
                 Some(Command::Start(settings)) => inputs.push(Input::Start(settings)),
                 Some(Command::PushCheckpoint(bytes)) => inputs.push(Input::PushCheckpoint { bytes }),
-                Some(Command::CutLinkTo(peer)) => cut.push(peer),
+                Some(Command::CutLinkTo(peer)) => links.cut.push(peer),
                 Some(Command::Approve(peer)) => {
                     let _ = ws_out_tx.send(json!({"type": "approve", "peer": peer}));
                 }
@@ -508,41 +553,29 @@ pub async fn run(
                             entry.writer = Some(spawn_writer(channel));
                             report(Report::ChannelOpen(peer));
                             let hello = Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() };
-                            send(&peers, &mut links, peer, &hello, &mut next_message_id);
+                            links.send(&peers, peer, &hello);
                             inputs.push(Input::Connected(peer));
                         }
                     }
                 }
-                Some(Inbound::Frame(peer, bytes)) => match reassembler.push(peer, &bytes) {
-                    Ok(Some(message)) => {
-                        links.entry(peer).or_default().bytes_in += bytes.len() as u64;
-                        match message {
-                            Message::Ping { nonce } => {
-                                if !cut.contains(&peer) {
-                                    send(&peers, &mut links, peer, &Message::Pong { nonce }, &mut next_message_id);
-                                }
-                            }
-                            Message::Pong { nonce } => {
-                                let link = links.entry(peer).or_default();
-                                if let Some((sent, at)) = link.ping {
-                                    if sent == nonce {
-                                        link.rtt_ms = Some(at.elapsed().as_secs_f64() * 1e3);
-                                        link.ping = None;
-                                    }
-                                }
-                            }
-                            Message::PeerInfo { backend, verdict } => report(Report::PeerInfo { peer, backend, verdict }),
-                            message => inputs.push(Input::Received { from: peer, message }),
+                Some(Inbound::Frame(peer, bytes)) => {
+                    links.stats.entry(peer).or_default().bytes_in += bytes.len() as u64;
+                    match reassembler.push(peer, &bytes) {
+                        Ok(Some(Message::Ping { nonce })) => links.send(&peers, peer, &Message::Pong { nonce }),
+                        Ok(Some(Message::Pong { nonce })) => links.stats.entry(peer).or_default().pong(nonce),
+                        Ok(Some(Message::PeerInfo { backend, verdict })) => {
+                            report(Report::PeerInfo { peer, backend, verdict })
                         }
+                        Ok(Some(message)) => inputs.push(Input::Received { from: peer, message }),
+                        Ok(None) => {}
+                        Err(e) => report(Report::Warning(format!("peer {peer} sent a malformed frame: {e}"))),
                     }
-                    Ok(None) => links.entry(peer).or_default().bytes_in += bytes.len() as u64,
-                    Err(e) => report(Report::Warning(format!("peer {peer} sent a malformed frame: {e}"))),
-                },
+                }
                 Some(Inbound::ChannelClosed(peer)) => {
                     if let Some(entry) = peers.remove(&peer) {
                         let _ = entry.connection.close().await;
                         reassembler.forget(peer);
-                        links.remove(&peer);
+                        links.stats.remove(&peer);
                         if entry.writer.is_some() {
                             inputs.push(Input::Disconnected(peer));
                         }
@@ -559,7 +592,7 @@ pub async fn run(
                             report(Report::Applied { step, whash: gradient.whash, timing });
                         }
                         if let Some(change) = change {
-                            announce(change, &mut info, &peers, &mut links, &mut next_message_id, &report);
+                            announce(change, &mut info, &peers, &mut links, &report);
                         }
                         timing = StepTiming { compute: compute - hash, hash_guard: hash, exchange: 0.0 };
                         computed_at = Some(Instant::now());
@@ -581,12 +614,7 @@ pub async fn run(
             let handled = handling.elapsed().as_secs_f64();
             for output in outputs {
                 match output {
-                    Output::Send { to, message } => {
-                        if cut.contains(&to) {
-                            continue;
-                        }
-                        send(&peers, &mut links, to, &message, &mut next_message_id);
-                    }
+                    Output::Send { to, message } => links.send(&peers, to, &message),
                     Output::Configure(settings) => {
                         let result = replica.lock().unwrap_or_else(|p| p.into_inner()).configure(&settings);
                         queue.push_front(match result {
@@ -619,7 +647,7 @@ pub async fn run(
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = replica.lock().unwrap_or_else(|p| p.into_inner()).snapshot();
-                        send(&peers, &mut links, to, &Message::Resume(bytes), &mut next_message_id);
+                        links.send(&peers, to, &Message::Resume(bytes));
                     }
                     Output::Restore { bytes } => {
                         flush(&mut unreported);
@@ -652,37 +680,16 @@ pub async fn run(
     Ok(())
 }
 
-fn send(
-    peers: &BTreeMap<PeerId, Peer>,
-    links: &mut BTreeMap<PeerId, LinkStats>,
-    to: PeerId,
-    message: &Message,
-    next_id: &mut u32,
-) {
-    let Some(writer) = peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
-    *next_id = next_id.wrapping_add(1);
-    let link = links.entry(to).or_default();
-    for frame in wire::frames(wire::encode(message), *next_id) {
-        link.bytes_out += frame.len() as u64;
-        let _ = writer.send(frame);
-    }
-}
-
 /// Our backend changed: tell every open peer and report it.
 fn announce(
     change: BackendChange,
     info: &mut (String, String),
     peers: &BTreeMap<PeerId, Peer>,
-    links: &mut BTreeMap<PeerId, LinkStats>,
-    next_id: &mut u32,
+    links: &mut Links,
     report: &impl Fn(Report),
 ) {
     *info = (change.backend.clone(), change.verdict.clone());
-    let message = Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() };
-    let open: Vec<PeerId> = peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect();
-    for peer in open {
-        send(peers, links, peer, &message, next_id);
-    }
+    links.broadcast(peers, &Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() });
     report(Report::BackendSwapped(change));
 }
 
