@@ -116,6 +116,11 @@ impl Trainer {
         Ok(probe_hash(&c))
     }
 
+    /// What computes the products, for the next run.
+    pub fn into_gemm(self) -> Box<dyn Gemm + Send> {
+        self.gemm
+    }
+
     /// Replaces what computes the products (a hot-swap, at a step boundary).
     pub fn replace_gemm(&mut self, gemm: Box<dyn Gemm + Send>) -> Box<dyn Gemm + Send> {
         std::mem::replace(&mut self.gemm, gemm)

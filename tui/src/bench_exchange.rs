@@ -66,7 +66,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             backend: "cpu".into(),
             verdict: String::new(),
         };
-        let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new("cpu", "", threads, None)));
+        let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new("cpu", threads, None)));
         let sink = reports.clone();
         tokio::spawn(lockstep_mesh::run(config, replica, rx, move |r| {
             sink.lock().unwrap_or_else(|p| p.into_inner()).push((index, Instant::now(), r))

@@ -83,13 +83,14 @@ struct Staged {
 
 /// The trainer as the mesh sees it.
 pub struct TrainerReplica {
+    /// What a run with no backend at hand (none admitted, none from a previous run) opens.
     backend: String,
-    verdict: String,
     threads: u32,
     data_url: Option<String>,
     /// This node's id: its data stream is `node_data_seed(run seed, id)`.
     me: u64,
-    /// A backend already gated, used by the next run instead of gating again.
+    /// A backend already gated, used by the next run instead of gating again (a later run
+    /// takes the previous run's backend).
     admitted: Option<Box<dyn Gemm + Send>>,
     staged: Option<Staged>,
     change: Option<BackendChange>,
@@ -111,10 +112,9 @@ enum WeightHash {
 
 impl TrainerReplica {
     /// `admitted`: a gated instance of `backend` to use for the first run, if there is one.
-    pub fn new(backend: &str, verdict: &str, threads: u32, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
+    pub fn new(backend: &str, threads: u32, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
         TrainerReplica {
             backend: backend.to_string(),
-            verdict: verdict.to_string(),
             threads,
             data_url: None,
             me: 0,
@@ -137,9 +137,8 @@ impl TrainerReplica {
     fn stage(&mut self, name: String, verdict: String, gemm: Box<dyn Gemm + Send>) {
         if self.trainer.is_none() {
             self.admitted = Some(gemm);
-            self.change = Some(BackendChange { backend: name.clone(), verdict: verdict.clone(), step: 1 });
+            self.change = Some(BackendChange { backend: name.clone(), verdict, step: 1 });
             self.backend = name;
-            self.verdict = verdict;
         } else {
             self.staged = Some(Staged { name, verdict, gemm });
         }
@@ -216,17 +215,24 @@ impl Replica for TrainerReplica {
     fn configure(&mut self, settings: &RunSettings) -> Result<usize, String> {
         let run = run_config(settings);
         run.validate()?;
-        if let Some(staged) = self.staged.take() {
-            self.stage(staged.name, staged.verdict, staged.gemm);
-        }
-        let gemm = match self.admitted.take() {
-            Some(gemm) => gemm,
-            None => crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?,
-        };
         let seed = node_data_seed(run.seed, self.me);
         let data: Box<dyn DataSource> = match &self.data_url {
             Some(url) => Box::new(RemoteSource::new(url, seed)?),
             None => Box::new(BuiltinSource::new(seed)),
+        };
+        // The backend: a swap staged during the last run, else the one admitted at start-up,
+        // else the last run's (a path-loaded or swapped-in plugin stays), else open one.
+        let previous = self.trainer.take();
+        let gemm = if let Some(staged) = self.staged.take() {
+            self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict, step: 1 });
+            self.backend = staged.name;
+            staged.gemm
+        } else if let Some(gemm) = self.admitted.take() {
+            gemm
+        } else if let Some(previous) = previous {
+            previous.into_gemm()
+        } else {
+            crate::train::gemm_for(&self.backend, self.threads, true).map_err(|e| format!("{e:#}"))?
         };
         let trainer = Trainer::new(run, gemm, data)?;
         let weights = trainer.weights().len();
@@ -239,9 +245,8 @@ impl Replica for TrainerReplica {
         // A staged hot-swap takes over here, at the step boundary.
         if let (Some(staged), Some(trainer)) = (self.staged.take(), self.trainer.as_mut()) {
             trainer.replace_gemm(staged.gemm);
-            self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict.clone(), step });
+            self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict, step });
             self.backend = staged.name;
-            self.verdict = staged.verdict;
         }
         let trainer = self.trainer()?;
         if trainer.step_count() + 1 != step {
@@ -422,8 +427,8 @@ pub fn prepare(
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),
     };
-    let replica = TrainerReplica::new(&admitted.name, &admitted.verdict, args.threads, Some(Box::new(admitted.gemm)))
-        .with_data(args.data.clone());
+    let replica =
+        TrainerReplica::new(&admitted.name, args.threads, Some(Box::new(admitted.gemm))).with_data(args.data.clone());
     Ok((config, replica))
 }
 
@@ -600,6 +605,25 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_run_keeps_the_backend_the_last_run_ended_with() {
+        // A name nothing resolves to: a second run that opened `backend` again would fail.
+        let float = Box::new(lockstep_node::gemm::FloatGemm::new(1));
+        let mut replica = TrainerReplica::new("no-such-backend", 1, Some(float));
+        let tiny = RunConfig {
+            model: ModelConfig { width: 32, context: 32, layers: 1, heads: 2 },
+            batch: 2,
+            ..RunConfig::DEFAULT
+        };
+        let settings = settings_of(&tiny);
+        replica.configure(&settings).expect("the first run takes the admitted backend");
+        let gradient = replica.compute(1).expect("a step");
+        replica.apply(&gradient.grad);
+        assert_eq!(replica.weight_hash(), replica.compute(2).expect("a second step").whash);
+        replica.configure(&settings).expect("the second run takes the first run's backend");
+        assert_eq!(replica.compute(1).expect("a step of the new run"), gradient);
+    }
 
     #[test]
     fn a_loopback_signaling_server_means_loopback_candidates() {
