@@ -72,10 +72,9 @@ fn data_reachable(addr: SocketAddr) -> Result<(), String> {
 /// the log, and (headless) prints its events with its id.
 fn member_sink(actions: Sender<Action>, print: bool, finished: Arc<AtomicUsize>) -> Sink {
     let id = AtomicU64::new(0);
-    let actions = std::sync::Mutex::new(actions);
     Arc::new(move |report: Report| {
         let send = |action: Action| {
-            let _ = actions.lock().unwrap_or_else(|p| p.into_inner()).send(action);
+            let _ = actions.send(action);
         };
         match &report {
             Report::Waiting { id: me, .. } => {
@@ -156,16 +155,15 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mut state = State::new(&config.backend, &config.verdict, settings_of(&run), args.ckpt_dir.clone());
     state.autostart = Some(nodes);
     for line in lines.drain(..) {
-        update(&mut state, Action::Log(format!("node 1: {line}")));
+        update(&mut state, Action::Log(format!("this node: {line}")));
     }
     update(&mut state, Action::CheckpointsFound(scan_checkpoints(&args.ckpt_dir)));
     let (welcomed_tx, welcomed) = std::sync::mpsc::channel::<()>();
     let console_sink = action_sink(tx.clone(), started);
-    let welcomed_tx = std::sync::Mutex::new(welcomed_tx);
     let headless = args.headless;
     let leader_sink: Sink = Arc::new(move |report: Report| {
         if matches!(report, Report::Connected { .. }) {
-            let _ = welcomed_tx.lock().unwrap_or_else(|p| p.into_inner()).send(());
+            let _ = welcomed_tx.send(());
         }
         console_sink(report);
     });
@@ -198,7 +196,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         leader.quit()?;
         result?;
     } else {
-        crate::console::survey_backends(tx.clone());
+        let in_use = state.backend.clone();
+        crate::console::survey_backends(tx.clone(), &in_use);
         run_console(leader, state, (tx, rx), started)?;
         for member in members {
             let _ = member.quit();

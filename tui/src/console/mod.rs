@@ -15,7 +15,7 @@ pub mod view;
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -60,20 +60,25 @@ pub fn scan_checkpoints(dir: &Path) -> Vec<CheckpointRow> {
     let mut rows: Vec<CheckpointRow> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "ckpt"))
-        .filter_map(|path| {
-            let state = checkpoint::load(&path, None).ok()?;
-            Some(CheckpointRow { whash: lockstep_node::params::weight_hash(&state.weights), step: state.step, path })
-        })
+        .filter_map(|path| checkpoint_row(path).ok())
         .collect();
     rows.sort_by(|a, b| (a.step, &a.path).cmp(&(b.step, &b.path)));
     rows
 }
 
-/// Gates each built-in plugin once (on a thread of its own) so the Backends pane can show
-/// what a swap would get; software adapters count (a swap may choose them).
-pub fn survey_backends(actions: Sender<Action>) {
+/// A checkpoint file's step and weight hash, or why it is not a checkpoint.
+fn checkpoint_row(path: PathBuf) -> Result<CheckpointRow, String> {
+    let state = checkpoint::load(&path, None).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(CheckpointRow { whash: lockstep_node::params::weight_hash(&state.weights), step: state.step, path })
+}
+
+/// Gates each built-in plugin but `in_use` (gated already at start-up) once, on a thread of
+/// its own, so the Backends pane can show what a swap would get; software adapters count (a
+/// swap may choose them).
+pub fn survey_backends(actions: Sender<Action>, in_use: &str) {
+    let in_use = in_use.to_string();
     std::thread::spawn(move || {
-        for name in ["cpu", "lut", "dp4a"] {
+        for name in ["cpu", "lut", "dp4a"].into_iter().filter(|name| *name != in_use) {
             let verdict = match crate::backend::open_backend(name, 1) {
                 Ok((_, mut backend)) => {
                     let report = lockstep_backends::gate::run_gate(&mut backend, &mut |_| {});
@@ -90,10 +95,8 @@ pub fn survey_backends(actions: Sender<Action>) {
 
 /// A sink that turns reports into actions stamped with the console's clock.
 pub fn action_sink(actions: Sender<Action>, started: Instant) -> Sink {
-    let actions = std::sync::Mutex::new(actions);
     std::sync::Arc::new(move |report: Report| {
-        let at = started.elapsed().as_secs_f64();
-        let _ = actions.lock().unwrap_or_else(|p| p.into_inner()).send(Action::Report(report, at));
+        let _ = actions.send(Action::Report(report, started.elapsed().as_secs_f64()));
     })
 }
 
@@ -111,14 +114,7 @@ pub fn execute_effects(node: &NodeHandle, effects: Vec<Effect>, actions: &Sender
                 }
             },
             Effect::Inspect(path) => {
-                let loaded = checkpoint::load(&path, None)
-                    .map(|state| CheckpointRow {
-                        whash: lockstep_node::params::weight_hash(&state.weights),
-                        step: state.step,
-                        path: path.clone(),
-                    })
-                    .map_err(|e| format!("{}: {e}", path.display()));
-                let _ = actions.send(Action::CheckpointLoaded(loaded));
+                let _ = actions.send(Action::CheckpointLoaded(checkpoint_row(path)));
             }
             Effect::Quit => going = false,
         }
@@ -252,7 +248,7 @@ pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::R
     let (tx, rx) = std::sync::mpsc::channel();
     let mut state = State::new(&config.backend, &config.verdict, settings_of(&defaults), mesh.ckpt_dir.clone());
     update(&mut state, Action::CheckpointsFound(scan_checkpoints(&mesh.ckpt_dir)));
-    survey_backends(tx.clone());
+    survey_backends(tx.clone(), &config.backend);
     let started = Instant::now();
     let node = NodeHandle::start(config, replica, mesh.threads, action_sink(tx.clone(), started))?;
     run_console(node, state, (tx, rx), started)?;

@@ -253,7 +253,10 @@ impl State {
             ckpt_selected: 0,
             backends: ["cpu", "lut", "dp4a"]
                 .iter()
-                .map(|name| BackendRow { name: name.to_string(), verdict: "checking…".into() })
+                .map(|&name| BackendRow {
+                    name: name.to_string(),
+                    verdict: if name == backend { verdict.to_string() } else { "checking…".into() },
+                })
                 .collect(),
             backend_selected: 0,
             log: VecDeque::new(),
