@@ -198,7 +198,6 @@ pub struct State {
     pub run_state: RunState,
     pub step: u32,
     pub whash: Option<u32>,
-    pub roster_size: usize,
     pub losses: Vec<(f64, f64)>,
     /// (time, step) samples for the rate.
     pub step_times: VecDeque<(f64, u32)>,
@@ -221,7 +220,6 @@ pub struct State {
     /// Demo: start the run once this many members (us included) have open channels.
     pub autostart: Option<usize>,
     pub now: f64,
-    pub quit: bool,
 }
 
 impl State {
@@ -239,7 +237,6 @@ impl State {
             run_state: RunState::Idle,
             step: 0,
             whash: None,
-            roster_size: 0,
             losses: Vec::new(),
             step_times: VecDeque::new(),
             compute_ms: 0.0,
@@ -265,7 +262,6 @@ impl State {
             trusted: BTreeSet::new(),
             autostart: None,
             now: 0.0,
-            quit: false,
         }
     }
 
@@ -278,7 +274,9 @@ impl State {
     /// Tokens per second through the whole group (every roster member's batch).
     pub fn tokens_per_second(&self) -> Option<f64> {
         let run = self.run.as_ref()?;
-        let per_step = f64::from(run.batch) * f64::from(run.context) * self.roster_size.max(1) as f64;
+        let per_step = f64::from(run.batch)
+            * f64::from(run.context)
+            * self.peers.values().filter(|p| p.in_roster).count().max(1) as f64;
         Some(self.steps_per_second()? * per_step)
     }
 
@@ -485,7 +483,6 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
             },
             Modal::ConfirmQuit => match key {
                 Key::Char('y') | Key::Char('q') => {
-                    state.quit = true;
                     effects.push(Effect::Quit);
                 }
                 Key::Char('n') | Key::Esc => state.modal = None,
@@ -499,7 +496,6 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
             if state.running() {
                 state.modal = Some(Modal::ConfirmQuit);
             } else {
-                state.quit = true;
                 effects.push(Effect::Quit);
             }
         }
@@ -757,7 +753,6 @@ fn on_event(state: &mut State, event: Event) {
             for row in state.peers.values_mut() {
                 row.in_roster = false;
             }
-            state.roster_size = peers.len();
             for peer in peers {
                 state.peer(peer).in_roster = true;
             }
