@@ -167,7 +167,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         }
         console_sink(report);
     });
-    let leader = NodeHandle::start(config, replica, threads, leader_sink)?;
+    let leader = NodeHandle::start(config, replica, leader_sink)?;
     welcomed.recv_timeout(Duration::from_secs(20)).context("the console's node was not welcomed within 20 s")?;
 
     // The others ask to join.
@@ -185,7 +185,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             }
         };
         let (config, replica) = prepared;
-        members.push(NodeHandle::start(config, replica, threads, member_sink(tx.clone(), headless, finished.clone()))?);
+        members.push(NodeHandle::start(config, replica, member_sink(tx.clone(), headless, finished.clone()))?);
     }
 
     if headless {

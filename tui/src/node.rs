@@ -330,12 +330,13 @@ pub struct NodeHandle {
     replica: Arc<Mutex<TrainerReplica>>,
     threads: u32,
     sink: Sink,
-    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
 
 impl NodeHandle {
     /// Joins the group at `config.signal_url` with `replica`; reports go to `sink`.
-    pub fn start(config: MeshConfig, replica: TrainerReplica, threads: u32, sink: Sink) -> anyhow::Result<NodeHandle> {
+    pub fn start(config: MeshConfig, replica: TrainerReplica, sink: Sink) -> anyhow::Result<NodeHandle> {
+        let threads = replica.threads;
         let replica = Arc::new(Mutex::new(replica));
         let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
         let shared: Arc<Mutex<dyn Replica>> = replica.clone();
@@ -351,7 +352,7 @@ impl NodeHandle {
                 runtime.block_on(lockstep_mesh::run(config, shared, rx, move |r: Report| report(r)))
             })
             .context("starting the mesh thread")?;
-        Ok(NodeHandle { commands, replica, threads, sink, thread: Some(thread) })
+        Ok(NodeHandle { commands, replica, threads, sink, thread })
     }
 
     pub fn send(&self, command: Command) {
@@ -360,7 +361,7 @@ impl NodeHandle {
 
     /// Whether the mesh has stopped (signaling closed, denied, or quit).
     pub fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+        self.thread.is_finished()
     }
 
     /// Hot-swap: gates `name` on a thread of its own (reporting progress), then stages it for
@@ -390,12 +391,11 @@ impl NodeHandle {
     }
 
     /// Leaves the group and waits for the mesh to close its connections.
-    pub fn quit(mut self) -> anyhow::Result<()> {
+    pub fn quit(self) -> anyhow::Result<()> {
         self.send(Command::Quit);
-        match self.thread.take().map(|t| t.join()) {
-            Some(Ok(result)) => result,
-            Some(Err(_)) => bail!("the mesh thread panicked"),
-            None => Ok(()),
+        match self.thread.join() {
+            Ok(result) => result,
+            Err(_) => bail!("the mesh thread panicked"),
         }
     }
 }
@@ -566,7 +566,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     }
     let mut print = |line: String| emit(serde_json::json!({"event": "info", "message": line}));
     let (config, replica) = prepare(&args.signal, &args.mesh, Opening::default(), &mut print)?;
-    let node = NodeHandle::start(config, replica, args.mesh.threads, json_sink(None))?;
+    let node = NodeHandle::start(config, replica, json_sink(None))?;
     let (tx, rx) = std::sync::mpsc::channel::<Request>();
     let ckpt_dir = args.mesh.ckpt_dir.clone();
     std::thread::spawn(move || {

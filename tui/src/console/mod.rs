@@ -250,7 +250,7 @@ pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::R
     update(&mut state, Action::CheckpointsFound(scan_checkpoints(&mesh.ckpt_dir)));
     survey_backends(tx.clone(), &config.backend);
     let started = Instant::now();
-    let node = NodeHandle::start(config, replica, mesh.threads, action_sink(tx.clone(), started))?;
+    let node = NodeHandle::start(config, replica, action_sink(tx.clone(), started))?;
     run_console(node, state, (tx, rx), started)?;
     Ok(ExitCode::SUCCESS)
 }
