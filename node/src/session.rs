@@ -6,7 +6,9 @@
 //! `now`) to [`Session::handle`] and executes the returned [`Output`]s **in order**. Three
 //! outputs are requests the adapter must answer before it feeds anything else:
 //! `Configure` with `Configured` (or `Failed`), `Restore` with `Restored` (or `Failed`), and
-//! `Compute` — whose answer, `Computed`, may come later, interleaved with other inputs.
+//! `Compute` — whose answer, `Computed`, may come later, interleaved with other inputs. A
+//! computation still under way when the adapter executes a `Restore` or `Configure` belongs to
+//! the state before it: the adapter drops its result (its step number may come round again).
 //!
 //! # The protocol as this core runs it
 //!
@@ -34,15 +36,26 @@
 //!   boundary, a resume (-6: a checkpoint of everything that determines the next update), then
 //!   includes it in the next roster.
 //! - **Checkpoint push** (-2): the pusher restores it locally and sends it to every member; each
-//!   restores it; the leader then announces the next step from the checkpoint's step. A stale
-//!   gradient still in flight from before the push carries the old weight hash, so at worst the
-//!   guard stops the run; it cannot fork it.
+//!   restores it; the leader then announces the next step from the checkpoint's step.
+//! - **Epochs** (-12): a restore rewinds the step count, so the steps after a push reuse step
+//!   numbers that gradients from before it still carry. Every node counts the pushes its state
+//!   descends from ([`Epoch`]: how many, and the last pusher) and tells each member its epoch
+//!   when their channel opens and whenever it changes — the pusher just before its push, the
+//!   others right after their restore. Channels are ordered, so every step message (roster,
+//!   gradient, repair) belongs to the epoch its sender last announced: one from an earlier epoch
+//!   is dropped, one from a later epoch is held until this node restores that push too, then
+//!   replayed. Two pushes made at once are ordered by pusher id, so every node ends on the same
+//!   one. A joiner takes its leader's epoch with the run config.
 //! - Duplicate, late, early-beyond-one-step and outsider messages are ignored and counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::step::{GuardFailure, Offer, RepairStore, StepCollector};
-use crate::wire::{Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use crate::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+
+/// Step messages held per member from an epoch this node has not reached (a roster, gradients
+/// of a step or two, repairs: a handful is all a member in step can send before we catch up).
+const HELD_PER_PEER: usize = 8;
 
 /// What the adapter feeds the session.
 #[derive(Clone, Debug)]
@@ -133,8 +146,14 @@ pub struct SessionConfig {
 #[derive(Clone, Debug, PartialEq)]
 enum Pending {
     Configure,
-    Resume,
-    Push { from: PeerId, bytes: Option<Vec<u8>> },
+    /// A resume from the leader, whose epoch it is.
+    Resume(Epoch),
+    /// A push from `from` (ours carries its bytes, to send on once restored here).
+    Push {
+        from: PeerId,
+        bytes: Option<Vec<u8>>,
+        epoch: Epoch,
+    },
 }
 
 /// The session state machine. See the module docs.
@@ -163,9 +182,12 @@ pub struct Session {
     joiners: BTreeSet<PeerId>,
     /// The last roster announced or received, for choosing a successor.
     last_roster: Vec<PeerId>,
-    /// The latest roster message from the leader, kept so a roster that overtook a checkpoint
-    /// push (on another link) is not lost.
-    latest_from_leader: Option<(u32, Vec<PeerId>)>,
+    /// The checkpoint push this node's state descends from.
+    epoch: Epoch,
+    /// Each member's epoch, as it last announced it.
+    peer_epochs: BTreeMap<PeerId, Epoch>,
+    /// Step messages from members already in a later epoch, in arrival order.
+    held: Vec<(PeerId, Epoch, Message)>,
     pending: Option<Pending>,
     stopped: Option<String>,
     finished: bool,
@@ -194,7 +216,9 @@ impl Session {
             synced: BTreeSet::new(),
             joiners: BTreeSet::new(),
             last_roster: Vec::new(),
-            latest_from_leader: None,
+            epoch: Epoch::default(),
+            peer_epochs: BTreeMap::new(),
+            held: Vec::new(),
             pending: None,
             stopped: None,
             finished: false,
@@ -238,6 +262,11 @@ impl Session {
         self.finished
     }
 
+    /// The checkpoint push this node's state descends from.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
     /// Messages ignored so far (duplicates, late, out of range, outsiders), over the run.
     pub fn ignored(&self) -> u64 {
         self.ignored
@@ -271,7 +300,8 @@ impl Session {
                 if self.pending.is_some() {
                     self.event(Event::Error("busy: a restore is already under way".into()));
                 } else {
-                    self.pending = Some(Pending::Push { from: self.config.me, bytes: Some(bytes.clone()) });
+                    let epoch = Epoch { count: self.epoch.count + 1, pusher: self.config.me };
+                    self.pending = Some(Pending::Push { from: self.config.me, bytes: Some(bytes.clone()), epoch });
                     self.out.push(Output::Restore { bytes });
                 }
             }
@@ -310,6 +340,8 @@ impl Session {
             return;
         }
         self.event(Event::PeerJoined(peer));
+        // Before anything else on this channel: which push our messages follow.
+        self.send(peer, Message::Epoch(self.epoch));
         if self.is_leader() && !self.finished && self.stopped.is_none() {
             if let Some(settings) = self.run.clone() {
                 self.send(peer, Message::RunConfig(settings));
@@ -326,6 +358,8 @@ impl Session {
         self.synced.remove(&peer);
         self.joiners.remove(&peer);
         self.early.remove(&peer);
+        self.peer_epochs.remove(&peer);
+        self.held.retain(|(from, _, _)| *from != peer);
         if self.run.is_none() || self.stopped.is_some() || self.finished {
             return;
         }
@@ -412,6 +446,7 @@ impl Session {
         self.collector = None;
         self.commit = None;
         self.early.clear();
+        self.held.clear();
         self.repairs = RepairStore::default();
         self.synced.clear();
         self.joiners.clear();
@@ -445,14 +480,20 @@ impl Session {
         self.collector = None;
         self.commit = None;
         self.early.clear();
+        // Gradients kept for repair carry step numbers the restored run will use again.
+        self.repairs = RepairStore::default();
         self.finished = false;
         self.stopped = None;
         match pending {
-            Pending::Resume => self.event(Event::Resumed { step }),
-            Pending::Push { from, bytes } => {
+            Pending::Resume(epoch) => {
+                self.enter_epoch(epoch);
+                self.event(Event::Resumed { step });
+            }
+            Pending::Push { from, bytes, epoch } => {
+                self.enter_epoch(epoch);
                 self.event(Event::CheckpointRestored { from, step });
                 if let Some(bytes) = bytes {
-                    // Our own push: restored here first, now the group.
+                    // Our own push: restored here first, now the group (after our epoch).
                     self.broadcast(&Message::CheckpointPush(bytes));
                 }
             }
@@ -460,9 +501,57 @@ impl Session {
         }
         if self.is_leader() {
             self.next_step();
-        } else if let Some((step, peers)) = self.latest_from_leader.take() {
-            if step == self.applied + 1 {
-                self.on_roster(step, peers);
+        }
+        self.replay_held();
+    }
+
+    // ---- epochs ----
+
+    /// The epoch `peer` last announced (a member that has announced none is at the start).
+    fn epoch_of(&self, peer: PeerId) -> Epoch {
+        self.peer_epochs.get(&peer).copied().unwrap_or_default()
+    }
+
+    /// From now on our state descends from `epoch`; every member hears of it.
+    fn enter_epoch(&mut self, epoch: Epoch) {
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.broadcast(&Message::Epoch(epoch));
+        }
+    }
+
+    /// A step message is taken in the epoch its sender is in: now if it is ours (returned),
+    /// later if it is ahead of ours (held), never if it is behind.
+    fn admit(&mut self, from: PeerId, message: Message) -> Option<Message> {
+        let theirs = self.epoch_of(from);
+        match theirs.cmp(&self.epoch) {
+            std::cmp::Ordering::Equal => return Some(message),
+            std::cmp::Ordering::Less => {
+                let why = format!("a step message from before {} (the sender has not restored it yet)", self.epoch);
+                self.ignore(from, &why);
+            }
+            std::cmp::Ordering::Greater => {
+                if self.held.iter().filter(|(f, _, _)| *f == from).count() < HELD_PER_PEER {
+                    self.held.push((from, theirs, message));
+                } else {
+                    self.ignore(
+                        from,
+                        &format!("too many step messages from {theirs}, which this node has not restored"),
+                    );
+                }
+            }
+        }
+        None
+    }
+
+    /// Messages held for the epoch we are now in are taken, in arrival order; those of an
+    /// epoch we passed are dropped; later ones wait on.
+    fn replay_held(&mut self) {
+        for (from, epoch, message) in std::mem::take(&mut self.held) {
+            match epoch.cmp(&self.epoch) {
+                std::cmp::Ordering::Equal => self.dispatch(from, message),
+                std::cmp::Ordering::Less => self.ignore(from, &format!("a step message from {epoch}, since replaced")),
+                std::cmp::Ordering::Greater => self.held.push((from, epoch, message)),
             }
         }
     }
@@ -791,13 +880,55 @@ impl Session {
     // ---- messages ----
 
     fn on_message(&mut self, from: PeerId, message: Message) {
+        let step_message = matches!(
+            message,
+            Message::Roster { .. }
+                | Message::Gradient(_)
+                | Message::RepairRequest { .. }
+                | Message::RepairResponse { .. }
+        );
+        if !step_message {
+            self.dispatch(from, message);
+        } else if let Some(message) = self.admit(from, message) {
+            self.dispatch(from, message);
+        }
+    }
+
+    /// Acts on a message (a step message only once admitted to our epoch).
+    fn dispatch(&mut self, from: PeerId, message: Message) {
         match message {
+            Message::Epoch(epoch) => {
+                self.peer_epochs.insert(from, epoch);
+            }
             Message::RunConfig(settings) => self.on_run_config(from, settings),
+            Message::Resume(bytes) => {
+                if self.leader != Some(from) {
+                    self.ignore(from, "a resume from a peer that is not the leader");
+                } else if self.pending.is_none() {
+                    self.pending = Some(Pending::Resume(self.epoch_of(from)));
+                    self.out.push(Output::Restore { bytes });
+                }
+            }
+            Message::CheckpointPush(bytes) => {
+                let epoch = self.epoch_of(from);
+                if self.run.is_none() || self.pending.is_some() {
+                    self.ignore(from, "a checkpoint push outside a run, or during a restore");
+                } else if epoch <= self.epoch {
+                    let why = format!("a checkpoint push ({epoch}) that {} supersedes", self.epoch);
+                    self.ignore(from, &why);
+                } else {
+                    self.pending = Some(Pending::Push { from, bytes: None, epoch });
+                    self.out.push(Output::Restore { bytes });
+                }
+            }
+            Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),
+            Message::PeerInfo { .. } | Message::Ping { .. } | Message::Pong { .. } => {
+                self.ignore(from, "a link message (the adapter handles them)")
+            }
             Message::Roster { step, peers } => {
                 if self.leader != Some(from) || self.is_leader() {
                     self.ignore(from, "a roster from a peer that is not the leader");
                 } else if self.active() {
-                    self.latest_from_leader = Some((step, peers.clone()));
                     self.on_roster(step, peers);
                 }
             }
@@ -827,26 +958,6 @@ impl Session {
                     self.after_offer();
                 }
             }
-            Message::Resume(bytes) => {
-                if self.leader != Some(from) {
-                    self.ignore(from, "a resume from a peer that is not the leader");
-                } else if self.pending.is_none() {
-                    self.pending = Some(Pending::Resume);
-                    self.out.push(Output::Restore { bytes });
-                }
-            }
-            Message::CheckpointPush(bytes) => {
-                if self.run.is_none() || self.pending.is_some() {
-                    self.ignore(from, "a checkpoint push outside a run, or during a restore");
-                } else {
-                    self.pending = Some(Pending::Push { from, bytes: None });
-                    self.out.push(Output::Restore { bytes });
-                }
-            }
-            Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),
-            Message::PeerInfo { .. } | Message::Ping { .. } | Message::Pong { .. } => {
-                self.ignore(from, "a link message (the adapter handles them)")
-            }
         }
     }
 
@@ -873,6 +984,9 @@ impl Session {
         }
         self.reset_run();
         self.leader = Some(from);
+        // The run continues the leader's line of pushes (a node that joined after the last
+        // one has not seen it).
+        self.enter_epoch(self.epoch_of(from));
         self.run = Some(settings.clone());
         self.pending = Some(Pending::Configure);
         self.event(Event::RunStarted { leader: from, settings: settings.clone() });

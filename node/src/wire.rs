@@ -16,6 +16,7 @@
 //! | `-9` | peer info: `[u16 n][backend name, n bytes UTF-8][u16 m][gate verdict, m bytes UTF-8]` |
 //! | `-10` | ping: `[u64 nonce]` |
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
+//! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
 //! console, round-trip time); they never reach the training session and never change a weight.
@@ -26,7 +27,7 @@
 use std::collections::HashMap;
 
 /// The mesh protocol version carried in the run config.
-pub const MESH_PROTOCOL_VERSION: u32 = 1;
+pub const MESH_PROTOCOL_VERSION: u32 = 2;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -43,6 +44,7 @@ const REPAIR_RESPONSE: i32 = -8;
 const PEER_INFO: i32 = -9;
 const PING: i32 = -10;
 const PONG: i32 = -11;
+const EPOCH: i32 = -12;
 /// Longest backend name or verdict text in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 
@@ -59,6 +61,21 @@ pub struct Gradient {
     pub phash: u32,
     pub loss: f32,
     pub grad: Vec<f32>,
+}
+
+/// Which checkpoint push a node's state descends from: how many pushes it has restored and
+/// who sent the last (0 for none). Ordered: a later push is greater, and of two pushes made at
+/// once the one from the larger peer id (so every node picks the same one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Epoch {
+    pub count: u32,
+    pub pusher: PeerId,
+}
+
+impl std::fmt::Display for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "push {} (by node {})", self.count, self.pusher)
+    }
 }
 
 /// The starter's run settings.
@@ -112,6 +129,9 @@ pub enum Message {
     Pong {
         nonce: u64,
     },
+    /// Every message the sender sends after this one comes from state of this epoch (sent
+    /// when a channel opens and whenever the sender's epoch changes; channels are ordered).
+    Epoch(Epoch),
 }
 
 /// Why bytes are not a message.
@@ -305,6 +325,11 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&PONG.to_le_bytes());
             out.extend_from_slice(&nonce.to_le_bytes());
         }
+        Message::Epoch(epoch) => {
+            out.extend_from_slice(&EPOCH.to_le_bytes());
+            out.extend_from_slice(&epoch.count.to_le_bytes());
+            out.extend_from_slice(&epoch.pusher.to_le_bytes());
+        }
     }
     out
 }
@@ -372,6 +397,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         PEER_INFO => Message::PeerInfo { backend: r.text()?, verdict: r.text()? },
         PING => Message::Ping { nonce: r.u64()? },
         PONG => Message::Pong { nonce: r.u64()? },
+        EPOCH => Message::Epoch(Epoch { count: r.u32()?, pusher: r.u64()? }),
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;
@@ -494,6 +520,19 @@ mod tests {
         );
         assert_eq!(encode(&Message::Ping { nonce: 258 }), vec![0xf6, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0, 0, 0, 0]);
         assert_eq!(encode(&Message::Pong { nonce: 1 }), vec![0xf5, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            encode(&Message::Epoch(Epoch { count: 2, pusher: 0x0103 })),
+            vec![0xf4, 0xff, 0xff, 0xff, 2, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn epochs_order_by_count_then_pusher() {
+        let e = |count, pusher| Epoch { count, pusher };
+        assert!(e(0, 0) < e(1, 9));
+        assert!(e(1, 9) < e(2, 1), "a later push wins whoever sent it");
+        assert!(e(2, 1) < e(2, 5), "of two pushes made at once, the larger pusher id wins");
+        assert_eq!(Epoch::default(), e(0, 0));
     }
 
     #[test]
@@ -540,6 +579,7 @@ mod tests {
             Message::PeerInfo { backend: "dp4a".into(), verdict: "ADMITTED: 40/40".into() },
             Message::Ping { nonce: u64::MAX },
             Message::Pong { nonce: 0 },
+            Message::Epoch(Epoch { count: u32::MAX, pusher: 7 }),
         ];
         for m in messages {
             assert_eq!(decode(&encode(&m)).unwrap(), m);
@@ -557,6 +597,8 @@ mod tests {
         let mut req = encode(&Message::RepairRequest { step: 1, peer: 1 });
         req.push(0);
         assert_eq!(decode(&req), Err(WireError::Trailing(1)));
+        let epoch = encode(&Message::Epoch(Epoch { count: 1, pusher: 2 }));
+        assert!(matches!(decode(&epoch[..epoch.len() - 1]), Err(WireError::Truncated { .. })));
         let mut big = (-2i32).to_le_bytes().to_vec();
         big.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode(&big), Err(WireError::Invalid(_))));
@@ -573,7 +615,7 @@ mod tests {
             let len = rng.below(64) as usize;
             let mut frame: Vec<u8> = (0..len).map(|_| rng.next_u32() as u8).collect();
             if len >= 4 && rng.below(2) == 0 {
-                let sentinel = -(rng.below(8) as i32) - 1;
+                let sentinel = -(rng.below(12) as i32) - 1;
                 frame[..4].copy_from_slice(&sentinel.to_le_bytes());
             }
             let _ = decode(&frame);

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
 use lockstep_node::session::{Event, Input, Output, Session, SessionConfig};
-use lockstep_node::wire::{Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
 const LEN: usize = 16;
@@ -85,8 +85,9 @@ struct Node {
     session: Session,
     toy: Toy,
     alive: bool,
-    /// Steps asked to compute, in order.
-    computing: VecDeque<u32>,
+    /// Gradients asked for, in order: each is computed from the weights as they were when it
+    /// was asked for, like a real backend that starts at once and answers later.
+    computing: VecDeque<Gradient>,
     /// Weight hash after each applied step.
     hashes: BTreeMap<u32, u32>,
     events: Vec<Event>,
@@ -167,10 +168,20 @@ impl Net {
                         self.links.entry((id, to)).or_default().push_back(message);
                     }
                     Output::Configure(settings) => {
+                        node.computing.clear();
                         node.toy = Toy::fresh(settings.seed);
                         queue.push_front(Input::Configured { weights: LEN });
                     }
-                    Output::Compute { step } => node.computing.push_back(step),
+                    Output::Compute { step } => {
+                        let gradient = Gradient {
+                            step,
+                            whash: node.toy.hash(),
+                            phash: node.phash,
+                            loss: 1.0 / step as f32,
+                            grad: node.toy.gradient(id, step),
+                        };
+                        node.computing.push_back(gradient);
+                    }
                     Output::Apply { step, gradient, .. } => {
                         node.toy.apply(&gradient);
                         assert_eq!(node.toy.step, step, "node {id} applied step {step} out of order");
@@ -182,6 +193,8 @@ impl Net {
                     }
                     Output::Restore { bytes } => match Toy::decode(&bytes) {
                         Some(toy) => {
+                            // What was being computed belongs to the weights before.
+                            node.computing.clear();
                             let step = toy.step;
                             node.toy = toy;
                             node.hashes.retain(|s, _| *s <= step);
@@ -228,14 +241,7 @@ impl Net {
         } else {
             let id = computing[pick - links.len()];
             let node = self.nodes.get_mut(&id).unwrap();
-            let step = node.computing.pop_front().unwrap();
-            let gradient = Gradient {
-                step,
-                whash: node.toy.hash(),
-                phash: node.phash,
-                loss: 1.0 / step as f32,
-                grad: node.toy.gradient(id, step),
-            };
+            let gradient = node.computing.pop_front().unwrap();
             self.input(id, Input::Computed(gradient));
         }
         true
@@ -319,6 +325,16 @@ fn single_process(peers: &[PeerId], steps: u32) -> Vec<u32> {
         hashes.push(toy.hash());
     }
     hashes
+}
+
+/// `toy` trained on to step `last` by nodes 1, 2 and 3, averaged in roster order.
+fn trained_on(mut toy: Toy, last: u32) -> Toy {
+    for step in toy.step + 1..=last {
+        let grads: Vec<Vec<f32>> = [1, 2, 3].iter().map(|p| toy.gradient(*p, step)).collect();
+        let avg: Vec<f32> = (0..LEN).map(|i| (grads[0][i] + grads[1][i] + grads[2][i]) / 3.0).collect();
+        toy.apply(&avg);
+    }
+    toy
 }
 
 fn hashes_of(net: &Net, id: PeerId) -> Vec<u32> {
@@ -521,12 +537,7 @@ fn a_checkpoint_push_restores_every_replica() {
             );
         }
         // After the push every replica continues from the checkpoint, identically.
-        let mut from_checkpoint = checkpoint.clone();
-        for step in 4..=20 {
-            let grads: Vec<Vec<f32>> = [1, 2, 3].iter().map(|p| from_checkpoint.gradient(*p, step)).collect();
-            let avg: Vec<f32> = (0..LEN).map(|i| (grads[0][i] + grads[1][i] + grads[2][i]) / 3.0).collect();
-            from_checkpoint.apply(&avg);
-        }
+        let from_checkpoint = trained_on(checkpoint.clone(), 20);
         for id in [1, 2, 3] {
             assert_eq!(net.nodes[&id].toy, from_checkpoint, "seed {seed} node {id}");
         }
@@ -601,4 +612,71 @@ fn churn_with_loss_ends_identical_or_guarded() {
     }
     // Most runs get through the churn bit-identical; the rest were stopped by the guard.
     assert!(finished_runs >= 15, "{finished_runs} of 20 runs finished identical");
+}
+
+/// A checkpoint pushed while the group trains on — one saved a step or two ago, or another
+/// run's at the step the group is at: gradients of the steps after it are still in flight (and
+/// being computed) when the replicas restore, under step numbers the restored run uses again.
+/// None of them may count, on any node.
+#[test]
+fn a_push_during_training_discards_what_was_in_flight() {
+    for seed in 0..60 {
+        let pusher = [1, 2, 3][seed as usize % 3];
+        let foreign = seed % 2 == 0;
+        let mut net = Net::new(900 + seed);
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 24);
+        let mut saved: Option<Toy> = None;
+        let mut pushed: Option<Toy> = None;
+        net.run(80_000, |net, _| {
+            let leader = net.nodes[&1].session.applied();
+            if leader == 8 && saved.is_none() {
+                saved = Some(net.nodes[&1].toy.clone());
+            }
+            if leader == 9 + (seed as u32 % 4) / 2 && pushed.is_none() {
+                let checkpoint = match foreign {
+                    true => Toy { step: leader, weights: (0..LEN).map(|i| i as f32 * -0.0625).collect() },
+                    false => saved.clone().unwrap(),
+                };
+                net.input(pusher, Input::PushCheckpoint { bytes: checkpoint.encode() });
+                pushed = Some(checkpoint);
+            }
+        });
+        assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "seed {seed}:\n{}", net.describe());
+        let expected = trained_on(pushed.unwrap(), 24);
+        for id in [1, 2, 3] {
+            assert_eq!(net.nodes[&id].toy, expected, "seed {seed} node {id}:\n{}", net.describe());
+        }
+    }
+}
+
+/// Two members push different checkpoints at the same moment: every node settles on the one
+/// from the larger peer id, and the run goes on from it bit-identically.
+#[test]
+fn two_pushes_at_once_settle_on_the_larger_pusher() {
+    for seed in 0..30 {
+        let mut net = Net::new(1300 + seed);
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 20);
+        let ours = |scale: f32| Toy { step: 5, weights: (0..LEN).map(|i| i as f32 * scale).collect() };
+        let (from_1, from_3) = (ours(0.125), ours(-0.03125));
+        let mut pushed = false;
+        net.run(80_000, |net, top| {
+            if top == 7 && !pushed {
+                net.input(1, Input::PushCheckpoint { bytes: from_1.encode() });
+                net.input(3, Input::PushCheckpoint { bytes: from_3.encode() });
+                pushed = true;
+            }
+        });
+        assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "seed {seed}:\n{}", net.describe());
+        let expected = trained_on(from_3.clone(), 20);
+        for id in [1, 2, 3] {
+            assert_eq!(net.nodes[&id].toy, expected, "seed {seed} node {id}:\n{}", net.describe());
+            assert_eq!(net.nodes[&id].session.epoch(), Epoch { count: 1, pusher: 3 }, "seed {seed} node {id}");
+        }
+    }
 }

@@ -156,7 +156,7 @@ fn the_console_approves_a_join_swaps_its_backend_and_broadcasts_a_checkpoint() {
         Some(expected.as_str()),
         "the console node:\n{screen}"
     );
-    joiner.wait_for(
+    joiner.wait_since_restore(
         "training after the restore",
         |e| e["event"] == "weights" && e["step"].as_u64() >= Some(u64::from(state.step) + 3),
         60,

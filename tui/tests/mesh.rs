@@ -258,17 +258,23 @@ fn headless_commands_approve_deny_swap_save_and_broadcast() {
         let restored = node.wait_for("the restore", |e| e["event"] == "restored", 30);
         assert_eq!(restored["whash"], expected.as_str());
     }
-    joiner.wait_for(
-        "training on",
-        |e| e["event"] == "weights" && e["step"].as_u64() >= Some(u64::from(state.step) + 3),
-        60,
-    );
-    let hashes = joiner.hashes();
-    let host_hashes = host.hashes();
-    for (step, whash) in &hashes {
-        if let Some(theirs) = host_hashes.get(step) {
-            assert_eq!(theirs, whash, "step {step}");
-        }
+    // A restore rewinds the step count and each node keeps its own data stream, so the steps
+    // after it are new ones: compare those.
+    for node in [&host, &joiner] {
+        node.wait_since_restore(
+            "training on from the checkpoint",
+            |e| e["event"] == "weights" && e["step"].as_u64() >= Some(u64::from(state.step) + 3),
+            60,
+        );
+    }
+    let (hashes, host_hashes) = (joiner.hashes_since_restore(), host.hashes_since_restore());
+    let shared: Vec<_> = hashes.keys().filter(|step| host_hashes.contains_key(step)).collect();
+    assert!(shared.len() >= 3, "steps both reported since the restore: {shared:?}");
+    for step in shared {
+        assert_eq!(host_hashes[step], hashes[step], "step {step}");
+    }
+    for node in [&host, &joiner] {
+        assert!(!node.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never stopped the run");
     }
     // Link reports: round trips measured, bytes counted both ways.
     let link = host.wait_for("a measured link", |e| e["event"] == "link" && e["rtt_ms"].is_number(), 30);

@@ -342,7 +342,15 @@ enum Inbound {
     ChannelOpen(PeerId, Arc<dyn DataChannel>),
     Frame(PeerId, BytesMut),
     ChannelClosed(PeerId),
-    Computed(Result<Gradient, String>, f64, f64, Option<BackendChange>),
+    /// A compute task's answer: its gradient, seconds computing and hashing, a backend swap
+    /// that took effect at its start, and the state (see `state`) it was asked in.
+    Computed {
+        result: Result<Gradient, String>,
+        seconds: f64,
+        hash: f64,
+        change: Option<BackendChange>,
+        state: u64,
+    },
     Saved(Result<(PathBuf, u32, u32), String>),
 }
 
@@ -462,7 +470,10 @@ pub async fn run(
     // An applied step whose `weights` report waits for its hash: the next step's gradient
     // carries it, or `flush` asks the replica when no step is computing.
     let mut unreported: Option<(u32, StepTiming)> = None;
-    let mut computing = false;
+    // Compute tasks under way, and how many times the replica's state was replaced (a restore
+    // or a new run): a gradient begun before that belongs to the old state and is dropped.
+    let mut computing = 0usize;
+    let mut state = 0u64;
     let flush = |unreported: &mut Option<(u32, StepTiming)>| {
         if let Some((step, timing)) = unreported.take() {
             let whash = replica.lock().unwrap_or_else(|p| p.into_inner()).weight_hash();
@@ -585,24 +596,29 @@ pub async fn run(
                     Ok((path, step, whash)) => report(Report::CheckpointSaved { path, step, whash }),
                     Err(why) => report(Report::Warning(format!("checkpoint not saved: {why}"))),
                 },
-                Some(Inbound::Computed(result, compute, hash, change)) => match result {
-                    Ok(gradient) => {
-                        computing = false;
-                        if let Some((step, timing)) = unreported.take() {
-                            report(Report::Applied { step, whash: gradient.whash, timing });
-                        }
-                        if let Some(change) = change {
-                            announce(change, &mut info, &peers, &mut links, &report);
-                        }
-                        timing = StepTiming { compute: compute - hash, hash_guard: hash, exchange: 0.0 };
-                        computed_at = Some(Instant::now());
-                        inputs.push(Input::Computed(gradient));
+                Some(Inbound::Computed { result, seconds, hash, change, state: asked_in }) => {
+                    computing -= 1;
+                    if let Some(change) = change {
+                        announce(change, &mut info, &peers, &mut links, &report);
                     }
-                    Err(why) => {
-                        computing = false;
-                        report(Report::Warning(format!("compute failed, this node stops contributing: {why}")));
+                    match result {
+                        // Begun before a restore (or new run): it answers a state that is gone.
+                        _ if asked_in != state => report(Report::Warning(
+                            "a gradient begun before the restore was dropped (it belongs to the replaced weights)".into(),
+                        )),
+                        Ok(gradient) => {
+                            if let Some((step, timing)) = unreported.take() {
+                                report(Report::Applied { step, whash: gradient.whash, timing });
+                            }
+                            timing = StepTiming { compute: seconds - hash, hash_guard: hash, exchange: 0.0 };
+                            computed_at = Some(Instant::now());
+                            inputs.push(Input::Computed(gradient));
+                        }
+                        Err(why) => {
+                            report(Report::Warning(format!("compute failed, this node stops contributing: {why}")))
+                        }
                     }
-                },
+                }
             },
         }
         let Some(session) = session.as_mut() else { continue };
@@ -616,6 +632,7 @@ pub async fn run(
                 match output {
                     Output::Send { to, message } => links.send(&peers, to, &message),
                     Output::Configure(settings) => {
+                        state += 1;
                         let result = replica.lock().unwrap_or_else(|p| p.into_inner()).configure(&settings);
                         queue.push_front(match result {
                             Ok(weights) => Input::Configured { weights },
@@ -623,16 +640,18 @@ pub async fn run(
                         });
                     }
                     Output::Compute { step } => {
-                        computing = true;
+                        computing += 1;
                         let replica = replica.clone();
                         let tx = inbound_tx.clone();
+                        let asked_in = state;
                         tokio::task::spawn_blocking(move || {
                             let began = Instant::now();
                             let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                             let result = replica.compute(step);
                             let hash = replica.take_hash_seconds();
                             let change = replica.take_backend_change();
-                            let _ = tx.send(Inbound::Computed(result, began.elapsed().as_secs_f64(), hash, change));
+                            let seconds = began.elapsed().as_secs_f64();
+                            let _ = tx.send(Inbound::Computed { result, seconds, hash, change, state: asked_in });
                         });
                     }
                     Output::Apply { step, gradient, .. } => {
@@ -651,6 +670,7 @@ pub async fn run(
                     }
                     Output::Restore { bytes } => {
                         flush(&mut unreported);
+                        state += 1;
                         let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
                         queue.push_front(match replica.restore(&bytes) {
                             Ok((step, weights)) => {
@@ -670,7 +690,7 @@ pub async fn run(
                 }
             }
         }
-        if !computing {
+        if computing == 0 {
             flush(&mut unreported);
         }
     }

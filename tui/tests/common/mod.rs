@@ -105,9 +105,24 @@ impl Node {
 
     /// Waits for an event matching `pred`, failing after `secs` with everything seen.
     pub fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
+        self.wait_among(what, Node::events, pred, secs)
+    }
+
+    /// Like `wait_for`, among the events after the last `restored` one.
+    pub fn wait_since_restore(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
+        self.wait_among(what, Node::events_since_restore, pred, secs)
+    }
+
+    fn wait_among(
+        &self,
+        what: &str,
+        among: fn(&Node) -> Vec<Value>,
+        pred: impl Fn(&Value) -> bool,
+        secs: u64,
+    ) -> Value {
         let started = Instant::now();
         loop {
-            if let Some(found) = self.events().into_iter().find(|e| pred(e)) {
+            if let Some(found) = among(self).into_iter().find(|e| pred(e)) {
                 return found;
             }
             assert!(
@@ -120,21 +135,39 @@ impl Node {
         }
     }
 
-    /// Weight hash after each applied step.
+    /// The events after this node's last `restored` event (all of them if it never restored).
+    /// A restore rewinds the step count, so a step reported before it comes again after it
+    /// with other weights (the node's data stream does not rewind).
+    pub fn events_since_restore(&self) -> Vec<Value> {
+        let events = self.events();
+        let start = events.iter().rposition(|e| e["event"] == "restored").map_or(0, |i| i + 1);
+        events[start..].to_vec()
+    }
+
+    /// Weight hash after each applied step (the later one where a restore repeated a step).
+    pub fn hashes(&self) -> BTreeMap<u64, String> {
+        weight_hashes(&self.events())
+    }
+
+    /// Weight hash after each step applied since the last restore.
+    pub fn hashes_since_restore(&self) -> BTreeMap<u64, String> {
+        weight_hashes(&self.events_since_restore())
+    }
+
     /// The last step this node applied.
     pub fn last_step(&self) -> u64 {
         self.events().iter().filter(|e| e["event"] == "weights").filter_map(|e| e["step"].as_u64()).max().unwrap_or(0)
     }
 
-    pub fn hashes(&self) -> BTreeMap<u64, String> {
-        self.events()
-            .iter()
-            .filter(|e| e["event"] == "weights")
-            .map(|e| (e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()))
-            .collect()
-    }
-
     pub fn kill(&mut self) {
         self.proc.take();
     }
+}
+
+fn weight_hashes(events: &[Value]) -> BTreeMap<u64, String> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "weights")
+        .map(|e| (e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()))
+        .collect()
 }
