@@ -531,7 +531,10 @@ impl Session {
                 self.ignore(from, &why);
             }
             std::cmp::Ordering::Greater => {
-                if self.held.iter().filter(|(f, _, _)| *f == from).count() < HELD_PER_PEER {
+                let theirs_held = || self.held.iter().filter(|(f, _, _)| *f == from);
+                if theirs_held().any(|(_, _, m)| *m == message) {
+                    // A roster the leader repeats while we are still restoring: one will do.
+                } else if theirs_held().count() < HELD_PER_PEER {
                     self.held.push((from, theirs, message));
                 } else {
                     self.ignore(

@@ -680,3 +680,41 @@ fn two_pushes_at_once_settle_on_the_larger_pusher() {
         }
     }
 }
+
+/// Messages from a member already past a push this node has not restored wait for it, bounded
+/// (a repeated roster is kept once), and are taken once it has.
+#[test]
+fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
+    let mut session = Session::new(SessionConfig { me: 2, expected_phash: PHASH, repair_after_ms: 50 });
+    let from_1 = |message| Input::Received { from: 1, message };
+    let sent = session.handle(Input::Connected(1));
+    assert_eq!(sent, vec![Output::Event(Event::PeerJoined(1)), send_to(1, Message::Epoch(Epoch::default()))]);
+    let asked = session.handle(from_1(Message::RunConfig(settings(10))));
+    assert!(asked.contains(&Output::Configure(settings(10))), "{asked:?}");
+    session.handle(Input::Configured { weights: LEN });
+    let later = Epoch { count: 1, pusher: 1 };
+    assert!(session.handle(from_1(Message::Epoch(later))).is_empty());
+    let roster = Message::Roster { step: 1, peers: vec![1, 2] };
+    for _ in 0..3 {
+        assert!(session.handle(from_1(roster.clone())).is_empty(), "held, not acted on");
+    }
+    let gradient = |step| Gradient { step, whash: 1, phash: PHASH, loss: 1.0, grad: vec![0.5; LEN] };
+    for step in 1..=20 {
+        session.handle(from_1(Message::Gradient(gradient(step))));
+    }
+    assert_eq!(session.ignored(), 13, "one roster and 7 gradients held, the rest refused");
+    // The push arrives: once restored, the epoch is the pusher's and the held roster starts
+    // step 1 (held gradients of steps past the next two are refused then, as they would be
+    // in any epoch).
+    let asked = session.handle(from_1(Message::CheckpointPush(vec![7])));
+    assert_eq!(asked, vec![Output::Restore { bytes: vec![7] }]);
+    let after = session.handle(Input::Restored { step: 0, weights: LEN });
+    assert_eq!(session.epoch(), later);
+    assert_eq!(after[0], send_to(1, Message::Epoch(later)), "the pusher hears our epoch first");
+    assert!(after.contains(&Output::Compute { step: 1 }), "{after:?}");
+    assert!(!after.iter().any(|o| matches!(o, Output::Event(Event::GuardStopped(_)))));
+}
+
+fn send_to(to: PeerId, message: Message) -> Output {
+    Output::Send { to, message }
+}
