@@ -199,6 +199,9 @@ fn a_checkpoint_push_restores_every_replica() {
     }
     assert_eq!(a.hashes(), b.hashes());
     assert_eq!(a.hashes(), c.hashes());
+    // Every step after the checkpoint's was trained again, from it, by all three.
+    assert_eq!(a.hashes_since_restore().keys().copied().collect::<Vec<_>>(), (6..=400).collect::<Vec<u64>>());
+    assert_eq!(a.hashes_since_restore(), c.hashes_since_restore());
     let _ = std::fs::remove_dir_all(&dir);
     let _ = &mut b;
 }
