@@ -283,6 +283,16 @@ impl Net {
             .join("\n")
     }
 
+    /// A network of `ids`, all connected, with node 1 starting a run of `steps`.
+    fn started(seed: u64, ids: &[PeerId], steps: u32) -> Net {
+        let mut net = Net::new(seed);
+        for id in ids {
+            net.join(*id);
+        }
+        net.start(1, steps);
+        net
+    }
+
     fn start(&mut self, leader: PeerId, steps: u32) {
         self.input(leader, Input::Start(settings(steps)));
     }
@@ -393,11 +403,7 @@ fn seeded_loss_ends_identical_or_guarded() {
 
 #[test]
 fn flipped_weights_stop_the_run_within_a_step_naming_the_node() {
-    let mut net = Net::new(7);
-    for id in [1, 2, 3] {
-        net.join(id);
-    }
-    net.start(1, 20);
+    let mut net = Net::started(7, &[1, 2, 3], 20);
     let mut flipped = false;
     net.run(50_000, |net, top| {
         if top == 5 && !flipped {
@@ -444,11 +450,7 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
 #[test]
 fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
     for seed in 0..10 {
-        let mut net = Net::new(300 + seed);
-        for id in [1, 2] {
-            net.join(id);
-        }
-        net.start(1, 15);
+        let mut net = Net::started(300 + seed, &[1, 2], 15);
         let mut joined = false;
         net.run(50_000, |net, top| {
             if top == 5 && !joined {
@@ -472,11 +474,7 @@ fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
 #[test]
 fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
     for seed in 0..10 {
-        let mut net = Net::new(400 + seed);
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 12);
+        let mut net = Net::started(400 + seed, &[1, 2, 3], 12);
         let mut killed = false;
         net.run(50_000, |net, top| {
             if top == 4 && !killed {
@@ -493,11 +491,7 @@ fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
 #[test]
 fn the_leader_leaving_hands_the_run_to_its_successor() {
     for seed in 0..10 {
-        let mut net = Net::new(500 + seed);
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 12);
+        let mut net = Net::started(500 + seed, &[1, 2, 3], 12);
         let mut killed = false;
         net.run(50_000, |net, top| {
             if top == 5 && !killed {
@@ -515,11 +509,7 @@ fn the_leader_leaving_hands_the_run_to_its_successor() {
 #[test]
 fn a_checkpoint_push_restores_every_replica() {
     for seed in 0..10 {
-        let mut net = Net::new(600 + seed);
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 20);
+        let mut net = Net::started(600 + seed, &[1, 2, 3], 20);
         let checkpoint = Toy { step: 3, weights: (0..LEN).map(|i| i as f32 * 0.125).collect() };
         let mut pushed = false;
         net.run(80_000, |net, top| {
@@ -623,11 +613,7 @@ fn a_push_during_training_discards_what_was_in_flight() {
     for seed in 0..60 {
         let pusher = [1, 2, 3][seed as usize % 3];
         let foreign = seed % 2 == 0;
-        let mut net = Net::new(900 + seed);
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 24);
+        let mut net = Net::started(900 + seed, &[1, 2, 3], 24);
         let mut saved: Option<Toy> = None;
         let mut pushed: Option<Toy> = None;
         net.run(80_000, |net, _| {
@@ -657,11 +643,7 @@ fn a_push_during_training_discards_what_was_in_flight() {
 #[test]
 fn two_pushes_at_once_settle_on_the_larger_pusher() {
     for seed in 0..30 {
-        let mut net = Net::new(1300 + seed);
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 20);
+        let mut net = Net::started(1300 + seed, &[1, 2, 3], 20);
         let ours = |scale: f32| Toy { step: 5, weights: (0..LEN).map(|i| i as f32 * scale).collect() };
         let (from_1, from_3) = (ours(0.125), ours(-0.03125));
         let mut pushed = false;
