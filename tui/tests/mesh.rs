@@ -1,13 +1,13 @@
-//! Real processes on 127.0.0.1: the real signaling server (`lockstep signal`) and headless
-//! nodes (`lockstep node --headless`) talking over real WebRTC data channels, driven by JSON
-//! lines exactly as a script would.
+//! Real processes on 127.0.0.1 (and, once, in two network namespaces the test makes): the real
+//! signaling server (`lockstep signal`) and headless nodes (`lockstep node --headless`) talking
+//! over real WebRTC data channels, driven by JSON lines exactly as a script would.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::{signal_server, Node, BIN};
+use common::{signal_server, NetnsPair, Node, BIN};
 use serde_json::Value;
 
 fn channels_open(nodes: &[&Node]) {
@@ -286,4 +286,36 @@ fn headless_commands_approve_deny_swap_save_and_broadcast() {
     host.command(serde_json::json!({"cmd": "approve"}));
     host.wait_for("a command error", |e| e["event"] == "command-error", 10);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two machines' network stacks (network namespaces joined by a veth pair: no loopback between
+/// them): the signaling server and the host on one, a joiner on the other. Each node offers
+/// the address of its interface that reaches the server, WebRTC runs over the link with the
+/// packet size real networks get, the host approves the joiner, and both train to one hash.
+#[test]
+fn two_network_stacks_train_together_over_a_veth_link() {
+    let net = NetnsPair::new("mesh");
+    let (_signal, url) = net.signal_server();
+    let room = format!("{url}?room=veth");
+    let mut host = Node::spawn_in(&net.a, &room, "cpu");
+    host.id = host.wait_for("connected", |e| e["event"] == "connected", 20)["id"].as_u64().unwrap();
+    let mut joiner = Node::spawn_in(&net.b, &room, "cpu");
+    joiner.id = joiner.wait_for("waiting", |e| e["event"] == "waiting", 20)["id"].as_u64().unwrap();
+    for (node, address) in [(&host, NetnsPair::A), (&joiner, NetnsPair::B)] {
+        let offered = format!(
+            "webrtc: host candidates on {address} (the interface that reaches {}:8765; --bind-ip overrides)",
+            NetnsPair::A
+        );
+        node.wait_for("the offered address", |e| e["event"] == "info" && e["message"] == offered.as_str(), 10);
+    }
+    let request = host.wait_for("the join request", |e| e["event"] == "join-request" && e["peer"] == joiner.id, 20);
+    assert_eq!(request["address"], NetnsPair::B, "the host sees the joiner's own address");
+    host.command(serde_json::json!({"cmd": "approve", "peer": joiner.id}));
+    channels_open(&[&host, &joiner]);
+    host.command(tiny(30));
+    for node in [&host, &joiner] {
+        finished(node, 120);
+    }
+    assert_eq!(host.hashes().len(), 30);
+    assert_eq!(host.hashes(), joiner.hashes());
 }

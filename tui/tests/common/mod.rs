@@ -71,7 +71,19 @@ impl Node {
 
     /// Starts a node without waiting for anything.
     pub fn spawn_at(url: &str, backend: &str) -> Node {
-        let mut child = Command::new(BIN)
+        Node::spawn_command(Command::new(BIN), url, backend)
+    }
+
+    /// Starts a node inside network namespace `netns` (see [`NetnsPair`]).
+    pub fn spawn_in(netns: &str, url: &str, backend: &str) -> Node {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", netns, BIN]);
+        Node::spawn_command(command, url, backend)
+    }
+
+    /// `command` (the binary, or something that execs it) with the node's arguments.
+    fn spawn_command(mut command: Command, url: &str, backend: &str) -> Node {
+        let mut child = command
             .args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"])
             .args(["--repair-after-ms", "300"])
             .stdin(Stdio::piped())
@@ -170,4 +182,64 @@ fn weight_hashes(events: &[Value]) -> BTreeMap<u64, String> {
         .filter(|e| e["event"] == "weights")
         .map(|e| (e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()))
         .collect()
+}
+
+/// Two network stacks on one host, as two machines would have: network namespaces `a` (at
+/// 10.213.0.1) and `b` (at 10.213.0.2) joined by a veth pair and nothing else — no shared
+/// loopback. Made by the test itself (root is needed: CI runs as root) and removed on drop.
+pub struct NetnsPair {
+    pub a: String,
+    pub b: String,
+}
+
+impl NetnsPair {
+    pub const A: &'static str = "10.213.0.1";
+    pub const B: &'static str = "10.213.0.2";
+
+    pub fn new(tag: &str) -> NetnsPair {
+        let id = format!("{tag}{}", std::process::id());
+        let pair = NetnsPair { a: format!("ls-{id}-a"), b: format!("ls-{id}-b") };
+        let (link_a, link_b) = (format!("va{}", std::process::id()), format!("vb{}", std::process::id()));
+        ip(&["netns", "add", &pair.a]);
+        ip(&["netns", "add", &pair.b]);
+        ip(&["link", "add", &link_a, "netns", &pair.a, "type", "veth", "peer", "name", &link_b, "netns", &pair.b]);
+        for (ns, link, address) in [(&pair.a, &link_a, Self::A), (&pair.b, &link_b, Self::B)] {
+            ip(&["-n", ns, "addr", "add", &format!("{address}/24"), "dev", link]);
+            ip(&["-n", ns, "link", "set", link, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        pair
+    }
+
+    /// A real signaling server in `a`, listening on its veth address; its URL.
+    pub fn signal_server(&self) -> (Proc, String) {
+        let address = format!("{}:8765", Self::A);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.a, BIN, "signal", "--bind", &address, "--no-data"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lockstep signal starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(first.contains("listening"), "the signaling server did not listen: {first:?}");
+        std::thread::spawn(move || lines.for_each(drop));
+        (Proc(child), format!("ws://{address}/ws"))
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        // Deleting a namespace removes its end of the veth pair, and with it the other end.
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Runs `ip ARGS`, failing the test with ip's own words if it fails.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("iproute2's `ip` runs");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
