@@ -7,10 +7,12 @@ use lockstep_node::gemm::UnitsGemm;
 use lockstep_worker_api::{caps, create_flags};
 
 /// Loads the plugin `name` (a built-in name or a path) and creates an instance, not yet gated.
-pub fn open_backend(name: &str, threads: u32) -> anyhow::Result<(Plugin, Backend)> {
+pub fn open_backend(name: &str, threads: u32, opening: Opening) -> anyhow::Result<(Plugin, Backend)> {
     let path = resolve_plugin(name)?;
-    let plugin = Plugin::load(&path).with_context(|| format!("loading backend `{name}`"))?;
-    let backend = plugin.instantiate(threads).with_context(|| format!("creating backend `{name}`"))?;
+    let plugin = if opening.fresh_copy { Plugin::load_fresh_copy(&path) } else { Plugin::load(&path) }
+        .with_context(|| format!("loading backend `{name}`"))?;
+    let flags = if opening.hardware_only { create_flags::HARDWARE_ONLY } else { 0 };
+    let backend = plugin.instantiate_with(threads, flags).with_context(|| format!("creating backend `{name}`"))?;
     Ok((plugin, backend))
 }
 
@@ -63,12 +65,7 @@ pub fn admit(
             }
         }
     } else {
-        let path = resolve_plugin(name)?;
-        let plugin = if opening.fresh_copy { Plugin::load_fresh_copy(&path) } else { Plugin::load(&path) }
-            .with_context(|| format!("loading backend `{name}`"))?;
-        let flags = if opening.hardware_only { create_flags::HARDWARE_ONLY } else { 0 };
-        let mut backend =
-            plugin.instantiate_with(threads, flags).with_context(|| format!("creating backend `{name}`"))?;
+        let (plugin, mut backend) = open_backend(name, threads, opening)?;
         let report = run_gate(&mut backend, progress);
         progress_line(format!("gate: {} ({})", report.verdict_line(), backend.describe()));
         if !report.admitted() {

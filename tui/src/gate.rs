@@ -19,7 +19,7 @@ pub struct GateArgs {
 
 /// Exit codes: 0 admitted, 1 rejected, 2 could not run (load or create failed).
 pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
-    let (plugin, mut backend) = crate::backend::open_backend(&args.backend, args.threads)?;
+    let (plugin, mut backend) = crate::backend::open_backend(&args.backend, args.threads, Default::default())?;
     println!("gate: backend `{}` from {}", plugin.name(), plugin.path().display());
     println!("      {}", plugin.description());
     println!("      device: {}", backend.describe());

@@ -79,7 +79,7 @@ pub fn survey_backends(actions: Sender<Action>, in_use: &str) {
     let in_use = in_use.to_string();
     std::thread::spawn(move || {
         for name in ["cpu", "lut", "dp4a"].into_iter().filter(|name| *name != in_use) {
-            let verdict = match crate::backend::open_backend(name, 1) {
+            let verdict = match crate::backend::open_backend(name, 1, Opening::default()) {
                 Ok((_, mut backend)) => {
                     let report = lockstep_backends::gate::run_gate(&mut backend, &mut |_| {});
                     format!("{} ({})", report.verdict_line(), backend.describe())
