@@ -33,6 +33,7 @@ use bytes::BytesMut;
 use futures_util::{SinkExt, StreamExt};
 use lockstep_node::session::{Event, Input, Output, Session, SessionConfig};
 use lockstep_node::wire::{self, Gradient, Message, PeerId, Reassembler, RunSettings};
+use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -196,7 +197,7 @@ pub enum Report {
         members: Vec<PeerId>,
         /// `room CODE` or `address IP`.
         group: String,
-        host: Option<PeerId>,
+        host: PeerId,
     },
     /// Our join request waits for the room host's approval.
     Waiting {
@@ -337,7 +338,8 @@ pub struct StepTiming {
 
 /// What the adapter's tasks tell the session loop.
 enum Inbound {
-    Signal(Value),
+    /// A message from the signaling server, or why its frame was not one.
+    Signal(Result<ServerMessage, String>),
     SignalClosed(String),
     ChannelOpen(PeerId, Arc<dyn DataChannel>),
     Frame(PeerId, BytesMut),
@@ -432,20 +434,17 @@ pub async fn run(
         .with_context(|| format!("connecting to the signaling server at {}", config.signal_url))?;
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (inbound_tx, mut inbound) = mpsc::unbounded_channel::<Inbound>();
-    let (ws_out_tx, mut ws_out) = mpsc::unbounded_channel::<Value>();
+    let (ws_out_tx, mut ws_out) = mpsc::unbounded_channel::<ClientMessage>();
     {
         let inbound_tx = inbound_tx.clone();
         tokio::spawn(async move {
             while let Some(frame) = ws_rx.next().await {
                 match frame {
-                    Ok(WsMessage::Text(text)) => match serde_json::from_str::<Value>(text.as_str()) {
-                        Ok(value) => {
-                            let _ = inbound_tx.send(Inbound::Signal(value));
-                        }
-                        Err(e) => {
-                            let _ = inbound_tx.send(Inbound::SignalClosed(format!("bad JSON from the server: {e}")));
-                        }
-                    },
+                    Ok(WsMessage::Text(text)) => {
+                        let message = serde_json::from_str::<ServerMessage>(text.as_str())
+                            .map_err(|e| format!("an unreadable message from the signaling server ({e}): {text}"));
+                        let _ = inbound_tx.send(Inbound::Signal(message));
+                    }
                     Ok(WsMessage::Close(_)) | Err(_) => break,
                     Ok(_) => {}
                 }
@@ -453,8 +452,9 @@ pub async fn run(
             let _ = inbound_tx.send(Inbound::SignalClosed("the signaling connection closed".into()));
         });
         tokio::spawn(async move {
-            while let Some(value) = ws_out.recv().await {
-                if ws_tx.send(WsMessage::text(value.to_string())).await.is_err() {
+            while let Some(message) = ws_out.recv().await {
+                let Ok(text) = serde_json::to_string(&message) else { continue };
+                if ws_tx.send(WsMessage::text(text)).await.is_err() {
                     break;
                 }
             }
@@ -516,10 +516,10 @@ pub async fn run(
                 Some(Command::PushCheckpoint(bytes)) => inputs.push(Input::PushCheckpoint { bytes }),
                 Some(Command::CutLinkTo(peer)) => links.cut.push(peer),
                 Some(Command::Approve(peer)) => {
-                    let _ = ws_out_tx.send(json!({"type": "approve", "peer": peer}));
+                    let _ = ws_out_tx.send(ClientMessage::Approve { peer });
                 }
                 Some(Command::Deny { peer, reason }) => {
-                    let _ = ws_out_tx.send(json!({"type": "deny", "peer": peer, "reason": reason}));
+                    let _ = ws_out_tx.send(ClientMessage::Deny { peer, reason: Some(reason) });
                 }
                 Some(Command::SaveCheckpoint(target)) => {
                     let me = me.unwrap_or(0);
@@ -542,14 +542,13 @@ pub async fn run(
             },
             event = inbound.recv() => match event {
                 None => break,
-                Some(Inbound::Signal(value)) => {
-                    if value["type"] == "welcome" {
-                        if let Some(id) = value["id"].as_u64() {
-                            replica.lock().unwrap_or_else(|p| p.into_inner()).set_identity(id);
-                        }
+                Some(Inbound::Signal(Err(why))) => report(Report::Warning(why)),
+                Some(Inbound::Signal(Ok(message))) => {
+                    if let ServerMessage::Welcome { id, .. } = &message {
+                        replica.lock().unwrap_or_else(|p| p.into_inner()).set_identity(*id);
                     }
-                    let denied = value["type"] == "denied";
-                    handle_signal(&config, &value, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report).await;
+                    let denied = matches!(message, ServerMessage::Denied { .. });
+                    handle_signal(&config, message, &mut me, &mut session, &mut peers, &inbound_tx, &ws_out_tx, &report).await;
                     if denied {
                         break;
                     }
@@ -755,32 +754,26 @@ fn spawn_writer(channel: Arc<dyn DataChannel>) -> mpsc::UnboundedSender<Vec<u8>>
 #[allow(clippy::too_many_arguments)] // the loop's state, passed by reference
 async fn handle_signal(
     config: &MeshConfig,
-    value: &Value,
+    message: ServerMessage,
     me: &mut Option<PeerId>,
     session: &mut Option<Session>,
     peers: &mut BTreeMap<PeerId, Peer>,
     inbound: &mpsc::UnboundedSender<Inbound>,
-    ws_out: &mpsc::UnboundedSender<Value>,
+    ws_out: &mpsc::UnboundedSender<ClientMessage>,
     report: &impl Fn(Report),
 ) {
-    let kind = value["type"].as_str().unwrap_or("");
-    match kind {
-        "welcome" => {
-            let id = value["id"].as_u64().unwrap_or(0);
+    match message {
+        ServerMessage::Welcome { id, group, host, members, .. } => {
             *me = Some(id);
             *session = Some(Session::new(SessionConfig {
                 me: id,
                 expected_phash: config.expected_phash,
                 repair_after_ms: config.repair_after_ms,
             }));
-            let members: Vec<PeerId> =
-                value["members"].as_array().map_or(Vec::new(), |m| m.iter().filter_map(|v| v.as_u64()).collect());
-            let group = match (value["group"]["kind"].as_str(), value["group"]["name"].as_str()) {
-                (Some("room"), Some(name)) => format!("room {name}"),
-                (Some(_), Some(name)) => format!("address {name}"),
-                _ => "?".to_string(),
+            let group = match group {
+                GroupName::Room(name) => format!("room {name}"),
+                GroupName::Ip(address) => format!("address {address}"),
             };
-            let host = value["host"].as_u64();
             report(Report::Connected { id, members: members.clone(), group, host });
             for peer in members.into_iter().filter(|p| *p != id) {
                 if id < peer {
@@ -788,59 +781,45 @@ async fn handle_signal(
                 }
             }
         }
-        "peer-joined" => {
-            let (Some(id), Some(peer)) = (*me, value["peer"].as_u64()) else { return };
+        ServerMessage::PeerJoined { peer } => {
+            let Some(id) = *me else { return };
             if id < peer && !peers.contains_key(&peer) {
                 offer_to(config, peer, peers, inbound, ws_out, report).await;
             }
         }
-        "peer-left" => {
+        ServerMessage::PeerLeft { peer } => {
             // The same path as a channel that closes on its own.
-            if let Some(peer) = value["peer"].as_u64() {
-                report(Report::SignalPeerLeft(peer));
-                let _ = inbound.send(Inbound::ChannelClosed(peer));
-            }
+            report(Report::SignalPeerLeft(peer));
+            let _ = inbound.send(Inbound::ChannelClosed(peer));
         }
-        "waiting" => report(Report::Waiting {
-            id: value["id"].as_u64().unwrap_or(0),
-            room: value["room"].as_str().unwrap_or("").to_string(),
-        }),
-        "join-request" => {
-            if let Some(peer) = value["peer"].as_u64() {
-                let address = value["address"].as_str().unwrap_or("?").to_string();
-                report(Report::JoinRequest { peer, address });
-            }
-        }
-        "host-changed" => {
-            if let Some(host) = value["host"].as_u64() {
-                report(Report::HostChanged(host));
-            }
-        }
-        "signal" => {
-            let (Some(from), Some(kind)) = (value["from"].as_u64(), value["kind"].as_str()) else { return };
-            let Ok(description) = serde_json::from_value::<RTCSessionDescription>(value["data"].clone()) else {
+        ServerMessage::Waiting { id, room } => report(Report::Waiting { id, room }),
+        ServerMessage::JoinRequest { peer, address } => report(Report::JoinRequest { peer, address }),
+        ServerMessage::HostChanged { host } => report(Report::HostChanged(host)),
+        ServerMessage::Signal { from, kind, data } => {
+            let Ok(description) = serde_json::from_value::<RTCSessionDescription>(data) else {
                 report(Report::Warning(format!("peer {from} sent an unreadable session description")));
                 return;
             };
             match kind {
-                "offer" => {
+                SignalKind::Offer => {
                     if let Err(e) = answer_to(config, from, description, peers, inbound, ws_out).await {
                         report(Report::Warning(format!("cannot answer peer {from}: {e:#}")));
                     }
                 }
-                "answer" => {
+                SignalKind::Answer => {
                     if let Some(entry) = peers.get(&from) {
                         if let Err(e) = entry.connection.set_remote_description(description).await {
                             report(Report::Warning(format!("peer {from}'s answer was refused: {e}")));
                         }
                     }
                 }
-                _ => {}
+                // Candidates travel inside the descriptions (gathering completes first).
+                SignalKind::Ice => {}
             }
         }
-        "error" => report(Report::Warning(format!("signaling server: {}", value["message"]))),
-        "denied" => report(Report::Denied(value["reason"].as_str().unwrap_or("no reason given").to_string())),
-        _ => {}
+        ServerMessage::Error { message, .. } => report(Report::Warning(format!("signaling server: {message}"))),
+        ServerMessage::Denied { reason } => report(Report::Denied(reason)),
+        ServerMessage::Pong => {}
     }
 }
 
@@ -922,7 +901,7 @@ async fn offer_to(
     peer: PeerId,
     peers: &mut BTreeMap<PeerId, Peer>,
     inbound: &mpsc::UnboundedSender<Inbound>,
-    ws_out: &mpsc::UnboundedSender<Value>,
+    ws_out: &mpsc::UnboundedSender<ClientMessage>,
     report: &impl Fn(Report),
 ) {
     let result: anyhow::Result<()> = async {
@@ -934,7 +913,7 @@ async fn offer_to(
         spawn_reader(peer, channel, inbound.clone());
         let offer = connection.create_offer(None).await?;
         connection.set_local_description(offer).await?;
-        send_description(connection, &mut gathered, peer, "offer", peers, ws_out).await
+        send_description(connection, &mut gathered, peer, SignalKind::Offer, peers, ws_out).await
     }
     .await;
     if let Err(e) = result {
@@ -948,13 +927,13 @@ async fn answer_to(
     offer: RTCSessionDescription,
     peers: &mut BTreeMap<PeerId, Peer>,
     inbound: &mpsc::UnboundedSender<Inbound>,
-    ws_out: &mpsc::UnboundedSender<Value>,
+    ws_out: &mpsc::UnboundedSender<ClientMessage>,
 ) -> anyhow::Result<()> {
     let (connection, mut gathered) = new_connection(config, peer, inbound).await?;
     connection.set_remote_description(offer).await?;
     let answer = connection.create_answer(None).await?;
     connection.set_local_description(answer).await?;
-    send_description(connection, &mut gathered, peer, "answer", peers, ws_out).await
+    send_description(connection, &mut gathered, peer, SignalKind::Answer, peers, ws_out).await
 }
 
 /// Waits for ICE gathering (no trickle), relays the local description as `kind` through the
@@ -963,15 +942,16 @@ async fn send_description(
     connection: Arc<dyn PeerConnection>,
     gathered: &mut mpsc::UnboundedReceiver<()>,
     peer: PeerId,
-    kind: &str,
+    kind: SignalKind,
     peers: &mut BTreeMap<PeerId, Peer>,
-    ws_out: &mpsc::UnboundedSender<Value>,
+    ws_out: &mpsc::UnboundedSender<ClientMessage>,
 ) -> anyhow::Result<()> {
     if tokio::time::timeout(Duration::from_secs(10), gathered.recv()).await.is_err() {
         bail!("ICE gathering did not complete within 10 s");
     }
     let description = connection.local_description().await.context("no local description")?;
-    ws_out.send(json!({"type": "signal", "to": peer, "kind": kind, "data": description}))?;
+    let data = serde_json::to_value(description).context("encoding the session description")?;
+    ws_out.send(ClientMessage::Signal { to: peer, kind, data })?;
     peers.insert(peer, Peer { connection, writer: None });
     Ok(())
 }

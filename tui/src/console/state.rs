@@ -587,7 +587,7 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
         Report::Connected { id, members, group, host } => {
             state.me = Some(id);
             state.group = group.clone();
-            state.host = host;
+            state.host = Some(host);
             state.waiting_for_host = false;
             for member in members {
                 let link = if member == id { Link::Open } else { Link::Joining };

@@ -30,7 +30,7 @@ fn keys(state: &mut State, keys: &[Key]) -> Vec<Effect> {
 
 fn connected(state: &mut State) {
     let members = vec![1];
-    report(state, Report::Connected { id: 1, members, group: "room demo".into(), host: Some(1) }, 0.5);
+    report(state, Report::Connected { id: 1, members, group: "room demo".into(), host: 1 }, 0.5);
 }
 
 /// A node mid-run: three peers, 120 steps of a falling loss, two checkpoints, a full log.
