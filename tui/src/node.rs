@@ -135,13 +135,21 @@ impl TrainerReplica {
 
     /// Makes an admitted backend compute from the next step on (or the next run, between runs).
     fn stage(&mut self, name: String, verdict: String, gemm: Box<dyn Gemm + Send>) {
+        let staged = Staged { name, verdict, gemm };
         if self.trainer.is_none() {
-            self.admitted = Some(gemm);
-            self.change = Some(BackendChange { backend: name.clone(), verdict, step: 1 });
-            self.backend = name;
+            // No run to wait for: it is in use from now (the first run takes it).
+            self.admitted = Some(self.take_up(staged, 1));
         } else {
-            self.staged = Some(Staged { name, verdict, gemm });
+            self.staged = Some(staged);
         }
+    }
+
+    /// `staged` computes from `step` on: recorded as this node's backend and as a change to
+    /// announce; its products are returned to be put in place.
+    fn take_up(&mut self, staged: Staged, step: u32) -> Box<dyn Gemm + Send> {
+        self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict, step });
+        self.backend = staged.name;
+        staged.gemm
     }
 
     fn trainer(&mut self) -> Result<&mut Trainer, String> {
@@ -159,25 +167,19 @@ impl TrainerReplica {
 
     /// The current weights' hash: known, joined from its thread, or computed now.
     fn resolve_hash(&mut self) -> u32 {
-        match std::mem::replace(&mut self.whash, WeightHash::Unknown) {
-            WeightHash::Known(whash) => {
-                self.whash = WeightHash::Known(whash);
-                whash
-            }
+        let whash = match std::mem::replace(&mut self.whash, WeightHash::Unknown) {
+            WeightHash::Known(whash) => whash,
             WeightHash::Pending(thread) => {
                 let began = std::time::Instant::now();
-                match thread.join() {
-                    Ok(whash) => {
-                        // Only the wait is on the step's path.
-                        self.hash_seconds += began.elapsed().as_secs_f64();
-                        self.whash = WeightHash::Known(whash);
-                        whash
-                    }
-                    Err(_) => self.rehash(),
-                }
+                let Ok(whash) = thread.join() else { return self.rehash() };
+                // Only the wait is on the step's path.
+                self.hash_seconds += began.elapsed().as_secs_f64();
+                whash
             }
-            WeightHash::Unknown => self.rehash(),
-        }
+            WeightHash::Unknown => return self.rehash(),
+        };
+        self.whash = WeightHash::Known(whash);
+        whash
     }
 }
 
@@ -224,9 +226,7 @@ impl Replica for TrainerReplica {
         // else the last run's (a path-loaded or swapped-in plugin stays), else open one.
         let previous = self.trainer.take();
         let gemm = if let Some(staged) = self.staged.take() {
-            self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict, step: 1 });
-            self.backend = staged.name;
-            staged.gemm
+            self.take_up(staged, 1)
         } else if let Some(gemm) = self.admitted.take() {
             gemm
         } else if let Some(previous) = previous {
@@ -243,10 +243,9 @@ impl Replica for TrainerReplica {
 
     fn compute(&mut self, step: u32) -> Result<Gradient, String> {
         // A staged hot-swap takes over here, at the step boundary.
-        if let (Some(staged), Some(trainer)) = (self.staged.take(), self.trainer.as_mut()) {
-            trainer.replace_gemm(staged.gemm);
-            self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict, step });
-            self.backend = staged.name;
+        if let Some(staged) = self.staged.take().filter(|_| self.trainer.is_some()) {
+            let gemm = self.take_up(staged, step);
+            self.trainer()?.replace_gemm(gemm);
         }
         let trainer = self.trainer()?;
         if trainer.step_count() + 1 != step {
