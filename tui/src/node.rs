@@ -280,6 +280,10 @@ impl Replica for TrainerReplica {
         self.trainer.as_ref().map_or_else(Vec::new, |t| checkpoint::encode(&t.state()))
     }
 
+    fn steps_done(&self) -> u32 {
+        self.trainer.as_ref().map_or(0, Trainer::step_count)
+    }
+
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String> {
         let trainer = self.trainer()?;
         let mut state = checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(|e| e.to_string())?;

@@ -100,8 +100,10 @@ pub trait Replica: Send + 'static {
     /// `weight_hash` when no step follows), so each update is hashed once and a replica may
     /// hash while the next step computes.
     fn apply(&mut self, gradient: &[f32]);
-    /// A checkpoint of everything that determines the next update.
+    /// A checkpoint of everything that determines the next update (empty before a run).
     fn snapshot(&self) -> Vec<u8>;
+    /// Steps the current weights are the result of (the snapshot's step).
+    fn steps_done(&self) -> u32;
     /// Restore a checkpoint; returns (steps done, parameter count).
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), String>;
     /// The current weights' hash (waiting for it if it is being computed).
@@ -526,11 +528,11 @@ pub async fn run(
                     let replica = replica.clone();
                     let tx = inbound_tx.clone();
                     tokio::task::spawn_blocking(move || {
-                        let (bytes, whash) = {
+                        let (bytes, step, whash) = {
                             let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
-                            (replica.snapshot(), replica.weight_hash())
+                            (replica.snapshot(), replica.steps_done(), replica.weight_hash())
                         };
-                        let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, whash)));
+                        let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, step, whash)));
                     });
                 }
                 Some(Command::FlipWeightBit) => {
@@ -712,21 +714,21 @@ fn announce(
     report(Report::BackendSwapped(change));
 }
 
-/// Writes a snapshot to `path` (through a temporary file, so a crash never leaves half a
-/// checkpoint under the real name); returns (path, step, weight hash).
+/// Writes a snapshot of `step` to its file (through a temporary file, so a crash never leaves
+/// half a checkpoint under the real name); returns (path, step, weight hash).
 fn save_checkpoint(
     target: CheckpointTarget,
     me: PeerId,
     bytes: &[u8],
+    step: u32,
     whash: u32,
 ) -> Result<(PathBuf, u32, u32), String> {
     if bytes.is_empty() {
         return Err("no run is configured yet".into());
     }
-    let state = lockstep_node::checkpoint::decode(bytes, None).map_err(|e| e.to_string())?;
     let path = match target {
         CheckpointTarget::File(path) => path,
-        CheckpointTarget::InDir(dir) => dir.join(format!("node{me}-step{:06}.ckpt", state.step)),
+        CheckpointTarget::InDir(dir) => dir.join(format!("node{me}-step{step:06}.ckpt")),
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
@@ -734,7 +736,7 @@ fn save_checkpoint(
     let partial = path.with_extension("partial");
     std::fs::write(&partial, bytes).map_err(|e| format!("writing {}: {e}", partial.display()))?;
     std::fs::rename(&partial, &path).map_err(|e| format!("renaming to {}: {e}", path.display()))?;
-    Ok((path, state.step, whash))
+    Ok((path, step, whash))
 }
 
 /// One task per channel writes its frames in order; `send` waits while the channel's buffer
