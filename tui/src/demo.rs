@@ -26,7 +26,7 @@ use lockstep_signaling::{serve, ServerConfig};
 use crate::backend::Opening;
 use crate::console::state::{update, Action, RunState, State};
 use crate::console::{action_sink, execute_effects, run_console, scan_checkpoints};
-use crate::node::{prepare, settings_of, MeshArgs, NodeHandle, Sink};
+use crate::node::{emit, prepare, settings_of, MeshArgs, NodeHandle, Sink};
 use crate::train::ModelArgs;
 
 #[derive(clap::Args)]
@@ -89,11 +89,7 @@ fn member_sink(actions: Sender<Action>, print: bool, finished: Arc<AtomicUsize>)
             _ => {}
         }
         if print {
-            let mut value = report.to_json();
-            if let Some(object) = value.as_object_mut() {
-                object.insert("node".into(), id.load(Ordering::Relaxed).into());
-            }
-            println!("{value}");
+            emit(report.to_json(), Some(id.load(Ordering::Relaxed)));
         }
     })
 }
@@ -232,11 +228,8 @@ fn run_headless(
             _ => None,
         };
         let effects = update(&mut state, action);
-        if let Some(mut value) = printed {
-            if let (Some(object), Some(me)) = (value.as_object_mut(), state.me) {
-                object.insert("node".into(), me.into());
-            }
-            println!("{value}");
+        if let Some(value) = printed {
+            emit(value, state.me);
         }
         execute_effects(leader, effects, tx);
         match &state.run_state {

@@ -544,21 +544,14 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
     Ok(Request::Mesh(command))
 }
 
-fn emit(value: Value) {
+/// Prints one event as a JSON line, tagged `"node": id` when several nodes share stdout.
+pub fn emit(mut value: Value, node: Option<PeerId>) {
+    if let (Some(node), Some(object)) = (node, value.as_object_mut()) {
+        object.insert("node".into(), node.into());
+    }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{value}");
     let _ = out.flush();
-}
-
-/// A sink that prints JSON lines (with `"node": id` when several nodes share stdout).
-pub fn json_sink(node: Option<PeerId>) -> Sink {
-    Arc::new(move |report: Report| {
-        let mut value = report.to_json();
-        if let (Some(node), Some(object)) = (node, value.as_object_mut()) {
-            object.insert("node".into(), node.into());
-        }
-        emit(value)
-    })
 }
 
 pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
@@ -567,9 +560,9 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     if !args.headless {
         return crate::console::run_node(&args.signal, &args.mesh, defaults);
     }
-    let mut print = |line: String| emit(serde_json::json!({"event": "info", "message": line}));
+    let mut print = |line: String| emit(serde_json::json!({"event": "info", "message": line}), None);
     let (config, replica) = prepare(&args.signal, &args.mesh, Opening::default(), &mut print)?;
-    let node = NodeHandle::start(config, replica, json_sink(None))?;
+    let node = NodeHandle::start(config, replica, Arc::new(|report: Report| emit(report.to_json(), None)))?;
     let (tx, rx) = std::sync::mpsc::channel::<Request>();
     let ckpt_dir = args.mesh.ckpt_dir.clone();
     std::thread::spawn(move || {
@@ -584,7 +577,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
                         return;
                     }
                 }
-                Err(e) => emit(serde_json::json!({"event": "command-error", "message": format!("{e:#}")})),
+                Err(e) => emit(serde_json::json!({"event": "command-error", "message": format!("{e:#}")}), None),
             }
         }
         let _ = tx.send(Request::Mesh(Command::Quit));
