@@ -25,7 +25,7 @@ use lockstep_signaling::{serve, ServerConfig};
 
 use crate::backend::Opening;
 use crate::console::state::{update, Action, RunState, State};
-use crate::console::{action_sink, execute_effects, run_console, scan_checkpoints};
+use crate::console::{action_sink, execute_effects, find_checkpoints, run_console};
 use crate::node::{emit, prepare, settings_of, MeshArgs, NodeHandle, Sink};
 use crate::train::ModelArgs;
 
@@ -153,7 +153,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     for line in lines.drain(..) {
         update(&mut state, Action::Log(format!("this node: {line}")));
     }
-    update(&mut state, Action::CheckpointsFound(scan_checkpoints(&args.ckpt_dir)));
+    find_checkpoints(tx.clone(), args.ckpt_dir.clone());
     let (welcomed_tx, welcomed) = std::sync::mpsc::channel::<()>();
     let console_sink = action_sink(tx.clone(), started);
     let headless = args.headless;

@@ -54,16 +54,20 @@ fn key_of(event: &TermEvent) -> Option<Key> {
     })
 }
 
-/// Checkpoint files in `dir` (those that decode), oldest step first.
-pub fn scan_checkpoints(dir: &Path) -> Vec<CheckpointRow> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut rows: Vec<CheckpointRow> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "ckpt"))
-        .filter_map(|path| checkpoint_row(path).ok())
-        .collect();
-    rows.sort_by(|a, b| (a.step, &a.path).cmp(&(b.step, &b.path)));
-    rows
+/// Lists the checkpoint files in `dir` (those that decode, oldest step first) on a thread of
+/// its own — each is read whole and hashed, which must not hold up the start — and sends them
+/// as `Action::CheckpointsFound`.
+pub fn find_checkpoints(actions: Sender<Action>, dir: PathBuf) {
+    std::thread::spawn(move || {
+        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        let mut rows: Vec<CheckpointRow> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "ckpt"))
+            .filter_map(|path| checkpoint_row(path).ok())
+            .collect();
+        rows.sort_by(|a, b| (a.step, &a.path).cmp(&(b.step, &b.path)));
+        let _ = actions.send(Action::CheckpointsFound(rows));
+    });
 }
 
 /// A checkpoint file's step and weight hash, or why it is not a checkpoint.
@@ -246,8 +250,8 @@ pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::R
     let mut print = |line: String| println!("{line}");
     let (config, replica) = prepare(signal, mesh, Opening::default(), &mut print)?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let mut state = State::new(&config.backend, &config.verdict, settings_of(&defaults), mesh.ckpt_dir.clone());
-    update(&mut state, Action::CheckpointsFound(scan_checkpoints(&mesh.ckpt_dir)));
+    let state = State::new(&config.backend, &config.verdict, settings_of(&defaults), mesh.ckpt_dir.clone());
+    find_checkpoints(tx.clone(), mesh.ckpt_dir.clone());
     survey_backends(tx.clone(), &config.backend);
     let started = Instant::now();
     let node = NodeHandle::start(config, replica, action_sink(tx.clone(), started))?;
