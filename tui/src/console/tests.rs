@@ -344,3 +344,40 @@ fn a_checkpoint_loaded_by_path_is_listed_and_offered_for_broadcast() {
     assert_eq!(state.checkpoints.last(), Some(&row));
     assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Broadcast(row.path)]);
 }
+
+#[test]
+fn checkpoint_files_in_the_directory_are_listed_by_step_with_their_hashes() {
+    use lockstep_node::checkpoint;
+    use lockstep_node::config::ModelConfig;
+    use lockstep_node::trainer::Trainer;
+    let dir = std::env::temp_dir().join(format!("lockstep-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tiny = RunConfig {
+        model: ModelConfig { width: 32, context: 32, layers: 1, heads: 2 },
+        batch: 2,
+        ..RunConfig::DEFAULT
+    };
+    let gemm = Box::new(lockstep_node::gemm::FloatGemm::new(1));
+    let mut trainer = Trainer::new(tiny, gemm, Box::new(lockstep_node::data::BuiltinSource::new(1))).unwrap();
+    let first = trainer.state();
+    trainer.step().unwrap();
+    let second = trainer.state();
+    // Names in the opposite order to the steps; a damaged file and another file are skipped.
+    checkpoint::save(&dir.join("a.ckpt"), &second).unwrap();
+    checkpoint::save(&dir.join("b.ckpt"), &first).unwrap();
+    std::fs::write(dir.join("damaged.ckpt"), b"LOCKSTEP but not much else").unwrap();
+    std::fs::write(dir.join("notes.txt"), b"not a checkpoint").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    super::find_checkpoints(tx, dir.clone());
+    let found = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("the scan answers");
+    let Action::CheckpointsFound(rows) = found else { panic!("{found:?}") };
+    let row = |name: &str, state: &lockstep_node::trainer::TrainState| CheckpointRow {
+        path: dir.join(name),
+        step: state.step,
+        whash: lockstep_node::params::weight_hash(&state.weights),
+    };
+    assert_eq!(rows, vec![row("b.ckpt", &first), row("a.ckpt", &second)]);
+    assert_eq!((first.step, second.step), (0, 1));
+    assert_ne!(rows[0].whash, rows[1].whash, "each file's own weights are hashed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
