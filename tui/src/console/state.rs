@@ -366,13 +366,19 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
 }
 
 fn approve(state: &mut State, peer: PeerId, effects: &mut Vec<Effect>) {
+    state.log(format!("approved peer {peer}"));
+    effects.push(Effect::Mesh(Command::Approve(peer)));
+    settle_request(state, peer);
+}
+
+/// `peer`'s request is settled (approved, denied or withdrawn): off the list, and if its
+/// dialog was open, closed and followed by the next request's (a deferred one stays deferred).
+fn settle_request(state: &mut State, peer: PeerId) {
     state.pending.retain(|(p, _)| *p != peer);
     if matches!(state.modal, Some(Modal::Approve { peer: p, .. }) if p == peer) {
         state.modal = None;
+        state.next_approval();
     }
-    state.log(format!("approved peer {peer}"));
-    effects.push(Effect::Mesh(Command::Approve(peer)));
-    state.next_approval();
 }
 
 fn move_selection(selected: &mut usize, len: usize, down: bool) {
@@ -397,11 +403,9 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
             Modal::Approve { peer, .. } => match key {
                 Key::Char('y') | Key::Char('a') => approve(state, peer, effects),
                 Key::Char('n') | Key::Char('d') => {
-                    state.pending.retain(|(p, _)| *p != peer);
-                    state.modal = None;
                     state.log(format!("denied peer {peer}"));
                     effects.push(Effect::Mesh(Command::Deny { peer, reason: DENY_REASON.into() }));
-                    state.next_approval();
+                    settle_request(state, peer);
                 }
                 // Decide later: the request stays in the Room pane (`a` reopens it).
                 Key::Esc => state.modal = None,
@@ -608,7 +612,6 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
         }
         Report::JoinRequest { peer, address } => {
             if state.trusted.contains(&peer) {
-                state.pending.push((peer, address));
                 approve(state, peer, effects);
             } else {
                 state.log(format!("join request from node {peer} at {address}"));
@@ -626,12 +629,8 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
         }
         Report::SignalPeerLeft(peer) => {
             if state.pending.iter().any(|(p, _)| *p == peer) {
-                state.pending.retain(|(p, _)| *p != peer);
-                if matches!(state.modal, Some(Modal::Approve { peer: p, .. }) if p == peer) {
-                    state.modal = None;
-                    state.next_approval();
-                }
                 state.log(format!("node {peer} gave up waiting"));
+                settle_request(state, peer);
             }
             if let Some(row) = state.peers.get_mut(&peer) {
                 row.link = Link::Left;

@@ -189,6 +189,12 @@ fn a_request_can_wait_and_be_reviewed_later_or_withdrawn() {
     assert!(keys(&mut state, &[Key::Esc]).is_empty());
     assert_eq!(state.modal, None);
     assert_eq!(state.pending, vec![(4, "10.0.0.4".to_string())]);
+    // A trusted joiner approved meanwhile leaves it deferred.
+    state.trusted.insert(6);
+    let effects = report(&mut state, Report::JoinRequest { peer: 6, address: "10.0.0.6".into() }, 33.5);
+    assert_eq!(effects, vec![Effect::Mesh(Command::Approve(6))]);
+    assert_eq!(state.modal, None);
+    assert_eq!(state.pending, vec![(4, "10.0.0.4".to_string())]);
     keys(&mut state, &[Key::Char('a')]);
     assert!(matches!(state.modal, Some(Modal::Approve { peer: 4, .. })));
     report(&mut state, Report::SignalPeerLeft(4), 34.0);
