@@ -483,7 +483,8 @@ pub async fn run(
         }
     };
     let mut links = Links::default();
-    let mut info = (config.backend.clone(), config.verdict.clone());
+    // What computes here, as every peer is told (when its channel opens, and after a swap).
+    let mut hello = Message::PeerInfo { backend: config.backend.clone(), verdict: config.verdict.clone() };
     let mut ticks: u64 = 0;
     let started = Instant::now();
     let mut ticker = tokio::time::interval(TICK);
@@ -498,7 +499,7 @@ pub async fn run(
                 // A swap made between runs shows up here (never blocks on a computing replica).
                 let change = replica.try_lock().ok().and_then(|mut r| r.take_backend_change());
                 if let Some(change) = change {
-                    announce(change, &mut info, &peers, &mut links, &report);
+                    announce(change, &mut hello, &peers, &mut links, &report);
                 }
                 if ticks.is_multiple_of(20) {
                     for peer in open_peers(&peers) {
@@ -564,7 +565,6 @@ pub async fn run(
                         if entry.writer.is_none() {
                             entry.writer = Some(spawn_writer(channel));
                             report(Report::ChannelOpen(peer));
-                            let hello = Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() };
                             links.send(&peers, peer, &hello);
                             inputs.push(Input::Connected(peer));
                         }
@@ -600,7 +600,7 @@ pub async fn run(
                 Some(Inbound::Computed { result, seconds, hash, change, state: asked_in }) => {
                     computing -= 1;
                     if let Some(change) = change {
-                        announce(change, &mut info, &peers, &mut links, &report);
+                        announce(change, &mut hello, &peers, &mut links, &report);
                     }
                     match result {
                         // Begun before a restore (or new run): it answers a state that is gone.
@@ -704,13 +704,13 @@ pub async fn run(
 /// Our backend changed: tell every open peer and report it.
 fn announce(
     change: BackendChange,
-    info: &mut (String, String),
+    hello: &mut Message,
     peers: &BTreeMap<PeerId, Peer>,
     links: &mut Links,
     report: &impl Fn(Report),
 ) {
-    *info = (change.backend.clone(), change.verdict.clone());
-    links.broadcast(peers, &Message::PeerInfo { backend: info.0.clone(), verdict: info.1.clone() });
+    *hello = Message::PeerInfo { backend: change.backend.clone(), verdict: change.verdict.clone() };
+    links.broadcast(peers, hello);
     report(Report::BackendSwapped(change));
 }
 
