@@ -168,6 +168,11 @@ impl RemoteSource {
         self
     }
 
+    /// Whether `/data` answers with a slice of texts now (one `GET`; the slice is dropped).
+    pub fn probe(&self) -> Result<(), String> {
+        self.fetch().map(|_| ())
+    }
+
     /// One `GET`, returning the slice's texts and where they came from.
     fn fetch(&self) -> Result<(Vec<u8>, String), String> {
         use std::io::{Read, Write};

@@ -9,7 +9,6 @@
 //! exact but far slower than the CPU mirror). Training text comes from the server's `/data`
 //! when one request to it succeeds at start-up, else from the built-in corpus.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use lockstep_mesh::Report;
+use lockstep_node::data::RemoteSource;
 use lockstep_node::session::Event;
 use lockstep_signaling::{serve, ServerConfig};
 
@@ -50,22 +50,6 @@ pub struct DemoArgs {
     ckpt_dir: PathBuf,
     #[command(flatten)]
     model: ModelArgs,
-}
-
-/// One plain HTTP GET of `/data` on the local server: does it answer 200 in time?
-fn data_reachable(addr: SocketAddr) -> Result<(), String> {
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(Duration::from_secs(15))).map_err(|e| e.to_string())?;
-    write!(stream, "GET /data HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut head = [0u8; 64];
-    let n = stream.read(&mut head).map_err(|e| format!("no answer: {e}"))?;
-    let status = String::from_utf8_lossy(&head[..n]);
-    let line = status.lines().next().unwrap_or("").to_string();
-    if line.split_whitespace().nth(1) == Some("200") {
-        Ok(())
-    } else {
-        Err(format!("it answered `{line}`"))
-    }
 }
 
 /// A demo node's sink: it tells the console to trust its join request, forwards warnings to
@@ -123,8 +107,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         None
     } else {
         say("demo: checking /data …".to_string());
-        match data_reachable(addr) {
-            Ok(()) => Some(format!("http://{addr}/data")),
+        let url = format!("http://{addr}/data");
+        // The nodes' own client, with room for the server's first fetch from the source.
+        let probe = RemoteSource::new(&url, 0).map(|s| s.with_timeouts(Duration::from_secs(15), Duration::ZERO));
+        match probe.and_then(|source| source.probe()) {
+            Ok(()) => Some(url),
             Err(why) => {
                 say(format!("demo: /data is unreachable ({why}): training on the built-in corpus"));
                 None

@@ -263,6 +263,7 @@ fn data_reads_parquet_over_ranges_from_nginx() {
     let mut source = RemoteSource::new(&format!("http://{addr}/data"), 7)
         .unwrap()
         .with_timeouts(Duration::from_secs(2), Duration::from_secs(60));
+    assert_eq!(source.probe(), Ok(()), "the demo's check that /data answers");
     let (batch, origin) = source.next_batch(4, 32);
     assert!(matches!(origin, Origin::Remote(_)), "{origin:?}");
     let window = String::from_utf8(batch.tokens[..32].to_vec()).unwrap();
@@ -275,6 +276,7 @@ fn data_reads_parquet_over_ranges_from_nginx() {
         .join("\n\n");
     assert!(all_text.contains(window.trim_matches('\n')), "{window:?} is not from the files");
     runtime.block_on(server.stop());
+    assert!(source.probe().is_err(), "a stopped server does not answer");
     let (_, origin) = source.next_batch(4, 32);
     assert!(matches!(&origin, Origin::Fallback { reason } if reason.contains("built-in")), "{origin:?}");
 }
