@@ -8,7 +8,7 @@ use std::path::Path;
 use lockstep_luts::hash::fnv1a64;
 
 use crate::adam::Adam;
-use crate::config::{ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
+use crate::config::{ConfigError, ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
 use crate::params::Layout;
 use crate::trainer::TrainState;
 
@@ -16,7 +16,7 @@ pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
 pub const VERSION: u32 = 1;
 
 /// Why a checkpoint was refused. Nothing is applied from a refused file.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum CheckpointError {
     Io(String),
     BadMagic,
@@ -29,6 +29,8 @@ pub enum CheckpointError {
     Tokenizer(String),
     Vocab(u32),
     Dims(String),
+    /// The stored run settings are not a usable run.
+    Settings(ConfigError),
     Checksum {
         stored: u64,
         computed: u64,
@@ -50,6 +52,7 @@ impl std::fmt::Display for CheckpointError {
             CheckpointError::Tokenizer(name) => write!(f, "checkpoint tokenizer `{name}` is not `{TOKENIZER_NAME}`"),
             CheckpointError::Vocab(v) => write!(f, "checkpoint vocabulary size {v} is not {VOCAB}"),
             CheckpointError::Dims(why) => write!(f, "checkpoint dimensions are wrong: {why}"),
+            CheckpointError::Settings(why) => write!(f, "checkpoint run settings are refused: {why}"),
             CheckpointError::Checksum { stored, computed } => {
                 write!(f, "checkpoint checksum mismatch (stored {stored:#018x}, computed {computed:#018x}): the file is corrupt")
             }
@@ -168,14 +171,14 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
         *dim = r.u32()? as usize;
     }
     let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
-    model.validate().map_err(CheckpointError::Dims)?;
+    model.validate().map_err(CheckpointError::Settings)?;
     if let Some(expected) = expected {
         if expected != model {
             return Err(CheckpointError::Dims(format!("file has {model:?}, the running model is {expected:?}")));
         }
     }
     let run = RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()? };
-    run.validate().map_err(CheckpointError::Dims)?;
+    run.validate().map_err(CheckpointError::Settings)?;
     let step = r.u32()?;
     let data_state = r.u64()?;
     let n = r.u64()? as usize;

@@ -24,15 +24,15 @@ impl ModelConfig {
     }
 
     /// Checks the shape is usable.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.width == 0 || self.context == 0 || self.layers == 0 || self.heads == 0 {
-            return Err(format!("every dimension must be positive: {self:?}"));
+            return Err(ConfigError::ZeroDimension(*self));
         }
         if !self.width.is_multiple_of(self.heads) {
-            return Err(format!("width {} is not a multiple of heads {}", self.width, self.heads));
+            return Err(ConfigError::HeadsDoNotDivideWidth { width: self.width, heads: self.heads });
         }
         if self.width > 4096 || self.context > 4096 || self.layers > 64 || self.heads > 64 {
-            return Err(format!("dimensions are beyond what this trainer supports: {self:?}"));
+            return Err(ConfigError::TooLarge(*self));
         }
         Ok(())
     }
@@ -58,14 +58,40 @@ impl RunConfig {
         self.batch * self.model.context
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.model.validate()?;
         if self.batch == 0 || self.batch > 4096 {
-            return Err(format!("batch {} is out of range", self.batch));
+            return Err(ConfigError::Batch(self.batch));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(format!("learning rate {} must be positive and finite", self.lr));
+            return Err(ConfigError::LearningRate(self.lr));
         }
         Ok(())
     }
 }
+
+/// Why a model shape or run setting is refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigError {
+    ZeroDimension(ModelConfig),
+    HeadsDoNotDivideWidth { width: usize, heads: usize },
+    TooLarge(ModelConfig),
+    Batch(usize),
+    LearningRate(f32),
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::ZeroDimension(model) => write!(f, "every dimension must be positive: {model:?}"),
+            ConfigError::HeadsDoNotDivideWidth { width, heads } => {
+                write!(f, "width {width} is not a multiple of heads {heads}")
+            }
+            ConfigError::TooLarge(model) => write!(f, "dimensions are beyond what this trainer supports: {model:?}"),
+            ConfigError::Batch(batch) => write!(f, "batch {batch} is out of range"),
+            ConfigError::LearningRate(lr) => write!(f, "learning rate {lr} must be positive and finite"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}

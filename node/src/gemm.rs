@@ -1,23 +1,73 @@
-//! Where the model's matrix products go: the verified units through a backend plugin, or plain
-//! f32 for the float reference trainer.
+//! Where the model's matrix products go: the verified units through an admitted backend, or
+//! plain f32 for the float reference trainer.
+//!
+//! **API Boundary:** this crate never loads a plugin. The composition root adapts a loaded
+//! backend to [`Gemm`]; a backend's own typed error arrives here as
+//! [`ComputeError::Backend`], kept whole (it can be downcast) until a person reads it.
 
-use lockstep_backends::{Backend, BackendError};
+use std::sync::Arc;
 
-/// A failed matrix product: the run stops with this message, it never continues with zeros.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ComputeError(pub String);
+use lockstep_luts::UnitError;
 
-impl std::fmt::Display for ComputeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// Why a step's products failed: the run stops with it, it never continues with zeros.
+#[derive(Clone, Debug)]
+pub enum ComputeError {
+    /// The backend failed or refused a call (the host's typed error, kept whole).
+    Backend(Arc<dyn std::error::Error + Send + Sync>),
+    /// A live audit recomputed one product with the reference units and a bit differed.
+    Audit(AuditFailure),
+    /// The reference units refused operands an audit gave them.
+    Reference(UnitError),
+}
+
+impl ComputeError {
+    /// Wraps a backend's own error.
+    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ComputeError::Backend(Arc::new(error))
+    }
+
+    /// The audit's finding, when that is what stopped the step.
+    pub fn audit(&self) -> Option<&AuditFailure> {
+        match self {
+            ComputeError::Audit(failure) => Some(failure),
+            _ => None,
+        }
     }
 }
 
-impl std::error::Error for ComputeError {}
+impl std::fmt::Display for ComputeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComputeError::Backend(error) => write!(f, "{error}"),
+            ComputeError::Audit(failure) => write!(f, "{failure}"),
+            ComputeError::Reference(error) => write!(f, "audit reference failed: {error}"),
+        }
+    }
+}
 
-impl From<BackendError> for ComputeError {
-    fn from(error: BackendError) -> Self {
-        ComputeError(error.to_string())
+impl std::error::Error for ComputeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ComputeError::Backend(error) => Some(error.as_ref()),
+            ComputeError::Audit(_) => None,
+            ComputeError::Reference(error) => Some(error),
+        }
+    }
+}
+
+/// A live audit's mismatch, with the step it stopped and what computed the product.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditFailure {
+    /// The step being computed (1-based), 0 when the audit ran outside a step.
+    pub step: u32,
+    pub mismatch: AuditMismatch,
+    /// The audited backend's label.
+    pub backend: String,
+}
+
+impl std::fmt::Display for AuditFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "step {}: live audit failed, the run stops: {} (backend: {})", self.step, self.mismatch, self.backend)
     }
 }
 
@@ -40,76 +90,6 @@ pub trait Gemm: Send {
     /// attention heads). Which lane computes a product never changes its bits: every lane is
     /// the same admitted arithmetic. At least one lane.
     fn lanes(&mut self) -> Vec<&mut dyn Gemm>;
-}
-
-/// One backend instance is a lane of its own.
-impl Gemm for Backend {
-    fn gemm_nt(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f32],
-        b: &[f32],
-        c: &mut [f32],
-    ) -> Result<(), ComputeError> {
-        Ok(self.gemm_f32_into(m, n, k, a, b, c)?)
-    }
-
-    fn label(&self) -> String {
-        format!("units via `{}`", self.name())
-    }
-
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        vec![self]
-    }
-}
-
-/// The verified units through an admitted backend plugin: a main instance (which may thread
-/// large products internally) plus extra single-threaded instances of the same plugin as
-/// lanes for parallel small products.
-pub struct UnitsGemm {
-    lanes: Vec<Backend>,
-}
-
-impl UnitsGemm {
-    pub fn new(backend: Backend) -> Self {
-        Self { lanes: vec![backend] }
-    }
-
-    /// `main` plus `extra` instances of the same plugin as parallel lanes.
-    pub fn with_lanes(main: Backend, extra: Vec<Backend>) -> Self {
-        assert!(extra.iter().all(|b| b.plugin().path() == main.plugin().path()), "lanes must be one plugin");
-        let mut lanes = vec![main];
-        lanes.extend(extra);
-        Self { lanes }
-    }
-
-    pub fn backend(&self) -> &Backend {
-        &self.lanes[0]
-    }
-}
-
-impl Gemm for UnitsGemm {
-    fn gemm_nt(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f32],
-        b: &[f32],
-        c: &mut [f32],
-    ) -> Result<(), ComputeError> {
-        Ok(self.lanes[0].gemm_f32_into(m, n, k, a, b, c)?)
-    }
-
-    fn label(&self) -> String {
-        format!("units via `{}` ({} lane(s))", self.lanes[0].name(), self.lanes.len())
-    }
-
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        self.lanes.iter_mut().map(|b| b as &mut dyn Gemm).collect()
-    }
 }
 
 /// Plain f32 products (`matrixmultiply`'s sgemm, single-threaded, so deterministic too): the
@@ -241,18 +221,18 @@ impl std::fmt::Display for AuditMismatch {
 /// call fail, which stops the step.
 pub struct AuditOne<'a> {
     inner: &'a mut dyn Gemm,
+    /// The step being computed, for the failure report.
+    step: u32,
     target: Option<usize>,
     calls: usize,
-    /// Set when the audited call disagreed.
-    pub mismatch: Option<AuditMismatch>,
-    /// Set once the target call ran and was compared.
+    /// Set once the target call ran and was compared equal.
     pub audited: Option<(usize, usize, usize)>,
 }
 
 impl<'a> AuditOne<'a> {
     /// `target: None` only counts the calls.
-    pub fn new(inner: &'a mut dyn Gemm, target: Option<usize>) -> Self {
-        Self { inner, target, calls: 0, mismatch: None, audited: None }
+    pub fn new(inner: &'a mut dyn Gemm, step: u32, target: Option<usize>) -> Self {
+        Self { inner, step, target, calls: 0, audited: None }
     }
 
     /// Calls through `gemm_nt` so far.
@@ -277,9 +257,7 @@ impl Gemm for AuditOne<'_> {
         if Some(call) != self.target {
             return Ok(());
         }
-        let expected =
-            lockstep_luts::gemm_nt(m, n, k, a, b).map_err(|e| ComputeError(format!("audit reference failed: {e}")))?;
-        self.audited = Some((m, n, k));
+        let expected = lockstep_luts::gemm_nt(m, n, k, a, b).map_err(ComputeError::Reference)?;
         let mut differing = expected.iter().zip(c.iter()).enumerate().filter(|(_, (x, y))| x.to_bits() != y.to_bits());
         if let Some((index, (x, y))) = differing.next() {
             let mismatch = AuditMismatch {
@@ -292,10 +270,9 @@ impl Gemm for AuditOne<'_> {
                 actual_bits: y.to_bits(),
                 differing: 1 + differing.count(),
             };
-            let message = format!("audit failed: {mismatch}");
-            self.mismatch = Some(mismatch);
-            return Err(ComputeError(message));
+            return Err(ComputeError::Audit(AuditFailure { step: self.step, mismatch, backend: self.inner.label() }));
         }
+        self.audited = Some((m, n, k));
         Ok(())
     }
 

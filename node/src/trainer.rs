@@ -5,7 +5,7 @@
 //! update from a (possibly averaged) gradient. [`Trainer::step`] does both for a lone node.
 
 use crate::adam::{schedule, Adam};
-use crate::config::RunConfig;
+use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{heldout_batches, DataSource, Origin};
 use crate::gemm::{AuditOne, ComputeError, Gemm};
 use crate::model::Model;
@@ -54,7 +54,7 @@ pub struct Trainer {
 
 impl Trainer {
     /// A fresh run: seeded initial weights, zero optimizer state.
-    pub fn new(run: RunConfig, gemm: Box<dyn Gemm + Send>, data: Box<dyn DataSource>) -> Result<Trainer, String> {
+    pub fn new(run: RunConfig, gemm: Box<dyn Gemm + Send>, data: Box<dyn DataSource>) -> Result<Trainer, ConfigError> {
         run.validate()?;
         let layout = Layout::new(run.model);
         let weights = init(&layout, run.seed);
@@ -147,16 +147,9 @@ impl Trainer {
                 round % self.calls_per_step
             }
         });
-        let mut audit = AuditOne::new(self.gemm.as_mut(), target);
-        let result =
-            self.model.loss_and_grad(&mut audit, &self.weights, &batch.tokens, &batch.targets, self.run.batch, seq);
-        if let Some(mismatch) = &audit.mismatch {
-            return Err(ComputeError(format!(
-                "step {computing}: live audit failed, the run stops: {mismatch} (backend: {})",
-                audit.label()
-            )));
-        }
-        let (loss, grad) = result?;
+        let mut audit = AuditOne::new(self.gemm.as_mut(), computing, target);
+        let (loss, grad) =
+            self.model.loss_and_grad(&mut audit, &self.weights, &batch.tokens, &batch.targets, self.run.batch, seq)?;
         self.calls_per_step = audit.calls();
         self.last_audited = audit.audited.zip(target).map(|((m, n, k), call)| (call, m, n, k));
         Ok((loss, grad, origin))
@@ -218,18 +211,15 @@ impl Trainer {
 
     /// Replaces the run's state with `state` (a loaded checkpoint, a resume). The model shape
     /// must match; on error nothing changes.
-    pub fn restore(&mut self, state: TrainState) -> Result<(), String> {
+    pub fn restore(&mut self, state: TrainState) -> Result<(), RestoreError> {
         if state.run.model != self.run.model {
-            return Err(format!(
-                "checkpoint model {:?} does not match the running model {:?}",
-                state.run.model, self.run.model
-            ));
+            return Err(RestoreError::ModelMismatch { checkpoint: state.run.model, running: self.run.model });
         }
         if state.weights.len() != self.weights.len()
             || state.adam.m.len() != state.weights.len()
             || state.adam.v.len() != state.weights.len()
         {
-            return Err("checkpoint tensors have the wrong length".into());
+            return Err(RestoreError::TensorLengths);
         }
         self.run = state.run;
         self.step = state.step;
@@ -239,3 +229,23 @@ impl Trainer {
         Ok(())
     }
 }
+
+/// Why a state was not restored (nothing changed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreError {
+    ModelMismatch { checkpoint: ModelConfig, running: ModelConfig },
+    TensorLengths,
+}
+
+impl std::fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RestoreError::ModelMismatch { checkpoint, running } => {
+                write!(f, "checkpoint model {checkpoint:?} does not match the running model {running:?}")
+            }
+            RestoreError::TensorLengths => f.write_str("checkpoint tensors have the wrong length"),
+        }
+    }
+}
+
+impl std::error::Error for RestoreError {}

@@ -13,7 +13,7 @@
 //! | `-6` | mid-run resume: `[u32 len][checkpoint bytes]` (weights, step, optimizer, sampler) |
 //! | `-7` | repair request: `[u32 step][u64 peer]` |
 //! | `-8` | repair response: `[u64 peer][gradient message]` (the original header and bytes) |
-//! | `-9` | peer info: `[u16 n][backend name, n bytes UTF-8][u16 m][gate verdict, m bytes UTF-8]` |
+//! | `-9` | peer info: `[u16 n][backend name, n bytes UTF-8][verdict]`; verdict: `[u8 0][u32 cases]` admitted, `[u8 1][text case][text detail]` rejected, `[u8 2][text why]` not loadable (text: `[u16 m][m bytes UTF-8]`) |
 //! | `-10` | ping: `[u64 nonce]` |
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
@@ -26,8 +26,10 @@
 
 use std::collections::HashMap;
 
+pub use crate::verdict::Verdict;
+
 /// The mesh protocol version carried in the run config.
-pub const MESH_PROTOCOL_VERSION: u32 = 2;
+pub const MESH_PROTOCOL_VERSION: u32 = 3;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -45,8 +47,23 @@ const PEER_INFO: i32 = -9;
 const PING: i32 = -10;
 const PONG: i32 = -11;
 const EPOCH: i32 = -12;
-/// Longest backend name or verdict text in a peer-info message.
+/// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
+/// The verdict's kind byte in a peer-info message.
+const VERDICT_ADMITTED: u8 = 0;
+const VERDICT_REJECTED: u8 = 1;
+const VERDICT_NOT_LOADABLE: u8 = 2;
+
+/// `[u16 len][UTF-8]`; longer texts are cut at a character boundary (the fields are
+/// informational).
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    let mut end = text.len().min(MAX_INFO_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u16).to_le_bytes());
+    out.extend_from_slice(&text.as_bytes()[..end]);
+}
 
 /// A peer's id (assigned by the signaling server).
 pub type PeerId = u64;
@@ -120,7 +137,7 @@ pub enum Message {
     /// What computes on the sender: its backend's name and gate verdict (link message).
     PeerInfo {
         backend: String,
-        verdict: String,
+        verdict: Verdict,
     },
     /// Round-trip measurement (link message); answered with a `Pong` carrying the same nonce.
     Ping {
@@ -179,6 +196,10 @@ impl<'a> Reader<'a> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
     }
 
     fn u16(&mut self) -> Result<u16, WireError> {
@@ -307,14 +328,21 @@ pub fn encode(message: &Message) -> Vec<u8> {
         }
         Message::PeerInfo { backend, verdict } => {
             out.extend_from_slice(&PEER_INFO.to_le_bytes());
-            for text in [backend, verdict] {
-                // Longer texts are cut at a character boundary: the field is informational.
-                let mut end = text.len().min(MAX_INFO_TEXT);
-                while !text.is_char_boundary(end) {
-                    end -= 1;
+            put_text(&mut out, backend);
+            match verdict {
+                Verdict::Admitted { cases } => {
+                    out.push(VERDICT_ADMITTED);
+                    out.extend_from_slice(&cases.to_le_bytes());
                 }
-                out.extend_from_slice(&(end as u16).to_le_bytes());
-                out.extend_from_slice(&text.as_bytes()[..end]);
+                Verdict::Rejected { case, detail } => {
+                    out.push(VERDICT_REJECTED);
+                    put_text(&mut out, case);
+                    put_text(&mut out, detail);
+                }
+                Verdict::NotLoadable { why } => {
+                    out.push(VERDICT_NOT_LOADABLE);
+                    put_text(&mut out, why);
+                }
             }
         }
         Message::Ping { nonce } => {
@@ -394,7 +422,16 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             let peer = r.u64()?;
             Message::RepairResponse { peer, gradient: read_gradient(&mut r)? }
         }
-        PEER_INFO => Message::PeerInfo { backend: r.text()?, verdict: r.text()? },
+        PEER_INFO => {
+            let backend = r.text()?;
+            let verdict = match r.u8()? {
+                VERDICT_ADMITTED => Verdict::Admitted { cases: r.u32()? },
+                VERDICT_REJECTED => Verdict::Rejected { case: r.text()?, detail: r.text()? },
+                VERDICT_NOT_LOADABLE => Verdict::NotLoadable { why: r.text()? },
+                other => return Err(WireError::Invalid(format!("verdict kind {other}"))),
+            };
+            Message::PeerInfo { backend, verdict }
+        }
         PING => Message::Ping { nonce: r.u64()? },
         PONG => Message::Pong { nonce: r.u64()? },
         EPOCH => Message::Epoch(Epoch { count: r.u32()?, pusher: r.u64()? }),
@@ -515,8 +552,19 @@ mod tests {
         assert_eq!(&response[..12], &[0xf8, 0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&response[12..], &encode(&Message::Gradient(g))[..]);
         assert_eq!(
-            encode(&Message::PeerInfo { backend: "lut".into(), verdict: "ok".into() }),
-            vec![0xf7, 0xff, 0xff, 0xff, 3, 0, b'l', b'u', b't', 2, 0, b'o', b'k']
+            encode(&Message::PeerInfo { backend: "lut".into(), verdict: Verdict::Admitted { cases: 40 } }),
+            vec![0xf7, 0xff, 0xff, 0xff, 3, 0, b'l', b'u', b't', 0, 40, 0, 0, 0]
+        );
+        assert_eq!(
+            encode(&Message::PeerInfo {
+                backend: "x".into(),
+                verdict: Verdict::Rejected { case: "c".into(), detail: "d".into() }
+            }),
+            vec![0xf7, 0xff, 0xff, 0xff, 1, 0, b'x', 1, 1, 0, b'c', 1, 0, b'd']
+        );
+        assert_eq!(
+            encode(&Message::PeerInfo { backend: "x".into(), verdict: Verdict::NotLoadable { why: "w".into() } }),
+            vec![0xf7, 0xff, 0xff, 0xff, 1, 0, b'x', 2, 1, 0, b'w']
         );
         assert_eq!(encode(&Message::Ping { nonce: 258 }), vec![0xf6, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0, 0, 0, 0]);
         assert_eq!(encode(&Message::Pong { nonce: 1 }), vec![0xf5, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0]);
@@ -539,7 +587,8 @@ mod tests {
     fn peer_info_texts_are_bounded_and_utf8() {
         let long = "é".repeat(MAX_INFO_TEXT);
         let Message::PeerInfo { backend, .. } =
-            decode(&encode(&Message::PeerInfo { backend: long, verdict: String::new() })).unwrap()
+            decode(&encode(&Message::PeerInfo { backend: long, verdict: Verdict::NotLoadable { why: String::new() } }))
+                .unwrap()
         else {
             panic!("a peer info decodes as one")
         };
@@ -547,10 +596,12 @@ mod tests {
         let mut oversized = PEER_INFO.to_le_bytes().to_vec();
         oversized.extend_from_slice(&(MAX_INFO_TEXT as u16 + 1).to_le_bytes());
         oversized.extend(std::iter::repeat_n(b'a', MAX_INFO_TEXT + 1));
-        oversized.extend_from_slice(&[0, 0]);
+        oversized.extend_from_slice(&[0, 0, 0, 0, 0]);
         assert!(matches!(decode(&oversized), Err(WireError::Invalid(_))));
-        let not_utf8 = [PEER_INFO.to_le_bytes().as_slice(), &[1, 0, 0xff, 0, 0]].concat();
+        let not_utf8 = [PEER_INFO.to_le_bytes().as_slice(), &[1, 0, 0xff, 0, 1, 0, 0, 0]].concat();
         assert!(matches!(decode(&not_utf8), Err(WireError::Invalid(_))));
+        let unknown_kind = [PEER_INFO.to_le_bytes().as_slice(), &[1, 0, b'x', 3]].concat();
+        assert!(matches!(decode(&unknown_kind), Err(WireError::Invalid(_))));
     }
 
     #[test]
@@ -576,7 +627,12 @@ mod tests {
             Message::Resume(vec![4; 50]),
             Message::RepairRequest { step: 4, peer: 77 },
             Message::RepairResponse { peer: 2, gradient: gradient(3) },
-            Message::PeerInfo { backend: "dp4a".into(), verdict: "ADMITTED: 40/40".into() },
+            Message::PeerInfo { backend: "dp4a".into(), verdict: Verdict::Admitted { cases: 40 } },
+            Message::PeerInfo {
+                backend: "lut".into(),
+                verdict: Verdict::Rejected { case: "k=1".into(), detail: "bits".into() },
+            },
+            Message::PeerInfo { backend: "x".into(), verdict: Verdict::NotLoadable { why: "no device".into() } },
             Message::Ping { nonce: u64::MAX },
             Message::Pong { nonce: 0 },
             Message::Epoch(Epoch { count: u32::MAX, pusher: 7 }),

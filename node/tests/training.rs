@@ -2,11 +2,12 @@
 //! equivalence through a checkpoint, refusal of damaged checkpoints, the float reference's
 //! agreement in quality, and the safetensors export read back by Python.
 
+use lockstep_backends::UnitsGemm;
 use lockstep_backends::{resolve_plugin, Plugin};
 use lockstep_node::checkpoint::{self, CheckpointError};
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::BuiltinSource;
-use lockstep_node::gemm::{FloatGemm, Gemm, UnitsGemm};
+use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::trainer::Trainer;
 
 fn small_run(steps: u32) -> RunConfig {

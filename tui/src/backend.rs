@@ -1,9 +1,10 @@
 //! Turning a backend name into an admitted, ready-to-use backend.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use lockstep_backends::gate::{run_gate, GateProgress};
-use lockstep_backends::{auto, resolve_plugin, Backend, Plugin};
-use lockstep_node::gemm::UnitsGemm;
+use lockstep_backends::{auto, resolve_plugin, Backend, Plugin, UnitsGemm};
+use lockstep_node::gemm::{FloatGemm, Gemm};
+use lockstep_node::verdict::Verdict;
 use lockstep_worker_api::{caps, create_flags};
 
 /// Loads the plugin `name` (a built-in name or a path) and creates an instance, not yet gated.
@@ -21,9 +22,25 @@ pub struct Admitted {
     pub gemm: UnitsGemm,
     /// The plugin's name (`cpu`, `lut`, …; `auto` resolves to the chosen one).
     pub name: String,
-    /// The gate's verdict line.
-    pub verdict: String,
+    pub verdict: Verdict,
+    /// The device it computes on, as the plugin describes it.
+    pub device: String,
 }
+
+/// Why [`admit`] returned no backend: the gate's verdict, or why nothing could be gated.
+#[derive(Debug)]
+pub struct NotAdmitted {
+    pub name: String,
+    pub verdict: Verdict,
+}
+
+impl std::fmt::Display for NotAdmitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "backend `{}` was not admitted: {}", self.name, self.verdict)
+    }
+}
+
+impl std::error::Error for NotAdmitted {}
 
 /// How to open a backend for [`admit`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -37,7 +54,8 @@ pub struct Opening {
 }
 
 /// Loads `name` (a built-in name, a path, or `auto`), runs the exact gate with `progress`,
-/// and returns the backend only if it is admitted. CPU plugins get one lane per thread
+/// and returns the backend only if it is admitted; otherwise the verdict (rejected, or not
+/// loadable) comes back typed as [`NotAdmitted`]. CPU plugins get one lane per thread
 /// (`threads`, 0 for every core); device plugins get one instance.
 ///
 /// `auto` follows the seed: DP4A, then LUT, then CPU, each gated, hardware GPUs only (see
@@ -48,7 +66,8 @@ pub fn admit(
     opening: Opening,
     progress: &mut dyn FnMut(GateProgress<'_>),
     progress_line: &mut dyn FnMut(String),
-) -> anyhow::Result<Admitted> {
+) -> Result<Admitted, NotAdmitted> {
+    let not_loadable = |why: String| NotAdmitted { name: name.to_string(), verdict: Verdict::NotLoadable { why } };
     let (plugin, backend, verdict) = if name == "auto" {
         match auto::choose(threads) {
             Ok(choice) => {
@@ -56,27 +75,35 @@ pub fn admit(
                     progress_line(format!("auto: {}", verdict.line()));
                 }
                 progress_line(format!("auto: chose `{}`", choice.backend.name()));
-                let verdict = choice.verdicts.last().map_or_else(String::new, |v| v.line());
+                let verdict = match choice.verdicts.last() {
+                    Some(auto::Verdict::Gated { report, .. }) => report.verdict(),
+                    _ => unreachable!("auto::choose returns a choice only after a gate admitted it"),
+                };
                 (choice.plugin, choice.backend, verdict)
             }
             Err(verdicts) => {
                 let lines: Vec<String> = verdicts.iter().map(|v| v.line()).collect();
-                bail!("no backend was admitted:\n  {}", lines.join("\n  "));
+                return Err(not_loadable(format!("no backend was admitted: {}", lines.join("; "))));
             }
         }
     } else {
-        let (plugin, mut backend) = open_backend(name, threads, opening)?;
+        let (plugin, mut backend) = open_backend(name, threads, opening).map_err(|e| not_loadable(format!("{e:#}")))?;
         let report = run_gate(&mut backend, progress);
         progress_line(format!("gate: {} ({})", report.verdict_line(), backend.describe()));
-        if !report.admitted() {
-            bail!("backend `{name}` was not admitted: {}", report.verdict_line());
+        let verdict = report.verdict();
+        if !verdict.is_admitted() {
+            return Err(NotAdmitted { name: name.to_string(), verdict });
         }
-        (plugin, backend, report.verdict_line())
+        (plugin, backend, verdict)
     };
-    let lanes = if plugin.capabilities() & caps::DEVICE != 0 { 1 } else { crate::train::threads_or_all(threads) };
-    let extra = (1..lanes).map(|_| plugin.instantiate(1)).collect::<Result<Vec<_>, _>>()?;
+    let lanes = if plugin.capabilities() & caps::DEVICE != 0 { 1 } else { threads_or_all(threads) };
+    let extra = (1..lanes)
+        .map(|_| plugin.instantiate(1))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| not_loadable(format!("creating a lane: {e}")))?;
     let name = backend.name().to_string();
-    Ok(Admitted { gemm: UnitsGemm::with_lanes(backend, extra), name, verdict })
+    let device = backend.describe();
+    Ok(Admitted { gemm: UnitsGemm::with_lanes(backend, extra), name, verdict, device })
 }
 
 /// [`admit`] with default opening, verdicts printed unless `quiet`.
@@ -87,4 +114,21 @@ pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<Un
         }
     };
     Ok(admit(name, threads, Opening::default(), &mut |_| {}, &mut print)?.gemm)
+}
+
+/// `threads`, or every core for 0.
+pub fn threads_or_all(threads: u32) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    }
+}
+
+/// The products for a backend name: `float`, or an admitted plugin; `threads` lanes (0: one
+/// per core).
+pub fn gemm_for(backend: &str, threads: u32, quiet: bool) -> anyhow::Result<Box<dyn Gemm + Send>> {
+    if backend == "float" {
+        return Ok(Box::new(FloatGemm::new(threads_or_all(threads))));
+    }
+    Ok(Box::new(admitted_gemm(backend, threads, quiet)?))
 }

@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use lockstep_mesh::bench::{data_channel_mb_per_s, tcp_mb_per_s, Flavor};
-use lockstep_mesh::{Command, MeshConfig, Replica, Report, StepTiming};
+use lockstep_mesh::{Command, MeshConfig, Report, StepTiming};
 use lockstep_node::config::RunConfig;
+use lockstep_node::replica::{settings_of, Replica, TrainerReplica};
 use lockstep_node::session::Event;
 use lockstep_node::wire::FRAGMENT_BYTES;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
-use crate::node::TrainerReplica;
+use crate::backend::{admit, Opening};
+use crate::node_runtime::HostProvider;
 
 #[derive(clap::Args)]
 pub struct ExchangeArgs {
@@ -55,6 +57,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
     for index in 0..nodes {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         controls.push(tx);
+        let admitted = admit("cpu", threads, Opening::default(), &mut |_| {}, &mut |_| {})?;
         let config = MeshConfig {
             signal_url: url.clone(),
             bind_ip: "127.0.0.1".parse()?,
@@ -63,10 +66,12 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             turn_credential: String::new(),
             expected_phash,
             repair_after_ms: 5_000,
-            backend: "cpu".into(),
-            verdict: String::new(),
+            backend: admitted.name.clone(),
+            verdict: admitted.verdict.clone(),
         };
-        let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(TrainerReplica::new("cpu", threads, None)));
+        let provider = HostProvider { threads, data_url: None };
+        let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
+        let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(replica));
         let sink = reports.clone();
         tokio::spawn(lockstep_mesh::run(config, replica, rx, move |r| {
             sink.lock().unwrap_or_else(|p| p.into_inner()).push((index, Instant::now(), r))
@@ -82,7 +87,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
         anyhow::ensure!(Instant::now() < deadline, "the {nodes}-node mesh did not connect");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    controls[0].send(Command::Start(crate::node::settings_of(&RunConfig { steps, ..RunConfig::DEFAULT })))?;
+    controls[0].send(Command::Start(settings_of(&RunConfig { steps, ..RunConfig::DEFAULT })))?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let applied = |reports: &[(usize, Instant, Report)]| {
         reports.iter().filter(|(_, _, r)| matches!(r, Report::Applied { step, .. } if *step == steps)).count()

@@ -8,7 +8,8 @@ use std::time::Instant;
 use lockstep_node::data::{BuiltinSource, BUILTIN_CORPUS};
 use lockstep_node::trainer::Trainer;
 
-use crate::train::{gemm_for, ModelArgs};
+use crate::backend::gemm_for;
+use crate::train::ModelArgs;
 
 const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
 
@@ -44,7 +45,7 @@ struct Row {
 fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result<(f64, f32)> {
     let run = args.model.run_config();
     let gemm = gemm_for(backend, threads, true)?;
-    let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed))).map_err(anyhow::Error::msg)?;
+    let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed)))?;
     for _ in 0..args.warmup_steps {
         trainer.step()?;
     }

@@ -18,15 +18,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use lockstep_mesh::data_client::RemoteSource;
 use lockstep_mesh::Report;
-use lockstep_node::data::RemoteSource;
+use lockstep_node::replica::settings_of;
 use lockstep_node::session::Event;
 use lockstep_signaling::{serve, ServerConfig};
 
 use crate::backend::Opening;
 use crate::console::state::{update, Action, RunState, State};
 use crate::console::{action_sink, execute_effects, find_checkpoints, run_console};
-use crate::node::{emit, prepare, settings_of, MeshArgs, NodeHandle, Sink};
+use crate::headless::{emit, report_json};
+use crate::node_runtime::{prepare, MeshArgs, NodeHandle, Prepared, Sink};
 use crate::train::ModelArgs;
 
 #[derive(clap::Args)]
@@ -73,7 +75,7 @@ fn member_sink(actions: Sender<Action>, print: bool, finished: Arc<AtomicUsize>)
             _ => {}
         }
         if print {
-            emit(report.to_json(), Some(id.load(Ordering::Relaxed)));
+            emit(report_json(&report), Some(id.load(Ordering::Relaxed)));
         }
     })
 }
@@ -84,7 +86,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(!args.backends.is_empty(), "--backends names no backend");
     let nodes = args.backends.len();
     let threads = match args.threads {
-        0 => (crate::train::threads_or_all(0) / nodes).max(1) as u32,
+        0 => (crate::backend::threads_or_all(0) / nodes).max(1) as u32,
         n => n,
     };
     let say = |line: String| {
@@ -110,7 +112,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let url = format!("http://{addr}/data");
         // The nodes' own client, with room for the server's first fetch from the source.
         let probe = RemoteSource::new(&url, 0).map(|s| s.with_timeouts(Duration::from_secs(15), Duration::ZERO));
-        match probe.and_then(|source| source.probe()) {
+        match probe.and_then(|mut source| source.probe()) {
             Ok(()) => Some(url),
             Err(why) => {
                 say(format!("demo: /data is unreachable ({why}): training on the built-in corpus"));
@@ -134,8 +136,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         data: data.clone(),
     };
     let mut lines = Vec::new();
-    let (config, replica) = prepare(&url, &mesh(&args.backends[0]), Opening::default(), &mut |l| lines.push(l))?;
-    let mut state = State::new(&config.backend, &config.verdict, settings_of(&run), args.ckpt_dir.clone());
+    let Prepared { config, replica, device } =
+        prepare(&url, &mesh(&args.backends[0]), Opening::default(), &mut |l| lines.push(l))?;
+    let mut state = State::new(&config.backend, &config.verdict, &device, settings_of(&run), args.ckpt_dir.clone());
     state.autostart = Some(nodes);
     for line in lines.drain(..) {
         update(&mut state, Action::Log(format!("this node: {line}")));
@@ -150,7 +153,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         }
         console_sink(report);
     });
-    let leader = NodeHandle::start(config, replica, leader_sink)?;
+    let leader = NodeHandle::start(config, replica, threads, leader_sink)?;
     welcomed.recv_timeout(Duration::from_secs(20)).context("the console's node was not welcomed within 20 s")?;
 
     // The others ask to join.
@@ -167,8 +170,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 prepare(&url, &mesh("cpu"), Opening::default(), &mut |l| lines.push(l))?
             }
         };
-        let (config, replica) = prepared;
-        members.push(NodeHandle::start(config, replica, member_sink(tx.clone(), headless, finished.clone()))?);
+        let Prepared { config, replica, .. } = prepared;
+        members.push(NodeHandle::start(config, replica, threads, member_sink(tx.clone(), headless, finished.clone()))?);
     }
 
     if headless {
@@ -210,7 +213,7 @@ fn run_headless(
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
         };
         let printed = match &action {
-            Action::Report(report, _) => Some(report.to_json()),
+            Action::Report(report, _) => Some(report_json(report)),
             Action::Log(line) => Some(serde_json::json!({"event": "log", "message": line})),
             _ => None,
         };

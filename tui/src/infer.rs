@@ -10,7 +10,7 @@ use lockstep_node::kit;
 use lockstep_node::model::Model;
 use lockstep_node::params::Layout;
 
-use crate::train::gemm_for;
+use crate::backend::gemm_for;
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {

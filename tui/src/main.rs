@@ -11,8 +11,11 @@ mod bench_train;
 mod console;
 mod demo;
 mod gate;
+mod headless;
 mod infer;
 mod node;
+mod node_runtime;
+mod route;
 mod signal;
 mod train;
 

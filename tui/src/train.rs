@@ -6,13 +6,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use lockstep_mesh::data_client::RemoteSource;
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::data::{BuiltinSource, DataSource, Origin, RemoteSource};
-use lockstep_node::gemm::{FloatGemm, Gemm};
+use lockstep_node::data::{BuiltinSource, DataSource, Origin};
 use lockstep_node::trainer::Trainer;
 
-use crate::backend::admitted_gemm;
+use crate::backend::gemm_for;
 
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
@@ -105,7 +105,7 @@ fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
     for &id in &ids {
         let gemm = gemm_for(&args.backend, args.threads, true)?;
         let data = Box::new(BuiltinSource::new(lockstep_node::data::node_data_seed(run.seed, id)));
-        replicas.push(Trainer::new(run, gemm, data).map_err(anyhow::Error::msg)?);
+        replicas.push(Trainer::new(run, gemm, data)?);
     }
     let until = args.until.unwrap_or(run.steps);
     while replicas[0].step_count() < until {
@@ -172,23 +172,6 @@ fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool) {
     }
 }
 
-/// `threads`, or every core for 0.
-pub fn threads_or_all(threads: u32) -> usize {
-    match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n as usize,
-    }
-}
-
-/// The products for a backend name: `float`, or an admitted plugin; `threads` lanes (0: one
-/// per core).
-pub fn gemm_for(backend: &str, threads: u32, quiet: bool) -> anyhow::Result<Box<dyn Gemm + Send>> {
-    if backend == "float" {
-        return Ok(Box::new(FloatGemm::new(threads_or_all(threads))));
-    }
-    Ok(Box::new(admitted_gemm(backend, threads, quiet)?))
-}
-
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let resumed = match &args.resume {
         Some(path) => Some(checkpoint::load(path, None).with_context(|| format!("resuming from {}", path.display()))?),
@@ -203,16 +186,16 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let gemm = gemm_for(&args.backend, args.threads, args.json)?;
     let source: Box<dyn DataSource> = match &args.data {
-        Some(url) => Box::new(RemoteSource::new(url, run.seed).map_err(anyhow::Error::msg)?),
+        Some(url) => Box::new(RemoteSource::new(url, run.seed)?),
         None => Box::new(BuiltinSource::new(run.seed)),
     };
     let mut swaps = parse_swaps(&args.swaps)?;
-    let mut trainer = Trainer::new(run, gemm, source).map_err(anyhow::Error::msg)?;
+    let mut trainer = Trainer::new(run, gemm, source)?;
     if args.backend != "float" {
         trainer.set_audit_every(args.audit_every);
     }
     if let Some(state) = resumed {
-        trainer.restore(state).map_err(anyhow::Error::msg)?;
+        trainer.restore(state)?;
     }
     let until = args.until.unwrap_or(run.steps);
     if !args.json {

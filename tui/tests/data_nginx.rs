@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use lockstep_node::data::{DataSource, Origin, RemoteSource};
+use lockstep_mesh::data_client::RemoteSource;
+use lockstep_node::data::{DataSource, Origin};
 use lockstep_signaling::data::DataConfig;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 use serde_json::Value;

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use lockstep_backends::UnitsGemm;
 use lockstep_backends::{resolve_plugin, Plugin};
 use lockstep_node::checkpoint;
 use lockstep_node::config::VOCAB;
-use lockstep_node::gemm::UnitsGemm;
 use lockstep_node::model::Model;
 use lockstep_node::params::Layout;
 

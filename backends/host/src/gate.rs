@@ -7,6 +7,7 @@
 use lockstep_luts::probe::{probe_hash, probe_operands, PROBE_K, PROBE_M, PROBE_N};
 use lockstep_luts::rng::SplitMix64;
 use lockstep_luts::{gemm_i8_nt, gemm_nt};
+use lockstep_node::verdict::Verdict;
 use lockstep_worker_api::status;
 
 use crate::backend::{Backend, BackendError};
@@ -108,6 +109,21 @@ impl GateReport {
 
     pub fn failures(&self) -> impl Iterator<Item = &CaseResult> {
         self.cases.iter().filter(|case| case.failure.is_some())
+    }
+
+    /// The verdict as a type: admitted with the number of cases, or the first failing case.
+    pub fn verdict(&self) -> Verdict {
+        if self.admitted() {
+            Verdict::Admitted { cases: self.cases.len() as u32 }
+        } else if let Some(case) = self.failures().next() {
+            let detail = case.failure.as_ref().map_or_else(String::new, |f| f.to_string());
+            Verdict::Rejected { case: case.name.clone(), detail }
+        } else {
+            Verdict::Rejected {
+                case: "(aborted)".into(),
+                detail: self.aborted.clone().unwrap_or_else(|| "gate aborted".into()),
+            }
+        }
     }
 
     /// One line: the verdict and, on rejection, the first failing case.

@@ -32,7 +32,9 @@ use ratatui::Terminal;
 
 use self::state::{update, Action, CheckpointRow, Effect, Key, State};
 use crate::backend::Opening;
-use crate::node::{prepare, read_checkpoint, settings_of, MeshArgs, NodeHandle, Sink};
+use crate::node_runtime::{prepare, read_checkpoint, MeshArgs, NodeHandle, Prepared, Sink};
+use lockstep_node::replica::settings_of;
+use lockstep_node::verdict::Verdict;
 
 /// The one keymap: terminal keys to console keys.
 fn key_of(event: &TermEvent) -> Option<Key> {
@@ -83,14 +85,14 @@ pub fn survey_backends(actions: Sender<Action>, in_use: &str) {
     let in_use = in_use.to_string();
     std::thread::spawn(move || {
         for name in ["cpu", "lut", "dp4a"].into_iter().filter(|name| *name != in_use) {
-            let verdict = match crate::backend::open_backend(name, 1, Opening::default()) {
+            let (verdict, device) = match crate::backend::open_backend(name, 1, Opening::default()) {
                 Ok((_, mut backend)) => {
                     let report = lockstep_backends::gate::run_gate(&mut backend, &mut |_| {});
-                    format!("{} ({})", report.verdict_line(), backend.describe())
+                    (report.verdict(), backend.describe())
                 }
-                Err(e) => format!("unavailable: {e:#}"),
+                Err(e) => (Verdict::NotLoadable { why: format!("{e:#}") }, String::new()),
             };
-            if actions.send(Action::BackendVerdict { name: name.to_string(), verdict }).is_err() {
+            if actions.send(Action::BackendVerdict { name: name.to_string(), verdict, device }).is_err() {
                 return;
             }
         }
@@ -248,13 +250,13 @@ impl StderrToFile {
 /// `lockstep node` without `--headless`.
 pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::Result<ExitCode> {
     let mut print = |line: String| println!("{line}");
-    let (config, replica) = prepare(signal, mesh, Opening::default(), &mut print)?;
+    let Prepared { config, replica, device } = prepare(signal, mesh, Opening::default(), &mut print)?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let state = State::new(&config.backend, &config.verdict, settings_of(&defaults), mesh.ckpt_dir.clone());
+    let state = State::new(&config.backend, &config.verdict, &device, settings_of(&defaults), mesh.ckpt_dir.clone());
     find_checkpoints(tx.clone(), mesh.ckpt_dir.clone());
     survey_backends(tx.clone(), &config.backend);
     let started = Instant::now();
-    let node = NodeHandle::start(config, replica, action_sink(tx.clone(), started))?;
+    let node = NodeHandle::start(config, replica, mesh.threads, action_sink(tx.clone(), started))?;
     run_console(node, state, (tx, rx), started)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -9,10 +9,14 @@ use std::path::PathBuf;
 
 use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
 use lockstep_node::session::Event;
+use lockstep_node::verdict::Verdict;
 use lockstep_node::wire::{PeerId, RunSettings};
 
 /// Log lines kept.
 const LOG_LINES: usize = 500;
+/// A line equal to one of the last this many is not repeated: that line is counted and moves
+/// to the end (a chatty peer's messages, repeated every few seconds, stay readable).
+const COALESCE_WINDOW: usize = 6;
 /// Loss points kept for the chart (older ones are thinned, never the latest).
 const LOSS_POINTS: usize = 1200;
 /// Window for steps/s.
@@ -40,10 +44,11 @@ pub enum Action {
     Tick(f64),
     /// Checkpoint files found on disk (at start-up).
     CheckpointsFound(Vec<CheckpointRow>),
-    /// A plugin's verdict from the start-up survey.
+    /// A plugin's verdict from the start-up survey, and the device it would compute on.
     BackendVerdict {
         name: String,
-        verdict: String,
+        verdict: Verdict,
+        device: String,
     },
     /// The demo's own nodes are approved without asking.
     TrustJoiner(PeerId),
@@ -126,7 +131,7 @@ pub enum Link {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeerRow {
     pub backend: Option<String>,
-    pub verdict: Option<String>,
+    pub verdict: Option<Verdict>,
     pub link: Link,
     /// Last step whose weight and probe hashes matched (the guard passed), or the mismatch.
     pub agreed_at: Option<u32>,
@@ -167,7 +172,31 @@ pub struct CheckpointRow {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendRow {
     pub name: String,
-    pub verdict: String,
+    /// `None` while the survey is still gating it.
+    pub verdict: Option<Verdict>,
+    /// The plugin's own description of its device (empty when unknown).
+    pub device: String,
+}
+
+/// One log line: when it last happened, what, and how many times in a row (see
+/// [`COALESCE_WINDOW`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogLine {
+    /// Seconds since the console started.
+    pub at: f64,
+    pub text: String,
+    pub count: u32,
+}
+
+impl std::fmt::Display for LogLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stamp = self.at as u64;
+        write!(f, "{:02}:{:02} {}", stamp / 60, stamp % 60, self.text)?;
+        if self.count > 1 {
+            write!(f, " (×{})", self.count)?;
+        }
+        Ok(())
+    }
 }
 
 /// The run's health.
@@ -205,7 +234,7 @@ pub struct State {
     pub hash_guard_ms: f64,
     pub exchange_ms: f64,
     pub backend: String,
-    pub verdict: String,
+    pub verdict: Verdict,
     /// The hot-swap in progress, as one line.
     pub swap: Option<String>,
     pub ckpt_dir: PathBuf,
@@ -213,7 +242,7 @@ pub struct State {
     pub ckpt_selected: usize,
     pub backends: Vec<BackendRow>,
     pub backend_selected: usize,
-    pub log: VecDeque<String>,
+    pub log: VecDeque<LogLine>,
     pub focus: Pane,
     pub modal: Option<Modal>,
     pub trusted: BTreeSet<PeerId>,
@@ -223,7 +252,8 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(backend: &str, verdict: &str, start_settings: RunSettings, ckpt_dir: PathBuf) -> Self {
+    /// `backend` computes here, admitted with `verdict` on `device`.
+    pub fn new(backend: &str, verdict: &Verdict, device: &str, start_settings: RunSettings, ckpt_dir: PathBuf) -> Self {
         State {
             me: None,
             group: "connecting…".into(),
@@ -243,7 +273,7 @@ impl State {
             hash_guard_ms: 0.0,
             exchange_ms: 0.0,
             backend: backend.to_string(),
-            verdict: verdict.to_string(),
+            verdict: verdict.clone(),
             swap: None,
             ckpt_dir,
             checkpoints: Vec::new(),
@@ -252,7 +282,8 @@ impl State {
                 .iter()
                 .map(|&name| BackendRow {
                     name: name.to_string(),
-                    verdict: if name == backend { verdict.to_string() } else { "checking…".into() },
+                    verdict: (name == backend).then(|| verdict.clone()),
+                    device: if name == backend { device.to_string() } else { String::new() },
                 })
                 .collect(),
             backend_selected: 0,
@@ -293,8 +324,14 @@ impl State {
     }
 
     fn log(&mut self, line: impl Into<String>) {
-        let stamp = self.now as u64;
-        self.log.push_back(format!("{:02}:{:02} {}", stamp / 60, stamp % 60, line.into()));
+        let text = line.into();
+        let recent = self.log.len().saturating_sub(COALESCE_WINDOW);
+        let repeated = self.log.iter().skip(recent).position(|l| l.text == text).map(|i| recent + i);
+        let count = match repeated.and_then(|i| self.log.remove(i)) {
+            Some(earlier) => earlier.count + 1,
+            None => 1,
+        };
+        self.log.push_back(LogLine { at: self.now, text, count });
         while self.log.len() > LOG_LINES {
             self.log.pop_front();
         }
@@ -341,9 +378,12 @@ pub fn update(state: &mut State, action: Action) -> Vec<Effect> {
                 }
             }
         }
-        Action::BackendVerdict { name, verdict } => match state.backends.iter_mut().find(|b| b.name == name) {
-            Some(row) => row.verdict = verdict,
-            None => state.backends.push(BackendRow { name, verdict }),
+        Action::BackendVerdict { name, verdict, device } => match state.backends.iter_mut().find(|b| b.name == name) {
+            Some(row) => {
+                row.verdict = Some(verdict);
+                row.device = device;
+            }
+            None => state.backends.push(BackendRow { name, verdict: Some(verdict), device }),
         },
         Action::TrustJoiner(peer) => {
             state.trusted.insert(peer);
@@ -674,9 +714,9 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
                 state.swap = Some(format!("{backend}: admitted, takes over at the next step"));
                 state.log(format!("swap: {verdict}"));
             }
-            SwapProgress::Refused { backend, why } => {
+            SwapProgress::Refused { backend, verdict } => {
                 state.swap = None;
-                state.log(format!("swap to `{backend}` refused, keeping `{}`: {why}", state.backend));
+                state.log(format!("swap to `{backend}` refused, keeping `{}`: {verdict}", state.backend));
             }
         },
         Report::BackendSwapped(change) => {

@@ -3,21 +3,23 @@
 
 use std::path::PathBuf;
 
-use lockstep_mesh::{BackendChange, CheckpointTarget, Command, Report, StepTiming, SwapProgress};
+use lockstep_mesh::{CheckpointTarget, Command, Report, StepTiming, SwapProgress};
 use lockstep_node::config::RunConfig;
+use lockstep_node::replica::{settings_of, BackendChange};
 use lockstep_node::session::Event;
 use lockstep_node::step::GuardFailure;
+use lockstep_node::verdict::Verdict;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use super::state::{update, Action, CheckpointRow, Effect, Key, Modal, Pane, RunState, State, PANES};
 use super::view::render;
-use crate::node::settings_of;
 
-const VERDICT: &str = "ADMITTED: backend `cpu` matched the reference on all 40 cases, every bit";
+const VERDICT: Verdict = Verdict::Admitted { cases: 40 };
+const CPU_DEVICE: &str = "AVX-512 VNNI path, 2 thread(s)";
 
 fn fresh() -> State {
-    State::new("cpu", VERDICT, settings_of(&RunConfig::DEFAULT), PathBuf::from("checkpoints"))
+    State::new("cpu", &VERDICT, CPU_DEVICE, settings_of(&RunConfig::DEFAULT), PathBuf::from("checkpoints"))
 }
 
 fn report(state: &mut State, report: Report, at: f64) -> Vec<Effect> {
@@ -39,7 +41,7 @@ fn running() -> State {
     connected(&mut state);
     for (peer, backend, rtt) in [(2u64, "lut", 0.8), (3, "dp4a", 1.7)] {
         report(&mut state, Report::ChannelOpen(peer), 1.0);
-        report(&mut state, Report::PeerInfo { peer, backend: backend.into(), verdict: VERDICT.into() }, 1.0);
+        report(&mut state, Report::PeerInfo { peer, backend: backend.into(), verdict: VERDICT }, 1.0);
         let link = Report::Link { peer, rtt_ms: Some(rtt), bytes_in: 41_000_000 * peer, bytes_out: 39_500_000 * peer };
         report(&mut state, link, 1.0);
         report(&mut state, Report::Session(Event::PeerJoined(peer)), 1.0);
@@ -66,22 +68,21 @@ fn running() -> State {
         Report::CheckpointSaved { path: "checkpoints/node1-step000120.ckpt".into(), step: 120, whash: 0x5eed_0078 },
         32.0,
     );
-    update(
-        &mut state,
-        Action::BackendVerdict { name: "cpu".into(), verdict: format!("{VERDICT} (cpu mirror, 2 threads)") },
-    );
+    update(&mut state, Action::BackendVerdict { name: "cpu".into(), verdict: VERDICT, device: CPU_DEVICE.into() });
     update(
         &mut state,
         Action::BackendVerdict {
             name: "lut".into(),
-            verdict: format!("{} (llvmpipe, Vulkan, software)", VERDICT.replace("cpu", "lut")),
+            verdict: VERDICT,
+            device: "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Cpu, Mesa 22.3.6 (LLVM 15.0.6)), tile 64x64 of 4x4 outputs, 2 block(s) per stage".into(),
         },
     );
     update(
         &mut state,
         Action::BackendVerdict {
             name: "dp4a".into(),
-            verdict: "unavailable: no GPU adapter with an integer dot product".into(),
+            verdict: Verdict::NotLoadable { why: "no GPU adapter with an integer dot product".into() },
+            device: String::new(),
         },
     );
     update(&mut state, Action::Tick(32.0));
@@ -278,21 +279,29 @@ fn swap_by_pick_or_path_and_the_outcome_is_shown() {
     assert_eq!(state.modal, None, "one swap at a time");
     report(
         &mut state,
-        Report::Swap(SwapProgress::Refused { backend: "lut".into(), why: "case 3 differs".into() }),
+        Report::Swap(SwapProgress::Refused {
+            backend: "lut".into(),
+            verdict: Verdict::Rejected { case: "case 3".into(), detail: "bits differ".into() },
+        }),
         40.0,
     );
     assert_eq!(state.swap, None);
     assert_eq!(state.backend, "cpu");
-    assert!(state.log.back().unwrap().contains("refused, keeping `cpu`: case 3 differs"));
+    assert!(state
+        .log
+        .back()
+        .unwrap()
+        .text
+        .contains("refused, keeping `cpu`: REJECTED: failed case `case 3`: bits differ"));
 
     let typed: Vec<Key> =
         "/x/p.so".chars().map(Key::Char).chain([Key::Backspace, Key::Char('o'), Key::Enter]).collect();
     let mut all = vec![Key::Char('w'), Key::Char('p')];
     all.extend(typed);
     assert_eq!(keys(&mut state, &all), vec![Effect::Swap("/x/p.so".into())]);
-    report(&mut state, Report::Swap(SwapProgress::Staged { backend: "mine".into(), verdict: "ADMITTED".into() }), 41.0);
+    report(&mut state, Report::Swap(SwapProgress::Staged { backend: "mine".into(), verdict: VERDICT }), 41.0);
     assert!(state.swap.as_deref().unwrap().contains("next step"));
-    let change = BackendChange { backend: "mine".into(), verdict: "ADMITTED".into(), step: 122 };
+    let change = BackendChange { backend: "mine".into(), verdict: VERDICT, step: 122 };
     report(&mut state, Report::BackendSwapped(change), 42.0);
     assert_eq!(state.swap, None);
     assert_eq!(state.backend, "mine");
@@ -342,7 +351,7 @@ fn a_checkpoint_loaded_by_path_is_listed_and_offered_for_broadcast() {
     typed.extend([Key::Backspace, Key::Enter]);
     assert_eq!(keys(&mut state, &typed), vec![Effect::Inspect("/srv/x.ckpt".into())]);
     update(&mut state, Action::CheckpointLoaded(Err("/srv/x.ckpt: truncated".into())));
-    assert!(state.log.back().unwrap().contains("cannot load: /srv/x.ckpt: truncated"));
+    assert!(state.log.back().unwrap().text.contains("cannot load: /srv/x.ckpt: truncated"));
     assert_eq!(state.modal, None);
     let row = CheckpointRow { path: "/srv/x.ckpt".into(), step: 7, whash: 0x1234_5678 };
     update(&mut state, Action::CheckpointLoaded(Ok(row.clone())));
@@ -386,4 +395,56 @@ fn checkpoint_files_in_the_directory_are_listed_by_step_with_their_hashes() {
     assert_eq!((first.step, second.step), (0, 1));
     assert_ne!(rows[0].whash, rows[1].whash, "each file's own weights are hashed");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_backends_pane_puts_name_verdict_and_device_kind_first_and_cuts_nothing() {
+    let mut state = running();
+    state.focus = Pane::Backends;
+    let screen = draw(&state, 120, 40);
+    // The whole adapter description does not fit in the pane: the pane shows the verdict and
+    // the device's kind, each whole; the description is in the swap dialog.
+    for expected in [
+        "*cpu   admitted 40/40  cpu",
+        "  lut   admitted 40/40  software gpu",
+        "  dp4a  n/a: no GPU adapter with an integer dot product",
+    ] {
+        assert!(screen.contains(expected), "{expected:?} is not on the screen:\n{screen}");
+    }
+    assert!(!screen.contains("llvmpipe"), "the adapter's name belongs to the swap dialog:\n{screen}");
+    keys(&mut state, &[Key::Char('w')]);
+    let dialog = draw(&state, 120, 40);
+    assert!(dialog.contains("llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan, Cpu, Mesa 22.3.6"), "{dialog}");
+}
+
+#[test]
+fn repeated_log_lines_are_counted_not_repeated() {
+    let mut state = running();
+    let before = state.log.len();
+    // A slow leader: each of two peers asks for a repair every two seconds.
+    for round in 0..10 {
+        for from in [2, 3] {
+            let why = "a repair request for step 121 from a non-leader".to_string();
+            report(&mut state, Report::Session(Event::Ignored { from, why }), 40.0 + f64::from(round) * 2.0);
+        }
+    }
+    assert_eq!(state.log.len(), before + 2, "{:#?}", state.log);
+    let last: Vec<String> = state.log.iter().rev().take(2).map(ToString::to_string).collect();
+    assert_eq!(
+        last,
+        [
+            "00:58 ignored from node 3: a repair request for step 121 from a non-leader (×10)",
+            "00:58 ignored from node 2: a repair request for step 121 from a non-leader (×10)",
+        ]
+    );
+    // Something else in between is kept in order; a repeat after it is counted again.
+    update(&mut state, Action::Log("the operator says hello".into()));
+    report(
+        &mut state,
+        Report::Session(Event::Ignored { from: 2, why: "a repair request for step 121 from a non-leader".into() }),
+        80.0,
+    );
+    let last: Vec<String> = state.log.iter().rev().take(3).map(|l| l.text.clone()).collect();
+    assert_eq!(last[1], "the operator says hello");
+    assert_eq!(state.log.back().map(|l| l.count), Some(11));
 }

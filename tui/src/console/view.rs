@@ -5,6 +5,7 @@
 //! has a place. The focused pane has a double border and a `>` in its title, so focus is
 //! visible without colour.
 
+use lockstep_node::verdict::Verdict;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::symbols::Marker;
@@ -86,8 +87,8 @@ fn pane(state: &State, frame: &mut Frame<'_>, which: Pane, area: Rect) {
             // Newest at the bottom; long lines wrap (indented) rather than being cut.
             let (width, height) = (inner.width as usize, inner.height as usize);
             let mut rows: Vec<String> = Vec::new();
-            for line in state.log.iter().rev() {
-                let mut wrapped = wrap(line, width);
+            for line in state.log.iter().rev().map(ToString::to_string) {
+                let mut wrapped = wrap(&line, width);
                 wrapped.reverse();
                 rows.extend(wrapped);
                 if rows.len() >= height {
@@ -176,18 +177,18 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-/// A verdict line in one word.
-fn verdict_word(verdict: &str) -> &'static str {
-    if verdict.contains("ADMITTED") {
-        "admitted"
-    } else if verdict.contains("REJECTED") {
-        "REJECTED"
-    } else if verdict.contains("unavailable") {
-        "n/a"
-    } else if verdict.is_empty() {
-        "-"
+/// What kind of device a plugin's description names, in a word or two: device plugins
+/// describe their adapter with wgpu's device type (`Cpu` for a software rasterizer such as
+/// lavapipe), the CPU mirror names its instruction path.
+fn device_kind(device: &str) -> &'static str {
+    if device.contains(", Cpu,") {
+        "software gpu"
+    } else if device.contains(" path, ") {
+        "cpu"
+    } else if device.contains("tile ") {
+        "gpu"
     } else {
-        "?"
+        ""
     }
 }
 
@@ -225,7 +226,7 @@ fn roster(state: &State, frame: &mut Frame<'_>, area: Rect) {
             Row::new(vec![
                 Cell::from(if me { format!("{id} me") } else { id.to_string() }),
                 Cell::from(row.backend.clone().unwrap_or_else(|| "?".into())),
-                Cell::from(verdict_word(row.verdict.as_deref().unwrap_or(""))),
+                Cell::from(row.verdict.as_ref().map_or("-", Verdict::word)),
                 Cell::from(peer_state(state, id, row)),
                 Cell::from(hashes),
                 Cell::from(rtt),
@@ -329,8 +330,11 @@ fn backend_lines(state: &State) -> Vec<Line<'static>> {
     for (i, row) in state.backends.iter().enumerate() {
         let marker = if i == state.backend_selected && state.focus == Pane::Backends { ">" } else { " " };
         let using = if row.name == state.backend { "*" } else { " " };
-        let verdict = short_verdict(&row.verdict);
-        lines.push(Line::from(format!("{marker}{using}{:<5} {verdict}", row.name)));
+        // What matters first: name, verdict, device kind; the full description is in the
+        // swap dialog.
+        let verdict = row.verdict.as_ref().map_or_else(|| "checking…".to_string(), Verdict::short);
+        let kind = device_kind(&row.device);
+        lines.push(Line::from(format!("{marker}{using}{:<5} {verdict}  {kind}", row.name).trim_end().to_string()));
     }
     if !state.backends.iter().any(|b| b.name == state.backend) {
         lines.push(Line::from(format!("  in use: {}", state.backend)));
@@ -340,16 +344,6 @@ fn backend_lines(state: &State) -> Vec<Line<'static>> {
         None => "* in use; w swaps (gated first)".to_string(),
     }));
     lines
-}
-
-/// A verdict in a few words: `admitted 40/40 (device)`, or the refusal as it is.
-fn short_verdict(verdict: &str) -> String {
-    if let Some((_, rest)) = verdict.split_once("matched the reference on all ") {
-        let cases = rest.split_whitespace().next().unwrap_or("?");
-        let device = rest.split_once(" (").map_or(String::new(), |(_, d)| format!(" ({d}"));
-        return format!("admitted {cases}/{cases}{device}");
-    }
-    verdict.to_string()
 }
 
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
@@ -391,7 +385,13 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
             let mut lines = vec![Line::from(format!("Now: {}", state.backend)), Line::from("")];
             for (i, row) in state.backends.iter().enumerate() {
                 let marker = if i == *selected && typing.is_none() { ">" } else { " " };
-                lines.push(Line::from(format!("{marker} {:<5} {}", row.name, short_verdict(&row.verdict))));
+                let verdict = row.verdict.as_ref().map_or_else(|| "checking…".to_string(), Verdict::short);
+                lines.push(Line::from(format!("{marker} {:<5} {verdict}", row.name)));
+                // The full description, wrapped to the screen (the pane shows only its kind).
+                let room = (area.width as usize).saturating_sub(14).max(20);
+                for piece in wrap(&row.device, room).into_iter().filter(|p| !p.trim().is_empty()) {
+                    lines.push(Line::from(format!("        {}", piece.trim_start())));
+                }
             }
             lines.push(Line::from(""));
             match typing {

@@ -1,0 +1,122 @@
+//! WebRTC plumbing for one peer: the peer connection with the mesh's settings, its event
+//! handler, and the reader and writer tasks of its data channel.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bytes::BytesMut;
+use lockstep_node::wire::PeerId;
+use tokio::sync::mpsc;
+use webrtc::data_channel::{DataChannel, DataChannelEvent};
+use webrtc::peer_connection::{
+    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCConfigurationBuilder, RTCIceGatheringState,
+    RTCIceServer, RTCPeerConnectionState,
+};
+
+use crate::event_loop::Inbound;
+use crate::{channel_settings, mesh_runtime, MeshConfig};
+
+/// The data channel's label (the offerer creates it; the answerer takes it as offered).
+pub const CHANNEL_LABEL: &str = "lockstep";
+
+struct Handler {
+    peer: PeerId,
+    gathered: mpsc::UnboundedSender<()>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+}
+
+#[async_trait::async_trait]
+impl PeerConnectionEventHandler for Handler {
+    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
+        if state == RTCIceGatheringState::Complete {
+            let _ = self.gathered.send(());
+        }
+    }
+
+    async fn on_connection_state_change(&self, state: RTCPeerConnectionState) {
+        if matches!(state, RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed) {
+            let _ = self.inbound.send(Inbound::ChannelClosed(self.peer));
+        }
+    }
+
+    async fn on_data_channel(&self, channel: Arc<dyn DataChannel>) {
+        // Answerer side: the offerer created the channel.
+        spawn_reader(self.peer, channel, self.inbound.clone());
+    }
+}
+
+/// Reads a channel's events until it closes.
+pub fn spawn_reader(peer: PeerId, channel: Arc<dyn DataChannel>, inbound: mpsc::UnboundedSender<Inbound>) {
+    tokio::spawn(async move {
+        let mut announced = false;
+        while let Some(event) = channel.poll().await {
+            match event {
+                DataChannelEvent::OnOpen if !announced => {
+                    announced = true;
+                    let _ = inbound.send(Inbound::ChannelOpen(peer, channel.clone()));
+                }
+                DataChannelEvent::OnMessage(message) => {
+                    let _ = inbound.send(Inbound::Frame(peer, message.data));
+                }
+                DataChannelEvent::OnClose => break,
+                _ => {}
+            }
+        }
+        let _ = inbound.send(Inbound::ChannelClosed(peer));
+    });
+}
+
+/// One task per channel writes its frames in order; `send` waits while the channel's buffer
+/// is full, so a slow peer only slows its own queue.
+pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> mpsc::UnboundedSender<Vec<u8>> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if channel.send(BytesMut::from(&frame[..])).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// A peer connection to `peer` with the mesh's settings, and a receiver that fires once ICE
+/// gathering has completed.
+pub async fn new_connection(
+    config: &MeshConfig,
+    peer: PeerId,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+) -> anyhow::Result<(Arc<dyn PeerConnection>, mpsc::UnboundedReceiver<()>)> {
+    let (gathered_tx, gathered_rx) = mpsc::unbounded_channel();
+    let ice_servers = if config.ice_servers.is_empty() {
+        Vec::new()
+    } else {
+        vec![RTCIceServer {
+            urls: config.ice_servers.clone(),
+            username: config.turn_username.clone(),
+            credential: config.turn_credential.clone(),
+        }]
+    };
+    let runtime = mesh_runtime()?;
+    let builder = PeerConnectionBuilder::new()
+        .with_configuration(RTCConfigurationBuilder::new().with_ice_servers(ice_servers).build())
+        .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))
+        .with_runtime(runtime)
+        .with_udp_addrs(vec![format!("{}:0", config.bind_ip)]);
+    let connection =
+        channel_settings(builder, config.bind_ip.is_loopback()).build().await.context("creating a peer connection")?;
+    Ok((Arc::new(connection), gathered_rx))
+}
+
+/// Waits for ICE gathering (no trickle): the local description then carries every candidate.
+pub async fn gathered_description(
+    connection: &Arc<dyn PeerConnection>,
+    gathered: &mut mpsc::UnboundedReceiver<()>,
+) -> anyhow::Result<serde_json::Value> {
+    if tokio::time::timeout(Duration::from_secs(10), gathered.recv()).await.is_err() {
+        bail!("ICE gathering did not complete within 10 s");
+    }
+    let description = connection.local_description().await.context("no local description")?;
+    serde_json::to_value(description).context("encoding the session description")
+}

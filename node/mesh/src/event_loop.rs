@@ -1,0 +1,572 @@
+//! The mesh's event loop: one object, [`MeshLoop`], owns everything the adapter keeps between
+//! events, and one small method handles each kind of event — a tick, a user command, a
+//! signaling message, a frame, a channel opening or closing, a compute result, a saved
+//! checkpoint. Every one of them ends the same way: inputs for the session go to
+//! [`MeshLoop::drive`], which carries out what the session asks (`Output`s), in order.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use lockstep_node::replica::{BackendChange, Replica, ReplicaError};
+use lockstep_node::session::{Event, Input, Output, Session, SessionConfig};
+use lockstep_node::wire::{self, Gradient, Message, PeerId, Reassembler};
+use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
+use tokio::sync::mpsc;
+use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
+use webrtc::peer_connection::{PeerConnection, RTCSessionDescription};
+
+use crate::checkpoint_file::{save_checkpoint, SaveError, Saved};
+use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
+use crate::{Command, MeshConfig, Report, StepTiming, TICK};
+
+/// What the adapter's tasks tell the loop.
+pub(crate) enum Inbound {
+    /// A message from the signaling server, or why its frame was not one.
+    Signal(Result<ServerMessage, String>),
+    SignalClosed(String),
+    ChannelOpen(PeerId, Arc<dyn DataChannel>),
+    Frame(PeerId, BytesMut),
+    ChannelClosed(PeerId),
+    /// A compute task's answer: its gradient, seconds computing and hashing, a backend swap
+    /// that took effect at its start, and the state generation it was asked in.
+    Computed {
+        result: Result<Gradient, ReplicaError>,
+        seconds: f64,
+        hash: f64,
+        change: Option<BackendChange>,
+        generation: u64,
+    },
+    Saved(Result<Saved, SaveError>),
+}
+
+/// Whether the loop goes on after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Stop,
+}
+
+/// One peer's WebRTC connection and, once its channel is open, its writer.
+struct Peer {
+    connection: Arc<dyn PeerConnection>,
+    /// Set once the channel is open (the session then knows the peer).
+    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+/// Counters of one peer's link.
+#[derive(Default)]
+struct LinkStats {
+    bytes_in: u64,
+    bytes_out: u64,
+    rtt_ms: Option<f64>,
+    /// The outstanding ping: its nonce and when it left.
+    ping: Option<(u64, Instant)>,
+}
+
+impl LinkStats {
+    /// The answer to our outstanding ping: the round trip is measured.
+    fn pong(&mut self, nonce: u64) {
+        if let Some((sent, at)) = self.ping {
+            if sent == nonce {
+                self.rtt_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+                self.ping = None;
+            }
+        }
+    }
+}
+
+/// The peers and what goes out to them: per-peer counters, the fault-injection cuts, and the
+/// message ids for fragmentation.
+#[derive(Default)]
+struct Links {
+    peers: BTreeMap<PeerId, Peer>,
+    stats: BTreeMap<PeerId, LinkStats>,
+    /// Peers nothing is sent to (fault injection; the channel stays open).
+    cut: Vec<PeerId>,
+    next_message_id: u32,
+}
+
+impl Links {
+    /// Encodes, fragments and queues `message` for `to` (if its channel is open and not cut).
+    fn send(&mut self, to: PeerId, message: &Message) {
+        let Some(writer) = self.peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
+        if self.cut.contains(&to) {
+            return;
+        }
+        self.next_message_id = self.next_message_id.wrapping_add(1);
+        let link = self.stats.entry(to).or_default();
+        for frame in wire::frames(wire::encode(message), self.next_message_id) {
+            link.bytes_out += frame.len() as u64;
+            let _ = writer.send(frame);
+        }
+    }
+
+    /// `message` to every peer whose channel is open.
+    fn broadcast(&mut self, message: &Message) {
+        for peer in self.open() {
+            self.send(peer, message);
+        }
+    }
+
+    /// Peers whose data channel is open.
+    fn open(&self) -> Vec<PeerId> {
+        self.peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
+    }
+}
+
+/// The adapter's state between events.
+pub(crate) struct MeshLoop<R> {
+    config: MeshConfig,
+    replica: Arc<Mutex<dyn Replica>>,
+    report: R,
+    /// Where the tasks this loop spawns send their events.
+    inbound: mpsc::UnboundedSender<Inbound>,
+    /// Messages for the signaling server.
+    signal_out: mpsc::UnboundedSender<ClientMessage>,
+    me: Option<PeerId>,
+    /// Exists once the signaling server has welcomed us.
+    session: Option<Session>,
+    links: Links,
+    reassembler: Reassembler,
+    /// What computes here, as every peer is told (when its channel opens, and after a swap).
+    hello: Message,
+    /// The step being computed or exchanged: where its time went so far.
+    timing: StepTiming,
+    computed_at: Option<Instant>,
+    /// An applied step whose `weights` report waits for its hash: the next step's gradient
+    /// carries it, or `flush` asks the replica when no step is computing.
+    unreported: Option<(u32, StepTiming)>,
+    /// Compute tasks under way.
+    computing: usize,
+    /// How many times the replica's state was replaced (a restore or a new run): a gradient
+    /// begun before that belongs to the old state and is dropped.
+    generation: u64,
+    ticks: u64,
+    started: Instant,
+}
+
+impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
+    pub(crate) fn new(
+        config: MeshConfig,
+        replica: Arc<Mutex<dyn Replica>>,
+        report: R,
+        inbound: mpsc::UnboundedSender<Inbound>,
+        signal_out: mpsc::UnboundedSender<ClientMessage>,
+    ) -> Self {
+        let hello = Message::PeerInfo { backend: config.backend.clone(), verdict: config.verdict.clone() };
+        MeshLoop {
+            config,
+            replica,
+            report,
+            inbound,
+            signal_out,
+            me: None,
+            session: None,
+            links: Links::default(),
+            reassembler: Reassembler::default(),
+            hello,
+            timing: StepTiming::default(),
+            computed_at: None,
+            unreported: None,
+            computing: 0,
+            generation: 0,
+            ticks: 0,
+            started: Instant::now(),
+        }
+    }
+
+    fn replica(&self) -> MutexGuard<'_, dyn Replica + 'static> {
+        self.replica.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs until `Quit`, a closed command channel, a refusal or the signaling server's end.
+    pub(crate) async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut inbound: mpsc::UnboundedReceiver<Inbound>,
+    ) {
+        let mut ticker = tokio::time::interval(TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let flow = tokio::select! {
+                _ = ticker.tick() => self.on_tick(),
+                command = commands.recv() => self.on_command(command),
+                event = inbound.recv() => match event {
+                    Some(event) => self.on_inbound(event).await,
+                    None => Flow::Stop,
+                },
+            };
+            if self.computing == 0 {
+                self.flush();
+            }
+            if flow == Flow::Stop {
+                break;
+            }
+        }
+        self.flush();
+        for (_, peer) in std::mem::take(&mut self.links.peers) {
+            let _ = peer.connection.close().await;
+        }
+    }
+
+    /// Every tick: the session's clock, a backend swap made between runs, and once a second
+    /// the link reports and pings.
+    fn on_tick(&mut self) -> Flow {
+        self.ticks += 1;
+        // A swap made between runs shows up here (never blocks on a computing replica).
+        let change = self.replica.try_lock().ok().and_then(|mut r| r.take_backend_change());
+        if let Some(change) = change {
+            self.announce(change);
+        }
+        if self.ticks.is_multiple_of(20) {
+            self.ping_links();
+        }
+        self.drive(vec![Input::Tick { now_ms: self.started.elapsed().as_millis() as u64 }]);
+        Flow::Continue
+    }
+
+    fn ping_links(&mut self) {
+        for peer in self.links.open() {
+            let link = self.links.stats.entry(peer).or_default();
+            (self.report)(Report::Link {
+                peer,
+                rtt_ms: link.rtt_ms,
+                bytes_in: link.bytes_in,
+                bytes_out: link.bytes_out,
+            });
+            link.ping = Some((self.ticks, Instant::now()));
+            self.links.send(peer, &Message::Ping { nonce: self.ticks });
+        }
+    }
+
+    fn on_command(&mut self, command: Option<Command>) -> Flow {
+        match command {
+            None | Some(Command::Quit) => return Flow::Stop,
+            Some(Command::Start(settings)) => self.drive(vec![Input::Start(settings)]),
+            Some(Command::PushCheckpoint(bytes)) => self.drive(vec![Input::PushCheckpoint { bytes }]),
+            Some(Command::CutLinkTo(peer)) => self.links.cut.push(peer),
+            Some(Command::Approve(peer)) => {
+                let _ = self.signal_out.send(ClientMessage::Approve { peer });
+            }
+            Some(Command::Deny { peer, reason }) => {
+                let _ = self.signal_out.send(ClientMessage::Deny { peer, reason: Some(reason) });
+            }
+            Some(Command::SaveCheckpoint(target)) => {
+                let me = self.me.unwrap_or(0);
+                let replica = self.replica.clone();
+                let tx = self.inbound.clone();
+                tokio::task::spawn_blocking(move || {
+                    let (bytes, step, whash) = {
+                        let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                        (replica.snapshot(), replica.steps_done(), replica.weight_hash())
+                    };
+                    let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, step, whash)));
+                });
+            }
+            Some(Command::FlipWeightBit) => {
+                self.flush();
+                self.replica().flip_weight_bit();
+                let step = self.session.as_ref().map_or(0, Session::applied);
+                (self.report)(Report::Warning(format!("fault injection: flipped one weight bit after step {step}")));
+            }
+        }
+        Flow::Continue
+    }
+
+    async fn on_inbound(&mut self, event: Inbound) -> Flow {
+        match event {
+            Inbound::Signal(Err(why)) => (self.report)(Report::Warning(why)),
+            Inbound::Signal(Ok(message)) => return self.on_signal(message).await,
+            Inbound::SignalClosed(why) => {
+                (self.report)(Report::Warning(why));
+                return Flow::Stop;
+            }
+            Inbound::ChannelOpen(peer, channel) => self.on_channel_open(peer, channel),
+            Inbound::Frame(peer, bytes) => self.on_frame(peer, &bytes),
+            Inbound::ChannelClosed(peer) => self.on_channel_closed(peer).await,
+            Inbound::Saved(Ok(saved)) => {
+                (self.report)(Report::CheckpointSaved { path: saved.path, step: saved.step, whash: saved.whash })
+            }
+            Inbound::Saved(Err(why)) => (self.report)(Report::Warning(format!("checkpoint not saved: {why}"))),
+            Inbound::Computed { result, seconds, hash, change, generation } => {
+                self.on_computed(result, seconds, hash, change, generation)
+            }
+        }
+        Flow::Continue
+    }
+
+    async fn on_signal(&mut self, message: ServerMessage) -> Flow {
+        match message {
+            ServerMessage::Welcome { id, group, host, members, .. } => {
+                self.me = Some(id);
+                self.replica().set_identity(id);
+                self.session = Some(Session::new(SessionConfig {
+                    me: id,
+                    expected_phash: self.config.expected_phash,
+                    repair_after_ms: self.config.repair_after_ms,
+                }));
+                let group = match group {
+                    GroupName::Room(name) => format!("room {name}"),
+                    GroupName::Ip(address) => format!("address {address}"),
+                };
+                (self.report)(Report::Connected { id, members: members.clone(), group, host });
+                for peer in members.into_iter().filter(|&p| id < p) {
+                    self.offer_to(peer).await;
+                }
+            }
+            ServerMessage::PeerJoined { peer } => {
+                if self.me.is_some_and(|id| id < peer) && !self.links.peers.contains_key(&peer) {
+                    self.offer_to(peer).await;
+                }
+            }
+            ServerMessage::PeerLeft { peer } => {
+                // The same path as a channel that closes on its own.
+                (self.report)(Report::SignalPeerLeft(peer));
+                let _ = self.inbound.send(Inbound::ChannelClosed(peer));
+            }
+            ServerMessage::Waiting { id, room } => (self.report)(Report::Waiting { id, room }),
+            ServerMessage::JoinRequest { peer, address } => (self.report)(Report::JoinRequest { peer, address }),
+            ServerMessage::HostChanged { host } => (self.report)(Report::HostChanged(host)),
+            ServerMessage::Signal { from, kind, data } => self.on_handshake(from, kind, data).await,
+            ServerMessage::Error { message, .. } => {
+                (self.report)(Report::Warning(format!("signaling server: {message}")))
+            }
+            ServerMessage::Denied { reason } => {
+                (self.report)(Report::Denied(reason));
+                return Flow::Stop;
+            }
+            ServerMessage::Pong => {}
+        }
+        Flow::Continue
+    }
+
+    /// A relayed WebRTC handshake message from `from`.
+    async fn on_handshake(&mut self, from: PeerId, kind: SignalKind, data: serde_json::Value) {
+        let (SignalKind::Offer | SignalKind::Answer) = kind else {
+            // Candidates travel inside the descriptions (gathering completes first).
+            return;
+        };
+        let Ok(description) = serde_json::from_value::<RTCSessionDescription>(data) else {
+            (self.report)(Report::Warning(format!("peer {from} sent an unreadable session description")));
+            return;
+        };
+        if kind == SignalKind::Offer {
+            if let Err(e) = self.answer_to(from, description).await {
+                (self.report)(Report::Warning(format!("cannot answer peer {from}: {e:#}")));
+            }
+        } else if let Some(entry) = self.links.peers.get(&from) {
+            if let Err(e) = entry.connection.set_remote_description(description).await {
+                (self.report)(Report::Warning(format!("peer {from}'s answer was refused: {e}")));
+            }
+        }
+    }
+
+    /// We have the smaller id: we create the channel and offer.
+    async fn offer_to(&mut self, peer: PeerId) {
+        let result: anyhow::Result<()> = async {
+            let (connection, mut gathered) = new_connection(&self.config, peer, &self.inbound).await?;
+            let init = RTCDataChannelInit { ordered: true, ..Default::default() };
+            let channel = connection.create_data_channel(CHANNEL_LABEL, Some(init)).await?;
+            spawn_reader(peer, channel, self.inbound.clone());
+            let offer = connection.create_offer(None).await?;
+            connection.set_local_description(offer).await?;
+            let data = gathered_description(&connection, &mut gathered).await?;
+            self.signal_out.send(ClientMessage::Signal { to: peer, kind: SignalKind::Offer, data })?;
+            self.links.peers.insert(peer, Peer { connection, writer: None });
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            (self.report)(Report::Warning(format!("cannot connect to peer {peer}: {e:#}")));
+        }
+    }
+
+    async fn answer_to(&mut self, peer: PeerId, offer: RTCSessionDescription) -> anyhow::Result<()> {
+        let (connection, mut gathered) = new_connection(&self.config, peer, &self.inbound).await?;
+        connection.set_remote_description(offer).await?;
+        let answer = connection.create_answer(None).await?;
+        connection.set_local_description(answer).await?;
+        let data = gathered_description(&connection, &mut gathered).await?;
+        self.signal_out.send(ClientMessage::Signal { to: peer, kind: SignalKind::Answer, data })?;
+        self.links.peers.insert(peer, Peer { connection, writer: None });
+        Ok(())
+    }
+
+    fn on_channel_open(&mut self, peer: PeerId, channel: Arc<dyn DataChannel>) {
+        let Some(entry) = self.links.peers.get_mut(&peer) else { return };
+        if entry.writer.is_some() {
+            return;
+        }
+        entry.writer = Some(spawn_writer(channel));
+        (self.report)(Report::ChannelOpen(peer));
+        let hello = self.hello.clone();
+        self.links.send(peer, &hello);
+        self.drive(vec![Input::Connected(peer)]);
+    }
+
+    async fn on_channel_closed(&mut self, peer: PeerId) {
+        let Some(entry) = self.links.peers.remove(&peer) else { return };
+        let _ = entry.connection.close().await;
+        self.reassembler.forget(peer);
+        self.links.stats.remove(&peer);
+        if entry.writer.is_some() {
+            self.drive(vec![Input::Disconnected(peer)]);
+        }
+    }
+
+    /// A frame: link messages are answered here, everything else goes to the session.
+    fn on_frame(&mut self, peer: PeerId, bytes: &[u8]) {
+        self.links.stats.entry(peer).or_default().bytes_in += bytes.len() as u64;
+        match self.reassembler.push(peer, bytes) {
+            Ok(Some(Message::Ping { nonce })) => self.links.send(peer, &Message::Pong { nonce }),
+            Ok(Some(Message::Pong { nonce })) => self.links.stats.entry(peer).or_default().pong(nonce),
+            Ok(Some(Message::PeerInfo { backend, verdict })) => {
+                (self.report)(Report::PeerInfo { peer, backend, verdict })
+            }
+            Ok(Some(message)) => self.drive(vec![Input::Received { from: peer, message }]),
+            Ok(None) => {}
+            Err(e) => (self.report)(Report::Warning(format!("peer {peer} sent a malformed frame: {e}"))),
+        }
+    }
+
+    fn on_computed(
+        &mut self,
+        result: Result<Gradient, ReplicaError>,
+        seconds: f64,
+        hash: f64,
+        change: Option<BackendChange>,
+        generation: u64,
+    ) {
+        self.computing -= 1;
+        if let Some(change) = change {
+            self.announce(change);
+        }
+        if generation != self.generation {
+            // Begun before a restore (or a new run): it answers a state that is gone.
+            (self.report)(Report::Warning(
+                "a gradient begun before the restore was dropped (it belongs to the replaced weights)".into(),
+            ));
+            return;
+        }
+        match result {
+            Ok(gradient) => {
+                if let Some((step, timing)) = self.unreported.take() {
+                    (self.report)(Report::Applied { step, whash: gradient.whash, timing });
+                }
+                self.timing = StepTiming { compute: seconds - hash, hash_guard: hash, exchange: 0.0 };
+                self.computed_at = Some(Instant::now());
+                self.drive(vec![Input::Computed(gradient)]);
+            }
+            Err(why) => (self.report)(Report::Warning(format!("compute failed, this node stops contributing: {why}"))),
+        }
+    }
+
+    /// Feeds the session and carries out its outputs; an output that answers at once (a
+    /// configure, a restore) feeds its answer back before anything else.
+    fn drive(&mut self, inputs: Vec<Input>) {
+        let mut queue: VecDeque<Input> = inputs.into();
+        while let Some(input) = queue.pop_front() {
+            let Some(session) = self.session.as_mut() else { return };
+            let handling = Instant::now();
+            let outputs = session.handle(input);
+            // The input that completes a step carries the guard and the roster-order average.
+            let handled = handling.elapsed().as_secs_f64();
+            for output in outputs {
+                if let Some(answer) = self.execute(output, handled) {
+                    queue.push_front(answer);
+                }
+            }
+        }
+    }
+
+    /// Carries out one session output; returns the session's next input when the output is
+    /// answered at once.
+    fn execute(&mut self, output: Output, handled: f64) -> Option<Input> {
+        match output {
+            Output::Send { to, message } => self.links.send(to, &message),
+            Output::Configure(settings) => {
+                self.generation += 1;
+                let result = self.replica().configure(&settings);
+                return Some(match result {
+                    Ok(weights) => Input::Configured { weights },
+                    Err(why) => Input::Failed { why: why.to_string() },
+                });
+            }
+            Output::Compute { step } => self.spawn_compute(step),
+            Output::Apply { step, gradient, .. } => {
+                self.flush();
+                let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
+                let mut timing = self.timing;
+                {
+                    let mut replica = self.replica();
+                    replica.apply(&gradient);
+                    timing.hash_guard += replica.take_hash_seconds() + handled;
+                }
+                timing.exchange = waited;
+                self.unreported = Some((step, timing));
+            }
+            Output::SendSnapshot { to } => {
+                let bytes = self.replica().snapshot();
+                self.links.send(to, &Message::Resume(bytes));
+            }
+            Output::Restore { bytes } => {
+                self.flush();
+                self.generation += 1;
+                let restored = {
+                    let mut replica = self.replica();
+                    replica.restore(&bytes).map(|(step, weights)| (step, weights, replica.weight_hash()))
+                };
+                return Some(match restored {
+                    Ok((step, weights, whash)) => {
+                        (self.report)(Report::Restored { step, whash });
+                        Input::Restored { step, weights }
+                    }
+                    Err(why) => Input::Failed { why: why.to_string() },
+                });
+            }
+            Output::Event(event) => {
+                // The last step's `weights` come before the run's end.
+                if matches!(event, Event::RunFinished { .. } | Event::GuardStopped(_) | Event::Error(_)) {
+                    self.flush();
+                }
+                (self.report)(Report::Session(event));
+            }
+        }
+        None
+    }
+
+    /// Computes our gradient for `step` on a blocking thread.
+    fn spawn_compute(&mut self, step: u32) {
+        self.computing += 1;
+        let replica = self.replica.clone();
+        let tx = self.inbound.clone();
+        let generation = self.generation;
+        tokio::task::spawn_blocking(move || {
+            let began = Instant::now();
+            let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+            let result = replica.compute(step);
+            let hash = replica.take_hash_seconds();
+            let change = replica.take_backend_change();
+            let seconds = began.elapsed().as_secs_f64();
+            let _ = tx.send(Inbound::Computed { result, seconds, hash, change, generation });
+        });
+    }
+
+    /// Reports the last applied step once its hash is known (asking the replica for it).
+    fn flush(&mut self) {
+        if let Some((step, timing)) = self.unreported.take() {
+            let whash = self.replica().weight_hash();
+            (self.report)(Report::Applied { step, whash, timing });
+        }
+    }
+
+    /// Our backend changed: tell every open peer and report it.
+    fn announce(&mut self, change: BackendChange) {
+        self.hello = Message::PeerInfo { backend: change.backend.clone(), verdict: change.verdict.clone() };
+        let hello = self.hello.clone();
+        self.links.broadcast(&hello);
+        (self.report)(Report::BackendSwapped(change));
+    }
+}

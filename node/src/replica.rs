@@ -1,0 +1,445 @@
+//! The trainer as the mesh sees it: a [`Replica`] owns the model, the optimizer and what
+//! computes the products; the session only decides.
+//!
+//! [`TrainerReplica`] is the real one. Two things it needs come from outside this crate and
+//! are injected through a [`Provider`]: opening and gating a backend (the plugin host is not a
+//! dependency of `node`), and opening a data stream (the `/data` client does I/O). Hot-swaps
+//! are staged: an admitted backend waits for the next step boundary, then computes from that
+//! step on, and the change is reported once. The weight hash of an update runs on a thread of
+//! its own while the next step computes (FNV-1a is byte-serial, ~0.8 GB/s).
+
+use std::error::Error;
+use std::sync::Arc;
+
+use crate::checkpoint::{self, CheckpointError};
+use crate::config::{ConfigError, ModelConfig, RunConfig};
+use crate::data::{node_data_seed, DataSource};
+use crate::gemm::{ComputeError, Gemm};
+use crate::trainer::{RestoreError, Trainer};
+use crate::verdict::Verdict;
+use crate::wire::{Gradient, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+
+/// An error from outside this crate (a plugin host's, a data client's), kept whole.
+pub type ForeignError = Arc<dyn Error + Send + Sync>;
+
+/// Why a replica could not do what it was asked.
+#[derive(Clone, Debug)]
+pub enum ReplicaError {
+    /// Nothing to compute with: no run is configured.
+    NoRun,
+    /// The run settings are not a usable run.
+    Config(ConfigError),
+    /// No backend could be opened for the run.
+    Backend(ForeignError),
+    /// The data stream could not be opened.
+    Data(ForeignError),
+    Compute(ComputeError),
+    Checkpoint(CheckpointError),
+    Restore(RestoreError),
+    /// Asked for a step that does not follow the last one applied.
+    WrongStep {
+        asked: u32,
+        at: u32,
+    },
+}
+
+impl std::fmt::Display for ReplicaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplicaError::NoRun => f.write_str("no run is configured"),
+            ReplicaError::Config(e) => write!(f, "invalid run settings: {e}"),
+            ReplicaError::Backend(e) => write!(f, "no backend: {e}"),
+            ReplicaError::Data(e) => write!(f, "no data source: {e}"),
+            ReplicaError::Compute(e) => write!(f, "{e}"),
+            ReplicaError::Checkpoint(e) => write!(f, "{e}"),
+            ReplicaError::Restore(e) => write!(f, "{e}"),
+            ReplicaError::WrongStep { asked, at } => write!(f, "asked for step {asked} at step {at}"),
+        }
+    }
+}
+
+impl Error for ReplicaError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            ReplicaError::Backend(e) | ReplicaError::Data(e) => Some(e.as_ref()),
+            ReplicaError::Compute(e) => Some(e),
+            ReplicaError::Checkpoint(e) => Some(e),
+            ReplicaError::Restore(e) => Some(e),
+            ReplicaError::Config(e) => Some(e),
+            ReplicaError::NoRun | ReplicaError::WrongStep { .. } => None,
+        }
+    }
+}
+
+impl From<ComputeError> for ReplicaError {
+    fn from(e: ComputeError) -> Self {
+        ReplicaError::Compute(e)
+    }
+}
+
+/// The replica's state and compute, owned by the mesh adapter; the session only decides.
+pub trait Replica: Send + 'static {
+    /// A fresh model and optimizer for `settings`; returns the parameter count.
+    fn configure(&mut self, settings: &RunSettings) -> Result<usize, ReplicaError>;
+    /// Our gradient for `step` at the current weights (weight hash before, probe hash of the
+    /// live kernel, loss). May take long: runs on a blocking thread.
+    fn compute(&mut self, step: u32) -> Result<Gradient, ReplicaError>;
+    /// One optimizer update. The new weights' hash is the next `compute`'s `whash` (or
+    /// `weight_hash` when no step follows), so each update is hashed once and a replica may
+    /// hash while the next step computes.
+    fn apply(&mut self, gradient: &[f32]);
+    /// A checkpoint of everything that determines the next update (empty before a run).
+    fn snapshot(&self) -> Vec<u8>;
+    /// Steps the current weights are the result of (the snapshot's step).
+    fn steps_done(&self) -> u32;
+    /// Restore a checkpoint; returns (steps done, parameter count).
+    fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError>;
+    /// The current weights' hash (waiting for it if it is being computed).
+    fn weight_hash(&mut self) -> u32;
+    /// Seconds spent hashing (weight hash, probe) since the last call, for the step-time
+    /// breakdown.
+    fn take_hash_seconds(&mut self) -> f64 {
+        0.0
+    }
+    /// Fault injection for tests: flip the lowest bit of one weight.
+    fn flip_weight_bit(&mut self);
+    /// This node's id in the group, known once the signaling server has welcomed it.
+    fn set_identity(&mut self, _peer: PeerId) {}
+    /// A backend swap that took effect since the last call (at a step boundary, before the
+    /// step's compute), if any.
+    fn take_backend_change(&mut self) -> Option<BackendChange> {
+        None
+    }
+}
+
+/// A hot-swap that took effect.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendChange {
+    pub backend: String,
+    pub verdict: Verdict,
+    /// The first step computed by the new backend.
+    pub step: u32,
+}
+
+/// What a [`TrainerReplica`] gets from outside this crate.
+pub trait Provider: Send {
+    /// Opens and gates backend `name` (a run with no backend at hand opens its own).
+    fn open_backend(&mut self, name: &str) -> Result<Box<dyn Gemm + Send>, ForeignError>;
+    /// This node's data stream, seeded `seed`.
+    fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError>;
+}
+
+/// A backend admitted by the gate and waiting for the next step boundary.
+struct Staged {
+    name: String,
+    verdict: Verdict,
+    gemm: Box<dyn Gemm + Send>,
+}
+
+/// The trainer as the mesh sees it.
+pub struct TrainerReplica {
+    /// What a run with no backend at hand (none admitted, none from a previous run) opens.
+    backend: String,
+    provider: Box<dyn Provider>,
+    /// This node's id: its data stream is `node_data_seed(run seed, id)`.
+    me: u64,
+    /// A backend already gated, used by the next run instead of gating again (a later run
+    /// takes the previous run's backend).
+    admitted: Option<Box<dyn Gemm + Send>>,
+    staged: Option<Staged>,
+    change: Option<BackendChange>,
+    trainer: Option<Trainer>,
+    /// The current weights' hash: computed once per update (or restore) and reported as the
+    /// next step's `whash`.
+    whash: WeightHash,
+    hash_seconds: f64,
+}
+
+/// The current weights' hash, or the thread computing it.
+enum WeightHash {
+    Unknown,
+    Known(u32),
+    /// After an update it runs on a thread of its own, over a copy of the weights, while the
+    /// next step computes; the step joins it at the end.
+    Pending(std::thread::JoinHandle<u32>),
+}
+
+impl TrainerReplica {
+    /// `admitted`: a gated instance of `backend` to use for the first run, if there is one.
+    pub fn new(backend: &str, provider: Box<dyn Provider>, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
+        TrainerReplica {
+            backend: backend.to_string(),
+            provider,
+            me: 0,
+            admitted,
+            staged: None,
+            change: None,
+            trainer: None,
+            whash: WeightHash::Unknown,
+            hash_seconds: 0.0,
+        }
+    }
+
+    /// Makes an admitted backend compute from the next step on (or the next run, between
+    /// runs).
+    pub fn stage(&mut self, name: String, verdict: Verdict, gemm: Box<dyn Gemm + Send>) {
+        let staged = Staged { name, verdict, gemm };
+        if self.trainer.is_none() {
+            // No run to wait for: it is in use from now (the first run takes it).
+            self.admitted = Some(self.take_up(staged, 1));
+        } else {
+            self.staged = Some(staged);
+        }
+    }
+
+    /// `staged` computes from `step` on: recorded as this node's backend and as a change to
+    /// announce; its products are returned to be put in place.
+    fn take_up(&mut self, staged: Staged, step: u32) -> Box<dyn Gemm + Send> {
+        self.change = Some(BackendChange { backend: staged.name.clone(), verdict: staged.verdict, step });
+        self.backend = staged.name;
+        staged.gemm
+    }
+
+    fn trainer(&mut self) -> Result<&mut Trainer, ReplicaError> {
+        self.trainer.as_mut().ok_or(ReplicaError::NoRun)
+    }
+
+    /// Hashes the current weights once and keeps the hash.
+    fn rehash(&mut self) -> u32 {
+        let began = std::time::Instant::now();
+        let whash = self.trainer.as_ref().map_or(0, |t| t.weight_hash());
+        self.hash_seconds += began.elapsed().as_secs_f64();
+        self.whash = WeightHash::Known(whash);
+        whash
+    }
+
+    /// The current weights' hash: known, joined from its thread, or computed now.
+    fn resolve_hash(&mut self) -> u32 {
+        let whash = match std::mem::replace(&mut self.whash, WeightHash::Unknown) {
+            WeightHash::Known(whash) => whash,
+            WeightHash::Pending(thread) => {
+                let began = std::time::Instant::now();
+                let Ok(whash) = thread.join() else { return self.rehash() };
+                // Only the wait is on the step's path.
+                self.hash_seconds += began.elapsed().as_secs_f64();
+                whash
+            }
+            WeightHash::Unknown => return self.rehash(),
+        };
+        self.whash = WeightHash::Known(whash);
+        whash
+    }
+}
+
+/// The run configuration a run config message describes.
+pub fn run_config(settings: &RunSettings) -> RunConfig {
+    RunConfig {
+        model: ModelConfig {
+            width: settings.width as usize,
+            context: settings.context as usize,
+            layers: settings.layers as usize,
+            heads: settings.heads as usize,
+        },
+        batch: settings.batch as usize,
+        steps: settings.steps,
+        lr: settings.lr,
+        seed: settings.seed,
+    }
+}
+
+/// The wire's run settings for a run configuration.
+pub fn settings_of(run: &RunConfig) -> RunSettings {
+    RunSettings {
+        protocol: MESH_PROTOCOL_VERSION,
+        width: run.model.width as u32,
+        context: run.model.context as u32,
+        batch: run.batch as u32,
+        layers: run.model.layers as u32,
+        heads: run.model.heads as u32,
+        steps: run.steps,
+        lr: run.lr,
+        seed: run.seed,
+    }
+}
+
+impl Replica for TrainerReplica {
+    fn configure(&mut self, settings: &RunSettings) -> Result<usize, ReplicaError> {
+        let run = run_config(settings);
+        run.validate().map_err(ReplicaError::Config)?;
+        let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
+        // The backend: a swap staged during the last run, else the one admitted at start-up,
+        // else the last run's (a path-loaded or swapped-in plugin stays), else open one.
+        let previous = self.trainer.take();
+        let gemm = if let Some(staged) = self.staged.take() {
+            self.take_up(staged, 1)
+        } else if let Some(gemm) = self.admitted.take() {
+            gemm
+        } else if let Some(previous) = previous {
+            previous.into_gemm()
+        } else {
+            self.provider.open_backend(&self.backend).map_err(ReplicaError::Backend)?
+        };
+        let trainer = Trainer::new(run, gemm, data).map_err(ReplicaError::Config)?;
+        let weights = trainer.weights().len();
+        self.trainer = Some(trainer);
+        self.rehash();
+        Ok(weights)
+    }
+
+    fn compute(&mut self, step: u32) -> Result<Gradient, ReplicaError> {
+        // A staged hot-swap takes over here, at the step boundary.
+        if let Some(staged) = self.staged.take().filter(|_| self.trainer.is_some()) {
+            let gemm = self.take_up(staged, step);
+            self.trainer()?.replace_gemm(gemm);
+        }
+        let trainer = self.trainer()?;
+        if trainer.step_count() + 1 != step {
+            return Err(ReplicaError::WrongStep { asked: step, at: trainer.step_count() });
+        }
+        let probing = std::time::Instant::now();
+        let phash = trainer.probe_hash()?;
+        let probe_seconds = probing.elapsed().as_secs_f64();
+        let (loss, grad, _) = trainer.gradient()?;
+        self.hash_seconds += probe_seconds;
+        // The hash of the weights this step started from (computed alongside, see `apply`).
+        let whash = self.resolve_hash();
+        Ok(Gradient { step, whash, phash, loss, grad })
+    }
+
+    fn apply(&mut self, gradient: &[f32]) {
+        let Some(trainer) = self.trainer.as_mut() else { return };
+        trainer.apply(gradient);
+        let began = std::time::Instant::now();
+        let weights = trainer.weights().to_vec();
+        self.hash_seconds += began.elapsed().as_secs_f64();
+        self.whash = match std::thread::Builder::new()
+            .name("weight-hash".into())
+            .spawn(move || crate::params::weight_hash(&weights))
+        {
+            Ok(thread) => WeightHash::Pending(thread),
+            Err(_) => WeightHash::Unknown,
+        };
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.trainer.as_ref().map_or_else(Vec::new, |t| checkpoint::encode(&t.state()))
+    }
+
+    fn steps_done(&self) -> u32 {
+        self.trainer.as_ref().map_or(0, Trainer::step_count)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError> {
+        let trainer = self.trainer()?;
+        let mut state =
+            checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(ReplicaError::Checkpoint)?;
+        // Weights, step and optimizer come from the checkpoint; this node keeps its own data
+        // stream (its batches are its own in a data-parallel group).
+        state.data_state = trainer.data_state();
+        let step = state.step;
+        trainer.restore(state).map_err(ReplicaError::Restore)?;
+        let weights = trainer.weights().len();
+        self.rehash();
+        Ok((step, weights))
+    }
+
+    fn weight_hash(&mut self) -> u32 {
+        self.resolve_hash()
+    }
+
+    fn take_hash_seconds(&mut self) -> f64 {
+        std::mem::take(&mut self.hash_seconds)
+    }
+
+    fn set_identity(&mut self, peer: u64) {
+        self.me = peer;
+    }
+
+    fn flip_weight_bit(&mut self) {
+        if let Some(trainer) = self.trainer.as_mut() {
+            let mut state = trainer.state();
+            state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
+            let _ = trainer.restore(state);
+        }
+        self.whash = WeightHash::Unknown;
+    }
+
+    fn take_backend_change(&mut self) -> Option<BackendChange> {
+        self.change.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::BuiltinSource;
+    use crate::gemm::FloatGemm;
+
+    /// Float products and the built-in corpus; a backend opened by name is refused, so a test
+    /// that needed one fails.
+    struct FloatOnly;
+
+    impl Provider for FloatOnly {
+        fn open_backend(&mut self, name: &str) -> Result<Box<dyn Gemm + Send>, ForeignError> {
+            Err(Arc::new(std::io::Error::other(format!("no backend `{name}` in this test"))))
+        }
+
+        fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
+            Ok(Box::new(BuiltinSource::new(seed)))
+        }
+    }
+
+    fn tiny() -> RunSettings {
+        settings_of(&RunConfig {
+            model: ModelConfig { width: 32, context: 32, layers: 1, heads: 2 },
+            batch: 2,
+            ..RunConfig::DEFAULT
+        })
+    }
+
+    #[test]
+    fn a_new_run_keeps_the_backend_the_last_run_ended_with() {
+        // A name nothing resolves to: a second run that opened `backend` again would fail.
+        let float = Box::new(FloatGemm::new(1));
+        let mut replica = TrainerReplica::new("no-such-backend", Box::new(FloatOnly), Some(float));
+        replica.configure(&tiny()).expect("the first run takes the admitted backend");
+        let gradient = replica.compute(1).expect("a step");
+        replica.apply(&gradient.grad);
+        assert_eq!(replica.weight_hash(), replica.compute(2).expect("a second step").whash);
+        replica.configure(&tiny()).expect("the second run takes the first run's backend");
+        assert_eq!(replica.compute(1).expect("a step of the new run"), gradient);
+    }
+
+    #[test]
+    fn a_staged_swap_takes_over_at_the_next_step_and_is_reported_once() {
+        let mut replica = TrainerReplica::new("first", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+        replica.configure(&tiny()).expect("a run");
+        let first = replica.compute(1).expect("step 1");
+        replica.apply(&first.grad);
+        replica.stage("second".into(), Verdict::Admitted { cases: 40 }, Box::new(FloatGemm::new(2)));
+        assert_eq!(replica.take_backend_change(), None, "staged, not yet in use");
+        replica.compute(2).expect("step 2");
+        assert_eq!(
+            replica.take_backend_change(),
+            Some(BackendChange { backend: "second".into(), verdict: Verdict::Admitted { cases: 40 }, step: 2 })
+        );
+        assert_eq!(replica.take_backend_change(), None);
+    }
+
+    #[test]
+    fn errors_stay_typed() {
+        let mut replica = TrainerReplica::new("none", Box::new(FloatOnly), None);
+        assert!(matches!(replica.compute(1), Err(ReplicaError::NoRun)));
+        assert!(matches!(replica.configure(&tiny()), Err(ReplicaError::Backend(_))));
+        let mut bad = tiny();
+        bad.heads = 3;
+        assert!(matches!(
+            replica.configure(&bad),
+            Err(ReplicaError::Config(ConfigError::HeadsDoNotDivideWidth { width: 32, heads: 3 }))
+        ));
+        let mut replica = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+        replica.configure(&tiny()).expect("a run");
+        assert!(matches!(replica.compute(2), Err(ReplicaError::WrongStep { asked: 2, at: 0 })));
+        assert!(matches!(replica.restore(b"not a checkpoint"), Err(ReplicaError::Checkpoint(_))));
+    }
+}

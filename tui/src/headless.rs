@@ -1,0 +1,232 @@
+//! `lockstep node --headless`: events go to stdout, one JSON object per line; commands come
+//! from stdin, one JSON object per line. `docs/PROTOCOL.md` lists both. The JSON format of
+//! events is defined here, at the edge, from the typed `lockstep_mesh::Report`.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
+use lockstep_node::config::RunConfig;
+use lockstep_node::replica::run_config;
+use lockstep_node::session::Event;
+use lockstep_node::verdict::Verdict;
+use lockstep_node::wire::{PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use serde_json::{json, Value};
+
+use crate::backend::Opening;
+use crate::node::NodeArgs;
+use crate::node_runtime::{prepare, read_checkpoint, NodeHandle, Prepared};
+
+/// A gate verdict as JSON: `outcome` (`admitted`, `rejected`, `not-loadable`), its fields, and
+/// `text`, the sentence a person reads.
+pub fn verdict_json(verdict: &Verdict) -> Value {
+    let text = verdict.to_string();
+    match verdict {
+        Verdict::Admitted { cases } => json!({"outcome": "admitted", "cases": cases, "text": text}),
+        Verdict::Rejected { case, detail } => {
+            json!({"outcome": "rejected", "case": case, "detail": detail, "text": text})
+        }
+        Verdict::NotLoadable { why } => json!({"outcome": "not-loadable", "why": why, "text": text}),
+    }
+}
+
+/// One report as the JSON object `--headless` prints.
+pub fn report_json(report: &Report) -> Value {
+    let hex = |v: u32| format!("{v:#010x}");
+    match report {
+        Report::Connected { id, members, group, host } => {
+            json!({"event": "connected", "id": id, "members": members, "group": group, "host": host})
+        }
+        Report::Waiting { id, room } => json!({"event": "waiting", "id": id, "room": room}),
+        Report::JoinRequest { peer, address } => {
+            json!({"event": "join-request", "peer": peer, "address": address})
+        }
+        Report::HostChanged(host) => json!({"event": "host-changed", "host": host}),
+        Report::Denied(reason) => json!({"event": "denied", "reason": reason}),
+        Report::SignalPeerLeft(peer) => json!({"event": "signal-peer-left", "peer": peer}),
+        Report::PeerInfo { peer, backend, verdict } => {
+            json!({"event": "peer-info", "peer": peer, "backend": backend, "verdict": verdict_json(verdict)})
+        }
+        Report::Link { peer, rtt_ms, bytes_in, bytes_out } => {
+            json!({"event": "link", "peer": peer, "rtt_ms": rtt_ms, "bytes_in": bytes_in, "bytes_out": bytes_out})
+        }
+        Report::Swap(SwapProgress::Gating { backend, done, total }) => {
+            json!({"event": "swap-gating", "backend": backend, "done": done, "total": total})
+        }
+        Report::Swap(SwapProgress::Staged { backend, verdict }) => {
+            json!({"event": "swap-staged", "backend": backend, "verdict": verdict_json(verdict)})
+        }
+        Report::Swap(SwapProgress::Refused { backend, verdict }) => {
+            json!({"event": "swap-refused", "backend": backend, "verdict": verdict_json(verdict),
+                    "why": verdict.to_string()})
+        }
+        Report::BackendSwapped(change) => json!({"event": "swapped", "backend": change.backend,
+                "verdict": verdict_json(&change.verdict), "step": change.step}),
+        Report::CheckpointSaved { path, step, whash } => json!({"event": "checkpoint-saved",
+                "path": path.display().to_string(), "step": step, "whash": hex(*whash)}),
+        Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
+        Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
+                "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
+                "exchange_ms": timing.exchange * 1e3}),
+        Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
+        Report::Warning(message) => json!({"event": "warning", "message": message}),
+        Report::Session(event) => match event {
+            Event::PeerJoined(p) => json!({"event": "peer-joined", "peer": p}),
+            Event::PeerLeft(p) => json!({"event": "peer-left", "peer": p}),
+            Event::Leader(p) => json!({"event": "leader", "peer": p}),
+            Event::RunStarted { leader, settings } => json!({"event": "run-started", "leader": leader,
+                    "width": settings.width, "context": settings.context, "batch": settings.batch,
+                    "layers": settings.layers, "heads": settings.heads, "steps": settings.steps,
+                    "lr": settings.lr, "seed": settings.seed}),
+            Event::Roster { step, peers } => json!({"event": "roster", "step": step, "peers": peers}),
+            Event::StepApplied { step, loss, peers, whash } => {
+                json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)})
+            }
+            Event::RepairRequested { step, peer } => {
+                json!({"event": "repair-requested", "step": step, "peer": peer})
+            }
+            Event::Repaired { step, peer } => json!({"event": "repaired", "step": step, "peer": peer}),
+            Event::RepairServed { step, peer, to } => {
+                json!({"event": "repair-served", "step": step, "peer": peer, "to": to})
+            }
+            Event::Resumed { step } => json!({"event": "resumed", "step": step}),
+            Event::CheckpointRestored { from, step } => {
+                json!({"event": "checkpoint-restored", "from": from, "step": step})
+            }
+            Event::GuardStopped(f) => json!({"event": "guard-stopped", "step": f.step,
+                    "weight_mismatch": f.weight_mismatch, "probe_mismatch": f.probe_mismatch,
+                    "message": f.to_string()}),
+            Event::RunFinished { step } => json!({"event": "run-finished", "step": step}),
+            Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
+            Event::Error(message) => json!({"event": "error", "message": message}),
+        },
+    }
+}
+
+fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunSettings> {
+    let number = |key: &str, default: u64| -> anyhow::Result<u64> {
+        match command.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_u64().with_context(|| format!("`{key}` must be a non-negative integer")),
+        }
+    };
+    let small = |key: &str, default: usize| -> anyhow::Result<u32> {
+        u32::try_from(number(key, default as u64)?).with_context(|| format!("`{key}` is too large"))
+    };
+    let lr = match command.get("lr") {
+        None => defaults.lr,
+        Some(v) => v.as_f64().context("`lr` must be a number")? as f32,
+    };
+    Ok(RunSettings {
+        protocol: MESH_PROTOCOL_VERSION,
+        width: small("width", defaults.model.width)?,
+        context: small("context", defaults.model.context)?,
+        batch: small("batch", defaults.batch)?,
+        layers: small("layers", defaults.model.layers)?,
+        heads: small("heads", defaults.model.heads)?,
+        steps: small("steps", defaults.steps as usize)?,
+        lr,
+        seed: number("seed", defaults.seed)?,
+    })
+}
+
+/// What one stdin line asks for.
+enum Request {
+    Mesh(Command),
+    Swap(String),
+}
+
+/// One stdin line as a request.
+fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -> anyhow::Result<Request> {
+    let value: Value = serde_json::from_str(line).context("not JSON")?;
+    let peer = |what: &str| value["peer"].as_u64().with_context(|| format!("`{what}` needs a `peer`"));
+    let command = match value["cmd"].as_str() {
+        Some("start") => {
+            let settings = settings_from(&value, defaults)?;
+            run_config(&settings).validate()?;
+            Command::Start(settings)
+        }
+        Some("push" | "broadcast") => {
+            let path = value["path"].as_str().context("`broadcast` needs a `path`")?;
+            Command::PushCheckpoint(read_checkpoint(std::path::Path::new(path))?)
+        }
+        Some("save") => match value["path"].as_str() {
+            Some(path) => Command::SaveCheckpoint(CheckpointTarget::File(PathBuf::from(path))),
+            None => Command::SaveCheckpoint(CheckpointTarget::InDir(ckpt_dir.to_path_buf())),
+        },
+        Some("approve") => Command::Approve(peer("approve")?),
+        Some("deny") => Command::Deny {
+            peer: peer("deny")?,
+            reason: value["reason"].as_str().unwrap_or("the host declined").to_string(),
+        },
+        Some("swap") => {
+            let backend = value["backend"].as_str().context("`swap` needs a `backend` (a name or a path)")?;
+            return Ok(Request::Swap(backend.to_string()));
+        }
+        Some("cut") => Command::CutLinkTo(peer("cut")?),
+        Some("flip") => Command::FlipWeightBit,
+        Some("quit") => Command::Quit,
+        other => {
+            bail!("unknown command {other:?} (start, approve, deny, swap, save, broadcast, push, cut, flip, quit)")
+        }
+    };
+    Ok(Request::Mesh(command))
+}
+
+/// Prints one event as a JSON line, tagged `"node": id` when several nodes share stdout.
+pub fn emit(mut value: Value, node: Option<PeerId>) {
+    if let (Some(node), Some(object)) = (node, value.as_object_mut()) {
+        object.insert("node".into(), node.into());
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+/// `lockstep node --headless`.
+pub fn run(args: NodeArgs, defaults: RunConfig) -> anyhow::Result<ExitCode> {
+    let mut print = |line: String| emit(json!({"event": "info", "message": line}), None);
+    let Prepared { config, replica, .. } = prepare(&args.signal, &args.mesh, Opening::default(), &mut print)?;
+    let node = NodeHandle::start(
+        config,
+        replica,
+        args.mesh.threads,
+        Arc::new(|report: Report| emit(report_json(&report), None)),
+    )?;
+    let (tx, rx) = std::sync::mpsc::channel::<Request>();
+    let ckpt_dir = args.mesh.ckpt_dir.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match parse_request(&line, &defaults, &ckpt_dir) {
+                Ok(request) => {
+                    if tx.send(request).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => emit(json!({"event": "command-error", "message": format!("{e:#}")}), None),
+            }
+        }
+        let _ = tx.send(Request::Mesh(Command::Quit));
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(Request::Mesh(Command::Quit)) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Ok(Request::Mesh(command)) => node.send(command),
+            Ok(Request::Swap(name)) => node.swap(name),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if node.finished() {
+                    break;
+                }
+            }
+        }
+    }
+    node.quit()?;
+    Ok(ExitCode::SUCCESS)
+}

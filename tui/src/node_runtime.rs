@@ -1,0 +1,198 @@
+//! A running node, shared by the console, the headless mode and the demo: the mesh on its own
+//! thread with its own async runtime ([`NodeHandle`]), a command channel, hot-swaps gated off
+//! the event loop, and what a replica needs from outside `lockstep_node` ([`HostProvider`]:
+//! backends through the plugin host, data through the `/data` client).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context};
+use lockstep_mesh::data_client::RemoteSource;
+use lockstep_mesh::{Command, MeshConfig, Report, SwapProgress};
+use lockstep_node::checkpoint;
+use lockstep_node::data::{BuiltinSource, DataSource};
+use lockstep_node::gemm::Gemm;
+use lockstep_node::replica::{ForeignError, Provider, Replica, TrainerReplica};
+
+use crate::backend::{admit, gemm_for, Opening};
+use crate::route::bind_ip_for;
+
+/// How a node computes and connects (shared by `node` and `demo`).
+#[derive(clap::Args, Clone)]
+pub struct MeshArgs {
+    /// `cpu`, `lut`, `dp4a`, a plugin path, or `auto`.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Threads for CPU backends (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: u32,
+    /// The address WebRTC binds and offers as its host candidate. Default: 127.0.0.1 when the
+    /// signaling server is on this machine's loopback, else the address this machine reaches
+    /// the signaling server from (its LAN or public interface).
+    #[arg(long)]
+    pub bind_ip: Option<IpAddr>,
+    /// STUN or TURN server URLs (`stun:host:3478`, `turn:host:3478`), repeatable.
+    #[arg(long = "ice-server")]
+    pub ice_servers: Vec<String>,
+    #[arg(long, default_value = "")]
+    pub turn_username: String,
+    #[arg(long, default_value = "")]
+    pub turn_credential: String,
+    /// How long to wait for a gradient before asking the leader for it.
+    #[arg(long, default_value_t = 2000)]
+    pub repair_after_ms: u64,
+    /// Where checkpoints are saved (and listed for broadcast).
+    #[arg(long, default_value = "checkpoints")]
+    pub ckpt_dir: PathBuf,
+    /// Fetch training text from a `/data` URL (e.g. `http://HOST:8787/data`); unreachable means
+    /// the built-in corpus.
+    #[arg(long)]
+    pub data: Option<String>,
+}
+
+/// Backends through the plugin host (gated), data from `/data` or the built-in corpus.
+pub struct HostProvider {
+    pub threads: u32,
+    pub data_url: Option<String>,
+}
+
+impl Provider for HostProvider {
+    fn open_backend(&mut self, name: &str) -> Result<Box<dyn Gemm + Send>, ForeignError> {
+        gemm_for(name, self.threads, true).map_err(|e| Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e)))
+    }
+
+    fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
+        Ok(match &self.data_url {
+            Some(url) => Box::new(RemoteSource::new(url, seed).map_err(|e| Arc::new(e) as ForeignError)?),
+            None => Box::new(BuiltinSource::new(seed)),
+        })
+    }
+}
+
+/// Where a node's reports go.
+pub type Sink = Arc<dyn Fn(Report) + Send + Sync>;
+
+/// A running node: the mesh on its own thread (with its own async runtime), and the handles
+/// the front-ends drive it with.
+pub struct NodeHandle {
+    commands: tokio::sync::mpsc::UnboundedSender<Command>,
+    replica: Arc<Mutex<TrainerReplica>>,
+    threads: u32,
+    sink: Sink,
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+}
+
+impl NodeHandle {
+    /// Joins the group at `config.signal_url` with `replica`; reports go to `sink`. `threads`
+    /// is what swapped-in CPU backends get.
+    pub fn start(config: MeshConfig, replica: TrainerReplica, threads: u32, sink: Sink) -> anyhow::Result<NodeHandle> {
+        let replica = Arc::new(Mutex::new(replica));
+        let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
+        let shared: Arc<Mutex<dyn Replica>> = replica.clone();
+        let report = sink.clone();
+        let thread = std::thread::Builder::new()
+            .name("mesh".into())
+            .spawn(move || -> anyhow::Result<()> {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .context("starting the async runtime")?;
+                runtime.block_on(lockstep_mesh::run(config, shared, rx, move |r: Report| report(r)))
+            })
+            .context("starting the mesh thread")?;
+        Ok(NodeHandle { commands, replica, threads, sink, thread })
+    }
+
+    pub fn send(&self, command: Command) {
+        let _ = self.commands.send(command);
+    }
+
+    /// Whether the mesh has stopped (signaling closed, denied, or quit).
+    pub fn finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Hot-swap: gates `name` on a thread of its own (reporting progress), then stages it for
+    /// the next step boundary; a refusal keeps the current backend and says why.
+    pub fn swap(&self, name: String) {
+        let replica = self.replica.clone();
+        let sink = self.sink.clone();
+        let threads = self.threads;
+        std::thread::spawn(move || {
+            sink(Report::Swap(SwapProgress::Gating { backend: name.clone(), done: 0, total: 0 }));
+            let opening = Opening { hardware_only: false, fresh_copy: true };
+            let mut progress = |p: lockstep_backends::gate::GateProgress<'_>| {
+                sink(Report::Swap(SwapProgress::Gating { backend: name.clone(), done: p.done, total: p.total }))
+            };
+            match admit(&name, threads, opening, &mut progress, &mut |_| {}) {
+                Ok(admitted) => {
+                    sink(Report::Swap(SwapProgress::Staged {
+                        backend: admitted.name.clone(),
+                        verdict: admitted.verdict.clone(),
+                    }));
+                    let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                    replica.stage(admitted.name, admitted.verdict, Box::new(admitted.gemm));
+                }
+                Err(refused) => sink(Report::Swap(SwapProgress::Refused { backend: name, verdict: refused.verdict })),
+            }
+        });
+    }
+
+    /// Leaves the group and waits for the mesh to close its connections.
+    pub fn quit(self) -> anyhow::Result<()> {
+        self.send(Command::Quit);
+        match self.thread.join() {
+            Ok(result) => result,
+            Err(_) => bail!("the mesh thread panicked"),
+        }
+    }
+}
+
+/// What [`prepare`] readies: the mesh's configuration, the replica, and the device its
+/// backend computes on.
+pub struct Prepared {
+    pub config: MeshConfig,
+    pub replica: TrainerReplica,
+    pub device: String,
+}
+
+/// Gates the node's backend up front (so a refused backend fails before joining) and builds
+/// the mesh configuration and replica for `signal_url`.
+pub fn prepare(
+    signal_url: &str,
+    args: &MeshArgs,
+    opening: Opening,
+    progress_line: &mut dyn FnMut(String),
+) -> anyhow::Result<Prepared> {
+    let admitted = admit(&args.backend, args.threads, opening, &mut |_| {}, progress_line)?;
+    let config = MeshConfig {
+        signal_url: signal_url.to_string(),
+        bind_ip: match args.bind_ip {
+            Some(ip) => ip,
+            None => {
+                let (ip, why) = bind_ip_for(signal_url);
+                progress_line(format!("webrtc: host candidates on {ip} ({why}; --bind-ip overrides)"));
+                ip
+            }
+        },
+        ice_servers: args.ice_servers.clone(),
+        turn_username: args.turn_username.clone(),
+        turn_credential: args.turn_credential.clone(),
+        expected_phash: lockstep_luts::probe::reference_probe_hash().context("the reference probe")?,
+        repair_after_ms: args.repair_after_ms,
+        backend: admitted.name.clone(),
+        verdict: admitted.verdict.clone(),
+    };
+    let provider = HostProvider { threads: args.threads, data_url: args.data.clone() };
+    let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
+    Ok(Prepared { config, replica, device: admitted.device })
+}
+
+/// Reads and checks a checkpoint file for a broadcast.
+pub fn read_checkpoint(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    checkpoint::decode(&bytes, None).with_context(|| format!("{} is not a valid checkpoint", path.display()))?;
+    Ok(bytes)
+}
