@@ -1,6 +1,6 @@
 //! The mesh session core: roster, leader, step scheduling, averaging order, the sync guard,
 //! gradient repair, mid-run resume and checkpoint push — a state machine without I/O
-//! (DESIGN.md §3, invariant 2). It never reads a clock, touches a socket or runs the model.
+//! (`docs/ARCHITECTURE.md`, invariant 2). It never reads a clock, touches a socket or runs the model.
 //!
 //! The adapter feeds [`Input`]s (connections, decoded messages, compute results, ticks carrying
 //! `now`) to [`Session::handle`] and executes the returned [`Output`]s **in order**. Three

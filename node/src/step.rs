@@ -1,6 +1,6 @@
 //! The pieces of one mesh step that must be identical on every replica, without I/O: collecting
 //! the roster's gradients, averaging them in strict roster order, the sync guard, and the
-//! leader's repair store. The session state machine (issue 6) drives these.
+//! leader's repair store. The session state machine (`session.rs`) drives these.
 //!
 //! Averaging: for every element, `sum = g[r0] + g[r1] + …` in roster order, each addition an
 //! f32 rounding, then `sum / n`. Float addition is not associative, so any other order could

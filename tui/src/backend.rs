@@ -1,11 +1,42 @@
 //! Turning a backend name into an admitted, ready-to-use backend.
 
+use std::sync::OnceLock;
+
 use anyhow::Context;
 use lockstep_backends::gate::{run_gate, GateProgress};
-use lockstep_backends::{auto, resolve_plugin, Backend, Plugin, UnitsGemm};
+use lockstep_backends::{auto, resolve_plugin, Backend, InstanceOptions, Plugin, UnitsGemm};
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::verdict::Verdict;
 use lockstep_worker_api::{caps, create_flags};
+
+/// The device choice the command line made (`--gpu-adapter`, `--gpu-tile`), for every
+/// instance this process creates; set once at start-up.
+static DEVICE: OnceLock<DeviceChoice> = OnceLock::new();
+
+/// Which GPU adapter and tile device plugins use; `None` leaves it to the plugin.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceChoice {
+    pub adapter: Option<String>,
+    pub tile: Option<[u32; 5]>,
+}
+
+/// Records the command line's device choice (the first call wins).
+pub fn choose_device(choice: DeviceChoice) {
+    let _ = DEVICE.set(choice);
+}
+
+/// The options every instance is created with: `threads`, `flags`, and the device choice.
+pub fn instance_options(threads: u32, flags: u64) -> InstanceOptions {
+    let device = DEVICE.get().cloned().unwrap_or_default();
+    InstanceOptions { threads, flags, adapter: device.adapter, tile: device.tile }
+}
+
+/// `TMxTNxWXxWYxKB`, as `--gpu-tile` takes it (the plugin checks the ranges).
+pub fn parse_tile(text: &str) -> Result<[u32; 5], String> {
+    let parts: Vec<u32> =
+        text.split('x').map(|p| p.parse().map_err(|_| format!("`{p}` is not a number"))).collect::<Result<_, _>>()?;
+    parts.try_into().map_err(|_| format!("`{text}` is not TMxTNxWXxWYxKB"))
+}
 
 /// Loads the plugin `name` (a built-in name or a path) and creates an instance, not yet gated.
 pub fn open_backend(name: &str, threads: u32, opening: Opening) -> anyhow::Result<(Plugin, Backend)> {
@@ -13,7 +44,9 @@ pub fn open_backend(name: &str, threads: u32, opening: Opening) -> anyhow::Resul
     let plugin = if opening.fresh_copy { Plugin::load_fresh_copy(&path) } else { Plugin::load(&path) }
         .with_context(|| format!("loading backend `{name}`"))?;
     let flags = if opening.hardware_only { create_flags::HARDWARE_ONLY } else { 0 };
-    let backend = plugin.instantiate_with(threads, flags).with_context(|| format!("creating backend `{name}`"))?;
+    let backend = plugin
+        .instantiate_options(&instance_options(threads, flags))
+        .with_context(|| format!("creating backend `{name}`"))?;
     Ok((plugin, backend))
 }
 
@@ -69,7 +102,7 @@ pub fn admit(
 ) -> Result<Admitted, NotAdmitted> {
     let not_loadable = |why: String| NotAdmitted { name: name.to_string(), verdict: Verdict::NotLoadable { why } };
     let (plugin, backend, verdict) = if name == "auto" {
-        match auto::choose(threads) {
+        match auto::choose(&instance_options(threads, 0)) {
             Ok(choice) => {
                 for verdict in &choice.verdicts {
                     progress_line(format!("auto: {}", verdict.line()));
@@ -98,7 +131,7 @@ pub fn admit(
     };
     let lanes = if plugin.capabilities() & caps::DEVICE != 0 { 1 } else { threads_or_all(threads) };
     let extra = (1..lanes)
-        .map(|_| plugin.instantiate(1))
+        .map(|_| plugin.instantiate_options(&instance_options(1, 0)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| not_loadable(format!("creating a lane: {e}")))?;
     let name = backend.name().to_string();

@@ -17,8 +17,7 @@ use lockstep_node::wire::{PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 use serde_json::{json, Value};
 
 use crate::backend::Opening;
-use crate::node::NodeArgs;
-use crate::node_runtime::{prepare, read_checkpoint, NodeHandle, Prepared};
+use crate::node_runtime::{prepare, read_checkpoint, MeshArgs, NodeHandle, Prepared};
 
 /// A gate verdict as JSON: `outcome` (`admitted`, `rejected`, `not-loadable`), its fields, and
 /// `text`, the sentence a person reads.
@@ -186,18 +185,15 @@ pub fn emit(mut value: Value, node: Option<PeerId>) {
     let _ = out.flush();
 }
 
-/// `lockstep node --headless`.
-pub fn run(args: NodeArgs, defaults: RunConfig) -> anyhow::Result<ExitCode> {
+/// `lockstep node --headless`: joins `signal` as `mesh` says; `defaults` is what `start`
+/// starts when a command leaves a setting out.
+pub fn run(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::Result<ExitCode> {
     let mut print = |line: String| emit(json!({"event": "info", "message": line}), None);
-    let Prepared { config, replica, .. } = prepare(&args.signal, &args.mesh, Opening::default(), &mut print)?;
-    let node = NodeHandle::start(
-        config,
-        replica,
-        args.mesh.threads,
-        Arc::new(|report: Report| emit(report_json(&report), None)),
-    )?;
+    let Prepared { config, replica, .. } = prepare(signal, mesh, Opening::default(), &mut print)?;
+    let sink = Arc::new(|report: Report| emit(report_json(&report), None));
+    let node = NodeHandle::start(config, replica, mesh.threads, sink)?;
     let (tx, rx) = std::sync::mpsc::channel::<Request>();
-    let ckpt_dir = args.mesh.ckpt_dir.clone();
+    let ckpt_dir = mesh.ckpt_dir.clone();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };

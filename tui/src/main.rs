@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(test)]
+mod architecture_tests;
 mod backend;
 mod bench;
 mod bench_exchange;
@@ -28,6 +30,13 @@ mod train;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// GPU plugins: use the adapter whose name contains this (default: the best one).
+    #[arg(long, global = true, env = "LOCKSTEP_GPU_ADAPTER")]
+    gpu_adapter: Option<String>,
+    /// GPU plugins: the workgroup tile `TMxTNxWXxWYxKB` (it decides which invocation computes
+    /// an output, never a bit; benchmarks sweep it).
+    #[arg(long, global = true, env = "LOCKSTEP_GPU_TILE", value_parser = backend::parse_tile)]
+    gpu_tile: Option<[u32; 5]>,
 }
 
 #[derive(Subcommand)]
@@ -58,6 +67,7 @@ enum Command {
 fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
+    backend::choose_device(backend::DeviceChoice { adapter: cli.gpu_adapter.clone(), tile: cli.gpu_tile });
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Gate(args) => gate::run(args),

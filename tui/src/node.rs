@@ -29,7 +29,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
     let defaults = args.model.run_config();
     defaults.validate().map_err(|why| anyhow::anyhow!("invalid run settings: {why}"))?;
     if args.headless {
-        crate::headless::run(args, defaults)
+        crate::headless::run(&args.signal, &args.mesh, defaults)
     } else {
         crate::console::run_node(&args.signal, &args.mesh, defaults)
     }

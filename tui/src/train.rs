@@ -10,7 +10,7 @@ use lockstep_mesh::data_client::RemoteSource;
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::{BuiltinSource, DataSource, Origin};
-use lockstep_node::trainer::Trainer;
+use lockstep_node::trainer::{TrainState, Trainer};
 
 use crate::backend::gemm_for;
 
@@ -29,9 +29,10 @@ pub struct ModelArgs {
     /// Sequences per step `b`.
     #[arg(long, default_value_t = RunConfig::DEFAULT.batch)]
     pub batch: usize,
-    /// Run length: the learning-rate schedule spans this many steps.
-    #[arg(long, default_value_t = RunConfig::DEFAULT.steps)]
-    pub steps: u32,
+    /// Run length: the learning-rate schedule spans this many steps [default: 600]. With
+    /// `train --resume`, a length past the checkpoint's step extends the run (`docs/MODEL.md`).
+    #[arg(long)]
+    pub steps: Option<u32>,
     /// Peak learning rate.
     #[arg(long, default_value_t = RunConfig::DEFAULT.lr)]
     pub lr: f32,
@@ -44,7 +45,7 @@ impl ModelArgs {
         RunConfig {
             model: ModelConfig { width: self.width, context: self.context, layers: self.layers, heads: self.heads },
             batch: self.batch,
-            steps: self.steps,
+            steps: self.steps.unwrap_or(RunConfig::DEFAULT.steps),
             lr: self.lr,
             seed: self.seed,
         }
@@ -73,7 +74,8 @@ pub struct TrainArgs {
     /// Stop after this many completed steps (default: the run length).
     #[arg(long)]
     until: Option<u32>,
-    /// Continue from a checkpoint (its run settings replace the flags above).
+    /// Continue from a checkpoint (its run settings replace the flags above, except `--steps`,
+    /// which extends the run).
     #[arg(long)]
     resume: Option<PathBuf>,
     /// Write a checkpoint here at the end.
@@ -172,10 +174,31 @@ fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool) {
     }
 }
 
+/// `--resume` with `--steps N`: the run is `N` steps long from now on. The learning-rate
+/// schedule is a function of the step and the run length, so the steps after the checkpoint
+/// follow the schedule of an `N`-step run (`docs/MODEL.md`). A length the checkpoint has
+/// already reached would train nothing: refused.
+fn extend_run(mut state: TrainState, steps: u32) -> anyhow::Result<TrainState> {
+    if steps <= state.step {
+        bail!(
+            "the checkpoint is at step {} of a {}-step run; --steps {steps} would train nothing \
+             (give a larger --steps to extend the run, or leave it out)",
+            state.step,
+            state.run.steps
+        );
+    }
+    state.run.steps = steps;
+    Ok(state)
+}
+
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let resumed = match &args.resume {
         Some(path) => Some(checkpoint::load(path, None).with_context(|| format!("resuming from {}", path.display()))?),
         None => None,
+    };
+    let resumed = match (resumed, args.model.steps) {
+        (Some(state), Some(steps)) => Some(extend_run(state, steps)?),
+        (resumed, _) => resumed,
     };
     let run = resumed.as_ref().map_or_else(|| args.model.run_config(), |state| state.run);
     if let Err(why) = run.validate() {
@@ -276,9 +299,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         let heldout = trainer.heldout_loss(args.eval_batches).context("evaluation failed")?;
         println!("held-out loss: {heldout:.4}");
     }
-    let loss = last.as_ref().map_or(f32::NAN, |r| r.loss);
     if !args.json {
-        println!("final: step {} loss {loss:.4} whash {:#010x}", trainer.step_count(), trainer.weight_hash());
+        let step = trainer.step_count();
+        let whash = trainer.weight_hash();
+        match &last {
+            Some(report) => println!("final: step {step} loss {:.4} whash {whash:#010x}", report.loss),
+            None => println!("final: step {step} (no step trained) whash {whash:#010x}"),
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -22,8 +22,9 @@ pub mod plugin;
 
 /// ABI major version: a host refuses a plugin with a different one.
 pub const ABI_MAJOR: u16 = 1;
-/// ABI minor version: fields appended within one major version.
-pub const ABI_MINOR: u16 = 1;
+/// ABI minor version: fields appended within one major version (1.2: the device options in
+/// [`CreateOptions`]).
+pub const ABI_MINOR: u16 = 2;
 /// The one exported symbol, without its NUL.
 pub const ENTRY_SYMBOL: &str = "lockstep_worker_entry";
 
@@ -98,7 +99,12 @@ pub struct ErrorBuf {
     pub len: u32,
 }
 
-/// Options for creating an instance. `struct_size` comes first so it can grow.
+/// Options for creating an instance. `struct_size` comes first so it can grow: a plugin reads
+/// the fields that fit in `struct_size` and takes the defaults (zero, null) for the rest, so a
+/// host of an older minor version works with a newer plugin and the other way round.
+///
+/// Everything that decides what an instance computes with comes from the host through here —
+/// never from the plugin's environment — so the gate sees what will run.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CreateOptions {
@@ -107,11 +113,29 @@ pub struct CreateOptions {
     pub threads: u32,
     /// Bits from [`create_flags`]; a plugin refuses bits it does not know.
     pub flags: u64,
+    /// (1.2) Device plugins: use the adapter whose name contains this text (UTF-8, not
+    /// NUL-terminated, case-insensitive). Null with `adapter_len` 0: the plugin's choice. The
+    /// bytes stay readable for the duration of `create` only.
+    pub adapter: *const u8,
+    pub adapter_len: u32,
+    /// (1.2) Device plugins: the workgroup tile `[tm, tn, wx, wy, kb]`. All zero: the
+    /// plugin's choice. The tile decides which invocation computes an output, never a bit.
+    pub tile: [u32; 5],
 }
+
+/// `struct_size` of ABI 1.1's options (`threads` and `flags`), the smallest a plugin accepts.
+pub const CREATE_OPTIONS_1_1_SIZE: u32 = 16;
 
 impl CreateOptions {
     pub fn new(threads: u32) -> Self {
-        Self { struct_size: std::mem::size_of::<Self>() as u32, threads, flags: 0 }
+        Self {
+            struct_size: std::mem::size_of::<Self>() as u32,
+            threads,
+            flags: 0,
+            adapter: std::ptr::null(),
+            adapter_len: 0,
+            tile: [0; 5],
+        }
     }
 }
 
@@ -220,11 +244,15 @@ mod tests {
 
     #[test]
     fn option_and_error_layouts_are_pinned() {
-        assert_eq!(size_of::<CreateOptions>(), 16);
+        assert_eq!(size_of::<CreateOptions>(), 48);
         assert_eq!(offset_of!(CreateOptions, struct_size), 0);
         assert_eq!(offset_of!(CreateOptions, threads), 4);
         assert_eq!(offset_of!(CreateOptions, flags), 8);
-        assert_eq!(CreateOptions::new(3).struct_size, 16);
+        assert_eq!(offset_of!(CreateOptions, adapter), 16);
+        assert_eq!(offset_of!(CreateOptions, adapter_len), 24);
+        assert_eq!(offset_of!(CreateOptions, tile), 28);
+        assert_eq!(CreateOptions::new(3).struct_size, 48);
+        assert_eq!(CREATE_OPTIONS_1_1_SIZE as usize, offset_of!(CreateOptions, adapter));
         assert_eq!(size_of::<ErrorBuf>(), 16);
         assert_eq!(offset_of!(ErrorBuf, ptr), 0);
         assert_eq!(offset_of!(ErrorBuf, capacity), 8);

@@ -66,6 +66,23 @@ pub fn check_create_flags(options: &CreateOptions) -> Result<(), WorkerError> {
     Ok(())
 }
 
+/// The adapter name the host asked for (ABI 1.2), if any.
+pub fn requested_adapter(options: &CreateOptions) -> Result<Option<String>, WorkerError> {
+    if options.adapter.is_null() || options.adapter_len == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the ABI makes the host keep `adapter_len` readable bytes at `adapter` for the
+    // duration of `create`, which is when plugins call this.
+    let bytes = unsafe { std::slice::from_raw_parts(options.adapter, options.adapter_len as usize) };
+    let text = std::str::from_utf8(bytes).map_err(|_| invalid("the adapter name is not UTF-8"))?;
+    Ok(Some(text.to_string()))
+}
+
+/// The tile the host asked for (ABI 1.2): `[tm, tn, wx, wy, kb]`, or `None` for all zero.
+pub fn requested_tile(options: &CreateOptions) -> Option<[u32; 5]> {
+    (options.tile != [0; 5]).then_some(options.tile)
+}
+
 /// Builds the static table for `W`. Used by [`crate::export_worker!`].
 pub const fn vtable<W: Worker>() -> WorkerVTable {
     WorkerVTable {
@@ -199,14 +216,23 @@ unsafe extern "C" fn create<W: Worker>(
     // SAFETY: the host passes valid pointers or null, which the body checks.
     unsafe {
         guarded(error, || {
-            let options = options.as_ref().ok_or_else(|| invalid("options are null"))?;
-            if (options.struct_size as usize) < std::mem::size_of::<CreateOptions>() {
-                return Err(invalid(format!("options struct_size {} is too small", options.struct_size)));
+            let given = options.as_ref().ok_or_else(|| invalid("options are null"))?;
+            if given.struct_size < crate::CREATE_OPTIONS_1_1_SIZE {
+                return Err(invalid(format!("options struct_size {} is too small", given.struct_size)));
             }
             if out.is_null() {
                 return Err(invalid("out pointer is null"));
             }
-            let worker = W::create(options)?;
+            // Fields past the host's `struct_size` keep their defaults.
+            let mut options = CreateOptions::new(0);
+            let size = (given.struct_size as usize).min(std::mem::size_of::<CreateOptions>());
+            std::ptr::copy_nonoverlapping(
+                (given as *const CreateOptions).cast::<u8>(),
+                (&mut options as *mut CreateOptions).cast::<u8>(),
+                size,
+            );
+            options.struct_size = std::mem::size_of::<CreateOptions>() as u32;
+            let worker = W::create(&options)?;
             *out = Box::into_raw(Box::new(worker)).cast();
             Ok(())
         })
@@ -321,6 +347,11 @@ mod tests {
             if options.threads == 99 {
                 panic!("ninety-nine threads");
             }
+            if options.threads == 12 {
+                // Reports what the device options arrived as.
+                let seen = format!("{:?} {:?}", requested_adapter(options)?, requested_tile(options));
+                return Err(WorkerError::new(status::UNSUPPORTED, seen));
+            }
             Ok(Echo)
         }
 
@@ -361,6 +392,37 @@ mod tests {
 
     fn error_buf(storage: &mut [u8]) -> ErrorBuf {
         ErrorBuf { ptr: storage.as_mut_ptr(), capacity: storage.len() as u32, len: 0 }
+    }
+
+    /// What `create` saw of the device options, given `options` (threads 12 makes `Echo` say).
+    fn seen_options(options: &CreateOptions) -> String {
+        let table = unsafe { &*lockstep_worker_entry() };
+        let mut storage = [0u8; 256];
+        let mut error = error_buf(&mut storage);
+        let mut handle = std::ptr::null_mut();
+        let code = unsafe { table.create.unwrap()(options, &mut handle, &mut error) };
+        assert_eq!(code, status::UNSUPPORTED);
+        String::from_utf8(storage[..error.len as usize].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn device_options_arrive_and_an_older_hosts_smaller_options_get_the_defaults() {
+        let name = b"NVIDIA";
+        let mut options = CreateOptions::new(12);
+        options.adapter = name.as_ptr();
+        options.adapter_len = name.len() as u32;
+        options.tile = [4, 4, 16, 16, 2];
+        assert_eq!(seen_options(&options), r#"Some("NVIDIA") Some([4, 4, 16, 16, 2])"#);
+        // An ABI 1.1 host passes 16 bytes: what lies past them is never read.
+        options.struct_size = crate::CREATE_OPTIONS_1_1_SIZE;
+        assert_eq!(seen_options(&options), "None None");
+        options.struct_size = crate::CREATE_OPTIONS_1_1_SIZE - 1;
+        let table = unsafe { &*lockstep_worker_entry() };
+        let mut storage = [0u8; 256];
+        let mut error = error_buf(&mut storage);
+        let mut handle = std::ptr::null_mut();
+        let code = unsafe { table.create.unwrap()(&options, &mut handle, &mut error) };
+        assert_eq!(code, status::INVALID_ARGUMENT);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! the contraction-proof epilogue on the GPU), and reads C back.
 //!
 //! **Adapter choice**: the highest-ranked adapter (discrete, integrated, virtual, then
-//! software) unless `LOCKSTEP_GPU_ADAPTER` names a substring of another's name. With
+//! software) unless the host names a substring of another's name ([`GpuOptions::adapter`],
+//! from `CreateOptions`; nothing is read from the environment). With
 //! [`GpuOptions::hardware_only`] a software adapter (Mesa lavapipe, SwiftShader) is refused.
 //! The DP4A product needs the adapter's integer dot product (Vulkan 1.3 or
 //! `VK_KHR_shader_integer_dot_product`); without it creation fails instead of silently running
@@ -52,6 +53,8 @@ pub struct GpuOptions {
     pub hardware_only: bool,
     /// Force a tile (benchmarks sweep them); `None` picks by adapter type.
     pub tile: Option<Tile>,
+    /// Use the adapter whose name contains this (case-insensitive); `None`: the best one.
+    pub adapter: Option<String>,
     /// Quantizer threads; 0 means all available.
     pub threads: usize,
 }
@@ -103,19 +106,16 @@ pub struct GpuUnits {
     uncaptured: Arc<Mutex<Vec<String>>>,
 }
 
-/// `LOCKSTEP_GPU_TILE=TMxTNxWXxWYxKB` picks a tile for benchmarks. The tile decides only which
-/// invocation computes an output, never the order of its additions, so it cannot change a bit
-/// (the `tiles` test runs every tile in `TILES`).
-fn tile_from_env() -> Result<Option<Tile>, GpuError> {
-    let Ok(text) = std::env::var("LOCKSTEP_GPU_TILE") else { return Ok(None) };
-    let parts: Vec<u32> = text.split('x').filter_map(|p| p.parse().ok()).collect();
-    match parts[..] {
-        [tm, tn, wx, wy, kb] if [tm, tn, wx, wy, kb].iter().all(|&v| (1..=64).contains(&v)) && wx * wy <= 256 => {
-            Ok(Some(Tile { tm, tn, wx, wy, kb }))
-        }
-        _ => Err(GpuError::Unavailable(format!(
-            "LOCKSTEP_GPU_TILE={text:?} is not TMxTNxWXxWYxKB (at most 256 invocations)"
-        ))),
+/// A tile the host asked for, checked: each field 1..=64, at most 256 invocations. The tile
+/// decides only which invocation computes an output, never the order of its additions, so it
+/// cannot change a bit (the `tiles` test runs every tile in `TILES`).
+pub fn requested_tile([tm, tn, wx, wy, kb]: [u32; 5]) -> Result<Tile, GpuError> {
+    if [tm, tn, wx, wy, kb].iter().all(|v| (1..=64).contains(v)) && wx * wy <= 256 {
+        Ok(Tile { tm, tn, wx, wy, kb })
+    } else {
+        Err(GpuError::Unavailable(format!(
+            "tile {tm}x{tn}x{wx}x{wy}x{kb} is not TMxTNxWXxWYxKB with fields 1..=64 and at most 256 invocations"
+        )))
     }
 }
 
@@ -194,13 +194,10 @@ impl GpuUnits {
                 format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
             })
             .collect();
-        if let Ok(wanted) = std::env::var("LOCKSTEP_GPU_ADAPTER") {
+        if let Some(wanted) = &options.adapter {
             adapters.retain(|a| a.get_info().name.to_lowercase().contains(&wanted.to_lowercase()));
             if adapters.is_empty() {
-                return Err(GpuError::Unavailable(format!(
-                    "LOCKSTEP_GPU_ADAPTER={wanted:?} matches none of: {}",
-                    seen.join(", ")
-                )));
+                return Err(GpuError::Unavailable(format!("adapter {wanted:?} matches none of: {}", seen.join(", "))));
             }
         }
         if options.hardware_only {
@@ -223,10 +220,10 @@ impl GpuUnits {
         };
         let summary = summarize(&adapter);
         let workgroup_limit = adapter.limits().max_compute_workgroup_storage_size;
-        let tile = match (options.tile, tile_from_env()?) {
-            (Some(tile), _) | (None, Some(tile)) => tile,
-            (None, None) if summary.software => *TILES.last().expect("tiles"),
-            (None, None) => {
+        let tile = match options.tile {
+            Some(tile) => tile,
+            None if summary.software => *TILES.last().expect("tiles"),
+            None => {
                 // The product decides the best shape (measured on an H200, docs/PERFORMANCE.md).
                 let preferred = match product {
                     Product::Dp4a => lockstep_shaders::DEFAULT_DP4A_TILE,
@@ -607,9 +604,12 @@ pub fn create_for_plugin(
 ) -> Result<GpuUnits, lockstep_worker_api::plugin::WorkerError> {
     use lockstep_worker_api::create_flags;
     lockstep_worker_api::plugin::check_create_flags(options)?;
+    use lockstep_worker_api::plugin::{requested_adapter, requested_tile};
+    let tile = requested_tile(options).map(self::requested_tile).transpose().map_err(worker_error)?;
     let gpu_options = GpuOptions {
         hardware_only: options.flags & create_flags::HARDWARE_ONLY != 0,
-        tile: None,
+        tile,
+        adapter: requested_adapter(options)?,
         threads: options.threads as usize,
     };
     GpuUnits::new(product, &gpu_options).map_err(worker_error)

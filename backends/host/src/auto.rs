@@ -9,7 +9,7 @@ use lockstep_worker_api::create_flags;
 
 use crate::gate::{run_gate, GateReport};
 use crate::loader::{resolve_plugin, Plugin};
-use crate::Backend;
+use crate::{Backend, InstanceOptions};
 
 /// The order the automatic choice tries.
 pub const AUTO_ORDER: &[&str] = &["dp4a", "lut", "cpu"];
@@ -41,16 +41,16 @@ pub struct Choice {
 }
 
 /// Tries [`AUTO_ORDER`] and returns the first admitted backend, or every verdict if none is.
-/// `threads` is passed to each plugin (0: all cores).
-pub fn choose(threads: u32) -> Result<Choice, Vec<Verdict>> {
+/// `options` go to each plugin (threads 0: all cores), with `HARDWARE_ONLY` added.
+pub fn choose(options: &InstanceOptions) -> Result<Choice, Vec<Verdict>> {
+    let options = InstanceOptions { flags: options.flags | create_flags::HARDWARE_ONLY, ..options.clone() };
     let mut verdicts = Vec::new();
     for &name in AUTO_ORDER {
         let opened = resolve_plugin(name)
             .map_err(|e| e.to_string())
             .and_then(|path| Plugin::load(&path).map_err(|e| e.to_string()))
             .and_then(|plugin| {
-                let backend =
-                    plugin.instantiate_with(threads, create_flags::HARDWARE_ONLY).map_err(|e| e.to_string())?;
+                let backend = plugin.instantiate_options(&options).map_err(|e| e.to_string())?;
                 Ok((plugin, backend))
             });
         let (plugin, mut backend) = match opened {

@@ -62,6 +62,26 @@ impl ErrorStorage {
     }
 }
 
+/// What the host decides for an instance: everything that could change what it computes with
+/// reaches the plugin through `CreateOptions`, so the gate sees what will run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstanceOptions {
+    /// Threads a CPU plugin may use; 0 for all cores (device plugins ignore it).
+    pub threads: u32,
+    /// Bits from `lockstep_worker_api::create_flags`.
+    pub flags: u64,
+    /// Device plugins: the adapter whose name contains this (case-insensitive).
+    pub adapter: Option<String>,
+    /// Device plugins: the workgroup tile `[tm, tn, wx, wy, kb]`.
+    pub tile: Option<[u32; 5]>,
+}
+
+impl InstanceOptions {
+    pub fn threads(threads: u32) -> Self {
+        InstanceOptions { threads, ..InstanceOptions::default() }
+    }
+}
+
 impl Plugin {
     /// Creates an instance (`threads`: 0 for all cores; GPU plugins ignore it).
     pub fn instantiate(&self, threads: u32) -> Result<Backend, BackendError> {
@@ -70,13 +90,31 @@ impl Plugin {
 
     /// Creates an instance with option `flags` from `lockstep_worker_api::create_flags`.
     pub fn instantiate_with(&self, threads: u32, flags: u64) -> Result<Backend, BackendError> {
-        let options = CreateOptions { flags, ..CreateOptions::new(threads) };
+        self.instantiate_options(&InstanceOptions { flags, ..InstanceOptions::threads(threads) })
+    }
+
+    /// Creates an instance with every option the host decides.
+    pub fn instantiate_options(&self, wanted: &InstanceOptions) -> Result<Backend, BackendError> {
+        let fail = |status, message| BackendError { backend: self.name().to_string(), call: "create", status, message };
+        let device_options = wanted.adapter.is_some() || wanted.tile.is_some();
+        if device_options && self.abi_minor() < 2 {
+            let why = format!("the plugin speaks ABI 1.{}, which has no adapter or tile options", self.abi_minor());
+            return Err(fail(status::UNSUPPORTED, why));
+        }
+        let adapter = wanted.adapter.as_deref().unwrap_or("");
+        let options = CreateOptions {
+            flags: wanted.flags,
+            adapter: if adapter.is_empty() { std::ptr::null() } else { adapter.as_ptr() },
+            adapter_len: adapter.len() as u32,
+            tile: wanted.tile.unwrap_or([0; 5]),
+            ..CreateOptions::new(wanted.threads)
+        };
         let mut instance = std::ptr::null_mut();
         let mut error = ErrorStorage::new();
         let create = self.vtable.create.expect("checked at load");
-        // SAFETY: valid options, out pointer and error buffer, per the ABI.
+        // SAFETY: valid options (the adapter text outlives the call), out pointer and error
+        // buffer, per the ABI.
         let code = unsafe { create(&options, &mut instance, &mut error.buf) };
-        let fail = |status, message| BackendError { backend: self.name().to_string(), call: "create", status, message };
         if code != status::OK {
             return Err(fail(code, error.message()));
         }

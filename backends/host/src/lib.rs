@@ -17,7 +17,7 @@ pub mod gate;
 pub mod loader;
 pub mod units_gemm;
 
-pub use backend::{Backend, BackendError};
+pub use backend::{Backend, BackendError, InstanceOptions};
 pub use gate::{run_gate, GateReport};
 pub use loader::{resolve_plugin, LoadError, Plugin, BUILTIN_BACKENDS};
 pub use units_gemm::UnitsGemm;

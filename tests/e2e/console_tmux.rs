@@ -2,13 +2,11 @@
 //! keystrokes and read back with `capture-pane`, next to a real signaling server and a real
 //! headless joiner over WebRTC on 127.0.0.1.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{signal_server, Node, BIN};
+use crate::common::{signal_server, Node, BIN};
 
 /// A tmux server of our own (its own socket), killed when dropped.
 struct Tmux {
@@ -79,6 +77,7 @@ fn whash_on_screen(screen: &str, marker: &str) -> Option<String> {
 
 #[test]
 fn the_console_approves_a_join_swaps_its_backend_and_broadcasts_a_checkpoint() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let room = format!("{}?room=e2e", signal.url);
     let dir = std::env::temp_dir().join(format!("lockstep-console-e2e-{}", std::process::id()));

@@ -2,12 +2,10 @@
 //! signaling server (`lockstep signal`) and headless nodes (`lockstep node --headless`) talking
 //! over real WebRTC data channels, driven by JSON lines exactly as a script would.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::{signal_server, NetnsPair, Node, BIN};
+use crate::common::{signal_server, NetnsPair, Node, BIN};
 use serde_json::Value;
 
 fn channels_open(nodes: &[&Node]) {
@@ -28,6 +26,7 @@ fn finished(node: &Node, secs: u64) {
 
 #[test]
 fn three_nodes_with_mixed_backends_agree_at_every_step() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut a = Node::spawn(&signal, "cpu");
     let b = Node::spawn(&signal, "lut");
@@ -62,6 +61,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
 
 #[test]
 fn a_cut_link_is_repaired_by_the_leader() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut a = Node::spawn(&signal, "cpu");
     let mut b = Node::spawn(&signal, "cpu");
@@ -82,6 +82,7 @@ fn a_cut_link_is_repaired_by_the_leader() {
 
 #[test]
 fn a_flipped_bit_stops_the_run_and_names_the_node() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut a = Node::spawn(&signal, "cpu");
     let b = Node::spawn(&signal, "cpu");
@@ -108,6 +109,7 @@ fn a_flipped_bit_stops_the_run_and_names_the_node() {
 
 #[test]
 fn wrong_arithmetic_after_admission_is_caught_by_the_probe() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut a = Node::spawn(&signal, "cpu");
     let b = Node::spawn(&signal, "cpu");
@@ -123,6 +125,7 @@ fn wrong_arithmetic_after_admission_is_caught_by_the_probe() {
 
 #[test]
 fn a_late_joiner_is_resumed_and_identical_from_then_on() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut a = Node::spawn(&signal, "cpu");
     let b = Node::spawn(&signal, "cpu");
@@ -146,6 +149,7 @@ fn a_late_joiner_is_resumed_and_identical_from_then_on() {
 
 #[test]
 fn the_group_survives_a_follower_and_then_the_leader_leaving() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut a = Node::spawn(&signal, "cpu");
     let b = Node::spawn(&signal, "cpu");
@@ -168,6 +172,7 @@ fn the_group_survives_a_follower_and_then_the_leader_leaving() {
 
 #[test]
 fn a_checkpoint_push_restores_every_replica() {
+    let _phase = crate::common::phase(module_path!());
     let dir = std::env::temp_dir().join(format!("lockstep-push-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ckpt = dir.join("tiny.ckpt");
@@ -208,6 +213,7 @@ fn a_checkpoint_push_restores_every_replica() {
 
 #[test]
 fn headless_commands_approve_deny_swap_save_and_broadcast() {
+    let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let mut host = Node::spawn_at(&format!("{}?room=ops", signal.url), "cpu");
     host.id = host.wait_for("connected", |e| e["event"] == "connected", 20)["id"].as_u64().unwrap();
@@ -294,6 +300,7 @@ fn headless_commands_approve_deny_swap_save_and_broadcast() {
 /// packet size real networks get, the host approves the joiner, and both train to one hash.
 #[test]
 fn two_network_stacks_train_together_over_a_veth_link() {
+    let _phase = crate::common::phase(module_path!());
     let net = NetnsPair::new("mesh");
     let (_signal, url) = net.signal_server();
     let room = format!("{url}?room=veth");

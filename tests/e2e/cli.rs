@@ -20,6 +20,7 @@ fn fixture(name: &str) -> String {
 
 #[test]
 fn gate_admits_cpu() {
+    let _phase = crate::common::phase(module_path!());
     let out = lockstep(&["gate", "cpu", "--verbose"]);
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");
@@ -34,6 +35,7 @@ fn gate_admits_cpu() {
 
 #[test]
 fn gate_rejects_a_wrong_plugin_by_path() {
+    let _phase = crate::common::phase(module_path!());
     let out = lockstep(&["gate", &fixture("flaw_round_half_away")]);
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(1), "{shown}");
@@ -43,6 +45,7 @@ fn gate_rejects_a_wrong_plugin_by_path() {
 
 #[test]
 fn gate_explains_files_it_cannot_load() {
+    let _phase = crate::common::phase(module_path!());
     let out = lockstep(&["gate", &fixture("bad_abi_major")]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("ABI major version 2"), "{}", text(&out));
@@ -53,6 +56,7 @@ fn gate_explains_files_it_cannot_load() {
 
 #[test]
 fn bench_gemm_prints_json_lines() {
+    let _phase = crate::common::phase(module_path!());
     let out = lockstep(&["bench", "gemm", "--json", "--shapes", "64x48x40,33x17x100", "--min-ms", "1"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -94,6 +98,7 @@ fn step_hashes(lines: &[serde_json::Value]) -> Vec<String> {
 
 #[test]
 fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
+    let _phase = crate::common::phase(module_path!());
     let cpu = step_hashes(&train_json(&["--steps", "8", "--backend", "cpu"]));
     assert_eq!(cpu.len(), 8);
     for gpu in ["lut", "dp4a"] {
@@ -104,6 +109,7 @@ fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
 
 #[test]
 fn hot_swaps_at_step_boundaries_leave_the_hashes_of_an_unswapped_run() {
+    let _phase = crate::common::phase(module_path!());
     let plain = step_hashes(&train_json(&["--steps", "9", "--backend", "cpu"]));
     let lines = train_json(&["--steps", "9", "--backend", "cpu", "--swap", "3:dp4a", "--swap", "6:lut"]);
     assert_eq!(step_hashes(&lines), plain);
@@ -125,6 +131,7 @@ fn hot_swaps_at_step_boundaries_leave_the_hashes_of_an_unswapped_run() {
 
 #[test]
 fn the_live_audit_stops_a_backend_that_drifts_after_admission() {
+    let _phase = crate::common::phase(module_path!());
     let drifting = fixture("drift_after_admission");
     let mut args = vec!["train"];
     args.extend_from_slice(TINY_MODEL);
@@ -145,6 +152,7 @@ fn the_live_audit_stops_a_backend_that_drifts_after_admission() {
 
 #[test]
 fn the_automatic_choice_reports_every_verdict() {
+    let _phase = crate::common::phase(module_path!());
     let mut args = vec!["train"];
     args.extend_from_slice(TINY_MODEL);
     args.extend_from_slice(&TINY[..TINY.len() - 1]);
@@ -162,6 +170,7 @@ fn the_automatic_choice_reports_every_verdict() {
 
 #[test]
 fn bench_exchange_reports_throughput_and_the_step_breakdown() {
+    let _phase = crate::common::phase(module_path!());
     let out = lockstep(&["bench", "exchange", "--json", "--mb", "2", "--trials", "1", "--nodes", "2", "--steps", "4"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let rows: Vec<serde_json::Value> =
@@ -181,6 +190,7 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
 
 #[test]
 fn the_headless_demo_trains_three_nodes_to_one_hash() {
+    let _phase = crate::common::phase(module_path!());
     let mut args = vec!["demo", "--headless", "--no-data", "--steps", "12"];
     args.extend_from_slice(TINY_MODEL);
     let out = lockstep(&args);
@@ -209,4 +219,41 @@ fn the_headless_demo_trains_three_nodes_to_one_hash() {
     // The two others joined through the room's approval, which the demo gave.
     assert_eq!(events.iter().filter(|e| e["event"] == "join-request").count(), 2);
     assert!(events.iter().any(|e| e["event"] == "run-finished"));
+}
+
+#[test]
+fn resuming_a_finished_run_with_more_steps_extends_it_and_a_shorter_length_is_refused() {
+    let _phase = crate::common::phase(module_path!());
+    let dir = std::env::temp_dir().join(format!("lockstep-extend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let ckpt = dir.join("run20.ckpt");
+    let tiny = ["--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "2"];
+    let ckpt_arg = ckpt.to_str().expect("a UTF-8 path");
+    let mut first = vec!["train", "--backend", "cpu", "--steps", "20", "--ckpt-out", ckpt_arg, "--eval-batches", "0"];
+    first.extend(tiny);
+    let out = lockstep(&first);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // A length the checkpoint has reached trains nothing: refused, saying why.
+    let out = lockstep(&["train", "--backend", "cpu", "--resume", ckpt_arg, "--steps", "20", "--eval-batches", "0"]);
+    let shown = text(&out);
+    assert_ne!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("the checkpoint is at step 20 of a 20-step run; --steps 20 would train nothing"), "{shown}");
+
+    // A longer one extends the run: steps 21..40 are trained, with real losses.
+    let out = lockstep(&["train", "--backend", "cpu", "--resume", ckpt_arg, "--steps", "40", "--eval-batches", "0"]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("steps 20 → 40 of 40"), "{shown}");
+    let last = shown.lines().find(|l| l.starts_with("final:")).expect("a final line");
+    assert!(last.starts_with("final: step 40 loss "), "{last}");
+    assert!(!shown.contains("NaN"), "{shown}");
+
+    // Nothing to train (the run's own end): no loss is printed for a step not trained.
+    let out = lockstep(&["train", "--backend", "cpu", "--resume", ckpt_arg, "--eval-batches", "0"]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("final: step 20 (no step trained)"), "{shown}");
+    assert!(!shown.contains("NaN"), "{shown}");
+    std::fs::remove_dir_all(&dir).expect("cleaned up");
 }

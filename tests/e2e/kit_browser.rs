@@ -30,6 +30,7 @@ fn script() -> PathBuf {
 
 #[test]
 fn kit_in_chromium_generates_what_lockstep_generate_does() {
+    let _phase = crate::common::phase(module_path!());
     let dir = workdir();
     let ckpt = dir.join("kit.ckpt");
     let kit = dir.join("kit.html");

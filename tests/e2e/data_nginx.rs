@@ -120,6 +120,7 @@ fn http_get(server: SocketAddr, path: &str) -> (u16, Value) {
 
 #[test]
 fn data_reads_parquet_over_ranges_from_nginx() {
+    let _phase = crate::common::phase(module_path!());
     let dir = std::env::temp_dir().join(format!("lockstep-data-{}", std::process::id()));
     let www = dir.join("www/files");
     std::fs::create_dir_all(&www).unwrap();

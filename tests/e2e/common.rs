@@ -1,13 +1,11 @@
 //! What the process-level tests share: the binary, child processes killed on drop, a real
 //! signaling server on a free port, and headless nodes whose JSON-line events are collected.
 
-#![allow(dead_code)] // each test binary uses a different part
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -242,4 +240,33 @@ impl Drop for NetnsPair {
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("iproute2's `ip` runs");
     assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Tests of one file run side by side; tests of different files never overlap (each file's
+/// tests were sized for the machine on their own). The guard holds the file's phase.
+pub struct Phase;
+
+static PHASE: Mutex<(Option<&'static str>, usize)> = Mutex::new((None, 0));
+static PHASE_CHANGED: Condvar = Condvar::new();
+
+/// Waits until no test of another file runs, then holds `file`'s phase until dropped.
+pub fn phase(file: &'static str) -> Phase {
+    let mut held = PHASE.lock().unwrap_or_else(|p| p.into_inner());
+    while held.0.is_some_and(|f| f != file) {
+        held = PHASE_CHANGED.wait(held).unwrap_or_else(|p| p.into_inner());
+    }
+    held.0 = Some(file);
+    held.1 += 1;
+    Phase
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        let mut held = PHASE.lock().unwrap_or_else(|p| p.into_inner());
+        held.1 -= 1;
+        if held.1 == 0 {
+            held.0 = None;
+            PHASE_CHANGED.notify_all();
+        }
+    }
 }

@@ -1,0 +1,251 @@
+//! The checkable parts of `docs/ARCHITECTURE.md`, checked on every `cargo test`: which crates
+//! depend on which, no clock or socket in the sans-I/O cores, no import cycle between the
+//! binary's modules, every crate on the workspace's `rust-version`, and no comment that
+//! points at a document outside the repository.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("listing {}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The workspace members, from the root manifest.
+fn members() -> Vec<String> {
+    let manifest = read(&root().join("Cargo.toml"));
+    let list = manifest.split("members = [").nth(1).and_then(|rest| rest.split(']').next()).expect("a members list");
+    list.split(',').map(|m| m.trim().trim_matches('"').to_string()).filter(|m| !m.is_empty()).collect()
+}
+
+/// The workspace crates a member's `[dependencies]` names (not dev-dependencies).
+fn workspace_dependencies(member: &str) -> BTreeSet<String> {
+    let manifest = read(&root().join(member).join("Cargo.toml"));
+    let Some(section) = manifest.split("\n[dependencies]\n").nth(1) else { return BTreeSet::new() };
+    let section = section.split("\n[").next().unwrap_or("");
+    section
+        .lines()
+        .filter_map(|line| line.split(['.', ' ', '=']).next())
+        .filter(|name| name.starts_with("lockstep-"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_crate_graph_is_the_one_the_architecture_describes() {
+    // Adding an edge here is a design decision: record it in docs/ARCHITECTURE.md too.
+    let expected: BTreeMap<&str, &[&str]> = BTreeMap::from([
+        ("luts", &[][..]),
+        ("worker-api", &[]),
+        ("shaders", &[]),
+        // The host implements node's compute trait for loaded plugins (the glue), so node
+        // never loads a plugin.
+        ("backends/host", &["lockstep-luts", "lockstep-node", "lockstep-worker-api"]),
+        ("backends/quantize", &["lockstep-luts"]),
+        ("backends/cpu", &["lockstep-luts", "lockstep-quantize", "lockstep-worker-api"]),
+        ("backends/gpu", &["lockstep-luts", "lockstep-quantize", "lockstep-shaders", "lockstep-worker-api"]),
+        ("backends/lut", &["lockstep-gpu", "lockstep-shaders", "lockstep-worker-api"]),
+        ("backends/dp4a", &["lockstep-gpu", "lockstep-shaders", "lockstep-worker-api"]),
+        ("backends/faulty", &["lockstep-luts", "lockstep-worker-api"]),
+        // The node's pure core: the units and nothing that does I/O.
+        ("node", &["lockstep-luts"]),
+        ("node/mesh", &["lockstep-luts", "lockstep-node", "lockstep-signaling"]),
+        ("signaling", &[]),
+        (
+            "tui",
+            &[
+                "lockstep-backends",
+                "lockstep-luts",
+                "lockstep-mesh",
+                "lockstep-node",
+                "lockstep-signaling",
+                "lockstep-worker-api",
+            ],
+        ),
+    ]);
+    let members = members();
+    assert_eq!(members.iter().map(String::as_str).collect::<BTreeSet<_>>(), expected.keys().copied().collect());
+    for member in &members {
+        let found = workspace_dependencies(member);
+        let wanted: BTreeSet<String> = expected[member.as_str()].iter().map(|s| s.to_string()).collect();
+        assert_eq!(found, wanted, "{member}'s workspace dependencies");
+    }
+}
+
+#[test]
+fn every_crate_inherits_the_workspace_rust_version() {
+    assert!(read(&root().join("Cargo.toml")).contains("\nrust-version = \"1.89\"\n"));
+    for member in members() {
+        let manifest = read(&root().join(&member).join("Cargo.toml"));
+        assert!(manifest.contains("\nrust-version.workspace = true\n"), "{member} does not inherit rust-version");
+    }
+}
+
+/// Lines of code (comments and the test module dropped) that contain `word`.
+fn code_mentions(path: &Path, word: &str) -> Vec<String> {
+    let text = read(path);
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .filter(|code| code.contains(word))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_sans_io_cores_read_no_clock_and_touch_no_socket() {
+    let root = root();
+    let mut cores: Vec<PathBuf> =
+        ["node/src/session.rs", "node/src/step.rs", "node/src/wire.rs", "signaling/src/hub.rs"]
+            .iter()
+            .map(|p| root.join(p))
+            .collect();
+    cores.extend(sources(&root.join("luts/src")));
+    // Time arrives as an input (`now`); reading the clock is the adapters' job.
+    let forbidden = [
+        "Instant::now",
+        "SystemTime",
+        "elapsed()",
+        "std::net",
+        "TcpStream",
+        "UdpSocket",
+        "tokio",
+        "thread::sleep",
+        "std::fs",
+    ];
+    for file in &cores {
+        for word in forbidden {
+            let hits = code_mentions(file, word);
+            // The table generator writes its one file.
+            if word == "std::fs" && file.ends_with("luts/src/bin/generate_luts.rs") {
+                continue;
+            }
+            assert!(hits.is_empty(), "{} mentions `{word}`: {hits:?}", file.display());
+        }
+    }
+    // The rest of `node` does no network I/O, and only the replica times anything (its hash
+    // seconds, for the step-time report; never for a decision).
+    for file in sources(&root.join("node/src")) {
+        for word in ["std::net", "TcpStream", "UdpSocket", "SystemTime", "tokio", "reqwest", "libloading"] {
+            assert!(code_mentions(&file, word).is_empty(), "{} mentions `{word}`", file.display());
+        }
+        if !file.ends_with("node/src/replica.rs") {
+            assert!(code_mentions(&file, "Instant::now").is_empty(), "{} reads a clock", file.display());
+        }
+    }
+}
+
+/// The binary's top-level module a file belongs to (`console/view.rs` → `console`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).expect("under src");
+    let first = relative.components().next().expect("a component").as_os_str().to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+#[test]
+fn no_module_of_the_binary_imports_one_that_imports_it_back() {
+    let src = root().join("tui/src");
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in sources(&src) {
+        let from = module_of(&src, &file);
+        let text = read(&file);
+        let mut targets = BTreeSet::new();
+        for (i, _) in text.match_indices("crate::") {
+            let rest = &text[i + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let inside = group.split('}').next().unwrap_or("");
+                targets.extend(inside.split(',').filter_map(|p| p.trim().split("::").next()).map(str::to_string));
+            } else {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                targets.insert(name);
+            }
+        }
+        targets
+            .retain(|t| !t.is_empty() && *t != from && (src.join(format!("{t}.rs")).exists() || src.join(t).is_dir()));
+        edges.entry(from).or_default().extend(targets);
+    }
+    // Depth-first search for a cycle.
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for module in edges.keys() {
+        if let Some(cycle) = visit(module, &edges, &mut Vec::new(), &mut done) {
+            panic!("an import cycle: {}", cycle.join(" → "));
+        }
+    }
+    assert!(edges["node"].contains("console") && edges["console"].contains("node_runtime"), "{edges:?}");
+}
+
+#[test]
+fn comments_point_only_at_documents_in_the_repository() {
+    let root = root();
+    let mut files = Vec::new();
+    for dir in ["luts", "worker-api", "shaders", "backends", "node", "signaling", "tui/src", "tests"] {
+        files.extend(
+            sources(&root.join(dir)).into_iter().filter(|f| !f.components().any(|c| c.as_os_str() == "target")),
+        );
+    }
+    for file in files {
+        for (number, line) in read(&file).lines().enumerate() {
+            let Some((_, comment)) = line.split_once("//") else { continue };
+            for word in comment.split(|c: char| c.is_whitespace() || "`()[],;:".contains(c)) {
+                let word = word.trim_end_matches('.');
+                if word.ends_with(".md") {
+                    let name = word.rsplit('/').next().unwrap_or(word);
+                    let exists = root.join(word).exists() || root.join("docs").join(name).exists();
+                    assert!(exists, "{}:{}: `{word}` is not in the repository", file.display(), number + 1);
+                }
+            }
+            let lower = comment.to_lowercase();
+            for ticket in ["issue ", "ticket ", "jira"] {
+                let pointed = lower
+                    .match_indices(ticket)
+                    .any(|(i, t)| lower[i + t.len()..].starts_with(|c: char| c.is_ascii_digit() || c == '#'));
+                assert!(!pointed, "{}:{}: a comment points at a ticket: {line}", file.display(), number + 1);
+            }
+        }
+    }
+}
