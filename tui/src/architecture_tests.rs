@@ -249,3 +249,34 @@ fn comments_point_only_at_documents_in_the_repository() {
         }
     }
 }
+
+#[test]
+fn every_file_the_architecture_names_exists() {
+    let root = root();
+    let mut all: Vec<PathBuf> = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("listing {}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            if path.is_dir() && !name.starts_with('.') && name != "target" {
+                stack.push(path);
+            } else if path.is_file() {
+                all.push(path.strip_prefix(&root).expect("under the root").to_path_buf());
+            }
+        }
+    }
+    let text = read(&root.join("docs/ARCHITECTURE.md"));
+    let named: BTreeSet<&str> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| [".rs", ".wgsl", ".md", ".py", ".bin", ".js"].iter().any(|x| t.ends_with(x)))
+        .filter(|t| !t.contains(' ') && !t.contains('*'))
+        .collect();
+    assert!(named.len() > 20, "{named:?}");
+    for name in named {
+        let found = all.iter().any(|p| p.ends_with(name) || p.to_string_lossy().ends_with(name));
+        assert!(found, "docs/ARCHITECTURE.md names `{name}`, which is not in the repository");
+    }
+}

@@ -7,7 +7,7 @@ use lockstep_backends::gate::{run_gate, GateProgress};
 use lockstep_backends::{auto, resolve_plugin, Backend, InstanceOptions, Plugin, UnitsGemm};
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::verdict::Verdict;
-use lockstep_worker_api::{caps, create_flags};
+use lockstep_worker_api::create_flags;
 
 /// The device choice the command line made (`--gpu-adapter`, `--gpu-tile`), for every
 /// instance this process creates; set once at start-up.
@@ -101,7 +101,7 @@ pub fn admit(
     progress_line: &mut dyn FnMut(String),
 ) -> Result<Admitted, NotAdmitted> {
     let not_loadable = |why: String| NotAdmitted { name: name.to_string(), verdict: Verdict::NotLoadable { why } };
-    let (plugin, backend, verdict) = if name == "auto" {
+    let (_plugin, backend, verdict) = if name == "auto" {
         match auto::choose(&instance_options(threads, 0)) {
             Ok(choice) => {
                 for verdict in &choice.verdicts {
@@ -129,14 +129,11 @@ pub fn admit(
         }
         (plugin, backend, verdict)
     };
-    let lanes = if plugin.capabilities() & caps::DEVICE != 0 { 1 } else { threads_or_all(threads) };
-    let extra = (1..lanes)
-        .map(|_| plugin.instantiate_options(&instance_options(1, 0)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| not_loadable(format!("creating a lane: {e}")))?;
     let name = backend.name().to_string();
     let device = backend.describe();
-    Ok(Admitted { gemm: UnitsGemm::with_lanes(backend, extra), name, verdict, device })
+    let gemm = UnitsGemm::with_lane_policy(backend, threads, &instance_options(threads, 0))
+        .map_err(|e| not_loadable(format!("creating a lane: {e}")))?;
+    Ok(Admitted { gemm, name, verdict, device })
 }
 
 /// [`admit`] with default opening, verdicts printed unless `quiet`.

@@ -4,7 +4,9 @@
 
 use lockstep_node::gemm::{ComputeError, Gemm};
 
-use crate::backend::Backend;
+use lockstep_worker_api::caps;
+
+use crate::backend::{Backend, BackendError, InstanceOptions};
 
 /// One backend instance is a lane of its own.
 impl Gemm for Backend {
@@ -47,6 +49,21 @@ impl UnitsGemm {
         let mut lanes = vec![main];
         lanes.extend(extra);
         Self { lanes }
+    }
+
+    /// The lane policy: a device plugin computes with its one instance (the device
+    /// parallelises inside a call); a CPU plugin gets one lane per thread — `threads`, 0 for
+    /// every core — each an extra single-threaded instance created with `options`.
+    pub fn with_lane_policy(main: Backend, threads: u32, options: &InstanceOptions) -> Result<Self, BackendError> {
+        let device = main.plugin().capabilities() & caps::DEVICE != 0;
+        let lanes = match threads {
+            _ if device => 1,
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n as usize,
+        };
+        let lane = InstanceOptions { threads: 1, ..options.clone() };
+        let extra = (1..lanes).map(|_| main.plugin().instantiate_options(&lane)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::with_lanes(main, extra))
     }
 
     pub fn backend(&self) -> &Backend {
