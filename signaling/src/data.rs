@@ -50,6 +50,15 @@ pub struct DataConfig {
     pub cache_bytes: usize,
     /// Bytes fetched as a first guess at the footer.
     pub footer_guess: u64,
+    /// Largest footer metadata a shard may claim: a source that claims more is refused
+    /// before anything of that size is fetched.
+    pub max_metadata_bytes: u64,
+    /// Largest `text` column chunk (compressed, as fetched) and largest decoded row group
+    /// (text bytes) one slice may need; a row group past either is refused.
+    pub max_chunk_bytes: u64,
+    pub max_decoded_bytes: usize,
+    /// Each upstream request (connect, headers and body) must finish within this.
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for DataConfig {
@@ -61,6 +70,11 @@ impl Default for DataConfig {
             max_bytes: 256 * 1024,
             cache_bytes: 64 * 1024 * 1024,
             footer_guess: 64 * 1024,
+            // FineWeb-Edu's footers are a few hundred KiB, its `text` chunks tens of MiB.
+            max_metadata_bytes: 16 * 1024 * 1024,
+            max_chunk_bytes: 256 * 1024 * 1024,
+            max_decoded_bytes: 512 * 1024 * 1024,
+            request_timeout: std::time::Duration::from_secs(20),
         }
     }
 }
@@ -257,11 +271,15 @@ impl SliceCache {
     }
 }
 
+/// A shard's footer, or the lock its first fetch holds (one lock per shard, so a slow or
+/// hanging shard never holds up requests for the others).
+type FooterSlot = Arc<tokio::sync::Mutex<Option<Arc<Footer>>>>;
+
 /// The `/data` service.
 pub struct DataService {
     config: DataConfig,
     client: reqwest::Client,
-    footers: tokio::sync::Mutex<HashMap<String, Arc<Footer>>>,
+    footers: Mutex<HashMap<String, FooterSlot>>,
     cache: Mutex<SliceCache>,
     rng: Mutex<u64>,
     pub stats: Arc<FetchStats>,
@@ -276,8 +294,8 @@ impl DataService {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::limited(8))
-            .connect_timeout(std::time::Duration::from_secs(10))
-            .timeout(std::time::Duration::from_secs(60))
+            .connect_timeout(config.request_timeout.min(std::time::Duration::from_secs(10)))
+            .timeout(config.request_timeout)
             .user_agent(concat!("lockstep/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| DataError(format!("HTTP client: {e}")))?;
@@ -286,7 +304,7 @@ impl DataService {
         Ok(DataService {
             config,
             client,
-            footers: tokio::sync::Mutex::new(HashMap::new()),
+            footers: Mutex::new(HashMap::new()),
             cache: Mutex::new(SliceCache::default()),
             rng: Mutex::new(seed),
             stats: Arc::new(FetchStats::default()),
@@ -314,8 +332,9 @@ impl DataService {
     /// `footer_guess` bytes (whose `Content-Range` also gives the length), a second only if
     /// the metadata is longer than the guess.
     async fn footer(&self, shard: &str) -> Result<Arc<Footer>, DataError> {
-        let mut footers = self.footers.lock().await;
-        if let Some(footer) = footers.get(shard) {
+        let slot = lock(&self.footers).entry(shard.to_string()).or_default().clone();
+        let mut cached = slot.lock().await;
+        if let Some(footer) = cached.as_ref() {
             return Ok(footer.clone());
         }
         let origin = self.url(shard);
@@ -333,6 +352,12 @@ impl DataService {
         if meta_len + 8 > len {
             return Err(DataError(format!("{origin}: footer says {meta_len} metadata bytes in a {len}-byte file")));
         }
+        if meta_len > self.config.max_metadata_bytes {
+            return Err(DataError(format!(
+                "{origin}: footer claims {meta_len} metadata bytes, more than the {} this server accepts",
+                self.config.max_metadata_bytes
+            )));
+        }
         let metadata_bytes = if meta_len + 8 <= guess {
             tail.slice((guess - 8 - meta_len) as usize..(guess - 8) as usize)
         } else {
@@ -341,7 +366,7 @@ impl DataService {
         };
         let metadata = Arc::new(ParquetMetaDataReader::decode_metadata(&metadata_bytes)?);
         let footer = Arc::new(Footer { len, metadata, current });
-        footers.insert(shard.to_string(), footer.clone());
+        *cached = Some(footer.clone());
         Ok(footer)
     }
 
@@ -359,15 +384,30 @@ impl DataService {
             stats: self.stats.clone(),
             metadata: Some(footer.metadata.clone()),
         };
+        let group = footer.metadata.row_group(row_group);
+        let chunk = group.columns().iter().find(|c| c.column_path().string() == "text");
+        let (fetched, decoded) = chunk.map_or((0, 0), |c| (c.compressed_size(), c.uncompressed_size()));
+        if fetched.max(0) as u64 > self.config.max_chunk_bytes
+            || decoded.max(0) as u64 > self.config.max_decoded_bytes as u64
+        {
+            return Err(DataError(format!(
+                "{shard} row group {row_group}: its `text` chunk is {fetched} bytes ({decoded} decoded), more than the \
+                 {} ({} decoded) this server fetches for one slice",
+                self.config.max_chunk_bytes, self.config.max_decoded_bytes
+            )));
+        }
         let mask = ProjectionMask::roots(footer.metadata.file_metadata().schema_descr(), [text_index]);
         let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(file, arrow_metadata)
             .with_projection(mask)
             .with_row_groups(vec![row_group])
             .with_batch_size(8192)
             .build()?;
-        let batches: Vec<_> = stream.try_collect().await?;
+        // Decoded as it streams, counted against the bound (the footer's sizes may lie).
+        let mut stream = std::pin::pin!(stream);
         let mut texts = Vec::new();
-        for batch in batches {
+        let mut decoded_bytes = 0usize;
+        while let Some(batch) = stream.try_next().await? {
+            let before = texts.len();
             let column = batch.column(0);
             let push = |texts: &mut Vec<String>, value: Option<&str>| texts.push(value.unwrap_or("").to_string());
             if let Some(strings) = column.as_string_opt::<i32>() {
@@ -378,6 +418,13 @@ impl DataService {
                 strings.iter().for_each(|v| push(&mut texts, v));
             } else {
                 return Err(DataError(format!("{shard}: `text` is {}, not a string column", column.data_type())));
+            }
+            decoded_bytes += texts[before..].iter().map(String::len).sum::<usize>();
+            if decoded_bytes > self.config.max_decoded_bytes {
+                return Err(DataError(format!(
+                    "{shard} row group {row_group}: more than {} bytes of text decoded; refused",
+                    self.config.max_decoded_bytes
+                )));
             }
         }
         Ok(texts)
@@ -451,6 +498,94 @@ mod tests {
         let mut off = SliceCache::default();
         off.put(("a".into(), 0), group(1), 0);
         assert!(off.get(&("a".into(), 0)).is_none());
+    }
+
+    /// A source on 127.0.0.1 that answers range requests over `file`, or (`hang`) accepts
+    /// connections and never answers. Serves until the test ends.
+    fn source(file: Vec<u8>, hang: bool) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let address = listener.local_addr().expect("an address");
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                if hang {
+                    held.push(stream);
+                    continue;
+                }
+                let mut request = [0u8; 4096];
+                let n = stream.read(&mut request).unwrap_or(0);
+                let head = String::from_utf8_lossy(&request[..n]);
+                let range =
+                    head.lines().find_map(|l| l.strip_prefix("range: bytes=").or(l.strip_prefix("Range: bytes=")));
+                let (start, end) = range
+                    .and_then(|r| r.trim().split_once('-'))
+                    .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+                    .unwrap_or((0, file.len() - 1));
+                let body = &file[start..=end.min(file.len() - 1)];
+                let head = format!(
+                    "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{}/{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    start + body.len() - 1,
+                    file.len(),
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body);
+            }
+        });
+        format!("http://{address}")
+    }
+
+    fn config(base_url: String, shards: &[&str]) -> DataConfig {
+        DataConfig {
+            base_url,
+            shards: shards.iter().map(|s| s.to_string()).collect(),
+            request_timeout: std::time::Duration::from_millis(800),
+            ..DataConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_footer_claiming_more_metadata_than_the_bound_is_refused_before_it_is_fetched() {
+        // 1 KiB of nothing, then a footer tail claiming 200 MB of metadata: `[u32 len]PAR1`.
+        let mut file = vec![0u8; 1024];
+        file.extend_from_slice(&200_000_000u32.to_le_bytes());
+        file.extend_from_slice(b"PAR1");
+        let service = DataService::new(DataConfig {
+            max_metadata_bytes: 512,
+            ..config(source(file.clone(), false), &["a.parquet"])
+        })
+        .expect("a service");
+        let error = service.footer("a.parquet").await.err().expect("refused");
+        assert!(error.0.contains("metadata bytes in a 1032-byte file"), "{error}");
+        // A claim within the file but past the bound names the bound.
+        file.truncate(1024);
+        file.extend_from_slice(&1000u32.to_le_bytes());
+        file.extend_from_slice(b"PAR1");
+        let service =
+            DataService::new(DataConfig { max_metadata_bytes: 512, ..config(source(file, false), &["b.parquet"]) })
+                .expect("a service");
+        let error = service.footer("b.parquet").await.err().expect("refused");
+        assert!(
+            error.0.contains("footer claims 1000 metadata bytes, more than the 512 this server accepts"),
+            "{error}"
+        );
+        assert_eq!(service.stats.requests.load(Ordering::Relaxed), 2, "the claimed metadata was never fetched");
+    }
+
+    #[tokio::test]
+    async fn a_hanging_shard_times_out_and_holds_up_no_other_shard() {
+        let base = source(Vec::new(), true);
+        let service = Arc::new(DataService::new(config(base, &["a.parquet", "b.parquet"])).expect("a service"));
+        let began = std::time::Instant::now();
+        let (a, b) = tokio::join!(service.footer("a.parquet"), service.footer("b.parquet"));
+        let took = began.elapsed();
+        for error in [a.err().expect("a times out"), b.err().expect("b times out")] {
+            assert!(error.0.contains("GET"), "{error}");
+        }
+        // Both ran at once: one timeout (0.8 s), not two in a row.
+        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
     }
 
     #[test]

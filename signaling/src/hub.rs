@@ -25,6 +25,12 @@ pub struct Limits {
     pub approval_timeout: Duration,
     /// Connections in all.
     pub max_peers: usize,
+    /// Connections from one address (members and waiting joiners together), so one address
+    /// cannot take the server's connections from everyone else.
+    pub max_peers_per_address: usize,
+    /// Join requests one address may have waiting in one room, so one address cannot take a
+    /// room's request slots from legitimate joiners.
+    pub max_pending_per_address: usize,
 }
 
 impl Default for Limits {
@@ -37,6 +43,8 @@ impl Default for Limits {
             message_burst: 100,
             approval_timeout: Duration::from_secs(60),
             max_peers: 1024,
+            max_peers_per_address: 32,
+            max_pending_per_address: 2,
         }
     }
 }
@@ -154,6 +162,13 @@ impl Hub {
         if self.peers.len() >= self.limits.max_peers {
             return Err(ServerMessage::fatal(ErrorCode::ServerFull, "the server has no room for more connections"));
         }
+        let from_here = self.peers.values().filter(|p| p.address == address).count();
+        if from_here >= self.limits.max_peers_per_address {
+            return Err(ServerMessage::fatal(
+                ErrorCode::TooManyRequests,
+                format!("{address} already has {from_here} connections, the most one address may have"),
+            ));
+        }
         let key = match &placement {
             Placement::ByAddress => GroupKey::Ip(address.to_string()),
             Placement::Room(code) | Placement::JoinExisting(code) => {
@@ -179,6 +194,17 @@ impl Hub {
                 let group = self.groups.get_mut(&key).expect("exists");
                 if group.members.len() >= self.limits.max_group_size {
                     return Err(ServerMessage::fatal(ErrorCode::GroupFull, format!("room `{code}` is full")));
+                }
+                let waiting_from_here = group
+                    .pending
+                    .iter()
+                    .filter(|(p, _)| self.peers.get(p).is_some_and(|p| p.address == address))
+                    .count();
+                if waiting_from_here >= self.limits.max_pending_per_address {
+                    return Err(ServerMessage::fatal(
+                        ErrorCode::TooManyRequests,
+                        format!("{address} already has {waiting_from_here} join requests waiting in room `{code}`"),
+                    ));
                 }
                 if group.pending.len() >= self.limits.max_pending_per_room {
                     return Err(ServerMessage::fatal(
@@ -368,6 +394,36 @@ mod tests {
 
     fn sent_to(out: &Output, peer: PeerId) -> Vec<&ServerMessage> {
         out.sends.iter().filter(|(p, _)| *p == peer).map(|(_, m)| m).collect()
+    }
+
+    #[test]
+    fn one_address_cannot_take_every_connection_or_every_request_slot() {
+        let limits = Limits { max_peers_per_address: 3, max_pending_per_address: 1, ..Limits::default() };
+        let mut h = Hub::new(limits);
+        let now = Instant::now();
+        let room = || Placement::Room("r".into());
+        let (host, _) = h.connect("192.0.2.1", room(), now).unwrap();
+        // One waiting request from an address; a second from it is refused, others still fit.
+        h.connect("198.51.100.9", room(), now).unwrap();
+        let refused = h.connect("198.51.100.9", room(), now).unwrap_err();
+        assert!(
+            matches!(&refused, ServerMessage::Error { code: ErrorCode::TooManyRequests, fatal: true, message }
+                if message.contains("join requests waiting in room `r`")),
+            "{refused:?}"
+        );
+        let (other, out) = h.connect("203.0.113.5", room(), now).unwrap();
+        assert_eq!(
+            sent_to(&out, host),
+            vec![&ServerMessage::JoinRequest { peer: other, address: "203.0.113.5".into() }]
+        );
+        // Connections per address: the fourth from one address is refused, others connect.
+        for _ in 0..2 {
+            h.connect("198.51.100.9", Placement::ByAddress, now).unwrap();
+        }
+        let refused = h.connect("198.51.100.9", Placement::ByAddress, now).unwrap_err();
+        assert!(matches!(refused, ServerMessage::Error { code: ErrorCode::TooManyRequests, fatal: true, .. }));
+        assert!(h.connect("203.0.113.6", Placement::ByAddress, now).is_ok());
+        assert_eq!(h.peer_count(), 6);
     }
 
     #[test]

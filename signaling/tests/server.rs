@@ -244,7 +244,8 @@ async fn static_files_are_served() {
 /// and everyone leaving. Prints its figures; asserts only correctness.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_200_peers_in_50_groups() {
-    let server = start(Limits::default(), None).await;
+    // 200 machines played from two addresses: the per-address cap is lifted for them.
+    let server = start(Limits { max_peers_per_address: 1024, ..Limits::default() }, None).await;
     let addr = server.local_addr;
     let started = Instant::now();
     let mut rooms = Vec::new();
@@ -323,4 +324,31 @@ async fn forwarded_for_is_believed_only_from_the_trusted_proxy() {
     let mut direct = via("127.0.0.2").await;
     assert_eq!(expect(&mut direct, "welcome").await["group"], json!({"kind": "ip", "name": "127.0.0.2"}));
     server.stop().await;
+}
+
+#[tokio::test]
+async fn one_address_cannot_lock_others_out_of_the_server_or_a_room() {
+    let limits = Limits { max_peers_per_address: 3, max_pending_per_address: 1, ..Limits::default() };
+    let server = start(limits, None).await;
+    let addr = server.local_addr;
+    let mut host = client(addr, "127.0.0.1", "?room=r").await;
+    expect(&mut host, "welcome").await;
+    // 127.0.0.3 asks once and waits; its second request is refused with the reason.
+    let mut first = client(addr, "127.0.0.3", "?join=r").await;
+    expect(&mut first, "waiting").await;
+    let mut second = client(addr, "127.0.0.3", "?join=r").await;
+    let refused = expect(&mut second, "error").await;
+    assert_eq!(refused["code"], "too-many-requests", "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("join requests waiting in room `r`"), "{refused}");
+    // Another address still gets in line.
+    let mut other = client(addr, "127.0.0.4", "?join=r").await;
+    expect(&mut other, "waiting").await;
+    // Connections: 127.0.0.3 holds one; two more fit, the next is refused; others connect.
+    let _a = client(addr, "127.0.0.3", "").await;
+    let _b = client(addr, "127.0.0.3", "").await;
+    let mut over = client(addr, "127.0.0.3", "").await;
+    let refused = expect(&mut over, "error").await;
+    assert_eq!(refused["code"], "too-many-requests", "{refused}");
+    let mut elsewhere = client(addr, "127.0.0.5", "").await;
+    expect(&mut elsewhere, "welcome").await;
 }
