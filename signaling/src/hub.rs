@@ -58,6 +58,10 @@ pub enum Placement {
     Room(String),
     /// `?join=CODE`: join an existing room only.
     JoinExisting(String),
+    /// `…&resume=ID&token=T`: take back place `id` in a group after the server restarted (or
+    /// the connection dropped). The server checks the token (it signed it for this group and
+    /// id) before the hub sees this; `room` is `None` for a group by address.
+    Resume { room: Option<String>, id: PeerId },
 }
 
 /// What the hub wants done.
@@ -110,12 +114,17 @@ fn admit(group: &mut Group, key: &GroupKey, id: PeerId, out: &mut Output) {
         out.send(member, ServerMessage::PeerJoined { peer: id });
     }
     group.members.push(id);
+    welcome(group, key, id, out);
+}
+
+fn welcome(group: &Group, key: &GroupKey, id: PeerId, out: &mut Output) {
     let welcome = ServerMessage::Welcome {
         v: PROTOCOL_VERSION,
         id,
         group: key.name(),
         host: group.members[0],
         members: group.members.clone(),
+        resume: None,
     };
     out.send(id, welcome);
 }
@@ -170,8 +179,8 @@ impl Hub {
             ));
         }
         let key = match &placement {
-            Placement::ByAddress => GroupKey::Ip(address.to_string()),
-            Placement::Room(code) | Placement::JoinExisting(code) => {
+            Placement::ByAddress | Placement::Resume { room: None, .. } => GroupKey::Ip(address.to_string()),
+            Placement::Room(code) | Placement::JoinExisting(code) | Placement::Resume { room: Some(code), .. } => {
                 if !valid_room_code(code) {
                     return Err(ServerMessage::fatal(
                         ErrorCode::BadRequest,
@@ -188,6 +197,9 @@ impl Hub {
             }
         }
         let mut out = Output::default();
+        if let Placement::Resume { id, .. } = placement {
+            return self.resume(address, key, id).map(|out| (id, out));
+        }
         let id = self.next_id;
         match (&key, exists) {
             (GroupKey::Room(code), true) => {
@@ -232,6 +244,36 @@ impl Hub {
         }
         self.next_id += 1;
         Ok((id, out))
+    }
+
+    /// Place `id` back among `key`'s members (ordered by id, so the oldest member — the host —
+    /// is the same after a restart as before it); the others hear of it, and of a host change.
+    fn resume(&mut self, address: &str, key: GroupKey, id: PeerId) -> Result<Output, ServerMessage> {
+        if id == 0 || self.peers.contains_key(&id) {
+            return Err(ServerMessage::fatal(ErrorCode::BadRequest, format!("node {id} is connected already")));
+        }
+        let group =
+            self.groups.entry(key.clone()).or_insert_with(|| Group { members: Vec::new(), pending: Vec::new() });
+        if group.members.len() >= self.limits.max_group_size {
+            return Err(ServerMessage::fatal(ErrorCode::GroupFull, "your group is full"));
+        }
+        let host_before = group.members.first().copied();
+        let mut out = Output::default();
+        for &member in &group.members {
+            out.send(member, ServerMessage::PeerJoined { peer: id });
+        }
+        let at = group.members.partition_point(|&m| m < id);
+        group.members.insert(at, id);
+        if host_before.is_some_and(|h| h != group.members[0]) {
+            for &member in group.members.iter().filter(|&&m| m != id) {
+                out.send(member, ServerMessage::HostChanged { host: group.members[0] });
+            }
+        }
+        welcome(group, &key, id, &mut out);
+        self.peers.insert(id, Peer { address: address.to_string(), group: key, pending: false });
+        // Ids stay unique for the server's lifetime: new ones start past every resumed one.
+        self.next_id = self.next_id.max(id + 1);
+        Ok(out)
     }
 
     /// A connection went away (closed, failed, or was closed by us).
@@ -424,6 +466,34 @@ mod tests {
         assert!(matches!(refused, ServerMessage::Error { code: ErrorCode::TooManyRequests, fatal: true, .. }));
         assert!(h.connect("203.0.113.6", Placement::ByAddress, now).is_ok());
         assert_eq!(h.peer_count(), 6);
+    }
+
+    #[test]
+    fn resumed_members_keep_their_ids_and_the_oldest_is_host_again() {
+        let mut h = hub();
+        let now = Instant::now();
+        let resume = |id| Placement::Resume { room: Some("r".into()), id };
+        // After a restart the members come back in any order.
+        let (b, out) = h.connect("10.0.0.2", resume(7), now).unwrap();
+        assert_eq!(b, 7);
+        assert!(matches!(sent_to(&out, 7)[0], ServerMessage::Welcome { host: 7, members, .. } if members == &vec![7]));
+        let (a, out) = h.connect("10.0.0.1", resume(4), now).unwrap();
+        assert_eq!(a, 4);
+        assert_eq!(
+            sent_to(&out, 7),
+            vec![&ServerMessage::PeerJoined { peer: 4 }, &ServerMessage::HostChanged { host: 4 }]
+        );
+        assert!(
+            matches!(sent_to(&out, 4)[0], ServerMessage::Welcome { host: 4, members, .. } if members == &vec![4, 7])
+        );
+        // A place already taken is refused; new ids come after every resumed one.
+        assert!(matches!(
+            h.connect("10.0.0.9", resume(7), now),
+            Err(ServerMessage::Error { code: ErrorCode::BadRequest, .. })
+        ));
+        let (joiner, out) = h.connect("10.0.0.3", Placement::Room("r".into()), now).unwrap();
+        assert_eq!(joiner, 8);
+        assert_eq!(sent_to(&out, 4), vec![&ServerMessage::JoinRequest { peer: 8, address: "10.0.0.3".into() }]);
     }
 
     #[test]

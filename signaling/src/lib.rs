@@ -10,7 +10,7 @@ pub mod protocol;
 pub mod server;
 
 pub use hub::{Hub, Limits, Placement};
-pub use server::{serve, ServerConfig, ServerHandle};
+pub use server::{random_secret, serve, ServerConfig, ServerHandle};
 
 /// Locks a mutex, carrying on with the state as it is if a thread panicked while holding it
 /// (a panic there is a bug, but the server keeps serving everyone else).

@@ -63,13 +63,16 @@ pub enum GroupName {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ServerMessage {
-    /// You are in: your id, your group, its host and its members (you included, oldest first).
+    /// You are in: your id, your group, its host and its members (you included, oldest first),
+    /// and the token that lets you resume this place after the server restarts.
     Welcome {
         v: u32,
         id: PeerId,
         group: GroupName,
         host: PeerId,
         members: Vec<PeerId>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume: Option<String>,
     },
     /// Your join request is waiting for the room host's approval.
     Waiting {
@@ -167,8 +170,14 @@ mod tests {
 
     #[test]
     fn golden_wire_forms() {
-        let welcome =
-            ServerMessage::Welcome { v: 1, id: 3, group: GroupName::Room("abc".into()), host: 1, members: vec![1, 3] };
+        let welcome = ServerMessage::Welcome {
+            v: 1,
+            id: 3,
+            group: GroupName::Room("abc".into()),
+            host: 1,
+            members: vec![1, 3],
+            resume: None,
+        };
         assert_eq!(
             welcome.to_json(),
             r#"{"type":"welcome","v":1,"id":3,"group":{"kind":"room","name":"abc"},"host":1,"members":[1,3]}"#

@@ -20,8 +20,10 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::data::{DataConfig, DataService};
+use ring::hmac;
+
 use crate::hub::{Hub, Limits, Output, Placement};
-use crate::protocol::{parse_client, ErrorCode, PeerId, ServerMessage};
+use crate::protocol::{parse_client, ErrorCode, GroupName, PeerId, ServerMessage};
 
 /// Largest HTTP request head accepted.
 const MAX_HEAD: usize = 8 * 1024;
@@ -37,6 +39,10 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Where `/data` reads parquet shards from; `None` turns `/data` off.
     pub data: Option<DataConfig>,
+    /// The key resume tokens are signed with (`None`: a random one for this process, so a
+    /// member can take its place back after a dropped connection but not after a restart;
+    /// `lockstep signal` keeps one in a file so restarts are survived too).
+    pub resume_secret: Option<Vec<u8>>,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +53,7 @@ impl Default for ServerConfig {
             trusted_proxy: None,
             limits: Limits::default(),
             data: Some(DataConfig::default()),
+            resume_secret: None,
         }
     }
 }
@@ -90,12 +97,46 @@ struct Shared {
     senders: Mutex<HashMap<PeerId, mpsc::UnboundedSender<Outgoing>>>,
     config: ServerConfig,
     data: Option<Arc<DataService>>,
+    /// Signs resume tokens.
+    resume_key: hmac::Key,
+}
+
+/// What a resume token vouches for: the place `id` in `group`.
+fn resume_claim(group: &GroupName, id: PeerId) -> String {
+    match group {
+        GroupName::Room(code) => format!("room:{code}|{id}"),
+        GroupName::Ip(address) => format!("ip:{address}|{id}"),
+    }
+}
+
+/// Hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Shared {
+    /// The token a member shows to take place `id` in `group` back.
+    fn resume_token(&self, group: &GroupName, id: PeerId) -> String {
+        hex(hmac::sign(&self.resume_key, resume_claim(group, id).as_bytes()).as_ref())
+    }
+
+    fn resume_token_matches(&self, group: &GroupName, id: PeerId, token: &str) -> bool {
+        let Some(tag) = (0..token.len())
+            .step_by(2)
+            .map(|i| token.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+            .collect::<Option<Vec<u8>>>()
+        else {
+            return false;
+        };
+        hmac::verify(&self.resume_key, resume_claim(group, id).as_bytes(), &tag).is_ok()
+    }
+
     fn dispatch(&self, out: Output) {
         let senders = lock(&self.senders);
-        for (peer, message) in out.sends {
+        for (peer, mut message) in out.sends {
+            if let ServerMessage::Welcome { id, group, resume, .. } = &mut message {
+                *resume = Some(self.resume_token(group, *id));
+            }
             if let Some(tx) = senders.get(&peer) {
                 let _ = tx.send(Outgoing::Text(message.to_json()));
             }
@@ -106,6 +147,14 @@ impl Shared {
             }
         }
     }
+}
+
+/// 32 random bytes from the system's generator.
+pub fn random_secret() -> std::io::Result<Vec<u8>> {
+    let mut secret = vec![0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+        .map_err(|_| std::io::Error::other("no system randomness for the resume secret"))?;
+    Ok(secret)
 }
 
 /// Binds and starts serving in the background.
@@ -119,7 +168,12 @@ pub async fn serve(config: ServerConfig) -> std::io::Result<ServerHandle> {
         )),
         None => None,
     };
-    let shared = Arc::new(Shared { hub: hub.clone(), senders: Mutex::new(HashMap::new()), config, data });
+    let secret = match &config.resume_secret {
+        Some(secret) => secret.clone(),
+        None => random_secret()?,
+    };
+    let resume_key = hmac::Key::new(hmac::HMAC_SHA256, &secret);
+    let shared = Arc::new(Shared { hub: hub.clone(), senders: Mutex::new(HashMap::new()), config, data, resume_key });
     let (shutdown, mut stopped) = oneshot::channel();
     let ticker = shared.clone();
     let task = tokio::spawn(async move {
@@ -262,12 +316,32 @@ async fn websocket_session(shared: Arc<Shared>, stream: TcpStream, head: Head, a
         ..WebSocketConfig::default()
     };
     let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(ws_config)).await else { return };
-    let placement = if let Some(code) = head.query.get("join") {
-        Placement::JoinExisting(code.clone())
-    } else if let Some(code) = head.query.get("room") {
-        Placement::Room(code.clone())
-    } else {
-        Placement::ByAddress
+    let placement = match (head.query.get("resume"), head.query.get("token")) {
+        (Some(id), Some(token)) => {
+            let room = head.query.get("room").or(head.query.get("join")).cloned();
+            let group = room.clone().map_or_else(|| GroupName::Ip(address.clone()), GroupName::Room);
+            match id.parse::<PeerId>() {
+                Ok(id) if shared.resume_token_matches(&group, id, token) => Placement::Resume { room, id },
+                _ => {
+                    let refusal = ServerMessage::fatal(
+                        ErrorCode::BadRequest,
+                        "the resume token does not match this place (the server's resume secret changed?)",
+                    );
+                    let _ = ws.send(Message::text(refusal.to_json())).await;
+                    let _ = ws.close(None).await;
+                    return;
+                }
+            }
+        }
+        _ => {
+            if let Some(code) = head.query.get("join") {
+                Placement::JoinExisting(code.clone())
+            } else if let Some(code) = head.query.get("room") {
+                Placement::Room(code.clone())
+            } else {
+                Placement::ByAddress
+            }
+        }
     };
     let connected = lock(&shared.hub).connect(&address, placement, Instant::now());
     let (id, first) = match connected {

@@ -16,8 +16,14 @@ use tokio_tungstenite::{client_async, WebSocketStream};
 type Ws = WebSocketStream<TcpStream>;
 
 async fn start(limits: Limits, static_dir: Option<std::path::PathBuf>) -> ServerHandle {
-    let config =
-        ServerConfig { bind: "127.0.0.1:0".parse().unwrap(), static_dir, trusted_proxy: None, limits, data: None };
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        static_dir,
+        trusted_proxy: None,
+        limits,
+        data: None,
+        resume_secret: None,
+    };
     serve(config).await.expect("server binds on loopback")
 }
 
@@ -306,6 +312,7 @@ async fn forwarded_for_is_believed_only_from_the_trusted_proxy() {
         trusted_proxy: Some("127.0.0.1".parse().unwrap()),
         limits: Limits::default(),
         data: None,
+        resume_secret: None,
     };
     let server = serve(config).await.unwrap();
     let addr = server.local_addr;

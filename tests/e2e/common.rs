@@ -29,12 +29,18 @@ pub struct Signal {
 
 pub fn signal_server() -> Signal {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(BIN)
-        .args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("lockstep signal starts");
+    signal_server_at(port, None)
+}
+
+/// A signaling server on `port`, signing resume tokens with the key in `secret` (created if
+/// missing), so a server started again with the same file takes its members back.
+pub fn signal_server_at(port: u16, secret: Option<&std::path::Path>) -> Signal {
+    let mut command = Command::new(BIN);
+    command.args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data"]);
+    if let Some(secret) = secret {
+        command.arg("--resume-secret").arg(secret);
+    }
+    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("lockstep signal starts");
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
@@ -171,6 +177,20 @@ impl Node {
 
     pub fn kill(&mut self) {
         self.proc.take();
+    }
+
+    /// Closes stdin (the node leaves) and waits for the process's exit status.
+    pub fn exit_status(&mut self, secs: u64) -> Option<i32> {
+        let _ = writeln!(self.stdin, "{}", serde_json::json!({"cmd": "quit"}));
+        let mut proc = self.proc.take()?;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = proc.0.try_wait() {
+                return status.code();
+            }
+            assert!(started.elapsed() < Duration::from_secs(secs), "node {} did not exit", self.id);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -159,6 +159,7 @@ fn data_reads_parquet_over_ranges_from_nginx() {
         trusted_proxy: None,
         limits: Limits::default(),
         data: Some(data),
+        resume_secret: None,
     };
     let server = runtime.block_on(serve(config)).unwrap();
     let addr = server.local_addr;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use crate::common::{signal_server, NetnsPair, Node, BIN};
+use crate::common::{signal_server, signal_server_at, NetnsPair, Node, BIN};
 use serde_json::Value;
 
 fn channels_open(nodes: &[&Node]) {
@@ -325,4 +325,70 @@ fn two_network_stacks_train_together_over_a_veth_link() {
     }
     assert_eq!(host.hashes().len(), 30);
     assert_eq!(host.hashes(), joiner.hashes());
+}
+
+#[test]
+fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
+    let _phase = crate::common::phase(module_path!());
+    let dir = std::env::temp_dir().join(format!("lockstep-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("signal.secret");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let signal = signal_server_at(port, Some(&secret));
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b]);
+    a.command(tiny(1_000_000));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+
+    // The server dies: both say so and train on over their data channels.
+    drop(signal);
+    for node in [&a, &b] {
+        node.wait_for("the server's loss", |e| e["event"] == "signal-lost", 10);
+    }
+    let at_loss = a.last_step().max(b.last_step());
+    for node in [&a, &b] {
+        node.wait_for("steps without a server", |e| e["event"] == "weights" && e["step"] == at_loss + 20, 60);
+    }
+
+    // Back on the same port with the same secret: both take their places back, the older
+    // one hosting the group again, and a newcomer joins through it and trains in step.
+    let signal = signal_server_at(port, Some(&secret));
+    for node in [&a, &b] {
+        let restored = node.wait_for("its place back", |e| e["event"] == "signal-restored", 30);
+        assert_eq!(restored["host"], a.id.min(b.id), "{restored}");
+    }
+    let c = Node::spawn(&signal, "cpu");
+    assert!(c.id > a.id.max(b.id), "a new id, past every resumed one");
+    let resumed = c.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
+    let from = resumed["step"].as_u64().unwrap();
+    c.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
+    a.wait_for("the same steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
+    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes_since_restore());
+    for step in 1..=from + 10 {
+        assert_eq!(ha.get(&step), hb.get(&step), "step {step}");
+        if step > from {
+            assert_eq!(ha.get(&step), hc.get(&step), "step {step}");
+        }
+    }
+    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_refused_joiner_exits_non_zero_and_says_why() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut host = Node::spawn_at(&format!("{}?room=closed", signal.url), "cpu");
+    host.wait_for("the room", |e| e["event"] == "connected", 20);
+    let mut joiner = Node::ask_to_join(&signal, "closed");
+    host.wait_for("the request", |e| e["event"] == "join-request", 20);
+    host.command(serde_json::json!({"cmd": "deny", "peer": joiner.id, "reason": "not today"}));
+    joiner.wait_for("the denial", |e| e["event"] == "denied" && e["reason"] == "not today", 20);
+    assert_eq!(joiner.exit_status(20), Some(3));
+    // A room code the server refuses: refused before joining, also non-zero.
+    let mut bad = Node::spawn_at(&format!("{}?room=no%20spaces", signal.url), "cpu");
+    bad.wait_for("the refusal", |e| e["event"] == "warning", 20);
+    assert_eq!(bad.exit_status(20), Some(3));
+    assert_eq!(host.exit_status(20), Some(0));
 }

@@ -47,6 +47,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
         trusted_proxy: None,
         limits: Limits::default(),
         data: None,
+        resume_secret: None,
     })
     .await?;
     let url = format!("ws://{}/ws", server.local_addr);

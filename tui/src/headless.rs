@@ -17,7 +17,7 @@ use lockstep_node::wire::{PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 use serde_json::{json, Value};
 
 use crate::backend::Opening;
-use crate::node_runtime::{prepare, read_checkpoint, MeshArgs, NodeHandle, Prepared};
+use crate::node_runtime::{exit_status, prepare, read_checkpoint, MeshArgs, NodeHandle, Prepared};
 
 /// A gate verdict as JSON: `outcome` (`admitted`, `rejected`, `not-loadable`), its fields, and
 /// `text`, the sentence a person reads.
@@ -72,6 +72,8 @@ pub fn report_json(report: &Report) -> Value {
                 "exchange_ms": timing.exchange * 1e3}),
         Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
         Report::Warning(message) => json!({"event": "warning", "message": message}),
+        Report::SignalLost { why, retry_ms } => json!({"event": "signal-lost", "why": why, "retry_ms": retry_ms}),
+        Report::SignalRestored { group, host } => json!({"event": "signal-restored", "group": group, "host": host}),
         Report::Session(event) => match event {
             Event::PeerJoined(p) => json!({"event": "peer-joined", "peer": p}),
             Event::PeerLeft(p) => json!({"event": "peer-left", "peer": p}),
@@ -223,6 +225,6 @@ pub fn run(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::Result
             }
         }
     }
-    node.quit()?;
-    Ok(ExitCode::SUCCESS)
+    let ended = node.quit()?;
+    Ok(exit_status(&ended))
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
-use lockstep_mesh::{Command, MeshConfig, Report, SwapProgress};
+use lockstep_mesh::{Command, Ended, MeshConfig, Report, SwapProgress};
 use lockstep_node::checkpoint;
 use lockstep_node::data::{BuiltinSource, DataSource};
 use lockstep_node::gemm::Gemm;
@@ -80,7 +80,7 @@ pub struct NodeHandle {
     replica: Arc<Mutex<TrainerReplica>>,
     threads: u32,
     sink: Sink,
-    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+    thread: std::thread::JoinHandle<anyhow::Result<Ended>>,
 }
 
 impl NodeHandle {
@@ -93,7 +93,7 @@ impl NodeHandle {
         let report = sink.clone();
         let thread = std::thread::Builder::new()
             .name("mesh".into())
-            .spawn(move || -> anyhow::Result<()> {
+            .spawn(move || -> anyhow::Result<Ended> {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
                     .enable_all()
@@ -109,7 +109,7 @@ impl NodeHandle {
         let _ = self.commands.send(command);
     }
 
-    /// Whether the mesh has stopped (signaling closed, denied, or quit).
+    /// Whether the mesh has stopped (refused, denied, or quit).
     pub fn finished(&self) -> bool {
         self.thread.is_finished()
     }
@@ -140,8 +140,9 @@ impl NodeHandle {
         });
     }
 
-    /// Leaves the group and waits for the mesh to close its connections.
-    pub fn quit(self) -> anyhow::Result<()> {
+    /// Leaves the group and waits for the mesh to close its connections; says why the node
+    /// ended (a quit, or a refusal that came first).
+    pub fn quit(self) -> anyhow::Result<Ended> {
         self.send(Command::Quit);
         match self.thread.join() {
             Ok(result) => result,
@@ -195,4 +196,20 @@ pub fn read_checkpoint(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     checkpoint::decode(&bytes, None).with_context(|| format!("{} is not a valid checkpoint", path.display()))?;
     Ok(bytes)
+}
+
+/// The process's exit status for how a node ended: 0 for a quit; 3, with the reason on
+/// stderr, when the group turned it away (denied, or refused before it joined).
+pub fn exit_status(ended: &Ended) -> std::process::ExitCode {
+    match ended {
+        Ended::Quit => std::process::ExitCode::SUCCESS,
+        Ended::Denied(why) => {
+            eprintln!("error: the room's host did not admit this node: {why}");
+            std::process::ExitCode::from(3)
+        }
+        Ended::Refused(why) => {
+            eprintln!("error: the signaling server refused this node: {why}");
+            std::process::ExitCode::from(3)
+        }
+    }
 }

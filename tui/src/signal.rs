@@ -35,6 +35,46 @@ pub struct SignalArgs {
     /// Turn `/data` off.
     #[arg(long)]
     no_data: bool,
+    /// The file holding the key that signs resume tokens (created, 32 random bytes, if
+    /// missing), so members take their places back after the server restarts. Default:
+    /// `$XDG_STATE_HOME/lockstep/signal.secret` (or `~/.local/state/…`).
+    #[arg(long)]
+    resume_secret: Option<PathBuf>,
+}
+
+/// The resume secret's file: the one given, else the user's state directory.
+fn secret_path(given: Option<PathBuf>) -> Option<PathBuf> {
+    given.or_else(|| {
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")))?;
+        Some(state.join("lockstep/signal.secret"))
+    })
+}
+
+/// Reads the resume secret from `path`, or makes one and keeps it there (readable by the
+/// owner only).
+fn load_or_create_secret(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    if let Ok(secret) = std::fs::read(path) {
+        anyhow::ensure!(secret.len() >= 16, "{} holds {} bytes, too few for a secret", path.display(), secret.len());
+        return Ok(secret);
+    }
+    let secret = lockstep_signaling::random_secret()?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let partial = path.with_extension("partial");
+    {
+        use std::io::Write;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&partial).with_context(|| format!("writing {}", partial.display()))?;
+        file.write_all(&secret).with_context(|| format!("writing {}", partial.display()))?;
+    }
+    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(secret)
 }
 
 pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
@@ -54,6 +94,10 @@ pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
             trusted_proxy: args.trusted_proxy,
             limits,
             data,
+            resume_secret: match secret_path(args.resume_secret) {
+                Some(path) => Some(load_or_create_secret(&path)?),
+                None => None,
+            },
         };
         let server = serve(config).await.with_context(|| format!("binding {}", args.bind))?;
         println!("signal: listening on ws://{}/ws (rooms: ?room=CODE, join only: ?join=CODE)", server.local_addr);

@@ -19,13 +19,20 @@ use webrtc::peer_connection::{PeerConnection, RTCSessionDescription};
 
 use crate::checkpoint_file::{save_checkpoint, SaveError, Saved};
 use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
-use crate::{Command, MeshConfig, Report, StepTiming, TICK};
+use crate::{connect_signal, Command, Ended, MeshConfig, Report, StepTiming, TICK};
+
+/// Between attempts to reach a signaling server that went away: the first wait, and the
+/// longest (each failure doubles it).
+const RECONNECT_FIRST_MS: u64 = 1000;
+const RECONNECT_MAX_MS: u64 = 8000;
 
 /// What the adapter's tasks tell the loop.
 pub(crate) enum Inbound {
     /// A message from the signaling server, or why its frame was not one.
     Signal(Result<ServerMessage, String>),
     SignalClosed(String),
+    /// A reconnection to the signaling server succeeded: messages for it go here now.
+    SignalReconnected(mpsc::UnboundedSender<ClientMessage>),
     ChannelOpen(PeerId, Arc<dyn DataChannel>),
     Frame(PeerId, BytesMut),
     ChannelClosed(PeerId),
@@ -42,10 +49,10 @@ pub(crate) enum Inbound {
 }
 
 /// Whether the loop goes on after an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Flow {
     Continue,
-    Stop,
+    Stop(Ended),
 }
 
 /// One peer's WebRTC connection and, once its channel is open, its writer.
@@ -128,6 +135,12 @@ pub(crate) struct MeshLoop<R> {
     me: Option<PeerId>,
     /// Exists once the signaling server has welcomed us.
     session: Option<Session>,
+    /// The token that takes our place back after the signaling server restarts.
+    resume_token: Option<String>,
+    /// The last fatal word of the signaling server (why it is about to close on us).
+    refusal: Option<String>,
+    /// Whether a reconnection task is running.
+    reconnecting: bool,
     links: Links,
     reassembler: Reassembler,
     /// What computes here, as every peer is told (when its channel opens, and after a swap).
@@ -164,6 +177,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             signal_out,
             me: None,
             session: None,
+            resume_token: None,
+            refusal: None,
+            reconnecting: false,
             links: Links::default(),
             reassembler: Reassembler::default(),
             hello,
@@ -186,29 +202,30 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut inbound: mpsc::UnboundedReceiver<Inbound>,
-    ) {
+    ) -> Ended {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let ended = loop {
             let flow = tokio::select! {
                 _ = ticker.tick() => self.on_tick(),
                 command = commands.recv() => self.on_command(command),
                 event = inbound.recv() => match event {
                     Some(event) => self.on_inbound(event).await,
-                    None => Flow::Stop,
+                    None => Flow::Stop(Ended::Quit),
                 },
             };
             if self.computing == 0 {
                 self.flush();
             }
-            if flow == Flow::Stop {
-                break;
+            if let Flow::Stop(ended) = flow {
+                break ended;
             }
-        }
+        };
         self.flush();
         for (_, peer) in std::mem::take(&mut self.links.peers) {
             let _ = peer.connection.close().await;
         }
+        ended
     }
 
     /// Every tick: the session's clock, a backend swap made between runs, and once a second
@@ -243,15 +260,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
 
     fn on_command(&mut self, command: Option<Command>) -> Flow {
         match command {
-            None | Some(Command::Quit) => return Flow::Stop,
+            None | Some(Command::Quit) => return Flow::Stop(Ended::Quit),
             Some(Command::Start(settings)) => self.drive(vec![Input::Start(settings)]),
             Some(Command::PushCheckpoint(bytes)) => self.drive(vec![Input::PushCheckpoint { bytes }]),
             Some(Command::CutLinkTo(peer)) => self.links.cut.push(peer),
-            Some(Command::Approve(peer)) => {
-                let _ = self.signal_out.send(ClientMessage::Approve { peer });
-            }
+            Some(Command::Approve(peer)) => self.send_to_server(ClientMessage::Approve { peer }),
             Some(Command::Deny { peer, reason }) => {
-                let _ = self.signal_out.send(ClientMessage::Deny { peer, reason: Some(reason) });
+                self.send_to_server(ClientMessage::Deny { peer, reason: Some(reason) })
             }
             Some(Command::SaveCheckpoint(target)) => {
                 let me = self.me.unwrap_or(0);
@@ -279,9 +294,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         match event {
             Inbound::Signal(Err(why)) => (self.report)(Report::Warning(why)),
             Inbound::Signal(Ok(message)) => return self.on_signal(message).await,
-            Inbound::SignalClosed(why) => {
-                (self.report)(Report::Warning(why));
-                return Flow::Stop;
+            Inbound::SignalClosed(why) => return self.on_signal_closed(why),
+            Inbound::SignalReconnected(sender) => {
+                self.signal_out = sender;
+                self.reconnecting = false;
             }
             Inbound::ChannelOpen(peer, channel) => self.on_channel_open(peer, channel),
             Inbound::Frame(peer, bytes) => self.on_frame(peer, &bytes),
@@ -299,21 +315,30 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
 
     async fn on_signal(&mut self, message: ServerMessage) -> Flow {
         match message {
-            ServerMessage::Welcome { id, group, host, members, .. } => {
-                self.me = Some(id);
-                self.replica().set_identity(id);
-                self.session = Some(Session::new(SessionConfig {
-                    me: id,
-                    expected_phash: self.config.expected_phash,
-                    repair_after_ms: self.config.repair_after_ms,
-                }));
+            ServerMessage::Welcome { id, group, host, members, resume, .. } => {
+                self.refusal = None;
+                self.resume_token = resume;
                 let group = match group {
                     GroupName::Room(name) => format!("room {name}"),
                     GroupName::Ip(address) => format!("address {address}"),
                 };
-                (self.report)(Report::Connected { id, members: members.clone(), group, host });
+                if self.session.is_some() {
+                    // Our place back after the server went away: the session goes on.
+                    (self.report)(Report::SignalRestored { group, host });
+                } else {
+                    self.me = Some(id);
+                    self.replica().set_identity(id);
+                    self.session = Some(Session::new(SessionConfig {
+                        me: id,
+                        expected_phash: self.config.expected_phash,
+                        repair_after_ms: self.config.repair_after_ms,
+                    }));
+                    (self.report)(Report::Connected { id, members: members.clone(), group, host });
+                }
                 for peer in members.into_iter().filter(|&p| id < p) {
-                    self.offer_to(peer).await;
+                    if !self.links.peers.contains_key(&peer) {
+                        self.offer_to(peer).await;
+                    }
                 }
             }
             ServerMessage::PeerJoined { peer } => {
@@ -330,16 +355,67 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             ServerMessage::JoinRequest { peer, address } => (self.report)(Report::JoinRequest { peer, address }),
             ServerMessage::HostChanged { host } => (self.report)(Report::HostChanged(host)),
             ServerMessage::Signal { from, kind, data } => self.on_handshake(from, kind, data).await,
-            ServerMessage::Error { message, .. } => {
+            ServerMessage::Error { message, fatal, .. } => {
+                if fatal {
+                    self.refusal = Some(message.clone());
+                }
                 (self.report)(Report::Warning(format!("signaling server: {message}")))
             }
             ServerMessage::Denied { reason } => {
-                (self.report)(Report::Denied(reason));
-                return Flow::Stop;
+                (self.report)(Report::Denied(reason.clone()));
+                return Flow::Stop(Ended::Denied(reason));
             }
             ServerMessage::Pong => {}
         }
         Flow::Continue
+    }
+
+    /// The signaling connection ended. Before a welcome there is no group: the node stops,
+    /// saying why. After it the mesh needs no server: training goes on over the data channels
+    /// while a task tries to take our place back (`resume` and its token), every second at
+    /// first, then up to every 8 s.
+    fn on_signal_closed(&mut self, why: String) -> Flow {
+        if self.session.is_none() {
+            let why = self.refusal.take().unwrap_or(why);
+            (self.report)(Report::Warning(format!("the signaling server closed before we joined: {why}")));
+            return Flow::Stop(Ended::Refused(why));
+        }
+        if self.reconnecting {
+            return Flow::Continue;
+        }
+        let why = self.refusal.take().map_or(why.clone(), |refusal| format!("{why}: {refusal}"));
+        (self.report)(Report::SignalLost { why, retry_ms: RECONNECT_FIRST_MS });
+        self.reconnecting = true;
+        let url = match (&self.resume_token, self.me) {
+            (Some(token), Some(me)) => {
+                let separator = if self.config.signal_url.contains('?') { '&' } else { '?' };
+                format!("{}{separator}resume={me}&token={token}", self.config.signal_url)
+            }
+            _ => self.config.signal_url.clone(),
+        };
+        let inbound = self.inbound.clone();
+        tokio::spawn(async move {
+            let mut wait = RECONNECT_FIRST_MS;
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                if let Ok(sender) = connect_signal(&url, inbound.clone()).await {
+                    let _ = inbound.send(Inbound::SignalReconnected(sender));
+                    return;
+                }
+                if inbound.is_closed() {
+                    return;
+                }
+                wait = (wait * 2).min(RECONNECT_MAX_MS);
+            }
+        });
+        Flow::Continue
+    }
+
+    /// A message for the signaling server; while it is gone, the user hears so.
+    fn send_to_server(&mut self, message: ClientMessage) {
+        if self.reconnecting || self.signal_out.send(message).is_err() {
+            (self.report)(Report::Warning("the signaling server is away; ask again once it is back".into()));
+        }
     }
 
     /// A relayed WebRTC handshake message from `from`.

@@ -204,6 +204,17 @@ pub enum Report {
         whash: u32,
     },
     Warning(String),
+    /// The signaling server went away; training goes on over the data channels and the node
+    /// tries to take its place back (every `retry_ms`).
+    SignalLost {
+        why: String,
+        retry_ms: u64,
+    },
+    /// Back with the signaling server, in the same place: our group and its host.
+    SignalRestored {
+        group: String,
+        host: PeerId,
+    },
 }
 
 /// Where one step's time went on this node, in seconds.
@@ -218,44 +229,65 @@ pub struct StepTiming {
     pub exchange: f64,
 }
 
-/// Runs one node until `Quit` or the signaling connection ends.
+/// Why a node's loop ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ended {
+    /// `Quit` (or the command channel closed): the user left.
+    Quit,
+    /// The room's host turned us away, or the request timed out.
+    Denied(String),
+    /// The signaling server refused or dropped us before we were welcomed (a full server or
+    /// room, a bad room code, a wrong protocol version): there is no group to train with.
+    Refused(String),
+}
+
+/// Connects to the signaling server at `url`: a reader task turns its frames into
+/// `Inbound::Signal` (and `SignalClosed` at the end), a writer task sends what goes into the
+/// returned channel.
+pub(crate) async fn connect_signal(
+    url: &str,
+    inbound: mpsc::UnboundedSender<Inbound>,
+) -> anyhow::Result<mpsc::UnboundedSender<ClientMessage>> {
+    let (ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .with_context(|| format!("connecting to the signaling server at {url}"))?;
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let (signal_tx, mut signal_out) = mpsc::unbounded_channel::<ClientMessage>();
+    tokio::spawn(async move {
+        while let Some(frame) = ws_rx.next().await {
+            match frame {
+                Ok(WsMessage::Text(text)) => {
+                    let message = serde_json::from_str::<ServerMessage>(text.as_str())
+                        .map_err(|e| format!("an unreadable message from the signaling server ({e}): {text}"));
+                    let _ = inbound.send(Inbound::Signal(message));
+                }
+                Ok(WsMessage::Close(_)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let _ = inbound.send(Inbound::SignalClosed("the signaling connection closed".into()));
+    });
+    tokio::spawn(async move {
+        while let Some(message) = signal_out.recv().await {
+            let Ok(text) = serde_json::to_string(&message) else { continue };
+            if ws_tx.send(WsMessage::text(text)).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(signal_tx)
+}
+
+/// Runs one node until `Quit`, a refusal, or a denial. Once welcomed, a node outlives its
+/// signaling server: it trains on over its data channels and takes its place back when the
+/// server answers again (see `MeshLoop::on_signal_closed`).
 pub async fn run(
     config: MeshConfig,
     replica: Arc<Mutex<dyn Replica>>,
     commands: mpsc::UnboundedReceiver<Command>,
     report: impl Fn(Report) + Send + 'static,
-) -> anyhow::Result<()> {
-    let (ws, _) = tokio_tungstenite::connect_async(&config.signal_url)
-        .await
-        .with_context(|| format!("connecting to the signaling server at {}", config.signal_url))?;
-    let (mut ws_tx, mut ws_rx) = ws.split();
+) -> anyhow::Result<Ended> {
     let (inbound_tx, inbound) = mpsc::unbounded_channel::<Inbound>();
-    let (signal_tx, mut signal_out) = mpsc::unbounded_channel::<ClientMessage>();
-    {
-        let inbound_tx = inbound_tx.clone();
-        tokio::spawn(async move {
-            while let Some(frame) = ws_rx.next().await {
-                match frame {
-                    Ok(WsMessage::Text(text)) => {
-                        let message = serde_json::from_str::<ServerMessage>(text.as_str())
-                            .map_err(|e| format!("an unreadable message from the signaling server ({e}): {text}"));
-                        let _ = inbound_tx.send(Inbound::Signal(message));
-                    }
-                    Ok(WsMessage::Close(_)) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-            let _ = inbound_tx.send(Inbound::SignalClosed("the signaling connection closed".into()));
-        });
-        tokio::spawn(async move {
-            while let Some(message) = signal_out.recv().await {
-                let Ok(text) = serde_json::to_string(&message) else { continue };
-                if ws_tx.send(WsMessage::text(text)).await.is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    MeshLoop::new(config, replica, report, inbound_tx, signal_tx).run(commands, inbound).await;
-    Ok(())
+    let signal_tx = connect_signal(&config.signal_url, inbound_tx.clone()).await?;
+    Ok(MeshLoop::new(config, replica, report, inbound_tx, signal_tx).run(commands, inbound).await)
 }

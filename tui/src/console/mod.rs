@@ -187,7 +187,7 @@ pub fn run_console(
     mut state: State,
     actions: (Sender<Action>, Receiver<Action>),
     started: Instant,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<lockstep_mesh::Ended> {
     let (tx, rx) = actions;
     let log_path = std::env::temp_dir().join(format!("lockstep-console-{}.log", std::process::id()));
     let (stderr, note) = StderrToFile::new(&log_path);
@@ -232,8 +232,8 @@ pub fn run_console(
     })();
     restore_terminal();
     drop(stderr);
-    node.quit()?;
-    result
+    let ended = node.quit()?;
+    result.map(|()| ended)
 }
 
 /// Elsewhere stderr stays where it is.
@@ -257,6 +257,6 @@ pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::R
     survey_backends(tx.clone(), &config.backend);
     let started = Instant::now();
     let node = NodeHandle::start(config, replica, mesh.threads, action_sink(tx.clone(), started))?;
-    run_console(node, state, (tx, rx), started)?;
-    Ok(ExitCode::SUCCESS)
+    let ended = run_console(node, state, (tx, rx), started)?;
+    Ok(crate::node_runtime::exit_status(&ended))
 }

@@ -221,6 +221,8 @@ pub struct State {
     pub peers: BTreeMap<PeerId, PeerRow>,
     pub pending: Vec<(PeerId, String)>,
     pub waiting_for_host: bool,
+    /// The signaling server is gone (the mesh trains on; joins wait for it).
+    pub signal_lost: bool,
     /// What `s` starts.
     pub start_settings: RunSettings,
     pub run: Option<RunSettings>,
@@ -262,6 +264,7 @@ impl State {
             peers: BTreeMap::new(),
             pending: Vec::new(),
             waiting_for_host: false,
+            signal_lost: false,
             start_settings,
             run: None,
             run_state: RunState::Idle,
@@ -751,6 +754,15 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
             state.log(format!("restored: step {step}, whash {whash:#010x}"));
         }
         Report::Warning(message) => state.log(format!("warning: {message}")),
+        Report::SignalLost { why, .. } => {
+            state.signal_lost = true;
+            state.log(format!("signaling server gone ({why}); training goes on over the data channels, reconnecting"));
+        }
+        Report::SignalRestored { group, host } => {
+            state.signal_lost = false;
+            state.host = Some(host);
+            state.log(format!("signaling server back: our place in {group} is restored, host node {host}"));
+        }
         Report::Session(event) => on_event(state, event),
     }
 }

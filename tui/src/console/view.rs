@@ -147,8 +147,9 @@ fn header_line(state: &State) -> Line<'static> {
     }
     let roles = if roles.is_empty() { String::new() } else { format!(" ({})", roles.join(", ")) };
     let steps = state.run.as_ref().map_or_else(|| "-".to_string(), |r| format!("{}/{}", state.step, r.steps));
+    let signal = if state.signal_lost { " | NO SIGNALING" } else { "" };
     Line::from(format!(
-        " lockstep | {} | node {me}{roles} | {} | step {steps} | {}",
+        " lockstep | {} | node {me}{roles} | {} | step {steps} | {}{signal}",
         state.group,
         state.backend,
         run_label(state)
