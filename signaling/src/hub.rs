@@ -106,18 +106,31 @@ struct Peer {
     address: String,
     group: GroupKey,
     pending: bool,
+    /// What the peer said it is (`?agent=`).
+    agent: Option<String>,
+}
+
+/// An agent name: 1–32 letters, digits, `-`, `_` or `.`.
+pub fn valid_agent(agent: &str) -> bool {
+    !agent.is_empty() && agent.len() <= 32 && agent.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 /// Makes `id` a member of `group`: the others hear of it, the newcomer is welcomed.
-fn admit(group: &mut Group, key: &GroupKey, id: PeerId, out: &mut Output) {
+fn admit(group: &mut Group, key: &GroupKey, id: PeerId, peers: &HashMap<PeerId, Peer>, out: &mut Output) {
+    let agent = peers.get(&id).and_then(|p| p.agent.clone());
     for &member in &group.members {
-        out.send(member, ServerMessage::PeerJoined { peer: id });
+        out.send(member, ServerMessage::PeerJoined { peer: id, agent: agent.clone() });
     }
     group.members.push(id);
-    welcome(group, key, id, out);
+    welcome(group, key, id, peers, out);
 }
 
-fn welcome(group: &Group, key: &GroupKey, id: PeerId, out: &mut Output) {
+fn welcome(group: &Group, key: &GroupKey, id: PeerId, peers: &HashMap<PeerId, Peer>, out: &mut Output) {
+    let agents = group
+        .members
+        .iter()
+        .filter_map(|m| peers.get(m).and_then(|p| p.agent.clone()).map(|agent| (*m, agent)))
+        .collect();
     let welcome = ServerMessage::Welcome {
         v: PROTOCOL_VERSION,
         id,
@@ -125,6 +138,7 @@ fn welcome(group: &Group, key: &GroupKey, id: PeerId, out: &mut Output) {
         host: group.members[0],
         members: group.members.clone(),
         resume: None,
+        agents,
     };
     out.send(id, welcome);
 }
@@ -168,6 +182,17 @@ impl Hub {
         placement: Placement,
         now: Instant,
     ) -> Result<(PeerId, Output), ServerMessage> {
+        self.connect_as(address, placement, None, now)
+    }
+
+    /// [`Hub::connect`] for a peer that said what it is (`agent`, already validated).
+    pub fn connect_as(
+        &mut self,
+        address: &str,
+        placement: Placement,
+        agent: Option<String>,
+        now: Instant,
+    ) -> Result<(PeerId, Output), ServerMessage> {
         if self.peers.len() >= self.limits.max_peers {
             return Err(ServerMessage::fatal(ErrorCode::ServerFull, "the server has no room for more connections"));
         }
@@ -198,7 +223,7 @@ impl Hub {
         }
         let mut out = Output::default();
         if let Placement::Resume { id, .. } = placement {
-            return self.resume(address, key, id).map(|out| (id, out));
+            return self.resume(address, key, id, agent).map(|out| (id, out));
         }
         let id = self.next_id;
         match (&key, exists) {
@@ -228,7 +253,7 @@ impl Hub {
                 let host = group.members[0];
                 out.send(id, ServerMessage::Waiting { id, room: code.clone() });
                 out.send(host, ServerMessage::JoinRequest { peer: id, address: address.to_string() });
-                self.peers.insert(id, Peer { address: address.to_string(), group: key, pending: true });
+                self.peers.insert(id, Peer { address: address.to_string(), group: key, pending: true, agent });
             }
             _ => {
                 let group = self
@@ -238,8 +263,8 @@ impl Hub {
                 if group.members.len() >= self.limits.max_group_size {
                     return Err(ServerMessage::fatal(ErrorCode::GroupFull, "your group is full"));
                 }
-                admit(group, &key, id, &mut out);
-                self.peers.insert(id, Peer { address: address.to_string(), group: key, pending: false });
+                self.peers.insert(id, Peer { address: address.to_string(), group: key.clone(), pending: false, agent });
+                admit(group, &key, id, &self.peers, &mut out);
             }
         }
         self.next_id += 1;
@@ -248,7 +273,13 @@ impl Hub {
 
     /// Place `id` back among `key`'s members (ordered by id, so the oldest member — the host —
     /// is the same after a restart as before it); the others hear of it, and of a host change.
-    fn resume(&mut self, address: &str, key: GroupKey, id: PeerId) -> Result<Output, ServerMessage> {
+    fn resume(
+        &mut self,
+        address: &str,
+        key: GroupKey,
+        id: PeerId,
+        agent: Option<String>,
+    ) -> Result<Output, ServerMessage> {
         if id == 0 || self.peers.contains_key(&id) {
             return Err(ServerMessage::fatal(ErrorCode::BadRequest, format!("node {id} is connected already")));
         }
@@ -260,7 +291,7 @@ impl Hub {
         let host_before = group.members.first().copied();
         let mut out = Output::default();
         for &member in &group.members {
-            out.send(member, ServerMessage::PeerJoined { peer: id });
+            out.send(member, ServerMessage::PeerJoined { peer: id, agent: agent.clone() });
         }
         let at = group.members.partition_point(|&m| m < id);
         group.members.insert(at, id);
@@ -269,8 +300,8 @@ impl Hub {
                 out.send(member, ServerMessage::HostChanged { host: group.members[0] });
             }
         }
-        welcome(group, &key, id, &mut out);
-        self.peers.insert(id, Peer { address: address.to_string(), group: key, pending: false });
+        self.peers.insert(id, Peer { address: address.to_string(), group: key.clone(), pending: false, agent });
+        welcome(group, &key, id, &self.peers, &mut out);
         // Ids stay unique for the server's lifetime: new ones start past every resumed one.
         self.next_id = self.next_id.max(id + 1);
         Ok(out)
@@ -387,7 +418,7 @@ impl Hub {
                 self.peers.remove(&joiner);
             }
             None => {
-                admit(group, &key, joiner, out);
+                admit(group, &key, joiner, &self.peers, out);
                 if let Some(p) = self.peers.get_mut(&joiner) {
                     p.pending = false;
                 }
@@ -481,7 +512,7 @@ mod tests {
         assert_eq!(a, 4);
         assert_eq!(
             sent_to(&out, 7),
-            vec![&ServerMessage::PeerJoined { peer: 4 }, &ServerMessage::HostChanged { host: 4 }]
+            vec![&ServerMessage::PeerJoined { peer: 4, agent: None }, &ServerMessage::HostChanged { host: 4 }]
         );
         assert!(
             matches!(sent_to(&out, 4)[0], ServerMessage::Welcome { host: 4, members, .. } if members == &vec![4, 7])
@@ -503,7 +534,7 @@ mod tests {
         let (a, _) = h.connect("10.0.0.1", Placement::ByAddress, now).unwrap();
         let (b, out) = h.connect("10.0.0.1", Placement::ByAddress, now).unwrap();
         let (c, out_c) = h.connect("10.0.0.2", Placement::ByAddress, now).unwrap();
-        assert_eq!(sent_to(&out, a), vec![&ServerMessage::PeerJoined { peer: b }]);
+        assert_eq!(sent_to(&out, a), vec![&ServerMessage::PeerJoined { peer: b, agent: None }]);
         assert!(
             matches!(sent_to(&out, b)[0], ServerMessage::Welcome { members, host, .. } if members == &vec![a, b] && *host == a)
         );
@@ -540,7 +571,7 @@ mod tests {
         assert!(
             matches!(sent_to(&out, joiner)[0], ServerMessage::Welcome { members, .. } if members == &vec![host, joiner])
         );
-        assert_eq!(sent_to(&out, host), vec![&ServerMessage::PeerJoined { peer: joiner }]);
+        assert_eq!(sent_to(&out, host), vec![&ServerMessage::PeerJoined { peer: joiner, agent: None }]);
         let out = h.message(host, ClientMessage::Approve { peer: joiner });
         assert!(matches!(&out.sends[0].1, ServerMessage::Error { code: ErrorCode::NoSuchRequest, .. }));
 

@@ -73,6 +73,9 @@ pub enum ServerMessage {
         members: Vec<PeerId>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resume: Option<String>,
+        /// What each member that said so is (`?agent=`), as `[id, agent]` pairs.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        agents: Vec<(PeerId, String)>,
     },
     /// Your join request is waiting for the room host's approval.
     Waiting {
@@ -90,6 +93,10 @@ pub enum ServerMessage {
     },
     PeerJoined {
         peer: PeerId,
+        /// What the newcomer said it is (`?agent=`), when it said: a Lockstep node says
+        /// `lockstep` (so the mesh may use large SCTP packets on loopback), a browser nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
     },
     PeerLeft {
         peer: PeerId,
@@ -177,10 +184,30 @@ mod tests {
             host: 1,
             members: vec![1, 3],
             resume: None,
+            agents: Vec::new(),
         };
         assert_eq!(
             welcome.to_json(),
             r#"{"type":"welcome","v":1,"id":3,"group":{"kind":"room","name":"abc"},"host":1,"members":[1,3]}"#
+        );
+        let welcome = ServerMessage::Welcome {
+            v: 1,
+            id: 3,
+            group: GroupName::Ip("192.0.2.1".into()),
+            host: 1,
+            members: vec![1, 3],
+            resume: Some("ab".into()),
+            agents: vec![(1, "lockstep".to_string())],
+        };
+        assert_eq!(
+            welcome.to_json(),
+            r#"{"type":"welcome","v":1,"id":3,"group":{"kind":"ip","name":"192.0.2.1"},"host":1,"members":[1,3],"resume":"ab","agents":[[1,"lockstep"]]}"#
+        );
+        let parsed: ServerMessage = serde_json::from_str(&welcome.to_json()).expect("reads back");
+        assert_eq!(parsed, welcome);
+        assert_eq!(
+            ServerMessage::PeerJoined { peer: 5, agent: Some("lockstep".into()) }.to_json(),
+            r#"{"type":"peer-joined","peer":5,"agent":"lockstep"}"#
         );
         assert_eq!(
             ServerMessage::JoinRequest { peer: 4, address: "127.0.0.2".into() }.to_json(),

@@ -343,7 +343,8 @@ async fn websocket_session(shared: Arc<Shared>, stream: TcpStream, head: Head, a
             }
         }
     };
-    let connected = lock(&shared.hub).connect(&address, placement, Instant::now());
+    let agent = head.query.get("agent").filter(|a| crate::hub::valid_agent(a)).cloned();
+    let connected = lock(&shared.hub).connect_as(&address, placement, agent, Instant::now());
     let (id, first) = match connected {
         Ok(ok) => ok,
         Err(refusal) => {

@@ -23,7 +23,7 @@ impl Drop for Proc {
 }
 
 pub struct Signal {
-    _proc: Proc,
+    pub _proc: Proc,
     pub url: String,
 }
 

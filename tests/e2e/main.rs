@@ -7,6 +7,7 @@
 
 mod common;
 
+mod browser_peer;
 mod cli;
 mod console_tmux;
 mod data_nginx;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use crate::common::{signal_server, signal_server_at, NetnsPair, Node, BIN};
 use serde_json::Value;
@@ -355,8 +356,26 @@ fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
     // one hosting the group again, and a newcomer joins through it and trains in step.
     let signal = signal_server_at(port, Some(&secret));
     for node in [&a, &b] {
-        let restored = node.wait_for("its place back", |e| e["event"] == "signal-restored", 30);
-        assert_eq!(restored["host"], a.id.min(b.id), "{restored}");
+        node.wait_for("its place back", |e| e["event"] == "signal-restored", 30);
+    }
+    // Whoever came back first hosted until the older one did: the host is the oldest again.
+    let oldest = a.id.min(b.id);
+    for node in [&a, &b] {
+        let started = Instant::now();
+        loop {
+            let events = node.events();
+            let since = events.iter().rposition(|e| e["event"] == "signal-lost").expect("lost");
+            let host = events[since..]
+                .iter()
+                .filter(|e| e["event"] == "signal-restored" || e["event"] == "host-changed")
+                .filter_map(|e| e["host"].as_u64())
+                .next_back();
+            if host == Some(oldest) {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "node {} hosts {host:?}, not {oldest}", node.id);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     let c = Node::spawn(&signal, "cpu");
     assert!(c.id > a.id.max(b.id), "a new id, past every resumed one");

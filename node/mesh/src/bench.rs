@@ -66,7 +66,7 @@ async fn connection(
                 .with_include_loopback_candidate(true)
                 .build(),
         ),
-        Flavor::Mesh => crate::channel_settings(builder, true),
+        Flavor::Mesh => crate::channel_settings(builder, true, true),
     };
     Ok((Arc::new(builder.build().await?), gathered, channels))
 }

@@ -81,11 +81,13 @@ pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> mpsc::UnboundedSender<Vec<
     tx
 }
 
-/// A peer connection to `peer` with the mesh's settings, and a receiver that fires once ICE
-/// gathering has completed.
+/// A peer connection to `peer` with the mesh's settings (`large_packets`: loopback SCTP
+/// packets, see `channel_settings`), and a receiver that fires once ICE gathering has
+/// completed.
 pub async fn new_connection(
     config: &MeshConfig,
     peer: PeerId,
+    large_packets: bool,
     inbound: &mpsc::UnboundedSender<Inbound>,
 ) -> anyhow::Result<(Arc<dyn PeerConnection>, mpsc::UnboundedReceiver<()>)> {
     let (gathered_tx, gathered_rx) = mpsc::unbounded_channel();
@@ -104,8 +106,10 @@ pub async fn new_connection(
         .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))
         .with_runtime(runtime)
         .with_udp_addrs(vec![format!("{}:0", config.bind_ip)]);
-    let connection =
-        channel_settings(builder, config.bind_ip.is_loopback()).build().await.context("creating a peer connection")?;
+    let connection = channel_settings(builder, config.bind_ip.is_loopback(), large_packets)
+        .build()
+        .await
+        .context("creating a peer connection")?;
     Ok((Arc::new(connection), gathered_rx))
 }
 

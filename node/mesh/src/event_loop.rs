@@ -141,6 +141,8 @@ pub(crate) struct MeshLoop<R> {
     refusal: Option<String>,
     /// Whether a reconnection task is running.
     reconnecting: bool,
+    /// What each peer said it is to the signaling server (`lockstep` for a Lockstep node).
+    agents: BTreeMap<PeerId, String>,
     links: Links,
     reassembler: Reassembler,
     /// What computes here, as every peer is told (when its channel opens, and after a swap).
@@ -180,6 +182,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             resume_token: None,
             refusal: None,
             reconnecting: false,
+            agents: BTreeMap::new(),
             links: Links::default(),
             reassembler: Reassembler::default(),
             hello,
@@ -315,7 +318,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
 
     async fn on_signal(&mut self, message: ServerMessage) -> Flow {
         match message {
-            ServerMessage::Welcome { id, group, host, members, resume, .. } => {
+            ServerMessage::Welcome { id, group, host, members, resume, agents, .. } => {
+                self.agents.extend(agents);
                 self.refusal = None;
                 self.resume_token = resume;
                 let group = match group {
@@ -341,7 +345,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     }
                 }
             }
-            ServerMessage::PeerJoined { peer } => {
+            ServerMessage::PeerJoined { peer, agent } => {
+                if let Some(agent) = agent {
+                    self.agents.insert(peer, agent);
+                }
                 if self.me.is_some_and(|id| id < peer) && !self.links.peers.contains_key(&peer) {
                     self.offer_to(peer).await;
                 }
@@ -386,13 +393,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let why = self.refusal.take().map_or(why.clone(), |refusal| format!("{why}: {refusal}"));
         (self.report)(Report::SignalLost { why, retry_ms: RECONNECT_FIRST_MS });
         self.reconnecting = true;
-        let url = match (&self.resume_token, self.me) {
-            (Some(token), Some(me)) => {
-                let separator = if self.config.signal_url.contains('?') { '&' } else { '?' };
-                format!("{}{separator}resume={me}&token={token}", self.config.signal_url)
-            }
-            _ => self.config.signal_url.clone(),
-        };
+        let separator = if self.config.signal_url.contains('?') { '&' } else { '?' };
+        let mut url = format!("{}{separator}agent={}", self.config.signal_url, crate::AGENT);
+        if let (Some(token), Some(me)) = (&self.resume_token, self.me) {
+            url.push_str(&format!("&resume={me}&token={token}"));
+        }
         let inbound = self.inbound.clone();
         tokio::spawn(async move {
             let mut wait = RECONNECT_FIRST_MS;
@@ -439,10 +444,17 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
+    /// Large SCTP packets (16,000 bytes) only on loopback and only to a peer that said it is a
+    /// Lockstep node: a browser's DTLS reads 2 KiB datagrams and would drop the connection.
+    fn large_packets(&self, peer: PeerId) -> bool {
+        self.config.bind_ip.is_loopback() && self.agents.get(&peer).is_some_and(|a| a == crate::AGENT)
+    }
+
     /// We have the smaller id: we create the channel and offer.
     async fn offer_to(&mut self, peer: PeerId) {
         let result: anyhow::Result<()> = async {
-            let (connection, mut gathered) = new_connection(&self.config, peer, &self.inbound).await?;
+            let (connection, mut gathered) =
+                new_connection(&self.config, peer, self.large_packets(peer), &self.inbound).await?;
             let init = RTCDataChannelInit { ordered: true, ..Default::default() };
             let channel = connection.create_data_channel(CHANNEL_LABEL, Some(init)).await?;
             spawn_reader(peer, channel, self.inbound.clone());
@@ -460,7 +472,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 
     async fn answer_to(&mut self, peer: PeerId, offer: RTCSessionDescription) -> anyhow::Result<()> {
-        let (connection, mut gathered) = new_connection(&self.config, peer, &self.inbound).await?;
+        let (connection, mut gathered) =
+            new_connection(&self.config, peer, self.large_packets(peer), &self.inbound).await?;
         connection.set_remote_description(offer).await?;
         let answer = connection.create_answer(None).await?;
         connection.set_local_description(answer).await?;

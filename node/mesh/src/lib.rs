@@ -63,18 +63,24 @@ pub const LOOPBACK_SCTP_MTU: u32 = 16_000;
 /// Receive buffer per datagram on loopback.
 pub const LOOPBACK_RECEIVE_MTU: usize = 17_000;
 
-/// The mesh's connection settings: mDNS off, loopback candidates and 16 KB SCTP packets when
-/// binding loopback, a bounded send buffer (`send` waits: flow control), a larger SCTP receive window, and a
-/// dedicated reactor thread for the connections' drivers.
+/// What a Lockstep node tells the signaling server it is (`?agent=`), so its peers know they
+/// may use large SCTP packets with it on loopback.
+pub const AGENT: &str = "lockstep";
+
+/// The mesh's connection settings: mDNS off, loopback candidates when binding loopback, 16 KB
+/// SCTP packets there when the far side is a Lockstep node (`large_packets`), a bounded send
+/// buffer (`send` waits: flow control), a larger SCTP receive window, and a dedicated reactor
+/// thread for the connections' drivers.
 pub fn channel_settings<A: std::net::ToSocketAddrs>(
     builder: PeerConnectionBuilder<A>,
     loopback: bool,
+    large_packets: bool,
 ) -> PeerConnectionBuilder<A> {
     let mut settings = SettingEngineBuilder::new()
         .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled)
         .with_include_loopback_candidate(loopback)
         .with_sctp_max_receive_buffer_size(SCTP_RECEIVE_BUFFER_BYTES);
-    if loopback {
+    if loopback && large_packets {
         // Loopback carries 64 KiB datagrams: SCTP packets as large as a DTLS record allows
         // cut the per-packet work by an order of magnitude. Real networks keep the default
         // (1191 bytes, safe through TURN over IPv6).
@@ -288,6 +294,8 @@ pub async fn run(
     report: impl Fn(Report) + Send + 'static,
 ) -> anyhow::Result<Ended> {
     let (inbound_tx, inbound) = mpsc::unbounded_channel::<Inbound>();
-    let signal_tx = connect_signal(&config.signal_url, inbound_tx.clone()).await?;
+    let separator = if config.signal_url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{separator}agent={AGENT}", config.signal_url);
+    let signal_tx = connect_signal(&url, inbound_tx.clone()).await?;
     Ok(MeshLoop::new(config, replica, report, inbound_tx, signal_tx).run(commands, inbound).await)
 }
