@@ -411,3 +411,36 @@ fn a_refused_joiner_exits_non_zero_and_says_why() {
     assert_eq!(bad.exit_status(20), Some(3));
     assert_eq!(host.exit_status(20), Some(0));
 }
+
+#[test]
+fn a_server_that_refuses_to_resume_is_retried_ever_more_slowly_while_training_goes_on() {
+    let _phase = crate::common::phase(module_path!());
+    let dir = std::env::temp_dir().join(format!("lockstep-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let signal = signal_server_at(port, Some(&dir.join("first.secret")));
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b]);
+    a.command(tiny(1_000_000));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    drop(signal);
+    // Another secret: the old tokens are refused, every time.
+    let _signal = signal_server_at(port, Some(&dir.join("second.secret")));
+    let lost = |node: &Node| -> Vec<u64> {
+        node.events().iter().filter(|e| e["event"] == "signal-lost").filter_map(|e| e["retry_ms"].as_u64()).collect()
+    };
+    let started = Instant::now();
+    while lost(&a).len() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{:?}", lost(&a));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(lost(&a)[..3], [1000, 2000, 4000]);
+    let refusals = a.events().iter().filter(|e| e["event"] == "signal-lost").nth(1).cloned().unwrap();
+    assert!(refusals["why"].as_str().unwrap().contains("resume token does not match"), "{refusals}");
+    // Training never waited for any of it.
+    let now = a.last_step();
+    b.wait_for("more steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(now + 10), 30);
+    assert!(!a.events().iter().any(|e| e["event"] == "signal-restored"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -141,6 +141,9 @@ pub(crate) struct MeshLoop<R> {
     refusal: Option<String>,
     /// Whether a reconnection task is running.
     reconnecting: bool,
+    /// How long the next reconnection task waits first: doubles while the server keeps
+    /// closing on us before a welcome (a refused resume), back to the first wait on a welcome.
+    reconnect_wait_ms: u64,
     /// What each peer said it is to the signaling server (`lockstep` for a Lockstep node).
     agents: BTreeMap<PeerId, String>,
     links: Links,
@@ -182,6 +185,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             resume_token: None,
             refusal: None,
             reconnecting: false,
+            reconnect_wait_ms: RECONNECT_FIRST_MS,
             agents: BTreeMap::new(),
             links: Links::default(),
             reassembler: Reassembler::default(),
@@ -321,6 +325,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             ServerMessage::Welcome { id, group, host, members, resume, agents, .. } => {
                 self.agents.extend(agents);
                 self.refusal = None;
+                self.reconnect_wait_ms = RECONNECT_FIRST_MS;
                 self.resume_token = resume;
                 let group = match group {
                     GroupName::Room(name) => format!("room {name}"),
@@ -391,7 +396,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             return Flow::Continue;
         }
         let why = self.refusal.take().map_or(why.clone(), |refusal| format!("{why}: {refusal}"));
-        (self.report)(Report::SignalLost { why, retry_ms: RECONNECT_FIRST_MS });
+        let first_wait = self.reconnect_wait_ms;
+        self.reconnect_wait_ms = (first_wait * 2).min(RECONNECT_MAX_MS);
+        (self.report)(Report::SignalLost { why, retry_ms: first_wait });
         self.reconnecting = true;
         let separator = if self.config.signal_url.contains('?') { '&' } else { '?' };
         let mut url = format!("{}{separator}agent={}", self.config.signal_url, crate::AGENT);
@@ -400,11 +407,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
         let inbound = self.inbound.clone();
         tokio::spawn(async move {
-            let mut wait = RECONNECT_FIRST_MS;
+            let mut wait = first_wait;
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-                if let Ok(sender) = connect_signal(&url, inbound.clone()).await {
-                    let _ = inbound.send(Inbound::SignalReconnected(sender));
+                if let Ok(connection) = connect_signal(&url, inbound.clone()).await {
+                    // The loop hears of the connection before anything it says (or its end).
+                    let _ = inbound.send(Inbound::SignalReconnected(connection.sender.clone()));
+                    connection.start_reading();
                     return;
                 }
                 if inbound.is_closed() {

@@ -247,19 +247,33 @@ pub enum Ended {
     Refused(String),
 }
 
-/// Connects to the signaling server at `url`: a reader task turns its frames into
-/// `Inbound::Signal` (and `SignalClosed` at the end), a writer task sends what goes into the
-/// returned channel.
+/// A new signaling connection: the sender for messages to the server (a writer task runs
+/// already), and the reader, not yet started — it turns the server's frames into
+/// `Inbound::Signal` and ends with `SignalClosed`. The caller starts it once the loop knows the
+/// connection, so the connection's end can never reach the loop before the connection does.
+pub(crate) struct SignalConnection {
+    pub(crate) sender: mpsc::UnboundedSender<ClientMessage>,
+    reader: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+impl SignalConnection {
+    pub(crate) fn start_reading(self) -> mpsc::UnboundedSender<ClientMessage> {
+        tokio::spawn(self.reader);
+        self.sender
+    }
+}
+
+/// Connects to the signaling server at `url`; see [`SignalConnection`].
 pub(crate) async fn connect_signal(
     url: &str,
     inbound: mpsc::UnboundedSender<Inbound>,
-) -> anyhow::Result<mpsc::UnboundedSender<ClientMessage>> {
+) -> anyhow::Result<SignalConnection> {
     let (ws, _) = tokio_tungstenite::connect_async(url)
         .await
         .with_context(|| format!("connecting to the signaling server at {url}"))?;
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (signal_tx, mut signal_out) = mpsc::unbounded_channel::<ClientMessage>();
-    tokio::spawn(async move {
+    let reader = Box::pin(async move {
         while let Some(frame) = ws_rx.next().await {
             match frame {
                 Ok(WsMessage::Text(text)) => {
@@ -281,7 +295,7 @@ pub(crate) async fn connect_signal(
             }
         }
     });
-    Ok(signal_tx)
+    Ok(SignalConnection { sender: signal_tx, reader })
 }
 
 /// Runs one node until `Quit`, a refusal, or a denial. Once welcomed, a node outlives its
@@ -296,6 +310,6 @@ pub async fn run(
     let (inbound_tx, inbound) = mpsc::unbounded_channel::<Inbound>();
     let separator = if config.signal_url.contains('?') { '&' } else { '?' };
     let url = format!("{}{separator}agent={AGENT}", config.signal_url);
-    let signal_tx = connect_signal(&url, inbound_tx.clone()).await?;
+    let signal_tx = connect_signal(&url, inbound_tx.clone()).await?.start_reading();
     Ok(MeshLoop::new(config, replica, report, inbound_tx, signal_tx).run(commands, inbound).await)
 }
