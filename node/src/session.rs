@@ -80,6 +80,8 @@ pub enum Input {
     Start(RunSettings),
     /// The user pushes a checkpoint to the whole group.
     PushCheckpoint { bytes: Vec<u8> },
+    /// The user removes `peer` from the run (leader only): it is told why and stays out.
+    Kick { peer: PeerId, why: String },
 }
 
 /// What the session asks the adapter to do, in order.
@@ -118,18 +120,65 @@ pub enum Event {
     PeerJoined(PeerId),
     PeerLeft(PeerId),
     Leader(PeerId),
-    RunStarted { leader: PeerId, settings: RunSettings },
-    Roster { step: u32, peers: Vec<PeerId> },
-    StepApplied { step: u32, loss: f32, peers: usize, whash: u32 },
-    RepairRequested { step: u32, peer: PeerId },
-    Repaired { step: u32, peer: PeerId },
-    RepairServed { step: u32, peer: PeerId, to: PeerId },
-    Resumed { step: u32 },
-    CheckpointRestored { from: PeerId, step: u32 },
+    RunStarted {
+        leader: PeerId,
+        settings: RunSettings,
+    },
+    Roster {
+        step: u32,
+        peers: Vec<PeerId>,
+    },
+    StepApplied {
+        step: u32,
+        loss: f32,
+        peers: usize,
+        whash: u32,
+    },
+    RepairRequested {
+        step: u32,
+        peer: PeerId,
+    },
+    Repaired {
+        step: u32,
+        peer: PeerId,
+    },
+    RepairServed {
+        step: u32,
+        peer: PeerId,
+        to: PeerId,
+    },
+    Resumed {
+        step: u32,
+    },
+    CheckpointRestored {
+        from: PeerId,
+        step: u32,
+    },
     GuardStopped(GuardFailure),
-    RunFinished { step: u32 },
-    Ignored { from: PeerId, why: String },
+    RunFinished {
+        step: u32,
+    },
+    Ignored {
+        from: PeerId,
+        why: String,
+    },
     Error(String),
+    /// (Leader) `peer` delivered nothing for `step` within the step deadline, or was kicked:
+    /// the step goes on without it. A dropped (not kicked) member comes back through a resume
+    /// as soon as it shows life.
+    Dropped {
+        peer: PeerId,
+        step: u32,
+        why: String,
+    },
+    /// (Leader) a dropped member showed life: it is resumed at the next step boundary.
+    Readmitted(PeerId),
+    /// The leader took this node out of the roster at `step`, saying why; it contributes
+    /// nothing until the leader resumes it.
+    Removed {
+        step: u32,
+        why: String,
+    },
 }
 
 /// Settings of one node's session.
@@ -140,7 +189,29 @@ pub struct SessionConfig {
     pub expected_phash: u32,
     /// How long a follower waits for a roster gradient before asking the leader.
     pub repair_after_ms: u64,
+    /// How long the leader waits for a roster member's gradient before the step goes on
+    /// without it.
+    pub deadline: StepDeadline,
 }
+
+/// The step deadline: `factor` times the longest of the last few steps (announce to apply, as
+/// the leader saw them), never below `floor_ms` nor above `ceiling_ms`; `ceiling_ms` until a
+/// step has been timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepDeadline {
+    pub floor_ms: u64,
+    pub ceiling_ms: u64,
+    pub factor: u64,
+}
+
+impl Default for StepDeadline {
+    fn default() -> Self {
+        StepDeadline { floor_ms: 10_000, ceiling_ms: 120_000, factor: 4 }
+    }
+}
+
+/// Steps the deadline looks back over.
+const TIMED_STEPS: usize = 8;
 
 /// Why the adapter is owed an answer.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,6 +251,14 @@ pub struct Session {
     synced: BTreeSet<PeerId>,
     /// Leader: members to resume at the next step boundary.
     joiners: BTreeSet<PeerId>,
+    /// Leader: members dropped for missing the step deadline (back on their first sign of
+    /// life), and members kicked (back only if someone readmits them).
+    dropped: BTreeSet<PeerId>,
+    kicked: BTreeSet<PeerId>,
+    /// Leader: how long the last steps took, announce to apply (ms).
+    step_times: std::collections::VecDeque<u64>,
+    /// The leader took us out of the roster; nothing is contributed until a resume.
+    removed: bool,
     /// The last roster announced or received, for choosing a successor.
     last_roster: Vec<PeerId>,
     /// The checkpoint push this node's state descends from.
@@ -215,6 +294,10 @@ impl Session {
             repairs: RepairStore::default(),
             synced: BTreeSet::new(),
             joiners: BTreeSet::new(),
+            dropped: BTreeSet::new(),
+            kicked: BTreeSet::new(),
+            step_times: std::collections::VecDeque::new(),
+            removed: false,
             last_roster: Vec::new(),
             epoch: Epoch::default(),
             peer_epochs: BTreeMap::new(),
@@ -296,6 +379,7 @@ impl Session {
                 self.on_tick();
             }
             Input::Start(settings) => self.on_start(settings),
+            Input::Kick { peer, why } => self.on_kick(peer, why),
             Input::PushCheckpoint { bytes } => {
                 if self.pending.is_some() {
                     self.event(Event::Error("busy: a restore is already under way".into()));
@@ -342,7 +426,7 @@ impl Session {
         self.event(Event::PeerJoined(peer));
         // Before anything else on this channel: which push our messages follow.
         self.send(peer, Message::Epoch(self.epoch));
-        if self.is_leader() && !self.finished && self.stopped.is_none() {
+        if self.is_leader() && !self.finished && self.stopped.is_none() && !self.kicked.contains(&peer) {
             if let Some(settings) = self.run.clone() {
                 self.send(peer, Message::RunConfig(settings));
                 self.joiners.insert(peer);
@@ -357,6 +441,7 @@ impl Session {
         self.event(Event::PeerLeft(peer));
         self.synced.remove(&peer);
         self.joiners.remove(&peer);
+        self.dropped.remove(&peer);
         self.early.remove(&peer);
         self.peer_epochs.remove(&peer);
         self.held.retain(|(from, _, _)| *from != peer);
@@ -415,6 +500,53 @@ impl Session {
         self.announce(step, roster);
     }
 
+    /// The step deadline now (see [`StepDeadline`]).
+    pub fn deadline_ms(&self) -> u64 {
+        let policy = self.config.deadline;
+        match self.step_times.iter().max() {
+            None => policy.ceiling_ms,
+            Some(&longest) => longest.saturating_mul(policy.factor).clamp(policy.floor_ms, policy.ceiling_ms),
+        }
+    }
+
+    /// Leader: takes `peers` out of the run — each is told why — and re-announces the step in
+    /// flight without the ones whose gradients are missing. Dropped members come back on
+    /// their first sign of life; kicked ones (`kick`) stay out.
+    fn drop_members(&mut self, peers: &[PeerId], why: &str, kick: bool) {
+        let step = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
+        for &peer in peers {
+            self.synced.remove(&peer);
+            self.joiners.remove(&peer);
+            if kick {
+                self.kicked.insert(peer);
+                self.dropped.remove(&peer);
+            } else {
+                self.dropped.insert(peer);
+            }
+            if self.members.contains(&peer) {
+                self.send(peer, Message::Removed { step, may_return: !kick, why: why.to_string() });
+            }
+            self.event(Event::Dropped { peer, step, why: why.to_string() });
+        }
+        let Some(collector) = &self.collector else { return };
+        let gone = |p: &PeerId| peers.contains(p) && collector.get(*p).is_none();
+        if collector.roster().iter().any(gone) {
+            let roster: Vec<PeerId> = collector.roster().iter().copied().filter(|p| !gone(p)).collect();
+            self.announce(step, roster);
+        }
+    }
+
+    fn on_kick(&mut self, peer: PeerId, why: String) {
+        if !self.is_leader() || self.run.is_none() {
+            let leader = self.leader.map_or_else(|| "no leader".to_string(), |l| format!("node {l}"));
+            self.event(Event::Error(format!("only the run's leader ({leader}) can remove a member")));
+        } else if peer == self.config.me {
+            self.event(Event::Error("the leader cannot remove itself; quit instead".into()));
+        } else {
+            self.drop_members(&[peer], &format!("removed: {why}"), true);
+        }
+    }
+
     /// Leader: `peer` left during the in-flight step.
     fn drop_from_inflight(&mut self, peer: PeerId) {
         let Some(collector) = &self.collector else { return };
@@ -450,6 +582,9 @@ impl Session {
         self.repairs = RepairStore::default();
         self.synced.clear();
         self.joiners.clear();
+        self.dropped.clear();
+        self.step_times.clear();
+        self.removed = false;
         self.stopped = None;
         self.finished = false;
         self.final_repeats = 0;
@@ -484,6 +619,7 @@ impl Session {
         self.repairs = RepairStore::default();
         self.finished = false;
         self.stopped = None;
+        self.removed = false;
         match pending {
             Pending::Resume(epoch) => {
                 self.enter_epoch(epoch);
@@ -649,7 +785,7 @@ impl Session {
     }
 
     fn on_computed(&mut self, gradient: Gradient) {
-        if !self.active() {
+        if !self.active() || self.removed {
             return;
         }
         let Some(collector) = &self.collector else { return };
@@ -769,6 +905,10 @@ impl Session {
         let step = collector.step;
         if self.is_leader() {
             self.repairs.retain(collector);
+            self.step_times.push_back(self.now_ms.saturating_sub(self.collector_since_ms));
+            if self.step_times.len() > TIMED_STEPS {
+                self.step_times.pop_front();
+            }
         }
         self.applied = step;
         self.out.push(Output::Apply { step, gradient, loss });
@@ -798,6 +938,17 @@ impl Session {
         }
         let Some(collector) = &self.collector else { return };
         let waited = self.now_ms.saturating_sub(self.collector_since_ms);
+        if self.is_leader() && waited >= self.deadline_ms() {
+            let deadline = self.deadline_ms();
+            let step = collector.step;
+            let silent: Vec<PeerId> = collector.missing().into_iter().filter(|p| *p != self.config.me).collect();
+            if !silent.is_empty() {
+                let why = format!("no gradient for step {step} within the step deadline ({deadline} ms)");
+                self.drop_members(&silent, &why, false);
+                return;
+            }
+        }
+        let Some(collector) = &self.collector else { return };
         if self.is_leader() {
             // A roster member that has not sent its gradient may have missed the roster (or the
             // commit before it): say it again, at most once per repair interval.
@@ -890,6 +1041,11 @@ impl Session {
                 | Message::RepairRequest { .. }
                 | Message::RepairResponse { .. }
         );
+        if self.is_leader() && self.dropped.remove(&from) {
+            // A dropped member is alive after all: back at the next step boundary.
+            self.joiners.insert(from);
+            self.event(Event::Readmitted(from));
+        }
         if !step_message {
             self.dispatch(from, message);
         } else if let Some(message) = self.admit(from, message) {
@@ -922,6 +1078,23 @@ impl Session {
                 } else {
                     self.pending = Some(Pending::Push { from, bytes: None, epoch });
                     self.out.push(Output::Restore { bytes });
+                }
+            }
+            Message::Removed { step, may_return, why } => {
+                if self.leader != Some(from) || self.is_leader() {
+                    self.ignore(from, "a removal from a peer that is not the leader");
+                } else {
+                    self.removed = true;
+                    self.collector = None;
+                    self.commit = None;
+                    if may_return {
+                        // We are alive: say so, and the leader resumes us at its next step.
+                        self.send(from, Message::Epoch(self.epoch));
+                    } else {
+                        // Out of this run until someone brings us back (a resume clears it).
+                        self.stopped = Some(format!("removed from the run at step {step}: {why}"));
+                    }
+                    self.event(Event::Removed { step, why });
                 }
             }
             Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),

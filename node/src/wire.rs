@@ -17,6 +17,7 @@
 //! | `-10` | ping: `[u64 nonce]` |
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
+//! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
 //! console, round-trip time); they never reach the training session and never change a weight.
@@ -47,6 +48,7 @@ const PEER_INFO: i32 = -9;
 const PING: i32 = -10;
 const PONG: i32 = -11;
 const EPOCH: i32 = -12;
+const REMOVED: i32 = -13;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -142,6 +144,13 @@ pub enum Message {
     /// Round-trip measurement (link message); answered with a `Pong` carrying the same nonce.
     Ping {
         nonce: u64,
+    },
+    /// The leader took the receiver out of the run at `step` (it missed the step deadline, or
+    /// was kicked); `may_return`: it is resumed once it answers.
+    Removed {
+        step: u32,
+        may_return: bool,
+        why: String,
     },
     Pong {
         nonce: u64,
@@ -358,6 +367,12 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&epoch.count.to_le_bytes());
             out.extend_from_slice(&epoch.pusher.to_le_bytes());
         }
+        Message::Removed { step, may_return, why } => {
+            out.extend_from_slice(&REMOVED.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.push(u8::from(*may_return));
+            put_text(&mut out, why);
+        }
     }
     out
 }
@@ -435,6 +450,15 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         PING => Message::Ping { nonce: r.u64()? },
         PONG => Message::Pong { nonce: r.u64()? },
         EPOCH => Message::Epoch(Epoch { count: r.u32()?, pusher: r.u64()? }),
+        REMOVED => {
+            let step = r.u32()?;
+            let may_return = match r.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(WireError::Invalid(format!("may_return {other}"))),
+            };
+            Message::Removed { step, may_return, why: r.text()? }
+        }
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;
@@ -572,6 +596,10 @@ mod tests {
             encode(&Message::Epoch(Epoch { count: 2, pusher: 0x0103 })),
             vec![0xf4, 0xff, 0xff, 0xff, 2, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0]
         );
+        assert_eq!(
+            encode(&Message::Removed { step: 5, may_return: true, why: "ab".into() }),
+            vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 2, 0, b'a', b'b']
+        );
     }
 
     #[test]
@@ -636,6 +664,7 @@ mod tests {
             Message::Ping { nonce: u64::MAX },
             Message::Pong { nonce: 0 },
             Message::Epoch(Epoch { count: u32::MAX, pusher: 7 }),
+            Message::Removed { step: 9, may_return: false, why: "kicked".into() },
         ];
         for m in messages {
             assert_eq!(decode(&encode(&m)).unwrap(), m);

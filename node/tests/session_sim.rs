@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
-use lockstep_node::session::{Event, Input, Output, Session, SessionConfig};
+use lockstep_node::session::{Event, Input, Output, Session, SessionConfig, StepDeadline};
 use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
@@ -106,6 +106,10 @@ struct Net {
     loss_per_mille: u64,
     now_ms: u64,
     delivered: u64,
+    /// Nodes suspended (as by SIGSTOP): they compute, receive, send and tick nothing; what is
+    /// sent to them waits in the links.
+    hung: BTreeSet<PeerId>,
+    deadline: StepDeadline,
 }
 
 impl Net {
@@ -118,12 +122,14 @@ impl Net {
             loss_per_mille: 0,
             now_ms: 0,
             delivered: 0,
+            hung: BTreeSet::new(),
+            deadline: StepDeadline::default(),
         }
     }
 
     /// Adds a node and connects it to every live node.
     fn join(&mut self, id: PeerId) {
-        let config = SessionConfig { me: id, expected_phash: PHASH, repair_after_ms: 50 };
+        let config = SessionConfig { me: id, expected_phash: PHASH, repair_after_ms: 50, deadline: self.deadline };
         let node = Node {
             session: Session::new(config),
             toy: Toy::fresh(0),
@@ -211,13 +217,23 @@ impl Net {
     /// One random event: deliver the head of a random link, finish a random computation, or
     /// let time pass. Returns false when nothing is left to do but ticking.
     fn turn(&mut self) -> bool {
-        let links: Vec<(PeerId, PeerId)> = self.links.iter().filter(|(_, q)| !q.is_empty()).map(|(k, _)| *k).collect();
-        let computing: Vec<PeerId> =
-            self.nodes.iter().filter(|(_, n)| n.alive && !n.computing.is_empty()).map(|(id, _)| *id).collect();
+        let links: Vec<(PeerId, PeerId)> = self
+            .links
+            .iter()
+            .filter(|((from, to), q)| !q.is_empty() && !self.hung.contains(from) && !self.hung.contains(to))
+            .map(|(k, _)| *k)
+            .collect();
+        let computing: Vec<PeerId> = self
+            .nodes
+            .iter()
+            .filter(|(id, n)| n.alive && !n.computing.is_empty() && !self.hung.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
         let choices = links.len() + computing.len();
         if choices == 0 || self.rng.below(8) == 0 {
             self.now_ms += 10;
-            for id in self.live() {
+            let awake: Vec<PeerId> = self.live().into_iter().filter(|id| !self.hung.contains(id)).collect();
+            for id in awake {
                 self.input(id, Input::Tick { now_ms: self.now_ms });
             }
             return choices > 0;
@@ -667,7 +683,12 @@ fn two_pushes_at_once_settle_on_the_larger_pusher() {
 /// (a repeated roster is kept once), and are taken once it has.
 #[test]
 fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
-    let mut session = Session::new(SessionConfig { me: 2, expected_phash: PHASH, repair_after_ms: 50 });
+    let mut session = Session::new(SessionConfig {
+        me: 2,
+        expected_phash: PHASH,
+        repair_after_ms: 50,
+        deadline: StepDeadline::default(),
+    });
     let from_1 = |message| Input::Received { from: 1, message };
     let sent = session.handle(Input::Connected(1));
     assert_eq!(sent, vec![Output::Event(Event::PeerJoined(1)), send_to(1, Message::Epoch(Epoch::default()))]);
@@ -699,4 +720,71 @@ fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
 
 fn send_to(to: PeerId, message: Message) -> Output {
     Output::Send { to, message }
+}
+
+#[test]
+fn a_silent_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
+    for seed in 0..10 {
+        let mut net = Net::new(900 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 30);
+        let mut hung_at = None;
+        let mut woke = false;
+        net.run(200_000, |net, top| {
+            if top == 4 && hung_at.is_none() {
+                net.hung.insert(3);
+                hung_at = Some(net.now_ms);
+            }
+            // Suspended long enough for the group to go on without it, then woken.
+            if top == 12 && !woke {
+                net.hung.remove(&3);
+                woke = true;
+            }
+        });
+        assert!(net.assert_identical_or_guarded(), "seed {seed}");
+        let leader = &net.nodes[&1];
+        let dropped = leader.events.iter().find_map(|e| match e {
+            Event::Dropped { peer: 3, step, .. } => Some(*step),
+            _ => None,
+        });
+        let dropped = dropped.unwrap_or_else(|| panic!("seed {seed}: node 3 was never dropped\n{}", net.describe()));
+        assert!((5..=6).contains(&dropped), "seed {seed}: dropped at step {dropped}");
+        assert!(leader.events.contains(&Event::Readmitted(3)), "seed {seed}: {}", net.describe());
+        assert!(net.nodes[&3].events.iter().any(|e| matches!(e, Event::Removed { .. })), "seed {seed}");
+        // Everyone finished the run, on the same weights at every step.
+        assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2), "seed {seed}");
+        assert_eq!(net.nodes[&1].hashes.len(), 30, "seed {seed}");
+        assert_eq!(net.nodes[&3].hashes.get(&30), net.nodes[&1].hashes.get(&30), "seed {seed}");
+        assert!(net.nodes[&3].session.finished(), "seed {seed}: {}", net.describe());
+    }
+}
+
+#[test]
+fn a_kicked_member_is_told_why_and_stays_out() {
+    for seed in 0..5 {
+        let mut net = Net::started(950 + seed, &[1, 2, 3], 16);
+        let mut kicked = false;
+        net.run(100_000, |net, top| {
+            if top == 3 && !kicked {
+                net.input(1, Input::Kick { peer: 3, why: "the host asked".into() });
+                kicked = true;
+            }
+        });
+        assert!(net.assert_identical_or_guarded(), "seed {seed}");
+        assert_eq!(net.nodes[&1].hashes.len(), 16);
+        assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2));
+        let told = net.nodes[&3].events.iter().find_map(|e| match e {
+            Event::Removed { why, .. } => Some(why.clone()),
+            _ => None,
+        });
+        assert_eq!(told.as_deref(), Some("removed: the host asked"), "seed {seed}");
+        assert!(!net.nodes[&1].events.contains(&Event::Readmitted(3)));
+        assert!(net.nodes[&3].hashes.len() < 16, "seed {seed}: the kicked node trained on");
+        // Only the leader removes members.
+        net.input(2, Input::Kick { peer: 1, why: "no".into() });
+        assert!(matches!(net.nodes[&2].events.last(), Some(Event::Error(e)) if e.contains("only the run's leader")));
+    }
 }

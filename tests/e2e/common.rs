@@ -75,20 +75,34 @@ impl Node {
 
     /// Starts a node without waiting for anything.
     pub fn spawn_at(url: &str, backend: &str) -> Node {
-        Node::spawn_command(Command::new(BIN), url, backend)
+        Node::spawn_command(Command::new(BIN), url, backend, &[])
+    }
+
+    /// [`Node::spawn`] with more arguments for `lockstep node`.
+    pub fn spawn_with(signal: &Signal, backend: &str, extra: &[&str]) -> Node {
+        let mut node = Node::spawn_command(Command::new(BIN), &signal.url, backend, extra);
+        let connected = node.wait_for("connected", |e| e["event"] == "connected", 20);
+        node.id = connected["id"].as_u64().unwrap();
+        node
+    }
+
+    /// The process id (for suspending it).
+    pub fn pid(&self) -> u32 {
+        self.proc.as_ref().map_or(0, |p| p.0.id())
     }
 
     /// Starts a node inside network namespace `netns` (see [`NetnsPair`]).
     pub fn spawn_in(netns: &str, url: &str, backend: &str) -> Node {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", netns, BIN]);
-        Node::spawn_command(command, url, backend)
+        Node::spawn_command(command, url, backend, &[])
     }
 
     /// `command` (the binary, or something that execs it) with the node's arguments.
-    fn spawn_command(mut command: Command, url: &str, backend: &str) -> Node {
+    fn spawn_command(mut command: Command, url: &str, backend: &str, extra: &[&str]) -> Node {
         let mut child = command
             .args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"])
+            .args(extra)
             .args(["--repair-after-ms", "300"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -444,3 +444,52 @@ fn a_server_that_refuses_to_resume_is_retried_ever_more_slowly_while_training_go
     assert!(!a.events().iter().any(|e| e["event"] == "signal-restored"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let deadline = ["--step-deadline-floor-ms", "1500", "--step-deadline-ceiling-ms", "15000"];
+    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
+    let b = Node::spawn_with(&signal, "cpu", &deadline);
+    let c = Node::spawn_with(&signal, "cpu", &deadline);
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    c.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    // c stops (as a laptop lid closes): the others go on without it within the deadline.
+    let stop = |signal: &str| {
+        let status = Command::new("kill").args([signal, &c.pid().to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal}");
+    };
+    stop("-STOP");
+    let stopped_at = Instant::now();
+    let dropped = a.wait_for("c dropped", |e| e["event"] == "dropped" && e["peer"] == c.id, 30);
+    let after = dropped["step"].as_u64().unwrap();
+    b.wait_for("steps without c", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after + 20), 30);
+    let moving_again = stopped_at.elapsed();
+    stop("-CONT");
+    // Awake, it is told, answers, and is resumed into the run.
+    c.wait_for("the removal", |e| e["event"] == "removed", 30);
+    a.wait_for("c readmitted", |e| e["event"] == "readmitted" && e["peer"] == c.id, 30);
+    let resumed = c.wait_for("a resume", |e| e["event"] == "restored", 30);
+    let from = resumed["step"].as_u64().unwrap();
+    c.wait_for("steps in step", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 30);
+    a.wait_for("the same steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 30);
+    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes_since_restore());
+    for step in 1..=from + 10 {
+        assert_eq!(ha.get(&step), hb.get(&step), "step {step}");
+        if step > from {
+            assert_eq!(ha.get(&step), hc.get(&step), "step {step}");
+        }
+    }
+    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
+    println!("suspended member: the group moved on {:.1} s after the stop", moving_again.as_secs_f64());
+
+    // The operator removes b: it is told why and stays out; a and c go on.
+    a.command(serde_json::json!({"cmd": "kick", "peer": b.id, "reason": "maintenance"}));
+    let told = b.wait_for("its removal", |e| e["event"] == "removed", 20);
+    assert_eq!(told["why"], "removed: maintenance");
+    let last = a.last_step();
+    c.wait_for("steps without b", |e| e["event"] == "weights" && e["step"].as_u64() == Some(last + 10), 30);
+    assert!(!a.events().iter().any(|e| e["event"] == "readmitted" && e["peer"] == b.id));
+}

@@ -67,6 +67,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             turn_credential: String::new(),
             expected_phash,
             repair_after_ms: 5_000,
+            deadline: lockstep_node::session::StepDeadline::default(),
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),
         };

@@ -132,6 +132,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         turn_username: String::new(),
         turn_credential: String::new(),
         repair_after_ms: 2000,
+        step_deadline_floor_ms: lockstep_node::session::StepDeadline::default().floor_ms,
+        step_deadline_ceiling_ms: lockstep_node::session::StepDeadline::default().ceiling_ms,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
     };

@@ -102,6 +102,9 @@ pub fn report_json(report: &Report) -> Value {
                     "message": f.to_string()}),
             Event::RunFinished { step } => json!({"event": "run-finished", "step": step}),
             Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
+            Event::Dropped { peer, step, why } => json!({"event": "dropped", "peer": peer, "step": step, "why": why}),
+            Event::Readmitted(peer) => json!({"event": "readmitted", "peer": peer}),
+            Event::Removed { step, why } => json!({"event": "removed", "step": step, "why": why}),
             Event::Error(message) => json!({"event": "error", "message": message}),
         },
     }
@@ -168,10 +171,16 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             return Ok(Request::Swap(backend.to_string()));
         }
         Some("cut") => Command::CutLinkTo(peer("cut")?),
+        Some("kick") => Command::Kick {
+            peer: peer("kick")?,
+            why: value["reason"].as_str().unwrap_or("the operator removed it").to_string(),
+        },
         Some("flip") => Command::FlipWeightBit,
         Some("quit") => Command::Quit,
         other => {
-            bail!("unknown command {other:?} (start, approve, deny, swap, save, broadcast, push, cut, flip, quit)")
+            bail!(
+                "unknown command {other:?} (start, approve, deny, swap, save, broadcast, push, kick, cut, flip, quit)"
+            )
         }
     };
     Ok(Request::Mesh(command))

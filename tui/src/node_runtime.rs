@@ -14,6 +14,7 @@ use lockstep_node::checkpoint;
 use lockstep_node::data::{BuiltinSource, DataSource};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{ForeignError, Provider, Replica, TrainerReplica};
+use lockstep_node::session::StepDeadline;
 
 use crate::backend::{admit, gemm_for, Opening};
 use crate::route::bind_ip_for;
@@ -42,6 +43,14 @@ pub struct MeshArgs {
     /// How long to wait for a gradient before asking the leader for it.
     #[arg(long, default_value_t = 2000)]
     pub repair_after_ms: u64,
+    /// The step deadline's floor: a roster member that delivers nothing for this long (or 4×
+    /// the recent step time, whichever is longer, up to the ceiling) is dropped by the leader
+    /// and resumed once it answers again.
+    #[arg(long, default_value_t = StepDeadline::default().floor_ms)]
+    pub step_deadline_floor_ms: u64,
+    /// The step deadline's ceiling (also the deadline before any step has been timed).
+    #[arg(long, default_value_t = StepDeadline::default().ceiling_ms)]
+    pub step_deadline_ceiling_ms: u64,
     /// Where checkpoints are saved (and listed for broadcast).
     #[arg(long, default_value = "checkpoints")]
     pub ckpt_dir: PathBuf,
@@ -183,6 +192,11 @@ pub fn prepare(
         turn_credential: args.turn_credential.clone(),
         expected_phash: lockstep_luts::probe::reference_probe_hash().context("the reference probe")?,
         repair_after_ms: args.repair_after_ms,
+        deadline: StepDeadline {
+            floor_ms: args.step_deadline_floor_ms,
+            ceiling_ms: args.step_deadline_ceiling_ms.max(args.step_deadline_floor_ms),
+            ..StepDeadline::default()
+        },
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),
     };

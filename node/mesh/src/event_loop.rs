@@ -271,6 +271,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Some(Command::Start(settings)) => self.drive(vec![Input::Start(settings)]),
             Some(Command::PushCheckpoint(bytes)) => self.drive(vec![Input::PushCheckpoint { bytes }]),
             Some(Command::CutLinkTo(peer)) => self.links.cut.push(peer),
+            Some(Command::Kick { peer, why }) => self.drive(vec![Input::Kick { peer, why }]),
             Some(Command::Approve(peer)) => self.send_to_server(ClientMessage::Approve { peer }),
             Some(Command::Deny { peer, reason }) => {
                 self.send_to_server(ClientMessage::Deny { peer, reason: Some(reason) })
@@ -341,6 +342,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         me: id,
                         expected_phash: self.config.expected_phash,
                         repair_after_ms: self.config.repair_after_ms,
+                        deadline: self.config.deadline,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures_util::{SinkExt, StreamExt};
 use lockstep_node::replica::{BackendChange, Replica};
-use lockstep_node::session::Event;
+use lockstep_node::session::{Event, StepDeadline};
 use lockstep_node::verdict::Verdict;
 use lockstep_node::wire::{PeerId, RunSettings};
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
@@ -125,6 +125,8 @@ pub struct MeshConfig {
     pub turn_credential: String,
     pub expected_phash: u32,
     pub repair_after_ms: u64,
+    /// How long the leader waits for a roster member's gradient (`StepDeadline`).
+    pub deadline: StepDeadline,
     /// What computes here, told to every peer: the backend's name and its gate verdict.
     pub backend: String,
     pub verdict: Verdict,
@@ -148,6 +150,11 @@ pub enum Command {
     },
     /// Write the replica's checkpoint (everything that determines the next update) to a file.
     SaveCheckpoint(CheckpointTarget),
+    /// (Leader) take a member out of the run; it is told why and stays out.
+    Kick {
+        peer: PeerId,
+        why: String,
+    },
     Quit,
 }
 

@@ -852,6 +852,14 @@ fn on_event(state: &mut State, event: Event) {
             state.log(format!("run finished at step {step}"));
         }
         Event::Ignored { from, why } => state.log(format!("ignored from node {from}: {why}")),
+        Event::Dropped { peer, step, why } => {
+            state.peer(peer).in_roster = false;
+            state.log(format!("dropped node {peer} at step {step}: {why}"));
+        }
+        Event::Readmitted(peer) => state.log(format!("node {peer} answers again: resumed at the next step")),
+        Event::Removed { step, why } => {
+            state.log(format!("the leader took this node out of the run at step {step}: {why}"))
+        }
         Event::Error(message) => state.log(format!("error: {message}")),
     }
 }
