@@ -32,6 +32,10 @@
 //!   in-flight step's roster (revised as above) and carries on. If the old leader's commit
 //!   reached only some nodes, the survivors may disagree about that step's roster; the guard
 //!   then stops the run at the next step rather than let it fork silently.
+//! - **Step deadline**: a roster member whose gradient has not come within
+//!   [`Session::deadline_ms`] (4 × the longest of the last steps, between a floor and a ceiling)
+//!   is dropped: the leader re-announces the step without it and tells it why (-13); once it
+//!   answers, it is resumed at the next step boundary. A kicked member is told and stays out.
 //! - **Late joiner**: the leader sends it the run config at once and, at the next step
 //!   boundary, a resume (-6: a checkpoint of everything that determines the next update), then
 //!   includes it in the next roster.
