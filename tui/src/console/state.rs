@@ -116,6 +116,10 @@ pub enum Modal {
     ConfirmBroadcast(CheckpointRow),
     /// Typing the path of a checkpoint to load (and then broadcast).
     LoadPath(String),
+    /// Typing the id of a member to remove from the run (leader only).
+    KickPeer(String),
+    /// Remove this member? (`y` removes it.)
+    ConfirmKick(PeerId),
     ConfirmStart,
     ConfirmQuit,
 }
@@ -520,6 +524,37 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
                 Key::Esc => state.modal = None,
                 _ => {}
             },
+            Modal::KickPeer(mut typed) => match key {
+                Key::Char(c) if c.is_ascii_digit() => {
+                    typed.push(c);
+                    state.modal = Some(Modal::KickPeer(typed));
+                }
+                Key::Backspace => {
+                    typed.pop();
+                    state.modal = Some(Modal::KickPeer(typed));
+                }
+                Key::Enter => match typed.parse::<PeerId>() {
+                    Ok(peer) if state.peers.contains_key(&peer) && state.me != Some(peer) => {
+                        state.modal = Some(Modal::ConfirmKick(peer));
+                    }
+                    _ => {
+                        state.modal = None;
+                        state.log(format!("no other member is node {typed}"));
+                    }
+                },
+                Key::Esc => state.modal = None,
+                _ => state.modal = Some(Modal::KickPeer(typed)),
+            },
+            Modal::ConfirmKick(peer) => match key {
+                Key::Char('y') => {
+                    state.modal = None;
+                    state.log(format!("removing node {peer} from the run"));
+                    let why = "the console's operator removed it".to_string();
+                    effects.push(Effect::Mesh(Command::Kick { peer, why }));
+                }
+                Key::Char('n') | Key::Esc => state.modal = None,
+                _ => state.modal = Some(Modal::ConfirmKick(peer)),
+            },
             Modal::ConfirmStart => match key {
                 Key::Char('y') | Key::Enter => {
                     state.modal = None;
@@ -599,6 +634,13 @@ fn on_key(state: &mut State, key: Key, effects: &mut Vec<Effect>) {
             open_broadcast(state);
         }
         Key::Char('l') => state.modal = Some(Modal::LoadPath(String::new())),
+        Key::Char('k') => {
+            if state.is_leader() {
+                state.modal = Some(Modal::KickPeer(String::new()));
+            } else {
+                state.log("only the run's leader removes members (k on the leader's console)");
+            }
+        }
         _ => {}
     }
 }

@@ -448,3 +448,22 @@ fn repeated_log_lines_are_counted_not_repeated() {
     assert_eq!(last[1], "the operator says hello");
     assert_eq!(state.log.back().map(|l| l.count), Some(11));
 }
+
+#[test]
+fn the_leader_removes_a_member_after_naming_it_and_confirming() {
+    let mut state = running();
+    // Typed, checked against the roster, then confirmed.
+    assert!(keys(&mut state, &[Key::Char('k'), Key::Char('9'), Key::Enter]).is_empty());
+    assert_eq!(state.modal, None);
+    assert!(state.log.back().unwrap().text.contains("no other member is node 9"));
+    assert!(keys(&mut state, &[Key::Char('k'), Key::Char('3'), Key::Enter]).is_empty());
+    assert_eq!(state.modal, Some(Modal::ConfirmKick(3)));
+    assert!(keys(&mut state, &[Key::Char('n')]).is_empty(), "n keeps it");
+    let effects = keys(&mut state, &[Key::Char('k'), Key::Char('3'), Key::Enter, Key::Char('y')]);
+    assert_eq!(effects, vec![Effect::Mesh(Command::Kick { peer: 3, why: "the console's operator removed it".into() })]);
+    // A follower's console says who can.
+    let mut follower = fresh();
+    report(&mut follower, Report::Connected { id: 2, members: vec![1, 2], group: "room demo".into(), host: 1 }, 0.5);
+    assert!(keys(&mut follower, &[Key::Char('k')]).is_empty());
+    assert_eq!(follower.modal, None);
+}

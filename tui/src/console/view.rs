@@ -367,6 +367,7 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
                 Line::from("c                save a checkpoint"),
                 Line::from("b                broadcast a checkpoint to all"),
                 Line::from("l                load a checkpoint file by path"),
+                Line::from("k                remove a member (leader, asks)"),
                 Line::from("?                this help"),
                 Line::from("q                quit (asks during a run)"),
                 Line::from(""),
@@ -420,6 +421,24 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
                 Line::from(format!("{path}_")),
                 Line::from(""),
                 Line::from("Enter load and confirm   Esc cancel"),
+            ],
+        ),
+        Modal::KickPeer(typed) => (
+            "Remove a member",
+            vec![
+                Line::from("Id of the node to take out of the run:"),
+                Line::from(format!("{typed}_")),
+                Line::from(""),
+                Line::from("Enter choose   Esc cancel"),
+            ],
+        ),
+        Modal::ConfirmKick(peer) => (
+            "Remove a member",
+            vec![
+                Line::from(format!("Take node {peer} out of the run?")),
+                Line::from("It is told why and stays out."),
+                Line::from(""),
+                Line::from("y remove   n cancel"),
             ],
         ),
         Modal::ConfirmStart => {
