@@ -263,6 +263,9 @@ pub struct Session {
     step_times: std::collections::VecDeque<u64>,
     /// The leader took us out of the roster; nothing is contributed until a resume.
     removed: bool,
+    /// Leader: the step in flight lost members to the deadline (its time says nothing about
+    /// how long steps take, so it is not timed).
+    dropped_in_step: bool,
     /// The last roster announced or received, for choosing a successor.
     last_roster: Vec<PeerId>,
     /// The checkpoint push this node's state descends from.
@@ -302,6 +305,7 @@ impl Session {
             kicked: BTreeSet::new(),
             step_times: std::collections::VecDeque::new(),
             removed: false,
+            dropped_in_step: false,
             last_roster: Vec::new(),
             epoch: Epoch::default(),
             peer_epochs: BTreeMap::new(),
@@ -909,9 +913,11 @@ impl Session {
         let step = collector.step;
         if self.is_leader() {
             self.repairs.retain(collector);
-            self.step_times.push_back(self.now_ms.saturating_sub(self.collector_since_ms));
-            if self.step_times.len() > TIMED_STEPS {
-                self.step_times.pop_front();
+            if !std::mem::take(&mut self.dropped_in_step) {
+                self.step_times.push_back(self.now_ms.saturating_sub(self.collector_since_ms));
+                if self.step_times.len() > TIMED_STEPS {
+                    self.step_times.pop_front();
+                }
             }
         }
         self.applied = step;
@@ -947,6 +953,7 @@ impl Session {
             let step = collector.step;
             let silent: Vec<PeerId> = collector.missing().into_iter().filter(|p| *p != self.config.me).collect();
             if !silent.is_empty() {
+                self.dropped_in_step = true;
                 let why = format!("no gradient for step {step} within the step deadline ({deadline} ms)");
                 self.drop_members(&silent, &why, false);
                 return;

@@ -733,7 +733,11 @@ fn a_silent_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
         net.start(1, 30);
         let mut hung_at = None;
         let mut woke = false;
+        let mut deadline_after_drop = None;
         net.run(200_000, |net, top| {
+            if top == 9 && deadline_after_drop.is_none() {
+                deadline_after_drop = Some(net.nodes[&1].session.deadline_ms());
+            }
             if top == 4 && hung_at.is_none() {
                 net.hung.insert(3);
                 hung_at = Some(net.now_ms);
@@ -759,6 +763,9 @@ fn a_silent_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
         assert_eq!(net.nodes[&1].hashes.len(), 30, "seed {seed}");
         assert_eq!(net.nodes[&3].hashes.get(&30), net.nodes[&1].hashes.get(&30), "seed {seed}");
         assert!(net.nodes[&3].session.finished(), "seed {seed}: {}", net.describe());
+        // The step that waited out the deadline is not taken as a step time: a few steps after
+        // it the deadline is still what the healthy steps make it (300 ms here, not 4 × 300).
+        assert!(deadline_after_drop.is_some_and(|d| d < 1_200), "seed {seed}: {deadline_after_drop:?}");
     }
 }
 
