@@ -17,6 +17,36 @@ fn channels_open(nodes: &[&Node]) {
     }
 }
 
+/// A signaling server on a free port signing with `secret`, and two nodes training a long run
+/// behind it (past step 5).
+fn two_nodes_training(secret: &std::path::Path) -> (crate::common::Signal, u16, Node, Node) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let signal = signal_server_at(port, Some(secret));
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b]);
+    a.command(tiny(1_000_000));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    (signal, port, a, b)
+}
+
+/// `c` was resumed into the run of `a` and `b`: ten steps later all three agree from the resume
+/// on, `a` and `b` at every step, and nobody's guard stopped.
+fn resumed_in_step(a: &Node, b: &Node, c: &Node) {
+    let resumed = c.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
+    let from = resumed["step"].as_u64().unwrap();
+    c.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
+    a.wait_for("the same steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
+    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes_since_restore());
+    for step in 1..=from + 10 {
+        assert_eq!(ha.get(&step), hb.get(&step), "step {step}");
+        if step > from {
+            assert_eq!(ha.get(&step), hc.get(&step), "step {step}");
+        }
+    }
+    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
+}
+
 fn tiny(steps: u32) -> Value {
     serde_json::json!({"cmd": "start", "steps": steps, "width": 32, "context": 32, "layers": 1, "heads": 2, "batch": 4})
 }
@@ -334,13 +364,7 @@ fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
     let dir = std::env::temp_dir().join(format!("lockstep-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret = dir.join("signal.secret");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let signal = signal_server_at(port, Some(&secret));
-    let mut a = Node::spawn(&signal, "cpu");
-    let b = Node::spawn(&signal, "cpu");
-    channels_open(&[&a, &b]);
-    a.command(tiny(1_000_000));
-    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let (signal, port, a, b) = two_nodes_training(&secret);
 
     // The server dies: both say so and train on over their data channels.
     drop(signal);
@@ -379,18 +403,7 @@ fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
     }
     let c = Node::spawn(&signal, "cpu");
     assert!(c.id > a.id.max(b.id), "a new id, past every resumed one");
-    let resumed = c.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
-    let from = resumed["step"].as_u64().unwrap();
-    c.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
-    a.wait_for("the same steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
-    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes_since_restore());
-    for step in 1..=from + 10 {
-        assert_eq!(ha.get(&step), hb.get(&step), "step {step}");
-        if step > from {
-            assert_eq!(ha.get(&step), hc.get(&step), "step {step}");
-        }
-    }
-    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
+    resumed_in_step(&a, &b, &c);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -417,13 +430,7 @@ fn a_server_that_refuses_to_resume_is_retried_ever_more_slowly_while_training_go
     let _phase = crate::common::phase(module_path!());
     let dir = std::env::temp_dir().join(format!("lockstep-refuse-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let signal = signal_server_at(port, Some(&dir.join("first.secret")));
-    let mut a = Node::spawn(&signal, "cpu");
-    let b = Node::spawn(&signal, "cpu");
-    channels_open(&[&a, &b]);
-    a.command(tiny(1_000_000));
-    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let (signal, port, a, b) = two_nodes_training(&dir.join("first.secret"));
     drop(signal);
     // Another secret: the old tokens are refused, every time.
     let _signal = signal_server_at(port, Some(&dir.join("second.secret")));
@@ -471,18 +478,7 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
     // Awake, it is told, answers, and is resumed into the run.
     c.wait_for("the removal", |e| e["event"] == "removed", 30);
     a.wait_for("c readmitted", |e| e["event"] == "readmitted" && e["peer"] == c.id, 30);
-    let resumed = c.wait_for("a resume", |e| e["event"] == "restored", 30);
-    let from = resumed["step"].as_u64().unwrap();
-    c.wait_for("steps in step", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 30);
-    a.wait_for("the same steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 30);
-    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes_since_restore());
-    for step in 1..=from + 10 {
-        assert_eq!(ha.get(&step), hb.get(&step), "step {step}");
-        if step > from {
-            assert_eq!(ha.get(&step), hc.get(&step), "step {step}");
-        }
-    }
-    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
+    resumed_in_step(&a, &b, &c);
     println!("suspended member: the group moved on {:.1} s after the stop", moving_again.as_secs_f64());
 
     // The operator removes b: it is told why and stays out; a and c go on.
