@@ -30,20 +30,24 @@ fn two_nodes_training(secret: &std::path::Path) -> (crate::common::Signal, u16, 
     (signal, port, a, b)
 }
 
-/// `c` was resumed into the run of `a` and `b`: ten steps later all three agree from the resume
-/// on, `a` and `b` at every step, and nobody's guard stopped.
+/// `c` was resumed into the run of `a` and `b`: ten steps later every step two of them both
+/// applied has one hash (a member the deadline dropped under load, and resumed, lacks the
+/// steps it missed — never a different hash), `c` applied those ten steps, and nobody's guard
+/// stopped.
 fn resumed_in_step(a: &Node, b: &Node, c: &Node) {
     let resumed = c.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
     let from = resumed["step"].as_u64().unwrap();
     c.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
     a.wait_for("the same steps", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
-    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes_since_restore());
-    for step in 1..=from + 10 {
-        assert_eq!(ha.get(&step), hb.get(&step), "step {step}");
-        if step > from {
-            assert_eq!(ha.get(&step), hc.get(&step), "step {step}");
+    let (ha, hb, hc) = (a.hashes(), b.hashes(), c.hashes());
+    for (name, other) in [("b", &hb), ("c", &hc)] {
+        let common: Vec<&u64> = ha.keys().filter(|step| other.contains_key(step)).collect();
+        for step in &common {
+            assert_eq!(ha.get(step), other.get(step), "a and {name} at step {step}");
         }
+        assert!(common.len() >= 10, "a and {name} share only steps {common:?}");
     }
+    assert!((from + 1..=from + 10).all(|step| hc.contains_key(&step)), "c after its resume: {hc:?}");
     assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
 }
 
@@ -456,7 +460,8 @@ fn a_server_that_refuses_to_resume_is_retried_ever_more_slowly_while_training_go
 fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let deadline = ["--step-deadline-floor-ms", "1500", "--step-deadline-ceiling-ms", "15000"];
+    // A short floor, so the test is short; one that load on two cores cannot reach.
+    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
     let mut a = Node::spawn_with(&signal, "cpu", &deadline);
     let b = Node::spawn_with(&signal, "cpu", &deadline);
     let c = Node::spawn_with(&signal, "cpu", &deadline);
