@@ -948,8 +948,8 @@ impl Session {
         }
         let Some(collector) = &self.collector else { return };
         let waited = self.now_ms.saturating_sub(self.collector_since_ms);
-        if self.is_leader() && waited >= self.deadline_ms() {
-            let deadline = self.deadline_ms();
+        let deadline = self.deadline_ms();
+        if self.is_leader() && waited >= deadline {
             let step = collector.step;
             let silent: Vec<PeerId> = collector.missing().into_iter().filter(|p| *p != self.config.me).collect();
             if !silent.is_empty() {

@@ -108,11 +108,7 @@ pub fn admit(
                     progress_line(format!("auto: {}", verdict.line()));
                 }
                 progress_line(format!("auto: chose `{}`", choice.backend.name()));
-                let verdict = match choice.verdicts.last() {
-                    Some(auto::Verdict::Gated { report, .. }) => report.verdict(),
-                    _ => unreachable!("auto::choose returns a choice only after a gate admitted it"),
-                };
-                (choice.plugin, choice.backend, verdict)
+                (choice.plugin, choice.backend, choice.verdict)
             }
             Err(verdicts) => {
                 let lines: Vec<String> = verdicts.iter().map(|v| v.line()).collect();

@@ -37,6 +37,8 @@ impl Verdict {
 pub struct Choice {
     pub plugin: Plugin,
     pub backend: Backend,
+    /// The chosen backend's verdict (admitted).
+    pub verdict: lockstep_node::verdict::Verdict,
     pub verdicts: Vec<Verdict>,
 }
 
@@ -61,10 +63,10 @@ pub fn choose(options: &InstanceOptions) -> Result<Choice, Vec<Verdict>> {
             }
         };
         let report = run_gate(&mut backend, &mut |_| {});
-        let admitted = report.admitted();
+        let verdict = report.verdict();
         verdicts.push(Verdict::Gated { name, report, device: backend.describe() });
-        if admitted {
-            return Ok(Choice { plugin, backend, verdicts });
+        if verdict.is_admitted() {
+            return Ok(Choice { plugin, backend, verdict, verdicts });
         }
     }
     Err(verdicts)

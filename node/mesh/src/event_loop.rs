@@ -397,16 +397,16 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         if self.reconnecting {
             return Flow::Continue;
         }
-        let why = self.refusal.take().map_or(why.clone(), |refusal| format!("{why}: {refusal}"));
+        let why = match self.refusal.take() {
+            Some(refusal) => format!("{why}: {refusal}"),
+            None => why,
+        };
         let first_wait = self.reconnect_wait_ms;
         self.reconnect_wait_ms = (first_wait * 2).min(RECONNECT_MAX_MS);
         (self.report)(Report::SignalLost { why, retry_ms: first_wait });
         self.reconnecting = true;
-        let separator = if self.config.signal_url.contains('?') { '&' } else { '?' };
-        let mut url = format!("{}{separator}agent={}", self.config.signal_url, crate::AGENT);
-        if let (Some(token), Some(me)) = (&self.resume_token, self.me) {
-            url.push_str(&format!("&resume={me}&token={token}"));
-        }
+        let resume = self.me.zip(self.resume_token.as_deref());
+        let url = crate::signal_url(&self.config, resume);
         let inbound = self.inbound.clone();
         tokio::spawn(async move {
             let mut wait = first_wait;

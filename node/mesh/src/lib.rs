@@ -270,6 +270,17 @@ impl SignalConnection {
     }
 }
 
+/// The URL this node connects to the signaling server with: the configured one, saying what we
+/// are (`agent`), and with the place to take back (`resume`, its token) when we have one.
+pub(crate) fn signal_url(config: &MeshConfig, resume: Option<(PeerId, &str)>) -> String {
+    let separator = if config.signal_url.contains('?') { '&' } else { '?' };
+    let mut url = format!("{}{separator}agent={AGENT}", config.signal_url);
+    if let Some((id, token)) = resume {
+        url.push_str(&format!("&resume={id}&token={token}"));
+    }
+    url
+}
+
 /// Connects to the signaling server at `url`; see [`SignalConnection`].
 pub(crate) async fn connect_signal(
     url: &str,
@@ -315,8 +326,6 @@ pub async fn run(
     report: impl Fn(Report) + Send + 'static,
 ) -> anyhow::Result<Ended> {
     let (inbound_tx, inbound) = mpsc::unbounded_channel::<Inbound>();
-    let separator = if config.signal_url.contains('?') { '&' } else { '?' };
-    let url = format!("{}{separator}agent={AGENT}", config.signal_url);
-    let signal_tx = connect_signal(&url, inbound_tx.clone()).await?.start_reading();
+    let signal_tx = connect_signal(&signal_url(&config, None), inbound_tx.clone()).await?.start_reading();
     Ok(MeshLoop::new(config, replica, report, inbound_tx, signal_tx).run(commands, inbound).await)
 }
