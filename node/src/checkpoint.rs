@@ -10,10 +10,13 @@ use lockstep_luts::hash::fnv1a64;
 use crate::adam::Adam;
 use crate::config::{ConfigError, ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
 use crate::params::Layout;
+use crate::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
 use crate::trainer::TrainState;
 
 pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
-pub const VERSION: u32 = 1;
+/// Version 2 added the sync settings and their state (outer momentum, residual); version 1
+/// files still load (every-step, uncompressed).
+pub const VERSION: u32 = 2;
 
 /// Why a checkpoint was refused. Nothing is applied from a refused file.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,6 +93,23 @@ pub fn encode(state: &TrainState) -> Vec<u8> {
     out.extend_from_slice(&state.adam.beta2_power.to_le_bytes());
     floats(&mut out, &state.adam.m);
     floats(&mut out, &state.adam.v);
+    let sync = &run.sync;
+    let (mode, h) = match sync.mode {
+        SyncMode::EveryStep => (0u8, 1u32),
+        SyncMode::Outer { inner_steps } => (1, inner_steps),
+    };
+    out.push(mode);
+    out.extend_from_slice(&h.to_le_bytes());
+    out.push(match sync.compression {
+        Compression::None => 0,
+        Compression::Int8 => 1,
+    });
+    out.extend_from_slice(&sync.outer.lr.to_le_bytes());
+    out.extend_from_slice(&sync.outer.momentum.to_le_bytes());
+    for tensor in [&state.outer_momentum, &state.residual] {
+        out.extend_from_slice(&(tensor.len() as u64).to_le_bytes());
+        floats(&mut out, tensor);
+    }
     let checksum = fnv1a64(&out);
     out.extend_from_slice(&checksum.to_le_bytes());
     out
@@ -108,6 +128,10 @@ impl Reader<'_> {
         let slice = &self.bytes[self.at..end];
         self.at = end;
         Ok(slice)
+    }
+
+    fn u8(&mut self) -> Result<u8, CheckpointError> {
+        Ok(self.take(1)?[0])
     }
 
     fn u32(&mut self) -> Result<u32, CheckpointError> {
@@ -136,7 +160,7 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
         return Err(CheckpointError::BadMagic);
     }
     let version = r.u32()?;
-    if version != VERSION {
+    if version != VERSION && version != 1 {
         return Err(CheckpointError::UnsupportedVersion(version));
     }
     // The checksum covers everything before it; check it as soon as the file is long enough,
@@ -177,8 +201,8 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
             return Err(CheckpointError::Dims(format!("file has {model:?}, the running model is {expected:?}")));
         }
     }
-    let run = RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()? };
-    run.validate().map_err(CheckpointError::Settings)?;
+    let mut run =
+        RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()?, sync: SyncConfig::SEED };
     let step = r.u32()?;
     let data_state = r.u64()?;
     let n = r.u64()? as usize;
@@ -192,13 +216,45 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     let beta2_power = r.f32()?;
     let m = r.floats(n)?;
     let v = r.floats(n)?;
+    let (mut outer_momentum, mut residual) = (Vec::new(), Vec::new());
+    if version >= 2 {
+        let mode = r.u8()?;
+        let h = r.u32()?;
+        run.sync.mode = match mode {
+            0 => SyncMode::EveryStep,
+            1 => SyncMode::Outer { inner_steps: h },
+            other => return Err(CheckpointError::Dims(format!("sync mode {other}"))),
+        };
+        run.sync.compression = match r.u8()? {
+            0 => Compression::None,
+            1 => Compression::Int8,
+            other => return Err(CheckpointError::Dims(format!("compression {other}"))),
+        };
+        run.sync.outer = OuterOptimizer { lr: r.f32()?, momentum: r.f32()? };
+        for tensor in [&mut outer_momentum, &mut residual] {
+            let len = r.u64()? as usize;
+            if len != 0 && len != n {
+                return Err(CheckpointError::Dims(format!("a sync tensor of {len} values, the model has {n}")));
+            }
+            *tensor = r.floats(len)?;
+        }
+    }
+    run.validate().map_err(CheckpointError::Settings)?;
     // The checksum itself was verified before parsing (any file that reaches here is long
     // enough for that check to have run).
     let _checksum = r.u64()?;
     if r.at != bytes.len() {
         return Err(CheckpointError::TrailingBytes(bytes.len() - r.at));
     }
-    Ok(TrainState { run, step, weights, adam: Adam { m, v, beta1_power, beta2_power, t }, data_state })
+    Ok(TrainState {
+        run,
+        step,
+        weights,
+        adam: Adam { m, v, beta1_power, beta2_power, t },
+        data_state,
+        outer_momentum,
+        residual,
+    })
 }
 
 /// The length a well-formed file with this header would have; a header cut short yields the
@@ -221,8 +277,11 @@ fn minimum_len(bytes: &[u8]) -> Option<usize> {
             return Ok(None);
         }
         let n = Layout::new(model).len;
-        // so far + steps, lr, seed, step, data state, n + weights + Adam scalars + m, v + sum
-        Ok(Some(r.at + 4 + 4 + 8 + 4 + 8 + 8 + 4 * n + 12 + 8 * n + 8))
+        // so far + steps, lr, seed, step, data state, n + weights + Adam scalars + m, v
+        // (+ version 2's sync settings and two empty sync tensors, at least) + sum
+        let sync =
+            if u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) >= 2 { 1 + 4 + 1 + 8 + 16 } else { 0 };
+        Ok(Some(r.at + 4 + 4 + 8 + 4 + 8 + 8 + 4 * n + 12 + 8 * n + sync + 8))
     };
     match read() {
         Ok(len) => len,

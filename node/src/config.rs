@@ -1,5 +1,7 @@
 //! Model and run configuration.
 
+use crate::sync::{SyncConfig, SyncMode};
+
 /// The byte-level tokenizer: every byte is a token. Checkpoints record its name and size.
 pub const TOKENIZER_NAME: &str = "byte-level";
 pub const VOCAB: usize = 256;
@@ -47,15 +49,28 @@ pub struct RunConfig {
     pub steps: u32,
     pub lr: f32,
     pub seed: u64,
+    /// How a group syncs (a lone node trains as a group of one).
+    pub sync: SyncConfig,
 }
 
 impl RunConfig {
     /// The default run: see `docs/MODEL.md` for how long it is and what loss it reaches.
-    pub const DEFAULT: RunConfig = RunConfig { model: ModelConfig::DEFAULT, batch: 16, steps: 600, lr: 3e-3, seed: 1 };
+    pub const DEFAULT: RunConfig =
+        RunConfig { model: ModelConfig::DEFAULT, batch: 16, steps: 600, lr: 3e-3, seed: 1, sync: SyncConfig::SEED };
 
     /// Tokens per step.
     pub fn tokens_per_step(&self) -> usize {
         self.batch * self.model.context
+    }
+
+    /// Optimizer steps between two syncs of a group.
+    pub fn steps_per_sync(&self) -> u32 {
+        self.sync.mode.steps_per_sync()
+    }
+
+    /// Syncs in the run (the mesh session counts these).
+    pub fn syncs(&self) -> u32 {
+        self.steps / self.steps_per_sync().max(1)
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -66,6 +81,18 @@ impl RunConfig {
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return Err(ConfigError::LearningRate(self.lr));
         }
+        let h = self.sync.mode.steps_per_sync();
+        if h == 0 || !self.steps.is_multiple_of(h) {
+            return Err(ConfigError::StepsPerSync { steps: self.steps, sync: self.sync.mode });
+        }
+        let outer = self.sync.outer;
+        if !(outer.lr.is_finite()
+            && outer.lr > 0.0
+            && outer.momentum.is_finite()
+            && (0.0..1.0).contains(&outer.momentum))
+        {
+            return Err(ConfigError::Outer { lr: outer.lr, momentum: outer.momentum });
+        }
         Ok(())
     }
 }
@@ -74,10 +101,22 @@ impl RunConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigError {
     ZeroDimension(ModelConfig),
-    HeadsDoNotDivideWidth { width: usize, heads: usize },
+    HeadsDoNotDivideWidth {
+        width: usize,
+        heads: usize,
+    },
     TooLarge(ModelConfig),
     Batch(usize),
     LearningRate(f32),
+    /// `outer:H` needs a whole number of outer steps.
+    StepsPerSync {
+        steps: u32,
+        sync: SyncMode,
+    },
+    Outer {
+        lr: f32,
+        momentum: f32,
+    },
 }
 
 impl std::fmt::Display for ConfigError {
@@ -90,6 +129,12 @@ impl std::fmt::Display for ConfigError {
             ConfigError::TooLarge(model) => write!(f, "dimensions are beyond what this trainer supports: {model:?}"),
             ConfigError::Batch(batch) => write!(f, "batch {batch} is out of range"),
             ConfigError::LearningRate(lr) => write!(f, "learning rate {lr} must be positive and finite"),
+            ConfigError::StepsPerSync { steps, sync } => {
+                write!(f, "{steps} steps are not a whole number of syncs of {sync}")
+            }
+            ConfigError::Outer { lr, momentum } => {
+                write!(f, "outer learning rate {lr} must be positive and finite, outer momentum {momentum} in [0, 1)")
+            }
         }
     }
 }

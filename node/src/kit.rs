@@ -77,6 +77,7 @@ mod tests {
             steps: 1,
             lr: 0.001,
             seed: 1,
+            sync: crate::sync::SyncConfig::SEED,
         };
         let layout = crate::params::Layout::new(run.model);
         let state = TrainState {
@@ -85,6 +86,8 @@ mod tests {
             weights: crate::params::init(&layout, 1),
             adam: crate::adam::Adam::new(layout.len),
             data_state: 0,
+            outer_momentum: Vec::new(),
+            residual: Vec::new(),
         };
         let html = render(&state, "<b>&");
         assert!(html.contains("&lt;b&gt;&amp;"));

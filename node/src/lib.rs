@@ -18,6 +18,7 @@ pub mod params;
 pub mod replica;
 pub mod session;
 pub mod step;
+pub mod sync;
 pub mod trainer;
 pub mod verdict;
 pub mod wire;

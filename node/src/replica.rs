@@ -15,7 +15,7 @@ use crate::checkpoint::{self, CheckpointError};
 use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{node_data_seed, DataSource};
 use crate::gemm::{ComputeError, Gemm};
-use crate::trainer::{RestoreError, Trainer};
+use crate::trainer::{ContributeError, RestoreError, Trainer};
 use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 
@@ -34,6 +34,8 @@ pub enum ReplicaError {
     /// The data stream could not be opened.
     Data(ForeignError),
     Compute(ComputeError),
+    /// This node's contribution is not finite (its training diverged).
+    NonFinite(crate::sync::NonFinite),
     Checkpoint(CheckpointError),
     Restore(RestoreError),
     /// Asked for a step that does not follow the last one applied.
@@ -51,6 +53,7 @@ impl std::fmt::Display for ReplicaError {
             ReplicaError::Backend(e) => write!(f, "no backend: {e}"),
             ReplicaError::Data(e) => write!(f, "no data source: {e}"),
             ReplicaError::Compute(e) => write!(f, "{e}"),
+            ReplicaError::NonFinite(e) => write!(f, "{e}"),
             ReplicaError::Checkpoint(e) => write!(f, "{e}"),
             ReplicaError::Restore(e) => write!(f, "{e}"),
             ReplicaError::WrongStep { asked, at } => write!(f, "asked for step {asked} at step {at}"),
@@ -63,6 +66,7 @@ impl Error for ReplicaError {
         match self {
             ReplicaError::Backend(e) | ReplicaError::Data(e) => Some(e.as_ref()),
             ReplicaError::Compute(e) => Some(e),
+            ReplicaError::NonFinite(e) => Some(e),
             ReplicaError::Checkpoint(e) => Some(e),
             ReplicaError::Restore(e) => Some(e),
             ReplicaError::Config(e) => Some(e),
@@ -77,22 +81,33 @@ impl From<ComputeError> for ReplicaError {
     }
 }
 
+impl From<ContributeError> for ReplicaError {
+    fn from(e: ContributeError) -> Self {
+        match e {
+            ContributeError::Compute(e) => ReplicaError::Compute(e),
+            ContributeError::NonFinite(e) => ReplicaError::NonFinite(e),
+        }
+    }
+}
+
 /// The replica's state and compute, owned by the mesh adapter; the session only decides.
 pub trait Replica: Send + 'static {
     /// A fresh model and optimizer for `settings`; returns the parameter count.
     fn configure(&mut self, settings: &RunSettings) -> Result<usize, ReplicaError>;
-    /// Our gradient for `step` at the current weights (weight hash before, probe hash of the
-    /// live kernel, loss). May take long: runs on a blocking thread.
+    /// Our contribution to sync `step` from the current (global) weights: the gradient
+    /// (`every-step`) or pseudo-gradient (`outer:H`), weight hash before, probe hash of the
+    /// live kernel, loss. May take long: runs on a blocking thread.
     fn compute(&mut self, step: u32) -> Result<Gradient, ReplicaError>;
-    /// One optimizer update. The new weights' hash is the next `compute`'s `whash` (or
-    /// `weight_hash` when no step follows), so each update is hashed once and a replica may
-    /// hash while the next step computes.
-    fn apply(&mut self, gradient: &[f32]);
+    /// Ends the sync with the group's mean (`grid`: what it was summed on, `int8` only). The
+    /// new weights' hash is the next `compute`'s `whash` (or `weight_hash` when no step
+    /// follows), so each update is hashed once and a replica may hash while the next step
+    /// computes.
+    fn apply(&mut self, mean: &[f32], grid: &[u8]);
     /// A checkpoint of everything that determines the next update (empty before a run).
     fn snapshot(&self) -> Vec<u8>;
-    /// Steps the current weights are the result of (the snapshot's step).
+    /// Syncs the current weights are the result of (the session's step count).
     fn steps_done(&self) -> u32;
-    /// Restore a checkpoint; returns (steps done, parameter count).
+    /// Restore a checkpoint; returns (syncs done, parameter count).
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError>;
     /// The current weights' hash (waiting for it if it is being computed).
     fn weight_hash(&mut self) -> u32;
@@ -244,6 +259,7 @@ pub fn run_config(settings: &RunSettings) -> RunConfig {
         steps: settings.steps,
         lr: settings.lr,
         seed: settings.seed,
+        sync: settings.sync,
     }
 }
 
@@ -259,7 +275,13 @@ pub fn settings_of(run: &RunConfig) -> RunSettings {
         steps: run.steps,
         lr: run.lr,
         seed: run.seed,
+        sync: run.sync,
     }
+}
+
+/// Syncs a trainer's weights are the result of (checkpoints are taken at sync boundaries).
+fn syncs_done(trainer: &Trainer) -> u32 {
+    trainer.step_count() / trainer.run_config().steps_per_sync().max(1)
 }
 
 impl Replica for TrainerReplica {
@@ -293,22 +315,23 @@ impl Replica for TrainerReplica {
             self.trainer()?.replace_gemm(gemm);
         }
         let trainer = self.trainer()?;
-        if trainer.step_count() + 1 != step {
-            return Err(ReplicaError::WrongStep { asked: step, at: trainer.step_count() });
+        let done = syncs_done(trainer);
+        if done + 1 != step {
+            return Err(ReplicaError::WrongStep { asked: step, at: done });
         }
         let probing = std::time::Instant::now();
         let phash = trainer.probe_hash()?;
         let probe_seconds = probing.elapsed().as_secs_f64();
-        let (loss, grad, _) = trainer.gradient()?;
+        let contribution = trainer.contribute()?;
         self.hash_seconds += probe_seconds;
-        // The hash of the weights this step started from (computed alongside, see `apply`).
+        // The hash of the weights this sync started from (computed alongside, see `apply`).
         let whash = self.resolve_hash();
-        Ok(Gradient { step, whash, phash, loss, grad })
+        Ok(Gradient { step, whash, phash, loss: contribution.loss, values: contribution.values })
     }
 
-    fn apply(&mut self, gradient: &[f32]) {
+    fn apply(&mut self, mean: &[f32], grid: &[u8]) {
         let Some(trainer) = self.trainer.as_mut() else { return };
-        trainer.apply(gradient);
+        trainer.finish_sync(mean, grid);
         let began = std::time::Instant::now();
         let weights = trainer.weights().to_vec();
         self.hash_seconds += began.elapsed().as_secs_f64();
@@ -326,7 +349,7 @@ impl Replica for TrainerReplica {
     }
 
     fn steps_done(&self) -> u32 {
-        self.trainer.as_ref().map_or(0, Trainer::step_count)
+        self.trainer.as_ref().map_or(0, syncs_done)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError> {
@@ -334,10 +357,13 @@ impl Replica for TrainerReplica {
         let mut state =
             checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(ReplicaError::Checkpoint)?;
         // Weights, step and optimizer come from the checkpoint; this node keeps its own data
-        // stream (its batches are its own in a data-parallel group).
+        // stream (its batches are its own in a data-parallel group), and its residual starts
+        // at zero (a residual is what one node's own contributions left untaken: never
+        // another's, and nothing of this node's past survives a restore).
         state.data_state = trainer.data_state();
-        let step = state.step;
+        state.residual = Vec::new();
         trainer.restore(state).map_err(ReplicaError::Restore)?;
+        let step = syncs_done(trainer);
         let weights = trainer.weights().len();
         self.rehash();
         Ok((step, weights))
@@ -389,6 +415,13 @@ mod tests {
         }
     }
 
+    fn as_f32(gradient: &Gradient) -> &[f32] {
+        match &gradient.values {
+            crate::sync::Values::F32(v) => v,
+            crate::sync::Values::Int8(_) => panic!("an uncompressed run sends f32"),
+        }
+    }
+
     fn tiny() -> RunSettings {
         settings_of(&RunConfig {
             model: ModelConfig { width: 32, context: 32, layers: 1, heads: 2 },
@@ -404,7 +437,7 @@ mod tests {
         let mut replica = TrainerReplica::new("no-such-backend", Box::new(FloatOnly), Some(float));
         replica.configure(&tiny()).expect("the first run takes the admitted backend");
         let gradient = replica.compute(1).expect("a step");
-        replica.apply(&gradient.grad);
+        replica.apply(as_f32(&gradient), &[]);
         assert_eq!(replica.weight_hash(), replica.compute(2).expect("a second step").whash);
         replica.configure(&tiny()).expect("the second run takes the first run's backend");
         assert_eq!(replica.compute(1).expect("a step of the new run"), gradient);
@@ -415,7 +448,7 @@ mod tests {
         let mut replica = TrainerReplica::new("first", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
         replica.configure(&tiny()).expect("a run");
         let first = replica.compute(1).expect("step 1");
-        replica.apply(&first.grad);
+        replica.apply(as_f32(&first), &[]);
         replica.stage("second".into(), Verdict::Admitted { cases: 40 }, Box::new(FloatGemm::new(2)));
         assert_eq!(replica.take_backend_change(), None, "staged, not yet in use");
         replica.compute(2).expect("step 2");

@@ -55,6 +55,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::step::{GuardFailure, Offer, RepairStore, StepCollector};
+use crate::sync::Compression;
 use crate::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 
 /// Step messages held per member from an epoch this node has not reached (a roster, gradients
@@ -101,10 +102,12 @@ pub enum Output {
     Compute {
         step: u32,
     },
-    /// Apply one optimizer update with the roster-order average.
+    /// End sync `step` with the group's mean (`grid`: the grid it was summed on, `int8`
+    /// only): one optimizer update (`every-step`) or one outer step (`outer:H`).
     Apply {
         step: u32,
-        gradient: Vec<f32>,
+        mean: Vec<f32>,
+        grid: Vec<u8>,
         loss: f32,
     },
     /// Send `to` a resume message (-6) with a checkpoint of the current state (a step boundary).
@@ -708,7 +711,7 @@ impl Session {
     /// Leader: announce the roster of the next step (or the final commit).
     fn next_step(&mut self) {
         let Some(settings) = &self.run else { return };
-        let total = settings.steps;
+        let total = settings.syncs();
         if self.applied >= total {
             // The final commit; `on_roster` marks the run finished.
             self.announce(self.applied + 1, Vec::new());
@@ -755,7 +758,7 @@ impl Session {
         }
         self.last_roster = peers.clone();
         self.event(Event::Roster { step, peers: peers.clone() });
-        if self.run.as_ref().is_some_and(|r| step > r.steps) {
+        if self.run.as_ref().is_some_and(|r| step > r.syncs()) {
             // The final commit has nothing after it.
             self.finished = true;
             self.event(Event::RunFinished { step: self.applied });
@@ -776,7 +779,8 @@ impl Session {
                 }
             }
             _ => {
-                self.collector = Some(StepCollector::new(step, peers.clone(), self.weights));
+                let compression = self.run.as_ref().map_or(Compression::None, |r| r.sync.compression);
+                self.collector = Some(StepCollector::new(step, peers.clone(), self.weights, compression));
                 self.collector_since_ms = self.now_ms;
                 self.last_repair_ms = None;
                 for (from, gradient) in std::mem::take(&mut self.early) {
@@ -828,6 +832,9 @@ impl Session {
             Offer::Duplicate => format!("a duplicate gradient for step {step}"),
             Offer::WrongStep { step } => format!("a gradient for step {step}, not the current one"),
             Offer::NotInRoster => format!("a gradient for step {step} from outside its roster"),
+            Offer::WrongEncoding { expected, actual } => {
+                format!("a gradient sent as {actual}, the run's compression is {expected}")
+            }
             Offer::WrongLength { expected, actual } => {
                 format!("a gradient of {actual} values, the model has {expected}")
             }
@@ -907,7 +914,7 @@ impl Session {
             self.stop_with(failure);
             return false;
         }
-        let gradient = collector.average().expect("complete");
+        let reduced = collector.average().expect("complete");
         let loss = collector.mean_loss().unwrap_or(f32::NAN);
         let peers = collector.roster().len();
         let step = collector.step;
@@ -921,7 +928,7 @@ impl Session {
             }
         }
         self.applied = step;
-        self.out.push(Output::Apply { step, gradient, loss });
+        self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss });
         self.event(Event::StepApplied { step, loss, peers, whash: ours });
         true
     }

@@ -2,12 +2,14 @@
 //! the roster's gradients, averaging them in strict roster order, the sync guard, and the
 //! leader's repair store. The session state machine (`session.rs`) drives these.
 //!
-//! Averaging: for every element, `sum = g[r0] + g[r1] + …` in roster order, each addition an
-//! f32 rounding, then `sum / n`. Float addition is not associative, so any other order could
-//! round differently and fork the replicas; this order is part of the protocol.
+//! Averaging is `crate::sync::reduce` over the roster's contributions in roster order: f32
+//! contributions are summed in that order, each addition an f32 rounding, then divided by `n`
+//! (float addition is not associative, so the order is part of the protocol); `int8` ones are
+//! summed exactly in integers, where the order cannot matter.
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::sync::{self, Compression, Reduced};
 use crate::wire::{Gradient, PeerId};
 
 /// Steps of everyone's gradients the leader keeps for repairs.
@@ -29,6 +31,11 @@ pub enum Offer {
     WrongLength {
         expected: usize,
         actual: usize,
+    },
+    /// Sent as another encoding than the run's compression.
+    WrongEncoding {
+        expected: Compression,
+        actual: Compression,
     },
 }
 
@@ -61,13 +68,15 @@ pub struct StepCollector {
     pub step: u32,
     roster: Vec<PeerId>,
     len: usize,
+    compression: Compression,
     gradients: HashMap<PeerId, Gradient>,
 }
 
 impl StepCollector {
-    /// `roster` in the order the leader announced; `len` the model's weight count.
-    pub fn new(step: u32, roster: Vec<PeerId>, len: usize) -> Self {
-        StepCollector { step, roster, len, gradients: HashMap::new() }
+    /// `roster` in the order the leader announced; `len` the model's weight count;
+    /// `compression` the run's.
+    pub fn new(step: u32, roster: Vec<PeerId>, len: usize, compression: Compression) -> Self {
+        StepCollector { step, roster, len, compression, gradients: HashMap::new() }
     }
 
     pub fn roster(&self) -> &[PeerId] {
@@ -86,8 +95,10 @@ impl StepCollector {
             Offer::WrongStep { step: gradient.step }
         } else if !self.roster.contains(&from) {
             Offer::NotInRoster
-        } else if gradient.grad.len() != self.len {
-            Offer::WrongLength { expected: self.len, actual: gradient.grad.len() }
+        } else if gradient.values.compression() != self.compression {
+            Offer::WrongEncoding { expected: self.compression, actual: gradient.values.compression() }
+        } else if gradient.values.len() != self.len {
+            Offer::WrongLength { expected: self.len, actual: gradient.values.len() }
         } else {
             match self.gradients.entry(from) {
                 std::collections::hash_map::Entry::Vacant(slot) => {
@@ -133,22 +144,13 @@ impl StepCollector {
         }
     }
 
-    /// The average in strict roster order (see the module docs), once complete.
-    pub fn average(&self) -> Option<Vec<f32>> {
+    /// The group's mean over the roster in roster order (see the module docs), once complete.
+    pub fn average(&self) -> Option<Reduced> {
         if !self.is_complete() || self.roster.is_empty() {
             return None;
         }
-        let mut sum = self.gradients[&self.roster[0]].grad.clone();
-        for peer in &self.roster[1..] {
-            for (s, g) in sum.iter_mut().zip(&self.gradients[peer].grad) {
-                *s += g;
-            }
-        }
-        let n = self.roster.len() as f32;
-        for s in &mut sum {
-            *s /= n;
-        }
-        Some(sum)
+        let values: Vec<&sync::Values> = self.roster.iter().map(|p| &self.gradients[p].values).collect();
+        Some(sync::reduce(&values))
     }
 
     /// The mean loss in roster order, for reports.
@@ -195,8 +197,14 @@ impl RepairStore {
 mod tests {
     use super::*;
 
+    use crate::sync::Values;
+
     fn g(step: u32, whash: u32, values: &[f32]) -> Gradient {
-        Gradient { step, whash, phash: 7, loss: 1.0, grad: values.to_vec() }
+        Gradient { step, whash, phash: 7, loss: 1.0, values: Values::F32(values.to_vec()) }
+    }
+
+    fn mean(c: &StepCollector) -> Option<Vec<f32>> {
+        c.average().map(|r| r.mean)
     }
 
     #[test]
@@ -204,50 +212,52 @@ mod tests {
         // 1e8 + 1 - 1e8 rounds differently depending on order: the roster decides.
         let big = 1.0e8f32;
         let grads = [(10u64, [big]), (20, [1.0]), (30, [-big])];
-        let mut forward = StepCollector::new(5, vec![10, 20, 30], 1);
-        let mut reversed = StepCollector::new(5, vec![10, 20, 30], 1);
+        let mut forward = StepCollector::new(5, vec![10, 20, 30], 1, Compression::None);
+        let mut reversed = StepCollector::new(5, vec![10, 20, 30], 1, Compression::None);
         for (p, v) in grads {
             assert_eq!(forward.offer(p, g(5, 1, &v)), Offer::Accepted);
         }
         for (p, v) in grads.iter().rev() {
             reversed.offer(*p, g(5, 1, v));
         }
-        let a = forward.average().unwrap();
-        assert_eq!(a[0].to_bits(), reversed.average().unwrap()[0].to_bits());
+        let a = mean(&forward).unwrap();
+        assert_eq!(a[0].to_bits(), mean(&reversed).unwrap()[0].to_bits());
         assert_eq!(a[0], ((big + 1.0) - big) / 3.0);
         // A different roster order is a different (documented) result.
-        let mut other = StepCollector::new(5, vec![10, 30, 20], 1);
+        let mut other = StepCollector::new(5, vec![10, 30, 20], 1, Compression::None);
         for (p, v) in grads {
             other.offer(p, g(5, 1, &v));
         }
-        assert_ne!(other.average().unwrap()[0].to_bits(), a[0].to_bits());
+        assert_ne!(mean(&other).unwrap()[0].to_bits(), a[0].to_bits());
     }
 
     #[test]
     fn duplicates_late_and_outsiders_are_refused_with_the_reason() {
-        let mut c = StepCollector::new(3, vec![1, 2], 2);
+        let mut c = StepCollector::new(3, vec![1, 2], 2, Compression::None);
         assert_eq!(c.offer(1, g(3, 9, &[1.0, 2.0])), Offer::Accepted);
         assert_eq!(c.offer(1, g(3, 9, &[5.0, 5.0])), Offer::Duplicate);
         assert_eq!(c.offer(2, g(2, 9, &[1.0, 2.0])), Offer::WrongStep { step: 2 });
         assert_eq!(c.offer(7, g(3, 9, &[1.0, 2.0])), Offer::NotInRoster);
         assert_eq!(c.offer(2, g(3, 9, &[1.0])), Offer::WrongLength { expected: 2, actual: 1 });
         assert_eq!(c.missing(), vec![2]);
-        assert_eq!(c.average(), None);
+        let packed = Gradient { values: Values::Int8(crate::sync::pack(&[1.0, 2.0]).unwrap()), ..g(3, 9, &[]) };
+        assert_eq!(c.offer(2, packed), Offer::WrongEncoding { expected: Compression::None, actual: Compression::Int8 });
+        assert_eq!(mean(&c), None);
         c.offer(2, g(3, 9, &[3.0, 4.0]));
-        assert_eq!(c.average(), Some(vec![2.0, 3.0]));
-        assert_eq!(c.get(1).unwrap().grad, vec![1.0, 2.0], "the duplicate did not replace the first");
+        assert_eq!(mean(&c), Some(vec![2.0, 3.0]));
+        assert_eq!(c.get(1).unwrap().values, Values::F32(vec![1.0, 2.0]), "the duplicate did not replace the first");
     }
 
     #[test]
     fn the_guard_names_step_and_peers() {
-        let mut c = StepCollector::new(8, vec![1, 2, 3], 1);
+        let mut c = StepCollector::new(8, vec![1, 2, 3], 1, Compression::None);
         c.offer(1, g(8, 0xaa, &[0.0]));
         c.offer(2, Gradient { phash: 6, ..g(8, 0xab, &[0.0]) });
         c.offer(3, g(8, 0xaa, &[0.0]));
         let failure = c.guard(0xaa, 7).unwrap_err();
         assert_eq!(failure, GuardFailure { step: 8, weight_mismatch: vec![2], probe_mismatch: vec![2] });
         assert!(failure.to_string().contains("step 8") && failure.to_string().contains("[2]"));
-        let mut ok = StepCollector::new(8, vec![1], 1);
+        let mut ok = StepCollector::new(8, vec![1], 1, Compression::None);
         ok.offer(1, g(8, 0xaa, &[0.0]));
         assert_eq!(ok.guard(0xaa, 7), Ok(()));
     }
@@ -256,14 +266,14 @@ mod tests {
     fn the_repair_store_keeps_eight_steps() {
         let mut store = RepairStore::default();
         for step in 0..12 {
-            let mut c = StepCollector::new(step, vec![1, 2], 1);
+            let mut c = StepCollector::new(step, vec![1, 2], 1, Compression::None);
             c.offer(1, g(step, 0, &[step as f32]));
             c.offer(2, g(step, 0, &[-(step as f32)]));
             store.retain(c);
         }
         assert!(store.get(3, 1).is_none());
-        assert_eq!(store.get(4, 2).unwrap().grad, vec![-4.0]);
-        assert_eq!(store.get(11, 1).unwrap().grad, vec![11.0]);
+        assert_eq!(store.get(4, 2).unwrap().values, Values::F32(vec![-4.0]));
+        assert_eq!(store.get(11, 1).unwrap().values, Values::F32(vec![11.0]));
         assert!(store.get(11, 9).is_none());
         assert_eq!(store.roster(4), Some(&[1, 2][..]));
         assert_eq!(store.roster(3), None);

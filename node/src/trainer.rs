@@ -10,6 +10,7 @@ use crate::data::{heldout_batches, DataSource, Origin};
 use crate::gemm::{AuditOne, ComputeError, Gemm};
 use crate::model::Model;
 use crate::params::{init, weight_hash, Layout};
+use crate::sync::{self, Compression, NonFinite, SyncMode, Values};
 
 /// Everything that determines the next update: what a checkpoint or a mid-run resume carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,16 +22,70 @@ pub struct TrainState {
     pub adam: Adam,
     /// The data source's sampler state.
     pub data_state: u64,
+    /// `outer:H`: the outer optimizer's momentum (identical on every member); else empty.
+    pub outer_momentum: Vec<f32>,
+    /// `int8`: what this node's past contributions left untaken (its own); else empty.
+    pub residual: Vec<f32>,
 }
 
-/// What one step did.
+/// One node's contribution to a sync.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contribution {
+    /// The loss of the step (`every-step`) or the mean of the inner steps' losses, in order.
+    pub loss: f32,
+    pub values: Values,
+}
+
+/// Why a contribution could not be made.
+#[derive(Clone, Debug)]
+pub enum ContributeError {
+    Compute(ComputeError),
+    /// The values to send are not finite: this node's training diverged.
+    NonFinite(NonFinite),
+}
+
+impl std::fmt::Display for ContributeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContributeError::Compute(e) => write!(f, "{e}"),
+            ContributeError::NonFinite(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ContributeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ContributeError::Compute(e) => Some(e),
+            ContributeError::NonFinite(e) => Some(e),
+        }
+    }
+}
+
+impl From<ComputeError> for ContributeError {
+    fn from(e: ComputeError) -> Self {
+        ContributeError::Compute(e)
+    }
+}
+
+/// A contribution under way: what `finish_sync` needs of it.
+#[derive(Debug)]
+struct InFlight {
+    /// `outer:H`: the global weights the inner steps started from.
+    global: Option<Vec<f32>>,
+    /// `int8`: the packed values and the f32 values they were packed from.
+    packed: Option<(Vec<f32>, sync::Packed)>,
+}
+
+/// What one step (or, `outer:H`, one outer step) did.
 #[derive(Clone, Debug)]
 pub struct StepReport {
-    /// Steps completed after this one.
+    /// Optimizer steps completed after this one.
     pub step: u32,
     pub loss: f32,
     /// Weight hash after the update.
     pub weight_hash: u32,
+    /// Tokens this node trained on in it.
     pub tokens: usize,
     pub origin: Origin,
     /// The product a live audit recomputed this step and found equal: `(call, m, n, k)`.
@@ -50,6 +105,11 @@ pub struct Trainer {
     /// Products per step through `Gemm::gemm_nt`, learned from the last audited step.
     calls_per_step: usize,
     last_audited: Option<(usize, usize, usize, usize)>,
+    outer_momentum: Vec<f32>,
+    residual: Vec<f32>,
+    in_flight: Option<InFlight>,
+    /// Where the last batch came from.
+    last_origin: Origin,
 }
 
 impl Trainer {
@@ -59,7 +119,13 @@ impl Trainer {
         let layout = Layout::new(run.model);
         let weights = init(&layout, run.seed);
         let adam = Adam::new(layout.len);
+        let outer_momentum = sync_tensor(matches!(run.sync.mode, SyncMode::Outer { .. }), layout.len);
+        let residual = sync_tensor(run.sync.compression == Compression::Int8, layout.len);
         Ok(Trainer {
+            outer_momentum,
+            residual,
+            in_flight: None,
+            last_origin: Origin::Builtin,
             run,
             model: Model::new(layout),
             weights,
@@ -147,6 +213,7 @@ impl Trainer {
                 round % self.calls_per_step
             }
         });
+        self.last_origin = origin.clone();
         let mut audit = AuditOne::new(self.gemm.as_mut(), computing, target);
         let (loss, grad) =
             self.model.loss_and_grad(&mut audit, &self.weights, &batch.tokens, &batch.targets, self.run.batch, seq)?;
@@ -167,16 +234,85 @@ impl Trainer {
         self.step += 1;
     }
 
-    /// A lone node's step.
-    pub fn step(&mut self) -> Result<StepReport, ComputeError> {
-        let (loss, grad, origin) = self.gradient()?;
-        self.apply(&grad);
+    /// This node's contribution to the next sync: `every-step`, the gradient of one batch;
+    /// `outer:H`, the global weights minus the weights after `H` local Adam steps. With `int8`,
+    /// the residual is added and the sum packed. Until [`Trainer::finish_sync`], the weights
+    /// are local (`outer:H`).
+    pub fn contribute(&mut self) -> Result<Contribution, ContributeError> {
+        let sync = self.run.sync;
+        let (loss, mut x, global) = match sync.mode {
+            SyncMode::EveryStep => {
+                let (loss, grad, _) = self.gradient()?;
+                (loss, grad, None)
+            }
+            SyncMode::Outer { inner_steps } => {
+                let global = self.weights.clone();
+                let mut losses = 0f32;
+                for _ in 0..inner_steps {
+                    let (loss, grad, _) = match self.gradient() {
+                        Ok(step) => step,
+                        Err(e) => {
+                            // Back to the sync boundary: nothing of a failed outer step stays.
+                            self.step -= self.step % inner_steps;
+                            self.weights = global;
+                            return Err(e.into());
+                        }
+                    };
+                    losses += loss;
+                    self.apply(&grad);
+                }
+                let delta: Vec<f32> = global.iter().zip(&self.weights).map(|(g, w)| g - w).collect();
+                (losses / inner_steps as f32, delta, Some(global))
+            }
+        };
+        let values = match sync.compression {
+            Compression::None => Values::F32(x),
+            Compression::Int8 => {
+                for (v, r) in x.iter_mut().zip(&self.residual) {
+                    *v += r;
+                }
+                let packed = sync::pack(&x).map_err(ContributeError::NonFinite)?;
+                self.in_flight = Some(InFlight { global, packed: Some((x, packed.clone())) });
+                return Ok(Contribution { loss, values: Values::Int8(packed) });
+            }
+        };
+        self.in_flight = Some(InFlight { global, packed: None });
+        Ok(Contribution { loss, values })
+    }
+
+    /// Ends a sync with the group's mean (`grid`: the group's block grid, `int8` only):
+    /// `every-step` takes one Adam step with it; `outer:H` puts the global weights back and
+    /// takes one outer step. A node that made no contribution this sync (a fresh joiner) only
+    /// needs the mean, never the grid.
+    pub fn finish_sync(&mut self, mean: &[f32], grid: &[u8]) {
+        let in_flight = self.in_flight.take();
+        if let Some((x, packed)) = in_flight.as_ref().and_then(|f| f.packed.as_ref()) {
+            self.residual = sync::residual(x, packed, grid);
+        }
+        match self.run.sync.mode {
+            SyncMode::EveryStep => self.apply(mean),
+            SyncMode::Outer { .. } => {
+                if let Some(global) = in_flight.and_then(|f| f.global) {
+                    self.weights = global;
+                }
+                self.run.sync.outer.step(&mut self.weights, &mut self.outer_momentum, mean);
+            }
+        }
+    }
+
+    /// A lone node's sync (a group of one: its contribution is the mean): one step
+    /// (`every-step`, where the mean of one f32 gradient is that gradient, bit for bit) or `H`
+    /// steps (`outer:H`).
+    pub fn step(&mut self) -> Result<StepReport, ContributeError> {
+        let contribution = self.contribute()?;
+        let reduced = sync::reduce(&[&contribution.values]);
+        self.finish_sync(&reduced.mean, &reduced.grid);
         Ok(StepReport {
             step: self.step,
-            loss,
+            loss: contribution.loss,
             weight_hash: self.weight_hash(),
-            tokens: self.run.tokens_per_step(),
-            origin,
+            tokens: self.run.tokens_per_step() * self.run.steps_per_sync() as usize,
+            origin: self.last_origin.clone(),
             audited: self.last_audited,
         })
     }
@@ -206,6 +342,8 @@ impl Trainer {
             weights: self.weights.clone(),
             adam: self.adam.clone(),
             data_state: self.data_state(),
+            outer_momentum: self.outer_momentum.clone(),
+            residual: self.residual.clone(),
         }
     }
 
@@ -215,18 +353,50 @@ impl Trainer {
         if state.run.model != self.run.model {
             return Err(RestoreError::ModelMismatch { checkpoint: state.run.model, running: self.run.model });
         }
-        if state.weights.len() != self.weights.len()
-            || state.adam.m.len() != state.weights.len()
-            || state.adam.v.len() != state.weights.len()
+        let n = state.weights.len();
+        if n != self.weights.len() || state.adam.m.len() != n || state.adam.v.len() != n {
+            return Err(RestoreError::TensorLengths);
+        }
+        let outer = matches!(state.run.sync.mode, SyncMode::Outer { .. });
+        let int8 = state.run.sync.compression == Compression::Int8;
+        if (!state.outer_momentum.is_empty() && state.outer_momentum.len() != n)
+            || (!state.residual.is_empty() && state.residual.len() != n)
         {
             return Err(RestoreError::TensorLengths);
         }
+        // A checkpoint from a run of another sync setting: what it lacks starts at zero.
+        let outer_momentum = if outer && state.outer_momentum.is_empty() {
+            vec![0.0; n]
+        } else if outer {
+            state.outer_momentum
+        } else {
+            Vec::new()
+        };
+        let residual = if int8 && state.residual.is_empty() {
+            vec![0.0; n]
+        } else if int8 {
+            state.residual
+        } else {
+            Vec::new()
+        };
         self.run = state.run;
         self.step = state.step;
         self.weights = state.weights;
         self.adam = state.adam;
+        self.outer_momentum = outer_momentum;
+        self.residual = residual;
+        self.in_flight = None;
         self.data.restore(state.data_state);
         Ok(())
+    }
+}
+
+/// A sync tensor: zeros when the setting uses it, else empty.
+fn sync_tensor(used: bool, len: usize) -> Vec<f32> {
+    if used {
+        vec![0.0; len]
+    } else {
+        Vec::new()
     }
 }
 

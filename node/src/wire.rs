@@ -18,6 +18,11 @@
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
+//! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` |
+//!
+//! The run config (`-3`) continues with the sync settings since protocol 4: `[u8 mode (0
+//! every-step, 1 outer)][u32 H][u8 compression (0 none, 1 int8)][f32 outer lr][f32 outer
+//! momentum]`. A gradient message is `≥ 0` or `-14` wherever one is embedded (`-8`).
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
 //! console, round-trip time); they never reach the training session and never change a weight.
@@ -27,10 +32,12 @@
 
 use std::collections::HashMap;
 
+pub use crate::sync::Values;
+use crate::sync::{Compression, OuterOptimizer, Packed, SyncConfig, SyncMode};
 pub use crate::verdict::Verdict;
 
 /// The mesh protocol version carried in the run config.
-pub const MESH_PROTOCOL_VERSION: u32 = 3;
+pub const MESH_PROTOCOL_VERSION: u32 = 4;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -49,6 +56,7 @@ const PING: i32 = -10;
 const PONG: i32 = -11;
 const EPOCH: i32 = -12;
 const REMOVED: i32 = -13;
+const PACKED_GRADIENT: i32 = -14;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -79,7 +87,8 @@ pub struct Gradient {
     /// Probe hash through the node's live kernel.
     pub phash: u32,
     pub loss: f32,
-    pub grad: Vec<f32>,
+    /// The gradient (`every-step`) or pseudo-gradient (`outer:H`), f32 or packed.
+    pub values: Values,
 }
 
 /// Which checkpoint push a node's state descends from: how many pushes it has restored and
@@ -109,6 +118,14 @@ pub struct RunSettings {
     pub steps: u32,
     pub lr: f32,
     pub seed: u64,
+    pub sync: SyncConfig,
+}
+
+impl RunSettings {
+    /// Syncs in the run: what the session counts as steps (`steps` are optimizer steps).
+    pub fn syncs(&self) -> u32 {
+        self.steps / self.sync.mode.steps_per_sync().max(1)
+    }
 }
 
 /// Every mesh message.
@@ -262,29 +279,58 @@ impl<'a> Reader<'a> {
 }
 
 fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
-    out.extend_from_slice(&(g.step as i32).to_le_bytes());
+    assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
+    if let Values::Int8(_) = g.values {
+        out.extend_from_slice(&PACKED_GRADIENT.to_le_bytes());
+        out.extend_from_slice(&g.step.to_le_bytes());
+    } else {
+        out.extend_from_slice(&(g.step as i32).to_le_bytes());
+    }
     out.extend_from_slice(&g.whash.to_le_bytes());
     out.extend_from_slice(&g.phash.to_le_bytes());
     out.extend_from_slice(&g.loss.to_le_bytes());
-    for v in &g.grad {
-        out.extend_from_slice(&v.to_le_bytes());
+    match &g.values {
+        Values::F32(values) => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        Values::Int8(p) => {
+            out.extend_from_slice(&(p.q.len() as u32).to_le_bytes());
+            out.extend_from_slice(&p.exponents);
+            out.extend(p.q.iter().map(|&q| q as u8));
+        }
     }
 }
 
+/// A gradient message, either form, from its first word on.
 fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
-    let step = r.i32()?;
-    if step < 0 {
-        return Err(WireError::Invalid(format!("gradient step {step} is negative")));
+    let first = r.i32()?;
+    let packed = first == PACKED_GRADIENT;
+    let step = if packed { r.u32()? } else { first as u32 };
+    if !packed && first < 0 {
+        return Err(WireError::Invalid(format!("gradient step {first} is negative")));
+    }
+    if step > i32::MAX as u32 {
+        return Err(WireError::Invalid(format!("gradient step {step} is beyond the wire's range")));
     }
     let whash = r.u32()?;
     let phash = r.u32()?;
     let loss = r.f32()?;
-    let body = r.rest();
-    if !body.len().is_multiple_of(4) {
-        return Err(WireError::Invalid(format!("gradient body of {} bytes is not whole f32s", body.len())));
-    }
-    let grad = body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    Ok(Gradient { step: step as u32, whash, phash, loss, grad })
+    let values = if packed {
+        let len = r.u32()? as usize;
+        if len > MAX_MESSAGE_BYTES {
+            return Err(WireError::Invalid(format!("a packed gradient of {len} values")));
+        }
+        let exponents = r.take(len.div_ceil(lockstep_luts::units::BLOCK))?.to_vec();
+        let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
+        let packed = Packed { exponents, q };
+        packed.validate().map_err(WireError::Invalid)?;
+        Values::Int8(packed)
+    } else {
+        let body = r.rest();
+        if !body.len().is_multiple_of(4) {
+            return Err(WireError::Invalid(format!("gradient body of {} bytes is not whole f32s", body.len())));
+        }
+        Values::F32(body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    };
+    Ok(Gradient { step, whash, phash, loss, values })
 }
 
 /// The message's bytes (unfragmented).
@@ -296,10 +342,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
         out.extend_from_slice(bytes);
     };
     match message {
-        Message::Gradient(g) => {
-            assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
-            put_gradient(&mut out, g);
-        }
+        Message::Gradient(g) => put_gradient(&mut out, g),
         Message::CheckpointPush(bytes) => blob(&mut out, CHECKPOINT_PUSH, bytes),
         Message::Resume(bytes) => blob(&mut out, RESUME, bytes),
         Message::RunConfig(s) => {
@@ -309,6 +352,18 @@ pub fn encode(message: &Message) -> Vec<u8> {
             }
             out.extend_from_slice(&s.lr.to_le_bytes());
             out.extend_from_slice(&s.seed.to_le_bytes());
+            let (mode, h) = match s.sync.mode {
+                SyncMode::EveryStep => (0u8, 1u32),
+                SyncMode::Outer { inner_steps } => (1, inner_steps),
+            };
+            out.push(mode);
+            out.extend_from_slice(&h.to_le_bytes());
+            out.push(match s.sync.compression {
+                Compression::None => 0,
+                Compression::Int8 => 1,
+            });
+            out.extend_from_slice(&s.sync.outer.lr.to_le_bytes());
+            out.extend_from_slice(&s.sync.outer.momentum.to_le_bytes());
         }
         Message::Roster { step, peers } => {
             out.extend_from_slice(&ROSTER.to_le_bytes());
@@ -381,8 +436,10 @@ pub fn encode(message: &Message) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
     let mut r = Reader { bytes, at: 0 };
     let first = i32::from_le_bytes(Reader { bytes, at: 0 }.array()?);
-    if first >= 0 {
-        return Ok(Message::Gradient(read_gradient(&mut r)?));
+    if first >= 0 || first == PACKED_GRADIENT {
+        let gradient = read_gradient(&mut r)?;
+        r.finish()?;
+        return Ok(Message::Gradient(gradient));
     }
     r.i32()?;
     let message = match first {
@@ -395,6 +452,35 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             }
             let lr = r.f32()?;
             let seed = r.u64()?;
+            if v[0] < 4 {
+                // An older node's config has no sync settings; the session names the version.
+                r.rest();
+                return Ok(Message::RunConfig(RunSettings {
+                    protocol: v[0],
+                    width: v[1],
+                    context: v[2],
+                    batch: v[3],
+                    layers: v[4],
+                    heads: v[5],
+                    steps: v[6],
+                    lr,
+                    seed,
+                    sync: SyncConfig::SEED,
+                }));
+            }
+            let mode = r.u8()?;
+            let h = r.u32()?;
+            let mode = match mode {
+                0 => SyncMode::EveryStep,
+                1 => SyncMode::Outer { inner_steps: h },
+                other => return Err(WireError::Invalid(format!("sync mode {other}"))),
+            };
+            let compression = match r.u8()? {
+                0 => Compression::None,
+                1 => Compression::Int8,
+                other => return Err(WireError::Invalid(format!("compression {other}"))),
+            };
+            let outer = OuterOptimizer { lr: r.f32()?, momentum: r.f32()? };
             Message::RunConfig(RunSettings {
                 protocol: v[0],
                 width: v[1],
@@ -405,6 +491,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 steps: v[6],
                 lr,
                 seed,
+                sync: SyncConfig { mode, compression, outer },
             })
         }
         ROSTER => {
@@ -553,13 +640,19 @@ mod tests {
             whash: 0xdead_beef,
             phash: 0xdf23_2627,
             loss: 2.5,
-            grad: (0..n).map(|i| i as f32 * 0.25 - 1.0).collect(),
+            values: Values::F32((0..n).map(|i| i as f32 * 0.25 - 1.0).collect()),
         }
+    }
+
+    fn packed(n: usize) -> Gradient {
+        let values: Vec<f32> = (0..n).map(|i| (i as f32 - 20.0) * 0.125).collect();
+        Gradient { values: Values::Int8(crate::sync::pack(&values).unwrap()), ..gradient(0) }
     }
 
     #[test]
     fn golden_bytes() {
-        let g = Gradient { step: 3, whash: 0x0102_0304, phash: 0xa0b0_c0d0, loss: 1.0, grad: vec![-2.0] };
+        let g =
+            Gradient { step: 3, whash: 0x0102_0304, phash: 0xa0b0_c0d0, loss: 1.0, values: Values::F32(vec![-2.0]) };
         assert_eq!(
             encode(&Message::Gradient(g.clone())),
             vec![3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]
@@ -574,7 +667,7 @@ mod tests {
         );
         let response = encode(&Message::RepairResponse { peer: 4, gradient: g.clone() });
         assert_eq!(&response[..12], &[0xf8, 0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(&response[12..], &encode(&Message::Gradient(g))[..]);
+        assert_eq!(&response[12..], &encode(&Message::Gradient(g.clone()))[..]);
         assert_eq!(
             encode(&Message::PeerInfo { backend: "lut".into(), verdict: Verdict::Admitted { cases: 40 } }),
             vec![0xf7, 0xff, 0xff, 0xff, 3, 0, b'l', b'u', b't', 0, 40, 0, 0, 0]
@@ -600,6 +693,68 @@ mod tests {
             encode(&Message::Removed { step: 5, may_return: true, why: "ab".into() }),
             vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 2, 0, b'a', b'b']
         );
+        // 127 and -1 in one block: e = 0, the block byte is 133 (0x85).
+        let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), ..g.clone() };
+        assert_eq!(
+            encode(&Message::Gradient(p.clone())),
+            vec![
+                0xf2, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 2, 0, 0, 0,
+                0x85, 127, 0xff
+            ]
+        );
+        let response = encode(&Message::RepairResponse { peer: 4, gradient: p.clone() });
+        assert_eq!(&response[12..], &encode(&Message::Gradient(p))[..]);
+        let settings = RunSettings {
+            protocol: 4,
+            width: 1,
+            context: 2,
+            batch: 3,
+            layers: 4,
+            heads: 5,
+            steps: 6,
+            lr: 1.0,
+            seed: 7,
+            sync: SyncConfig {
+                mode: SyncMode::Outer { inner_steps: 8 },
+                compression: Compression::Int8,
+                outer: OuterOptimizer { lr: 0.5, momentum: 2.0 },
+            },
+        };
+        let config = encode(&Message::RunConfig(settings));
+        assert_eq!(config.len(), 4 + 7 * 4 + 4 + 8 + 1 + 4 + 1 + 4 + 4);
+        assert_eq!(&config[44..], &[1, 8, 0, 0, 0, 1, 0, 0, 0, 0x3f, 0, 0, 0, 0x40]);
+    }
+
+    #[test]
+    fn a_run_config_from_an_older_protocol_still_reads_its_version() {
+        // Protocol 3 had no sync settings: the message decodes, and the session refuses it by
+        // its version.
+        let mut old = RUN_CONFIG.to_le_bytes().to_vec();
+        for v in [3u32, 128, 128, 16, 4, 4, 600] {
+            old.extend_from_slice(&v.to_le_bytes());
+        }
+        old.extend_from_slice(&3e-3f32.to_le_bytes());
+        old.extend_from_slice(&1u64.to_le_bytes());
+        let Message::RunConfig(settings) = decode(&old).unwrap() else { panic!("a run config") };
+        assert_eq!(settings.protocol, 3);
+    }
+
+    #[test]
+    fn packed_gradients_are_checked_on_arrival() {
+        let good = encode(&Message::Gradient(packed(40)));
+        assert!(decode(&good).is_ok());
+        // Quant -128 (never produced by the quantizer).
+        let mut minus_128 = good.clone();
+        *minus_128.last_mut().unwrap() = 0x80;
+        assert!(matches!(decode(&minus_128), Err(WireError::Invalid(why)) if why.contains("-128")));
+        // A block marked empty with values in it.
+        let mut empty = good.clone();
+        empty[24] = crate::sync::EMPTY_BLOCK;
+        assert!(matches!(decode(&empty), Err(WireError::Invalid(why)) if why.contains("empty")));
+        assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
+        let mut long = good;
+        long.push(0);
+        assert_eq!(decode(&long), Err(WireError::Trailing(1)));
     }
 
     #[test]
@@ -644,8 +799,22 @@ mod tests {
             steps: 600,
             lr: 3e-3,
             seed: 1,
+            sync: SyncConfig::SEED,
+        };
+        let outer = RunSettings {
+            protocol: MESH_PROTOCOL_VERSION,
+            sync: SyncConfig {
+                mode: SyncMode::Outer { inner_steps: 50 },
+                compression: Compression::Int8,
+                outer: OuterOptimizer::DEFAULT,
+            },
+            ..settings.clone()
         };
         let messages = vec![
+            Message::RunConfig(outer),
+            Message::Gradient(packed(100)),
+            Message::Gradient(packed(0)),
+            Message::RepairResponse { peer: 3, gradient: packed(33) },
             Message::Gradient(gradient(10)),
             Message::Gradient(gradient(0)),
             Message::CheckpointPush(vec![1, 2, 3]),

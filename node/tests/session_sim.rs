@@ -12,12 +12,17 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
 use lockstep_node::session::{Event, Input, Output, Session, SessionConfig, StepDeadline};
+use lockstep_node::sync::{self, Compression, Packed, SyncConfig, Values};
 use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
 const LEN: usize = 16;
 
 fn settings(steps: u32) -> RunSettings {
+    settings_with(steps, SyncConfig::SEED)
+}
+
+fn settings_with(steps: u32, sync: SyncConfig) -> RunSettings {
     RunSettings {
         protocol: MESH_PROTOCOL_VERSION,
         width: 16,
@@ -28,7 +33,13 @@ fn settings(steps: u32) -> RunSettings {
         steps,
         lr: 0.1,
         seed: 7,
+        sync,
     }
+}
+
+/// The run's int8 settings.
+fn int8() -> SyncConfig {
+    SyncConfig { compression: Compression::Int8, ..SyncConfig::SEED }
 }
 
 /// The toy trainer: weights, a gradient, an update, a checkpoint.
@@ -84,6 +95,10 @@ impl Toy {
 struct Node {
     session: Session,
     toy: Toy,
+    /// `int8`: what this node's contributions left untaken (its own; a restore clears it),
+    /// and the values and packing of the contribution in flight.
+    residual: Vec<f32>,
+    packed: Option<(Vec<f32>, Packed)>,
     alive: bool,
     /// Gradients asked for, in order: each is computed from the weights as they were when it
     /// was asked for, like a real backend that starts at once and answers later.
@@ -110,6 +125,8 @@ struct Net {
     /// sent to them waits in the links.
     hung: BTreeSet<PeerId>,
     deadline: StepDeadline,
+    /// The sync settings of runs started here.
+    sync: SyncConfig,
 }
 
 impl Net {
@@ -124,6 +141,7 @@ impl Net {
             delivered: 0,
             hung: BTreeSet::new(),
             deadline: StepDeadline::default(),
+            sync: SyncConfig::SEED,
         }
     }
 
@@ -133,6 +151,8 @@ impl Net {
         let node = Node {
             session: Session::new(config),
             toy: Toy::fresh(0),
+            residual: vec![0.0; LEN],
+            packed: None,
             alive: true,
             computing: VecDeque::new(),
             hashes: BTreeMap::new(),
@@ -175,21 +195,36 @@ impl Net {
                     }
                     Output::Configure(settings) => {
                         node.computing.clear();
+                        node.residual = vec![0.0; LEN];
+                        node.packed = None;
                         node.toy = Toy::fresh(settings.seed);
                         queue.push_front(Input::Configured { weights: LEN });
                     }
                     Output::Compute { step } => {
+                        let grad = node.toy.gradient(id, step);
+                        let values = match node.session.run().map(|r| r.sync.compression) {
+                            Some(Compression::Int8) => {
+                                let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
+                                let packed = sync::pack(&x).unwrap();
+                                node.packed = Some((x, packed.clone()));
+                                Values::Int8(packed)
+                            }
+                            _ => Values::F32(grad),
+                        };
                         let gradient = Gradient {
                             step,
                             whash: node.toy.hash(),
                             phash: node.phash,
                             loss: 1.0 / step as f32,
-                            grad: node.toy.gradient(id, step),
+                            values,
                         };
                         node.computing.push_back(gradient);
                     }
-                    Output::Apply { step, gradient, .. } => {
-                        node.toy.apply(&gradient);
+                    Output::Apply { step, mean, grid, .. } => {
+                        if let Some((x, packed)) = node.packed.take() {
+                            node.residual = sync::residual(&x, &packed, &grid);
+                        }
+                        node.toy.apply(&mean);
                         assert_eq!(node.toy.step, step, "node {id} applied step {step} out of order");
                         node.hashes.insert(step, node.toy.hash());
                     }
@@ -201,6 +236,8 @@ impl Net {
                         Some(toy) => {
                             // What was being computed belongs to the weights before.
                             node.computing.clear();
+                            node.residual = vec![0.0; LEN];
+                            node.packed = None;
                             let step = toy.step;
                             node.toy = toy;
                             node.hashes.retain(|s, _| *s <= step);
@@ -301,7 +338,12 @@ impl Net {
 
     /// A network of `ids`, all connected, with node 1 starting a run of `steps`.
     fn started(seed: u64, ids: &[PeerId], steps: u32) -> Net {
+        Net::started_with(seed, ids, steps, SyncConfig::SEED)
+    }
+
+    fn started_with(seed: u64, ids: &[PeerId], steps: u32, sync: SyncConfig) -> Net {
         let mut net = Net::new(seed);
+        net.sync = sync;
         for id in ids {
             net.join(*id);
         }
@@ -310,7 +352,7 @@ impl Net {
     }
 
     fn start(&mut self, leader: PeerId, steps: u32) {
-        self.input(leader, Input::Start(settings(steps)));
+        self.input(leader, Input::Start(settings_with(steps, self.sync)));
     }
 
     /// The invariant: at every step, every live node that applied it holds the same weights;
@@ -353,6 +395,30 @@ fn single_process(peers: &[PeerId], steps: u32) -> Vec<u32> {
     hashes
 }
 
+/// The same with int8 contributions: each peer packs its gradient plus its residual, the group
+/// sums exactly, each peer keeps what was not taken. Written out here, apart from the session.
+fn single_process_int8(peers: &[PeerId], steps: u32) -> Vec<u32> {
+    let mut toy = Toy::fresh(settings(steps).seed);
+    let mut residuals = vec![vec![0f32; LEN]; peers.len()];
+    let mut hashes = Vec::new();
+    for step in 1..=steps {
+        let xs: Vec<Vec<f32>> = peers
+            .iter()
+            .zip(&residuals)
+            .map(|(p, r)| toy.gradient(*p, step).iter().zip(r).map(|(g, r)| g + r).collect())
+            .collect();
+        let packed: Vec<Packed> = xs.iter().map(|x| sync::pack(x).unwrap()).collect();
+        let refs: Vec<&Packed> = packed.iter().collect();
+        let (grid, sum) = sync::sum_direct(&refs);
+        for ((r, x), p) in residuals.iter_mut().zip(&xs).zip(&packed) {
+            *r = sync::residual(x, p, &grid);
+        }
+        toy.apply(&sync::mean(&sum, &grid, peers.len()));
+        hashes.push(toy.hash());
+    }
+    hashes
+}
+
 /// `toy` trained on to step `last` by nodes 1, 2 and 3, averaged in roster order.
 fn trained_on(mut toy: Toy, last: u32) -> Toy {
     for step in toy.step + 1..=last {
@@ -369,20 +435,28 @@ fn hashes_of(net: &Net, id: PeerId) -> Vec<u32> {
 
 #[test]
 fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
-    for seed in 0..25 {
-        let mut net = Net::new(seed);
-        for id in [30, 10, 20] {
-            net.join(id);
-        }
-        net.start(20, 12);
-        net.run(20_000, |_, _| {});
-        assert!(net.assert_identical_or_guarded());
-        let expected = single_process(&[10, 20, 30], 12);
-        for id in [10, 20, 30] {
-            assert_eq!(hashes_of(&net, id), expected, "seed {seed} node {id}");
-            assert!(net.nodes[&id].session.finished());
+    for (sync, seeds) in [(SyncConfig::SEED, 0..25), (int8(), 0..10)] {
+        for seed in seeds {
+            let mut net = Net::new(seed);
+            net.sync = sync;
+            for id in [30, 10, 20] {
+                net.join(id);
+            }
+            net.start(20, 12);
+            net.run(20_000, |_, _| {});
+            assert!(net.assert_identical_or_guarded());
+            let expected = match sync.compression {
+                Compression::None => single_process(&[10, 20, 30], 12),
+                Compression::Int8 => single_process_int8(&[10, 20, 30], 12),
+            };
+            for id in [10, 20, 30] {
+                assert_eq!(hashes_of(&net, id), expected, "{sync} seed {seed} node {id}");
+                assert!(net.nodes[&id].session.finished());
+            }
         }
     }
+    // The two encodings really are different arithmetic.
+    assert_ne!(single_process(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
 }
 
 #[test]
@@ -465,8 +539,8 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
 
 #[test]
 fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
-    for seed in 0..10 {
-        let mut net = Net::started(300 + seed, &[1, 2], 15);
+    for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed))) {
+        let mut net = Net::started_with(300 + seed, &[1, 2], 15, sync);
         let mut joined = false;
         net.run(50_000, |net, top| {
             if top == 5 && !joined {
@@ -489,8 +563,8 @@ fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
 
 #[test]
 fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
-    for seed in 0..10 {
-        let mut net = Net::started(400 + seed, &[1, 2, 3], 12);
+    for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed))) {
+        let mut net = Net::started_with(400 + seed, &[1, 2, 3], 12, sync);
         let mut killed = false;
         net.run(50_000, |net, top| {
             if top == 4 && !killed {
@@ -506,8 +580,8 @@ fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
 
 #[test]
 fn the_leader_leaving_hands_the_run_to_its_successor() {
-    for seed in 0..10 {
-        let mut net = Net::started(500 + seed, &[1, 2, 3], 12);
+    for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed))) {
+        let mut net = Net::started_with(500 + seed, &[1, 2, 3], 12, sync);
         let mut killed = false;
         net.run(50_000, |net, top| {
             if top == 5 && !killed {
@@ -590,8 +664,9 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
 #[test]
 fn churn_with_loss_ends_identical_or_guarded() {
     let mut finished_runs = 0;
-    for seed in 0..20 {
+    for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..20).map(move |seed| (s, seed))) {
         let mut net = Net::new(700 + seed);
+        net.sync = sync;
         for id in [1, 2, 3, 4] {
             net.join(id);
         }
@@ -617,7 +692,7 @@ fn churn_with_loss_ends_identical_or_guarded() {
         }
     }
     // Most runs get through the churn bit-identical; the rest were stopped by the guard.
-    assert!(finished_runs >= 15, "{finished_runs} of 20 runs finished identical");
+    assert!(finished_runs >= 30, "{finished_runs} of 40 runs finished identical");
 }
 
 /// A checkpoint pushed while the group trains on — one saved a step or two ago, or another
@@ -701,7 +776,7 @@ fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
     for _ in 0..3 {
         assert!(session.handle(from_1(roster.clone())).is_empty(), "held, not acted on");
     }
-    let gradient = |step| Gradient { step, whash: 1, phash: PHASH, loss: 1.0, grad: vec![0.5; LEN] };
+    let gradient = |step| Gradient { step, whash: 1, phash: PHASH, loss: 1.0, values: Values::F32(vec![0.5; LEN]) };
     for step in 1..=20 {
         session.handle(from_1(Message::Gradient(gradient(step))));
     }

@@ -8,6 +8,7 @@ use lockstep_node::checkpoint::{self, CheckpointError};
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::BuiltinSource;
 use lockstep_node::gemm::{FloatGemm, Gemm};
+use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
 use lockstep_node::trainer::Trainer;
 
 fn small_run(steps: u32) -> RunConfig {
@@ -17,6 +18,7 @@ fn small_run(steps: u32) -> RunConfig {
         steps,
         lr: 0.005,
         seed: 11,
+        sync: SyncConfig::SEED,
     }
 }
 
@@ -43,6 +45,7 @@ fn same_seed_same_hash_at_every_step_across_runs_and_threads() {
         steps: 12,
         lr: 0.005,
         seed: 3,
+        sync: SyncConfig::SEED,
     };
     let one = hashes(&mut trainer(run, units(1)), 12);
     let two = hashes(&mut trainer(run, units(2)), 12);
@@ -95,8 +98,17 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     assert_eq!(refused(b"LOCK", None), CheckpointError::BadMagic);
 
     let mut bad_version = good.clone();
-    bad_version[8] = 2;
-    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(2));
+    bad_version[8] = 3;
+    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(3));
+
+    // A version 1 file (no sync settings: every step, f32) still loads: the same bytes less
+    // the version 2 tail, under version 1 and its own checksum.
+    let tail = 1 + 4 + 1 + 4 + 4 + 8 + 8;
+    let mut v1 = good[..good.len() - 8 - tail].to_vec();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let sum = lockstep_luts::hash::fnv1a64(&v1);
+    v1.extend_from_slice(&sum.to_le_bytes());
+    assert_eq!(checkpoint::decode(&v1, Some(run.model)).unwrap(), before);
 
     for cut in [20, good.len() / 2, good.len() - 1] {
         let error = refused(&good[..cut], None);
@@ -133,6 +145,45 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     assert_eq!(t.state(), before);
     assert!(t.restore(checkpoint::decode(&other_bytes, None).unwrap()).is_err());
     assert_eq!(t.state(), before);
+}
+
+/// `outer:H` with int8 as a group of one, through the real CPU plugin: the same bits at any
+/// thread count, and a checkpoint taken at an outer step (weights, inner Adam, outer momentum,
+/// residual) continues exactly as the straight run.
+#[test]
+fn outer_steps_with_int8_are_thread_count_free_and_resume_exactly() {
+    let sync = SyncConfig {
+        mode: SyncMode::Outer { inner_steps: 4 },
+        compression: Compression::Int8,
+        outer: OuterOptimizer::DEFAULT,
+    };
+    let run = RunConfig { sync, ..small_run(24) };
+    let outer_hashes =
+        |t: &mut Trainer, syncs: u32| -> Vec<u32> { (0..syncs).map(|_| t.step().unwrap().weight_hash).collect() };
+    let mut one = trainer(run, units(1));
+    let straight = outer_hashes(&mut one, 6);
+    assert_eq!(one.step_count(), 24);
+    let mut two = trainer(run, units(2));
+    assert_eq!(outer_hashes(&mut two, 6), straight, "thread count changed the weights");
+    assert_eq!(straight.iter().collect::<std::collections::HashSet<_>>().len(), 6);
+    // Not the every-step run's weights, nor an uncompressed outer run's.
+    let mut seed = trainer(small_run(24), units(1));
+    assert_ne!(hashes(&mut seed, 4)[3], straight[0]);
+    let mut f32_outer =
+        trainer(RunConfig { sync: SyncConfig { compression: Compression::None, ..sync }, ..run }, units(1));
+    assert_ne!(outer_hashes(&mut f32_outer, 1)[0], straight[0]);
+
+    let mut first = trainer(run, units(1));
+    outer_hashes(&mut first, 3);
+    let state = first.state();
+    assert_eq!((state.outer_momentum.len(), state.residual.len()), (state.weights.len(), state.weights.len()));
+    assert!(state.residual.iter().any(|r| *r != 0.0) && state.outer_momentum.iter().any(|m| *m != 0.0));
+    let bytes = checkpoint::encode(&state);
+    let loaded = checkpoint::decode(&bytes, Some(run.model)).unwrap();
+    assert_eq!(loaded, state);
+    let mut resumed = trainer(small_run(24), units(1)); // the run's settings come from the file
+    resumed.restore(loaded).unwrap();
+    assert_eq!(outer_hashes(&mut resumed, 3), straight[3..]);
 }
 
 #[test]

@@ -126,8 +126,12 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
     let first = leader_times.get(&2).context("step 2")?;
     let last = leader_times.get(&steps).context("last step")?;
     let step_time = last.duration_since(*first).as_secs_f64() / f64::from(steps - 2);
-    let mean =
-        StepTiming { compute: sum.compute / count, hash_guard: sum.hash_guard / count, exchange: sum.exchange / count };
+    let mean = StepTiming {
+        compute: sum.compute / count,
+        hash_guard: sum.hash_guard / count,
+        exchange: sum.exchange / count,
+        ..StepTiming::default()
+    };
     Ok((mean, step_time))
 }
 

@@ -12,6 +12,7 @@ use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
 use lockstep_node::config::RunConfig;
 use lockstep_node::replica::run_config;
 use lockstep_node::session::Event;
+use lockstep_node::sync::{OuterOptimizer, SyncConfig};
 use lockstep_node::verdict::Verdict;
 use lockstep_node::wire::{PeerId, RunSettings, MESH_PROTOCOL_VERSION};
 use serde_json::{json, Value};
@@ -69,7 +70,8 @@ pub fn report_json(report: &Report) -> Value {
         Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
         Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
-                "exchange_ms": timing.exchange * 1e3}),
+                "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes,
+                "utilization": timing.utilization()}),
         Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
         Report::Warning(message) => json!({"event": "warning", "message": message}),
         Report::SignalLost { why, retry_ms } => json!({"event": "signal-lost", "why": why, "retry_ms": retry_ms}),
@@ -81,7 +83,9 @@ pub fn report_json(report: &Report) -> Value {
             Event::RunStarted { leader, settings } => json!({"event": "run-started", "leader": leader,
                     "width": settings.width, "context": settings.context, "batch": settings.batch,
                     "layers": settings.layers, "heads": settings.heads, "steps": settings.steps,
-                    "lr": settings.lr, "seed": settings.seed}),
+                    "lr": settings.lr, "seed": settings.seed, "sync": settings.sync.mode.to_string(),
+                    "compress": settings.sync.compression.to_string(), "outer_lr": settings.sync.outer.lr,
+                    "outer_momentum": settings.sync.outer.momentum, "syncs": settings.syncs()}),
             Event::Roster { step, peers } => json!({"event": "roster", "step": step, "peers": peers}),
             Event::StepApplied { step, loss, peers, whash } => {
                 json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)})
@@ -124,6 +128,24 @@ fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunSet
         None => defaults.lr,
         Some(v) => v.as_f64().context("`lr` must be a number")? as f32,
     };
+    let parsed = |key: &str| -> anyhow::Result<Option<&str>> {
+        command.get(key).map(|v| v.as_str().with_context(|| format!("`{key}` must be a string"))).transpose()
+    };
+    let float = |key: &str, default: f32| -> anyhow::Result<f32> {
+        command
+            .get(key)
+            .map_or(Ok(default), |v| v.as_f64().map(|f| f as f32).with_context(|| format!("`{key}` must be a number")))
+    };
+    let sync = SyncConfig {
+        mode: parsed("sync")?.map_or(Ok(defaults.sync.mode), str::parse).map_err(anyhow::Error::msg)?,
+        compression: parsed("compress")?
+            .map_or(Ok(defaults.sync.compression), str::parse)
+            .map_err(anyhow::Error::msg)?,
+        outer: OuterOptimizer {
+            lr: float("outer_lr", defaults.sync.outer.lr)?,
+            momentum: float("outer_momentum", defaults.sync.outer.momentum)?,
+        },
+    };
     Ok(RunSettings {
         protocol: MESH_PROTOCOL_VERSION,
         width: small("width", defaults.model.width)?,
@@ -134,6 +156,7 @@ fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunSet
         steps: small("steps", defaults.steps as usize)?,
         lr,
         seed: number("seed", defaults.seed)?,
+        sync,
     })
 }
 

@@ -10,6 +10,7 @@ use lockstep_mesh::data_client::RemoteSource;
 use lockstep_node::checkpoint;
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::{BuiltinSource, DataSource, Origin};
+use lockstep_node::sync::{self, Compression, OuterOptimizer, SyncConfig, SyncMode, Values};
 use lockstep_node::trainer::{TrainState, Trainer};
 
 use crate::backend::gemm_for;
@@ -38,6 +39,21 @@ pub struct ModelArgs {
     pub lr: f32,
     #[arg(long, default_value_t = RunConfig::DEFAULT.seed)]
     pub seed: u64,
+    /// When a group syncs: `every-step` (the mean gradient feeds one Adam step) or `outer:H`
+    /// (H local Adam steps, then the mean pseudo-gradient feeds a Nesterov outer step);
+    /// `--steps` counts optimizer steps and must be a multiple of H (`docs/PROTOCOL.md`).
+    #[arg(long, default_value = "every-step")]
+    pub sync: SyncMode,
+    /// What contributions are sent as: `none` (f32, averaged in roster order) or `int8`
+    /// (power-of-two block scales, error feedback, summed exactly).
+    #[arg(long, default_value = "none")]
+    pub compress: Compression,
+    /// The outer optimizer's learning rate (`outer:H`).
+    #[arg(long, default_value_t = OuterOptimizer::DEFAULT.lr)]
+    pub outer_lr: f32,
+    /// The outer optimizer's Nesterov momentum (`outer:H`).
+    #[arg(long, default_value_t = OuterOptimizer::DEFAULT.momentum)]
+    pub outer_momentum: f32,
 }
 
 impl ModelArgs {
@@ -48,6 +64,11 @@ impl ModelArgs {
             steps: self.steps.unwrap_or(RunConfig::DEFAULT.steps),
             lr: self.lr,
             seed: self.seed,
+            sync: SyncConfig {
+                mode: self.sync,
+                compression: self.compress,
+                outer: OuterOptimizer { lr: self.outer_lr, momentum: self.outer_momentum },
+            },
         }
     }
 }
@@ -88,8 +109,9 @@ pub struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Replay a mesh group in this one process: one replica per listed peer id (each on its
-    /// own data stream, as `lockstep node` samples it), gradients averaged in ascending id
-    /// order, one update; prints the same per-step weight hashes the group's nodes report.
+    /// own data stream, as `lockstep node` samples it), contributions averaged as the run's
+    /// sync settings say, one update per sync; prints the same per-sync weight hashes the
+    /// group's nodes report.
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     replay_group: Vec<u64>,
     /// Fetch training text from a signaling server's `/data` (e.g. `http://127.0.0.1:8787/data`)
@@ -112,23 +134,41 @@ fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
     let until = args.until.unwrap_or(run.steps);
     while replicas[0].step_count() < until {
         // Averaged here by hand rather than with the session's `StepCollector`, so the mesh
-        // test compares the protocol's arithmetic with an independent statement of it.
-        let mut sum: Option<Vec<f32>> = None;
+        // test compares the protocol's arithmetic with an independent statement of it: f32
+        // summed in ascending id order; int8 put on the group's grid and summed in integers.
+        let mut contributions = Vec::new();
         for replica in &mut replicas {
-            let (_, grad, _) = replica.gradient().context("training step failed")?;
-            match &mut sum {
-                None => sum = Some(grad),
-                Some(total) => total.iter_mut().zip(&grad).for_each(|(t, g)| *t += g),
-            }
+            contributions.push(replica.contribute().context("training step failed")?.values);
         }
-        let n = replicas.len() as f32;
-        let average: Vec<f32> = sum.expect("at least one replica").iter().map(|v| v / n).collect();
+        let n = replicas.len();
+        let (mean, grid) = match &contributions[0] {
+            Values::F32(first) => {
+                let mut sum = first.clone();
+                for values in &contributions[1..] {
+                    let Values::F32(v) = values else { bail!("mixed encodings") };
+                    sum.iter_mut().zip(v).for_each(|(t, g)| *t += g);
+                }
+                (sum.iter().map(|v| v / n as f32).collect(), Vec::new())
+            }
+            Values::Int8(_) => {
+                let packed: Vec<&sync::Packed> = contributions
+                    .iter()
+                    .filter_map(|v| match v {
+                        Values::Int8(p) => Some(p),
+                        Values::F32(_) => None,
+                    })
+                    .collect();
+                let (grid, sum) = sync::sum_direct(&packed);
+                (sync::mean(&sum, &grid, n), grid)
+            }
+        };
         for replica in &mut replicas {
-            replica.apply(&average);
+            replica.finish_sync(&mean, &grid);
         }
         let whash = replicas[0].weight_hash();
         anyhow::ensure!(replicas.iter().all(|r| r.weight_hash() == whash), "replicas diverged");
-        println!("{}", serde_json::json!({"step": replicas[0].step_count(), "whash": format!("{whash:#010x}")}));
+        let sync = replicas[0].step_count() / run.steps_per_sync();
+        println!("{}", serde_json::json!({"step": sync, "whash": format!("{whash:#010x}")}));
     }
     Ok(ExitCode::SUCCESS)
 }

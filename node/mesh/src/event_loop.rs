@@ -117,6 +117,11 @@ impl Links {
         }
     }
 
+    /// Bytes sent to every peer so far.
+    fn sent(&self) -> u64 {
+        self.stats.values().map(|s| s.bytes_out).sum()
+    }
+
     /// Peers whose data channel is open.
     fn open(&self) -> Vec<PeerId> {
         self.peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
@@ -156,6 +161,8 @@ pub(crate) struct MeshLoop<R> {
     /// An applied step whose `weights` report waits for its hash: the next step's gradient
     /// carries it, or `flush` asks the replica when no step is computing.
     unreported: Option<(u32, StepTiming)>,
+    /// `Links::sent` when the last step was applied.
+    sent_at_apply: u64,
     /// Compute tasks under way.
     computing: usize,
     /// How many times the replica's state was replaced (a restore or a new run): a gradient
@@ -193,6 +200,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             timing: StepTiming::default(),
             computed_at: None,
             unreported: None,
+            sent_at_apply: 0,
             computing: 0,
             generation: 0,
             ticks: 0,
@@ -555,7 +563,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 if let Some((step, timing)) = self.unreported.take() {
                     (self.report)(Report::Applied { step, whash: gradient.whash, timing });
                 }
-                self.timing = StepTiming { compute: seconds - hash, hash_guard: hash, exchange: 0.0 };
+                self.timing = StepTiming { compute: seconds - hash, hash_guard: hash, ..StepTiming::default() };
                 self.computed_at = Some(Instant::now());
                 self.drive(vec![Input::Computed(gradient)]);
             }
@@ -595,16 +603,18 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step } => self.spawn_compute(step),
-            Output::Apply { step, gradient, .. } => {
+            Output::Apply { step, mean, grid, .. } => {
                 self.flush();
                 let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                 let mut timing = self.timing;
                 {
                     let mut replica = self.replica();
-                    replica.apply(&gradient);
+                    replica.apply(&mean, &grid);
                     timing.hash_guard += replica.take_hash_seconds() + handled;
                 }
                 timing.exchange = waited;
+                let sent = self.links.sent();
+                timing.sent_bytes = sent.saturating_sub(std::mem::replace(&mut self.sent_at_apply, sent));
                 self.unreported = Some((step, timing));
             }
             Output::SendSnapshot { to } => {

@@ -240,6 +240,21 @@ pub struct StepTiming {
     /// From our gradient being ready to the step being applied: waiting for the others'
     /// gradients and the leader's commit.
     pub exchange: f64,
+    /// Bytes this node sent over all its links since the step before was applied (its
+    /// contribution to every member, rosters, repairs, pings: everything).
+    pub sent_bytes: u64,
+}
+
+impl StepTiming {
+    /// The share of the step's wall time spent computing (0–1).
+    pub fn utilization(&self) -> f64 {
+        let total = self.compute + self.hash_guard + self.exchange;
+        if total > 0.0 {
+            self.compute / total
+        } else {
+            0.0
+        }
+    }
 }
 
 /// Why a node's loop ended.

@@ -239,6 +239,9 @@ pub struct State {
     pub compute_ms: f64,
     pub hash_guard_ms: f64,
     pub exchange_ms: f64,
+    /// Bytes this node sent in the last step (sync), and the share of its time computing.
+    pub sent_bytes: u64,
+    pub utilization: f64,
     pub backend: String,
     pub verdict: Verdict,
     /// The hot-swap in progress, as one line.
@@ -279,6 +282,8 @@ impl State {
             compute_ms: 0.0,
             hash_guard_ms: 0.0,
             exchange_ms: 0.0,
+            sent_bytes: 0,
+            utilization: 0.0,
             backend: backend.to_string(),
             verdict: verdict.clone(),
             swap: None,
@@ -312,8 +317,10 @@ impl State {
     /// Tokens per second through the whole group (every roster member's batch).
     pub fn tokens_per_second(&self) -> Option<f64> {
         let run = self.run.as_ref()?;
+        // A session step is a sync: `H` optimizer steps in `outer:H`.
         let per_step = f64::from(run.batch)
             * f64::from(run.context)
+            * f64::from(run.sync.mode.steps_per_sync())
             * self.peers.values().filter(|p| p.in_roster).count().max(1) as f64;
         Some(self.steps_per_second()? * per_step)
     }
@@ -665,8 +672,8 @@ fn start_run(state: &mut State, effects: &mut Vec<Effect>) {
     state.run_state = RunState::Starting;
     let s = &state.start_settings;
     state.log(format!(
-        "starting a run: c={} t={} layers={} heads={} batch={} steps={} lr={} seed={}",
-        s.width, s.context, s.layers, s.heads, s.batch, s.steps, s.lr, s.seed
+        "starting a run: c={} t={} layers={} heads={} batch={} steps={} lr={} seed={} sync {}",
+        s.width, s.context, s.layers, s.heads, s.batch, s.steps, s.lr, s.seed, s.sync
     ));
     effects.push(Effect::Mesh(Command::Start(state.start_settings.clone())));
 }
@@ -787,6 +794,8 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
             state.compute_ms = timing.compute * 1e3;
             state.hash_guard_ms = timing.hash_guard * 1e3;
             state.exchange_ms = timing.exchange * 1e3;
+            state.sent_bytes = timing.sent_bytes;
+            state.utilization = timing.utilization();
             state.step_times.push_back((state.now, step));
         }
         Report::Restored { step, whash } => {
@@ -828,8 +837,8 @@ fn on_event(state: &mut State, event: Event) {
         Event::RunStarted { leader, settings } => {
             state.leader = Some(leader);
             state.log(format!(
-                "run started by node {leader}: c={} t={} layers={} batch={} steps={}",
-                settings.width, settings.context, settings.layers, settings.batch, settings.steps
+                "run started by node {leader}: c={} t={} layers={} batch={} steps={} sync {}",
+                settings.width, settings.context, settings.layers, settings.batch, settings.steps, settings.sync
             ));
             state.run = Some(settings);
             state.run_state = RunState::Running;

@@ -8,6 +8,7 @@ use lockstep_node::config::RunConfig;
 use lockstep_node::replica::{settings_of, BackendChange};
 use lockstep_node::session::Event;
 use lockstep_node::step::GuardFailure;
+use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
 use lockstep_node::verdict::Verdict;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -37,7 +38,21 @@ fn connected(state: &mut State) {
 
 /// A node mid-run: three peers, 120 steps of a falling loss, two checkpoints, a full log.
 fn running() -> State {
-    let mut state = fresh();
+    running_with(fresh())
+}
+
+/// The same in `outer:20` with int8 (the session's steps are outer steps).
+fn running_outer() -> State {
+    let sync = SyncConfig {
+        mode: SyncMode::Outer { inner_steps: 20 },
+        compression: Compression::Int8,
+        outer: OuterOptimizer::DEFAULT,
+    };
+    let settings = settings_of(&RunConfig { steps: 2400, sync, ..RunConfig::DEFAULT });
+    running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))
+}
+
+fn running_with(mut state: State) -> State {
     connected(&mut state);
     for (peer, backend, rtt) in [(2u64, "lut", 0.8), (3, "dp4a", 1.7)] {
         report(&mut state, Report::ChannelOpen(peer), 1.0);
@@ -54,7 +69,7 @@ fn running() -> State {
         let loss = 3.5 + 2.0 * 40.0 / (40.0 + f64::from(step));
         let applied = Event::StepApplied { step, loss: loss as f32, peers: 3, whash: 0x1000 + step };
         report(&mut state, Report::Session(applied), at);
-        let timing = StepTiming { compute: 0.180, hash_guard: 0.004, exchange: 0.061 };
+        let timing = StepTiming { compute: 0.180, hash_guard: 0.004, exchange: 0.061, sent_bytes: 7_010_000 };
         report(&mut state, Report::Applied { step, whash: 0x5eed_0000 + step, timing }, at);
     }
     report(&mut state, Report::Session(Event::RepairServed { step: 40, peer: 2, to: 3 }), 12.0);
@@ -124,6 +139,9 @@ fn views() {
         };
         views.push((name, state));
     }
+    let mut outer = running_outer();
+    outer.focus = Pane::Health;
+    views.push(("running_outer_health", outer));
     let mut help = running();
     keys(&mut help, &[Key::Char('?')]);
     views.push(("help", help));
@@ -333,6 +351,10 @@ fn rates_hashes_and_the_guard() {
     assert_eq!(rate, 4.0);
     let run = RunConfig::DEFAULT;
     assert_eq!(state.tokens_per_second().unwrap(), 4.0 * (run.batch * run.model.context * 3) as f64);
+    // In `outer:20` a step of the session is 20 optimizer steps on every member.
+    let outer = running_outer();
+    assert_eq!(outer.tokens_per_second().unwrap(), 4.0 * (20 * run.batch * run.model.context * 3) as f64);
+    assert_eq!((state.sent_bytes, state.utilization), (7_010_000, 0.180 / 0.245));
     assert!(state.peers.values().all(|p| p.agreed_at == Some(120)));
     assert_eq!(state.peers[&3].repairs, 1);
     let failure = GuardFailure { step: 121, weight_mismatch: vec![3], probe_mismatch: vec![2] };

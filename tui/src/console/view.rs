@@ -5,6 +5,7 @@
 //! has a place. The focused pane has a double border and a `>` in its title, so focus is
 //! visible without colour.
 
+use lockstep_node::sync::SyncMode;
 use lockstep_node::verdict::Verdict;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -146,7 +147,7 @@ fn header_line(state: &State) -> Line<'static> {
         roles.push("leader");
     }
     let roles = if roles.is_empty() { String::new() } else { format!(" ({})", roles.join(", ")) };
-    let steps = state.run.as_ref().map_or_else(|| "-".to_string(), |r| format!("{}/{}", state.step, r.steps));
+    let steps = state.run.as_ref().map_or_else(|| "-".to_string(), |r| format!("{}/{}", state.step, r.syncs()));
     let signal = if state.signal_lost { " | NO SIGNALING" } else { "" };
     Line::from(format!(
         " lockstep | {} | node {me}{roles} | {} | step {steps} | {}{signal}",
@@ -252,7 +253,15 @@ fn roster(state: &State, frame: &mut Frame<'_>, area: Rect) {
 }
 
 fn health(state: &State, frame: &mut Frame<'_>, area: Rect) {
-    let steps = state.run.as_ref().map_or_else(|| "no run".to_string(), |r| format!("step {}/{}", state.step, r.steps));
+    // A step of the session is a sync: `outer:H` counts outer steps.
+    let steps = state.run.as_ref().map_or_else(
+        || "no run".to_string(),
+        |r| match r.sync.mode {
+            SyncMode::EveryStep => format!("step {}/{}", state.step, r.syncs()),
+            SyncMode::Outer { .. } => format!("outer step {}/{}", state.step, r.syncs()),
+        },
+    );
+    let sync = state.run.as_ref().map_or(state.start_settings.sync, |r| r.sync);
     let rate = state.steps_per_second().map_or_else(|| "-/s".into(), |r| format!("{r:.2}/s"));
     let tokens = state.tokens_per_second().map_or_else(|| "- tok/s".into(), |t| format!("{} tok/s", human_count(t)));
     let guard = match &state.run_state {
@@ -268,13 +277,17 @@ fn health(state: &State, frame: &mut Frame<'_>, area: Rect) {
     let lines = vec![
         Line::from(format!("{steps}  {rate}  {tokens}")),
         Line::from(format!(
-            "compute {:.0}ms  hash+guard {:.1}ms  exchange {:.0}ms",
-            state.compute_ms, state.hash_guard_ms, state.exchange_ms
+            "compute {:.0}ms {:.0}%  exchange {:.0}ms",
+            state.compute_ms,
+            state.utilization * 100.0,
+            state.exchange_ms
         )),
+        Line::from(format!("hash+guard {:.1}ms  sent {}/step", state.hash_guard_ms, human_bytes(state.sent_bytes))),
+        Line::from(format!("sync {sync}")),
         Line::from(guard),
         Line::from(format!("{loss}  whash {whash}")),
     ];
-    let [text, chart] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(area);
+    let [text, chart] = Layout::vertical([Constraint::Length(7), Constraint::Min(0)]).areas(area);
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), text);
     if chart.height >= 3 && state.losses.len() >= 2 {
         let (x0, x1) = (state.losses[0].0, state.losses[state.losses.len() - 1].0);
@@ -448,6 +461,7 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
                 vec![
                     Line::from(format!("c={} t={} layers={} heads={}", s.width, s.context, s.layers, s.heads)),
                     Line::from(format!("batch {} steps {} lr {} seed {}", s.batch, s.steps, s.lr, s.seed)),
+                    Line::from(format!("sync {}", s.sync)),
                     Line::from("You lead it; every member joins."),
                     Line::from(""),
                     Line::from("y start   n cancel"),

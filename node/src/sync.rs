@@ -1,0 +1,585 @@
+//! How a group turns its members' contributions into one update, without I/O: the sync modes,
+//! int8 compression with error feedback, the exact order-free group sum, and the outer
+//! optimizer. `docs/VERIFICATION.md` ("The group sum") specifies the arithmetic bit for bit.
+//!
+//! A **contribution** is what a member sends at a sync: its gradient (`every-step`) or its
+//! pseudo-gradient, the global weights minus its weights after `H` local steps (`outer:H`).
+//!
+//! - **Uncompressed** (`none`): contributions are f32 and reach every member (the seed's full
+//!   mesh); the mean is summed in roster order, each addition an f32 rounding, then divided by
+//!   `n` (`crate::step`). Every member holds every contribution, so the order is fixed.
+//! - **`int8`**: a member adds its residual to its contribution and [`pack`]s the result in
+//!   blocks of 32 with the units' quantizer (a power-of-two scale `2^e` per block, quants in
+//!   `[-127, 127]`). The group sum puts every contribution on one grid per block — the largest
+//!   `e` among the members' non-empty blocks — rounding each quant to that grid on its own
+//!   ([`on_grid`]), and adds the results as integers. Integer addition is associative, so any
+//!   schedule (everyone sums everything, owners of chunks sum their chunk, a ring passes
+//!   partial sums on the agreed grid) gives the same integers; the mean is one defined
+//!   operation on them ([`mean`]). Each member keeps as its residual what the group did not
+//!   take of its value ([`residual`]) and adds it next time.
+
+use lockstep_luts::units::{block_exponent, quantize_value, BLOCK};
+
+/// When the group syncs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Every optimizer step: the mean gradient feeds every member's (identical) Adam.
+    EveryStep,
+    /// Every `inner_steps` local Adam steps: the mean pseudo-gradient feeds the outer
+    /// optimizer ([`OuterOptimizer`]) on the global weights.
+    Outer { inner_steps: u32 },
+}
+
+impl SyncMode {
+    /// Optimizer steps per sync.
+    pub fn steps_per_sync(self) -> u32 {
+        match self {
+            SyncMode::EveryStep => 1,
+            SyncMode::Outer { inner_steps } => inner_steps,
+        }
+    }
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncMode::EveryStep => f.write_str("every-step"),
+            SyncMode::Outer { inner_steps } => write!(f, "outer:{inner_steps}"),
+        }
+    }
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "every-step" {
+            return Ok(SyncMode::EveryStep);
+        }
+        match s.strip_prefix("outer:").map(str::parse::<u32>) {
+            Some(Ok(h)) if (1..=100_000).contains(&h) => Ok(SyncMode::Outer { inner_steps: h }),
+            _ => Err(format!("`{s}` is not a sync mode: every-step or outer:H with H from 1 to 100000")),
+        }
+    }
+}
+
+/// What a contribution is sent as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// f32, summed in roster order.
+    None,
+    /// int8 blocks with power-of-two scales and error feedback, summed exactly.
+    Int8,
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Compression::None => "none",
+            Compression::Int8 => "int8",
+        })
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Compression::None),
+            "int8" => Ok(Compression::Int8),
+            _ => Err(format!("`{s}` is not a compression: none or int8")),
+        }
+    }
+}
+
+/// The outer optimizer of `outer:H`: SGD with Nesterov momentum on the mean pseudo-gradient
+/// `Δ`, element by element in index order, each operation one f32 rounding:
+///
+/// ```text
+/// m ← μ·m + Δ
+/// w ← w − η·(Δ + μ·m)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OuterOptimizer {
+    /// `η`.
+    pub lr: f32,
+    /// `μ`.
+    pub momentum: f32,
+}
+
+impl OuterOptimizer {
+    /// DiLoCo's published setting (η 0.7, μ 0.9); `docs/PERFORMANCE.md` has what it gives here.
+    pub const DEFAULT: OuterOptimizer = OuterOptimizer { lr: 0.7, momentum: 0.9 };
+
+    /// One outer step: `weights` are the global weights before the sync, `momentum` the
+    /// outer momentum (identical on every member), `delta` the group's mean pseudo-gradient.
+    pub fn step(&self, weights: &mut [f32], momentum: &mut [f32], delta: &[f32]) {
+        assert!(weights.len() == delta.len() && delta.len() == momentum.len(), "outer step: length mismatch");
+        let (lr, mu) = (self.lr, self.momentum);
+        for ((w, m), &d) in weights.iter_mut().zip(momentum.iter_mut()).zip(delta) {
+            *m = mu * *m + d;
+            let nesterov = d + mu * *m;
+            *w -= lr * nesterov;
+        }
+    }
+}
+
+/// How a run syncs: part of the run config (wire `-3`) and of every checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SyncConfig {
+    pub mode: SyncMode,
+    pub compression: Compression,
+    /// Used by `outer:H` only.
+    pub outer: OuterOptimizer,
+}
+
+impl SyncConfig {
+    /// The seed's exchange: every step, f32.
+    pub const SEED: SyncConfig =
+        SyncConfig { mode: SyncMode::EveryStep, compression: Compression::None, outer: OuterOptimizer::DEFAULT };
+}
+
+impl std::fmt::Display for SyncConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.mode, self.compression)
+    }
+}
+
+/// Exponent byte of a block with no normal value (it contributes zeros on any grid).
+pub const EMPTY_BLOCK: u8 = 0;
+/// Exponent byte `b` of a non-empty block stands for `e = b - EXPONENT_BIAS`; the units'
+/// block exponents lie in `[-132, 122]`, so every one has a byte in `[1, 255]`.
+pub const EXPONENT_BIAS: i32 = 133;
+
+/// A contribution in int8 blocks: `q[k] · 2^e(block of k)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packed {
+    /// One byte per block of [`BLOCK`] values (the last block may be short): [`EMPTY_BLOCK`]
+    /// or `e + EXPONENT_BIAS`.
+    pub exponents: Vec<u8>,
+    pub q: Vec<i8>,
+}
+
+impl Packed {
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// Checks the shape and ranges a decoder cannot (a block byte per block, quants in range,
+    /// an empty block all zeros).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.exponents.len() != self.q.len().div_ceil(BLOCK) {
+            return Err(format!("{} exponent bytes for {} values", self.exponents.len(), self.q.len()));
+        }
+        if let Some(i) = self.q.iter().position(|&q| q == i8::MIN) {
+            return Err(format!("quant -128 at {i} (quants lie in [-127, 127])"));
+        }
+        for (b, &e) in self.exponents.iter().enumerate() {
+            if e == EMPTY_BLOCK && self.q[b * BLOCK..((b + 1) * BLOCK).min(self.q.len())].iter().any(|&q| q != 0) {
+                return Err(format!("block {b} is marked empty but has non-zero quants"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A value that cannot be packed: the contribution is not finite (a diverged member).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NonFinite {
+    pub index: usize,
+}
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the contribution is not finite at index {}", self.index)
+    }
+}
+
+impl std::error::Error for NonFinite {}
+
+/// Quantizes `x` with the units' block quantizer (`docs/VERIFICATION.md`, step 2).
+pub fn pack(x: &[f32]) -> Result<Packed, NonFinite> {
+    if let Some(index) = x.iter().position(|v| !v.is_finite()) {
+        return Err(NonFinite { index });
+    }
+    let mut exponents = Vec::with_capacity(x.len().div_ceil(BLOCK));
+    let mut q = Vec::with_capacity(x.len());
+    for block in x.chunks(BLOCK) {
+        let amax = block.iter().map(|v| v.to_bits() & 0x7fff_ffff).max().unwrap_or(0);
+        if amax < 0x0080_0000 {
+            // No normal value: zeros on every grid.
+            exponents.push(EMPTY_BLOCK);
+            q.extend(std::iter::repeat_n(0i8, block.len()));
+            continue;
+        }
+        let e = block_exponent(amax);
+        exponents.push((e + EXPONENT_BIAS) as u8);
+        q.extend(block.iter().map(|v| quantize_value(v.to_bits(), e)));
+    }
+    Ok(Packed { exponents, q })
+}
+
+/// The group's grid: per block, the largest exponent byte among the non-empty blocks
+/// ([`EMPTY_BLOCK`] where all are empty). `max` is associative, so it too is order-free.
+pub fn group_grid<'a>(contributions: impl IntoIterator<Item = &'a Packed>) -> Vec<u8> {
+    let mut grid: Vec<u8> = Vec::new();
+    for p in contributions {
+        if grid.is_empty() {
+            grid = p.exponents.clone();
+        } else {
+            for (g, &e) in grid.iter_mut().zip(&p.exponents) {
+                *g = (*g).max(e);
+            }
+        }
+    }
+    grid
+}
+
+/// `q · 2^-shift` rounded to the nearest integer, ties to even.
+fn shift_round_half_even(q: i8, shift: u32) -> i32 {
+    let q = i32::from(q);
+    if shift == 0 {
+        return q;
+    }
+    if shift >= 9 {
+        return 0; // |q| ≤ 127 < 2^8: below one half
+    }
+    let magnitude = q.unsigned_abs();
+    let truncated = magnitude >> shift;
+    let remainder = magnitude & ((1 << shift) - 1);
+    let half = 1 << (shift - 1);
+    let rounded = if remainder > half || (remainder == half && truncated & 1 == 1) { truncated + 1 } else { truncated };
+    if q < 0 {
+        -(rounded as i32)
+    } else {
+        rounded as i32
+    }
+}
+
+/// Adds `p`'s values `range` (block-aligned start) to `sum`, each put on `grid` on its own:
+/// `round_half_even(q · 2^(e − E))` for a block of exponent `e` on a grid of exponent `E`.
+pub fn on_grid(p: &Packed, grid: &[u8], range: std::ops::Range<usize>, sum: &mut [i32]) {
+    debug_assert!(range.start.is_multiple_of(BLOCK) && sum.len() == range.len());
+    for (offset, chunk) in p.q[range.clone()].chunks(BLOCK).enumerate() {
+        let block = range.start / BLOCK + offset;
+        let e = p.exponents[block];
+        if e == EMPTY_BLOCK {
+            continue;
+        }
+        let shift = u32::from(grid[block] - e);
+        let out = &mut sum[offset * BLOCK..offset * BLOCK + chunk.len()];
+        for (s, &q) in out.iter_mut().zip(chunk) {
+            *s += shift_round_half_even(q, shift);
+        }
+    }
+}
+
+/// `2^e` as an f64, built on the bits (`e` in the normal range).
+fn pow2(e: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&e));
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// The mean of `n` contributions whose sum on `grid` is `sum`: for each value,
+/// `f32(f64(S) · 2^E / f64(n))` — the product is exact in f64, the division and the final
+/// conversion round to nearest, ties to even. Values of empty blocks are +0.
+pub fn mean(sum: &[i32], grid: &[u8], n: usize) -> Vec<f32> {
+    let n = n as f64;
+    sum.chunks(BLOCK)
+        .zip(grid)
+        .flat_map(|(chunk, &g)| {
+            let scale = if g == EMPTY_BLOCK { 0.0 } else { pow2(i32::from(g) - EXPONENT_BIAS) };
+            chunk.iter().map(move |&s| if s == 0 { 0.0 } else { ((f64::from(s) * scale) / n) as f32 })
+        })
+        .collect()
+}
+
+/// The group sum as one member computes it when it holds every contribution (the mesh's
+/// schedule today): the grid, then each contribution on it, added in any order.
+pub fn sum_direct(contributions: &[&Packed]) -> (Vec<u8>, Vec<i32>) {
+    let grid = group_grid(contributions.iter().copied());
+    let len = contributions.first().map_or(0, |p| p.len());
+    let mut sum = vec![0i32; len];
+    for p in contributions {
+        on_grid(p, &grid, 0..len, &mut sum);
+    }
+    (grid, sum)
+}
+
+/// What a member keeps of `x` (its contribution plus residual, packed as `own`) that the group
+/// did not take: `x − round(q · 2^(e − E)) · 2^E`, one f32 subtraction per value (the term is
+/// exact in f32).
+pub fn residual(x: &[f32], own: &Packed, grid: &[u8]) -> Vec<f32> {
+    let mut taken = vec![0i32; x.len()];
+    on_grid(own, grid, 0..x.len(), &mut taken);
+    x.chunks(BLOCK)
+        .zip(taken.chunks(BLOCK))
+        .zip(grid)
+        .flat_map(|((xs, ts), &g)| {
+            let e = i32::from(g) - EXPONENT_BIAS;
+            xs.iter().zip(ts).map(move |(&x, &t)| if t == 0 { x } else { x - (f64::from(t) * pow2(e)) as f32 })
+        })
+        .collect()
+}
+
+/// What a contribution carries.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Values {
+    F32(Vec<f32>),
+    Int8(Packed),
+}
+
+impl Values {
+    pub fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::Int8(p) => p.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn compression(&self) -> Compression {
+        match self {
+            Values::F32(_) => Compression::None,
+            Values::Int8(_) => Compression::Int8,
+        }
+    }
+}
+
+/// The group's mean and, for `int8`, the grid it was summed on (what each member's residual
+/// is measured against).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reduced {
+    pub mean: Vec<f32>,
+    pub grid: Vec<u8>,
+}
+
+/// The group's mean of `contributions`, given in roster order, all of one encoding and length
+/// (the caller checks): f32 ones summed in that order, each addition an f32 rounding, then
+/// divided by `n`; int8 ones summed exactly ([`sum_direct`]) and averaged by [`mean`].
+pub fn reduce(contributions: &[&Values]) -> Reduced {
+    let n = contributions.len();
+    match contributions.first() {
+        None => Reduced { mean: Vec::new(), grid: Vec::new() },
+        Some(Values::F32(first)) => {
+            let mut sum = first.clone();
+            for values in &contributions[1..] {
+                let Values::F32(v) = values else { panic!("mixed encodings in one sync") };
+                for (s, g) in sum.iter_mut().zip(v) {
+                    *s += g;
+                }
+            }
+            let n = n as f32;
+            for s in &mut sum {
+                *s /= n;
+            }
+            Reduced { mean: sum, grid: Vec::new() }
+        }
+        Some(Values::Int8(_)) => {
+            let packed: Vec<&Packed> = contributions
+                .iter()
+                .map(|v| match v {
+                    Values::Int8(p) => p,
+                    Values::F32(_) => panic!("mixed encodings in one sync"),
+                })
+                .collect();
+            let (grid, sum) = sum_direct(&packed);
+            Reduced { mean: mean(&sum, &grid, n), grid }
+        }
+    }
+}
+
+/// Other schedules of the same sum, for members that do not hold every contribution. Each
+/// gives [`sum_direct`]'s integers (and so its mean) bit for bit, because every term is put on
+/// the group's grid on its own before any addition.
+pub mod schedules {
+    use super::*;
+
+    /// Where chunk `c` of `n` begins: block-aligned, as even as blocks allow.
+    pub fn chunk_start(len: usize, n: usize, c: usize) -> usize {
+        let blocks = len.div_ceil(BLOCK);
+        ((blocks * c / n) * BLOCK).min(len)
+    }
+
+    /// Reduce-scatter, then all-gather: member `c` owns chunk `c`, receives that chunk of every
+    /// contribution (with its block bytes), computes the chunk's grid and sum, and sends both to
+    /// everyone. Here the owners run one after another; the result is the concatenation.
+    pub fn sum_by_owners(contributions: &[&Packed]) -> (Vec<u8>, Vec<i32>) {
+        let n = contributions.len();
+        let len = contributions.first().map_or(0, |p| p.len());
+        let mut grid = Vec::new();
+        let mut sum = Vec::new();
+        for owner in 0..n {
+            let (start, end) = (chunk_start(len, n, owner), chunk_start(len, n, owner + 1));
+            let blocks = start / BLOCK..end.div_ceil(BLOCK);
+            let mut chunk_grid = vec![EMPTY_BLOCK; blocks.len()];
+            for p in contributions {
+                for (g, &e) in chunk_grid.iter_mut().zip(&p.exponents[blocks.clone()]) {
+                    *g = (*g).max(e);
+                }
+            }
+            // `on_grid` indexes the grid by absolute block: lay the chunk's grid there.
+            let mut full = vec![EMPTY_BLOCK; len.div_ceil(BLOCK)];
+            full[blocks.clone()].copy_from_slice(&chunk_grid);
+            let mut chunk_sum = vec![0i32; end - start];
+            // Arrival order at an owner is anything: take them last to first.
+            for p in contributions.iter().rev() {
+                on_grid(p, &full, start..end, &mut chunk_sum);
+            }
+            grid.extend(chunk_grid);
+            sum.extend(chunk_sum);
+        }
+        (grid, sum)
+    }
+
+    /// A ring: the grid first (a max passed round the ring: associative), then a partial sum
+    /// passed from member to member starting at `first`, each adding its own terms.
+    pub fn sum_ring(contributions: &[&Packed], first: usize) -> (Vec<u8>, Vec<i32>) {
+        let n = contributions.len();
+        let order: Vec<&Packed> = (0..n).map(|i| contributions[(first + i) % n]).collect();
+        let grid = group_grid(order.iter().copied());
+        let len = order.first().map_or(0, |p| p.len());
+        let mut partial = vec![0i32; len];
+        for p in order {
+            on_grid(p, &grid, 0..len, &mut partial);
+        }
+        (grid, partial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_luts::rng::SplitMix64;
+
+    /// Values over a wide range of magnitudes, with zero and subnormal blocks, so grids differ
+    /// between members block by block.
+    fn contribution(seed: u64, len: usize) -> Vec<f32> {
+        let mut rng = SplitMix64::new(seed);
+        (0..len)
+            .map(|i| {
+                let block = i / BLOCK;
+                match block % 7 {
+                    5 => 0.0,
+                    6 => f32::from_bits(1 + (rng.next_u64() % 1000) as u32), // subnormal
+                    _ => {
+                        let magnitude = 2f32.powi((block % 5) as i32 * 3 - 8 + (seed % 3) as i32);
+                        ((rng.next_u64() % 2001) as f32 / 1000.0 - 1.0) * magnitude
+                    }
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn modes_and_compressions_read_what_they_print() {
+        for mode in [SyncMode::EveryStep, SyncMode::Outer { inner_steps: 32 }] {
+            assert_eq!(mode.to_string().parse::<SyncMode>(), Ok(mode));
+        }
+        for c in [Compression::None, Compression::Int8] {
+            assert_eq!(c.to_string().parse::<Compression>(), Ok(c));
+        }
+        assert!("outer:0".parse::<SyncMode>().is_err());
+        assert!("outer".parse::<SyncMode>().is_err());
+        assert!("fp16".parse::<Compression>().is_err());
+    }
+
+    #[test]
+    fn pack_is_the_units_quantizer_with_empty_blocks_marked() {
+        let x = [1.0f32, -0.5, 0.25, 127.0];
+        let p = pack(&x).unwrap();
+        // amax 127 → e = 0: the values are their own quants, rounded half to even.
+        assert_eq!(p.exponents, vec![EXPONENT_BIAS as u8]);
+        assert_eq!(p.q, vec![1, 0, 0, 127]);
+        let zeros = pack(&[0.0, -0.0, f32::from_bits(5)]).unwrap();
+        assert_eq!(zeros.exponents, vec![EMPTY_BLOCK]);
+        assert_eq!(zeros.q, vec![0, 0, 0]);
+        assert_eq!(pack(&[1.0, f32::NAN]), Err(NonFinite { index: 1 }));
+        assert!(p.validate().is_ok());
+        let bad = Packed { exponents: vec![EMPTY_BLOCK], q: vec![3] };
+        assert!(bad.validate().unwrap_err().contains("marked empty"));
+        assert!(Packed { exponents: vec![1], q: vec![i8::MIN] }.validate().is_err());
+    }
+
+    #[test]
+    fn every_schedule_gives_the_same_bits() {
+        let len = 7 * BLOCK * 5 + 13; // a short last block, chunks of unequal size
+        let xs: Vec<Vec<f32>> = (0..5).map(|s| contribution(s, len)).collect();
+        let packed: Vec<Packed> = xs.iter().map(|x| pack(x).unwrap()).collect();
+        let refs: Vec<&Packed> = packed.iter().collect();
+        let direct = sum_direct(&refs);
+        assert_eq!(schedules::sum_by_owners(&refs), direct);
+        for first in 0..5 {
+            assert_eq!(schedules::sum_ring(&refs, first), direct);
+        }
+        let mut reversed = refs.clone();
+        reversed.reverse();
+        assert_eq!(sum_direct(&reversed), direct);
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(mean(&direct.1, &direct.0, 5)), bits(mean(&sum_direct(&reversed).1, &direct.0, 5)));
+        // The grids really differ between members (otherwise the test would prove little).
+        assert!(packed.iter().any(|p| p.exponents != direct.0));
+        // Whereas f32 addition in another order is another result on these very values.
+        let f32_sum = |order: &[usize]| -> Vec<u32> {
+            (0..len).map(|k| order.iter().fold(0f32, |s, &i| s + xs[i][k]).to_bits()).collect()
+        };
+        assert_ne!(f32_sum(&[0, 1, 2, 3, 4]), f32_sum(&[4, 3, 2, 1, 0]));
+    }
+
+    #[test]
+    fn terms_round_to_the_grid_half_to_even_and_the_mean_is_exact_where_it_can_be() {
+        // Block A has e = 0 (amax 127); block B's quants sit 2 exponents below.
+        let a = Packed { exponents: vec![EXPONENT_BIAS as u8], q: vec![127, 2, -6, 1] };
+        let b = Packed { exponents: vec![(EXPONENT_BIAS - 2) as u8], q: vec![6, 10, 2, -2] };
+        let (grid, sum) = sum_direct(&[&a, &b]);
+        assert_eq!(grid, vec![EXPONENT_BIAS as u8]);
+        // 6/4 = 1.5 → 2; 10/4 = 2.5 → 2; 2/4 = 0.5 → 0; -2/4 = -0.5 → -0.
+        assert_eq!(sum, vec![129, 4, -6, 1]);
+        assert_eq!(mean(&sum, &grid, 2), vec![64.5, 2.0, -3.0, 0.5]);
+        // What the group did not take of b stays with b.
+        let x = [1.5f32, 2.5, 0.5, -0.5];
+        assert_eq!(residual(&x, &b, &grid), vec![-0.5, 0.5, 0.5, -0.5]);
+    }
+
+    #[test]
+    fn error_feedback_carries_what_a_small_member_loses() {
+        // A member whose values sit far below the others' grid contributes nothing at once, but
+        // its residual grows until the group takes it: over many syncs the sum of what was taken
+        // tracks the sum of what was offered.
+        let big = [100.0f32; BLOCK];
+        let small = [0.3f32; BLOCK];
+        let mut r = vec![0f32; BLOCK];
+        let mut taken_total = 0f64;
+        for _ in 0..1000 {
+            let x: Vec<f32> = small.iter().zip(&r).map(|(a, b)| a + b).collect();
+            let p = pack(&x).unwrap();
+            let q_big = pack(&big).unwrap();
+            let grid = group_grid([&q_big, &p]);
+            let mut mine = vec![0i32; BLOCK];
+            on_grid(&p, &grid, 0..BLOCK, &mut mine);
+            taken_total += f64::from(mine[0]) * pow2(i32::from(grid[0]) - EXPONENT_BIAS);
+            r = residual(&x, &p, &grid);
+        }
+        assert!((taken_total - 300.0).abs() <= 1.0, "{taken_total}");
+    }
+
+    #[test]
+    fn the_outer_step_is_nesterov_in_f32() {
+        let opt = OuterOptimizer { lr: 0.5, momentum: 0.5 };
+        let mut w = vec![1.0f32, 2.0];
+        let mut m = vec![0.0f32, 1.0];
+        opt.step(&mut w, &mut m, &[0.5, -1.0]);
+        // m = 0.5·0 + 0.5 = 0.5, w = 1 − 0.5·(0.5 + 0.25) = 0.625;
+        // m = 0.5·1 − 1 = −0.5, w = 2 − 0.5·(−1 − 0.25) = 2.625.
+        assert_eq!(m, vec![0.5, -0.5]);
+        assert_eq!(w, vec![0.625, 2.625]);
+    }
+}
