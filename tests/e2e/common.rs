@@ -184,6 +184,21 @@ impl Node {
         weight_hashes(&self.events_since_restore())
     }
 
+    /// Weight hash after each step of the last run started (a node keeps its events across
+    /// runs, and every run counts its steps from 1).
+    pub fn hashes_of_last_run(&self) -> BTreeMap<u64, String> {
+        let events = self.events();
+        let start = events.iter().rposition(|e| e["event"] == "run-started").unwrap_or(0);
+        weight_hashes(&events[start..])
+    }
+
+    /// The `kind` events of the last run started.
+    pub fn events_of_last_run(&self, kind: &str) -> Vec<Value> {
+        let events = self.events();
+        let start = events.iter().rposition(|e| e["event"] == "run-started").unwrap_or(0);
+        events[start..].iter().filter(|e| e["event"] == kind).cloned().collect()
+    }
+
     /// The last step this node applied.
     pub fn last_step(&self) -> u64 {
         self.events().iter().filter(|e| e["event"] == "weights").filter_map(|e| e["step"].as_u64()).max().unwrap_or(0)

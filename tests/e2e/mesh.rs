@@ -59,6 +59,29 @@ fn finished(node: &Node, secs: u64) {
     node.wait_for("run-finished", |e| e["event"] == "run-finished", secs);
 }
 
+/// `lockstep train --replay-group` of the nodes: the group's arithmetic in one process, one
+/// hash per sync.
+fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
+    let ids: Vec<String> = nodes.iter().map(|n| n.id.to_string()).collect();
+    let out = Command::new(BIN)
+        .args(["train", "--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
+        .args(["--backend", "cpu", "--replay-group", &ids.join(",")])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["step"].as_u64().unwrap(), v["whash"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// One group of cpu, lut and dp4a nodes trains twice: the seed's exchange (every step, f32
+/// averaged in roster order), then `outer:4` with int8 contributions (exact integer sums,
+/// error feedback, Nesterov outer steps). Each run gives one weight hash per sync on every
+/// node, equal to one process replaying the group.
 #[test]
 fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let _phase = crate::common::phase(module_path!());
@@ -78,20 +101,29 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     // Every step averaged all three.
     assert!(a.events().iter().filter(|e| e["event"] == "step").all(|e| e["peers"] == 3));
     // And equals one process averaging the same three gradient streams in roster order.
-    let ids = format!("{},{},{}", a.id, b.id, c.id);
-    let out = Command::new(BIN)
-        .args(["train", "--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
-        .args(["--steps", "30", "--backend", "cpu", "--replay-group", &ids])
-        .output()
+    assert_eq!(replay(&[&a, &b, &c], &["--steps", "30"]), hashes);
+
+    let mut outer = tiny(24);
+    outer["sync"] = "outer:4".into();
+    outer["compress"] = "int8".into();
+    a.command(outer);
+    for node in [&a, &b, &c] {
+        node.wait_for("the second run's end", |e| e["event"] == "run-finished" && e["step"] == 6, 180);
+    }
+    let started = a.wait_for("the second run", |e| e["event"] == "run-started" && e["sync"] == "outer:4", 5);
+    assert_eq!((started["compress"].as_str(), started["syncs"].as_u64()), (Some("int8"), Some(6)));
+    let outer_hashes = a.hashes_of_last_run();
+    assert_eq!(outer_hashes.len(), 6, "one hash per outer step");
+    assert_eq!(b.hashes_of_last_run(), outer_hashes);
+    assert_eq!(c.hashes_of_last_run(), outer_hashes);
+    assert_eq!(replay(&[&a, &b, &c], &["--steps", "24", "--sync", "outer:4", "--compress", "int8"]), outer_hashes);
+    // Each outer step sent a packed contribution to each of the two others: about 1 byte per
+    // weight each, where an f32 step sends 4.
+    let sent: Vec<u64> = a.events_of_last_run("weights").iter().map(|e| e["sent_bytes"].as_u64().unwrap()).collect();
+    let f32_sent = a.events().iter().find(|e| e["event"] == "weights" && e["step"] == 10).unwrap()["sent_bytes"]
+        .as_u64()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let replay: BTreeMap<u64, String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .map(|v| (v["step"].as_u64().unwrap(), v["whash"].as_str().unwrap().to_string()))
-        .collect();
-    assert_eq!(replay, hashes);
+    assert!(sent.iter().skip(1).all(|&s| s * 3 < f32_sent), "int8 {sent:?} vs f32 {f32_sent}");
 }
 
 #[test]
