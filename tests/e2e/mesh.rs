@@ -65,7 +65,7 @@ fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
     let ids: Vec<String> = nodes.iter().map(|n| n.id.to_string()).collect();
     let out = Command::new(BIN)
         .args(["train", "--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
-        .args(["--backend", "cpu", "--replay-group", &ids.join(",")])
+        .args(["--backend", "cpu", "--eval-batches", "0", "--replay-group", &ids.join(",")])
         .args(extra)
         .output()
         .unwrap();
@@ -120,9 +120,8 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     // Each outer step sent a packed contribution to each of the two others: about 1 byte per
     // weight each, where an f32 step sends 4.
     let sent: Vec<u64> = a.events_of_last_run("weights").iter().map(|e| e["sent_bytes"].as_u64().unwrap()).collect();
-    let f32_sent = a.events().iter().find(|e| e["event"] == "weights" && e["step"] == 10).unwrap()["sent_bytes"]
-        .as_u64()
-        .unwrap();
+    let f32_sent =
+        a.events().iter().find(|e| e["event"] == "weights" && e["step"] == 10).unwrap()["sent_bytes"].as_u64().unwrap();
     assert!(sent.iter().skip(1).all(|&s| s * 3 < f32_sent), "int8 {sent:?} vs f32 {f32_sent}");
 }
 
@@ -525,4 +524,70 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
     let last = a.last_step();
     c.wait_for("steps without b", |e| e["event"] == "weights" && e["step"].as_u64() == Some(last + 10), 30);
     assert!(!a.events().iter().any(|e| e["event"] == "readmitted" && e["peer"] == b.id));
+}
+
+/// `lockstep bench wan` at a tiny size, for real: three nodes in network namespaces of their
+/// own behind a bridge, each uplink shaped by `tc tbf`, latency from the socket shim. Every
+/// mode ends bit-identical on every node (the bench checks it), and `outer:8` with int8 sends
+/// less than a twentieth of the seed's bytes per token.
+#[test]
+fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes() {
+    let _phase = crate::common::phase(module_path!());
+    let out = Command::new(BIN)
+        .args(["bench", "wan", "--nodes", "3", "--steps", "16", "--outer", "8", "--sample-steps", "0"])
+        .args(["--rate-mbit", "20", "--rtt-ms", "20", "--modes", "every-step/none,outer/int8", "--json"])
+        .args(["--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (seed, outer) = (&rows[0], &rows[1]);
+    assert_eq!((seed["mode"].as_str(), outer["mode"].as_str()), (Some("every-step none"), Some("outer:8 int8")));
+    let bytes = |row: &Value| row["bytes_per_token"].as_f64().unwrap();
+    assert!(bytes(outer) * 20.0 < bytes(seed), "outer {} vs seed {} bytes per token", bytes(outer), bytes(seed));
+    for row in &rows {
+        assert!(row["heldout_loss"].as_f64().unwrap().is_finite() && row["tokens_per_s"].as_f64().unwrap() > 0.0);
+        assert!(row["utilization"].as_f64().unwrap() > 0.0);
+    }
+}
+
+/// `outer:4` with int8, for real: a member joins in the middle of an outer step (it is resumed
+/// at the next sync with the group's weights, outer momentum and the leader's inner Adam
+/// state), then the leader leaves; the survivors finish bit-identical, the joiner equal to the
+/// old leader at every sync both applied.
+#[test]
+fn outer_steps_survive_a_join_and_the_leader_leaving() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    let c = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c]);
+    let mut start = tiny(600);
+    start["sync"] = "outer:4".into();
+    start["compress"] = "int8".into();
+    a.command(start);
+    b.wait_for("sync 10", |e| e["event"] == "weights" && e["step"] == 10, 60);
+    let d = Node::spawn(&signal, "cpu");
+    let resumed = d.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
+    let from = resumed["step"].as_u64().unwrap();
+    d.wait_for("five syncs in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 5), 60);
+    let before = a.hashes();
+    a.kill();
+    for node in [&b, &c, &d] {
+        finished(node, 180);
+    }
+    assert_eq!(b.hashes().len(), 150, "every outer step");
+    assert_eq!(b.hashes(), c.hashes());
+    let joined = d.hashes();
+    assert!(joined.keys().all(|s| *s > from) && joined.len() as u64 == 150 - from, "{joined:?}");
+    for (step, hash) in &joined {
+        assert_eq!(&b.hashes()[step], hash, "sync {step}");
+    }
+    for (step, hash) in before.iter().filter(|(s, _)| joined.contains_key(s)) {
+        assert_eq!(&joined[step], hash, "the joiner and the old leader at sync {step}");
+    }
+    assert!(!b.events().iter().any(|e| e["event"] == "guard-stopped"));
 }

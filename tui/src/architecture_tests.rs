@@ -117,7 +117,7 @@ fn code_mentions(path: &Path, word: &str) -> Vec<String> {
 fn the_sans_io_cores_read_no_clock_and_touch_no_socket() {
     let root = root();
     let mut cores: Vec<PathBuf> =
-        ["node/src/session.rs", "node/src/step.rs", "node/src/wire.rs", "signaling/src/hub.rs"]
+        ["node/src/session.rs", "node/src/step.rs", "node/src/wire.rs", "node/src/sync.rs", "signaling/src/hub.rs"]
             .iter()
             .map(|p| root.join(p))
             .collect();

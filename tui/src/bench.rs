@@ -23,6 +23,10 @@ pub enum BenchCommand {
     /// Training throughput of the default model: units trainer (1 thread and all), float
     /// reference, and PyTorch eager f32 when `torch` imports.
     Train(crate::bench_train::TrainBenchArgs),
+    /// A group of real nodes on network namespaces shaped by traffic control (rate by `tc`,
+    /// latency and loss by the mesh's socket shim), one run per sync mode: tokens/s, bytes
+    /// per token, utilisation, held-out loss. Needs root.
+    Wan(crate::bench_wan::WanArgs),
 }
 
 #[derive(clap::Args)]
@@ -87,6 +91,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Gemm(args) => args,
         BenchCommand::Train(args) => return crate::bench_train::run(args),
         BenchCommand::Exchange(args) => return crate::bench_exchange::run(args),
+        BenchCommand::Wan(args) => return crate::bench_wan::run(args),
     };
     let shapes: Vec<(usize, usize, usize)> =
         args.shapes.iter().map(|s| parse_shape(s)).collect::<anyhow::Result<_>>()?;

@@ -70,6 +70,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             deadline: lockstep_node::session::StepDeadline::default(),
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),
+            link: lockstep_mesh::LinkShim::default(),
         };
         let provider = HostProvider { threads, data_url: None };
         let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));

@@ -136,6 +136,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         step_deadline_ceiling_ms: lockstep_node::session::StepDeadline::default().ceiling_ms,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
+        link_delay_ms: 0,
+        link_loss_per_mille: 0,
     };
     let mut lines = Vec::new();
     let Prepared { config, replica, device } =

@@ -10,6 +10,7 @@ mod backend;
 mod bench;
 mod bench_exchange;
 mod bench_train;
+mod bench_wan;
 mod console;
 mod demo;
 mod gate;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
-use lockstep_mesh::{Command, Ended, MeshConfig, Report, SwapProgress};
+use lockstep_mesh::{Command, Ended, LinkShim, MeshConfig, Report, SwapProgress};
 use lockstep_node::checkpoint;
 use lockstep_node::data::{BuiltinSource, DataSource};
 use lockstep_node::gemm::Gemm;
@@ -58,6 +58,15 @@ pub struct MeshArgs {
     /// the built-in corpus.
     #[arg(long)]
     pub data: Option<String>,
+    /// Benchmarks and tests: delay every datagram this node sends by this much (one way). This
+    /// kernel's traffic control has no `netem`; the rate of a link is shaped with `tc`, its
+    /// latency here (`docs/PERFORMANCE.md`).
+    #[arg(long, default_value_t = 0)]
+    pub link_delay_ms: u64,
+    /// Benchmarks and tests: drop this many of every thousand datagrams this node sends
+    /// (seeded).
+    #[arg(long, default_value_t = 0)]
+    pub link_loss_per_mille: u32,
 }
 
 /// Backends through the plugin host (gated), data from `/data` or the built-in corpus.
@@ -197,6 +206,7 @@ pub fn prepare(
             ceiling_ms: args.step_deadline_ceiling_ms.max(args.step_deadline_floor_ms),
             ..StepDeadline::default()
         },
+        link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),
     };

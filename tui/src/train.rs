@@ -120,27 +120,42 @@ pub struct TrainArgs {
     data: Option<String>,
 }
 
-/// `--replay-group`: the group's arithmetic in one process (see the flag's help).
-fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
-    let mut ids = args.replay_group.clone();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut replicas = Vec::new();
-    for &id in &ids {
-        let gemm = gemm_for(&args.backend, args.threads, true)?;
-        let data = Box::new(BuiltinSource::new(lockstep_node::data::node_data_seed(run.seed, id)));
-        replicas.push(Trainer::new(run, gemm, data)?);
+/// A mesh group's arithmetic in one process: one trainer per member id (each on its own data
+/// stream, as `lockstep node` samples it), contributions averaged as the run's sync settings
+/// say. Averaged here by hand rather than with the session's `StepCollector`, so the mesh tests
+/// compare the protocol's arithmetic with an independent statement of it: f32 summed in
+/// ascending id order; int8 put on the group's grid and summed in integers.
+pub struct GroupReplay {
+    replicas: Vec<Trainer>,
+}
+
+impl GroupReplay {
+    pub fn new(run: RunConfig, ids: &[u64], backend: &str, threads: u32) -> anyhow::Result<GroupReplay> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        anyhow::ensure!(!ids.is_empty(), "a group needs a member");
+        let mut replicas = Vec::new();
+        for &id in &ids {
+            let gemm = gemm_for(backend, threads, true)?;
+            let data = Box::new(BuiltinSource::new(lockstep_node::data::node_data_seed(run.seed, id)));
+            replicas.push(Trainer::new(run, gemm, data)?);
+        }
+        Ok(GroupReplay { replicas })
     }
-    let until = args.until.unwrap_or(run.steps);
-    while replicas[0].step_count() < until {
-        // Averaged here by hand rather than with the session's `StepCollector`, so the mesh
-        // test compares the protocol's arithmetic with an independent statement of it: f32
-        // summed in ascending id order; int8 put on the group's grid and summed in integers.
+
+    /// Optimizer steps each member has taken.
+    pub fn step_count(&self) -> u32 {
+        self.replicas[0].step_count()
+    }
+
+    /// One sync of the whole group; returns the weight hash after it.
+    pub fn sync(&mut self) -> anyhow::Result<u32> {
         let mut contributions = Vec::new();
-        for replica in &mut replicas {
+        for replica in &mut self.replicas {
             contributions.push(replica.contribute().context("training step failed")?.values);
         }
-        let n = replicas.len();
+        let n = self.replicas.len();
         let (mean, grid) = match &contributions[0] {
             Values::F32(first) => {
                 let mut sum = first.clone();
@@ -162,13 +177,32 @@ fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
                 (sync::mean(&sum, &grid, n), grid)
             }
         };
-        for replica in &mut replicas {
+        for replica in &mut self.replicas {
             replica.finish_sync(&mean, &grid);
         }
-        let whash = replicas[0].weight_hash();
-        anyhow::ensure!(replicas.iter().all(|r| r.weight_hash() == whash), "replicas diverged");
-        let sync = replicas[0].step_count() / run.steps_per_sync();
+        let whash = self.replicas[0].weight_hash();
+        anyhow::ensure!(self.replicas.iter().all(|r| r.weight_hash() == whash), "replicas diverged");
+        Ok(whash)
+    }
+
+    /// Held-out loss of the group's weights.
+    pub fn heldout_loss(&mut self, batches: usize) -> anyhow::Result<f32> {
+        Ok(self.replicas[0].heldout_loss(batches)?)
+    }
+}
+
+/// `--replay-group`: the group's arithmetic in one process (see the flag's help).
+fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
+    let mut group = GroupReplay::new(run, &args.replay_group, &args.backend, args.threads)?;
+    let until = args.until.unwrap_or(run.steps);
+    while group.step_count() < until {
+        let whash = group.sync()?;
+        let sync = group.step_count() / run.steps_per_sync();
         println!("{}", serde_json::json!({"step": sync, "whash": format!("{whash:#010x}")}));
+    }
+    if args.eval_batches > 0 {
+        let loss = group.heldout_loss(args.eval_batches)?;
+        println!("{}", serde_json::json!({"heldout_loss": loss, "steps": group.step_count()}));
     }
     Ok(ExitCode::SUCCESS)
 }

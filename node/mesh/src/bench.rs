@@ -56,7 +56,7 @@ async fn connection(
         .with_handler(Arc::new(Gather { gathered: gathered_tx, channel: channel_tx }))
         .with_runtime(match flavor {
             Flavor::Naive => webrtc::runtime::default_runtime().context("no runtime")?,
-            Flavor::Mesh => crate::mesh_runtime()?,
+            Flavor::Mesh => crate::mesh_runtime(crate::LinkShim::default())?,
         })
         .with_udp_addrs(vec!["127.0.0.1:0".to_string()]);
     let builder = match flavor {

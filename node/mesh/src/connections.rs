@@ -100,7 +100,7 @@ pub async fn new_connection(
             credential: config.turn_credential.clone(),
         }]
     };
-    let runtime = mesh_runtime()?;
+    let runtime = mesh_runtime(config.link)?;
     let builder = PeerConnectionBuilder::new()
         .with_configuration(RTCConfigurationBuilder::new().with_ice_servers(ice_servers).build())
         .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))

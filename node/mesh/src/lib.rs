@@ -51,6 +51,7 @@ pub mod sockets;
 pub use checkpoint_file::{save_checkpoint, CheckpointTarget, SaveError, Saved};
 pub use connections::CHANNEL_LABEL;
 use event_loop::{Inbound, MeshLoop};
+pub use sockets::LinkShim;
 
 /// Bytes a channel may buffer before `send` waits (flow control).
 pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
@@ -92,10 +93,10 @@ pub fn channel_settings<A: std::net::ToSocketAddrs>(
         .with_data_channel_send_buffer_limit(SEND_BUFFER_BYTES)
         .with_dedicated_reactor_pool_size(1)
 }
-/// The mesh's WebRTC runtime: tokio, with large UDP socket buffers ([`sockets`]).
-pub fn mesh_runtime() -> anyhow::Result<Arc<dyn webrtc::runtime::Runtime>> {
+/// The mesh's WebRTC runtime: tokio, with large UDP socket buffers and `shim` ([`sockets`]).
+pub fn mesh_runtime(shim: LinkShim) -> anyhow::Result<Arc<dyn webrtc::runtime::Runtime>> {
     let runtime = webrtc::runtime::default_runtime().context("no async runtime for WebRTC")?;
-    Ok(Arc::new(sockets::BufferedRuntime::new(runtime)))
+    Ok(Arc::new(sockets::BufferedRuntime::shaped(runtime, shim)))
 }
 
 /// How often the session gets a tick.
@@ -130,6 +131,8 @@ pub struct MeshConfig {
     /// What computes here, told to every peer: the backend's name and its gate verdict.
     pub backend: String,
     pub verdict: Verdict,
+    /// Delay and loss added to every datagram this node sends (benchmarks and tests).
+    pub link: LinkShim,
 }
 
 /// What a user (console, stdin) asks of the node.

@@ -1,0 +1,544 @@
+//! `lockstep bench wan`: a group of real nodes on a shaped network, one run per sync mode.
+//!
+//! The network: a network namespace per node and one for the hub (a Linux bridge and the
+//! signaling server), each node joined to the bridge by a veth pair. Each node's uplink is
+//! shaped by the kernel (`tc` `tbf` on its end of the pair, `--rate-mbit`); its latency and
+//! loss come from the mesh's socket shim (`lockstep node --link-delay-ms`, half the round trip
+//! on each side), because this kernel has no `netem`. Needs root, as CI has.
+//!
+//! Per mode it reports group tokens/s, bytes each node sent per token it trained on, the
+//! utilisation (group tokens/s ÷ the tokens/s of the same number of `lockstep train`
+//! processes computing side by side with no exchange, measured in the same run, so that CPU
+//! sharing on a small machine is not counted against the network) and the held-out loss of
+//! the group's final weights.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use lockstep_node::checkpoint;
+use lockstep_node::config::{ModelConfig, RunConfig};
+use lockstep_node::data::BuiltinSource;
+use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
+use lockstep_node::trainer::Trainer;
+use serde_json::{json, Value};
+
+use crate::backend::gemm_for;
+use crate::train::GroupReplay;
+
+#[derive(clap::Args)]
+pub struct WanArgs {
+    /// Nodes in the group.
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Each node's uplink, Mbit/s (kernel `tbf`).
+    #[arg(long, default_value_t = 50.0)]
+    rate_mbit: f64,
+    /// Round-trip time between two nodes, ms (socket shim: half on each side).
+    #[arg(long, default_value_t = 40)]
+    rtt_ms: u64,
+    /// How much an uplink queues before the kernel drops, in ms at its rate (`tbf latency`).
+    #[arg(long, default_value_t = 400)]
+    queue_ms: u64,
+    /// Datagrams lost per thousand, on each node's sends (socket shim).
+    #[arg(long, default_value_t = 0)]
+    loss_per_mille: u32,
+    /// Optimizer steps each node takes in every mode (the same tokens for every mode).
+    #[arg(long, default_value_t = 120)]
+    steps: u32,
+    /// Every-step modes run this many steps on the network (their throughput) and the whole
+    /// run in one process (their loss: the group's arithmetic, bit-identical, checked against
+    /// the network's hashes at every step it ran); 0 runs them whole on the network.
+    #[arg(long, default_value_t = 12)]
+    sample_steps: u32,
+    /// `H` of the outer mode.
+    #[arg(long, default_value_t = 30)]
+    outer: u32,
+    /// Outer learning rate and momentum of the outer mode.
+    #[arg(long, default_value_t = OuterOptimizer::DEFAULT.lr)]
+    outer_lr: f32,
+    #[arg(long, default_value_t = OuterOptimizer::DEFAULT.momentum)]
+    outer_momentum: f32,
+    /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`).
+    #[arg(long, value_delimiter = ',', default_value = "every-step/none,every-step/int8,outer/int8")]
+    modes: Vec<String>,
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.width)]
+    width: usize,
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.context)]
+    context: usize,
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.layers)]
+    layers: usize,
+    #[arg(long, default_value_t = ModelConfig::DEFAULT.heads)]
+    heads: usize,
+    #[arg(long, default_value_t = RunConfig::DEFAULT.batch)]
+    batch: usize,
+    #[arg(long, default_value_t = RunConfig::DEFAULT.lr)]
+    lr: f32,
+    /// CPU threads per node (and per process of the no-exchange measurement).
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// Held-out batches for the loss.
+    #[arg(long, default_value_t = 8)]
+    eval_batches: usize,
+    /// One JSON object per mode instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The namespaces, the bridge and the shaping; removed on drop.
+struct ShapedNetwork {
+    hub: String,
+    nodes: Vec<String>,
+}
+
+const HUB_ADDRESS: &str = "10.78.0.1";
+
+fn node_address(index: usize) -> String {
+    format!("10.78.0.{}", 10 + index)
+}
+
+fn sh(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(program).args(args).output().with_context(|| format!("running {program}"))?;
+    ensure!(out.status.success(), "{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    Ok(())
+}
+
+impl ShapedNetwork {
+    fn new(nodes: usize, rate_mbit: f64, queue_ms: u64) -> anyhow::Result<ShapedNetwork> {
+        let tag = std::process::id();
+        let mut network = ShapedNetwork { hub: format!("lsw{tag}h"), nodes: Vec::new() };
+        sh("ip", &["netns", "add", &network.hub]).context("creating network namespaces (bench wan needs root)")?;
+        let hub = network.hub.clone();
+        sh("ip", &["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+        sh("ip", &["-n", &hub, "addr", "add", &format!("{HUB_ADDRESS}/24"), "dev", "br0"])?;
+        sh("ip", &["-n", &hub, "link", "set", "br0", "up"])?;
+        sh("ip", &["-n", &hub, "link", "set", "lo", "up"])?;
+        // tbf: the rate, a burst of 4 ms at that rate (at least 16 KB), and at most `queue_ms` of
+        // queue before the kernel drops (as a real uplink's buffer would).
+        let burst = ((rate_mbit * 1e6 / 8.0 * 0.004) as u64).max(16 * 1024);
+        for index in 0..nodes {
+            let ns = format!("lsw{tag}n{index}");
+            sh("ip", &["netns", "add", &ns])?;
+            network.nodes.push(ns.clone());
+            let (inside, outside) = (format!("w{index}"), format!("b{index}"));
+            sh("ip", &["link", "add", &inside, "netns", &ns, "type", "veth", "peer", "name", &outside, "netns", &hub])?;
+            sh("ip", &["-n", &ns, "addr", "add", &format!("{}/24", node_address(index)), "dev", &inside])?;
+            sh("ip", &["-n", &ns, "link", "set", &inside, "up"])?;
+            sh("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
+            sh("ip", &["-n", &hub, "link", "set", &outside, "master", "br0"])?;
+            sh("ip", &["-n", &hub, "link", "set", &outside, "up"])?;
+            sh(
+                "tc",
+                &[
+                    "-n",
+                    &ns,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    &inside,
+                    "root",
+                    "tbf",
+                    "rate",
+                    &format!("{}kbit", (rate_mbit * 1000.0) as u64),
+                    "burst",
+                    &burst.to_string(),
+                    "latency",
+                    &format!("{queue_ms}ms"),
+                ],
+            )
+            .context("shaping a link with tc tbf")?;
+        }
+        Ok(network)
+    }
+}
+
+impl Drop for ShapedNetwork {
+    fn drop(&mut self) {
+        for ns in self.nodes.iter().chain([&self.hub]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// A process whose stdout is JSON lines, collected as they come.
+struct Headless {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Arc<Mutex<Vec<(Instant, Value)>>>,
+}
+
+impl Headless {
+    fn spawn(mut command: Command) -> anyhow::Result<Headless> {
+        let mut child =
+            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("spawning")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), value));
+                }
+            }
+        });
+        Ok(Headless { stdin: child.stdin.take(), child, events })
+    }
+
+    fn command(&mut self, command: &Value) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().context("stdin closed")?;
+        writeln!(stdin, "{command}")?;
+        Ok(stdin.flush()?)
+    }
+
+    fn events(&self) -> Vec<(Instant, Value)> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn wait_for(&self, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> anyhow::Result<(Instant, Value)> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(found) = self.events().into_iter().find(|(_, e)| pred(e)) {
+                return Ok(found);
+            }
+            if let Some(error) = self.events().into_iter().find(|(_, e)| e["event"] == "guard-stopped") {
+                bail!("{what}: the guard stopped the run: {}", error.1);
+            }
+            ensure!(Instant::now() < deadline, "no {what} within {secs} s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Headless {
+    fn drop(&mut self) {
+        self.stdin.take();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One mode's figures.
+struct Measured {
+    mode: String,
+    tokens_per_s: f64,
+    bytes_per_token: f64,
+    heldout_loss: f32,
+    seconds: f64,
+    syncs: u32,
+    /// Ran part of the run on the network; the loss is the one-process replay's.
+    sampled: bool,
+    /// Mean per node and sync: compute, exchange, hash and guard seconds.
+    breakdown: [f64; 3],
+}
+
+fn model(args: &WanArgs) -> RunConfig {
+    RunConfig {
+        model: ModelConfig { width: args.width, context: args.context, layers: args.layers, heads: args.heads },
+        batch: args.batch,
+        steps: args.steps,
+        lr: args.lr,
+        ..RunConfig::DEFAULT
+    }
+}
+
+/// `every-step/none` → (mode, compression).
+fn parse_mode(text: &str, h: u32) -> anyhow::Result<(SyncMode, Compression)> {
+    let (sync, compression) = text.split_once('/').with_context(|| format!("mode `{text}` is not SYNC/COMPRESSION"))?;
+    let sync = match sync {
+        "outer" => SyncMode::Outer { inner_steps: h },
+        other => other.parse::<SyncMode>().map_err(anyhow::Error::msg)?,
+    };
+    Ok((sync, compression.parse::<Compression>().map_err(anyhow::Error::msg)?))
+}
+
+fn heldout(path: &Path, args: &WanArgs) -> anyhow::Result<f32> {
+    let state = checkpoint::load(path, None)?;
+    let run = state.run;
+    let mut trainer = Trainer::new(run, gemm_for("cpu", 0, true)?, Box::new(BuiltinSource::new(run.seed)))?;
+    trainer.restore(state)?;
+    Ok(trainer.heldout_loss(args.eval_batches)?)
+}
+
+fn run_mode(
+    args: &WanArgs,
+    network: &ShapedNetwork,
+    url: &str,
+    mode: (SyncMode, Compression),
+    dir: &Path,
+) -> anyhow::Result<Measured> {
+    let label = format!("{} {}", mode.0, mode.1);
+    // A room of its own per mode (the last mode's members may still be leaving the server).
+    let room = format!("{url}?room=wan-{}-{}", mode.0.to_string().replace(':', ""), mode.1);
+    let bin = std::env::current_exe().context("the lockstep binary")?;
+    let mut nodes: Vec<Headless> = Vec::new();
+    let mut ids = Vec::new();
+    for ns in &network.nodes {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", ns]).arg(&bin).args(["node", "--headless", "--signal", &room]);
+        command.args(["--backend", "cpu", "--threads", &args.threads.to_string()]);
+        command.args(["--link-delay-ms", &(args.rtt_ms / 2).to_string()]);
+        command.args(["--link-loss-per-mille", &args.loss_per_mille.to_string()]);
+        // A full-mesh f32 step on a slow link takes seconds: no member is dropped for it.
+        command.args(["--step-deadline-floor-ms", "300000", "--step-deadline-ceiling-ms", "600000"]);
+        command.arg("--ckpt-dir").arg(dir);
+        let node = Headless::spawn(command)?;
+        let first = nodes.is_empty();
+        let (_, hello) = node.wait_for("a welcome", 30, |e| e["event"] == "connected" || e["event"] == "waiting")?;
+        let id = hello["id"].as_u64().context("an id")?;
+        if !first {
+            nodes[0].command(&json!({"cmd": "approve", "peer": id}))?;
+        }
+        ids.push(id);
+        nodes.push(node);
+    }
+    for (node, id) in nodes.iter().zip(&ids) {
+        for other in ids.iter().filter(|o| *o != id) {
+            node.wait_for("an open channel", 60, |e| e["event"] == "channel-open" && e["peer"] == *other)?;
+        }
+    }
+    let outer = OuterOptimizer { lr: args.outer_lr, momentum: args.outer_momentum };
+    let run = RunConfig { sync: SyncConfig { mode: mode.0, compression: mode.1, outer }, ..model(args) };
+    let sampled = mode.0 == SyncMode::EveryStep && args.sample_steps > 0 && args.sample_steps < args.steps;
+    let start = json!({"cmd": "start", "steps": run.steps, "width": run.model.width, "context": run.model.context,
+        "layers": run.model.layers, "heads": run.model.heads, "batch": run.batch, "lr": run.lr, "seed": run.seed,
+        "sync": mode.0.to_string(), "compress": mode.1.to_string(), "outer_lr": args.outer_lr,
+        "outer_momentum": args.outer_momentum});
+    nodes[0].command(&start)?;
+    // A sampled run is the whole run's first syncs (the learning-rate schedule spans the run).
+    let syncs = if sampled { args.sample_steps.max(2) } else { run.steps / mode.0.steps_per_sync() };
+    let ended_run = |e: &Value| {
+        (e["event"] == "step" && e["step"].as_u64() == Some(u64::from(syncs))) || e["event"] == "run-finished"
+    };
+    let (began, _) = nodes[0].wait_for("the first roster", 60, |e| e["event"] == "roster")?;
+    let mut said = Instant::now();
+    while !nodes.iter().all(|n| n.events().iter().any(|(_, e)| ended_run(e))) {
+        if let Some((_, error)) = nodes[0].events().into_iter().find(|(_, e)| e["event"] == "guard-stopped") {
+            bail!("{label}: the guard stopped the run: {error}");
+        }
+        if said.elapsed() > Duration::from_secs(10) {
+            let step = nodes[0].events().iter().filter(|(_, e)| e["event"] == "weights").count();
+            eprintln!("bench wan: {label}: {step}/{syncs} syncs after {:.0} s", began.elapsed().as_secs_f64());
+            said = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Timed from the first sync's end (the links' slow start is in the first) to the last's.
+    let (first, _) = nodes[0].wait_for("the first sync", 60, |e| e["event"] == "step" && e["step"] == 1)?;
+    let mut ended = first;
+    for node in &nodes {
+        let (at, _) = node.wait_for("the last sync", 3600, ended_run)?;
+        ended = ended.max(at);
+    }
+    let seconds = ended.duration_since(first).as_secs_f64();
+    // Every node's last step is reported once its hash is known; wait for those.
+    for node in &nodes {
+        node.wait_for("the last step's hash", 60, |e| e["event"] == "weights" && e["step"] == syncs)?;
+    }
+    let mut hashes: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut sent = 0u64;
+    // Per node and sync: compute, waiting for the exchange, hashing and the guard (seconds).
+    let mut breakdown = [0f64; 3];
+    let mut timed_syncs = 0f64;
+    for node in &nodes {
+        for (_, e) in node.events().iter().filter(|(_, e)| e["event"] == "weights") {
+            let step = e["step"].as_u64().unwrap_or(0);
+            if step > u64::from(syncs) {
+                continue;
+            }
+            if step > 1 {
+                sent += e["sent_bytes"].as_u64().unwrap_or(0);
+                for (slot, key) in breakdown.iter_mut().zip(["compute_ms", "exchange_ms", "hash_guard_ms"]) {
+                    *slot += e[key].as_f64().unwrap_or(0.0) / 1e3;
+                }
+                timed_syncs += 1.0;
+            }
+            hashes.entry(step).or_default().push(e["whash"].as_str().unwrap_or("").to_string());
+        }
+    }
+    ensure!(hashes.values().all(|h| h.iter().all(|x| *x == h[0])), "{label}: the replicas disagree");
+    let heldout_loss = if sampled {
+        drop(nodes);
+        // The whole run in one process; it must agree with the network at every sync it ran.
+        eprintln!("bench wan: {label}: replaying the whole run in one process for its loss");
+        let mut replay = GroupReplay::new(run, &ids, "cpu", 0)?;
+        while replay.step_count() < run.steps {
+            let whash = format!("{:#010x}", replay.sync()?);
+            let sync = u64::from(replay.step_count() / mode.0.steps_per_sync());
+            if let Some(network) = hashes.get(&sync) {
+                ensure!(network[0] == whash, "{label}: the replay differs from the network at sync {sync}");
+            }
+        }
+        replay.heldout_loss(args.eval_batches)?
+    } else {
+        let path = dir.join(format!("{}-{}.ckpt", mode.0.to_string().replace(':', ""), mode.1));
+        nodes[0].command(&json!({"cmd": "save", "path": path}))?;
+        nodes[0].wait_for("the checkpoint", 60, |e| e["event"] == "checkpoint-saved")?;
+        drop(nodes);
+        heldout(&path, args)?
+    };
+    // Syncs 2.. were timed and counted.
+    let timed = f64::from(syncs - 1) * f64::from(mode.0.steps_per_sync());
+    let tokens = timed * run.tokens_per_step() as f64 * args.nodes as f64;
+    Ok(Measured {
+        mode: label,
+        tokens_per_s: tokens / seconds,
+        bytes_per_token: sent as f64 / tokens,
+        heldout_loss,
+        seconds,
+        syncs,
+        sampled,
+        breakdown: breakdown.map(|b| b / timed_syncs.max(1.0)),
+    })
+}
+
+/// Tokens/s of `nodes` lone trainers computing side by side (no exchange), same model.
+fn side_by_side(args: &WanArgs) -> anyhow::Result<f64> {
+    let bin = std::env::current_exe().context("the lockstep binary")?;
+    let run = model(args);
+    // Enough steps to time, fewer than the run (the rate is steady after the first).
+    let steps = args.steps.clamp(4, 24);
+    let mut children = Vec::new();
+    for _ in 0..args.nodes {
+        let mut command = Command::new(&bin);
+        command.args(["train", "--backend", "cpu", "--threads", &args.threads.to_string(), "--json"]);
+        command.args(["--eval-batches", "0", "--audit-every", "0", "--steps", &steps.to_string()]);
+        for (flag, value) in [
+            ("--width", run.model.width),
+            ("--context", run.model.context),
+            ("--layers", run.model.layers),
+            ("--heads", run.model.heads),
+            ("--batch", run.batch),
+        ] {
+            command.args([flag, &value.to_string()]);
+        }
+        children.push(command.stdout(Stdio::piped()).spawn().context("spawning lockstep train")?);
+    }
+    // Each prints its own tokens/s since its first step (start-up and the gate excluded).
+    let mut total = 0.0;
+    for child in children {
+        let out = child.wait_with_output()?;
+        ensure!(out.status.success(), "a side-by-side trainer failed");
+        let last = String::from_utf8_lossy(&out.stdout).lines().last().map(str::to_string).unwrap_or_default();
+        let line: Value = serde_json::from_str(&last).context("a trainer's last line")?;
+        total += line["tokens_per_s"].as_f64().context("tokens_per_s")?;
+    }
+    Ok(total)
+}
+
+pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
+    ensure!(args.nodes >= 2, "a group needs at least 2 nodes");
+    let modes: Vec<(SyncMode, Compression)> =
+        args.modes.iter().map(|m| parse_mode(m, args.outer)).collect::<anyhow::Result<_>>()?;
+    for (sync, _) in &modes {
+        ensure!(
+            args.steps.is_multiple_of(sync.steps_per_sync()),
+            "--steps {} is not a whole number of {sync} syncs",
+            args.steps
+        );
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("lockstep-wan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let network = ShapedNetwork::new(args.nodes, args.rate_mbit, args.queue_ms)?;
+    let bin = std::env::current_exe().context("the lockstep binary")?;
+    let address = format!("{HUB_ADDRESS}:8765");
+    let mut signal = Command::new("ip")
+        .args(["netns", "exec", &network.hub])
+        .arg(&bin)
+        .args(["signal", "--bind", &address, "--no-data"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the signaling server")?;
+    let mut first = String::new();
+    BufReader::new(signal.stdout.take().context("stdout")?).read_line(&mut first)?;
+    ensure!(first.contains("listening"), "the signaling server did not start: {first:?}");
+    let url = format!("ws://{address}/ws");
+    let alone = side_by_side(&args)?;
+    let mut measured = Vec::new();
+    for mode in &modes {
+        let result = run_mode(&args, &network, &url, *mode, &dir);
+        match result {
+            Ok(m) => measured.push(m),
+            Err(e) => {
+                let _ = signal.kill();
+                return Err(e.context(format!("mode {} {}", mode.0, mode.1)));
+            }
+        }
+    }
+    let _ = signal.kill();
+    let _ = signal.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let seed = measured.first();
+    let seed_bytes = seed.map_or(f64::NAN, |m| m.bytes_per_token);
+    let seed_loss = seed.map_or(f32::NAN, |m| m.heldout_loss);
+    let run = model(&args);
+    if !args.json {
+        println!(
+            "{} nodes × {} Mbit/s uplink × {} ms RTT{}, c={} t={} layers={} heads={} batch={}, {} steps per node; \
+             no exchange: {:.0} tok/s",
+            args.nodes,
+            args.rate_mbit,
+            args.rtt_ms,
+            if args.loss_per_mille > 0 { format!(" × {}‰ loss", args.loss_per_mille) } else { String::new() },
+            run.model.width,
+            run.model.context,
+            run.model.layers,
+            run.model.heads,
+            run.batch,
+            args.steps,
+            alone
+        );
+        println!(
+            "{:<18} {:>6} {:>10} {:>12} {:>9} {:>6} {:>9} {:>9} {:>7}",
+            "mode", "syncs", "tok/s", "bytes/token", "vs first", "util", "loss", "vs first", "secs"
+        );
+    }
+    for m in &measured {
+        let utilization = m.tokens_per_s / alone;
+        let fewer = seed_bytes / m.bytes_per_token;
+        let loss_gap = f64::from(m.heldout_loss / seed_loss - 1.0);
+        if args.json {
+            println!(
+                "{}",
+                json!({"mode": m.mode, "tokens_per_s": m.tokens_per_s, "bytes_per_token": m.bytes_per_token,
+                    "utilization": utilization, "heldout_loss": m.heldout_loss, "syncs": m.syncs,
+                    "bytes_fewer_than_first": fewer, "loss_vs_first": loss_gap, "seconds": m.seconds,
+                    "no_exchange_tokens_per_s": alone, "nodes": args.nodes, "rate_mbit": args.rate_mbit,
+                    "rtt_ms": args.rtt_ms, "steps": args.steps, "outer": args.outer, "sampled": m.sampled,
+                    "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
+                    "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum})
+            );
+        } else {
+            println!(
+                "{:<18} {:>6} {:>10.0} {:>12.2} {:>8.1}x {:>5.0}% {:>9.4} {:>+8.2}% {:>7.1}",
+                m.mode,
+                if m.sampled { format!("{}*", m.syncs) } else { m.syncs.to_string() },
+                m.tokens_per_s,
+                m.bytes_per_token,
+                fewer,
+                utilization * 100.0,
+                m.heldout_loss,
+                loss_gap * 100.0,
+                m.seconds
+            );
+        }
+    }
+    if !args.json {
+        println!("per node and sync, syncs after the first: compute / waiting for the exchange / hash and guard");
+        for m in &measured {
+            let [compute, exchange, hash] = m.breakdown;
+            println!("{:<18} {compute:>8.2} s {exchange:>8.2} s {hash:>8.3} s", m.mode);
+        }
+    }
+    if !args.json && measured.iter().any(|m| m.sampled) {
+        println!(
+            "* ran these syncs on the network (throughput, bytes); the loss is the whole run's, replayed in one \
+             process and checked equal to the network's weights at every sync it ran"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
