@@ -247,6 +247,14 @@ pub struct Session {
     /// The step being collected (`applied + 1`).
     collector: Option<StepCollector>,
     collector_since_ms: u64,
+    /// When our own gradient for the step in flight was ready (the network's part of the
+    /// wait starts there).
+    own_ready_ms: Option<u64>,
+    /// The network part of the last steps (our gradient ready to the step's end, ms), of
+    /// steps that needed no repair.
+    net_waits: std::collections::VecDeque<u64>,
+    /// This node asked for a repair (or, leading, repeated a roster) in the step in flight.
+    repaired_in_step: bool,
     last_repair_ms: Option<u64>,
     /// Roster of `applied + 2`, received before `applied + 1` could be applied (the commit).
     commit: Option<Vec<PeerId>>,
@@ -298,6 +306,9 @@ impl Session {
             applied: 0,
             collector: None,
             collector_since_ms: 0,
+            own_ready_ms: None,
+            net_waits: std::collections::VecDeque::new(),
+            repaired_in_step: false,
             last_repair_ms: None,
             commit: None,
             early: BTreeMap::new(),
@@ -595,6 +606,7 @@ impl Session {
         self.joiners.clear();
         self.dropped.clear();
         self.step_times.clear();
+        self.net_waits.clear();
         self.removed = false;
         self.stopped = None;
         self.finished = false;
@@ -782,6 +794,8 @@ impl Session {
                 let compression = self.run.as_ref().map_or(Compression::None, |r| r.sync.compression);
                 self.collector = Some(StepCollector::new(step, peers.clone(), self.weights, compression));
                 self.collector_since_ms = self.now_ms;
+                self.own_ready_ms = None;
+                self.repaired_in_step = false;
                 self.last_repair_ms = None;
                 for (from, gradient) in std::mem::take(&mut self.early) {
                     self.offer(from, gradient);
@@ -809,6 +823,7 @@ impl Session {
         for to in targets {
             self.send(to, Message::Gradient(gradient.clone()));
         }
+        self.own_ready_ms = Some(self.now_ms);
         self.offer(self.config.me, gradient);
         self.after_offer();
     }
@@ -927,6 +942,14 @@ impl Session {
                 }
             }
         }
+        // A step that needed repairs says how long repairs take, not the link: not counted
+        // (counting it would stretch the next waits, and so the next repairs, ever further).
+        if let Some(ready) = self.own_ready_ms.filter(|_| !std::mem::take(&mut self.repaired_in_step)) {
+            self.net_waits.push_back(self.now_ms.saturating_sub(ready));
+            if self.net_waits.len() > TIMED_STEPS {
+                self.net_waits.pop_front();
+            }
+        }
         self.applied = step;
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss });
         self.event(Event::StepApplied { step, loss, peers, whash: ours });
@@ -967,26 +990,43 @@ impl Session {
             }
         }
         let Some(collector) = &self.collector else { return };
+        // Repairs wait on the network, not on compute: while our own gradient is being
+        // computed nothing can be late yet (an outer step computes for many seconds), and the
+        // others' are measured from when ours was ready.
+        let computing = collector.roster().contains(&self.config.me) && collector.get(self.config.me).is_none();
+        if computing {
+            return;
+        }
+        let waited = self.now_ms.saturating_sub(self.own_ready_ms.unwrap_or(self.collector_since_ms));
         if self.is_leader() {
             // A roster member that has not sent its gradient may have missed the roster (or the
             // commit before it): say it again, at most once per repair interval.
-            if waited >= self.config.repair_after_ms
-                && self.last_repair_ms.is_none_or(|t| self.now_ms.saturating_sub(t) >= self.config.repair_after_ms)
-            {
+            let after = self.repair_after_ms();
+            if waited >= after && self.last_repair_ms.is_none_or(|t| self.now_ms.saturating_sub(t) >= after) {
                 let step = collector.step;
                 let peers = collector.roster().to_vec();
                 let missing: Vec<PeerId> =
                     collector.missing().into_iter().filter(|p| self.members.contains(p)).collect();
                 self.last_repair_ms = Some(self.now_ms);
+                self.repaired_in_step |= !missing.is_empty();
                 for to in missing {
                     self.send(to, Message::Roster { step, peers: peers.clone() });
                 }
             }
             return;
         }
-        if waited >= self.config.repair_after_ms && !collector.is_complete() {
+        if waited >= self.repair_after_ms() && !collector.is_complete() {
             self.request_repairs();
         }
+    }
+
+    /// How long the network part of a step may take before repairs start: the configured
+    /// interval, or 3 × the longest of the last steps' network waits (from our gradient being
+    /// ready to the step's end) when that is longer — on a slow link a contribution takes
+    /// seconds to arrive, and asking for it again then only sends it twice.
+    pub fn repair_after_ms(&self) -> u64 {
+        let longest = self.net_waits.iter().max().copied().unwrap_or(0);
+        self.config.repair_after_ms.max(longest.saturating_mul(3))
     }
 
     /// Leader, after the last step: repeat the final commit for a while (every repair
@@ -1010,7 +1050,7 @@ impl Session {
     /// repair interval.
     fn request_repairs(&mut self) {
         let Some(leader) = self.leader.filter(|l| *l != self.config.me) else { return };
-        if self.last_repair_ms.is_some_and(|t| self.now_ms.saturating_sub(t) < self.config.repair_after_ms) {
+        if self.last_repair_ms.is_some_and(|t| self.now_ms.saturating_sub(t) < self.repair_after_ms()) {
             return;
         }
         let Some(collector) = &self.collector else { return };
@@ -1020,6 +1060,7 @@ impl Session {
             return;
         }
         self.last_repair_ms = Some(self.now_ms);
+        self.repaired_in_step = true;
         for peer in missing {
             self.send(leader, Message::RepairRequest { step, peer });
             self.event(Event::RepairRequested { step, peer });
