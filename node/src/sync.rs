@@ -443,15 +443,10 @@ pub mod schedules {
     /// A ring: the grid first (a max passed round the ring: associative), then a partial sum
     /// passed from member to member starting at `first`, each adding its own terms.
     pub fn sum_ring(contributions: &[&Packed], first: usize) -> (Vec<u8>, Vec<i32>) {
+        // Passing a partial sum round the ring adds the same terms in the ring's order.
         let n = contributions.len();
         let order: Vec<&Packed> = (0..n).map(|i| contributions[(first + i) % n]).collect();
-        let grid = group_grid(order.iter().copied());
-        let len = order.first().map_or(0, |p| p.len());
-        let mut partial = vec![0i32; len];
-        for p in order {
-            on_grid(p, &grid, 0..len, &mut partial);
-        }
-        (grid, partial)
+        sum_direct(&order)
     }
 }
 

@@ -252,7 +252,8 @@ impl Trainer {
                     let (loss, grad, _) = match self.gradient() {
                         Ok(step) => step,
                         Err(e) => {
-                            // Back to the sync boundary: nothing of a failed outer step stays.
+                            // Weights and step count back to the sync boundary (the node stops
+                            // contributing; it is resumed from the group before it does again).
                             self.step -= self.step % inner_steps;
                             self.weights = global;
                             return Err(e.into());
@@ -365,20 +366,8 @@ impl Trainer {
             return Err(RestoreError::TensorLengths);
         }
         // A checkpoint from a run of another sync setting: what it lacks starts at zero.
-        let outer_momentum = if outer && state.outer_momentum.is_empty() {
-            vec![0.0; n]
-        } else if outer {
-            state.outer_momentum
-        } else {
-            Vec::new()
-        };
-        let residual = if int8 && state.residual.is_empty() {
-            vec![0.0; n]
-        } else if int8 {
-            state.residual
-        } else {
-            Vec::new()
-        };
+        let outer_momentum = sync_state(outer, state.outer_momentum, n);
+        let residual = sync_state(int8, state.residual, n);
         self.run = state.run;
         self.step = state.step;
         self.weights = state.weights;
@@ -388,6 +377,16 @@ impl Trainer {
         self.in_flight = None;
         self.data.restore(state.data_state);
         Ok(())
+    }
+}
+
+/// A sync tensor a checkpoint carried: kept when the setting uses it (zeros if it carried
+/// none), dropped when it does not.
+fn sync_state(used: bool, carried: Vec<f32>, len: usize) -> Vec<f32> {
+    match (used, carried.is_empty()) {
+        (true, true) => vec![0.0; len],
+        (true, false) => carried,
+        (false, _) => Vec::new(),
     }
 }
 

@@ -452,35 +452,25 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             }
             let lr = r.f32()?;
             let seed = r.u64()?;
-            if v[0] < 4 {
+            let sync = if v[0] < 4 {
                 // An older node's config has no sync settings; the session names the version.
                 r.rest();
-                return Ok(Message::RunConfig(RunSettings {
-                    protocol: v[0],
-                    width: v[1],
-                    context: v[2],
-                    batch: v[3],
-                    layers: v[4],
-                    heads: v[5],
-                    steps: v[6],
-                    lr,
-                    seed,
-                    sync: SyncConfig::SEED,
-                }));
-            }
-            let mode = r.u8()?;
-            let h = r.u32()?;
-            let mode = match mode {
-                0 => SyncMode::EveryStep,
-                1 => SyncMode::Outer { inner_steps: h },
-                other => return Err(WireError::Invalid(format!("sync mode {other}"))),
+                SyncConfig::SEED
+            } else {
+                let mode = r.u8()?;
+                let h = r.u32()?;
+                let mode = match mode {
+                    0 => SyncMode::EveryStep,
+                    1 => SyncMode::Outer { inner_steps: h },
+                    other => return Err(WireError::Invalid(format!("sync mode {other}"))),
+                };
+                let compression = match r.u8()? {
+                    0 => Compression::None,
+                    1 => Compression::Int8,
+                    other => return Err(WireError::Invalid(format!("compression {other}"))),
+                };
+                SyncConfig { mode, compression, outer: OuterOptimizer { lr: r.f32()?, momentum: r.f32()? } }
             };
-            let compression = match r.u8()? {
-                0 => Compression::None,
-                1 => Compression::Int8,
-                other => return Err(WireError::Invalid(format!("compression {other}"))),
-            };
-            let outer = OuterOptimizer { lr: r.f32()?, momentum: r.f32()? };
             Message::RunConfig(RunSettings {
                 protocol: v[0],
                 width: v[1],
@@ -491,7 +481,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 steps: v[6],
                 lr,
                 seed,
-                sync: SyncConfig { mode, compression, outer },
+                sync,
             })
         }
         ROSTER => {

@@ -55,6 +55,14 @@ fn tiny(steps: u32) -> Value {
     serde_json::json!({"cmd": "start", "steps": steps, "width": 32, "context": 32, "layers": 1, "heads": 2, "batch": 4})
 }
 
+/// `tiny(steps)` in `outer:H` with int8 contributions.
+fn tiny_outer_int8(steps: u32, h: u32) -> Value {
+    let mut start = tiny(steps);
+    start["sync"] = format!("outer:{h}").into();
+    start["compress"] = "int8".into();
+    start
+}
+
 fn finished(node: &Node, secs: u64) {
     node.wait_for("run-finished", |e| e["event"] == "run-finished", secs);
 }
@@ -103,10 +111,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     // And equals one process averaging the same three gradient streams in roster order.
     assert_eq!(replay(&[&a, &b, &c], &["--steps", "30"]), hashes);
 
-    let mut outer = tiny(24);
-    outer["sync"] = "outer:4".into();
-    outer["compress"] = "int8".into();
-    a.command(outer);
+    a.command(tiny_outer_int8(24, 4));
     for node in [&a, &b, &c] {
         node.wait_for("the second run's end", |e| e["event"] == "run-finished" && e["step"] == 6, 180);
     }
@@ -565,10 +570,7 @@ fn outer_steps_survive_a_join_and_the_leader_leaving() {
     let b = Node::spawn(&signal, "cpu");
     let c = Node::spawn(&signal, "cpu");
     channels_open(&[&a, &b, &c]);
-    let mut start = tiny(600);
-    start["sync"] = "outer:4".into();
-    start["compress"] = "int8".into();
-    a.command(start);
+    a.command(tiny_outer_int8(600, 4));
     b.wait_for("sync 10", |e| e["event"] == "weights" && e["step"] == 10, 60);
     let d = Node::spawn(&signal, "cpu");
     let resumed = d.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
