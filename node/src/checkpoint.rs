@@ -10,7 +10,7 @@ use lockstep_luts::hash::fnv1a64;
 use crate::adam::Adam;
 use crate::config::{ConfigError, ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
 use crate::params::Layout;
-use crate::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
+use crate::sync::SyncConfig;
 use crate::trainer::TrainState;
 
 pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
@@ -93,19 +93,7 @@ pub fn encode(state: &TrainState) -> Vec<u8> {
     out.extend_from_slice(&state.adam.beta2_power.to_le_bytes());
     floats(&mut out, &state.adam.m);
     floats(&mut out, &state.adam.v);
-    let sync = &run.sync;
-    let (mode, h) = match sync.mode {
-        SyncMode::EveryStep => (0u8, 1u32),
-        SyncMode::Outer { inner_steps } => (1, inner_steps),
-    };
-    out.push(mode);
-    out.extend_from_slice(&h.to_le_bytes());
-    out.push(match sync.compression {
-        Compression::None => 0,
-        Compression::Int8 => 1,
-    });
-    out.extend_from_slice(&sync.outer.lr.to_le_bytes());
-    out.extend_from_slice(&sync.outer.momentum.to_le_bytes());
+    out.extend_from_slice(&run.sync.encode());
     for tensor in [&state.outer_momentum, &state.residual] {
         out.extend_from_slice(&(tensor.len() as u64).to_le_bytes());
         floats(&mut out, tensor);
@@ -128,10 +116,6 @@ impl Reader<'_> {
         let slice = &self.bytes[self.at..end];
         self.at = end;
         Ok(slice)
-    }
-
-    fn u8(&mut self) -> Result<u8, CheckpointError> {
-        Ok(self.take(1)?[0])
     }
 
     fn u32(&mut self) -> Result<u32, CheckpointError> {
@@ -218,19 +202,8 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     let v = r.floats(n)?;
     let (mut outer_momentum, mut residual) = (Vec::new(), Vec::new());
     if version >= 2 {
-        let mode = r.u8()?;
-        let h = r.u32()?;
-        run.sync.mode = match mode {
-            0 => SyncMode::EveryStep,
-            1 => SyncMode::Outer { inner_steps: h },
-            other => return Err(CheckpointError::Dims(format!("sync mode {other}"))),
-        };
-        run.sync.compression = match r.u8()? {
-            0 => Compression::None,
-            1 => Compression::Int8,
-            other => return Err(CheckpointError::Dims(format!("compression {other}"))),
-        };
-        run.sync.outer = OuterOptimizer { lr: r.f32()?, momentum: r.f32()? };
+        let bytes = r.take(SyncConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
+        run.sync = SyncConfig::decode(bytes).map_err(CheckpointError::Dims)?;
         for tensor in [&mut outer_momentum, &mut residual] {
             let len = r.u64()? as usize;
             if len != 0 && len != n {

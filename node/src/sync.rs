@@ -140,6 +140,49 @@ impl SyncConfig {
         SyncConfig { mode: SyncMode::EveryStep, compression: Compression::None, outer: OuterOptimizer::DEFAULT };
 }
 
+impl SyncConfig {
+    /// Bytes of [`SyncConfig::encode`].
+    pub const ENCODED_LEN: usize = 14;
+
+    /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
+    /// `[u8 mode (0 every-step, 1 outer)][u32 H (1 for every-step)][u8 compression (0 none,
+    /// 1 int8)][f32 outer lr][f32 outer momentum]`.
+    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let (mode, h) = match self.mode {
+            SyncMode::EveryStep => (0u8, 1u32),
+            SyncMode::Outer { inner_steps } => (1, inner_steps),
+        };
+        let compression = match self.compression {
+            Compression::None => 0u8,
+            Compression::Int8 => 1,
+        };
+        let mut out = [0u8; Self::ENCODED_LEN];
+        out[0] = mode;
+        out[1..5].copy_from_slice(&h.to_le_bytes());
+        out[5] = compression;
+        out[6..10].copy_from_slice(&self.outer.lr.to_le_bytes());
+        out[10..14].copy_from_slice(&self.outer.momentum.to_le_bytes());
+        out
+    }
+
+    /// Reads [`SyncConfig::encode`]'s bytes; an unknown mode or compression is named.
+    pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<SyncConfig, String> {
+        let word = |at: usize| [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
+        let mode = match bytes[0] {
+            0 => SyncMode::EveryStep,
+            1 => SyncMode::Outer { inner_steps: u32::from_le_bytes(word(1)) },
+            other => return Err(format!("sync mode {other}")),
+        };
+        let compression = match bytes[5] {
+            0 => Compression::None,
+            1 => Compression::Int8,
+            other => return Err(format!("compression {other}")),
+        };
+        let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
+        Ok(SyncConfig { mode, compression, outer })
+    }
+}
+
 impl std::fmt::Display for SyncConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.mode, self.compression)

@@ -119,8 +119,8 @@ impl Trainer {
         let layout = Layout::new(run.model);
         let weights = init(&layout, run.seed);
         let adam = Adam::new(layout.len);
-        let outer_momentum = sync_tensor(matches!(run.sync.mode, SyncMode::Outer { .. }), layout.len);
-        let residual = sync_tensor(run.sync.compression == Compression::Int8, layout.len);
+        let outer_momentum = sync_state(matches!(run.sync.mode, SyncMode::Outer { .. }), Vec::new(), layout.len);
+        let residual = sync_state(run.sync.compression == Compression::Int8, Vec::new(), layout.len);
         Ok(Trainer {
             outer_momentum,
             residual,
@@ -387,15 +387,6 @@ fn sync_state(used: bool, carried: Vec<f32>, len: usize) -> Vec<f32> {
         (true, true) => vec![0.0; len],
         (true, false) => carried,
         (false, _) => Vec::new(),
-    }
-}
-
-/// A sync tensor: zeros when the setting uses it, else empty.
-fn sync_tensor(used: bool, len: usize) -> Vec<f32> {
-    if used {
-        vec![0.0; len]
-    } else {
-        Vec::new()
     }
 }
 

@@ -33,7 +33,7 @@
 use std::collections::HashMap;
 
 pub use crate::sync::Values;
-use crate::sync::{Compression, OuterOptimizer, Packed, SyncConfig, SyncMode};
+use crate::sync::{Packed, SyncConfig};
 pub use crate::verdict::Verdict;
 
 /// The mesh protocol version carried in the run config.
@@ -352,18 +352,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
             }
             out.extend_from_slice(&s.lr.to_le_bytes());
             out.extend_from_slice(&s.seed.to_le_bytes());
-            let (mode, h) = match s.sync.mode {
-                SyncMode::EveryStep => (0u8, 1u32),
-                SyncMode::Outer { inner_steps } => (1, inner_steps),
-            };
-            out.push(mode);
-            out.extend_from_slice(&h.to_le_bytes());
-            out.push(match s.sync.compression {
-                Compression::None => 0,
-                Compression::Int8 => 1,
-            });
-            out.extend_from_slice(&s.sync.outer.lr.to_le_bytes());
-            out.extend_from_slice(&s.sync.outer.momentum.to_le_bytes());
+            out.extend_from_slice(&s.sync.encode());
         }
         Message::Roster { step, peers } => {
             out.extend_from_slice(&ROSTER.to_le_bytes());
@@ -457,19 +446,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 r.rest();
                 SyncConfig::SEED
             } else {
-                let mode = r.u8()?;
-                let h = r.u32()?;
-                let mode = match mode {
-                    0 => SyncMode::EveryStep,
-                    1 => SyncMode::Outer { inner_steps: h },
-                    other => return Err(WireError::Invalid(format!("sync mode {other}"))),
-                };
-                let compression = match r.u8()? {
-                    0 => Compression::None,
-                    1 => Compression::Int8,
-                    other => return Err(WireError::Invalid(format!("compression {other}"))),
-                };
-                SyncConfig { mode, compression, outer: OuterOptimizer { lr: r.f32()?, momentum: r.f32()? } }
+                let bytes = r.array::<{ SyncConfig::ENCODED_LEN }>()?;
+                SyncConfig::decode(&bytes).map_err(WireError::Invalid)?
             };
             Message::RunConfig(RunSettings {
                 protocol: v[0],
@@ -623,6 +601,7 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::{Compression, OuterOptimizer, SyncMode};
 
     fn gradient(n: usize) -> Gradient {
         Gradient {
