@@ -7,6 +7,8 @@
 //! correct rather than fast. `docs/VERIFICATION.md` is the same specification in prose.
 
 pub mod hash;
+pub mod mathf;
+pub mod ops;
 pub mod probe;
 pub mod rng;
 pub mod table;

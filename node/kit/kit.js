@@ -1,7 +1,7 @@
 "use strict";
 // The lockstep inference kit: the model's forward pass in JavaScript, through the same
 // verified INT8 units (docs/VERIFICATION.md) and the same element-wise f32 math
-// (node/src/mathf.rs), so greedy generation here yields exactly the tokens
+// (luts/src/mathf.rs), so greedy generation here yields exactly the tokens
 // `lockstep generate` yields. Every f32 operation is followed by Math.fround: binary64 has
 // enough precision that this is the correctly rounded binary32 result, as in Rust.
 // Each function below mirrors a named Rust function line by line, in the same order.

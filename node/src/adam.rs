@@ -18,9 +18,7 @@
 //! The learning rate `lr_t` warms up linearly over the first `min(100, steps/10)` steps and
 //! then decays linearly to `lr/10` at `steps` (and stays there).
 
-pub const BETA1: f32 = 0.9;
-pub const BETA2: f32 = 0.95;
-pub const EPS: f32 = 1e-8;
+pub use lockstep_luts::ops::{ADAM_BETA1 as BETA1, ADAM_BETA2 as BETA2, ADAM_EPS as EPS};
 
 /// The optimizer state.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,17 +42,9 @@ impl Adam {
         self.t += 1;
         self.beta1_power *= BETA1;
         self.beta2_power *= BETA2;
-        let one_minus_b1 = 1.0 - BETA1;
-        let one_minus_b2 = 1.0 - BETA2;
         let correction1 = 1.0 - self.beta1_power;
         let correction2 = 1.0 - self.beta2_power;
-        for (((w, &g), m), v) in weights.iter_mut().zip(grad).zip(&mut self.m).zip(&mut self.v) {
-            *m = BETA1 * *m + one_minus_b1 * g;
-            *v = BETA2 * *v + one_minus_b2 * (g * g);
-            let m_hat = *m / correction1;
-            let v_hat = *v / correction2;
-            *w -= lr * m_hat / (v_hat.sqrt() + EPS);
-        }
+        lockstep_luts::ops::adam_into(weights, grad, &mut self.m, &mut self.v, lr, correction1, correction2);
     }
 }
 

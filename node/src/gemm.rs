@@ -90,6 +90,13 @@ pub trait Gemm: Send {
     /// attention heads). Which lane computes a product never changes its bits: every lane is
     /// the same admitted arithmetic. At least one lane.
     fn lanes(&mut self) -> Vec<&mut dyn Gemm>;
+
+    /// The backend's own executor for a whole step's ops (ABI 2), when it has one: the trainer
+    /// then keeps a step's buffers there. `None`: the host runs the ops and calls
+    /// [`Gemm::gemm_nt`] for the products.
+    fn device(&mut self) -> Option<&mut dyn crate::device::Device> {
+        None
+    }
 }
 
 /// Plain f32 products (`matrixmultiply`'s sgemm, single-threaded, so deterministic too): the
@@ -181,19 +188,19 @@ impl Gemm for FloatLane {
     }
 }
 
-/// What an audit found: one product of a step recomputed by the reference units disagreed.
+/// What an audit found: one op of a step recomputed by the reference disagreed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AuditMismatch {
-    /// Which call of the step (0-based, in the order the model makes them).
+    /// The op's position in the step's sequence.
     pub call: usize,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    /// Flat index of the first differing element of C.
+    pub op: &'static str,
+    /// The buffer (backend handle) holding the first differing word.
+    pub buffer: u64,
+    /// Word index of the first difference in that buffer.
     pub index: usize,
     pub expected_bits: u32,
     pub actual_bits: u32,
-    /// How many elements differ.
+    /// How many words of that buffer differ.
     pub differing: usize,
 }
 
@@ -201,86 +208,8 @@ impl std::fmt::Display for AuditMismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "product #{} ({}x{}x{}) differs from the CPU reference in {} element(s); first at [{}][{}]: expected {:#010x}, got {:#010x}",
-            self.call,
-            self.m,
-            self.n,
-            self.k,
-            self.differing,
-            self.index / self.n,
-            self.index % self.n,
-            self.expected_bits,
-            self.actual_bits
+            "op #{} ({}) differs from the CPU reference in {} word(s); first at word {} of buffer {}: expected {:#010x}, got {:#010x}",
+            self.call, self.op, self.differing, self.index, self.buffer, self.expected_bits, self.actual_bits
         )
-    }
-}
-
-/// Wraps the step's products for a live audit: the `target`-th call (if any) through
-/// [`Gemm::gemm_nt`] is recomputed by the reference units (`lockstep_luts::gemm_nt`) and
-/// compared bit for bit. Lane calls (attention) pass through unaudited. A mismatch makes that
-/// call fail, which stops the step.
-pub struct AuditOne<'a> {
-    inner: &'a mut dyn Gemm,
-    /// The step being computed, for the failure report.
-    step: u32,
-    target: Option<usize>,
-    calls: usize,
-    /// Set once the target call ran and was compared equal.
-    pub audited: Option<(usize, usize, usize)>,
-}
-
-impl<'a> AuditOne<'a> {
-    /// `target: None` only counts the calls.
-    pub fn new(inner: &'a mut dyn Gemm, step: u32, target: Option<usize>) -> Self {
-        Self { inner, step, target, calls: 0, audited: None }
-    }
-
-    /// Calls through `gemm_nt` so far.
-    pub fn calls(&self) -> usize {
-        self.calls
-    }
-}
-
-impl Gemm for AuditOne<'_> {
-    fn gemm_nt(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f32],
-        b: &[f32],
-        c: &mut [f32],
-    ) -> Result<(), ComputeError> {
-        let call = self.calls;
-        self.calls += 1;
-        self.inner.gemm_nt(m, n, k, a, b, c)?;
-        if Some(call) != self.target {
-            return Ok(());
-        }
-        let expected = lockstep_luts::gemm_nt(m, n, k, a, b).map_err(ComputeError::Reference)?;
-        let mut differing = expected.iter().zip(c.iter()).enumerate().filter(|(_, (x, y))| x.to_bits() != y.to_bits());
-        if let Some((index, (x, y))) = differing.next() {
-            let mismatch = AuditMismatch {
-                call,
-                m,
-                n,
-                k,
-                index,
-                expected_bits: x.to_bits(),
-                actual_bits: y.to_bits(),
-                differing: 1 + differing.count(),
-            };
-            return Err(ComputeError::Audit(AuditFailure { step: self.step, mismatch, backend: self.inner.label() }));
-        }
-        self.audited = Some((m, n, k));
-        Ok(())
-    }
-
-    fn label(&self) -> String {
-        self.inner.label()
-    }
-
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        self.inner.lanes()
     }
 }

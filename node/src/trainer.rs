@@ -7,7 +7,7 @@
 use crate::adam::{schedule, Adam};
 use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{heldout_batches, DataSource, Origin};
-use crate::gemm::{AuditOne, ComputeError, Gemm};
+use crate::gemm::{ComputeError, Gemm};
 use crate::model::Model;
 use crate::params::{init, weight_hash, Layout};
 use crate::sync::{self, Compression, NonFinite, SyncMode, Values};
@@ -88,8 +88,8 @@ pub struct StepReport {
     /// Tokens this node trained on in it.
     pub tokens: usize,
     pub origin: Origin,
-    /// The product a live audit recomputed this step and found equal: `(call, m, n, k)`.
-    pub audited: Option<(usize, usize, usize, usize)>,
+    /// The op a live audit recomputed this step and found equal: `(position, name)`.
+    pub audited: Option<(usize, &'static str)>,
 }
 
 pub struct Trainer {
@@ -102,9 +102,7 @@ pub struct Trainer {
     data: Box<dyn DataSource>,
     /// Live audit period in steps (0: off).
     audit_every: u32,
-    /// Products per step through `Gemm::gemm_nt`, learned from the last audited step.
-    calls_per_step: usize,
-    last_audited: Option<(usize, usize, usize, usize)>,
+    last_audited: Option<(usize, &'static str)>,
     outer_momentum: Vec<f32>,
     residual: Vec<f32>,
     in_flight: Option<InFlight>,
@@ -134,7 +132,6 @@ impl Trainer {
             gemm,
             data,
             audit_every: 0,
-            calls_per_step: 0,
             last_audited: None,
         })
     }
@@ -204,26 +201,28 @@ impl Trainer {
         let seq = self.run.model.context;
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
         let computing = self.step + 1;
-        // Rotate through the step's products: the n-th audit checks call n mod calls-per-step.
-        let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every)).then(|| {
-            let round = (computing / self.audit_every) as usize;
-            if self.calls_per_step == 0 {
-                0
-            } else {
-                round % self.calls_per_step
-            }
-        });
+        // Rotate through the step's ops: the n-th audit checks op n (mod the ops the backend
+        // computes itself).
+        let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every))
+            .then(|| (computing / self.audit_every) as usize);
         self.last_origin = origin.clone();
-        let mut audit = AuditOne::new(self.gemm.as_mut(), computing, target);
-        let (loss, grad) =
-            self.model.loss_and_grad(&mut audit, &self.weights, &batch.tokens, &batch.targets, self.run.batch, seq)?;
-        self.calls_per_step = audit.calls();
-        self.last_audited = audit.audited.zip(target).map(|((m, n, k), call)| (call, m, n, k));
+        let (loss, grad, audited) = self.model.step(
+            self.gemm.as_mut(),
+            &self.weights,
+            &batch.tokens,
+            &batch.targets,
+            self.run.batch,
+            seq,
+            target,
+            computing,
+        )?;
+        self.last_audited = audited.map(|a| (a.index, a.name));
         Ok((loss, grad, origin))
     }
 
-    /// The product the last step's audit recomputed, if that step was audited.
-    pub fn last_audited(&self) -> Option<(usize, usize, usize, usize)> {
+    /// The op the last step's audit recomputed (its position in the step and its name), if
+    /// that step was audited.
+    pub fn last_audited(&self) -> Option<(usize, &'static str)> {
         self.last_audited
     }
 

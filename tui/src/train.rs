@@ -345,7 +345,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"step": report.step, "loss": report.loss, "whash": format!("{:#010x}", report.weight_hash), "tokens_per_s": tokens_per_s, "audited": report.audited.map(|(call, m, n, k)| format!("#{call} {m}x{n}x{k}"))})
+                serde_json::json!({"step": report.step, "loss": report.loss, "whash": format!("{:#010x}", report.weight_hash), "tokens_per_s": tokens_per_s, "audited": report.audited.map(|(op, name)| format!("#{op} {name}"))})
             );
         } else if live {
             let done = (report.step - first_step) as f64 / (until - first_step).max(1) as f64;
