@@ -18,13 +18,17 @@
 
 use std::ffi::{c_char, c_void};
 
+pub mod ops;
 pub mod plugin;
 
-/// ABI major version: a host refuses a plugin with a different one.
-pub const ABI_MAJOR: u16 = 1;
-/// ABI minor version: fields appended within one major version (1.2: the device options in
-/// [`CreateOptions`]).
-pub const ABI_MINOR: u16 = 2;
+/// ABI major version. 2: plugin-owned buffers and the training step's ops (appended after 1.2's
+/// table). A host loads majors [`ABI_MAJOR_OLDEST`] ..= this one; a 1.x plugin is a product-only
+/// backend, as it always was.
+pub const ABI_MAJOR: u16 = 2;
+/// The oldest major version a host still loads.
+pub const ABI_MAJOR_OLDEST: u16 = 1;
+/// ABI minor version: fields appended within one major version.
+pub const ABI_MINOR: u16 = 0;
 /// The one exported symbol, without its NUL.
 pub const ENTRY_SYMBOL: &str = "lockstep_worker_entry";
 
@@ -182,6 +186,38 @@ pub type TimeKernelFn = unsafe extern "C" fn(
     out_seconds: *mut f64,
     error: *mut ErrorBuf,
 ) -> i32;
+/// `buffer_create(instance, words, out_handle, error) -> status` (2.0): a plugin-owned buffer of
+/// `words` 32-bit words, named by a non-zero handle.
+pub type BufferCreateFn =
+    unsafe extern "C" fn(instance: *mut c_void, words: u64, out: *mut u64, error: *mut ErrorBuf) -> i32;
+/// `buffer_free(instance, handle)` (2.0).
+pub type BufferFreeFn = unsafe extern "C" fn(instance: *mut c_void, handle: u64);
+/// `buffer_write(instance, handle, offset, src, words, error) -> status` (2.0): copies `words`
+/// words from host memory to words `offset ..` of the buffer.
+pub type BufferWriteFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    handle: u64,
+    offset: u64,
+    src: *const u32,
+    words: u64,
+    error: *mut ErrorBuf,
+) -> i32;
+/// `buffer_read(instance, handle, offset, dst, words, error) -> status` (2.0).
+pub type BufferReadFn = unsafe extern "C" fn(
+    instance: *mut c_void,
+    handle: u64,
+    offset: u64,
+    dst: *mut u32,
+    words: u64,
+    error: *mut ErrorBuf,
+) -> i32;
+/// `run_ops(instance, ops, count, error) -> status` (2.0): runs `count` [`ops::OpCall`]s in
+/// order, a whole step's sequence at once if the host likes. Each op means exactly what
+/// `lockstep_luts::ops` defines; an op the plugin's [`WorkerVTable::ops`] lacks is
+/// `UNSUPPORTED`, one whose views leave their buffers `INVALID_ARGUMENT`, a non-finite operand
+/// of the units `NON_FINITE_INPUT`. After a failure the ops' outputs are undefined.
+pub type RunOpsFn =
+    unsafe extern "C" fn(instance: *mut c_void, ops: *const ops::OpCall, count: u32, error: *mut ErrorBuf) -> i32;
 /// The entry symbol's type.
 pub type EntryFn = unsafe extern "C" fn() -> *const WorkerVTable;
 
@@ -205,11 +241,21 @@ pub struct WorkerVTable {
     pub gemm_i8: Option<GemmI8Fn>,
     // ---- ABI 1.1 ----
     pub time_kernel: Option<TimeKernelFn>,
+    // ---- ABI 2.0 ----
+    /// One bit per op the plugin runs ([`ops::bit`]); 0 for a product-only backend.
+    pub ops: u64,
+    pub buffer_create: Option<BufferCreateFn>,
+    pub buffer_free: Option<BufferFreeFn>,
+    pub buffer_write: Option<BufferWriteFn>,
+    pub buffer_read: Option<BufferReadFn>,
+    pub run_ops: Option<RunOpsFn>,
 }
 
 /// Size of an ABI 1.0 table: the smallest a host accepts. Fields past it are read only when
 /// `struct_size` covers them.
 pub const TABLE_SIZE_1_0: u32 = 72;
+/// Size of an ABI 2.0 table: the smallest a host accepts from a major-2 plugin.
+pub const TABLE_SIZE_2_0: u32 = 128;
 
 // SAFETY: the table is immutable and its pointers point at static, immutable data (string
 // literals and functions), so sharing it between threads is sound.
@@ -223,8 +269,10 @@ mod tests {
     /// Golden layout: changing any of these numbers is an ABI break.
     #[test]
     fn vtable_layout_is_pinned() {
-        assert_eq!(size_of::<WorkerVTable>(), 80);
+        assert_eq!(size_of::<WorkerVTable>(), 128);
         assert_eq!(TABLE_SIZE_1_0, 72);
+        assert_eq!(TABLE_SIZE_2_0, 128);
+        assert_eq!((ABI_MAJOR, ABI_MINOR, ABI_MAJOR_OLDEST), (2, 0, 1));
         assert_eq!(align_of::<WorkerVTable>(), 8);
         assert_eq!(offset_of!(WorkerVTable, abi_major), 0);
         assert_eq!(offset_of!(WorkerVTable, abi_minor), 2);
@@ -238,6 +286,12 @@ mod tests {
         assert_eq!(offset_of!(WorkerVTable, gemm_f32), 56);
         assert_eq!(offset_of!(WorkerVTable, gemm_i8), 64);
         assert_eq!(offset_of!(WorkerVTable, time_kernel), 72);
+        assert_eq!(offset_of!(WorkerVTable, ops), 80);
+        assert_eq!(offset_of!(WorkerVTable, buffer_create), 88);
+        assert_eq!(offset_of!(WorkerVTable, buffer_free), 96);
+        assert_eq!(offset_of!(WorkerVTable, buffer_write), 104);
+        assert_eq!(offset_of!(WorkerVTable, buffer_read), 112);
+        assert_eq!(offset_of!(WorkerVTable, run_ops), 120);
         // A nullable function pointer is one pointer wide.
         assert_eq!(size_of::<Option<GemmF32Fn>>(), size_of::<usize>());
     }

@@ -55,6 +55,37 @@ pub trait Worker: Sized + 'static {
     fn time_kernel(&mut self, _m: usize, _n: usize, _k: usize, _repeat: usize) -> Result<f64, WorkerError> {
         Err(WorkerError::new(status::UNSUPPORTED, "this plugin does not time its kernel"))
     }
+
+    /// (2.0) The ops this plugin runs, [`crate::ops::bit`] per op; 0: products only, and the
+    /// buffer methods below are never called.
+    const OPS: u64 = 0;
+
+    /// (2.0) A buffer of `words` words; returns its non-zero handle.
+    fn buffer_create(&mut self, _words: usize) -> Result<u64, WorkerError> {
+        Err(unsupported_ops())
+    }
+
+    /// (2.0) Frees a buffer; unknown handles are ignored.
+    fn buffer_free(&mut self, _handle: u64) {}
+
+    /// (2.0) Copies `data` into words `offset ..` of a buffer.
+    fn buffer_write(&mut self, _handle: u64, _offset: usize, _data: &[u32]) -> Result<(), WorkerError> {
+        Err(unsupported_ops())
+    }
+
+    /// (2.0) Copies words `offset ..` of a buffer into `out`.
+    fn buffer_read(&mut self, _handle: u64, _offset: usize, _out: &mut [u32]) -> Result<(), WorkerError> {
+        Err(unsupported_ops())
+    }
+
+    /// (2.0) Runs decoded ops in order (see [`crate::RunOpsFn`]).
+    fn run_ops(&mut self, _ops: &[lockstep_luts::ops::Op]) -> Result<(), WorkerError> {
+        Err(unsupported_ops())
+    }
+}
+
+fn unsupported_ops() -> WorkerError {
+    WorkerError::new(status::UNSUPPORTED, "this plugin computes products only (no ABI 2 ops)")
 }
 
 /// Refuses option flags this ABI version does not define (every plugin's `create` calls it).
@@ -98,6 +129,12 @@ pub const fn vtable<W: Worker>() -> WorkerVTable {
         gemm_f32: Some(gemm_f32::<W>),
         gemm_i8: Some(gemm_i8::<W>),
         time_kernel: Some(time_kernel::<W>),
+        ops: W::OPS,
+        buffer_create: Some(buffer_create::<W>),
+        buffer_free: Some(buffer_free::<W>),
+        buffer_write: Some(buffer_write::<W>),
+        buffer_read: Some(buffer_read::<W>),
+        run_ops: Some(run_ops::<W>),
     }
 }
 
@@ -326,6 +363,100 @@ unsafe extern "C" fn time_kernel<W: Worker>(
             }
             *out_seconds = worker.time_kernel(m as usize, n as usize, k as usize, repeat as usize)?;
             Ok(())
+        })
+    }
+}
+
+fn words(n: u64) -> Result<usize, WorkerError> {
+    usize::try_from(n).map_err(|_| invalid(format!("{n} words do not fit this machine")))
+}
+
+unsafe extern "C" fn buffer_create<W: Worker>(
+    instance_ptr: *mut c_void,
+    count: u64,
+    out: *mut u64,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            let out = out.as_mut().ok_or_else(|| invalid("out pointer is null"))?;
+            *out = worker.buffer_create(words(count)?)?;
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" fn buffer_free<W: Worker>(instance_ptr: *mut c_void, handle: u64) {
+    // SAFETY: the instance pointer comes from the host under the ABI's contract.
+    unsafe {
+        guarded(std::ptr::null_mut(), || {
+            instance::<W>(instance_ptr)?.buffer_free(handle);
+            Ok(())
+        });
+    }
+}
+
+unsafe extern "C" fn buffer_write<W: Worker>(
+    instance_ptr: *mut c_void,
+    handle: u64,
+    offset: u64,
+    src: *const u32,
+    count: u64,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            let data = slice(src, words(count)?, "src")?;
+            worker.buffer_write(handle, words(offset)?, data)
+        })
+    }
+}
+
+unsafe extern "C" fn buffer_read<W: Worker>(
+    instance_ptr: *mut c_void,
+    handle: u64,
+    offset: u64,
+    dst: *mut u32,
+    count: u64,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            let out = slice_mut(dst, words(count)?, "dst")?;
+            worker.buffer_read(handle, words(offset)?, out)
+        })
+    }
+}
+
+unsafe extern "C" fn run_ops<W: Worker>(
+    instance_ptr: *mut c_void,
+    ops: *const crate::ops::OpCall,
+    count: u32,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            let calls = slice(ops, count as usize, "ops")?;
+            let mut decoded = Vec::with_capacity(calls.len());
+            for (i, call) in calls.iter().enumerate() {
+                let op = crate::ops::decode(call).map_err(|e| invalid(format!("op #{i}: {e}")))?;
+                if W::OPS & crate::ops::bit(call.code) == 0 {
+                    return Err(WorkerError::new(
+                        status::UNSUPPORTED,
+                        format!("op #{i}: {} is not supported", op.name()),
+                    ));
+                }
+                decoded.push(op);
+            }
+            worker.run_ops(&decoded)
         })
     }
 }

@@ -18,6 +18,7 @@ use lockstep_worker_api::plugin::{Worker, WorkerError};
 use lockstep_worker_api::{caps, status, CreateOptions};
 
 mod gemm;
+mod ops;
 mod portable;
 use lockstep_quantize as quantize;
 #[cfg(target_arch = "x86_64")]
@@ -33,6 +34,8 @@ pub struct CpuWorker {
     pool: Option<rayon::ThreadPool>,
     path: Path,
     scratch: Scratch,
+    /// ABI 2: this instance's buffers.
+    buffers: ops::Buffers,
 }
 
 impl Worker for CpuWorker {
@@ -56,7 +59,7 @@ impl Worker for CpuWorker {
         } else {
             None
         };
-        Ok(Self { threads, pool, path: Path::detect(), scratch: Scratch::default() })
+        Ok(Self { threads, pool, path: Path::detect(), scratch: Scratch::default(), buffers: ops::Buffers::default() })
     }
 
     fn describe(&self) -> String {
@@ -84,6 +87,28 @@ impl Worker for CpuWorker {
     fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), WorkerError> {
         portable::gemm_i8(m, n, k, a, b, c);
         Ok(())
+    }
+
+    const OPS: u64 = lockstep_worker_api::ops::ALL;
+
+    fn buffer_create(&mut self, words: usize) -> Result<u64, WorkerError> {
+        Ok(self.buffers.create(words))
+    }
+
+    fn buffer_free(&mut self, handle: u64) {
+        self.buffers.free(handle);
+    }
+
+    fn buffer_write(&mut self, handle: u64, offset: usize, data: &[u32]) -> Result<(), WorkerError> {
+        self.buffers.write(handle, offset, data)
+    }
+
+    fn buffer_read(&mut self, handle: u64, offset: usize, out: &mut [u32]) -> Result<(), WorkerError> {
+        self.buffers.read(handle, offset, out)
+    }
+
+    fn run_ops(&mut self, ops: &[lockstep_luts::ops::Op]) -> Result<(), WorkerError> {
+        self.buffers.run(self.path, self.pool.as_ref(), ops)
     }
 }
 

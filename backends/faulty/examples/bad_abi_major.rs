@@ -1,10 +1,10 @@
-//! A plugin whose table claims ABI major version 2; the loader must refuse it.
+//! A plugin whose table claims ABI major version 3 (a future one); the loader must refuse it.
 use lockstep_faulty_plugins::ReferenceWorker;
 use lockstep_worker_api::WorkerVTable;
 
 static FUTURE_TABLE: WorkerVTable = {
     let mut table = lockstep_worker_api::plugin::vtable::<ReferenceWorker>();
-    table.abi_major = 2;
+    table.abi_major = 3;
     table
 };
 

@@ -32,6 +32,8 @@ pub struct Backend {
     plugin: Plugin,
     instance: *mut c_void,
     poisoned: bool,
+    /// Tells instances apart for the node's step buffers.
+    id: u64,
 }
 
 // SAFETY: the ABI lets an instance move between threads as long as one thread uses it at a
@@ -97,7 +99,7 @@ impl Plugin {
     pub fn instantiate_options(&self, wanted: &InstanceOptions) -> Result<Backend, BackendError> {
         let fail = |status, message| BackendError { backend: self.name().to_string(), call: "create", status, message };
         let device_options = wanted.adapter.is_some() || wanted.tile.is_some();
-        if device_options && self.abi_minor() < 2 {
+        if device_options && self.abi_major() == 1 && self.abi_minor() < 2 {
             let why = format!("the plugin speaks ABI 1.{}, which has no adapter or tile options", self.abi_minor());
             return Err(fail(status::UNSUPPORTED, why));
         }
@@ -121,7 +123,7 @@ impl Plugin {
         if instance.is_null() {
             return Err(fail(status::INTERNAL, "create returned OK but no instance".into()));
         }
-        Ok(Backend { plugin: self.clone(), instance, poisoned: false })
+        Ok(Backend { plugin: self.clone(), instance, poisoned: false, id: lockstep_node::device::new_instance_id() })
     }
 }
 
@@ -204,6 +206,97 @@ impl Backend {
         // SAFETY: buffers are valid for the shape's lengths (asserted) and `c` is exclusive.
         let code =
             unsafe { gemm(self.instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), &mut error.buf) };
+        self.finish(CALL, code, &error)
+    }
+
+    /// Unique in this process.
+    pub fn instance_id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether the plugin runs every op a training step needs on its own buffers (ABI 2).
+    pub fn has_step_ops(&self) -> bool {
+        let needed = lockstep_worker_api::ops::ALL;
+        self.plugin.abi_major() >= 2 && self.plugin.ops() & needed == needed
+    }
+
+    fn unsupported(&self, call: &'static str) -> BackendError {
+        BackendError {
+            backend: self.name().to_string(),
+            call,
+            status: status::UNSUPPORTED,
+            message: "the plugin has no ABI 2 buffers".into(),
+        }
+    }
+
+    /// (ABI 2) A plugin-owned buffer of `words` words.
+    pub fn create_buffer(&mut self, words: usize) -> Result<u64, BackendError> {
+        const CALL: &str = "buffer_create";
+        self.check_usable(CALL)?;
+        let Some(create) = self.plugin.vtable.buffer_create.filter(|_| self.plugin.abi_major() >= 2) else {
+            return Err(self.unsupported(CALL));
+        };
+        let mut error = ErrorStorage::new();
+        let mut handle = 0u64;
+        // SAFETY: the instance is live, `handle` and the error buffer outlive the call.
+        let code = unsafe { create(self.instance, words as u64, &mut handle, &mut error.buf) };
+        self.finish(CALL, code, &error)?;
+        Ok(handle)
+    }
+
+    /// (ABI 2) Frees a buffer.
+    pub fn free_buffer(&mut self, handle: u64) {
+        if let Some(free) = self.plugin.vtable.buffer_free.filter(|_| !self.poisoned && self.plugin.abi_major() >= 2) {
+            // SAFETY: the instance is live.
+            unsafe { free(self.instance, handle) };
+        }
+    }
+
+    /// (ABI 2) Copies `data` into words `offset ..` of a buffer.
+    pub fn write_buffer(&mut self, handle: u64, offset: usize, data: &[u32]) -> Result<(), BackendError> {
+        const CALL: &str = "buffer_write";
+        self.check_usable(CALL)?;
+        let Some(write) = self.plugin.vtable.buffer_write.filter(|_| self.plugin.abi_major() >= 2) else {
+            return Err(self.unsupported(CALL));
+        };
+        let mut error = ErrorStorage::new();
+        // SAFETY: `data` is valid for its length for the call.
+        let code =
+            unsafe { write(self.instance, handle, offset as u64, data.as_ptr(), data.len() as u64, &mut error.buf) };
+        self.finish(CALL, code, &error)
+    }
+
+    /// (ABI 2) Copies words `offset ..` of a buffer into `out`.
+    pub fn read_buffer(&mut self, handle: u64, offset: usize, out: &mut [u32]) -> Result<(), BackendError> {
+        const CALL: &str = "buffer_read";
+        self.check_usable(CALL)?;
+        let Some(read) = self.plugin.vtable.buffer_read.filter(|_| self.plugin.abi_major() >= 2) else {
+            return Err(self.unsupported(CALL));
+        };
+        let mut error = ErrorStorage::new();
+        // SAFETY: `out` is valid and exclusive for its length for the call.
+        let code =
+            unsafe { read(self.instance, handle, offset as u64, out.as_mut_ptr(), out.len() as u64, &mut error.buf) };
+        self.finish(CALL, code, &error)
+    }
+
+    /// (ABI 2) Runs ops in order, all in one call.
+    pub fn run_ops(&mut self, ops: &[lockstep_luts::ops::Op]) -> Result<(), BackendError> {
+        const CALL: &str = "run_ops";
+        self.check_usable(CALL)?;
+        let Some(run) = self.plugin.vtable.run_ops.filter(|_| self.plugin.abi_major() >= 2) else {
+            return Err(self.unsupported(CALL));
+        };
+        let calls: Vec<_> = ops.iter().map(lockstep_worker_api::ops::encode).collect();
+        let count = u32::try_from(calls.len()).map_err(|_| BackendError {
+            backend: self.name().to_string(),
+            call: CALL,
+            status: status::INVALID_ARGUMENT,
+            message: format!("{} ops in one call", calls.len()),
+        })?;
+        let mut error = ErrorStorage::new();
+        // SAFETY: `calls` is valid for `count` records for the call.
+        let code = unsafe { run(self.instance, calls.as_ptr(), count, &mut error.buf) };
         self.finish(CALL, code, &error)
     }
 

@@ -99,6 +99,9 @@ pub struct GateReport {
     pub reference_probe_hash: u32,
     /// Set when the gate stopped early (a poisoned instance).
     pub aborted: Option<String>,
+    /// ABI 2: ops checked one by one against `lockstep_luts::ops::run_reference` (0 for a
+    /// product-only backend).
+    pub ops_checked: usize,
 }
 
 impl GateReport {
@@ -346,6 +349,7 @@ pub fn run_gate(backend: &mut Backend, progress: &mut dyn FnMut(GateProgress<'_>
         probe_hash: None,
         reference_probe_hash: 0, // set by the probe case (the battery's last) or below
         aborted: None,
+        ops_checked: 0,
     };
     let total = cases.len();
     for (done, case) in cases.iter().enumerate() {
@@ -396,8 +400,152 @@ pub fn run_gate(backend: &mut Backend, progress: &mut dyn FnMut(GateProgress<'_>
         report.reference_probe_hash =
             lockstep_luts::probe::reference_probe_hash().expect("the probe operands are finite");
     }
+    if report.aborted.is_none() && backend.has_step_ops() {
+        progress(GateProgress { done: report.cases.len(), total, case: "training-step ops" });
+        step_ops(backend, &mut report);
+    }
     progress(GateProgress { done: report.cases.len(), total, case: "done" });
     report
+}
+
+/// The tiny models whose training steps the gate runs op by op: a width that is one block and
+/// one that crosses blocks, heads of 8 and of 16, and weights scaled up so exponentials clamp
+/// and products take the slow tiles.
+const STEP_CASES: [(usize, usize, usize, usize, usize, f32); 3] =
+    [(16, 8, 2, 2, 2, 1.0), (64, 40, 1, 4, 3, 1.0), (32, 16, 1, 2, 2, 300.0)];
+
+/// A named op sequence and the words every buffer it touches starts with.
+type OpCase = (String, Vec<lockstep_luts::ops::Op>, std::collections::BTreeMap<u64, Vec<u32>>);
+
+/// ABI 2: whole tiny training steps, each op run on the plugin and on the reference from the
+/// same words and every word it touched compared; then Adam and the hash on adversarial values.
+fn step_ops(backend: &mut Backend, report: &mut GateReport) {
+    use lockstep_luts::ops::{Op, Span};
+    use lockstep_node::config::ModelConfig;
+    use lockstep_node::params::Layout;
+    use lockstep_node::program::Program;
+    use std::collections::BTreeMap;
+
+    let mut rng = lockstep_luts::rng::SplitMix64::new(0xa812);
+    let mut cases: Vec<OpCase> = Vec::new();
+    let mut frees: Vec<u64> = Vec::new();
+    let fail = |report: &mut GateReport, name: String, failure: Failure| {
+        report.cases.push(CaseResult { name, macs: 0, failure: Some(failure) });
+    };
+    for (i, &(width, context, layers, heads, batch, scale)) in STEP_CASES.iter().enumerate() {
+        let layout = Layout::new(ModelConfig { width, context, layers, heads });
+        let program = match Program::new(backend, &layout, batch, context) {
+            Ok(p) => p,
+            Err(e) => return fail(report, format!("step-{i} buffers"), Failure::NotRefused { got: e.to_string() }),
+        };
+        frees.extend_from_slice(program.buffers());
+        let mut memory = BTreeMap::new();
+        let ops: Vec<Op> = program.forward.iter().chain(&program.backward).copied().collect();
+        // Every buffer starts with seeded words: finite values everywhere, tokens below 256.
+        let mut lengths: BTreeMap<u64, u64> = BTreeMap::new();
+        for op in &ops {
+            for (b, end) in op.extents() {
+                let e = lengths.entry(b).or_insert(0);
+                *e = (*e).max(end);
+            }
+        }
+        for (&buffer, &len) in &lengths {
+            let words: Vec<u32> = (0..len)
+                .map(|_| {
+                    if buffer == program.tokens || buffer == program.targets {
+                        rng.next_u32() % 256
+                    } else {
+                        (rng.next_signed_unit() * scale).to_bits()
+                    }
+                })
+                .collect();
+            memory.insert(buffer, words);
+        }
+        cases.push((format!("step-{i} (c={width} t={context} layers={layers} heads={heads} b={batch})"), ops, memory));
+    }
+    // Adam and the hash, on values from subnormal to large, of a length no thread split divides.
+    let len = 4099usize;
+    let mut handles = Vec::new();
+    for _ in 0..5 {
+        match backend.create_buffer(len) {
+            Ok(h) => {
+                handles.push(h);
+                frees.push(h);
+            }
+            Err(e) => return fail(report, "adam buffers".into(), Failure::CallFailed(e)),
+        }
+    }
+    let mut memory = BTreeMap::new();
+    for (j, &h) in handles.iter().enumerate() {
+        let words: Vec<u32> = (0..len)
+            .map(|i| {
+                let v = rng.next_signed_unit();
+                match (i + j) % 7 {
+                    0 => f32::from_bits(rng.next_u32() & 0x807f_ffff).to_bits(), // subnormal or zero
+                    1 => (v * 1e30).to_bits(),
+                    _ if j == 3 => v.abs().to_bits(), // second moments are never negative
+                    _ => v.to_bits(),
+                }
+            })
+            .collect();
+        memory.insert(h, words);
+    }
+    let s0 = |h: u64| Span::new(h, 0);
+    let ops = vec![
+        Op::Adam {
+            len: len as u32,
+            weights: s0(handles[0]),
+            grad: s0(handles[1]),
+            m: s0(handles[2]),
+            v: s0(handles[3]),
+            lr: 3e-3,
+            correction1: 0.271,
+            correction2: 0.0975,
+        },
+        Op::Hash { len: len as u32, data: s0(handles[0]), out: Span::new(handles[4], 7) },
+    ];
+    cases.push(("adam-and-hash".into(), ops, memory));
+    check_op_cases(backend, report, cases);
+    for h in frees {
+        backend.free_buffer(h);
+    }
+}
+
+/// Runs each case's ops on the plugin and the reference, op by op, comparing every word each
+/// op touched; the first difference fails the case.
+fn check_op_cases(backend: &mut Backend, report: &mut GateReport, cases: Vec<OpCase>) {
+    use lockstep_luts::ops::run_reference;
+    use lockstep_node::device::Device;
+    let fail = |report: &mut GateReport, name: String, failure: Failure| {
+        report.cases.push(CaseResult { name, macs: 0, failure: Some(failure) });
+    };
+    for (name, ops, mut memory) in cases {
+        for (&buffer, words) in &memory {
+            if let Err(e) = backend.write_buffer(buffer, 0, words) {
+                return fail(report, name, Failure::CallFailed(e));
+            }
+        }
+        for (index, op) in ops.iter().enumerate() {
+            let case = format!("{name} op #{index} {}", op.name());
+            if let Err(e) = run_reference(op, &mut memory) {
+                return fail(report, case, Failure::NotRefused { got: format!("the reference refused it: {e}") });
+            }
+            if let Err(e) = Device::run(backend, std::slice::from_ref(op)).map_err(|e| e.to_string()) {
+                return fail(report, case, Failure::NotRefused { got: e });
+            }
+            report.ops_checked += 1;
+            for (buffer, end) in op.extents() {
+                let mut actual = vec![0u32; end as usize];
+                if let Err(e) = backend.read_buffer(buffer, 0, &mut actual) {
+                    return fail(report, case, Failure::CallFailed(e));
+                }
+                if let Some(failure) = compare(&memory[&buffer][..end as usize], &actual, end as usize) {
+                    return fail(report, format!("{case} (buffer {buffer})"), failure);
+                }
+            }
+        }
+        report.cases.push(CaseResult { name, macs: 0, failure: None });
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@ use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lockstep_worker_api::{caps, EntryFn, WorkerVTable, ABI_MAJOR, ENTRY_SYMBOL, TABLE_SIZE_1_0};
+use lockstep_worker_api::{
+    caps, EntryFn, WorkerVTable, ABI_MAJOR, ABI_MAJOR_OLDEST, ENTRY_SYMBOL, TABLE_SIZE_1_0, TABLE_SIZE_2_0,
+};
 
 /// Backend names that resolve to plugins built with the workspace.
 pub const BUILTIN_BACKENDS: &[&str] = &["cpu", "lut", "dp4a"];
@@ -34,6 +36,9 @@ pub enum LoadError {
     NotFound { name: String, searched: Vec<PathBuf> },
 }
 
+/// Where 2.0's fields begin: the largest table a 1.x plugin has.
+const TABLE_SIZE_2_0_START: u32 = std::mem::offset_of!(WorkerVTable, ops) as u32;
+
 impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -49,12 +54,12 @@ impl std::fmt::Display for LoadError {
             LoadError::NullTable { path } => write!(f, "{}: the plugin entry returned a null table", path.display()),
             LoadError::AbiMajor { path, found, expected } => write!(
                 f,
-                "{}: plugin ABI major version {found}, this host speaks {expected}; rebuild the plugin against worker-api {expected}.x",
+                "{}: plugin ABI major version {found}, this host speaks {ABI_MAJOR_OLDEST} to {expected}; rebuild the plugin against worker-api {expected}.x",
                 path.display()
             ),
             LoadError::TableTooSmall { path, found, needed } => write!(
                 f,
-                "{}: plugin table is {found} bytes, a v1 table needs at least {needed}",
+                "{}: plugin table is {found} bytes, its ABI version needs at least {needed}",
                 path.display()
             ),
             LoadError::MissingFunction { path, function } => {
@@ -116,17 +121,19 @@ impl Plugin {
         // SAFETY: every table version starts with `abi_major: u16, abi_minor: u16,
         // struct_size: u32`; the pointer is non-null and points into the library's statics.
         let (major, size) = unsafe { ((*table).abi_major, (*table).struct_size) };
-        if major != ABI_MAJOR {
+        if !(ABI_MAJOR_OLDEST..=ABI_MAJOR).contains(&major) {
             return Err(LoadError::AbiMajor { path: path_buf, found: major, expected: ABI_MAJOR });
         }
-        let needed = TABLE_SIZE_1_0;
+        // A 1.x table ends where 2.0's fields begin: whatever follows it is not ours to read.
+        let (needed, most) =
+            if major == 1 { (TABLE_SIZE_1_0, TABLE_SIZE_2_0_START) } else { (TABLE_SIZE_2_0, u32::MAX) };
         if size < needed {
             return Err(LoadError::TableTooSmall { path: path_buf, found: size, needed });
         }
         // An older minor version's table is shorter than ours: copy what it has into a table
         // whose later fields are null (absent), and use only the copy.
         let mut owned = std::mem::MaybeUninit::<WorkerVTable>::zeroed();
-        let copied = (size as usize).min(std::mem::size_of::<WorkerVTable>());
+        let copied = (size.min(most) as usize).min(std::mem::size_of::<WorkerVTable>());
         // SAFETY: the plugin's table is `size` bytes (its `struct_size`), of which we copy at
         // most our own table's size into our zeroed table; all-zero bytes are a valid table
         // (null pointers, `None` functions, zero integers).
@@ -183,6 +190,15 @@ impl Plugin {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn abi_major(&self) -> u16 {
+        self.vtable.abi_major
+    }
+
+    /// The ops the plugin runs on its own buffers (ABI 2; 0 for a 1.x plugin).
+    pub fn ops(&self) -> u64 {
+        self.vtable.ops
     }
 
     pub fn abi_minor(&self) -> u16 {

@@ -2,6 +2,8 @@
 //! [`Backend`] (one lane) and for [`UnitsGemm`] (a main instance plus single-threaded lanes).
 //! A failed call keeps the plugin's [`BackendError`] whole inside `ComputeError::Backend`.
 
+use lockstep_luts::ops::{Handle, Op};
+use lockstep_node::device::Device;
 use lockstep_node::gemm::{ComputeError, Gemm};
 
 use lockstep_worker_api::caps;
@@ -90,5 +92,45 @@ impl Gemm for UnitsGemm {
 
     fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
         self.lanes.iter_mut().map(|b| b as &mut dyn Gemm).collect()
+    }
+
+    fn device(&mut self) -> Option<&mut dyn Device> {
+        let main = &mut self.lanes[0];
+        main.has_step_ops().then_some(main as &mut dyn Device)
+    }
+}
+
+/// An ABI 2 backend as the node's [`Device`]: its own buffers and ops.
+impl Device for Backend {
+    fn create_buffer(&mut self, words: usize) -> Result<Handle, ComputeError> {
+        Backend::create_buffer(self, words).map_err(ComputeError::backend)
+    }
+
+    fn free_buffer(&mut self, buffer: Handle) {
+        Backend::free_buffer(self, buffer)
+    }
+
+    fn write(&mut self, buffer: Handle, offset: usize, words: &[u32]) -> Result<(), ComputeError> {
+        self.write_buffer(buffer, offset, words).map_err(ComputeError::backend)
+    }
+
+    fn read(&mut self, buffer: Handle, offset: usize, out: &mut [u32]) -> Result<(), ComputeError> {
+        self.read_buffer(buffer, offset, out).map_err(ComputeError::backend)
+    }
+
+    fn run(&mut self, ops: &[Op]) -> Result<(), ComputeError> {
+        self.run_ops(ops).map_err(ComputeError::backend)
+    }
+
+    fn computes(&self, _: &Op) -> bool {
+        true
+    }
+
+    fn label(&self) -> String {
+        format!("units via `{}` (ABI 2 ops)", self.name())
+    }
+
+    fn instance(&self) -> u64 {
+        self.instance_id()
     }
 }

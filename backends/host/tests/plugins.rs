@@ -103,10 +103,23 @@ fn a_library_without_the_entry_symbol_is_refused() {
 fn a_wrong_abi_major_version_is_refused() {
     let error = Plugin::load(&fixture("bad_abi_major")).unwrap_err();
     match &error {
-        LoadError::AbiMajor { found, expected, .. } => assert_eq!((*found, *expected), (2, 1)),
+        LoadError::AbiMajor { found, expected, .. } => assert_eq!((*found, *expected), (3, 2)),
         other => panic!("{other:?}"),
     }
-    assert!(error.to_string().contains("ABI major version 2"), "{error}");
+    assert!(error.to_string().contains("ABI major version 3, this host speaks 1 to 2"), "{error}");
+}
+
+/// A plugin built against ABI 1.2 still loads and is admitted, as a product-only backend: the
+/// host reads nothing past its 1.2 table (the bytes after it claim every op).
+#[test]
+fn an_abi_1_plugin_loads_as_a_product_only_backend() {
+    let plugin = load(&fixture("abi_1_products_only"));
+    assert_eq!((plugin.abi_major(), plugin.abi_minor(), plugin.ops()), (1, 2, 0));
+    let mut backend = plugin.instantiate(1).unwrap();
+    assert!(!backend.has_step_ops());
+    let report = run_gate(&mut backend, &mut |_| {});
+    assert!(report.admitted(), "{}", report.verdict_line());
+    assert_eq!(report.ops_checked, 0);
 }
 
 #[test]

@@ -1,0 +1,547 @@
+//! ABI 2 on the CPU: buffers in this instance's memory and the step's ops on them.
+//!
+//! Products go to the units kernels ([`gemm_f32`]); a view that is not row-major is gathered
+//! into a reused scratch first (the kernel quantizes rows along `k`). Batched products (the
+//! attention heads) run one batch per thread, each single-threaded, so a batch's bits never
+//! depend on the thread count. Element-wise ops call `lockstep_luts::ops`' slice kernels — the
+//! definition itself — on ranges of rows (or, for the column reductions, of columns), one
+//! range per thread: every output is computed by one thread in the definition's order.
+//!
+//! An op whose outputs overlap its inputs in a way the fast paths do not handle runs on
+//! `lockstep_luts::ops::run_reference` instead (same bits, slower); the training step never
+//! does that.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
+use lockstep_worker_api::plugin::WorkerError;
+use lockstep_worker_api::status;
+
+use crate::gemm::{gemm_f32, Path, Scratch};
+
+/// Buffers and reused scratch of one instance.
+#[derive(Default)]
+pub struct Buffers {
+    map: BTreeMap<Handle, Vec<u32>>,
+    next: Handle,
+    /// Per thread: gathered operands, product output, the kernel's scratch.
+    lanes: Vec<Lane>,
+}
+
+#[derive(Default)]
+struct Lane {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+    scratch: Scratch,
+}
+
+fn error(e: OpError) -> WorkerError {
+    let code = match e {
+        OpError::Unit(lockstep_luts::UnitError::NonFinite { .. }) => status::NON_FINITE_INPUT,
+        _ => status::INVALID_ARGUMENT,
+    };
+    WorkerError::new(code, e.to_string())
+}
+
+/// A buffer's words as a raw pointer, for the disjoint writes of one op's threads.
+#[derive(Clone, Copy)]
+struct Raw(*mut u32, usize);
+
+// SAFETY: an op's threads write disjoint ranges (one output element, one thread) and finish
+// before the op returns; reads are of ranges no thread of the op writes (checked by `overlap`).
+unsafe impl Send for Raw {}
+// SAFETY: as above.
+unsafe impl Sync for Raw {}
+
+impl Raw {
+    /// `len` words at `offset` as f32.
+    ///
+    /// # Safety
+    /// In bounds (the op was checked), and no live `&mut` to these words on another thread.
+    unsafe fn f32s<'a>(self, offset: usize, len: usize) -> &'a [f32] {
+        assert!(offset + len <= self.1);
+        // SAFETY: in bounds (asserted); f32 and u32 have one layout.
+        unsafe { std::slice::from_raw_parts(self.0.add(offset).cast::<f32>(), len) }
+    }
+
+    /// # Safety
+    /// In bounds, and these words are this caller's alone while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn f32s_mut<'a>(self, offset: usize, len: usize) -> &'a mut [f32] {
+        assert!(offset + len <= self.1);
+        // SAFETY: as above, exclusive by the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(offset).cast::<f32>(), len) }
+    }
+
+    /// # Safety
+    /// As [`Raw::f32s`].
+    unsafe fn u32s<'a>(self, offset: usize, len: usize) -> &'a [u32] {
+        assert!(offset + len <= self.1);
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(self.0.add(offset), len) }
+    }
+}
+
+/// Runs `f` compiled for AVX2 when the CPU has it, so the element-wise kernels (inlined into it)
+/// run eight lanes wide. The same IEEE operations in the same order either way: Rust never
+/// contracts into FMAs, so the bits do not depend on the instruction set.
+#[inline(always)]
+fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present.
+        return unsafe { avx2(f) };
+    }
+    f()
+}
+
+/// Runs `f` over `parts` contiguous ranges of `0..items` on the pool (or here).
+fn split(pool: Option<&rayon::ThreadPool>, items: usize, min_per_part: usize, f: impl Fn(Range<usize>) + Sync) {
+    let threads = pool.map_or(1, |p| p.current_num_threads());
+    let parts = threads.min(items / min_per_part.max(1)).max(1);
+    match pool {
+        Some(pool) if parts > 1 => {
+            let per = items.div_ceil(parts);
+            pool.scope(|scope| {
+                for i in 0..parts {
+                    let f = &f;
+                    scope.spawn(move |_| wide(|| f(i * per..((i + 1) * per).min(items))));
+                }
+            });
+        }
+        _ => wide(|| f(0..items)),
+    }
+}
+
+impl Buffers {
+    pub fn create(&mut self, words: usize) -> u64 {
+        self.next += 1;
+        self.map.insert(self.next, vec![0; words]);
+        self.next
+    }
+
+    pub fn free(&mut self, handle: u64) {
+        self.map.remove(&handle);
+    }
+
+    fn get(&mut self, handle: u64, range: Range<usize>) -> Result<&mut [u32], WorkerError> {
+        let len = self.map.get(&handle).map(Vec::len);
+        self.map.get_mut(&handle).and_then(|b| b.get_mut(range.clone())).ok_or_else(|| {
+            WorkerError::new(
+                status::INVALID_ARGUMENT,
+                match len {
+                    None => format!("no buffer {handle}"),
+                    Some(len) => format!("words {range:?} are outside buffer {handle} of {len}"),
+                },
+            )
+        })
+    }
+
+    pub fn write(&mut self, handle: u64, offset: usize, data: &[u32]) -> Result<(), WorkerError> {
+        self.get(handle, offset..offset + data.len())?.copy_from_slice(data);
+        Ok(())
+    }
+
+    pub fn read(&mut self, handle: u64, offset: usize, out: &mut [u32]) -> Result<(), WorkerError> {
+        out.copy_from_slice(self.get(handle, offset..offset + out.len())?);
+        Ok(())
+    }
+
+    fn raw(&mut self, handle: Handle) -> Raw {
+        let b = self.map.get_mut(&handle).expect("checked");
+        Raw(b.as_mut_ptr(), b.len())
+    }
+
+    /// Runs ops in order.
+    pub fn run(&mut self, path: Path, pool: Option<&rayon::ThreadPool>, ops: &[Op]) -> Result<(), WorkerError> {
+        let threads = pool.map_or(1, |p| p.current_num_threads());
+        if self.lanes.len() < threads {
+            self.lanes.resize_with(threads, Lane::default);
+        }
+        for (i, op) in ops.iter().enumerate() {
+            op.check(|b| self.map.get(&b).map(|v| v.len() as u64))
+                .map_err(|e| WorkerError { message: format!("op #{i}: {}", error(e.clone()).message), ..error(e) })?;
+            if overlap(op) {
+                def::run_reference(op, &mut self.map).map_err(error)?;
+                continue;
+            }
+            self.run_one(path, pool, op)
+                .map_err(|e| WorkerError { message: format!("op #{i}: {}", e.message), ..e })?;
+        }
+        Ok(())
+    }
+
+    fn run_one(&mut self, path: Path, pool: Option<&rayon::ThreadPool>, op: &Op) -> Result<(), WorkerError> {
+        let name = op.name();
+        // Raw pointers for the spans: checked in bounds, and outputs overlap no input.
+        let sp = |me: &mut Self, s: Span| (me.raw(s.buffer), s.offset as usize);
+        match *op {
+            Op::Matmul(mm) => self.matmul(path, pool, &mm).map_err(error)?,
+            Op::Embed { rows, seq, width, vocab, tokens, tok, pos, out } => {
+                let (rows, seq, width) = (rows as usize, seq as usize, width as usize);
+                let ((tr, to), (kr, ko), (pr, po), (or, oo)) =
+                    (sp(self, tokens), sp(self, tok), sp(self, pos), sp(self, out));
+                // SAFETY: checked in bounds; `out` overlaps no input.
+                let ids = unsafe { tr.u32s(to, rows) };
+                def::check_tokens(name, ids, vocab).map_err(error)?;
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                let (table, pos) = unsafe { (kr.f32s(ko, vocab as usize * width), pr.f32s(po, seq * width)) };
+                split(pool, rows, 64, |r| {
+                    // SAFETY: rows `r` of `out` belong to this thread.
+                    let out = unsafe { or.f32s_mut(oo + r.start * width, r.len() * width) };
+                    def::embed_rows(width, &ids[r.clone()], r.start, seq, table, pos, out);
+                });
+            }
+            Op::EmbedBackward { rows, seq, width, vocab, positions, tokens, dy, dtok, dpos } => {
+                let (rows, seq, width) = (rows as usize, seq as usize, width as usize);
+                let ((tr, to), (dr, dof), (ar, ao), (br, bo)) =
+                    (sp(self, tokens), sp(self, dy), sp(self, dtok), sp(self, dpos));
+                // SAFETY: checked in bounds; outputs overlap no input.
+                let ids = unsafe { tr.u32s(to, rows) };
+                def::check_tokens(name, ids, vocab).map_err(error)?;
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                let dyv = unsafe { dr.f32s(dof, rows * width) };
+                // Columns split across threads; each column sums its rows in order.
+                split(pool, width, 16, |cols| {
+                    // SAFETY: column range `cols` of both tables belongs to this thread; every
+                    // index is in bounds (checked, token ids too).
+                    let at = |r: Raw, i: usize| unsafe { &mut *r.0.add(i).cast::<f32>() };
+                    for j in cols.clone() {
+                        for v in 0..vocab as usize {
+                            *at(ar, ao + v * width + j) = 0.0;
+                        }
+                        for p in 0..positions as usize {
+                            *at(br, bo + p * width + j) = 0.0;
+                        }
+                    }
+                    for (r, &t) in ids.iter().enumerate() {
+                        for j in cols.clone() {
+                            *at(ar, ao + t as usize * width + j) += dyv[r * width + j];
+                        }
+                        for j in cols.clone() {
+                            *at(br, bo + (r % seq) * width + j) += dyv[r * width + j];
+                        }
+                    }
+                });
+            }
+            Op::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd } => {
+                let (rows, w) = (rows as usize, width as usize);
+                let (xs, gs, bs, ys, hs, ss) =
+                    (sp(self, x), sp(self, gain), sp(self, bias), sp(self, y), sp(self, xhat), sp(self, rstd));
+                // SAFETY: checked; each thread writes its rows of the three outputs.
+                let (g, b) = unsafe { (gs.0.f32s(gs.1, w), bs.0.f32s(bs.1, w)) };
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                split(pool, rows, 16, |r| unsafe {
+                    def::layer_norm_rows(
+                        w,
+                        xs.0.f32s(xs.1 + r.start * w, r.len() * w),
+                        g,
+                        b,
+                        ys.0.f32s_mut(ys.1 + r.start * w, r.len() * w),
+                        hs.0.f32s_mut(hs.1 + r.start * w, r.len() * w),
+                        ss.0.f32s_mut(ss.1 + r.start, r.len()),
+                    )
+                });
+            }
+            Op::LayerNormBackward { rows, width, dy, xhat, rstd, gain, dx, dgain, dbias, accumulate } => {
+                let (rows, w) = (rows as usize, width as usize);
+                let (ds, hs, ss, gs, xs, dgs, dbs) = (
+                    sp(self, dy),
+                    sp(self, xhat),
+                    sp(self, rstd),
+                    sp(self, gain),
+                    sp(self, dx),
+                    sp(self, dgain),
+                    sp(self, dbias),
+                );
+                // SAFETY: checked; rows of dx, then columns of dgain/dbias, per thread.
+                let (dyv, hv, g) =
+                    unsafe { (ds.0.f32s(ds.1, rows * w), hs.0.f32s(hs.1, rows * w), gs.0.f32s(gs.1, w)) };
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                split(pool, rows, 16, |r| unsafe {
+                    def::layer_norm_backward_rows(
+                        w,
+                        &dyv[r.start * w..r.end * w],
+                        &hv[r.start * w..r.end * w],
+                        ss.0.f32s(ss.1 + r.start, r.len()),
+                        g,
+                        xs.0.f32s_mut(xs.1 + r.start * w, r.len() * w),
+                        accumulate,
+                    )
+                });
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                split(pool, w, 16, |cols| unsafe {
+                    def::layer_norm_param_grads(
+                        w,
+                        rows,
+                        cols.clone(),
+                        dyv,
+                        hv,
+                        dgs.0.f32s_mut(dgs.1 + cols.start, cols.len()),
+                        dbs.0.f32s_mut(dbs.1 + cols.start, cols.len()),
+                    )
+                });
+            }
+            Op::Gelu { len, x, y } => {
+                let (xs, ys) = (sp(self, x), sp(self, y));
+                split(pool, len as usize, 4096, |r| unsafe {
+                    // SAFETY: checked; each thread its own range of y.
+                    def::gelu_into(xs.0.f32s(xs.1 + r.start, r.len()), ys.0.f32s_mut(ys.1 + r.start, r.len()))
+                });
+            }
+            Op::GeluBackward { len, dy, x, dx } => {
+                let (ds, xs, os) = (sp(self, dy), sp(self, x), sp(self, dx));
+                split(pool, len as usize, 4096, |r| unsafe {
+                    // SAFETY: as above.
+                    def::gelu_backward_into(
+                        ds.0.f32s(ds.1 + r.start, r.len()),
+                        xs.0.f32s(xs.1 + r.start, r.len()),
+                        os.0.f32s_mut(os.1 + r.start, r.len()),
+                    )
+                });
+            }
+            Op::CausalSoftmax { blocks, t, scale, scores } => {
+                let (t, rows) = (t as usize, blocks as usize * t as usize);
+                let s = sp(self, scores);
+                split(pool, rows, 64, |r| unsafe {
+                    // SAFETY: in place, rows `r` belong to this thread.
+                    def::causal_softmax_rows(t, r.start, scale, s.0.f32s_mut(s.1 + r.start * t, r.len() * t))
+                });
+            }
+            Op::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, dscores } => {
+                let (t, rows) = (t as usize, blocks as usize * t as usize);
+                let (ps, dps, dss) = (sp(self, probs), sp(self, dprobs), sp(self, dscores));
+                split(pool, rows, 64, |r| unsafe {
+                    // SAFETY: checked; rows `r` of dscores belong to this thread.
+                    def::causal_softmax_backward_rows(
+                        t,
+                        r.start,
+                        scale,
+                        ps.0.f32s(ps.1 + r.start * t, r.len() * t),
+                        dps.0.f32s(dps.1 + r.start * t, r.len() * t),
+                        dss.0.f32s_mut(dss.1 + r.start * t, r.len() * t),
+                    )
+                });
+            }
+            Op::BiasGrad { rows, width, dy, db } => {
+                let (rows, w) = (rows as usize, width as usize);
+                let (ds, bs) = (sp(self, dy), sp(self, db));
+                // SAFETY: checked; columns of db per thread.
+                let dyv = unsafe { ds.0.f32s(ds.1, rows * w) };
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                split(pool, w, 16, |cols| unsafe {
+                    def::bias_grad_cols(w, rows, cols.clone(), dyv, bs.0.f32s_mut(bs.1 + cols.start, cols.len()))
+                });
+            }
+            Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => {
+                let (rows, v) = (rows as usize, vocab as usize);
+                let (ls, ts, ds, os) = (sp(self, logits), sp(self, targets), sp(self, dlogits), sp(self, loss));
+                // SAFETY: checked; rows of dlogits and of the per-row losses per thread.
+                let ids = unsafe { ts.0.u32s(ts.1, rows) };
+                def::check_tokens(name, ids, vocab).map_err(error)?;
+                let mut losses = vec![0.0f32; rows];
+                let lr = Raw(losses.as_mut_ptr().cast(), rows);
+                let inv = 1.0 / rows as f32;
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                split(pool, rows, 16, |r| unsafe {
+                    def::cross_entropy_rows(
+                        v,
+                        ls.0.f32s(ls.1 + r.start * v, r.len() * v),
+                        &ids[r.clone()],
+                        inv,
+                        ds.0.f32s_mut(ds.1 + r.start * v, r.len() * v),
+                        lr.f32s_mut(r.start, r.len()),
+                    )
+                });
+                // SAFETY: one word, checked.
+                unsafe { os.0.f32s_mut(os.1, 1)[0] = def::mean_loss(&losses) };
+            }
+            Op::Adam { len, weights, grad, m, v, lr, correction1, correction2 } => {
+                let (ws, gs, ms, vs) = (sp(self, weights), sp(self, grad), sp(self, m), sp(self, v));
+                split(pool, len as usize, 4096, |r| unsafe {
+                    // SAFETY: checked; each thread its own elements.
+                    def::adam_into(
+                        ws.0.f32s_mut(ws.1 + r.start, r.len()),
+                        gs.0.f32s(gs.1 + r.start, r.len()),
+                        ms.0.f32s_mut(ms.1 + r.start, r.len()),
+                        vs.0.f32s_mut(vs.1 + r.start, r.len()),
+                        lr,
+                        correction1,
+                        correction2,
+                    )
+                });
+            }
+            Op::Hash { len, data, out } => {
+                let (ds, os) = (sp(self, data), sp(self, out));
+                // SAFETY: checked.
+                let h = def::hash_words(unsafe { ds.0.u32s(ds.1, len as usize) });
+                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
+                unsafe { os.0.f32s_mut(os.1, 1)[0] = f32::from_bits(h) };
+            }
+        }
+        Ok(())
+    }
+
+    fn matmul(&mut self, path: Path, pool: Option<&rayon::ThreadPool>, mm: &Matmul) -> Result<(), OpError> {
+        let (m, n, k) = (mm.m as usize, mm.n as usize, mm.k as usize);
+        let (a, b, c) = (self.raw(mm.a.buffer), self.raw(mm.b.buffer), self.raw(mm.c.buffer));
+        let bias = mm.bias.map(|s| {
+            let r = self.raw(s.buffer);
+            // SAFETY: checked in bounds; the bias is read only.
+            unsafe { r.f32s(s.offset as usize, n) }
+        });
+        let batches = mm.batch[0] as usize * mm.batch[1] as usize;
+        if batches == 0 || m == 0 || n == 0 {
+            return Ok(());
+        }
+        let run = |lane: &mut Lane, pool: Option<&rayon::ThreadPool>, index: usize| -> Result<(), OpError> {
+            let (p, q) = (index / mm.batch[1] as usize, index % mm.batch[1] as usize);
+            gather(a, &mm.a, p, q, m, k, &mut lane.a);
+            gather(b, &mm.b, p, q, n, k, &mut lane.b);
+            if lane.c.len() < m * n {
+                lane.c.resize(m * n, 0.0);
+            }
+            gemm_f32(path, pool, &mut lane.scratch, m, n, k, &lane.a[..m * k], &lane.b[..n * k], &mut lane.c[..m * n])
+                .map_err(OpError::Unit)?;
+            // SAFETY: batches write disjoint outputs (the op's contract); in bounds (checked).
+            unsafe { scatter(c, &mm.c, p, q, m, n, &lane.c, bias, mm.accumulate) };
+            Ok(())
+        };
+        let threads = pool.map_or(1, |p| p.current_num_threads());
+        if batches == 1 || threads == 1 {
+            let lane = &mut self.lanes[0];
+            for index in 0..batches {
+                run(lane, pool, index)?;
+            }
+            return Ok(());
+        }
+        // One batch per task, each single-threaded: lanes are handed out by contiguous ranges.
+        let per = batches.div_ceil(threads);
+        let results: Vec<Result<(), OpError>> = {
+            let lanes = &mut self.lanes[..threads];
+            let pool = pool.expect("threads > 1");
+            let mut results = vec![Ok(()); lanes.len()];
+            pool.scope(|scope| {
+                for (t, (lane, result)) in lanes.iter_mut().zip(results.iter_mut()).enumerate() {
+                    let run = &run;
+                    scope.spawn(move |_| {
+                        for index in t * per..((t + 1) * per).min(batches) {
+                            if let Err(e) = run(lane, None, index) {
+                                *result = Err(e);
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+            results
+        };
+        results.into_iter().collect()
+    }
+}
+
+/// Whether an op's outputs overlap its inputs in a way the fast paths cannot take (they read
+/// inputs while other threads write outputs).
+fn overlap(op: &Op) -> bool {
+    let buffers: Vec<Handle> = match *op {
+        Op::Matmul(mm) => {
+            let mut v = vec![mm.a.buffer, mm.b.buffer];
+            v.extend(mm.bias.map(|s| s.buffer));
+            return v.contains(&mm.c.buffer);
+        }
+        // In place by definition, one span.
+        Op::CausalSoftmax { .. } | Op::Hash { .. } => return false,
+        Op::Embed { tokens, tok, pos, out, .. } => return [tokens, tok, pos].iter().any(|s| s.buffer == out.buffer),
+        Op::EmbedBackward { tokens, dy, dtok, dpos, .. } => vec![tokens.buffer, dy.buffer, dtok.buffer, dpos.buffer],
+        Op::LayerNorm { x, gain, bias, y, xhat, rstd, .. } => {
+            vec![x.buffer, gain.buffer, bias.buffer, y.buffer, xhat.buffer, rstd.buffer]
+        }
+        Op::LayerNormBackward { dy, xhat, rstd, gain, dx, dgain, dbias, .. } => {
+            vec![dy.buffer, xhat.buffer, rstd.buffer, gain.buffer, dx.buffer, dgain.buffer, dbias.buffer]
+        }
+        Op::Gelu { x, y, .. } => vec![x.buffer, y.buffer],
+        Op::GeluBackward { dy, x, dx, .. } => vec![dy.buffer, x.buffer, dx.buffer],
+        Op::CausalSoftmaxBackward { probs, dprobs, dscores, .. } => vec![probs.buffer, dprobs.buffer, dscores.buffer],
+        Op::BiasGrad { dy, db, .. } => vec![dy.buffer, db.buffer],
+        Op::CrossEntropy { logits, targets, dlogits, loss, .. } => {
+            vec![logits.buffer, targets.buffer, dlogits.buffer, loss.buffer]
+        }
+        Op::Adam { weights, grad, m, v, .. } => vec![weights.buffer, grad.buffer, m.buffer, v.buffer],
+    };
+    // Distinct buffers never overlap; a shared one might (the reference handles any case).
+    let mut sorted = buffers.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    sorted.len() != buffers.len()
+}
+
+/// Copies the `rows × k` matrix a view shows for batch `(p, q)` into `out`, row-major.
+fn gather(src: Raw, v: &MatView, p: usize, q: usize, rows: usize, k: usize, out: &mut Vec<f32>) {
+    if out.len() < rows * k {
+        out.resize(rows * k, 0.0);
+    }
+    let base = v.index(p, q, 0, 0);
+    let (rs, cs) = (v.row_stride as usize, v.col_stride as usize);
+    // SAFETY: the op was checked: every index of the view is inside the buffer.
+    let words = unsafe { std::slice::from_raw_parts(src.0.cast::<f32>(), src.1) };
+    if cs == 1 {
+        for i in 0..rows {
+            out[i * k..(i + 1) * k].copy_from_slice(&words[base + i * rs..base + i * rs + k]);
+        }
+    } else {
+        // A transposed view: blocks of 8 × 8 keep reads and writes in cache lines.
+        const T: usize = 8;
+        for l0 in (0..k).step_by(T) {
+            for i0 in (0..rows).step_by(T) {
+                for l in l0..(l0 + T).min(k) {
+                    for i in i0..(i0 + T).min(rows) {
+                        out[i * k + l] = words[base + i * rs + l * cs];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes a product's `m × n` result through the output view: `+ bias`, then set or add.
+///
+/// # Safety
+/// The view is in bounds, and no other thread touches these elements meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn scatter(
+    dst: Raw,
+    v: &MatView,
+    p: usize,
+    q: usize,
+    m: usize,
+    n: usize,
+    r: &[f32],
+    bias: Option<&[f32]>,
+    accumulate: bool,
+) {
+    let (rs, cs) = (v.row_stride as usize, v.col_stride as usize);
+    let base = v.index(p, q, 0, 0);
+    for i in 0..m {
+        let row = &r[i * n..(i + 1) * n];
+        for j in 0..n {
+            let mut x = row[j];
+            if let Some(bias) = bias {
+                x += bias[j];
+            }
+            let at = base + i * rs + j * cs;
+            debug_assert!(at < dst.1);
+            // SAFETY: in bounds and exclusive by the caller's promise.
+            unsafe {
+                let w = dst.0.add(at);
+                *w = if accumulate { f32::from_bits(*w) + x } else { x }.to_bits();
+            }
+        }
+    }
+}
