@@ -48,7 +48,7 @@ fn gate_explains_files_it_cannot_load() {
     let _phase = crate::common::phase(module_path!());
     let out = lockstep(&["gate", &fixture("bad_abi_major")]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out).contains("ABI major version 2"), "{}", text(&out));
+    assert!(text(&out).contains("ABI major version 3"), "{}", text(&out));
     let out = lockstep(&["gate", "/definitely/not/here.so"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("cannot read plugin /definitely/not/here.so"), "{}", text(&out));
