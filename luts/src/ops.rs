@@ -242,6 +242,16 @@ pub enum Op {
     },
 }
 
+/// One range an op touches.
+#[derive(Clone, Copy, Debug)]
+struct Access {
+    buffer: Handle,
+    start: u64,
+    /// One past the last word (0 when the op touches none).
+    end: u64,
+    write: bool,
+}
+
 /// Why an op cannot run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpError {
@@ -294,7 +304,7 @@ impl Op {
     /// buffer (0 when it touches none).
     pub fn extents(&self) -> Vec<(Handle, u64)> {
         let mut merged: Vec<(Handle, u64)> = Vec::new();
-        for (buffer, end) in self.accesses() {
+        for Access { buffer, end, .. } in self.accesses() {
             match merged.iter_mut().find(|(b, _)| *b == buffer) {
                 Some((_, e)) => *e = (*e).max(end),
                 None => merged.push((buffer, end)),
@@ -303,74 +313,104 @@ impl Op {
         merged
     }
 
-    fn accesses(&self) -> Vec<(Handle, u64)> {
-        let span = |s: &Span, words: u64| (s.buffer, if words == 0 { 0 } else { u64::from(s.offset) + words });
+    /// Whether a range the op writes may share a word with another range it reads or writes
+    /// (ranges are taken as their hull `start .. end`, so a strided view counts whole). A
+    /// backend that reads inputs while it writes outputs must take such an op another way;
+    /// the training step never has one.
+    pub fn writes_overlap(&self) -> bool {
+        let all = self.accesses();
+        all.iter().enumerate().any(|(i, w)| {
+            w.write
+                && all.iter().enumerate().any(|(j, o)| {
+                    i != j
+                        && o.buffer == w.buffer
+                        && o.start < w.end
+                        && w.start < o.end
+                        && w.end > w.start
+                        && o.end > o.start
+                })
+        })
+    }
+
+    fn accesses(&self) -> Vec<Access> {
+        const R: bool = false;
+        const W: bool = true;
+        let span = |s: &Span, words: u64, write: bool| Access {
+            buffer: s.buffer,
+            start: u64::from(s.offset),
+            end: if words == 0 { 0 } else { u64::from(s.offset) + words },
+            write,
+        };
         let w = u64::from;
         match *self {
             Op::Matmul(mm) => {
-                let mut v = vec![
-                    (mm.a.buffer, mm.a.end(mm.batch, mm.m, mm.k)),
-                    (mm.b.buffer, mm.b.end(mm.batch, mm.n, mm.k)),
-                    (mm.c.buffer, mm.c.end(mm.batch, mm.m, mm.n)),
-                ];
+                let view = |v: &MatView, rows: u32, cols: u32, write: bool| Access {
+                    buffer: v.buffer,
+                    start: u64::from(v.offset),
+                    end: v.end(mm.batch, rows, cols),
+                    write,
+                };
+                let mut v = vec![view(&mm.a, mm.m, mm.k, R), view(&mm.b, mm.n, mm.k, R), view(&mm.c, mm.m, mm.n, W)];
                 if let Some(bias) = mm.bias {
-                    v.push(span(&bias, w(mm.n)));
+                    v.push(span(&bias, w(mm.n), R));
                 }
                 v
             }
             Op::Embed { rows, seq, width, vocab, tokens, tok, pos, out } => vec![
-                span(&tokens, w(rows)),
-                span(&tok, w(vocab) * w(width)),
-                span(&pos, w(seq) * w(width)),
-                span(&out, w(rows) * w(width)),
+                span(&tokens, w(rows), R),
+                span(&tok, w(vocab) * w(width), R),
+                span(&pos, w(seq) * w(width), R),
+                span(&out, w(rows) * w(width), W),
             ],
             Op::EmbedBackward { rows, width, vocab, positions, tokens, dy, dtok, dpos, .. } => vec![
-                span(&tokens, w(rows)),
-                span(&dy, w(rows) * w(width)),
-                span(&dtok, w(vocab) * w(width)),
-                span(&dpos, w(positions) * w(width)),
+                span(&tokens, w(rows), R),
+                span(&dy, w(rows) * w(width), R),
+                span(&dtok, w(vocab) * w(width), W),
+                span(&dpos, w(positions) * w(width), W),
             ],
             Op::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd } => {
                 let n = w(rows) * w(width);
                 vec![
-                    span(&x, n),
-                    span(&gain, w(width)),
-                    span(&bias, w(width)),
-                    span(&y, n),
-                    span(&xhat, n),
-                    span(&rstd, w(rows)),
+                    span(&x, n, R),
+                    span(&gain, w(width), R),
+                    span(&bias, w(width), R),
+                    span(&y, n, W),
+                    span(&xhat, n, W),
+                    span(&rstd, w(rows), W),
                 ]
             }
             Op::LayerNormBackward { rows, width, dy, xhat, rstd, gain, dx, dgain, dbias, .. } => {
                 let n = w(rows) * w(width);
                 vec![
-                    span(&dy, n),
-                    span(&xhat, n),
-                    span(&rstd, w(rows)),
-                    span(&gain, w(width)),
-                    span(&dx, n),
-                    span(&dgain, w(width)),
-                    span(&dbias, w(width)),
+                    span(&dy, n, R),
+                    span(&xhat, n, R),
+                    span(&rstd, w(rows), R),
+                    span(&gain, w(width), R),
+                    span(&dx, n, W),
+                    span(&dgain, w(width), W),
+                    span(&dbias, w(width), W),
                 ]
             }
-            Op::Gelu { len, x, y } => vec![span(&x, w(len)), span(&y, w(len))],
-            Op::GeluBackward { len, dy, x, dx } => vec![span(&dy, w(len)), span(&x, w(len)), span(&dx, w(len))],
-            Op::CausalSoftmax { blocks, t, scores, .. } => vec![span(&scores, w(blocks) * w(t) * w(t))],
+            Op::Gelu { len, x, y } => vec![span(&x, w(len), R), span(&y, w(len), W)],
+            Op::GeluBackward { len, dy, x, dx } => {
+                vec![span(&dy, w(len), R), span(&x, w(len), R), span(&dx, w(len), W)]
+            }
+            Op::CausalSoftmax { blocks, t, scores, .. } => vec![span(&scores, w(blocks) * w(t) * w(t), W)],
             Op::CausalSoftmaxBackward { blocks, t, probs, dprobs, dscores, .. } => {
                 let n = w(blocks) * w(t) * w(t);
-                vec![span(&probs, n), span(&dprobs, n), span(&dscores, n)]
+                vec![span(&probs, n, R), span(&dprobs, n, R), span(&dscores, n, W)]
             }
-            Op::BiasGrad { rows, width, dy, db } => vec![span(&dy, w(rows) * w(width)), span(&db, w(width))],
+            Op::BiasGrad { rows, width, dy, db } => vec![span(&dy, w(rows) * w(width), R), span(&db, w(width), W)],
             Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => vec![
-                span(&logits, w(rows) * w(vocab)),
-                span(&targets, w(rows)),
-                span(&dlogits, w(rows) * w(vocab)),
-                span(&loss, 1),
+                span(&logits, w(rows) * w(vocab), R),
+                span(&targets, w(rows), R),
+                span(&dlogits, w(rows) * w(vocab), W),
+                span(&loss, 1, W),
             ],
             Op::Adam { len, weights, grad, m, v, .. } => {
-                vec![span(&weights, w(len)), span(&grad, w(len)), span(&m, w(len)), span(&v, w(len))]
+                vec![span(&weights, w(len), W), span(&grad, w(len), R), span(&m, w(len), W), span(&v, w(len), W)]
             }
-            Op::Hash { len, data, out } => vec![span(&data, w(len)), span(&out, 1)],
+            Op::Hash { len, data, out } => vec![span(&data, w(len), R), span(&out, 1, W)],
         }
     }
 
@@ -392,7 +432,7 @@ impl Op {
             Op::CrossEntropy { vocab: 0, .. } => return shape("vocabulary 0"),
             _ => {}
         }
-        for (buffer, end) in self.accesses() {
+        for Access { buffer, end, .. } in self.accesses() {
             let len = len_of(buffer).ok_or(OpError::UnknownBuffer { op, buffer })?;
             if end > len {
                 return Err(OpError::OutOfBounds { op, buffer, end, len });
@@ -917,6 +957,29 @@ mod tests {
             loss: Span::new(1, 0),
         };
         assert!(matches!(run_reference(&op, &mut mem), Err(OpError::Shape { op: "cross_entropy", .. })));
+    }
+
+    /// Two outputs in one buffer at disjoint offsets (the gain and bias gradients) do not
+    /// overlap; an element-wise op in place, or outputs that share words, do.
+    #[test]
+    fn overlapping_writes_are_told_from_disjoint_ones() {
+        let ln = |dbias_offset| Op::LayerNormBackward {
+            rows: 4,
+            width: 8,
+            dy: Span::new(1, 0),
+            xhat: Span::new(2, 0),
+            rstd: Span::new(3, 0),
+            gain: Span::new(4, 0),
+            dx: Span::new(5, 0),
+            dgain: Span::new(6, 100),
+            dbias: Span::new(6, dbias_offset),
+            accumulate: true,
+        };
+        assert!(!ln(108).writes_overlap());
+        assert!(ln(104).writes_overlap());
+        assert!(Op::Gelu { len: 8, x: Span::new(1, 0), y: Span::new(1, 4) }.writes_overlap());
+        assert!(!Op::Gelu { len: 8, x: Span::new(1, 0), y: Span::new(1, 8) }.writes_overlap());
+        assert!(!Op::CausalSoftmax { blocks: 2, t: 4, scale: 0.5, scores: Span::new(1, 0) }.writes_overlap());
     }
 
     #[test]

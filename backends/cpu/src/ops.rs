@@ -168,7 +168,7 @@ impl Buffers {
         for (i, op) in ops.iter().enumerate() {
             op.check(|b| self.map.get(&b).map(|v| v.len() as u64))
                 .map_err(|e| WorkerError { message: format!("op #{i}: {}", error(e.clone()).message), ..error(e) })?;
-            if overlap(op) {
+            if op.writes_overlap() {
                 def::run_reference(op, &mut self.map).map_err(error)?;
                 continue;
             }
@@ -403,15 +403,32 @@ impl Buffers {
         }
         let run = |lane: &mut Lane, pool: Option<&rayon::ThreadPool>, index: usize| -> Result<(), OpError> {
             let (p, q) = (index / mm.batch[1] as usize, index % mm.batch[1] as usize);
-            gather(a, &mm.a, p, q, m, k, &mut lane.a);
-            gather(b, &mm.b, p, q, n, k, &mut lane.b);
-            if lane.c.len() < m * n {
-                lane.c.resize(m * n, 0.0);
+            let Lane { a: a_scratch, b: b_scratch, c: c_scratch, scratch } = lane;
+            // SAFETY: the op was checked (views in bounds) and its writes overlap no read.
+            let (a_rows, b_rows) = unsafe {
+                (operand(pool, a, &mm.a, p, q, m, k, a_scratch), operand(pool, b, &mm.b, p, q, n, k, b_scratch))
+            };
+            let direct = mm.c.col_stride == 1 && (mm.c.row_stride as usize == n || m == 1);
+            if direct && !mm.accumulate {
+                // Straight into the output rows, then the bias in place: `r + bias`, as defined.
+                // SAFETY: batches write disjoint outputs (the op's contract); in bounds.
+                let out = unsafe { c.f32s_mut(mm.c.index(p, q, 0, 0), m * n) };
+                gemm_f32(path, pool, scratch, m, n, k, a_rows, b_rows, out).map_err(OpError::Unit)?;
+                if let Some(bias) = bias {
+                    for row in out.chunks_exact_mut(n) {
+                        for (v, b) in row.iter_mut().zip(bias) {
+                            *v += b;
+                        }
+                    }
+                }
+                return Ok(());
             }
-            gemm_f32(path, pool, &mut lane.scratch, m, n, k, &lane.a[..m * k], &lane.b[..n * k], &mut lane.c[..m * n])
-                .map_err(OpError::Unit)?;
+            if c_scratch.len() < m * n {
+                c_scratch.resize(m * n, 0.0);
+            }
+            gemm_f32(path, pool, scratch, m, n, k, a_rows, b_rows, &mut c_scratch[..m * n]).map_err(OpError::Unit)?;
             // SAFETY: batches write disjoint outputs (the op's contract); in bounds (checked).
-            unsafe { scatter(c, &mm.c, p, q, m, n, &lane.c, bias, mm.accumulate) };
+            unsafe { scatter(c, &mm.c, p, q, m, n, c_scratch, bias, mm.accumulate) };
             Ok(())
         };
         let threads = pool.map_or(1, |p| p.current_num_threads());
@@ -447,67 +464,143 @@ impl Buffers {
     }
 }
 
-/// Whether an op's outputs overlap its inputs in a way the fast paths cannot take (they read
-/// inputs while other threads write outputs).
-fn overlap(op: &Op) -> bool {
-    let buffers: Vec<Handle> = match *op {
-        Op::Matmul(mm) => {
-            let mut v = vec![mm.a.buffer, mm.b.buffer];
-            v.extend(mm.bias.map(|s| s.buffer));
-            return v.contains(&mm.c.buffer);
-        }
-        // In place by definition, one span.
-        Op::CausalSoftmax { .. } | Op::Hash { .. } => return false,
-        Op::Embed { tokens, tok, pos, out, .. } => return [tokens, tok, pos].iter().any(|s| s.buffer == out.buffer),
-        Op::EmbedBackward { tokens, dy, dtok, dpos, .. } => vec![tokens.buffer, dy.buffer, dtok.buffer, dpos.buffer],
-        Op::LayerNorm { x, gain, bias, y, xhat, rstd, .. } => {
-            vec![x.buffer, gain.buffer, bias.buffer, y.buffer, xhat.buffer, rstd.buffer]
-        }
-        Op::LayerNormBackward { dy, xhat, rstd, gain, dx, dgain, dbias, .. } => {
-            vec![dy.buffer, xhat.buffer, rstd.buffer, gain.buffer, dx.buffer, dgain.buffer, dbias.buffer]
-        }
-        Op::Gelu { x, y, .. } => vec![x.buffer, y.buffer],
-        Op::GeluBackward { dy, x, dx, .. } => vec![dy.buffer, x.buffer, dx.buffer],
-        Op::CausalSoftmaxBackward { probs, dprobs, dscores, .. } => vec![probs.buffer, dprobs.buffer, dscores.buffer],
-        Op::BiasGrad { dy, db, .. } => vec![dy.buffer, db.buffer],
-        Op::CrossEntropy { logits, targets, dlogits, loss, .. } => {
-            vec![logits.buffer, targets.buffer, dlogits.buffer, loss.buffer]
-        }
-        Op::Adam { weights, grad, m, v, .. } => vec![weights.buffer, grad.buffer, m.buffer, v.buffer],
-    };
-    // Distinct buffers never overlap; a shared one might (the reference handles any case).
-    let mut sorted = buffers.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    sorted.len() != buffers.len()
-}
-
-/// Copies the `rows × k` matrix a view shows for batch `(p, q)` into `out`, row-major.
-fn gather(src: Raw, v: &MatView, p: usize, q: usize, rows: usize, k: usize, out: &mut Vec<f32>) {
-    if out.len() < rows * k {
-        out.resize(rows * k, 0.0);
-    }
+/// The `rows × k` matrix a view shows for batch `(p, q)`, row-major: the buffer's own words when
+/// the view already is row-major, else a copy in `scratch`.
+///
+/// # Safety
+/// The view is in bounds, and nothing writes these words while the slice lives.
+#[allow(clippy::too_many_arguments)]
+unsafe fn operand<'a>(
+    pool: Option<&rayon::ThreadPool>,
+    src: Raw,
+    v: &MatView,
+    p: usize,
+    q: usize,
+    rows: usize,
+    k: usize,
+    scratch: &'a mut Vec<f32>,
+) -> &'a [f32] {
     let base = v.index(p, q, 0, 0);
-    let (rs, cs) = (v.row_stride as usize, v.col_stride as usize);
+    if v.col_stride == 1 && (v.row_stride as usize == k || rows == 1) {
+        // SAFETY: in bounds and unwritten by the caller's promise.
+        return unsafe { src.f32s(base, rows * k) };
+    }
+    if scratch.len() < rows * k {
+        scratch.resize(rows * k, 0.0);
+    }
+    let out = &mut scratch[..rows * k];
     // SAFETY: the op was checked: every index of the view is inside the buffer.
     let words = unsafe { std::slice::from_raw_parts(src.0.cast::<f32>(), src.1) };
+    let (rs, cs) = (v.row_stride as usize, v.col_stride as usize);
     if cs == 1 {
         for i in 0..rows {
             out[i * k..(i + 1) * k].copy_from_slice(&words[base + i * rs..base + i * rs + k]);
         }
+    } else if rs == 1 {
+        // A transposed view: the source is `k × rows` with leading dimension `cs`; threads take
+        // ranges of its columns (our rows), multiples of 8 wide.
+        let src = &words[base..];
+        let shared = Raw(out.as_mut_ptr().cast(), out.len());
+        split(pool, rows.div_ceil(8), 16, |r| {
+            let cols = r.start * 8..(r.end * 8).min(rows);
+            // SAFETY: rows `cols` of `out` belong to this thread.
+            let part = unsafe { shared.f32s_mut(cols.start * k, cols.len() * k) };
+            transpose(src, k, cols, cs, part);
+        });
     } else {
-        // A transposed view: blocks of 8 × 8 keep reads and writes in cache lines.
-        const T: usize = 8;
-        for l0 in (0..k).step_by(T) {
-            for i0 in (0..rows).step_by(T) {
-                for l in l0..(l0 + T).min(k) {
-                    for i in i0..(i0 + T).min(rows) {
-                        out[i * k + l] = words[base + i * rs + l * cs];
-                    }
+        for i in 0..rows {
+            for l in 0..k {
+                out[i * k + l] = words[base + i * rs + l * cs];
+            }
+        }
+    }
+    &scratch[..rows * k]
+}
+
+/// Rows `cols` of the transpose of `src` (`rows × ·` with leading dimension `ld`) into `out`
+/// (`cols.len() × rows`, row-major): 8 × 8 tiles in AVX registers where the CPU has AVX (pure
+/// data movement), else scalar.
+fn transpose(src: &[f32], rows: usize, cols: Range<usize>, ld: usize, out: &mut [f32]) {
+    assert!(rows == 0 || cols.is_empty() || (rows - 1) * ld + cols.end <= src.len());
+    assert!(out.len() >= rows * cols.len());
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: AVX is present; bounds asserted above.
+        return unsafe { transpose_avx(src, rows, cols, ld, out) };
+    }
+    transpose_scalar(src, 0..rows, cols.clone(), cols.start, ld, rows, out);
+}
+
+fn transpose_scalar(
+    src: &[f32],
+    rows: Range<usize>,
+    cols: Range<usize>,
+    first_col: usize,
+    ld: usize,
+    out_ld: usize,
+    out: &mut [f32],
+) {
+    for c in cols {
+        for r in rows.clone() {
+            out[(c - first_col) * out_ld + r] = src[r * ld + c];
+        }
+    }
+}
+
+/// # Safety
+/// The CPU supports AVX; `src` holds `rows` rows of `ld` words (the last may end at
+/// `cols.end`) and `out` `rows × cols.len()` words.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_avx(src: &[f32], rows: usize, cols: Range<usize>, ld: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    const T: usize = 8;
+    let first = cols.start;
+    let full_r = rows / T * T;
+    let full_c = first + cols.len() / T * T;
+    for c0 in (first..full_c).step_by(T) {
+        for r0 in (0..full_r).step_by(T) {
+            // SAFETY: rows r0..r0+8, columns c0..c0+8 of `src` and rows c0..c0+8 (less
+            // `first`), columns r0..r0+8 of `out` are in bounds (the caller's promise);
+            // unaligned loads and stores.
+            unsafe {
+                let load = |i: usize| _mm256_loadu_ps(src.as_ptr().add((r0 + i) * ld + c0));
+                let (a0, a1, a2, a3, a4, a5, a6, a7) =
+                    (load(0), load(1), load(2), load(3), load(4), load(5), load(6), load(7));
+                let t0 = _mm256_unpacklo_ps(a0, a1);
+                let t1 = _mm256_unpackhi_ps(a0, a1);
+                let t2 = _mm256_unpacklo_ps(a2, a3);
+                let t3 = _mm256_unpackhi_ps(a2, a3);
+                let t4 = _mm256_unpacklo_ps(a4, a5);
+                let t5 = _mm256_unpackhi_ps(a4, a5);
+                let t6 = _mm256_unpacklo_ps(a6, a7);
+                let t7 = _mm256_unpackhi_ps(a6, a7);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+                let rows_out = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (j, v) in rows_out.into_iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add((c0 + j - first) * rows + r0), v);
                 }
             }
         }
     }
+    transpose_scalar(src, full_r..rows, first..full_c, first, ld, rows, out);
+    transpose_scalar(src, 0..rows, full_c..cols.end, first, ld, rows, out);
 }
 
 /// Writes a product's `m × n` result through the output view: `+ bias`, then set or add.
@@ -542,6 +635,31 @@ unsafe fn scatter(
                 let w = dst.0.add(at);
                 *w = if accumulate { f32::from_bits(*w) + x } else { x }.to_bits();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposes_of_every_edge_match_the_scalar_loop() {
+        for (rows, cols, pad) in [(1, 1, 0), (3, 5, 2), (8, 8, 0), (9, 17, 3), (16, 3, 1), (33, 40, 7), (64, 130, 0)] {
+            let ld = cols + pad;
+            let src: Vec<f32> = (0..rows * ld).map(|i| i as f32).collect();
+            let mut fast = vec![0.0; rows * cols];
+            transpose(&src, rows, 0..cols, ld, &mut fast);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(fast[c * rows + r], src[r * ld + c], "{rows}x{cols}+{pad} at {r},{c}");
+                }
+            }
+            // A column range, as one thread's share.
+            let range = cols / 3..cols;
+            let mut part = vec![0.0; rows * range.len()];
+            transpose(&src, rows, range.clone(), ld, &mut part);
+            assert_eq!(part[..], fast[range.start * rows..]);
         }
     }
 }
