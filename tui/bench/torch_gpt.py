@@ -1,12 +1,16 @@
 """The same GPT as lockstep's (pre-LayerNorm blocks, causal multi-head attention, tanh GELU
 MLP 4c wide, final LayerNorm, untied LM head with bias, Adam β=(0.9, 0.95), ε=1e-8), in
-PyTorch eager f32 on the CPU: the peer `lockstep bench train` measures against.
+PyTorch f32: the peer `lockstep bench train` measures against — eager on the CPU, and on CUDA
+eager with TF32 off or `torch.compile` (also TF32 off).
 
-usage: python3 torch_gpt.py CORPUS WIDTH CONTEXT LAYERS HEADS BATCH STEPS WARMUP LR THREADS
-prints one JSON object: tokens_per_s, loss (last step), threads, torch version.
+usage: python3 torch_gpt.py CORPUS WIDTH CONTEXT LAYERS HEADS BATCH STEPS WARMUP LR THREADS [DEVICE [MODE]]
+DEVICE is cpu (default) or cuda, MODE eager (default) or compile.
+prints one JSON object: tokens_per_s, loss (last step), threads, torch version, peak memory
+(bytes: the process's peak resident set on the CPU, the peak allocated device memory on CUDA).
 """
 import json
 import math
+import resource
 import sys
 import time
 
@@ -32,7 +36,7 @@ class Block(nn.Module):
         shape = (b, t, self.heads, c // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
@@ -49,7 +53,7 @@ class GPT(nn.Module):
         self.head = nn.Linear(c, 256)
 
     def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         return self.head(self.lnf(x))
@@ -57,19 +61,28 @@ class GPT(nn.Module):
 
 def main():
     corpus, c, t, layers, heads, batch, steps, warmup, lr, threads = sys.argv[1:11]
+    device = sys.argv[11] if len(sys.argv) > 11 else "cpu"
+    mode = sys.argv[12] if len(sys.argv) > 12 else "eager"
     c, t, layers, heads, batch, steps, warmup, threads = map(int, (c, t, layers, heads, batch, steps, warmup, threads))
     torch.set_num_threads(threads)
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("no CUDA device")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
     torch.manual_seed(1)
     data = torch.tensor(list(open(corpus, "rb").read()), dtype=torch.long)
-    model = GPT(c, t, layers, heads)
+    model = GPT(c, t, layers, heads).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=float(lr), betas=(0.9, 0.95), eps=1e-8)
+    forward = torch.compile(model) if mode == "compile" else model
     gen = torch.Generator().manual_seed(1)
 
     def step():
         starts = torch.randint(0, len(data) - t - 1, (batch,), generator=gen)
-        x = torch.stack([data[s:s + t] for s in starts])
-        y = torch.stack([data[s + 1:s + t + 1] for s in starts])
-        loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
+        x = torch.stack([data[s:s + t] for s in starts]).to(device)
+        y = torch.stack([data[s + 1:s + t + 1] for s in starts]).to(device)
+        loss = F.cross_entropy(forward(x).view(-1, 256), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -81,8 +94,13 @@ def main():
     for _ in range(steps):
         loss = step()
     elapsed = time.perf_counter() - started
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"tokens_per_s": steps * batch * t / elapsed, "loss": loss, "threads": threads,
-                      "torch": torch.__version__, "parameters": sum(p.numel() for p in model.parameters())}))
+                      "torch": torch.__version__, "parameters": sum(p.numel() for p in model.parameters()),
+                      "peak_memory_bytes": peak}))
 
 
 if __name__ == "__main__":

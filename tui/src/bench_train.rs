@@ -1,5 +1,7 @@
 //! `lockstep bench train`: tokens/s of one node's training step, side by side with the float
-//! reference and PyTorch eager (f32, CPU) on the same model and batch.
+//! reference and PyTorch on the same model and batch: eager f32 on the CPU at each thread count
+//! the units ran at, and — where CUDA is available — CUDA eager f32 with TF32 off and
+//! `torch.compile`. Peak memory beside each row.
 
 use std::io::Write;
 use std::process::{Command, ExitCode, Stdio};
@@ -12,6 +14,8 @@ use crate::backend::gemm_for;
 use crate::train::ModelArgs;
 
 const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
+/// The trainer name of PyTorch's CPU rows.
+const TORCH_CPU: &str = "pytorch eager f32";
 
 #[derive(clap::Args)]
 pub struct TrainBenchArgs {
@@ -39,11 +43,28 @@ struct Row {
     threads: usize,
     tokens_per_s: f64,
     loss: f32,
+    /// Peak memory of the run: resident set on the CPU, allocated device memory on CUDA.
+    peak_memory_bytes: Option<u64>,
     note: String,
 }
 
-fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result<(f64, f32)> {
+/// Resets this process's peak resident set (Linux `clear_refs` 5), so the next reading of
+/// [`peak_rss_bytes`] covers what ran since.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// This process's peak resident set (`VmHWM`), if the kernel says.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result<(f64, f32, Option<u64>)> {
     let run = args.model.run_config();
+    reset_peak_rss();
     let gemm = gemm_for(backend, threads, true)?;
     let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed)))?;
     for _ in 0..args.warmup_steps {
@@ -55,10 +76,18 @@ fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result
         loss = trainer.step()?.loss;
     }
     let seconds = started.elapsed().as_secs_f64();
-    Ok((f64::from(args.measure_steps) * run.tokens_per_step() as f64 / seconds, loss))
+    Ok((f64::from(args.measure_steps) * run.tokens_per_step() as f64 / seconds, loss, peak_rss_bytes()))
 }
 
-fn torch(args: &TrainBenchArgs, threads: usize) -> Result<(f64, f32, String), String> {
+/// What one PyTorch run measured.
+struct TorchRun {
+    tokens_per_s: f64,
+    loss: f32,
+    peak_memory_bytes: Option<u64>,
+    note: String,
+}
+
+fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str) -> Result<TorchRun, String> {
     let dir = std::env::temp_dir().join(format!("lockstep-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let corpus = dir.join("corpus.txt");
@@ -77,6 +106,8 @@ fn torch(args: &TrainBenchArgs, threads: usize) -> Result<(f64, f32, String), St
             args.warmup_steps.to_string(),
             m.lr.to_string(),
             threads.to_string(),
+            device.to_string(),
+            mode.to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -94,76 +125,116 @@ fn torch(args: &TrainBenchArgs, threads: usize) -> Result<(f64, f32, String), St
         });
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    Ok((
-        v["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
-        v["loss"].as_f64().unwrap_or(f64::NAN) as f32,
-        format!("torch {}", v["torch"].as_str().unwrap_or("?")),
-    ))
+    Ok(TorchRun {
+        tokens_per_s: v["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+        loss: v["loss"].as_f64().unwrap_or(f64::NAN) as f32,
+        peak_memory_bytes: v["peak_memory_bytes"].as_u64(),
+        note: format!("torch {}", v["torch"].as_str().unwrap_or("?")),
+    })
+}
+
+fn torch_row(trainer: &str, threads: usize, run: Result<TorchRun, String>) -> Row {
+    match run {
+        Ok(r) => Row {
+            trainer: trainer.into(),
+            threads,
+            tokens_per_s: r.tokens_per_s,
+            loss: r.loss,
+            peak_memory_bytes: r.peak_memory_bytes,
+            note: r.note,
+        },
+        Err(why) => Row {
+            trainer: trainer.into(),
+            threads,
+            tokens_per_s: f64::NAN,
+            loss: f32::NAN,
+            peak_memory_bytes: None,
+            note: why,
+        },
+    }
 }
 
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = args.model.run_config();
     let mut rows = Vec::new();
-    for threads in [1, all] {
-        let (tps, loss) = measure(&args, &args.backend, threads as u32)?;
+    let thread_counts: Vec<usize> = if all == 1 { vec![1] } else { vec![1, all] };
+    for &threads in &thread_counts {
+        let (tps, loss, peak) = measure(&args, &args.backend, threads as u32)?;
         rows.push(Row {
             trainer: format!("units ({})", args.backend),
             threads,
             tokens_per_s: tps,
             loss,
+            peak_memory_bytes: peak,
             note: String::new(),
         });
-        if all == 1 {
-            break;
-        }
     }
-    let (tps, loss) = measure(&args, "float", 1)?;
-    rows.push(Row { trainer: "float reference".into(), threads: 1, tokens_per_s: tps, loss, note: String::new() });
+    let (tps, loss, peak) = measure(&args, "float", 1)?;
+    rows.push(Row {
+        trainer: "float reference".into(),
+        threads: 1,
+        tokens_per_s: tps,
+        loss,
+        peak_memory_bytes: peak,
+        note: String::new(),
+    });
+    let mut cuda_note = None;
     if !args.no_torch {
-        match torch(&args, all) {
-            Ok((tps, loss, note)) => {
-                rows.push(Row { trainer: "pytorch eager f32".into(), threads: all, tokens_per_s: tps, loss, note })
+        // PyTorch on the CPU at every thread count the units ran at: the peer of each row.
+        for &threads in &thread_counts {
+            rows.push(torch_row(TORCH_CPU, threads, torch(&args, threads, "cpu", "eager")));
+        }
+        match torch(&args, all, "cuda", "eager") {
+            Err(why) if why.contains("no CUDA device") => cuda_note = Some("no CUDA device: no CUDA rows".to_string()),
+            eager => {
+                rows.push(torch_row("pytorch cuda eager f32 (tf32 off)", all, eager));
+                rows.push(torch_row("pytorch cuda compile f32 (tf32 off)", all, torch(&args, all, "cuda", "compile")));
             }
-            Err(why) => rows.push(Row {
-                trainer: "pytorch eager f32".into(),
-                threads: all,
-                tokens_per_s: f64::NAN,
-                loss: f32::NAN,
-                note: why,
-            }),
         }
     }
-    let peer =
-        rows.iter().find(|r| r.trainer.starts_with("pytorch") && r.tokens_per_s.is_finite()).map(|r| r.tokens_per_s);
+    // Each row against PyTorch on the CPU at the same thread count.
+    let peer = |threads: usize| {
+        rows.iter()
+            .find(|r| r.trainer == TORCH_CPU && r.threads == threads && r.tokens_per_s.is_finite())
+            .map(|r| r.tokens_per_s)
+    };
+    let config = format!(
+        "c={} t={} b={} layers={} heads={}",
+        run.model.width, run.model.context, run.batch, run.model.layers, run.model.heads
+    );
     if args.json {
         for r in &rows {
             println!(
                 "{}",
                 serde_json::json!({"trainer": r.trainer, "threads": r.threads, "tokens_per_s": r.tokens_per_s, "loss": r.loss, "note": r.note,
-                    "config": format!("c={} t={} b={} layers={} heads={}", run.model.width, run.model.context, run.batch, run.model.layers, run.model.heads)})
+                    "peak_memory_bytes": r.peak_memory_bytes, "vs_torch_cpu_same_threads": peer(r.threads).filter(|_| r.tokens_per_s.is_finite()).map(|p| r.tokens_per_s / p),
+                    "config": config})
             );
         }
     } else {
         println!(
-            "model c={} t={} b={} layers={} heads={}; {} measured steps after {} warm-up; loss = last measured step",
-            run.model.width,
-            run.model.context,
-            run.batch,
-            run.model.layers,
-            run.model.heads,
+            "model {config} ({} parameters); {} measured steps after {} warm-up; loss = last measured step",
+            lockstep_node::params::Layout::new(run.model).len,
             args.measure_steps,
             args.warmup_steps
         );
-        println!("{:<22} {:>7} {:>12} {:>9} {:>10}  note", "trainer", "threads", "tokens/s", "loss", "vs torch");
+        println!(
+            "{:<36} {:>7} {:>12} {:>9} {:>10} {:>14}  note",
+            "trainer", "threads", "tokens/s", "loss", "peak MiB", "vs torch cpu"
+        );
         for r in &rows {
-            let ratio = peer
+            let ratio = peer(r.threads)
                 .filter(|_| r.tokens_per_s.is_finite())
                 .map_or("-".to_string(), |p| format!("{:.2}x", r.tokens_per_s / p));
+            let peak = r.peak_memory_bytes.map_or("-".to_string(), |b| format!("{:.0}", b as f64 / (1024.0 * 1024.0)));
             println!(
-                "{:<22} {:>7} {:>12.0} {:>9.4} {:>10}  {}",
-                r.trainer, r.threads, r.tokens_per_s, r.loss, ratio, r.note
+                "{:<36} {:>7} {:>12.0} {:>9.4} {:>10} {:>14}  {}",
+                r.trainer, r.threads, r.tokens_per_s, r.loss, peak, ratio, r.note
             );
+        }
+        if let Some(note) = cuda_note {
+            println!("{note}");
         }
     }
     Ok(ExitCode::SUCCESS)
