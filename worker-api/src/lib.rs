@@ -313,6 +313,33 @@ mod tests {
         assert_eq!(offset_of!(ErrorBuf, len), 12);
     }
 
+    /// The C header states the same layout: a C compiler checks its static assertions, and its
+    /// version, status, capability and op numbers are the Rust ones.
+    #[test]
+    fn the_c_header_compiles_and_pins_the_layout() {
+        let header = concat!(env!("CARGO_MANIFEST_DIR"), "/include/lockstep_worker.h");
+        let out = std::process::Command::new("cc")
+            .args(["-std=c11", "-fsyntax-only", "-Wall", "-Werror", "-x", "c", header])
+            .output()
+            .expect("a C compiler `cc` (Rust links with it)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(header).unwrap();
+        let define = |name: &str| -> String {
+            let line =
+                text.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            line[format!("#define {name} ").len()..].split("/*").next().unwrap().trim().to_string()
+        };
+        assert_eq!(define("LOCKSTEP_ABI_MAJOR"), ABI_MAJOR.to_string());
+        assert_eq!(define("LOCKSTEP_ABI_MINOR"), ABI_MINOR.to_string());
+        assert_eq!(define("LOCKSTEP_ABI_MAJOR_OLDEST"), ABI_MAJOR_OLDEST.to_string());
+        assert_eq!(define("LOCKSTEP_NON_FINITE_INPUT"), status::NON_FINITE_INPUT.to_string());
+        assert_eq!(define("LOCKSTEP_INTERNAL"), status::INTERNAL.to_string());
+        assert_eq!(define("LOCKSTEP_OP_HASH"), ops::HASH.to_string());
+        assert_eq!(define("LOCKSTEP_OP_COUNT"), ops::COUNT.to_string());
+        assert_eq!(define("LOCKSTEP_OP_CAUSAL_SOFTMAX_BACKWARD"), ops::CAUSAL_SOFTMAX_BACKWARD.to_string());
+        assert_eq!(format!("\"{}\"", ENTRY_SYMBOL), define("LOCKSTEP_ENTRY_SYMBOL"));
+    }
+
     #[test]
     fn status_codes_are_pinned() {
         let codes = [

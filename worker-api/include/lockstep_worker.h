@@ -1,0 +1,162 @@
+/*
+ * lockstep_worker.h — the C ABI between the lockstep host and a compute-backend plugin,
+ * version 2.0. The Rust definition is worker-api/src/lib.rs and ops.rs; this header states the
+ * same layout for plugins written in C or C++, and its static assertions pin it (the test
+ * `the_c_header_compiles_and_pins_the_layout` compiles it).
+ *
+ * A plugin is a shared library exporting one symbol, `lockstep_worker_entry`, returning a
+ * pointer to a static LockstepWorkerVTable. Every function returns an integer status and writes
+ * a UTF-8 message (not NUL-terminated) into the host's LockstepErrorBuf. Nothing a plugin
+ * exports may unwind or throw into the host. The host never unloads a plugin.
+ *
+ * ABI 2 adds plugin-owned buffers of 32-bit words and the training step's ops: each op is one
+ * LockstepOpCall, defined by lockstep_luts::ops (docs/VERIFICATION.md §9); `run_ops` takes a
+ * whole step's sequence in one call. A 1.x plugin (table of at most 80 bytes) is a product-only
+ * backend.
+ */
+#ifndef LOCKSTEP_WORKER_H
+#define LOCKSTEP_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOCKSTEP_ABI_MAJOR 2
+#define LOCKSTEP_ABI_MINOR 0
+#define LOCKSTEP_ABI_MAJOR_OLDEST 1
+#define LOCKSTEP_ENTRY_SYMBOL "lockstep_worker_entry"
+
+/* Status codes. */
+#define LOCKSTEP_OK 0
+#define LOCKSTEP_INVALID_ARGUMENT 1
+#define LOCKSTEP_NON_FINITE_INPUT 2
+#define LOCKSTEP_UNSUPPORTED 3
+#define LOCKSTEP_DEVICE_ERROR 4
+#define LOCKSTEP_PANIC 5
+#define LOCKSTEP_INTERNAL 6
+
+/* Capability flags (LockstepWorkerVTable.capabilities). */
+#define LOCKSTEP_CAP_GEMM_F32 (1ull << 0)
+#define LOCKSTEP_CAP_GEMM_I8 (1ull << 1)
+#define LOCKSTEP_CAP_KERNEL_TIMING (1ull << 2)
+#define LOCKSTEP_CAP_DEVICE (1ull << 3)
+#define LOCKSTEP_CAP_REQUIRED (LOCKSTEP_CAP_GEMM_F32 | LOCKSTEP_CAP_GEMM_I8)
+
+/* CreateOptions.flags. */
+#define LOCKSTEP_CREATE_HARDWARE_ONLY (1ull << 0)
+
+/* Op codes (LockstepOpCall.code); bit (1 << code) in LockstepWorkerVTable.ops. */
+#define LOCKSTEP_OP_MATMUL 0
+#define LOCKSTEP_OP_EMBED 1
+#define LOCKSTEP_OP_EMBED_BACKWARD 2
+#define LOCKSTEP_OP_LAYER_NORM 3
+#define LOCKSTEP_OP_LAYER_NORM_BACKWARD 4
+#define LOCKSTEP_OP_GELU 5
+#define LOCKSTEP_OP_GELU_BACKWARD 6
+#define LOCKSTEP_OP_CAUSAL_SOFTMAX 7
+#define LOCKSTEP_OP_CAUSAL_SOFTMAX_BACKWARD 8
+#define LOCKSTEP_OP_BIAS_GRAD 9
+#define LOCKSTEP_OP_CROSS_ENTROPY 10
+#define LOCKSTEP_OP_ADAM 11
+#define LOCKSTEP_OP_HASH 12
+#define LOCKSTEP_OP_COUNT 13
+#define LOCKSTEP_OPS_ALL ((1ull << LOCKSTEP_OP_COUNT) - 1)
+
+/* LockstepOpCall.flags. */
+#define LOCKSTEP_OP_FLAG_ACCUMULATE (1u << 0) /* matmul, layer_norm_backward */
+#define LOCKSTEP_OP_FLAG_BIAS (1u << 1)       /* matmul */
+
+typedef struct LockstepErrorBuf {
+    uint8_t *ptr;
+    uint32_t capacity;
+    uint32_t len; /* set by the plugin */
+} LockstepErrorBuf;
+
+typedef struct LockstepCreateOptions {
+    uint32_t struct_size;
+    uint32_t threads; /* 0: all available */
+    uint64_t flags;
+    const uint8_t *adapter; /* (1.2) UTF-8, not NUL-terminated; may be NULL */
+    uint32_t adapter_len;
+    uint32_t tile[5]; /* (1.2) [tm, tn, wx, wy, kb]; all zero: the plugin's choice */
+} LockstepCreateOptions;
+
+/*
+ * One op. Parameters by op (u32 each; f32 values by their bits; "offsets" are word offsets
+ * into the buffers named in `buffers`, in the same order):
+ *   matmul: buffers a, b, c, bias; params m, n, k, batch0, batch1, then for a, b, c: offset,
+ *           row_stride, col_stride, batch_stride0, batch_stride1; then the bias offset
+ *   embed: tokens, tok, pos, out; rows, seq, width, vocab, offsets
+ *   embed_backward: tokens, dy, dtok, dpos; rows, seq, width, vocab, positions, offsets
+ *   layer_norm: x, gain, bias, y, xhat, rstd; rows, width, offsets
+ *   layer_norm_backward: dy, xhat, rstd, gain, dx, dgain, dbias; rows, width, offsets
+ *   gelu: x, y; len, offsets            gelu_backward: dy, x, dx; len, offsets
+ *   causal_softmax: scores; blocks, t, scale, offset
+ *   causal_softmax_backward: probs, dprobs, dscores; blocks, t, scale, offsets
+ *   bias_grad: dy, db; rows, width, offsets
+ *   cross_entropy: logits, targets, dlogits, loss; rows, vocab, offsets
+ *   adam: weights, grad, m, v; len, lr, correction1, correction2, offsets
+ *   hash: data, out; len, offsets
+ */
+typedef struct LockstepOpCall {
+    uint32_t code;
+    uint32_t flags;
+    uint64_t buffers[8];
+    uint32_t params[24];
+} LockstepOpCall;
+
+typedef int32_t (*LockstepCreateFn)(const LockstepCreateOptions *options, void **out, LockstepErrorBuf *error);
+typedef void (*LockstepDestroyFn)(void *instance);
+typedef int32_t (*LockstepDescribeFn)(void *instance, LockstepErrorBuf *out);
+typedef int32_t (*LockstepGemmF32Fn)(void *instance, uint32_t m, uint32_t n, uint32_t k, const float *a,
+                                     const float *b, float *c, LockstepErrorBuf *error);
+typedef int32_t (*LockstepGemmI8Fn)(void *instance, uint32_t m, uint32_t n, uint32_t k, const int8_t *a,
+                                    const int8_t *b, int32_t *c, LockstepErrorBuf *error);
+typedef int32_t (*LockstepTimeKernelFn)(void *instance, uint32_t m, uint32_t n, uint32_t k, uint32_t repeat,
+                                        double *out_seconds, LockstepErrorBuf *error);
+typedef int32_t (*LockstepBufferCreateFn)(void *instance, uint64_t words, uint64_t *out, LockstepErrorBuf *error);
+typedef void (*LockstepBufferFreeFn)(void *instance, uint64_t handle);
+typedef int32_t (*LockstepBufferWriteFn)(void *instance, uint64_t handle, uint64_t offset, const uint32_t *src,
+                                         uint64_t words, LockstepErrorBuf *error);
+typedef int32_t (*LockstepBufferReadFn)(void *instance, uint64_t handle, uint64_t offset, uint32_t *dst,
+                                        uint64_t words, LockstepErrorBuf *error);
+typedef int32_t (*LockstepRunOpsFn)(void *instance, const LockstepOpCall *ops, uint32_t count,
+                                    LockstepErrorBuf *error);
+
+typedef struct LockstepWorkerVTable {
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    uint32_t struct_size;
+    uint64_t capabilities;
+    const char *name;
+    const char *description;
+    LockstepCreateFn create;
+    LockstepDestroyFn destroy;
+    LockstepDescribeFn describe;
+    LockstepGemmF32Fn gemm_f32;
+    LockstepGemmI8Fn gemm_i8;
+    /* 1.1 */
+    LockstepTimeKernelFn time_kernel;
+    /* 2.0 */
+    uint64_t ops;
+    LockstepBufferCreateFn buffer_create;
+    LockstepBufferFreeFn buffer_free;
+    LockstepBufferWriteFn buffer_write;
+    LockstepBufferReadFn buffer_read;
+    LockstepRunOpsFn run_ops;
+} LockstepWorkerVTable;
+
+typedef const LockstepWorkerVTable *(*LockstepEntryFn)(void);
+
+/* The layout, pinned (64-bit targets), the same numbers as the Rust layout tests. */
+_Static_assert(sizeof(LockstepWorkerVTable) == 128, "table size");
+_Static_assert(offsetof(LockstepWorkerVTable, time_kernel) == 72, "1.1 field");
+_Static_assert(offsetof(LockstepWorkerVTable, ops) == 80, "2.0 fields start after 1.x's 80 bytes");
+_Static_assert(offsetof(LockstepWorkerVTable, run_ops) == 120, "run_ops");
+_Static_assert(sizeof(LockstepCreateOptions) == 48, "options size");
+_Static_assert(offsetof(LockstepCreateOptions, tile) == 28, "tile");
+_Static_assert(sizeof(LockstepErrorBuf) == 16, "error buffer");
+_Static_assert(sizeof(LockstepOpCall) == 168, "op record");
+_Static_assert(offsetof(LockstepOpCall, buffers) == 8, "op buffers");
+_Static_assert(offsetof(LockstepOpCall, params) == 72, "op params");
+
+#endif /* LOCKSTEP_WORKER_H */
