@@ -453,7 +453,7 @@ pub fn check_tokens(op: &'static str, tokens: &[u32], vocab: u32) -> Result<(), 
 // ---- slice kernels: the arithmetic, shared by every CPU implementation ----
 
 /// `out[r][j] = tok[tokens[r]·width + j] + pos[positions[r]·width + j]` for the rows given.
-#[inline]
+#[inline(always)]
 pub fn embed_rows(
     width: usize,
     tokens: &[u32],
@@ -476,7 +476,7 @@ pub fn embed_rows(
 /// LayerNorm of the rows of `x` (`width` each): `mean = (Σ x) / width`, `var = (Σ (x −
 /// mean)²) / width` (sums in index order), `rstd = 1 / √(var + ε)`, `xhat = (x − mean) · rstd`,
 /// `y = xhat · gain + bias`.
-#[inline]
+#[inline(always)]
 pub fn layer_norm_rows(
     width: usize,
     x: &[f32],
@@ -512,7 +512,7 @@ pub fn layer_norm_rows(
 /// LayerNorm's input gradient for the rows given: `d = dy · gain`, `m1 = (Σ d) / width`,
 /// `m2 = (Σ d · xhat) / width` (sums in index order, one pass), `v = (d − m1 − xhat · m2) ·
 /// rstd`; `dx = v`, or `dx = dx + v` with `accumulate`.
-#[inline]
+#[inline(always)]
 pub fn layer_norm_backward_rows(
     width: usize,
     dy: &[f32],
@@ -545,7 +545,7 @@ pub fn layer_norm_backward_rows(
 
 /// LayerNorm's parameter gradients for columns `cols` of every row: `dgain[j] = Σ_r dy·xhat`,
 /// `dbias[j] = Σ_r dy`, rows in order from +0. `dgain`/`dbias` hold the columns `cols` only.
-#[inline]
+#[inline(always)]
 pub fn layer_norm_param_grads(
     width: usize,
     rows: usize,
@@ -567,7 +567,7 @@ pub fn layer_norm_param_grads(
 }
 
 /// `db[j] = Σ_r dy[r][j]` for columns `cols`, rows in order from +0.
-#[inline]
+#[inline(always)]
 pub fn bias_grad_cols(width: usize, rows: usize, cols: std::ops::Range<usize>, dy: &[f32], db: &mut [f32]) {
     let first = cols.start;
     db.fill(0.0);
@@ -579,7 +579,7 @@ pub fn bias_grad_cols(width: usize, rows: usize, cols: std::ops::Range<usize>, d
 }
 
 /// `y[i] = gelu(x[i])` ([`mathf::gelu`]).
-#[inline]
+#[inline(always)]
 pub fn gelu_into(x: &[f32], y: &mut [f32]) {
     for (o, &v) in y.iter_mut().zip(x) {
         *o = mathf::gelu(v);
@@ -587,7 +587,7 @@ pub fn gelu_into(x: &[f32], y: &mut [f32]) {
 }
 
 /// `dx[i] = dy[i] · gelu'(x[i])` ([`mathf::gelu_grad`]).
-#[inline]
+#[inline(always)]
 pub fn gelu_backward_into(dy: &[f32], x: &[f32], dx: &mut [f32]) {
     for ((o, &d), &v) in dx.iter_mut().zip(dy).zip(x) {
         *o = d * mathf::gelu_grad(v);
@@ -597,7 +597,7 @@ pub fn gelu_backward_into(dy: &[f32], x: &[f32], dx: &mut [f32]) {
 /// Causal softmax in place on rows of `t` scores, `first_row` being the row index (mod `t`) of
 /// the first: for row `i`, entries `j ≤ i` become `s = v · scale`, `e = exp(s − max s)`, then
 /// `e / Σ e` (sum in index order); entries `j > i` become +0.
-#[inline]
+#[inline(always)]
 pub fn causal_softmax_rows(t: usize, first_row: usize, scale: f32, scores: &mut [f32]) {
     for (r, row) in scores.chunks_exact_mut(t).enumerate() {
         let i = (first_row + r) % t;
@@ -623,7 +623,7 @@ pub fn causal_softmax_rows(t: usize, first_row: usize, scale: f32, scores: &mut 
 
 /// Causal softmax backward on rows of `t`: for row `i`, `dot = Σ_{j≤i} p·dp` (index order), then
 /// `ds = p · (dp − dot) · scale` for `j ≤ i` and +0 beyond.
-#[inline]
+#[inline(always)]
 pub fn causal_softmax_backward_rows(
     t: usize,
     first_row: usize,
@@ -650,7 +650,7 @@ pub fn causal_softmax_backward_rows(
 /// `1 / (all rows of the op)`: per row `max`, `e = exp(v − max)`, `sum = Σ e` (index order),
 /// `loss = (ln sum + max) − v[target]`, `d = e / sum · inv_rows`, then `d[target] −= inv_rows`.
 /// Writes `dlogits` and each row's loss.
-#[inline]
+#[inline(always)]
 pub fn cross_entropy_rows(
     vocab: usize,
     logits: &[f32],
@@ -687,7 +687,7 @@ pub fn mean_loss(losses: &[f32]) -> f32 {
 
 /// One Adam update, element by element: `m = β1·m + (1−β1)·g`, `v = β2·v + (1−β2)·(g·g)`,
 /// `w = w − lr · (m / correction1) / (√(v / correction2) + ε)`.
-#[inline]
+#[inline(always)]
 pub fn adam_into(
     weights: &mut [f32],
     grad: &[f32],

@@ -84,22 +84,41 @@ impl Raw {
     }
 }
 
-/// Runs `f` compiled for AVX2 when the CPU has it, so the element-wise kernels (inlined into it)
-/// run eight lanes wide. The same IEEE operations in the same order either way: Rust never
-/// contracts into FMAs, so the bits do not depend on the instruction set.
-#[inline(always)]
-fn wide<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-        f()
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is present.
-        return unsafe { avx2(f) };
-    }
-    f()
+/// `$name(args)` runs `$kernel(args)` compiled for AVX2 when the CPU has it: the kernel (inlined
+/// into the wrapper) then runs eight lanes wide where its loops allow. The same IEEE operations
+/// in the same order either way — Rust never contracts into FMAs and never reorders a float
+/// reduction — so the bits do not depend on the instruction set.
+macro_rules! avx2_dispatch {
+    ($(fn $name:ident => $kernel:path, ($($arg:ident: $ty:ty),*);)*) => {$(
+        #[allow(clippy::too_many_arguments)]
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn wide($($arg: $ty),*) {
+                $kernel($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 is present.
+                return unsafe { wide($($arg),*) };
+            }
+            $kernel($($arg),*)
+        }
+    )*};
+}
+
+avx2_dispatch! {
+    fn layer_norm_rows => def::layer_norm_rows, (width: usize, x: &[f32], gain: &[f32], bias: &[f32], y: &mut [f32], xhat: &mut [f32], rstd: &mut [f32]);
+    fn layer_norm_backward_rows => def::layer_norm_backward_rows, (width: usize, dy: &[f32], xhat: &[f32], rstd: &[f32], gain: &[f32], dx: &mut [f32], accumulate: bool);
+    fn layer_norm_param_grads => def::layer_norm_param_grads, (width: usize, rows: usize, cols: Range<usize>, dy: &[f32], xhat: &[f32], dgain: &mut [f32], dbias: &mut [f32]);
+    fn bias_grad_cols => def::bias_grad_cols, (width: usize, rows: usize, cols: Range<usize>, dy: &[f32], db: &mut [f32]);
+    fn gelu_into => def::gelu_into, (x: &[f32], y: &mut [f32]);
+    fn gelu_backward_into => def::gelu_backward_into, (dy: &[f32], x: &[f32], dx: &mut [f32]);
+    fn causal_softmax_rows => def::causal_softmax_rows, (t: usize, first_row: usize, scale: f32, scores: &mut [f32]);
+    fn causal_softmax_backward_rows => def::causal_softmax_backward_rows, (t: usize, first_row: usize, scale: f32, probs: &[f32], dprobs: &[f32], dscores: &mut [f32]);
+    fn cross_entropy_rows => def::cross_entropy_rows, (vocab: usize, logits: &[f32], targets: &[u32], inv_rows: f32, dlogits: &mut [f32], losses: &mut [f32]);
+    fn adam_into => def::adam_into, (weights: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32], lr: f32, correction1: f32, correction2: f32);
 }
 
 /// Runs `f` over `parts` contiguous ranges of `0..items` on the pool (or here).
@@ -112,11 +131,11 @@ fn split(pool: Option<&rayon::ThreadPool>, items: usize, min_per_part: usize, f:
             pool.scope(|scope| {
                 for i in 0..parts {
                     let f = &f;
-                    scope.spawn(move |_| wide(|| f(i * per..((i + 1) * per).min(items))));
+                    scope.spawn(move |_| f(i * per..((i + 1) * per).min(items)));
                 }
             });
         }
-        _ => wide(|| f(0..items)),
+        _ => f(0..items),
     }
 }
 
@@ -239,7 +258,7 @@ impl Buffers {
                 let (g, b) = unsafe { (gs.0.f32s(gs.1, w), bs.0.f32s(bs.1, w)) };
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 split(pool, rows, 16, |r| unsafe {
-                    def::layer_norm_rows(
+                    layer_norm_rows(
                         w,
                         xs.0.f32s(xs.1 + r.start * w, r.len() * w),
                         g,
@@ -266,7 +285,7 @@ impl Buffers {
                     unsafe { (ds.0.f32s(ds.1, rows * w), hs.0.f32s(hs.1, rows * w), gs.0.f32s(gs.1, w)) };
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 split(pool, rows, 16, |r| unsafe {
-                    def::layer_norm_backward_rows(
+                    layer_norm_backward_rows(
                         w,
                         &dyv[r.start * w..r.end * w],
                         &hv[r.start * w..r.end * w],
@@ -278,7 +297,7 @@ impl Buffers {
                 });
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 split(pool, w, 16, |cols| unsafe {
-                    def::layer_norm_param_grads(
+                    layer_norm_param_grads(
                         w,
                         rows,
                         cols.clone(),
@@ -293,14 +312,14 @@ impl Buffers {
                 let (xs, ys) = (sp(self, x), sp(self, y));
                 split(pool, len as usize, 4096, |r| unsafe {
                     // SAFETY: checked; each thread its own range of y.
-                    def::gelu_into(xs.0.f32s(xs.1 + r.start, r.len()), ys.0.f32s_mut(ys.1 + r.start, r.len()))
+                    gelu_into(xs.0.f32s(xs.1 + r.start, r.len()), ys.0.f32s_mut(ys.1 + r.start, r.len()))
                 });
             }
             Op::GeluBackward { len, dy, x, dx } => {
                 let (ds, xs, os) = (sp(self, dy), sp(self, x), sp(self, dx));
                 split(pool, len as usize, 4096, |r| unsafe {
                     // SAFETY: as above.
-                    def::gelu_backward_into(
+                    gelu_backward_into(
                         ds.0.f32s(ds.1 + r.start, r.len()),
                         xs.0.f32s(xs.1 + r.start, r.len()),
                         os.0.f32s_mut(os.1 + r.start, r.len()),
@@ -312,7 +331,7 @@ impl Buffers {
                 let s = sp(self, scores);
                 split(pool, rows, 64, |r| unsafe {
                     // SAFETY: in place, rows `r` belong to this thread.
-                    def::causal_softmax_rows(t, r.start, scale, s.0.f32s_mut(s.1 + r.start * t, r.len() * t))
+                    causal_softmax_rows(t, r.start, scale, s.0.f32s_mut(s.1 + r.start * t, r.len() * t))
                 });
             }
             Op::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, dscores } => {
@@ -320,7 +339,7 @@ impl Buffers {
                 let (ps, dps, dss) = (sp(self, probs), sp(self, dprobs), sp(self, dscores));
                 split(pool, rows, 64, |r| unsafe {
                     // SAFETY: checked; rows `r` of dscores belong to this thread.
-                    def::causal_softmax_backward_rows(
+                    causal_softmax_backward_rows(
                         t,
                         r.start,
                         scale,
@@ -337,7 +356,7 @@ impl Buffers {
                 let dyv = unsafe { ds.0.f32s(ds.1, rows * w) };
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 split(pool, w, 16, |cols| unsafe {
-                    def::bias_grad_cols(w, rows, cols.clone(), dyv, bs.0.f32s_mut(bs.1 + cols.start, cols.len()))
+                    bias_grad_cols(w, rows, cols.clone(), dyv, bs.0.f32s_mut(bs.1 + cols.start, cols.len()))
                 });
             }
             Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => {
@@ -351,7 +370,7 @@ impl Buffers {
                 let inv = 1.0 / rows as f32;
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 split(pool, rows, 16, |r| unsafe {
-                    def::cross_entropy_rows(
+                    cross_entropy_rows(
                         v,
                         ls.0.f32s(ls.1 + r.start * v, r.len() * v),
                         &ids[r.clone()],
@@ -367,7 +386,7 @@ impl Buffers {
                 let (ws, gs, ms, vs) = (sp(self, weights), sp(self, grad), sp(self, m), sp(self, v));
                 split(pool, len as usize, 4096, |r| unsafe {
                     // SAFETY: checked; each thread its own elements.
-                    def::adam_into(
+                    adam_into(
                         ws.0.f32s_mut(ws.1 + r.start, r.len()),
                         gs.0.f32s(gs.1 + r.start, r.len()),
                         ms.0.f32s_mut(ms.1 + r.start, r.len()),
