@@ -44,7 +44,15 @@ impl Adam {
         self.beta2_power *= BETA2;
         let correction1 = 1.0 - self.beta1_power;
         let correction2 = 1.0 - self.beta2_power;
-        lockstep_luts::ops::adam_into(weights, grad, &mut self.m, &mut self.v, lr, correction1, correction2);
+        // Element by element, so chunks on any threads give the same bits.
+        const CHUNK: usize = 1 << 15;
+        use rayon::prelude::*;
+        weights
+            .par_chunks_mut(CHUNK)
+            .zip(grad.par_chunks(CHUNK))
+            .zip(self.m.par_chunks_mut(CHUNK))
+            .zip(self.v.par_chunks_mut(CHUNK))
+            .for_each(|(((w, g), m), v)| lockstep_luts::ops::adam_into(w, g, m, v, lr, correction1, correction2));
     }
 }
 

@@ -39,12 +39,17 @@ pub struct Model {
     cached: Mutex<Option<Cached>>,
 }
 
-fn words(values: &[f32]) -> Vec<u32> {
-    values.iter().map(|v| v.to_bits()).collect()
+/// f32 values as the words a device holds, without a copy.
+fn words(values: &[f32]) -> &[u32] {
+    // SAFETY: f32 and u32 have the same size and alignment, and every bit pattern is valid for
+    // both; the slice borrows `values` for its lifetime.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u32>(), values.len()) }
 }
 
-fn floats(words: &[u32]) -> Vec<f32> {
-    words.iter().map(|&w| f32::from_bits(w)).collect()
+/// f32 values as words to read into, without a copy.
+fn words_mut(values: &mut [f32]) -> &mut [u32] {
+    // SAFETY: as in `words`; the slice borrows `values` exclusively for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u32>(), values.len()) }
 }
 
 fn token_words(tokens: &[u8]) -> Vec<u32> {
@@ -76,13 +81,13 @@ impl Model {
         let mut memory = HostMemory::default();
         let mut device = HostDevice { memory: &mut memory, gemm };
         let program = Program::new(&mut device, &self.layout, batch, seq)?;
-        device.write(program.weights, 0, &words(w))?;
+        device.write(program.weights, 0, words(w))?;
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &vec![0; tokens.len()])?;
         device.run(&program.forward)?;
-        let mut logits = vec![0u32; tokens.len() * crate::config::VOCAB];
-        device.read(program.logits, 0, &mut logits)?;
-        Ok(Forward { logits: floats(&logits) })
+        let mut logits = vec![0f32; tokens.len() * crate::config::VOCAB];
+        device.read(program.logits, 0, words_mut(&mut logits))?;
+        Ok(Forward { logits })
     }
 
     /// Mean cross-entropy without gradients (evaluation).
@@ -99,7 +104,7 @@ impl Model {
         let mut memory = HostMemory::default();
         let mut device = HostDevice { memory: &mut memory, gemm };
         let program = Program::new(&mut device, &self.layout, batch, seq)?;
-        device.write(program.weights, 0, &words(w))?;
+        device.write(program.weights, 0, words(w))?;
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &token_words(targets))?;
         device.run(&program.forward)?;
@@ -166,16 +171,16 @@ impl Model {
             host_device = HostDevice { memory: host, gemm };
             &mut host_device
         };
-        device.write(program.weights, 0, &words(w))?;
+        device.write(program.weights, 0, words(w))?;
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &token_words(targets))?;
         let ops: Vec<_> = program.forward.iter().chain(&program.backward).copied().collect();
         let audited = run_audited(device, &ops, audit, step)?;
         let mut loss = [0u32];
         device.read(program.loss, 0, &mut loss)?;
-        let mut grads = vec![0u32; self.layout.len];
-        device.read(program.grads, 0, &mut grads)?;
-        Ok((f32::from_bits(loss[0]), floats(&grads), audited))
+        let mut grads = vec![0f32; self.layout.len];
+        device.read(program.grads, 0, words_mut(&mut grads))?;
+        Ok((f32::from_bits(loss[0]), grads, audited))
     }
 }
 
