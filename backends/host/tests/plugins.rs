@@ -109,6 +109,25 @@ fn a_wrong_abi_major_version_is_refused() {
     assert!(error.to_string().contains("ABI major version 3, this host speaks 1 to 2"), "{error}");
 }
 
+/// An ABI 2 plugin whose units are exact but whose softmax uses the platform's `exp` passes the
+/// units battery and is rejected at the first softmax of the step, which the verdict names.
+#[test]
+fn a_wrong_op_is_rejected_by_name() {
+    let plugin = load(&fixture("flaw_op_softmax"));
+    assert_eq!(plugin.ops(), lockstep_worker_api::ops::ALL);
+    let mut backend = plugin.instantiate(1).unwrap();
+    assert!(backend.has_step_ops());
+    let report = run_gate(&mut backend, &mut |_| {});
+    assert!(!report.admitted(), "a softmax through the platform's exp was admitted");
+    let failed: Vec<&str> = report.failures().map(|c| c.name.as_str()).collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].starts_with("step-0 ") && failed[0].contains("causal_softmax"), "{failed:?}");
+    // Every units case passed and the ops before the softmax were checked.
+    assert!(report.ops_checked >= 4, "{}", report.ops_checked);
+    let line = report.verdict_line();
+    assert!(line.contains("causal_softmax") && line.contains("expected bits 0x"), "{line}");
+}
+
 /// A plugin built against ABI 1.2 still loads and is admitted, as a product-only backend: the
 /// host reads nothing past its 1.2 table (the bytes after it claim every op).
 #[test]
