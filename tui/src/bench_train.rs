@@ -7,7 +7,10 @@ use std::io::Write;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
+use lockstep_luts::ops::Op;
 use lockstep_node::data::{BuiltinSource, BUILTIN_CORPUS};
+use lockstep_node::params::{init, Layout};
+use lockstep_node::program::Program;
 use lockstep_node::trainer::Trainer;
 
 use crate::backend::gemm_for;
@@ -36,6 +39,10 @@ pub struct TrainBenchArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also time each op of the step on the backend at all threads, one op at a time (ABI 2
+    /// backends): where the step's time goes.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 struct Row {
@@ -154,6 +161,94 @@ fn torch_row(trainer: &str, threads: usize, run: Result<TorchRun, String>) -> Ro
     }
 }
 
+/// What a matmul op is, for the breakdown.
+fn op_label(op: &Op) -> String {
+    match op {
+        Op::Matmul(mm) if mm.batch != [1, 1] => "matmul: attention (batched)".into(),
+        Op::Matmul(mm) if mm.a.col_stride != 1 => "matmul: weight gradient (Aᵀ·B)".into(),
+        Op::Matmul(mm) if mm.b.col_stride != 1 => "matmul: input gradient (A·B)".into(),
+        Op::Matmul(_) => "matmul: linear forward (A·Bᵀ)".into(),
+        other => other.name().into(),
+    }
+}
+
+/// Runs the step's ops one at a time on `backend` (all threads), `steps` times, and returns
+/// per label: calls per step and seconds per step; plus the whole sequence's seconds per step
+/// when it runs in one call.
+fn breakdown(args: &TrainBenchArgs, steps: usize) -> anyhow::Result<(Vec<(String, usize, f64)>, f64)> {
+    let run = args.model.run_config();
+    let mut gemm = gemm_for(&args.backend, 0, true)?;
+    let Some(device) = gemm.device() else {
+        anyhow::bail!("backend `{}` runs products only (ABI 1): the host runs its ops", args.backend);
+    };
+    let layout = Layout::new(run.model);
+    let (batch, seq) = (run.batch, run.model.context);
+    let program = Program::new(device, &layout, batch, seq)?;
+    let weights: Vec<u32> = init(&layout, run.seed).iter().map(|v| v.to_bits()).collect();
+    device.write(program.weights, 0, &weights)?;
+    let mut source = BuiltinSource::new(run.seed);
+    let (data, _) = lockstep_node::data::DataSource::next_batch(&mut source, batch, seq);
+    device.write(program.tokens, 0, &data.tokens.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
+    device.write(program.targets, 0, &data.targets.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
+    let ops: Vec<Op> = program.forward.iter().chain(&program.backward).copied().collect();
+    device.run(&ops)?; // warm-up: scratch sized, pages touched
+    let mut totals: Vec<(String, usize, f64)> = Vec::new();
+    for _ in 0..steps {
+        for op in &ops {
+            let started = Instant::now();
+            device.run(std::slice::from_ref(op))?;
+            let seconds = started.elapsed().as_secs_f64();
+            let label = op_label(op);
+            match totals.iter_mut().find(|(l, _, _)| *l == label) {
+                Some(entry) => {
+                    entry.1 += 1;
+                    entry.2 += seconds;
+                }
+                None => totals.push((label, 1, seconds)),
+            }
+        }
+    }
+    let started = Instant::now();
+    for _ in 0..steps {
+        device.run(&ops)?;
+    }
+    let whole = started.elapsed().as_secs_f64() / steps as f64;
+    for entry in &mut totals {
+        entry.1 /= steps;
+        entry.2 /= steps as f64;
+    }
+    totals.sort_by(|a, b| b.2.total_cmp(&a.2));
+    Ok((totals, whole))
+}
+
+fn print_breakdown(args: &TrainBenchArgs, step_tokens: usize) -> anyhow::Result<()> {
+    let (rows, whole) = breakdown(args, 5)?;
+    let sum: f64 = rows.iter().map(|r| r.2).sum();
+    if args.json {
+        for (label, calls, seconds) in &rows {
+            println!(
+                "{}",
+                serde_json::json!({"breakdown_op": label, "calls_per_step": calls, "ms_per_step": seconds * 1e3, "share": seconds / sum})
+            );
+        }
+        println!("{}", serde_json::json!({"breakdown_ops_ms": sum * 1e3, "breakdown_sequence_ms": whole * 1e3}));
+        return Ok(());
+    }
+    println!();
+    println!("where a step's time goes: `{}` at all threads, each op timed alone (5 steps)", args.backend);
+    println!("{:<36} {:>8} {:>12} {:>7}", "op", "calls", "ms/step", "share");
+    for (label, calls, seconds) in &rows {
+        println!("{:<36} {:>8} {:>12.2} {:>6.1}%", label, calls, seconds * 1e3, 100.0 * seconds / sum);
+    }
+    println!(
+        "ops one at a time: {:.1} ms/step; the whole sequence in one call: {:.1} ms/step ({:.0} tokens/s before the host's share: Adam, hash, copies)",
+        sum * 1e3,
+        whole * 1e3,
+        step_tokens as f64 / whole
+    );
+    Ok(())
+}
+
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = args.model.run_config();
@@ -236,6 +331,9 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
         if let Some(note) = cuda_note {
             println!("{note}");
         }
+    }
+    if args.breakdown {
+        print_breakdown(&args, run.tokens_per_step())?;
     }
     Ok(ExitCode::SUCCESS)
 }
