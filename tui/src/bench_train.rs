@@ -161,6 +161,9 @@ fn torch_row(trainer: &str, threads: usize, run: Result<TorchRun, String>) -> Ro
     }
 }
 
+/// One kind of op in the breakdown: its label, calls per step and seconds per step.
+type OpTime = (String, usize, f64);
+
 /// What a matmul op is, for the breakdown.
 fn op_label(op: &Op) -> String {
     match op {
@@ -175,7 +178,7 @@ fn op_label(op: &Op) -> String {
 /// Runs the step's ops one at a time on `backend` (all threads), `steps` times, and returns
 /// per label: calls per step and seconds per step; plus the whole sequence's seconds per step
 /// when it runs in one call.
-fn breakdown(args: &TrainBenchArgs, steps: usize) -> anyhow::Result<(Vec<(String, usize, f64)>, f64)> {
+fn breakdown(args: &TrainBenchArgs, steps: usize) -> anyhow::Result<(Vec<OpTime>, f64)> {
     let run = args.model.run_config();
     let mut gemm = gemm_for(&args.backend, 0, true)?;
     let Some(device) = gemm.device() else {
@@ -192,7 +195,7 @@ fn breakdown(args: &TrainBenchArgs, steps: usize) -> anyhow::Result<(Vec<(String
     device.write(program.targets, 0, &data.targets.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
     let ops: Vec<Op> = program.forward.iter().chain(&program.backward).copied().collect();
     device.run(&ops)?; // warm-up: scratch sized, pages touched
-    let mut totals: Vec<(String, usize, f64)> = Vec::new();
+    let mut totals: Vec<OpTime> = Vec::new();
     for _ in 0..steps {
         for op in &ops {
             let started = Instant::now();
