@@ -434,11 +434,16 @@ impl Buffers {
                 let out = unsafe { c.f32s_mut(mm.c.index(p, q, 0, 0), m * n) };
                 gemm_f32(path, pool, scratch, m, n, k, a_rows, b_rows, out).map_err(OpError::Unit)?;
                 if let Some(bias) = bias {
-                    for row in out.chunks_exact_mut(n) {
-                        for (v, b) in row.iter_mut().zip(bias) {
-                            *v += b;
+                    let shared = Raw(out.as_mut_ptr().cast(), out.len());
+                    split(pool, m, 64, |rows| {
+                        // SAFETY: rows `rows` of the output belong to this thread.
+                        let part = unsafe { shared.f32s_mut(rows.start * n, rows.len() * n) };
+                        for row in part.chunks_exact_mut(n) {
+                            for (v, b) in row.iter_mut().zip(bias) {
+                                *v += b;
+                            }
                         }
-                    }
+                    });
                 }
                 return Ok(());
             }
@@ -446,8 +451,12 @@ impl Buffers {
                 c_scratch.resize(m * n, 0.0);
             }
             gemm_f32(path, pool, scratch, m, n, k, a_rows, b_rows, &mut c_scratch[..m * n]).map_err(OpError::Unit)?;
-            // SAFETY: batches write disjoint outputs (the op's contract); in bounds (checked).
-            unsafe { scatter(c, &mm.c, p, q, m, n, c_scratch, bias, mm.accumulate) };
+            let result = &c_scratch[..m * n];
+            split(pool, m, 64, |rows| {
+                // SAFETY: batches write disjoint outputs (the op's contract), threads disjoint
+                // rows of this batch's; in bounds (checked).
+                unsafe { scatter(c, &mm.c, p, q, rows, n, result, bias, mm.accumulate) }
+            });
             Ok(())
         };
         let threads = pool.map_or(1, |p| p.current_num_threads());
@@ -520,7 +529,7 @@ unsafe fn operand<'a>(
         // ranges of its columns (our rows), multiples of 8 wide.
         let src = &words[base..];
         let shared = Raw(out.as_mut_ptr().cast(), out.len());
-        split(pool, rows.div_ceil(8), 16, |r| {
+        split(pool, rows.div_ceil(8), 1, |r| {
             let cols = r.start * 8..(r.end * 8).min(rows);
             // SAFETY: rows `cols` of `out` belong to this thread.
             let part = unsafe { shared.f32s_mut(cols.start * k, cols.len() * k) };
@@ -632,7 +641,7 @@ unsafe fn scatter(
     v: &MatView,
     p: usize,
     q: usize,
-    m: usize,
+    rows: Range<usize>,
     n: usize,
     r: &[f32],
     bias: Option<&[f32]>,
@@ -640,7 +649,7 @@ unsafe fn scatter(
 ) {
     let (rs, cs) = (v.row_stride as usize, v.col_stride as usize);
     let base = v.index(p, q, 0, 0);
-    for i in 0..m {
+    for i in rows {
         let row = &r[i * n..(i + 1) * n];
         for j in 0..n {
             let mut x = row[j];
