@@ -555,13 +555,13 @@ pub fn layer_norm_param_grads(
     dgain: &mut [f32],
     dbias: &mut [f32],
 ) {
-    let first = cols.start;
     dgain.fill(0.0);
     dbias.fill(0.0);
     for r in 0..rows {
-        for j in cols.clone() {
-            dgain[j - first] += dy[r * width + j] * xhat[r * width + j];
-            dbias[j - first] += dy[r * width + j];
+        let (d, h) = (&dy[r * width..][cols.clone()], &xhat[r * width..][cols.clone()]);
+        for ((g, b), (&d, &h)) in dgain.iter_mut().zip(dbias.iter_mut()).zip(d.iter().zip(h)) {
+            *g += d * h;
+            *b += d;
         }
     }
 }
@@ -569,11 +569,10 @@ pub fn layer_norm_param_grads(
 /// `db[j] = Σ_r dy[r][j]` for columns `cols`, rows in order from +0.
 #[inline(always)]
 pub fn bias_grad_cols(width: usize, rows: usize, cols: std::ops::Range<usize>, dy: &[f32], db: &mut [f32]) {
-    let first = cols.start;
     db.fill(0.0);
     for r in 0..rows {
-        for j in cols.clone() {
-            db[j - first] += dy[r * width + j];
+        for (acc, &d) in db.iter_mut().zip(&dy[r * width..][cols.clone()]) {
+            *acc += d;
         }
     }
 }

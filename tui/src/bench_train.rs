@@ -178,9 +178,9 @@ fn op_label(op: &Op) -> String {
 /// Runs the step's ops one at a time on `backend` (all threads), `steps` times, and returns
 /// per label: calls per step and seconds per step; plus the whole sequence's seconds per step
 /// when it runs in one call.
-fn breakdown(args: &TrainBenchArgs, steps: usize) -> anyhow::Result<(Vec<OpTime>, f64)> {
+fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Result<(Vec<OpTime>, f64)> {
     let run = args.model.run_config();
-    let mut gemm = gemm_for(&args.backend, 0, true)?;
+    let mut gemm = gemm_for(&args.backend, threads, true)?;
     let Some(device) = gemm.device() else {
         anyhow::bail!("backend `{}` runs products only (ABI 1): the host runs its ops", args.backend);
     };
@@ -225,27 +225,51 @@ fn breakdown(args: &TrainBenchArgs, steps: usize) -> anyhow::Result<(Vec<OpTime>
 }
 
 fn print_breakdown(args: &TrainBenchArgs, step_tokens: usize) -> anyhow::Result<()> {
-    let (rows, whole) = breakdown(args, 5)?;
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (one, one_whole) = breakdown(args, 1, 3)?;
+    let (rows, whole) = breakdown(args, 0, 5)?;
     let sum: f64 = rows.iter().map(|r| r.2).sum();
+    let alone = |label: &str| one.iter().find(|r| r.0 == label).map_or(f64::NAN, |r| r.2);
     if args.json {
         for (label, calls, seconds) in &rows {
             println!(
                 "{}",
-                serde_json::json!({"breakdown_op": label, "calls_per_step": calls, "ms_per_step": seconds * 1e3, "share": seconds / sum})
+                serde_json::json!({"breakdown_op": label, "calls_per_step": calls, "ms_per_step": seconds * 1e3, "share": seconds / sum,
+                    "threads": all, "ms_per_step_1_thread": alone(label) * 1e3})
             );
         }
-        println!("{}", serde_json::json!({"breakdown_ops_ms": sum * 1e3, "breakdown_sequence_ms": whole * 1e3}));
+        println!(
+            "{}",
+            serde_json::json!({"breakdown_ops_ms": sum * 1e3, "breakdown_sequence_ms": whole * 1e3, "breakdown_sequence_ms_1_thread": one_whole * 1e3})
+        );
         return Ok(());
     }
     println!();
-    println!("where a step's time goes: `{}` at all threads, each op timed alone (5 steps)", args.backend);
-    println!("{:<36} {:>8} {:>12} {:>7}", "op", "calls", "ms/step", "share");
+    println!("where a step's time goes: `{}`, each op timed alone, at 1 and {all} threads", args.backend);
+    println!(
+        "{:<36} {:>6} {:>12} {:>12} {:>8} {:>7}",
+        "op",
+        "calls",
+        "ms/step 1t",
+        format!("ms/step {all}t"),
+        "speedup",
+        "share"
+    );
     for (label, calls, seconds) in &rows {
-        println!("{:<36} {:>8} {:>12.2} {:>6.1}%", label, calls, seconds * 1e3, 100.0 * seconds / sum);
+        let single = alone(label);
+        println!(
+            "{:<36} {:>6} {:>12.2} {:>12.2} {:>7.1}x {:>6.1}%",
+            label,
+            calls,
+            single * 1e3,
+            seconds * 1e3,
+            single / seconds,
+            100.0 * seconds / sum
+        );
     }
     println!(
-        "ops one at a time: {:.1} ms/step; the whole sequence in one call: {:.1} ms/step ({:.0} tokens/s before the host's share: Adam, hash, copies)",
-        sum * 1e3,
+        "the whole sequence in one call: {:.1} ms/step at 1 thread, {:.1} at {all} ({:.0} tokens/s before the host's share: Adam, hash, copies)",
+        one_whole * 1e3,
         whole * 1e3,
         step_tokens as f64 / whole
     );
