@@ -129,13 +129,15 @@ fn split(pool: Option<&rayon::ThreadPool>, items: usize, min_per_part: usize, f:
         Some(pool) if parts > 1 => {
             let per = items.div_ceil(parts);
             pool.scope(|scope| {
-                for i in 0..parts {
+                // `per · parts` may pass `items`: the last parts can be empty, and are skipped.
+                for start in (0..items).step_by(per) {
                     let f = &f;
-                    scope.spawn(move |_| f(i * per..((i + 1) * per).min(items)));
+                    scope.spawn(move |_| f(start..(start + per).min(items)));
                 }
             });
         }
-        _ => f(0..items),
+        _ if items > 0 => f(0..items),
+        _ => {}
     }
 }
 
@@ -670,6 +672,30 @@ unsafe fn scatter(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every split covers `0..items` exactly once with non-empty, in-order ranges, whatever
+    /// the thread count (16 threads over 130 items once made an empty range past the end).
+    #[test]
+    fn splits_partition_the_items() {
+        for threads in [1, 2, 3, 16] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            for (items, min) in [(0, 1), (1, 1), (5, 1), (130, 1), (130, 64), (2048, 16), (17, 4)] {
+                let seen = std::sync::Mutex::new(Vec::new());
+                split(Some(&pool), items, min, |r| seen.lock().unwrap().push(r));
+                let mut ranges = seen.into_inner().unwrap();
+                ranges.sort_by_key(|r| r.start);
+                let mut next = 0;
+                for r in &ranges {
+                    assert!(
+                        r.start == next && r.end > r.start && r.end <= items,
+                        "{threads} {items} {min}: {ranges:?}"
+                    );
+                    next = r.end;
+                }
+                assert_eq!(next, items, "{threads} {items} {min}: {ranges:?}");
+            }
+        }
+    }
 
     #[test]
     fn transposes_of_every_edge_match_the_scalar_loop() {

@@ -52,6 +52,9 @@ pub enum Failure {
     CallFailed(BackendError),
     /// The plugin accepted (or refused differently) an input it must refuse.
     NotRefused { got: String },
+    /// A case could not be set up (buffers the plugin would not create, an op the reference
+    /// itself refuses): the plugin is not admitted on an unchecked case.
+    Setup(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -67,6 +70,7 @@ impl std::fmt::Display for Failure {
             Failure::NotRefused { got } => {
                 write!(f, "a non-finite input must be refused with status `non-finite input`, got {got}")
             }
+            Failure::Setup(why) => write!(f, "the case could not be set up: {why}"),
         }
     }
 }
@@ -436,7 +440,7 @@ fn step_ops(backend: &mut Backend, report: &mut GateReport) {
         let layout = Layout::new(ModelConfig { width, context, layers, heads });
         let program = match Program::new(backend, &layout, batch, context) {
             Ok(p) => p,
-            Err(e) => return fail(report, format!("step-{i} buffers"), Failure::NotRefused { got: e.to_string() }),
+            Err(e) => return fail(report, format!("step-{i} buffers"), Failure::Setup(e.to_string())),
         };
         frees.extend_from_slice(program.buffers());
         let mut memory = BTreeMap::new();
@@ -515,7 +519,6 @@ fn step_ops(backend: &mut Backend, report: &mut GateReport) {
 /// op touched; the first difference fails the case.
 fn check_op_cases(backend: &mut Backend, report: &mut GateReport, cases: Vec<OpCase>) {
     use lockstep_luts::ops::run_reference;
-    use lockstep_node::device::Device;
     let fail = |report: &mut GateReport, name: String, failure: Failure| {
         report.cases.push(CaseResult { name, macs: 0, failure: Some(failure) });
     };
@@ -528,10 +531,10 @@ fn check_op_cases(backend: &mut Backend, report: &mut GateReport, cases: Vec<OpC
         for (index, op) in ops.iter().enumerate() {
             let case = format!("{name} op #{index} {}", op.name());
             if let Err(e) = run_reference(op, &mut memory) {
-                return fail(report, case, Failure::NotRefused { got: format!("the reference refused it: {e}") });
+                return fail(report, case, Failure::Setup(format!("the reference refused the op: {e}")));
             }
-            if let Err(e) = Device::run(backend, std::slice::from_ref(op)).map_err(|e| e.to_string()) {
-                return fail(report, case, Failure::NotRefused { got: e });
+            if let Err(e) = backend.run_ops(std::slice::from_ref(op)) {
+                return fail(report, case, Failure::CallFailed(e));
             }
             report.ops_checked += 1;
             for (buffer, end) in op.extents() {

@@ -31,7 +31,8 @@ fn cpu_plugin_is_admitted_and_shares_the_probe_hash() {
     let path = resolve_plugin("cpu").unwrap_or_else(|e| panic!("{e}"));
     let plugin = load(&path);
     assert_eq!(plugin.name(), "cpu");
-    for threads in [1, 2] {
+    // 16 threads on any machine: splits of work that do not divide evenly are exercised.
+    for threads in [1, 2, 16] {
         let mut backend = plugin.instantiate(threads).unwrap();
         let mut seen = Vec::new();
         let report = run_gate(&mut backend, &mut |p| seen.push(p.done));
