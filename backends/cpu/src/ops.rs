@@ -297,17 +297,17 @@ impl Buffers {
                         accumulate,
                     )
                 });
-                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
-                split(pool, w, 16, |cols| unsafe {
-                    layer_norm_param_grads(
-                        w,
-                        rows,
-                        cols.clone(),
-                        dyv,
-                        hv,
-                        dgs.0.f32s_mut(dgs.1 + cols.start, cols.len()),
-                        dbs.0.f32s_mut(dbs.1 + cols.start, cols.len()),
-                    )
+                // Each thread sums into arrays of its own and writes them once: columns of two
+                // threads may share a cache line of the output, which rows of updates would
+                // bounce between cores.
+                split(pool, w, 16, |cols| {
+                    let (mut g, mut b) = (vec![0.0f32; cols.len()], vec![0.0f32; cols.len()]);
+                    layer_norm_param_grads(w, rows, cols.clone(), dyv, hv, &mut g, &mut b);
+                    // SAFETY: columns `cols` of both outputs belong to this thread.
+                    unsafe {
+                        dgs.0.f32s_mut(dgs.1 + cols.start, cols.len()).copy_from_slice(&g);
+                        dbs.0.f32s_mut(dbs.1 + cols.start, cols.len()).copy_from_slice(&b);
+                    }
                 });
             }
             Op::Gelu { len, x, y } => {
@@ -356,9 +356,12 @@ impl Buffers {
                 let (ds, bs) = (sp(self, dy), sp(self, db));
                 // SAFETY: checked; columns of db per thread.
                 let dyv = unsafe { ds.0.f32s(ds.1, rows * w) };
-                // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
-                split(pool, w, 16, |cols| unsafe {
-                    bias_grad_cols(w, rows, cols.clone(), dyv, bs.0.f32s_mut(bs.1 + cols.start, cols.len()))
+                // Summed into an array of the thread's own, written once (see layer_norm_backward).
+                split(pool, w, 16, |cols| {
+                    let mut db = vec![0.0f32; cols.len()];
+                    bias_grad_cols(w, rows, cols.clone(), dyv, &mut db);
+                    // SAFETY: columns `cols` of db belong to this thread.
+                    unsafe { bs.0.f32s_mut(bs.1 + cols.start, cols.len()).copy_from_slice(&db) };
                 });
             }
             Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => {
