@@ -229,26 +229,30 @@ impl Buffers {
                 def::check_tokens(name, ids, vocab).map_err(error)?;
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 let dyv = unsafe { dr.f32s(dof, rows * width) };
-                // Columns split across threads; each column sums its rows in order.
+                // Columns split across threads; each column sums its rows in order, into
+                // tables of the thread's own (written out once: rows of two threads' columns
+                // share cache lines of the output).
+                let (vocab, positions) = (vocab as usize, positions as usize);
                 split(pool, width, 16, |cols| {
-                    // SAFETY: column range `cols` of both tables belongs to this thread; every
-                    // index is in bounds (checked, token ids too).
-                    let at = |r: Raw, i: usize| unsafe { &mut *r.0.add(i).cast::<f32>() };
-                    for j in cols.clone() {
-                        for v in 0..vocab as usize {
-                            *at(ar, ao + v * width + j) = 0.0;
+                    let n = cols.len();
+                    let (mut dt, mut dp) = (vec![0.0f32; vocab * n], vec![0.0f32; positions * n]);
+                    for (r, &t) in ids.iter().enumerate() {
+                        let d = &dyv[r * width..][cols.clone()];
+                        for (acc, &g) in dt[t as usize * n..][..n].iter_mut().zip(d) {
+                            *acc += g;
                         }
-                        for p in 0..positions as usize {
-                            *at(br, bo + p * width + j) = 0.0;
+                        for (acc, &g) in dp[(r % seq) * n..][..n].iter_mut().zip(d) {
+                            *acc += g;
                         }
                     }
-                    for (r, &t) in ids.iter().enumerate() {
-                        for j in cols.clone() {
-                            *at(ar, ao + t as usize * width + j) += dyv[r * width + j];
-                        }
-                        for j in cols.clone() {
-                            *at(br, bo + (r % seq) * width + j) += dyv[r * width + j];
-                        }
+                    for (v, row) in dt.chunks_exact(n).enumerate() {
+                        // SAFETY: columns `cols` of both tables belong to this thread; in bounds
+                        // (checked).
+                        unsafe { ar.f32s_mut(ao + v * width + cols.start, n).copy_from_slice(row) };
+                    }
+                    for (p, row) in dp.chunks_exact(n).enumerate() {
+                        // SAFETY: as above.
+                        unsafe { br.f32s_mut(bo + p * width + cols.start, n).copy_from_slice(row) };
                     }
                 });
             }
