@@ -90,10 +90,27 @@ impl HostDevice<'_> {
             q: usize,
         ) {
             let words = &buffers[&v.buffer];
+            let (base, rs, cs) = (v.index(p, q, 0, 0), v.row_stride as usize, v.col_stride as usize);
             out.clear();
-            for i in 0..rows {
-                for l in 0..k {
-                    out.push(f32::from_bits(words[v.index(p, q, i, l)]));
+            out.resize(rows * k, 0.0);
+            if cs == 1 {
+                for (i, row) in out.chunks_exact_mut(k).enumerate() {
+                    for (o, &w) in row.iter_mut().zip(&words[base + i * rs..][..k]) {
+                        *o = f32::from_bits(w);
+                    }
+                }
+            } else {
+                // A transposed view: 8 × 8 blocks, so reads and writes both stay in cache lines.
+                const T: usize = 8;
+                for l0 in (0..k).step_by(T) {
+                    for i0 in (0..rows).step_by(T) {
+                        for l in l0..(l0 + T).min(k) {
+                            let line = &words[base + l * cs..];
+                            for i in i0..(i0 + T).min(rows) {
+                                out[i * k + l] = f32::from_bits(line[i * rs]);
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -108,13 +125,14 @@ impl HostDevice<'_> {
                     .bias
                     .map(|s| buffers[&s.buffer][s.offset as usize..][..n].iter().map(|&w| f32::from_bits(w)).collect());
                 let out = buffers.get_mut(&mm.c.buffer).expect("checked");
+                let (base, rs, cs) = (mm.c.index(p, q, 0, 0), mm.c.row_stride as usize, mm.c.col_stride as usize);
                 for i in 0..m {
                     for j in 0..n {
                         let mut v = c[i * n + j];
                         if let Some(bias) = &bias {
                             v += bias[j];
                         }
-                        let at = mm.c.index(p, q, i, j);
+                        let at = base + i * rs + j * cs;
                         out[at] = if mm.accumulate { f32::from_bits(out[at]) + v } else { v }.to_bits();
                     }
                 }

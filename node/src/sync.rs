@@ -420,11 +420,7 @@ pub fn reduce(contributions: &[&Values]) -> Reduced {
                     *s += g;
                 }
             }
-            let n = n as f32;
-            for s in &mut sum {
-                *s /= n;
-            }
-            Reduced { mean: sum, grid: Vec::new() }
+            Reduced { mean: mean_f32(sum, n), grid: Vec::new() }
         }
         Some(Values::Int8(_)) => {
             let packed: Vec<&Packed> = contributions
@@ -437,6 +433,24 @@ pub fn reduce(contributions: &[&Values]) -> Reduced {
             let (grid, sum) = sum_direct(&packed);
             Reduced { mean: mean(&sum, &grid, n), grid }
         }
+    }
+}
+
+/// The f32 mean: the roster-order sum divided by the member count, element by element.
+fn mean_f32(mut sum: Vec<f32>, n: usize) -> Vec<f32> {
+    let n = n as f32;
+    for s in &mut sum {
+        *s /= n;
+    }
+    sum
+}
+
+/// [`reduce`] of a group of one, taking the contribution by value: the same operations, without
+/// a copy of an f32 contribution (a lone node's step).
+pub fn reduce_one(values: Values) -> Reduced {
+    match values {
+        Values::F32(x) => Reduced { mean: mean_f32(x, 1), grid: Vec::new() },
+        int8 => reduce(&[&int8]),
     }
 }
 
@@ -607,6 +621,19 @@ mod tests {
             r = residual(&x, &p, &grid);
         }
         assert!((taken_total - 300.0).abs() <= 1.0, "{taken_total}");
+    }
+
+    /// A group of one reduced by value is the group reduced by reference, bit for bit.
+    #[test]
+    fn reduce_one_is_reduce_of_one() {
+        let x = contribution(3, 5 * BLOCK + 7);
+        for values in [Values::F32(x.clone()), Values::Int8(pack(&x).unwrap())] {
+            let by_ref = reduce(&[&values]);
+            let by_value = reduce_one(values);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&by_value.mean), bits(&by_ref.mean));
+            assert_eq!(by_value.grid, by_ref.grid);
+        }
     }
 
     #[test]

@@ -304,12 +304,12 @@ impl Trainer {
     /// (`every-step`, where the mean of one f32 gradient is that gradient, bit for bit) or `H`
     /// steps (`outer:H`).
     pub fn step(&mut self) -> Result<StepReport, ContributeError> {
-        let contribution = self.contribute()?;
-        let reduced = sync::reduce(&[&contribution.values]);
+        let Contribution { loss, values } = self.contribute()?;
+        let reduced = sync::reduce_one(values);
         self.finish_sync(&reduced.mean, &reduced.grid);
         Ok(StepReport {
             step: self.step,
-            loss: contribution.loss,
+            loss,
             weight_hash: self.weight_hash(),
             tokens: self.run.tokens_per_step() * self.run.steps_per_sync() as usize,
             origin: self.last_origin.clone(),
