@@ -76,6 +76,53 @@ fn bench_gemm_prints_json_lines() {
     assert!(text(&out).contains("not MxNxK"), "{}", text(&out));
 }
 
+/// `bench train` on a tiny model: a JSON row per trainer with the fields scripts read, and the
+/// breakdown names every op of the step with its count.
+#[test]
+fn bench_train_reports_rows_and_the_step_breakdown() {
+    let _phase = crate::common::phase(module_path!());
+    let mut args = vec!["bench", "train"];
+    args.extend_from_slice(TINY_MODEL);
+    args.extend_from_slice(&["--measure-steps", "1", "--warmup-steps", "0", "--no-torch", "--breakdown", "--json"]);
+    let out = lockstep(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let trainers: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("trainer").is_some()).collect();
+    let names: Vec<&str> = trainers.iter().map(|r| r["trainer"].as_str().unwrap()).collect();
+    assert!(names.contains(&"units (cpu)") && names.contains(&"float reference"), "{names:?}");
+    for row in &trainers {
+        assert!(row["tokens_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["loss"].as_f64().unwrap().is_finite(), "{row}");
+        assert!(row["threads"].as_u64().unwrap() >= 1, "{row}");
+        assert!(row["peak_memory_bytes"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["config"], "c=32 t=32 b=4 layers=1 heads=2", "{row}");
+    }
+    let ops: std::collections::BTreeMap<&str, u64> = lines
+        .iter()
+        .filter_map(|l| Some((l.get("breakdown_op")?.as_str()?, l["calls_per_step"].as_u64()?)))
+        .collect();
+    let expected = [
+        ("embed", 1),
+        ("layer_norm", 3),
+        ("matmul: linear forward (A·Bᵀ)", 5),
+        ("matmul: attention (batched)", 6),
+        ("causal_softmax", 1),
+        ("gelu", 1),
+        ("cross_entropy", 1),
+        ("matmul: input gradient (A·B)", 5),
+        ("matmul: weight gradient (Aᵀ·B)", 5),
+        ("bias_grad", 5),
+        ("layer_norm_backward", 3),
+        ("gelu_backward", 1),
+        ("causal_softmax_backward", 1),
+        ("embed_backward", 1),
+    ];
+    assert_eq!(ops, expected.into_iter().collect(), "{stdout}");
+    let summary = lines.iter().find(|l| l.get("breakdown_sequence_ms").is_some()).expect("a summary line");
+    assert!(summary["breakdown_sequence_ms"].as_f64().unwrap() > 0.0, "{summary}");
+}
+
 /// The tiny model's flags (for `train` and `demo`).
 const TINY_MODEL: &[&str] = &["--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"];
 /// `train` on the tiny model, JSON lines, no evaluation.
