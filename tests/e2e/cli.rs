@@ -98,10 +98,8 @@ fn bench_train_reports_rows_and_the_step_breakdown() {
         assert!(row["peak_memory_bytes"].as_u64().unwrap() > 0, "{row}");
         assert_eq!(row["config"], "c=32 t=32 b=4 layers=1 heads=2", "{row}");
     }
-    let ops: std::collections::BTreeMap<&str, u64> = lines
-        .iter()
-        .filter_map(|l| Some((l.get("breakdown_op")?.as_str()?, l["calls_per_step"].as_u64()?)))
-        .collect();
+    let ops: std::collections::BTreeMap<&str, u64> =
+        lines.iter().filter_map(|l| Some((l.get("breakdown_op")?.as_str()?, l["calls_per_step"].as_u64()?))).collect();
     let expected = [
         ("embed", 1),
         ("layer_norm", 3),

@@ -445,16 +445,16 @@ unsafe extern "C" fn run_ops<W: Worker>(
         guarded(error, || {
             let worker = instance::<W>(instance_ptr)?;
             let calls = slice(ops, count as usize, "ops")?;
-            let mut decoded = Vec::with_capacity(calls.len());
-            for (i, call) in calls.iter().enumerate() {
-                let op = crate::ops::decode(call).map_err(|e| invalid(format!("op #{i}: {e}")))?;
-                if W::OPS & crate::ops::bit(call.code) == 0 {
-                    return Err(WorkerError::new(
-                        status::UNSUPPORTED,
-                        format!("op #{i}: {} is not supported", op.name()),
-                    ));
-                }
-                decoded.push(op);
+            // Every record is decoded first, so a malformed one is reported wherever it is.
+            let decoded = calls
+                .iter()
+                .enumerate()
+                .map(|(i, call)| crate::ops::decode(call).map_err(|e| invalid(format!("op #{i}: {e}"))))
+                .collect::<Result<Vec<_>, _>>()?;
+            let unsupported =
+                decoded.iter().enumerate().find(|(_, op)| W::OPS & crate::ops::bit(crate::ops::code(op)) == 0);
+            if let Some((i, op)) = unsupported {
+                return Err(WorkerError::new(status::UNSUPPORTED, format!("op #{i}: {} is not supported", op.name())));
             }
             worker.run_ops(&decoded)
         })
@@ -596,6 +596,52 @@ mod tests {
         };
         assert_eq!(code, status::INVALID_ARGUMENT);
 
+        unsafe { table.destroy.unwrap()(handle) };
+    }
+
+    /// ABI 2 through the raw table of a products-only worker: every buffer call and `run_ops`
+    /// answer `unsupported` (the worker's `OPS` is 0), and malformed records are refused with
+    /// `invalid argument` before the worker sees them.
+    #[test]
+    fn abi_2_calls_of_a_products_only_worker_are_refused_cleanly() {
+        let table = unsafe { &*lockstep_worker_entry() };
+        assert_eq!(table.ops, 0);
+        let mut storage = [0u8; 128];
+        let mut error = error_buf(&mut storage);
+        let mut handle = std::ptr::null_mut();
+        let code = unsafe { table.create.unwrap()(&CreateOptions::new(1), &mut handle, &mut error) };
+        assert_eq!(code, status::OK);
+        let message =
+            |storage: &[u8], error: &ErrorBuf| String::from_utf8(storage[..error.len as usize].to_vec()).unwrap();
+
+        let mut buffer = 0u64;
+        let code = unsafe { table.buffer_create.unwrap()(handle, 16, &mut buffer, &mut error) };
+        assert_eq!(code, status::UNSUPPORTED);
+        assert!(message(&storage, &error).contains("products only"), "{}", message(&storage, &error));
+        let words = [0u32; 4];
+        let code = unsafe { table.buffer_write.unwrap()(handle, 1, 0, words.as_ptr(), 4, &mut error) };
+        assert_eq!(code, status::UNSUPPORTED);
+
+        // A known op the worker does not offer.
+        let gelu = crate::ops::encode(&lockstep_luts::ops::Op::Gelu {
+            len: 4,
+            x: lockstep_luts::ops::Span::new(1, 0),
+            y: lockstep_luts::ops::Span::new(2, 0),
+        });
+        let code = unsafe { table.run_ops.unwrap()(handle, &gelu, 1, &mut error) };
+        assert_eq!(code, status::UNSUPPORTED);
+        assert!(message(&storage, &error).contains("op #0: gelu is not supported"), "{}", message(&storage, &error));
+        // An unknown code, then unknown flags: refused as malformed, naming the record.
+        let unknown = crate::ops::OpCall { code: 99, ..gelu };
+        let code = unsafe { table.run_ops.unwrap()(handle, [gelu, unknown].as_ptr(), 2, &mut error) };
+        assert_eq!(code, status::INVALID_ARGUMENT);
+        assert!(message(&storage, &error).contains("op #1: unknown op code 99"), "{}", message(&storage, &error));
+        let flagged = crate::ops::OpCall { flags: 1, ..gelu };
+        let code = unsafe { table.run_ops.unwrap()(handle, &flagged, 1, &mut error) };
+        assert_eq!(code, status::INVALID_ARGUMENT);
+        // Null records with a count.
+        let code = unsafe { table.run_ops.unwrap()(handle, std::ptr::null(), 3, &mut error) };
+        assert_eq!(code, status::INVALID_ARGUMENT);
         unsafe { table.destroy.unwrap()(handle) };
     }
 

@@ -680,6 +680,69 @@ unsafe fn scatter(
 mod tests {
     use super::*;
 
+    /// Bad ops get typed refusals and leave the instance usable: a view past its buffer, an
+    /// unknown buffer, a token past the vocabulary, a NaN into the units.
+    #[test]
+    fn bad_ops_are_refused_with_their_reason() {
+        let mut buffers = Buffers::default();
+        let (x, y) = (buffers.create(8), buffers.create(8));
+        let path = Path::detect();
+        let refusal = |buffers: &mut Buffers, op: Op| buffers.run(path, None, &[op]).unwrap_err();
+
+        let e = refusal(&mut buffers, Op::Gelu { len: 8, x: Span::new(x, 4), y: Span::new(y, 0) });
+        assert_eq!(e.status, status::INVALID_ARGUMENT);
+        assert!(e.message.contains("op #0") && e.message.contains("gelu: access up to word 12"), "{}", e.message);
+
+        let e = refusal(&mut buffers, Op::Gelu { len: 2, x: Span::new(77, 0), y: Span::new(y, 0) });
+        assert!(e.message.contains("no buffer 77"), "{}", e.message);
+
+        buffers.write(x, 0, &[3, 300, 0, 0, 0, 0, 0, 0]).unwrap();
+        let embed = Op::Embed {
+            rows: 2,
+            seq: 2,
+            width: 1,
+            vocab: 8,
+            tokens: Span::new(x, 0),
+            tok: Span::new(y, 0),
+            pos: Span::new(y, 0),
+            out: Span::new(x, 4),
+        };
+        let e = refusal(&mut buffers, embed);
+        assert_eq!(e.status, status::INVALID_ARGUMENT);
+        assert!(e.message.contains("token id 300 outside a vocabulary of 8"), "{}", e.message);
+
+        buffers.write(x, 0, &[f32::NAN.to_bits(); 8]).unwrap();
+        let mm = Op::Matmul(Matmul {
+            m: 2,
+            n: 2,
+            k: 4,
+            batch: [1, 1],
+            a: MatView::rows(x, 0, 4),
+            b: MatView::rows(y, 0, 4),
+            c: MatView::rows(y, 0, 2).batched([0, 0]),
+            bias: None,
+            accumulate: false,
+        });
+        // C overlaps B: the reference takes it, and refuses the NaN the same way.
+        let e = refusal(&mut buffers, mm);
+        assert_eq!(e.status, status::NON_FINITE_INPUT, "{}", e.message);
+        let z = buffers.create(4);
+        let e = refusal(
+            &mut buffers,
+            Op::Matmul(Matmul {
+                c: MatView::rows(z, 0, 2),
+                ..match mm {
+                    Op::Matmul(m) => m,
+                    _ => unreachable!(),
+                }
+            }),
+        );
+        assert_eq!(e.status, status::NON_FINITE_INPUT, "{}", e.message);
+        // Still usable.
+        buffers.write(x, 0, &[1f32.to_bits(); 8]).unwrap();
+        buffers.run(path, None, &[Op::Gelu { len: 8, x: Span::new(x, 0), y: Span::new(y, 0) }]).unwrap();
+    }
+
     /// Every split covers `0..items` exactly once with non-empty, in-order ranges, whatever
     /// the thread count (16 threads over 130 items once made an empty range past the end).
     #[test]
