@@ -97,6 +97,22 @@ pub trait Gemm: Send {
     fn device(&mut self) -> Option<&mut dyn crate::device::Device> {
         None
     }
+
+    /// `c = a · bᵀ` with `a` (`m × k`) and `b` (`n × k`) read through `(row, column)` strides,
+    /// for a product that can read views in place (the float reference). `None`: not offered —
+    /// the units quantize contiguous rows, so the host gathers them.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_nt_strided(
+        &mut self,
+        _m: usize,
+        _n: usize,
+        _k: usize,
+        _a: (&[f32], usize, usize),
+        _b: (&[f32], usize, usize),
+        _c: &mut [f32],
+    ) -> Option<Result<(), ComputeError>> {
+        None
+    }
 }
 
 /// Plain f32 products (`matrixmultiply`'s sgemm, single-threaded, so deterministic too): the
@@ -135,6 +151,18 @@ impl Gemm for FloatGemm {
 
     fn label(&self) -> String {
         format!("float reference (f32 sgemm, {} lane(s))", self.lanes.len())
+    }
+
+    fn gemm_nt_strided(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: (&[f32], usize, usize),
+        b: (&[f32], usize, usize),
+        c: &mut [f32],
+    ) -> Option<Result<(), ComputeError>> {
+        self.lanes[0].gemm_nt_strided(m, n, k, a, b, c)
     }
 
     fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
@@ -183,6 +211,47 @@ impl Gemm for FloatLane {
         "float reference (f32 sgemm)".into()
     }
 
+    fn gemm_nt_strided(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        (a, a_rs, a_cs): (&[f32], usize, usize),
+        (b, b_rs, b_cs): (&[f32], usize, usize),
+        c: &mut [f32],
+    ) -> Option<Result<(), ComputeError>> {
+        assert_eq!(c.len(), m * n, "gemm_nt_strided: C is not {m}×{n}");
+        if m == 0 || n == 0 {
+            return Some(Ok(()));
+        }
+        let last = |rows: usize, rs: usize, cs: usize| (rows - 1) * rs + k.saturating_sub(1) * cs;
+        assert!(
+            k == 0 || (last(m, a_rs, a_cs) < a.len() && last(n, b_rs, b_cs) < b.len()),
+            "gemm_nt_strided: a view leaves its slice"
+        );
+        // SAFETY: every index the strides reach is inside `a` and `b` (asserted); C is m×n
+        // row-major. B is read as its k×n transpose: element (l, j) is b[j·b_rs + l·b_cs].
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                a_rs as isize,
+                a_cs as isize,
+                b.as_ptr(),
+                b_cs as isize,
+                b_rs as isize,
+                0.0,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+        Some(Ok(()))
+    }
+
     fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
         vec![self]
     }
@@ -211,5 +280,27 @@ impl std::fmt::Display for AuditMismatch {
             "op #{} ({}) differs from the CPU reference in {} word(s); first at word {} of buffer {}: expected {:#010x}, got {:#010x}",
             self.call, self.op, self.differing, self.index, self.buffer, self.expected_bits, self.actual_bits
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The float reference reading views through strides gives the bits it gives on gathered
+    /// rows: the host may skip the gathers for it.
+    #[test]
+    fn strided_float_products_equal_gathered_ones() {
+        let mut rng = lockstep_luts::rng::SplitMix64::new(11);
+        let (m, n, k) = (37, 29, 70);
+        let a: Vec<f32> = (0..m * k).map(|_| rng.next_signed_unit()).collect(); // m × k
+        let bt: Vec<f32> = (0..k * n).map(|_| rng.next_signed_unit()).collect(); // k × n: B transposed
+        let b: Vec<f32> = (0..n * k).map(|i| bt[(i % k) * n + i / k]).collect(); // n × k
+        let mut gathered = vec![0.0; m * n];
+        FloatLane.gemm_nt(m, n, k, &a, &b, &mut gathered).unwrap();
+        let mut strided = vec![0.0; m * n];
+        FloatLane.gemm_nt_strided(m, n, k, (&a, k, 1), (&bt, 1, n), &mut strided).unwrap().unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&strided), bits(&gathered));
     }
 }
