@@ -68,6 +68,30 @@ impl Model {
         assert_eq!(w.len(), self.layout.len);
     }
 
+    /// Runs the forward pass (and the loss against `targets`) in host memory, then `out` reads
+    /// what it needs: evaluation and generation, which change no state.
+    #[allow(clippy::too_many_arguments)]
+    fn on_host<T>(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: &[f32],
+        tokens: &[u8],
+        targets: &[u32],
+        batch: usize,
+        seq: usize,
+        out: impl FnOnce(&mut HostDevice<'_>, &Program) -> Result<T, ComputeError>,
+    ) -> Result<T, ComputeError> {
+        self.check(w, tokens, batch, seq);
+        let mut memory = HostMemory::default();
+        let mut device = HostDevice { memory: &mut memory, gemm };
+        let program = Program::new(&mut device, &self.layout, batch, seq)?;
+        device.write(program.weights, 0, words(w))?;
+        device.write(program.tokens, 0, &token_words(tokens))?;
+        device.write(program.targets, 0, targets)?;
+        device.run(&program.forward)?;
+        out(&mut device, &program)
+    }
+
     /// Runs `batch` sequences of `seq ≤ context` tokens: the logits.
     pub fn forward(
         &self,
@@ -77,17 +101,11 @@ impl Model {
         batch: usize,
         seq: usize,
     ) -> Result<Forward, ComputeError> {
-        self.check(w, tokens, batch, seq);
-        let mut memory = HostMemory::default();
-        let mut device = HostDevice { memory: &mut memory, gemm };
-        let program = Program::new(&mut device, &self.layout, batch, seq)?;
-        device.write(program.weights, 0, words(w))?;
-        device.write(program.tokens, 0, &token_words(tokens))?;
-        device.write(program.targets, 0, &vec![0; tokens.len()])?;
-        device.run(&program.forward)?;
-        let mut logits = vec![0f32; tokens.len() * crate::config::VOCAB];
-        device.read(program.logits, 0, words_mut(&mut logits))?;
-        Ok(Forward { logits })
+        self.on_host(gemm, w, tokens, &vec![0; tokens.len()], batch, seq, |device, program| {
+            let mut logits = vec![0f32; tokens.len() * crate::config::VOCAB];
+            device.read(program.logits, 0, words_mut(&mut logits))?;
+            Ok(Forward { logits })
+        })
     }
 
     /// Mean cross-entropy without gradients (evaluation).
@@ -100,17 +118,11 @@ impl Model {
         batch: usize,
         seq: usize,
     ) -> Result<f32, ComputeError> {
-        self.check(w, tokens, batch, seq);
-        let mut memory = HostMemory::default();
-        let mut device = HostDevice { memory: &mut memory, gemm };
-        let program = Program::new(&mut device, &self.layout, batch, seq)?;
-        device.write(program.weights, 0, words(w))?;
-        device.write(program.tokens, 0, &token_words(tokens))?;
-        device.write(program.targets, 0, &token_words(targets))?;
-        device.run(&program.forward)?;
-        let mut loss = [0u32];
-        device.read(program.loss, 0, &mut loss)?;
-        Ok(f32::from_bits(loss[0]))
+        self.on_host(gemm, w, tokens, &token_words(targets), batch, seq, |device, program| {
+            let mut loss = [0u32];
+            device.read(program.loss, 0, &mut loss)?;
+            Ok(f32::from_bits(loss[0]))
+        })
     }
 
     /// Mean cross-entropy of next-token prediction and the gradient of every weight.

@@ -4,6 +4,7 @@
 //! the op.
 use std::collections::BTreeMap;
 
+use lockstep_faulty_plugins::ReferenceWorker;
 use lockstep_luts::ops::{run_reference, Op, Span};
 use lockstep_worker_api::plugin::{Worker, WorkerError};
 use lockstep_worker_api::{caps, status, CreateOptions};
@@ -63,15 +64,11 @@ impl Worker for SoftmaxWithLibm {
         b: &[f32],
         c: &mut [f32],
     ) -> Result<(), WorkerError> {
-        let out = lockstep_luts::gemm_nt(m, n, k, a, b)
-            .map_err(|e| WorkerError::new(status::NON_FINITE_INPUT, e.to_string()))?;
-        c.copy_from_slice(&out);
-        Ok(())
+        ReferenceWorker.gemm_f32(m, n, k, a, b, c)
     }
 
     fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), WorkerError> {
-        c.copy_from_slice(&lockstep_luts::gemm_i8_nt(m, n, k, a, b));
-        Ok(())
+        ReferenceWorker.gemm_i8(m, n, k, a, b, c)
     }
 
     fn buffer_create(&mut self, words: usize) -> Result<u64, WorkerError> {
