@@ -36,23 +36,33 @@ impl Adam {
         Self { m: vec![0.0; len], v: vec![0.0; len], beta1_power: 1.0, beta2_power: 1.0, t: 0 }
     }
 
-    /// One update of `weights` from `grad` at learning rate `lr`.
-    pub fn update(&mut self, weights: &mut [f32], grad: &[f32], lr: f32) {
+    /// One update of `weights` from `grad` at learning rate `lr`, split over `threads` threads
+    /// (element by element, so any split gives the same bits).
+    pub fn update(&mut self, weights: &mut [f32], grad: &[f32], lr: f32, threads: usize) {
         assert!(weights.len() == grad.len() && grad.len() == self.m.len(), "Adam: length mismatch");
         self.t += 1;
         self.beta1_power *= BETA1;
         self.beta2_power *= BETA2;
         let correction1 = 1.0 - self.beta1_power;
         let correction2 = 1.0 - self.beta2_power;
-        // Element by element, so chunks on any threads give the same bits.
-        const CHUNK: usize = 1 << 15;
-        use rayon::prelude::*;
-        weights
-            .par_chunks_mut(CHUNK)
-            .zip(grad.par_chunks(CHUNK))
-            .zip(self.m.par_chunks_mut(CHUNK))
-            .zip(self.v.par_chunks_mut(CHUNK))
-            .for_each(|(((w, g), m), v)| lockstep_luts::ops::adam_into(w, g, m, v, lr, correction1, correction2));
+        let update = |w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]| {
+            lockstep_luts::ops::adam_into(w, g, m, v, lr, correction1, correction2)
+        };
+        // Below a few chunks' worth a thread costs more than it saves.
+        const MIN_PER_THREAD: usize = 1 << 15;
+        let parts = threads.min(weights.len() / MIN_PER_THREAD).max(1);
+        if parts == 1 {
+            return update(weights, grad, &mut self.m, &mut self.v);
+        }
+        let per = weights.len().div_ceil(parts);
+        rayon::scope(|scope| {
+            let chunks =
+                weights.chunks_mut(per).zip(grad.chunks(per)).zip(self.m.chunks_mut(per)).zip(self.v.chunks_mut(per));
+            for (((w, g), m), v) in chunks {
+                let update = &update;
+                scope.spawn(move |_| update(w, g, m, v));
+            }
+        });
     }
 }
 
@@ -76,24 +86,29 @@ mod tests {
         // With bias correction, the first step is lr · g / (|g| + ε) ≈ ±lr.
         let mut adam = Adam::new(3);
         let mut w = vec![1.0f32, 1.0, 1.0];
-        adam.update(&mut w, &[0.5, -2.0, 0.0], 0.01);
+        adam.update(&mut w, &[0.5, -2.0, 0.0], 0.01, 1);
         assert!((w[0] - 0.99).abs() < 1e-6 && (w[1] - 1.01).abs() < 1e-6 && w[2] == 1.0, "{w:?}");
         assert_eq!(adam.t, 1);
         assert_eq!(adam.beta1_power, BETA1);
     }
 
+    /// Reproducible bit for bit, and the same on any number of threads (a length that splits
+    /// into parts of unequal size).
     #[test]
-    fn updates_are_reproducible_bit_for_bit() {
-        let run = || {
-            let mut adam = Adam::new(64);
-            let mut w: Vec<f32> = (0..64).map(|i| i as f32 * 0.01).collect();
-            for step in 0..50 {
-                let g: Vec<f32> = (0..64).map(|i| ((i * 7 + step * 13) % 17) as f32 * 0.001 - 0.008).collect();
-                adam.update(&mut w, &g, schedule(0.003, step as u32, 50));
+    fn updates_are_reproducible_bit_for_bit_on_any_thread_count() {
+        let len = 100_003;
+        let run = |threads: usize| {
+            let mut adam = Adam::new(len);
+            let mut w: Vec<f32> = (0..len).map(|i| i as f32 * 0.01).collect();
+            for step in 0..20 {
+                let g: Vec<f32> = (0..len).map(|i| ((i * 7 + step * 13) % 17) as f32 * 0.001 - 0.008).collect();
+                adam.update(&mut w, &g, schedule(0.003, step as u32, 20), threads);
             }
             w.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         };
-        assert_eq!(run(), run());
+        let one = run(1);
+        assert_eq!(run(1), one);
+        assert_eq!(run(3), one);
     }
 
     #[test]

@@ -86,10 +86,11 @@ pub trait Gemm: Send {
     /// What computes the products, for reports.
     fn label(&self) -> String;
 
-    /// Independent lanes, one per thread, for running many small products at once (the
-    /// attention heads). Which lane computes a product never changes its bits: every lane is
-    /// the same admitted arithmetic. At least one lane.
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm>;
+    /// Threads the host may use for its own work beside the products (Adam, the element-wise
+    /// ops of a product-only backend): the user's thread count. It never changes a bit.
+    fn threads(&self) -> usize {
+        1
+    }
 
     /// The backend's own executor for a whole step's ops (ABI 2), when it has one: the trainer
     /// then keeps a step's buffers there. `None`: the host runs the ops and calls
@@ -116,61 +117,20 @@ pub trait Gemm: Send {
 }
 
 /// Plain f32 products (`matrixmultiply`'s sgemm, single-threaded, so deterministic too): the
-/// float reference the units trainer is measured against, with `lanes` parallel lanes.
+/// float reference the units trainer is measured against.
+#[derive(Default)]
 pub struct FloatGemm {
-    lanes: Vec<FloatLane>,
+    /// The host's threads beside the products ([`Gemm::threads`]).
+    threads: usize,
 }
-
-/// One float lane.
-pub struct FloatLane;
 
 impl FloatGemm {
-    pub fn new(lanes: usize) -> Self {
-        Self { lanes: (0..lanes.max(1)).map(|_| FloatLane).collect() }
-    }
-}
-
-impl Default for FloatGemm {
-    fn default() -> Self {
-        Self::new(1)
+    pub fn new(threads: usize) -> Self {
+        Self { threads }
     }
 }
 
 impl Gemm for FloatGemm {
-    fn gemm_nt(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f32],
-        b: &[f32],
-        c: &mut [f32],
-    ) -> Result<(), ComputeError> {
-        self.lanes[0].gemm_nt(m, n, k, a, b, c)
-    }
-
-    fn label(&self) -> String {
-        format!("float reference (f32 sgemm, {} lane(s))", self.lanes.len())
-    }
-
-    fn gemm_nt_strided(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: (&[f32], usize, usize),
-        b: (&[f32], usize, usize),
-        c: &mut [f32],
-    ) -> Option<Result<(), ComputeError>> {
-        self.lanes[0].gemm_nt_strided(m, n, k, a, b, c)
-    }
-
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        self.lanes.iter_mut().map(|l| l as &mut dyn Gemm).collect()
-    }
-}
-
-impl Gemm for FloatLane {
     fn gemm_nt(
         &mut self,
         m: usize,
@@ -209,6 +169,10 @@ impl Gemm for FloatLane {
 
     fn label(&self) -> String {
         "float reference (f32 sgemm)".into()
+    }
+
+    fn threads(&self) -> usize {
+        self.threads.max(1)
     }
 
     fn gemm_nt_strided(
@@ -250,10 +214,6 @@ impl Gemm for FloatLane {
             );
         }
         Some(Ok(()))
-    }
-
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        vec![self]
     }
 }
 
@@ -297,9 +257,9 @@ mod tests {
         let bt: Vec<f32> = (0..k * n).map(|_| rng.next_signed_unit()).collect(); // k × n: B transposed
         let b: Vec<f32> = (0..n * k).map(|i| bt[(i % k) * n + i / k]).collect(); // n × k
         let mut gathered = vec![0.0; m * n];
-        FloatLane.gemm_nt(m, n, k, &a, &b, &mut gathered).unwrap();
+        FloatGemm::default().gemm_nt(m, n, k, &a, &b, &mut gathered).unwrap();
         let mut strided = vec![0.0; m * n];
-        FloatLane.gemm_nt_strided(m, n, k, (&a, k, 1), (&bt, 1, n), &mut strided).unwrap().unwrap();
+        FloatGemm::default().gemm_nt_strided(m, n, k, (&a, k, 1), (&bt, 1, n), &mut strided).unwrap().unwrap();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&strided), bits(&gathered));
     }

@@ -229,7 +229,7 @@ impl Trainer {
     /// One Adam update from `grad`, ending the current step.
     pub fn apply(&mut self, grad: &[f32]) {
         let lr = schedule(self.run.lr, self.step, self.run.steps);
-        self.adam.update(&mut self.weights, grad, lr);
+        self.adam.update(&mut self.weights, grad, lr, self.gemm.threads());
         self.step += 1;
     }
 

@@ -88,8 +88,8 @@ pub struct Opening {
 
 /// Loads `name` (a built-in name, a path, or `auto`), runs the exact gate with `progress`,
 /// and returns the backend only if it is admitted; otherwise the verdict (rejected, or not
-/// loadable) comes back typed as [`NotAdmitted`]. CPU plugins get one lane per thread
-/// (`threads`, 0 for every core); device plugins get one instance.
+/// loadable) comes back typed as [`NotAdmitted`]. The instance computes with `threads` (0 for
+/// every core), and the host's own work beside it uses as many.
 ///
 /// `auto` follows the seed: DP4A, then LUT, then CPU, each gated, hardware GPUs only (see
 /// `lockstep_backends::auto`); every verdict goes to `progress_line`.
@@ -127,8 +127,7 @@ pub fn admit(
     };
     let name = backend.name().to_string();
     let device = backend.describe();
-    let gemm = UnitsGemm::with_lane_policy(backend, threads, &instance_options(threads, 0))
-        .map_err(|e| not_loadable(format!("creating a lane: {e}")))?;
+    let gemm = UnitsGemm::with_threads(backend, threads_or_all(threads));
     Ok(Admitted { gemm, name, verdict, device })
 }
 
@@ -150,8 +149,8 @@ pub fn threads_or_all(threads: u32) -> usize {
     }
 }
 
-/// The products for a backend name: `float`, or an admitted plugin; `threads` lanes (0: one
-/// per core).
+/// The products for a backend name: `float`, or an admitted plugin; `threads` for the host's
+/// work beside them (0: every core).
 pub fn gemm_for(backend: &str, threads: u32, quiet: bool) -> anyhow::Result<Box<dyn Gemm + Send>> {
     if backend == "float" {
         return Ok(Box::new(FloatGemm::new(threads_or_all(threads))));

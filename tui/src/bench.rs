@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use lockstep_backends::Backend;
 use lockstep_luts::rng::SplitMix64;
-use lockstep_node::gemm::{FloatLane, Gemm};
+use lockstep_node::gemm::{FloatGemm, Gemm};
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -153,7 +153,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         if compare_peers {
             // The peer is the float reference trainer's own product (`matrixmultiply`'s sgemm).
-            let mut sgemm = FloatLane;
+            let mut sgemm = FloatGemm::default();
             let seconds = best_time(min, || Ok(sgemm.gemm_nt(m, n, k, &a, &b, &mut c)?))?;
             push("sgemm-f32", 1, seconds);
         }

@@ -1,75 +1,34 @@
-//! Admitted plugin instances as the model's products: `lockstep_node::gemm::Gemm` for a
-//! [`Backend`] (one lane) and for [`UnitsGemm`] (a main instance plus single-threaded lanes).
-//! A failed call keeps the plugin's [`BackendError`] whole inside `ComputeError::Backend`.
+//! Admitted plugin instances as the model's products: `lockstep_node::gemm::Gemm` for
+//! [`UnitsGemm`] (one instance, which threads large products and — ABI 2 — whole steps itself),
+//! and `lockstep_node::device::Device` for a [`Backend`] with the step's ops. A failed call keeps
+//! the plugin's `BackendError` whole inside `ComputeError::Backend`.
 
 use lockstep_luts::ops::{Handle, Op};
 use lockstep_node::device::Device;
 use lockstep_node::gemm::{ComputeError, Gemm};
 
-use lockstep_worker_api::caps;
+use crate::backend::Backend;
 
-use crate::backend::{Backend, BackendError, InstanceOptions};
-
-/// One backend instance is a lane of its own.
-impl Gemm for Backend {
-    fn gemm_nt(
-        &mut self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f32],
-        b: &[f32],
-        c: &mut [f32],
-    ) -> Result<(), ComputeError> {
-        self.gemm_f32_into(m, n, k, a, b, c).map_err(ComputeError::backend)
-    }
-
-    fn label(&self) -> String {
-        format!("units via `{}`", self.name())
-    }
-
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        vec![self]
-    }
-}
-
-/// The verified units through an admitted backend plugin: a main instance (which may thread
-/// large products internally) plus extra single-threaded instances of the same plugin as
-/// lanes for parallel small products.
+/// The verified units through an admitted backend plugin.
 pub struct UnitsGemm {
-    lanes: Vec<Backend>,
+    backend: Backend,
+    /// The user's thread count, for the host's work beside the products ([`Gemm::threads`]).
+    threads: usize,
 }
 
 impl UnitsGemm {
+    /// `backend` with the host working on one thread beside it.
     pub fn new(backend: Backend) -> Self {
-        Self { lanes: vec![backend] }
+        Self::with_threads(backend, 1)
     }
 
-    /// `main` plus `extra` instances of the same plugin as parallel lanes.
-    pub fn with_lanes(main: Backend, extra: Vec<Backend>) -> Self {
-        assert!(extra.iter().all(|b| b.plugin().path() == main.plugin().path()), "lanes must be one plugin");
-        let mut lanes = vec![main];
-        lanes.extend(extra);
-        Self { lanes }
-    }
-
-    /// The lane policy: a device plugin computes with its one instance (the device
-    /// parallelises inside a call); a CPU plugin gets one lane per thread — `threads`, 0 for
-    /// every core — each an extra single-threaded instance created with `options`.
-    pub fn with_lane_policy(main: Backend, threads: u32, options: &InstanceOptions) -> Result<Self, BackendError> {
-        let device = main.plugin().capabilities() & caps::DEVICE != 0;
-        let lanes = match threads {
-            _ if device => 1,
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n as usize,
-        };
-        let lane = InstanceOptions { threads: 1, ..options.clone() };
-        let extra = (1..lanes).map(|_| main.plugin().instantiate_options(&lane)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::with_lanes(main, extra))
+    /// `backend` with the host working on `threads` threads beside it.
+    pub fn with_threads(backend: Backend, threads: usize) -> Self {
+        Self { backend, threads: threads.max(1) }
     }
 
     pub fn backend(&self) -> &Backend {
-        &self.lanes[0]
+        &self.backend
     }
 }
 
@@ -83,20 +42,19 @@ impl Gemm for UnitsGemm {
         b: &[f32],
         c: &mut [f32],
     ) -> Result<(), ComputeError> {
-        self.lanes[0].gemm_nt(m, n, k, a, b, c)
+        self.backend.gemm_f32_into(m, n, k, a, b, c).map_err(ComputeError::backend)
     }
 
     fn label(&self) -> String {
-        format!("units via `{}` ({} lane(s))", self.lanes[0].name(), self.lanes.len())
+        format!("units via `{}`", self.backend.name())
     }
 
-    fn lanes(&mut self) -> Vec<&mut dyn Gemm> {
-        self.lanes.iter_mut().map(|b| b as &mut dyn Gemm).collect()
+    fn threads(&self) -> usize {
+        self.threads
     }
 
     fn device(&mut self) -> Option<&mut dyn Device> {
-        let main = &mut self.lanes[0];
-        main.has_step_ops().then_some(main as &mut dyn Device)
+        self.backend.has_step_ops().then_some(&mut self.backend as &mut dyn Device)
     }
 }
 
