@@ -114,6 +114,8 @@ impl HostDevice<'_> {
                 }
             }
         }
+        let bias: Option<Vec<f32>> =
+            mm.bias.map(|s| buffers[&s.buffer][s.offset as usize..][..n].iter().map(|&w| f32::from_bits(w)).collect());
         for p in 0..mm.batch[0] as usize {
             for q in 0..mm.batch[1] as usize {
                 c.clear();
@@ -130,9 +132,6 @@ impl HostDevice<'_> {
                         self.gemm.gemm_nt(m, n, k, a, b, c)?;
                     }
                 }
-                let bias: Option<Vec<f32>> = mm
-                    .bias
-                    .map(|s| buffers[&s.buffer][s.offset as usize..][..n].iter().map(|&w| f32::from_bits(w)).collect());
                 let out = buffers.get_mut(&mm.c.buffer).expect("checked");
                 let (base, rs, cs) = (mm.c.index(p, q, 0, 0), mm.c.row_stride as usize, mm.c.col_stride as usize);
                 for i in 0..m {
@@ -201,6 +200,19 @@ impl Device for HostDevice<'_> {
     fn instance(&self) -> u64 {
         0
     }
+}
+
+/// f32 values as the words a device holds, without a copy.
+pub(crate) fn words(values: &[f32]) -> &[u32] {
+    // SAFETY: f32 and u32 have the same size and alignment, and every bit pattern is valid for
+    // both; the slice borrows `values` for its lifetime.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u32>(), values.len()) }
+}
+
+/// f32 values as words to read into, without a copy.
+pub(crate) fn words_mut(values: &mut [f32]) -> &mut [u32] {
+    // SAFETY: as in `words`; the slice borrows `values` exclusively for its lifetime.
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u32>(), values.len()) }
 }
 
 /// Words as f32, without a copy.
@@ -337,7 +349,7 @@ pub fn run_audited(
     device.run(&ops[..index])?;
     let mut expected = snapshot(device, op)?;
     device.run(std::slice::from_ref(op))?;
-    ops::run_reference(op, &mut expected).map_err(ComputeError::backend_op)?;
+    ops::run_reference(op, &mut expected).map_err(op_error)?;
     let actual = snapshot(device, op)?;
     for (buffer, want) in &expected {
         let got = &actual[buffer];
@@ -357,11 +369,4 @@ pub fn run_audited(
     }
     device.run(&ops[index + 1..])?;
     Ok(Some(Audited { index, name: op.name() }))
-}
-
-impl ComputeError {
-    /// The reference's refusal of an op during an audit.
-    pub fn backend_op(e: OpError) -> Self {
-        op_error(e)
-    }
 }

@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 
-use crate::device::{run_audited, Audited, Device, HostDevice, HostMemory};
+use crate::device::{run_audited, words, words_mut, Audited, Device, HostDevice, HostMemory};
 use crate::gemm::{ComputeError, Gemm};
 use crate::params::Layout;
 use crate::program::Program;
@@ -27,8 +27,6 @@ pub struct Forward {
 struct Cached {
     /// The device's instance, `None` for host memory.
     device: Option<u64>,
-    batch: usize,
-    seq: usize,
     program: Program,
     host: HostMemory,
 }
@@ -37,19 +35,6 @@ struct Cached {
 pub struct Model {
     pub layout: Layout,
     cached: Mutex<Option<Cached>>,
-}
-
-/// f32 values as the words a device holds, without a copy.
-fn words(values: &[f32]) -> &[u32] {
-    // SAFETY: f32 and u32 have the same size and alignment, and every bit pattern is valid for
-    // both; the slice borrows `values` for its lifetime.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u32>(), values.len()) }
-}
-
-/// f32 values as words to read into, without a copy.
-fn words_mut(values: &mut [f32]) -> &mut [u32] {
-    // SAFETY: as in `words`; the slice borrows `values` exclusively for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u32>(), values.len()) }
 }
 
 fn token_words(tokens: &[u8]) -> Vec<u32> {
@@ -84,11 +69,11 @@ impl Model {
         self.check(w, tokens, batch, seq);
         let mut memory = HostMemory::default();
         let mut device = HostDevice { memory: &mut memory, gemm };
-        let program = Program::new(&mut device, &self.layout, batch, seq)?;
+        let program = Program::forward_only(&mut device, &self.layout, batch, seq)?;
         device.write(program.weights, 0, words(w))?;
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, targets)?;
-        device.run(&program.forward)?;
+        device.run(program.forward())?;
         out(&mut device, &program)
     }
 
@@ -155,8 +140,7 @@ impl Model {
         self.check(w, tokens, batch, seq);
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         let own = gemm.device().map(|d| d.instance());
-        let label = gemm.label();
-        let stale = cached.as_ref().is_none_or(|c| c.device != own || c.batch != batch || c.seq != seq);
+        let stale = cached.as_ref().is_none_or(|c| c.device != own || c.program.batch != batch || c.program.seq != seq);
         if stale {
             let mut host = HostMemory::default();
             let program = match gemm.device() {
@@ -172,10 +156,9 @@ impl Model {
                     Program::new(&mut HostDevice { memory: &mut host, gemm: &mut *gemm }, &self.layout, batch, seq)?
                 }
             };
-            *cached = Some(Cached { device: own, batch, seq, program, host });
+            *cached = Some(Cached { device: own, program, host });
         }
         let Cached { program, host, .. } = cached.as_mut().expect("just filled");
-        let _ = label;
         let mut host_device;
         let device: &mut dyn Device = if own.is_some() {
             gemm.device().expect("it had one a moment ago")
@@ -186,8 +169,7 @@ impl Model {
         device.write(program.weights, 0, words(w))?;
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &token_words(targets))?;
-        let ops: Vec<_> = program.forward.iter().chain(&program.backward).copied().collect();
-        let audited = run_audited(device, &ops, audit, step)?;
+        let audited = run_audited(device, program.step(), audit, step)?;
         let mut loss = [0u32];
         device.read(program.loss, 0, &mut loss)?;
         let mut grads = vec![0f32; self.layout.len];

@@ -44,10 +44,11 @@ pub struct Program {
     pub targets: Handle,
     pub loss: Handle,
     pub logits: Handle,
-    /// Forward pass and loss.
-    pub forward: Vec<Op>,
-    /// Backward pass into `grads` (after `forward`).
-    pub backward: Vec<Op>,
+    /// The forward pass and the loss, then (a training program) the backward pass into
+    /// `grads`.
+    ops: Vec<Op>,
+    /// How many of `ops` are the forward pass and the loss.
+    forward_len: usize,
     buffers: Vec<Handle>,
 }
 
@@ -56,8 +57,30 @@ fn u(v: usize) -> u32 {
 }
 
 impl Program {
-    /// Allocates a step of `batch` sequences of `seq` tokens on `device` and writes its ops.
+    /// Allocates a training step of `batch` sequences of `seq` tokens on `device` and writes
+    /// its ops.
     pub fn new(device: &mut dyn Device, layout: &Layout, batch: usize, seq: usize) -> Result<Program, ComputeError> {
+        Self::build(device, layout, batch, seq, true)
+    }
+
+    /// The forward pass and the loss only (evaluation, generation): no gradient and no backward
+    /// buffers are allocated.
+    pub fn forward_only(
+        device: &mut dyn Device,
+        layout: &Layout,
+        batch: usize,
+        seq: usize,
+    ) -> Result<Program, ComputeError> {
+        Self::build(device, layout, batch, seq, false)
+    }
+
+    fn build(
+        device: &mut dyn Device,
+        layout: &Layout,
+        batch: usize,
+        seq: usize,
+        training: bool,
+    ) -> Result<Program, ComputeError> {
         let cfg = layout.config;
         let (c, heads) = (cfg.width, cfg.heads);
         let hd = c / heads;
@@ -70,7 +93,7 @@ impl Program {
             Ok(h)
         };
         let weights = alloc(layout.len)?;
-        let grads = alloc(layout.len)?;
+        let grads = if training { alloc(layout.len)? } else { 0 };
         let tokens = alloc(n)?;
         let targets = alloc(n)?;
         let loss = alloc(1)?;
@@ -96,14 +119,6 @@ impl Program {
         let lnf_rstd = alloc(n)?;
         let logits = alloc(n * VOCAB)?;
         let dlogits = alloc(n * VOCAB)?;
-        let dx = alloc(n * c)?;
-        let dh = alloc(n * c)?;
-        let dwide = alloc(n * 4 * c)?;
-        let du = alloc(n * 4 * c)?;
-        let datt = alloc(n * c)?;
-        let dqkv = alloc(n * 3 * c)?;
-        let dp = alloc(batch * heads * t * t)?;
-        let ds = alloc(batch * heads * t * t)?;
 
         let w = |r: &std::ops::Range<usize>| Span::new(weights, u(r.start));
         let g = |r: &std::ops::Range<usize>| Span::new(grads, u(r.start));
@@ -139,21 +154,19 @@ impl Program {
                                br: &std::ops::Range<usize>,
                                out: usize,
                                dy: Handle,
-                               dxb: Option<Handle>,
+                               dxb: Handle,
                                ops: &mut Vec<Op>| {
-            if let Some(dxb) = dxb {
-                ops.push(Op::Matmul(Matmul {
-                    m: nu,
-                    n: u(inp),
-                    k: u(out),
-                    batch: [1, 1],
-                    a: MatView::rows(dy, 0, u(out)),
-                    b: MatView::transposed(weights, u(wr.start), u(inp)),
-                    c: MatView::rows(dxb, 0, u(inp)),
-                    bias: None,
-                    accumulate: false,
-                }));
-            }
+            ops.push(Op::Matmul(Matmul {
+                m: nu,
+                n: u(inp),
+                k: u(out),
+                batch: [1, 1],
+                a: MatView::rows(dy, 0, u(out)),
+                b: MatView::transposed(weights, u(wr.start), u(inp)),
+                c: MatView::rows(dxb, 0, u(inp)),
+                bias: None,
+                accumulate: false,
+            }));
             ops.push(Op::Matmul(Matmul {
                 m: u(out),
                 n: u(inp),
@@ -179,6 +192,17 @@ impl Program {
         let attn =
             |m, n, k, a, b, c| Op::Matmul(Matmul { m, n, k, batch: batch2, a, b, c, bias: None, accumulate: false });
 
+        // LayerNorm of the residual stream `x`.
+        let layer_norm = |gr: &std::ops::Range<usize>, br: &std::ops::Range<usize>, y, xhat, rstd| Op::LayerNorm {
+            rows: nu,
+            width: cu,
+            x: s0(x),
+            gain: w(gr),
+            bias: w(br),
+            y: s0(y),
+            xhat: s0(xhat),
+            rstd: s0(rstd),
+        };
         let mut forward = vec![Op::Embed {
             rows: nu,
             seq: tu,
@@ -190,16 +214,7 @@ impl Program {
             out: s0(x),
         }];
         for (lo, lb) in layout.layers.iter().zip(&layers) {
-            forward.push(Op::LayerNorm {
-                rows: nu,
-                width: cu,
-                x: s0(x),
-                gain: w(&lo.ln1_g),
-                bias: w(&lo.ln1_b),
-                y: s0(lb.h1),
-                xhat: s0(lb.ln1_xhat),
-                rstd: s0(lb.ln1_rstd),
-            });
+            forward.push(layer_norm(&lo.ln1_g, &lo.ln1_b, lb.h1, lb.ln1_xhat, lb.ln1_rstd));
             forward.push(linear(lb.h1, c, &lo.qkv_w, &lo.qkv_b, 3 * c, lb.qkv, false));
             // S = Q · Kᵀ per (sequence, head); softmax; O = P · V.
             forward.push(attn(
@@ -220,30 +235,12 @@ impl Program {
                 heads_view(lb.att, 0, c),
             ));
             forward.push(linear(lb.att, c, &lo.proj_w, &lo.proj_b, c, x, true));
-            forward.push(Op::LayerNorm {
-                rows: nu,
-                width: cu,
-                x: s0(x),
-                gain: w(&lo.ln2_g),
-                bias: w(&lo.ln2_b),
-                y: s0(lb.h2),
-                xhat: s0(lb.ln2_xhat),
-                rstd: s0(lb.ln2_rstd),
-            });
+            forward.push(layer_norm(&lo.ln2_g, &lo.ln2_b, lb.h2, lb.ln2_xhat, lb.ln2_rstd));
             forward.push(linear(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, lb.u, false));
             forward.push(Op::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(lb.gelu) });
             forward.push(linear(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, x, true));
         }
-        forward.push(Op::LayerNorm {
-            rows: nu,
-            width: cu,
-            x: s0(x),
-            gain: w(&layout.lnf_g),
-            bias: w(&layout.lnf_b),
-            y: s0(hf),
-            xhat: s0(lnf_xhat),
-            rstd: s0(lnf_rstd),
-        });
+        forward.push(layer_norm(&layout.lnf_g, &layout.lnf_b, hf, lnf_xhat, lnf_rstd));
         forward.push(linear(hf, c, &layout.head_w, &layout.head_b, VOCAB, logits, false));
         forward.push(Op::CrossEntropy {
             rows: nu,
@@ -254,66 +251,102 @@ impl Program {
             loss: s0(loss),
         });
 
-        let mut backward = Vec::new();
-        linear_backward(hf, c, &layout.head_w, &layout.head_b, VOCAB, dlogits, Some(dh), &mut backward);
-        let ln_backward = |dy, xhat, rstd, gr: &std::ops::Range<usize>, br: &std::ops::Range<usize>, accumulate| {
-            Op::LayerNormBackward {
-                rows: nu,
-                width: cu,
-                dy: s0(dy),
-                xhat: s0(xhat),
-                rstd: s0(rstd),
-                gain: w(gr),
-                dx: s0(dx),
-                dgain: g(gr),
-                dbias: g(br),
-                accumulate,
+        let forward_len = forward.len();
+        let mut ops = forward;
+        if training {
+            let dx = alloc(n * c)?;
+            let dh = alloc(n * c)?;
+            let dwide = alloc(n * 4 * c)?;
+            let du = alloc(n * 4 * c)?;
+            let datt = alloc(n * c)?;
+            let dqkv = alloc(n * 3 * c)?;
+            let dp = alloc(batch * heads * t * t)?;
+            let ds = alloc(batch * heads * t * t)?;
+            let backward = &mut ops;
+            linear_backward(hf, c, &layout.head_w, &layout.head_b, VOCAB, dlogits, dh, backward);
+            let ln_backward = |dy, xhat, rstd, gr: &std::ops::Range<usize>, br: &std::ops::Range<usize>, accumulate| {
+                Op::LayerNormBackward {
+                    rows: nu,
+                    width: cu,
+                    dy: s0(dy),
+                    xhat: s0(xhat),
+                    rstd: s0(rstd),
+                    gain: w(gr),
+                    dx: s0(dx),
+                    dgain: g(gr),
+                    dbias: g(br),
+                    accumulate,
+                }
+            };
+            backward.push(ln_backward(dh, lnf_xhat, lnf_rstd, &layout.lnf_g, &layout.lnf_b, false));
+            for (lo, lb) in layout.layers.iter().zip(&layers).rev() {
+                // x = x_mid + mlp(ln2(x_mid))
+                linear_backward(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, dwide, backward);
+                backward.push(Op::GeluBackward { len: u(n * 4 * c), dy: s0(dwide), x: s0(lb.u), dx: s0(du) });
+                linear_backward(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, du, dh, backward);
+                backward.push(ln_backward(dh, lb.ln2_xhat, lb.ln2_rstd, &lo.ln2_g, &lo.ln2_b, true));
+                // x_mid = x_in + proj(attn(ln1(x_in)))
+                linear_backward(lb.att, c, &lo.proj_w, &lo.proj_b, c, dx, datt, backward);
+                // dP = dO · Vᵀ; dV = Pᵀ · dO; dS; dQ = dS · K; dK = dSᵀ · Q.
+                backward.push(attn(tu, tu, hdu, heads_view(datt, 0, c), heads_view(lb.qkv, 2 * c, 3 * c), blocks(dp)));
+                backward.push(attn(
+                    tu,
+                    hdu,
+                    tu,
+                    blocks_t(lb.probs),
+                    heads_view_t(datt, 0, c),
+                    heads_view(dqkv, 2 * c, 3 * c),
+                ));
+                backward.push(Op::CausalSoftmaxBackward {
+                    blocks: u(batch * heads),
+                    t: tu,
+                    scale,
+                    probs: s0(lb.probs),
+                    dprobs: s0(dp),
+                    dscores: s0(ds),
+                });
+                backward.push(attn(
+                    tu,
+                    hdu,
+                    tu,
+                    blocks(ds),
+                    heads_view_t(lb.qkv, c, 3 * c),
+                    heads_view(dqkv, 0, 3 * c),
+                ));
+                backward.push(attn(
+                    tu,
+                    hdu,
+                    tu,
+                    blocks_t(ds),
+                    heads_view_t(lb.qkv, 0, 3 * c),
+                    heads_view(dqkv, c, 3 * c),
+                ));
+                linear_backward(lb.h1, c, &lo.qkv_w, &lo.qkv_b, 3 * c, dqkv, dh, backward);
+                backward.push(ln_backward(dh, lb.ln1_xhat, lb.ln1_rstd, &lo.ln1_g, &lo.ln1_b, true));
             }
-        };
-        backward.push(ln_backward(dh, lnf_xhat, lnf_rstd, &layout.lnf_g, &layout.lnf_b, false));
-        for (lo, lb) in layout.layers.iter().zip(&layers).rev() {
-            // x = x_mid + mlp(ln2(x_mid))
-            linear_backward(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, Some(dwide), &mut backward);
-            backward.push(Op::GeluBackward { len: u(n * 4 * c), dy: s0(dwide), x: s0(lb.u), dx: s0(du) });
-            linear_backward(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, du, Some(dh), &mut backward);
-            backward.push(ln_backward(dh, lb.ln2_xhat, lb.ln2_rstd, &lo.ln2_g, &lo.ln2_b, true));
-            // x_mid = x_in + proj(attn(ln1(x_in)))
-            linear_backward(lb.att, c, &lo.proj_w, &lo.proj_b, c, dx, Some(datt), &mut backward);
-            // dP = dO · Vᵀ; dV = Pᵀ · dO; dS; dQ = dS · K; dK = dSᵀ · Q.
-            backward.push(attn(tu, tu, hdu, heads_view(datt, 0, c), heads_view(lb.qkv, 2 * c, 3 * c), blocks(dp)));
-            backward.push(attn(
-                tu,
-                hdu,
-                tu,
-                blocks_t(lb.probs),
-                heads_view_t(datt, 0, c),
-                heads_view(dqkv, 2 * c, 3 * c),
-            ));
-            backward.push(Op::CausalSoftmaxBackward {
-                blocks: u(batch * heads),
-                t: tu,
-                scale,
-                probs: s0(lb.probs),
-                dprobs: s0(dp),
-                dscores: s0(ds),
+            backward.push(Op::EmbedBackward {
+                rows: nu,
+                seq: tu,
+                width: cu,
+                vocab: u(VOCAB),
+                positions: u(cfg.context),
+                tokens: s0(tokens),
+                dy: s0(dx),
+                dtok: g(&layout.tok_emb),
+                dpos: g(&layout.pos_emb),
             });
-            backward.push(attn(tu, hdu, tu, blocks(ds), heads_view_t(lb.qkv, c, 3 * c), heads_view(dqkv, 0, 3 * c)));
-            backward.push(attn(tu, hdu, tu, blocks_t(ds), heads_view_t(lb.qkv, 0, 3 * c), heads_view(dqkv, c, 3 * c)));
-            linear_backward(lb.h1, c, &lo.qkv_w, &lo.qkv_b, 3 * c, dqkv, Some(dh), &mut backward);
-            backward.push(ln_backward(dh, lb.ln1_xhat, lb.ln1_rstd, &lo.ln1_g, &lo.ln1_b, true));
         }
-        backward.push(Op::EmbedBackward {
-            rows: nu,
-            seq: tu,
-            width: cu,
-            vocab: u(VOCAB),
-            positions: u(cfg.context),
-            tokens: s0(tokens),
-            dy: s0(dx),
-            dtok: g(&layout.tok_emb),
-            dpos: g(&layout.pos_emb),
-        });
-        Ok(Program { batch, seq, weights, grads, tokens, targets, loss, logits, forward, backward, buffers })
+        Ok(Program { batch, seq, weights, grads, tokens, targets, loss, logits, ops, forward_len, buffers })
+    }
+
+    /// The forward pass and the loss.
+    pub fn forward(&self) -> &[Op] {
+        &self.ops[..self.forward_len]
+    }
+
+    /// The whole step: the forward pass, the loss, and (a training program) the backward pass.
+    pub fn step(&self) -> &[Op] {
+        &self.ops
     }
 
     /// Every buffer the program allocated (to free them).

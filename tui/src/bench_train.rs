@@ -175,7 +175,7 @@ fn op_label(op: &Op) -> String {
     }
 }
 
-/// Runs the step's ops one at a time on `backend` (all threads), `steps` times, and returns
+/// Runs the step's ops one at a time on the backend with `threads` (0: all), `steps` times, and returns
 /// per label: calls per step and seconds per step; plus the whole sequence's seconds per step
 /// when it runs in one call.
 fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Result<(Vec<OpTime>, f64)> {
@@ -193,11 +193,11 @@ fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Resul
     let (data, _) = lockstep_node::data::DataSource::next_batch(&mut source, batch, seq);
     device.write(program.tokens, 0, &data.tokens.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
     device.write(program.targets, 0, &data.targets.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
-    let ops: Vec<Op> = program.forward.iter().chain(&program.backward).copied().collect();
-    device.run(&ops)?; // warm-up: scratch sized, pages touched
+    let ops = program.step();
+    device.run(ops)?; // warm-up: scratch sized, pages touched
     let mut totals: Vec<OpTime> = Vec::new();
     for _ in 0..steps {
-        for op in &ops {
+        for op in ops {
             let started = Instant::now();
             device.run(std::slice::from_ref(op))?;
             let seconds = started.elapsed().as_secs_f64();
@@ -213,7 +213,7 @@ fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Resul
     }
     let started = Instant::now();
     for _ in 0..steps {
-        device.run(&ops)?;
+        device.run(ops)?;
     }
     let whole = started.elapsed().as_secs_f64() / steps as f64;
     for entry in &mut totals {

@@ -424,6 +424,24 @@ type OpCase = (String, Vec<lockstep_luts::ops::Op>, std::collections::BTreeMap<u
 /// ABI 2: whole tiny training steps, each op run on the plugin and on the reference from the
 /// same words and every word it touched compared; then Adam and the hash on adversarial values.
 fn step_ops(backend: &mut Backend, report: &mut GateReport) {
+    let mut frees: Vec<u64> = Vec::new();
+    match op_cases(backend, &mut frees) {
+        Ok(cases) => check_op_cases(backend, report, cases),
+        Err((name, failure)) => fail_case(report, name, failure),
+    }
+    for h in frees {
+        backend.free_buffer(h);
+    }
+}
+
+/// A failed case of the op checks.
+fn fail_case(report: &mut GateReport, name: String, failure: Failure) {
+    report.cases.push(CaseResult { name, macs: 0, failure: Some(failure) });
+}
+
+/// The op cases of [`step_ops`], their buffers created on the plugin (and listed in `frees`,
+/// whatever happens).
+fn op_cases(backend: &mut Backend, frees: &mut Vec<u64>) -> Result<Vec<OpCase>, (String, Failure)> {
     use lockstep_luts::ops::{Op, Span};
     use lockstep_node::config::ModelConfig;
     use lockstep_node::params::Layout;
@@ -432,19 +450,13 @@ fn step_ops(backend: &mut Backend, report: &mut GateReport) {
 
     let mut rng = lockstep_luts::rng::SplitMix64::new(0xa812);
     let mut cases: Vec<OpCase> = Vec::new();
-    let mut frees: Vec<u64> = Vec::new();
-    let fail = |report: &mut GateReport, name: String, failure: Failure| {
-        report.cases.push(CaseResult { name, macs: 0, failure: Some(failure) });
-    };
     for (i, &(width, context, layers, heads, batch, scale)) in STEP_CASES.iter().enumerate() {
         let layout = Layout::new(ModelConfig { width, context, layers, heads });
-        let program = match Program::new(backend, &layout, batch, context) {
-            Ok(p) => p,
-            Err(e) => return fail(report, format!("step-{i} buffers"), Failure::Setup(e.to_string())),
-        };
+        let program = Program::new(backend, &layout, batch, context)
+            .map_err(|e| (format!("step-{i} buffers"), Failure::Setup(e.to_string())))?;
         frees.extend_from_slice(program.buffers());
         let mut memory = BTreeMap::new();
-        let ops: Vec<Op> = program.forward.iter().chain(&program.backward).copied().collect();
+        let ops = program.step().to_vec();
         // Every buffer starts with seeded words: finite values everywhere, tokens below 256.
         let mut lengths: BTreeMap<u64, u64> = BTreeMap::new();
         for op in &ops {
@@ -476,7 +488,7 @@ fn step_ops(backend: &mut Backend, report: &mut GateReport) {
                 handles.push(h);
                 frees.push(h);
             }
-            Err(e) => return fail(report, "adam buffers".into(), Failure::CallFailed(e)),
+            Err(e) => return Err(("adam buffers".into(), Failure::CallFailed(e))),
         }
     }
     let mut memory = BTreeMap::new();
@@ -509,41 +521,35 @@ fn step_ops(backend: &mut Backend, report: &mut GateReport) {
         Op::Hash { len: len as u32, data: s0(handles[0]), out: Span::new(handles[4], 7) },
     ];
     cases.push(("adam-and-hash".into(), ops, memory));
-    check_op_cases(backend, report, cases);
-    for h in frees {
-        backend.free_buffer(h);
-    }
+    Ok(cases)
 }
 
 /// Runs each case's ops on the plugin and the reference, op by op, comparing every word each
 /// op touched; the first difference fails the case.
 fn check_op_cases(backend: &mut Backend, report: &mut GateReport, cases: Vec<OpCase>) {
     use lockstep_luts::ops::run_reference;
-    let fail = |report: &mut GateReport, name: String, failure: Failure| {
-        report.cases.push(CaseResult { name, macs: 0, failure: Some(failure) });
-    };
     for (name, ops, mut memory) in cases {
         for (&buffer, words) in &memory {
             if let Err(e) = backend.write_buffer(buffer, 0, words) {
-                return fail(report, name, Failure::CallFailed(e));
+                return fail_case(report, name, Failure::CallFailed(e));
             }
         }
         for (index, op) in ops.iter().enumerate() {
             let case = format!("{name} op #{index} {}", op.name());
             if let Err(e) = run_reference(op, &mut memory) {
-                return fail(report, case, Failure::Setup(format!("the reference refused the op: {e}")));
+                return fail_case(report, case, Failure::Setup(format!("the reference refused the op: {e}")));
             }
             if let Err(e) = backend.run_ops(std::slice::from_ref(op)) {
-                return fail(report, case, Failure::CallFailed(e));
+                return fail_case(report, case, Failure::CallFailed(e));
             }
             report.ops_checked += 1;
             for (buffer, end) in op.extents() {
                 let mut actual = vec![0u32; end as usize];
                 if let Err(e) = backend.read_buffer(buffer, 0, &mut actual) {
-                    return fail(report, case, Failure::CallFailed(e));
+                    return fail_case(report, case, Failure::CallFailed(e));
                 }
                 if let Some(failure) = compare(&memory[&buffer][..end as usize], &actual, end as usize) {
-                    return fail(report, format!("{case} (buffer {buffer})"), failure);
+                    return fail_case(report, format!("{case} (buffer {buffer})"), failure);
                 }
             }
         }
