@@ -32,6 +32,12 @@ pub fn fnv1a32_f32(values: &[f32]) -> u32 {
     values.iter().fold(OFFSET_BASIS, |hash, value| fnv1a32_continue(hash, &value.to_le_bytes()))
 }
 
+/// FNV-1a over the little-endian bytes of `words`: [`fnv1a32_f32`] of the f32 values with these
+/// bits.
+pub fn fnv1a32_u32(words: &[u32]) -> u32 {
+    words.iter().fold(OFFSET_BASIS, |hash, word| fnv1a32_continue(hash, &word.to_le_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +61,7 @@ mod tests {
         let floats = [1.5f32, -0.0, f32::MIN_POSITIVE];
         let bytes: Vec<u8> = floats.iter().flat_map(|f| f.to_le_bytes()).collect();
         assert_eq!(fnv1a32_f32(&floats), fnv1a32(&bytes));
+        let words: Vec<u32> = floats.iter().map(|f| f.to_bits()).collect();
+        assert_eq!(fnv1a32_u32(&words), fnv1a32(&bytes));
     }
 }

@@ -452,7 +452,8 @@ pub fn check_tokens(op: &'static str, tokens: &[u32], vocab: u32) -> Result<(), 
 
 // ---- slice kernels: the arithmetic, shared by every CPU implementation ----
 
-/// `out[r][j] = tok[tokens[r]·width + j] + pos[positions[r]·width + j]` for the rows given.
+/// `out[r][j] = tok[tokens[r]·width + j] + pos[((first_row + r) mod seq)·width + j]` for the rows
+/// given (`first_row` is the index of the first of them in the op).
 #[inline(always)]
 pub fn embed_rows(
     width: usize,
@@ -740,15 +741,6 @@ fn write_f32(mem: &mut dyn Memory, s: Span, values: &[f32]) {
     }
 }
 
-/// The FNV-1a 32 hash of words' little-endian bytes.
-pub fn hash_words(words: &[u32]) -> u32 {
-    let mut hash = crate::hash::fnv1a32(&[]);
-    for w in words {
-        hash = crate::hash::fnv1a32_continue(hash, &w.to_le_bytes());
-    }
-    hash
-}
-
 /// Runs one op on host memory: the definition every backend is compared with. Inputs are read
 /// whole before outputs are written (so in-place ops mean what they say).
 pub fn run_reference(op: &Op, mem: &mut dyn Memory) -> Result<(), OpError> {
@@ -892,7 +884,7 @@ pub fn run_reference(op: &Op, mem: &mut dyn Memory) -> Result<(), OpError> {
             write_f32(mem, v, &vv);
         }
         Op::Hash { len, data, out } => {
-            let h = hash_words(&read_u32(mem, data, len as usize));
+            let h = crate::hash::fnv1a32_u32(&read_u32(mem, data, len as usize));
             mem.words_mut(out.buffer).expect("checked")[out.offset as usize] = h;
         }
     }
@@ -979,12 +971,5 @@ mod tests {
         assert!(Op::Gelu { len: 8, x: Span::new(1, 0), y: Span::new(1, 4) }.writes_overlap());
         assert!(!Op::Gelu { len: 8, x: Span::new(1, 0), y: Span::new(1, 8) }.writes_overlap());
         assert!(!Op::CausalSoftmax { blocks: 2, t: 4, scale: 0.5, scores: Span::new(1, 0) }.writes_overlap());
-    }
-
-    #[test]
-    fn hash_words_is_fnv1a_of_the_bytes() {
-        let values = [1.5f32, -0.25, 3.0];
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(hash_words(&words(&values)), crate::hash::fnv1a32(&bytes));
     }
 }

@@ -50,7 +50,8 @@ fn error(e: OpError) -> WorkerError {
 struct Raw(*mut u32, usize);
 
 // SAFETY: an op's threads write disjoint ranges (one output element, one thread) and finish
-// before the op returns; reads are of ranges no thread of the op writes (checked by `overlap`).
+// before the op returns; reads are of ranges no thread of the op writes (ops whose writes
+// overlap another of their ranges, `Op::writes_overlap`, take the reference instead).
 unsafe impl Send for Raw {}
 // SAFETY: as above.
 unsafe impl Sync for Raw {}
@@ -187,14 +188,13 @@ impl Buffers {
             self.lanes.resize_with(threads, Lane::default);
         }
         for (i, op) in ops.iter().enumerate() {
-            op.check(|b| self.map.get(&b).map(|v| v.len() as u64))
-                .map_err(|e| WorkerError { message: format!("op #{i}: {}", error(e.clone()).message), ..error(e) })?;
+            let numbered = |e: WorkerError| WorkerError { message: format!("op #{i}: {}", e.message), ..e };
+            op.check(|b| self.map.get(&b).map(|v| v.len() as u64)).map_err(|e| numbered(error(e)))?;
             if op.writes_overlap() {
-                def::run_reference(op, &mut self.map).map_err(error)?;
-                continue;
+                def::run_reference(op, &mut self.map).map_err(|e| numbered(error(e)))?;
+            } else {
+                self.run_one(path, pool, op).map_err(numbered)?;
             }
-            self.run_one(path, pool, op)
-                .map_err(|e| WorkerError { message: format!("op #{i}: {}", e.message), ..e })?;
         }
         Ok(())
     }
@@ -409,7 +409,7 @@ impl Buffers {
             Op::Hash { len, data, out } => {
                 let (ds, os) = (sp(self, data), sp(self, out));
                 // SAFETY: checked.
-                let h = def::hash_words(unsafe { ds.0.u32s(ds.1, len as usize) });
+                let h = lockstep_luts::hash::fnv1a32_u32(unsafe { ds.0.u32s(ds.1, len as usize) });
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 unsafe { os.0.f32s_mut(os.1, 1)[0] = f32::from_bits(h) };
             }
