@@ -711,31 +711,19 @@ pub fn adam_into(
 // ---- the reference executor ----
 
 /// Host memory for the reference: buffers of words by handle.
-pub trait Memory {
-    fn words(&self, buffer: Handle) -> Option<&[u32]>;
-    fn words_mut(&mut self, buffer: Handle) -> Option<&mut [u32]>;
-}
+pub type Memory = std::collections::BTreeMap<Handle, Vec<u32>>;
 
-impl Memory for std::collections::BTreeMap<Handle, Vec<u32>> {
-    fn words(&self, buffer: Handle) -> Option<&[u32]> {
-        self.get(&buffer).map(Vec::as_slice)
-    }
-    fn words_mut(&mut self, buffer: Handle) -> Option<&mut [u32]> {
-        self.get_mut(&buffer).map(Vec::as_mut_slice)
-    }
-}
-
-fn read_f32(mem: &dyn Memory, s: Span, len: usize) -> Vec<f32> {
-    let words = mem.words(s.buffer).expect("checked");
+fn read_f32(mem: &Memory, s: Span, len: usize) -> Vec<f32> {
+    let words = mem.get(&s.buffer).expect("checked");
     words[s.offset as usize..][..len].iter().map(|&w| f32::from_bits(w)).collect()
 }
 
-fn read_u32(mem: &dyn Memory, s: Span, len: usize) -> Vec<u32> {
-    mem.words(s.buffer).expect("checked")[s.offset as usize..][..len].to_vec()
+fn read_u32(mem: &Memory, s: Span, len: usize) -> Vec<u32> {
+    mem.get(&s.buffer).expect("checked")[s.offset as usize..][..len].to_vec()
 }
 
-fn write_f32(mem: &mut dyn Memory, s: Span, values: &[f32]) {
-    let words = mem.words_mut(s.buffer).expect("checked");
+fn write_f32(mem: &mut Memory, s: Span, values: &[f32]) {
+    let words = mem.get_mut(&s.buffer).expect("checked");
     for (w, v) in words[s.offset as usize..][..values.len()].iter_mut().zip(values) {
         *w = v.to_bits();
     }
@@ -743,8 +731,8 @@ fn write_f32(mem: &mut dyn Memory, s: Span, values: &[f32]) {
 
 /// Runs one op on host memory: the definition every backend is compared with. Inputs are read
 /// whole before outputs are written (so in-place ops mean what they say).
-pub fn run_reference(op: &Op, mem: &mut dyn Memory) -> Result<(), OpError> {
-    op.check(|b| mem.words(b).map(|w| w.len() as u64))?;
+pub fn run_reference(op: &Op, mem: &mut Memory) -> Result<(), OpError> {
+    op.check(|b| mem.get(&b).map(|w| w.len() as u64))?;
     let name = op.name();
     match *op {
         Op::Matmul(mm) => {
@@ -752,7 +740,7 @@ pub fn run_reference(op: &Op, mem: &mut dyn Memory) -> Result<(), OpError> {
             for p in 0..mm.batch[0] as usize {
                 for q in 0..mm.batch[1] as usize {
                     let gather = |v: MatView, rows: usize| -> Vec<f32> {
-                        let words = mem.words(v.buffer).expect("checked");
+                        let words = mem.get(&v.buffer).expect("checked");
                         let mut out = Vec::with_capacity(rows * k);
                         for i in 0..rows {
                             for l in 0..k {
@@ -764,7 +752,7 @@ pub fn run_reference(op: &Op, mem: &mut dyn Memory) -> Result<(), OpError> {
                     let (a, b) = (gather(mm.a, m), gather(mm.b, n));
                     let r = gemm_nt(m, n, k, &a, &b).map_err(OpError::Unit)?;
                     let bias = mm.bias.map(|s| read_f32(mem, s, n));
-                    let c = mem.words_mut(mm.c.buffer).expect("checked");
+                    let c = mem.get_mut(&mm.c.buffer).expect("checked");
                     for i in 0..m {
                         for j in 0..n {
                             let mut v = r[i * n + j];
@@ -885,7 +873,7 @@ pub fn run_reference(op: &Op, mem: &mut dyn Memory) -> Result<(), OpError> {
         }
         Op::Hash { len, data, out } => {
             let h = crate::hash::fnv1a32_u32(&read_u32(mem, data, len as usize));
-            mem.words_mut(out.buffer).expect("checked")[out.offset as usize] = h;
+            mem.get_mut(&out.buffer).expect("checked")[out.offset as usize] = h;
         }
     }
     Ok(())

@@ -340,8 +340,11 @@ pub fn run_audited(
     target: Option<usize>,
     step: u32,
 ) -> Result<Option<Audited>, ComputeError> {
-    let auditable: Vec<usize> = (0..ops.len()).filter(|&i| device.computes(&ops[i])).collect();
-    let Some(index) = target.filter(|_| !auditable.is_empty()).map(|t| auditable[t % auditable.len()]) else {
+    let index = target.and_then(|t| {
+        let auditable: Vec<usize> = (0..ops.len()).filter(|&i| device.computes(&ops[i])).collect();
+        (!auditable.is_empty()).then(|| auditable[t % auditable.len()])
+    });
+    let Some(index) = index else {
         device.run(ops)?;
         return Ok(None);
     };

@@ -220,22 +220,22 @@ impl Backend {
         self.plugin.abi_major() >= 2 && self.plugin.ops() & needed == needed
     }
 
-    fn unsupported(&self, call: &'static str) -> BackendError {
-        BackendError {
+    /// An ABI 2 entry of a usable instance, or why not: a poisoned instance, or a plugin of
+    /// ABI 1 (whose table has no such entry).
+    fn abi2_entry<F>(&self, call: &'static str, entry: Option<F>) -> Result<F, BackendError> {
+        self.check_usable(call)?;
+        entry.filter(|_| self.plugin.abi_major() >= 2).ok_or_else(|| BackendError {
             backend: self.name().to_string(),
             call,
             status: status::UNSUPPORTED,
             message: "the plugin has no ABI 2 buffers".into(),
-        }
+        })
     }
 
     /// (ABI 2) A plugin-owned buffer of `words` words.
     pub fn create_buffer(&mut self, words: usize) -> Result<u64, BackendError> {
         const CALL: &str = "buffer_create";
-        self.check_usable(CALL)?;
-        let Some(create) = self.plugin.vtable.buffer_create.filter(|_| self.plugin.abi_major() >= 2) else {
-            return Err(self.unsupported(CALL));
-        };
+        let create = self.abi2_entry(CALL, self.plugin.vtable.buffer_create)?;
         let mut error = ErrorStorage::new();
         let mut handle = 0u64;
         // SAFETY: the instance is live, `handle` and the error buffer outlive the call.
@@ -255,10 +255,7 @@ impl Backend {
     /// (ABI 2) Copies `data` into words `offset ..` of a buffer.
     pub fn write_buffer(&mut self, handle: u64, offset: usize, data: &[u32]) -> Result<(), BackendError> {
         const CALL: &str = "buffer_write";
-        self.check_usable(CALL)?;
-        let Some(write) = self.plugin.vtable.buffer_write.filter(|_| self.plugin.abi_major() >= 2) else {
-            return Err(self.unsupported(CALL));
-        };
+        let write = self.abi2_entry(CALL, self.plugin.vtable.buffer_write)?;
         let mut error = ErrorStorage::new();
         // SAFETY: `data` is valid for its length for the call.
         let code =
@@ -269,10 +266,7 @@ impl Backend {
     /// (ABI 2) Copies words `offset ..` of a buffer into `out`.
     pub fn read_buffer(&mut self, handle: u64, offset: usize, out: &mut [u32]) -> Result<(), BackendError> {
         const CALL: &str = "buffer_read";
-        self.check_usable(CALL)?;
-        let Some(read) = self.plugin.vtable.buffer_read.filter(|_| self.plugin.abi_major() >= 2) else {
-            return Err(self.unsupported(CALL));
-        };
+        let read = self.abi2_entry(CALL, self.plugin.vtable.buffer_read)?;
         let mut error = ErrorStorage::new();
         // SAFETY: `out` is valid and exclusive for its length for the call.
         let code =
@@ -283,10 +277,7 @@ impl Backend {
     /// (ABI 2) Runs ops in order, all in one call.
     pub fn run_ops(&mut self, ops: &[lockstep_luts::ops::Op]) -> Result<(), BackendError> {
         const CALL: &str = "run_ops";
-        self.check_usable(CALL)?;
-        let Some(run) = self.plugin.vtable.run_ops.filter(|_| self.plugin.abi_major() >= 2) else {
-            return Err(self.unsupported(CALL));
-        };
+        let run = self.abi2_entry(CALL, self.plugin.vtable.run_ops)?;
         let calls: Vec<_> = ops.iter().map(lockstep_worker_api::ops::encode).collect();
         let count = u32::try_from(calls.len()).map_err(|_| BackendError {
             backend: self.name().to_string(),
@@ -307,7 +298,6 @@ impl Backend {
         Ok(c)
     }
 
-    /// The raw integer unit over the full i8 range.
     /// Seconds per run of the plugin's device kernel alone, on an `m × n × k` unit (plugins
     /// with `caps::KERNEL_TIMING`); `UNSUPPORTED` otherwise.
     pub fn time_kernel(&mut self, m: usize, n: usize, k: usize, repeat: u32) -> Result<f64, BackendError> {
@@ -331,6 +321,7 @@ impl Backend {
         Ok(seconds)
     }
 
+    /// The raw integer unit over the full i8 range.
     pub fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8]) -> Result<Vec<i32>, BackendError> {
         const CALL: &str = "gemm_i8";
         self.check_usable(CALL)?;
