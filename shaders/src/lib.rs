@@ -1,11 +1,13 @@
-//! WGSL sources of the GPU units, as data with a typed index.
+//! WGSL sources of the GPU units and of the training step's ops, as data with a typed index.
 //!
-//! A kernel is a *family* ([`Kernel`]: the blocked unit or the raw integer product) combined
-//! with a *product* ([`Product`]: the DP4A instruction or the product table) and, for the
-//! tiled unit, a [`Tile`]. [`source`] assembles the module: the product snippet first (it may
-//! open with a `requires` directive, which WGSL wants before any declaration), then the tile
-//! constants, then the family's body. No wgpu here; `cargo test` validates every combination
-//! with naga.
+//! A kernel is a *family* ([`Kernel`]: the blocked unit, the raw integer product, or one of the
+//! step's ops, [`StepKernel`]) combined with a *product* ([`Product`]: the DP4A instruction or
+//! the product table) and, for the tiled unit, a [`Tile`]. [`source`] assembles the module:
+//! the product snippet first (it may open with a `requires` directive, which WGSL wants before
+//! any declaration), then the tile constants, then the exact float arithmetic
+//! (`exact_f32.wgsl`) where the family does float math, then the family's body. No wgpu here;
+//! `cargo test` validates every combination with naga and checks the SPIR-V naga emits for
+//! what the exact arithmetic rules out.
 //!
 //! Every combination computes the same bits: the tile only decides which invocation computes
 //! an output, never the order of its additions.
@@ -17,6 +19,94 @@ pub enum Kernel {
     GemmUnits,
     /// The raw integer product over the full i8 range, i32 out.
     GemmI8,
+    /// One entry point of the step's ops (`step_ops.wgsl`).
+    Step(StepKernel),
+}
+
+/// The entry points of `step_ops.wgsl`, one per op of ABI 2 (some ops take two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StepKernel {
+    /// A product's operand, quantized on the device for [`Kernel::GemmUnits`].
+    Quantize,
+    Embed,
+    EmbedBackward,
+    Gelu,
+    GeluBackward,
+    Adam,
+    LayerNorm,
+    /// LayerNorm's input gradient, one invocation per row.
+    LayerNormBackward,
+    /// LayerNorm's gain and bias gradients, one invocation per column.
+    LayerNormParamGrads,
+    CausalSoftmax,
+    CausalSoftmaxBackward,
+    /// Cross-entropy per row (losses into the scratch buffer) ...
+    CrossEntropy,
+    /// ... and their mean, in one invocation.
+    CrossEntropyMean,
+    BiasGrad,
+    Hash,
+}
+
+impl StepKernel {
+    pub const ALL: [StepKernel; 15] = [
+        StepKernel::Quantize,
+        StepKernel::Embed,
+        StepKernel::EmbedBackward,
+        StepKernel::Gelu,
+        StepKernel::GeluBackward,
+        StepKernel::Adam,
+        StepKernel::LayerNorm,
+        StepKernel::LayerNormBackward,
+        StepKernel::LayerNormParamGrads,
+        StepKernel::CausalSoftmax,
+        StepKernel::CausalSoftmaxBackward,
+        StepKernel::CrossEntropy,
+        StepKernel::CrossEntropyMean,
+        StepKernel::BiasGrad,
+        StepKernel::Hash,
+    ];
+
+    /// Workgroup width of the entry point: 256, or 1 for the serial ones.
+    pub fn workgroup(self) -> u32 {
+        match self {
+            StepKernel::CrossEntropyMean | StepKernel::Hash => 1,
+            _ => STEP_WORKGROUP,
+        }
+    }
+}
+
+/// Invocations per workgroup of the step's parallel kernels (one dimension).
+pub const STEP_WORKGROUP: u32 = 256;
+
+/// The step kernels' uniform record: 64 words, one record per dispatch at a dynamic offset.
+pub mod step_params {
+    /// Words in a record.
+    pub const WORDS: usize = 64;
+    /// Bytes in a record (also the dynamic-offset stride).
+    pub const BYTES: u64 = 256;
+    /// The word holding the op's index in its call (reported through `status`).
+    pub const OP_INDEX: usize = 62;
+    /// The word that is always 0 (the contraction barrier's operand).
+    pub const ZERO: usize = 63;
+}
+
+/// What a step kernel records in `status[0]` (`(op << 4) | kind`, the smallest wins).
+pub mod step_status {
+    /// Nothing failed (the host writes this before a call).
+    pub const CLEAR: u32 = u32::MAX;
+    pub const NON_FINITE: u32 = 1;
+    pub const TOKEN: u32 = 2;
+}
+
+/// Binding slots of `step_ops.wgsl`.
+pub mod step_binding {
+    pub const PARAMS: u32 = 0;
+    pub const MEM: u32 = 1;
+    pub const Q: u32 = 2;
+    pub const E: u32 = 3;
+    pub const STATUS: u32 = 4;
+    pub const SCRATCH: u32 = 5;
 }
 
 /// How four packed int8 pairs are multiplied and summed.
@@ -96,6 +186,8 @@ const PRODUCT_DP4A: &str = include_str!("../wgsl/product_dp4a.wgsl");
 const PRODUCT_LUT: &str = include_str!("../wgsl/product_lut.wgsl");
 const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
+const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
+const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
 
 impl Kernel {
     /// The entry point's name.
@@ -103,12 +195,30 @@ impl Kernel {
         match self {
             Kernel::GemmUnits => "gemm_units",
             Kernel::GemmI8 => "gemm_i8",
+            Kernel::Step(k) => match k {
+                StepKernel::Quantize => "quantize",
+                StepKernel::Embed => "embed",
+                StepKernel::EmbedBackward => "embed_backward",
+                StepKernel::Gelu => "gelu",
+                StepKernel::GeluBackward => "gelu_backward",
+                StepKernel::Adam => "adam",
+                StepKernel::LayerNorm => "layer_norm",
+                StepKernel::LayerNormBackward => "layer_norm_backward",
+                StepKernel::LayerNormParamGrads => "layer_norm_param_grads",
+                StepKernel::CausalSoftmax => "causal_softmax",
+                StepKernel::CausalSoftmaxBackward => "causal_softmax_backward",
+                StepKernel::CrossEntropy => "cross_entropy",
+                StepKernel::CrossEntropyMean => "cross_entropy_mean",
+                StepKernel::BiasGrad => "bias_grad",
+                StepKernel::Hash => "hash",
+            },
         }
     }
 }
 
 /// The complete WGSL module for `kernel` with `product`; `tile` matters only for
-/// [`Kernel::GemmUnits`].
+/// [`Kernel::GemmUnits`], `product` not at all for the step kernels (one module holds them
+/// all; each is built from it by its entry point).
 pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     let product_src = match product {
         Product::Dp4a => PRODUCT_DP4A,
@@ -116,10 +226,11 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     };
     match kernel {
         Kernel::GemmUnits => format!(
-            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{GEMM_UNITS}",
+            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{EXACT_F32}\n{GEMM_UNITS}",
             tile.tm, tile.tn, tile.wx, tile.wy, tile.kb
         ),
         Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
+        Kernel::Step(_) => format!("{EXACT_F32}\n{STEP_OPS}"),
     }
 }
 

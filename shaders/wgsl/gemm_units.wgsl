@@ -15,25 +15,46 @@
 // like `lockstep_luts::block_term` and every partial sum is flushed. Either way each output sees one fixed sequence of additions, whatever TM/TN/WX/WY
 // are. No float multiply-add pattern exists whose product is inexact.
 //
-// Workgroup: WX × WY invocations; tile BM = TM·WY rows × BN = TN·WX columns. Invocation
+// Workgroup: WX × WY × 1 invocations, the grid's z the batch; tile BM = TM·WY rows × BN = TN·WX columns. Invocation
 // (x, y) owns rows y·TM + i and columns x·TN + j, so it reads its operands from workgroup
 // memory as 16-byte vectors (TM and TN are multiples of 4) and a warp's reads are broadcasts
 // or consecutive vectors. A stage loads KB blocks between barriers. The
 // prepended constants choose TM, TN, WX, WY, KB.
 
+// Where the outputs go: a batch of `batches` products (the workgroup grid's z; batch z is
+// (z / batch1, z % batch1) and its operands are rows z·m … and z·n … of qa and qb), each
+// element (i, j) of batch (p, q) stored at word `c_offset + p·c_batch0 + q·c_batch1 +
+// i·c_row + j·c_col` of `c`. With FLAG_BIAS the element is `v + c[bias_offset + j]`, with
+// FLAG_ACCUMULATE it is added to what `c` holds: `lockstep_luts::ops::Matmul`, the additions
+// through exact_f32.wgsl (prepended). A plain unit call is one batch, row-major, no flags.
 struct Params {
     m: u32,
     n: u32,
     blocks: u32,
-    pad: u32,
+    batch1: u32,
+    c_offset: u32,
+    c_row: u32,
+    c_col: u32,
+    c_batch0: u32,
+    c_batch1: u32,
+    bias_offset: u32,
+    flags: u32,
+    zero: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+    pad3: u32,
 }
+
+const FLAG_BIAS: u32 = 1u;
+const FLAG_ACCUMULATE: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> ea: array<i32>;
 @group(0) @binding(4) var<storage, read> eb: array<i32>;
-@group(0) @binding(5) var<storage, read_write> c: array<f32>;
+@group(0) @binding(5) var<storage, read_write> c: array<u32>;
 
 const BM: u32 = TM * WY;
 const BN: u32 = TN * WX;
@@ -89,6 +110,7 @@ fn gemm_units(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
+    opaque_zero = params.zero;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
     let tid = lid.y * WX + lid.x;
@@ -96,6 +118,9 @@ fn gemm_units(
     let n = params.n;
     let blocks = params.blocks;
     let row_words = blocks * WORDS;
+    // This batch's operand rows.
+    let a_rows = wid.z * m;
+    let b_rows = wid.z * n;
 
     var clean = true;
     var sum: array<f32, TM * TN>;
@@ -113,7 +138,7 @@ fn gemm_units(
             let g = idx / BM;
             var v = vec4<u32>(0u);
             if row0 + r < m && blk0 * WORDS + g * 4u < row_words {
-                v = qa[((row0 + r) * row_words + blk0 * WORDS) / 4u + g];
+                v = qa[((a_rows + row0 + r) * row_words + blk0 * WORDS) / 4u + g];
             }
             for (var e = 0u; e < 4u; e++) {
                 let at = (g * 4u + e) * BM + r;
@@ -125,7 +150,7 @@ fn gemm_units(
             let g = idx / BN;
             var v = vec4<u32>(0u);
             if col0 + r < n && blk0 * WORDS + g * 4u < row_words {
-                v = qb[((col0 + r) * row_words + blk0 * WORDS) / 4u + g];
+                v = qb[((b_rows + col0 + r) * row_words + blk0 * WORDS) / 4u + g];
             }
             for (var e = 0u; e < 4u; e++) {
                 let at = (g * 4u + e) * BN + r;
@@ -137,7 +162,7 @@ fn gemm_units(
             let sb = idx % KB;
             var e = 0;
             if row0 + r < m && blk0 + sb < blocks {
-                e = ea[(row0 + r) * blocks + blk0 + sb];
+                e = ea[(a_rows + row0 + r) * blocks + blk0 + sb];
             }
             tile_ea[sb * BM + r] = e;
         }
@@ -146,7 +171,7 @@ fn gemm_units(
             let sb = idx % KB;
             var e = 0;
             if col0 + r < n && blk0 + sb < blocks {
-                e = eb[(col0 + r) * blocks + blk0 + sb];
+                e = eb[(b_rows + col0 + r) * blocks + blk0 + sb];
             }
             tile_eb[sb * BN + r] = e;
         }
@@ -237,12 +262,21 @@ fn gemm_units(
         workgroupBarrier();
     }
 
+    let base = params.c_offset + (wid.z / params.batch1) * params.c_batch0 + (wid.z % params.batch1) * params.c_batch1;
     for (var i = 0u; i < TM; i++) {
         let row = row0 + lid.y * TM + i;
         for (var j = 0u; j < TN; j++) {
             let col = col0 + lid.x * TN + j;
             if row < m && col < n {
-                c[row * n + col] = canonicalize(sum[i * TN + j]);
+                var v = bitcast<u32>(canonicalize(sum[i * TN + j]));
+                let at = base + row * params.c_row + col * params.c_col;
+                if (params.flags & FLAG_BIAS) != 0u {
+                    v = x_add(v, c[params.bias_offset + col]);
+                }
+                if (params.flags & FLAG_ACCUMULATE) != 0u {
+                    v = x_add(c[at], v);
+                }
+                c[at] = v;
             }
         }
     }

@@ -1,10 +1,12 @@
 //! Shared wgpu plumbing of the GPU plugins (`lut`, `dp4a`).
 //!
 //! [`GpuUnits`] owns one device and queue, a pipeline cache keyed by kernel, the product
-//! table (LUT plugin) and grow-only buffers. A unit call quantizes on the host with
+//! table (LUT plugin) and grow-only buffers. An ABI 1 unit call quantizes on the host with
 //! `lockstep_quantize` (bit-identical to the reference), uploads the int8 blocks and
 //! exponents, runs the `gemm_units` kernel from `lockstep_shaders` (exact i32 block sums and
-//! the contraction-proof epilogue on the GPU), and reads C back.
+//! the contraction-proof epilogue on the GPU), and reads C back. ABI 2 (the `step` module)
+//! keeps the host's buffers on the device and runs whole op sequences there, quantizing on the
+//! device too.
 //!
 //! **Adapter choice**: the highest-ranked adapter (discrete, integrated, virtual, then
 //! software) unless the host names a substring of another's name ([`GpuOptions::adapter`],
@@ -19,8 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockstep_luts::units::{blocks_for, UnitError, BLOCK};
-use lockstep_shaders::{binding, Kernel, Product, Tile, GEMM_I8_WORKGROUP, TILES};
+use lockstep_shaders::{binding, step_binding, step_params, Kernel, Product, Tile, GEMM_I8_WORKGROUP, TILES};
 use wgpu::util::DeviceExt;
+
+mod step;
+
+/// The op type of ABI 2, for the plugin macro.
+pub use lockstep_luts::ops::Op as StepOp;
 
 /// Why a GPU call failed.
 #[derive(Debug)]
@@ -33,12 +40,16 @@ pub enum GpuError {
     Shape(String),
     /// The units refuse the input (a NaN or ±Inf), as the reference does.
     Unit(UnitError),
+    /// An op met a non-finite operand of a product on the device.
+    NonFinite(String),
 }
 
 impl std::fmt::Display for GpuError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            GpuError::Unavailable(m) | GpuError::Device(m) | GpuError::Shape(m) => f.write_str(m),
+            GpuError::Unavailable(m) | GpuError::Device(m) | GpuError::Shape(m) | GpuError::NonFinite(m) => {
+                f.write_str(m)
+            }
             GpuError::Unit(e) => write!(f, "{e}"),
         }
     }
@@ -69,8 +80,12 @@ pub struct AdapterSummary {
     pub software: bool,
 }
 
+/// Size of a unit kernel's parameter record (`Params` in gemm_units.wgsl).
+const GEMM_PARAMS_BYTES: u64 = 64;
+
 #[derive(Default)]
 struct Buffers {
+    /// Uniform records, 256 bytes apart (dynamic offsets).
     params: Option<wgpu::Buffer>,
     a: Option<wgpu::Buffer>,
     b: Option<wgpu::Buffer>,
@@ -78,6 +93,11 @@ struct Buffers {
     b_exp: Option<wgpu::Buffer>,
     out: Option<wgpu::Buffer>,
     staging: Option<wgpu::Buffer>,
+    /// ABI 2's quantized operands (the unit kernel reads `a`, `b`, `a_exp`, `b_exp` for both
+    /// paths), the cross-entropy's per-row losses, and the status word with its read-back.
+    scratch: Option<wgpu::Buffer>,
+    status: Option<wgpu::Buffer>,
+    status_staging: Option<wgpu::Buffer>,
 }
 
 /// Host-side quantized operands, kept between calls (they only grow).
@@ -99,8 +119,12 @@ pub struct GpuUnits {
     queue: wgpu::Queue,
     /// The pipeline cache: one compute pipeline per kernel family, built on first use.
     pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+    /// Explicit layouts (dynamic parameter offsets) of the unit kernel and the step kernels.
+    gemm_layout: wgpu::BindGroupLayout,
+    step_layout: wgpu::BindGroupLayout,
     mul_lut: Option<wgpu::Buffer>,
     buffers: Buffers,
+    arena: step::Arena,
     host: HostScratch,
     /// Errors wgpu reports outside an error scope, surfaced on the next call.
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -276,6 +300,9 @@ impl GpuUnits {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
+        let (gemm_layout, step_layout) = layouts(&device, product);
+        let arena =
+            step::Arena::new(device.limits().max_storage_buffer_binding_size.min(device.limits().max_buffer_size));
         Ok(Self {
             product,
             tile,
@@ -284,8 +311,11 @@ impl GpuUnits {
             device,
             queue,
             pipelines: HashMap::new(),
+            gemm_layout,
+            step_layout,
             mul_lut,
             buffers: Buffers::default(),
+            arena,
             host: HostScratch::default(),
             uncaptured,
         })
@@ -331,9 +361,21 @@ impl GpuUnits {
                 wgpu::ShaderRuntimeChecks::unchecked(),
             )
         };
+        let bind_layout = match kernel {
+            Kernel::GemmUnits => Some(&self.gemm_layout),
+            Kernel::Step(_) => Some(&self.step_layout),
+            Kernel::GemmI8 => None,
+        };
+        let layout = bind_layout.map(|l| {
+            self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: None,
+                bind_group_layouts: &[Some(l)],
+                immediate_size: 0,
+            })
+        });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(kernel.entry_point()),
-            layout: None,
+            layout: layout.as_ref(),
             module: &module,
             entry_point: Some(kernel.entry_point()),
             compilation_options: Default::default(),
@@ -407,9 +449,8 @@ impl GpuUnits {
         if !ok_b {
             return Err(GpuError::Unit(lockstep_quantize::first_non_finite_error(a, b)));
         }
-        let params = [m as u32, n as u32, blocks as u32, 0];
         let out_bytes = (m * n * 4) as u64;
-        self.upload(&params, out_bytes)?;
+        self.upload(&unit_params(m, n, blocks), out_bytes)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
         self.run(Kernel::GemmUnits, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
     }
@@ -439,13 +480,13 @@ impl GpuUnits {
     }
 
     /// Writes the host scratch and `params` into the device buffers.
-    fn upload(&mut self, params: &[u32; 4], out_bytes: u64) -> Result<(), GpuError> {
+    fn upload(&mut self, params: &[u32], out_bytes: u64) -> Result<(), GpuError> {
         use wgpu::BufferUsages as U;
         let d = &self.device;
         let b = &mut self.buffers;
         let h = &self.host;
         let input = U::STORAGE | U::COPY_DST;
-        let params_buf = ensure(d, &mut b.params, "params", 16, U::UNIFORM | U::COPY_DST);
+        let params_buf = ensure(d, &mut b.params, "params", step_params::BYTES, U::UNIFORM | U::COPY_DST);
         let a = ensure(d, &mut b.a, "a", h.a_q.len() as u64, input);
         let bb = ensure(d, &mut b.b, "b", h.b_q.len() as u64, input);
         let ae = ensure(d, &mut b.a_exp, "a_exp", h.a_exp.len() as u64 * 4, input);
@@ -473,8 +514,18 @@ impl GpuUnits {
         fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
             buf.as_ref().expect("uploaded").as_entire_binding()
         }
+        let params = if kernel_uses_exponents {
+            // The unit kernel's layout takes one record at a dynamic offset.
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: b.params.as_ref().expect("uploaded"),
+                offset: 0,
+                size: std::num::NonZeroU64::new(GEMM_PARAMS_BYTES),
+            })
+        } else {
+            whole(&b.params)
+        };
         let mut entries = vec![
-            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: whole(&b.params) },
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: params },
             wgpu::BindGroupEntry { binding: binding::A, resource: whole(&b.a) },
             wgpu::BindGroupEntry { binding: binding::B, resource: whole(&b.b) },
             wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) },
@@ -486,11 +537,8 @@ impl GpuUnits {
         if let Some(table) = &self.mul_lut {
             entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
         }
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        })
+        let layout = if kernel_uses_exponents { self.gemm_layout.clone() } else { pipeline.get_bind_group_layout(0) };
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
     }
 
     /// Dispatches `kernel` `repeat` times over `groups`, then copies `out_bytes` of the output
@@ -512,7 +560,8 @@ impl GpuUnits {
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
+            let offsets: &[u32] = if kernel == Kernel::GemmUnits { &[0] } else { &[] };
+            pass.set_bind_group(0, &bind_group, offsets);
             for _ in 0..repeat {
                 pass.dispatch_workgroups(groups.0, groups.1, 1);
             }
@@ -531,9 +580,17 @@ impl GpuUnits {
             self.wait()?;
             return Ok(());
         }
+        self.map_staging(&staging, out)?;
+        self.take_uncaptured()
+    }
+
+    /// Maps the first `out.len()` bytes of `staging` (after everything submitted so far has
+    /// run), copies them out and unmaps.
+    fn map_staging(&self, staging: &wgpu::Buffer, out: &mut [u8]) -> Result<(), GpuError> {
+        let len = out.len() as u64;
         let mapped = Arc::new(Mutex::new(None));
         let flag = mapped.clone();
-        staging.slice(..out_bytes).map_async(wgpu::MapMode::Read, move |r| {
+        staging.slice(..len).map_async(wgpu::MapMode::Read, move |r| {
             *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         });
         self.wait()?;
@@ -544,13 +601,128 @@ impl GpuUnits {
         }
         {
             let view = staging
-                .slice(..out_bytes)
+                .slice(..len)
                 .get_mapped_range()
                 .map_err(|e| GpuError::Device(format!("cannot read the mapped result: {e}")))?;
             out.copy_from_slice(&view[..out.len()]);
         }
         staging.unmap();
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes of `source` from byte `offset` to the host.
+    fn read_back(&mut self, source: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<(), GpuError> {
+        use wgpu::BufferUsages as U;
+        let len = out.len() as u64;
+        let staging = ensure(&self.device, &mut self.buffers.staging, "staging", len, U::MAP_READ | U::COPY_DST);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        encoder.copy_buffer_to_buffer(source, offset, &staging, 0, len);
+        self.queue.submit([encoder.finish()]);
+        self.map_staging(&staging, out)?;
         self.take_uncaptured()
+    }
+
+    /// Encodes `dispatches` in one compute pass, submits them, and returns the status word.
+    fn run_dispatches(&mut self, dispatches: &[step::Dispatch], needs: step::Needs) -> Result<u32, GpuError> {
+        use wgpu::BufferUsages as U;
+        let mut pipelines = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            pipelines.push(self.pipeline(d.kernel)?);
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let dev = &self.device;
+        let b = &mut self.buffers;
+        let rw = U::STORAGE | U::COPY_DST | U::COPY_SRC;
+        let params = ensure(
+            dev,
+            &mut b.params,
+            "params",
+            dispatches.len() as u64 * step_params::BYTES,
+            U::UNIFORM | U::COPY_DST,
+        );
+        let q_a = ensure(dev, &mut b.a, "a", needs.q_a * 4, rw);
+        let q_b = ensure(dev, &mut b.b, "b", needs.q_b * 4, rw);
+        let e_a = ensure(dev, &mut b.a_exp, "a_exp", needs.e_a * 4, rw);
+        let e_b = ensure(dev, &mut b.b_exp, "b_exp", needs.e_b * 4, rw);
+        let scratch = ensure(dev, &mut b.scratch, "scratch", needs.scratch * 4, rw);
+        let status = ensure(dev, &mut b.status, "status", 16, rw);
+        let status_staging = ensure(dev, &mut b.status_staging, "status staging", 16, U::MAP_READ | U::COPY_DST);
+        let arena = self.arena.buffer.clone().ok_or_else(|| GpuError::Shape("no buffers exist yet".into()))?;
+
+        let mut records = Vec::with_capacity(dispatches.len() * step_params::WORDS);
+        for d in dispatches {
+            records.extend_from_slice(&d.params);
+        }
+        self.queue.write_buffer(&params, 0, bytemuck::cast_slice(&records));
+        self.queue.write_buffer(&status, 0, bytemuck::cast_slice(&[lockstep_shaders::step_status::CLEAR; 4]));
+
+        fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
+            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer,
+                offset: 0,
+                size: std::num::NonZeroU64::new(size),
+            })
+        }
+        let step_group = |q: &wgpu::Buffer, e: &wgpu::Buffer| {
+            use step_binding as s;
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &self.step_layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: s::PARAMS, resource: record(&params, step_params::BYTES) },
+                    wgpu::BindGroupEntry { binding: s::MEM, resource: arena.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::Q, resource: q.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::E, resource: e.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::STATUS, resource: status.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::SCRATCH, resource: scratch.as_entire_binding() },
+                ],
+            })
+        };
+        let group_a = step_group(&q_a, &e_a);
+        let group_b = step_group(&q_b, &e_b);
+        let mut gemm_entries = vec![
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(&params, GEMM_PARAMS_BYTES) },
+            wgpu::BindGroupEntry { binding: binding::A, resource: q_a.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::B, resource: q_b.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::A_EXP, resource: e_a.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::B_EXP, resource: e_b.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::OUT, resource: arena.as_entire_binding() },
+        ];
+        if let Some(table) = &self.mul_lut {
+            gemm_entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
+        }
+        let group_gemm = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &self.gemm_layout,
+            entries: &gemm_entries,
+        });
+
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for (i, (d, pipeline)) in dispatches.iter().zip(&pipelines).enumerate() {
+                let group = match d.bind {
+                    step::Bind::StepA => &group_a,
+                    step::Bind::StepB => &group_b,
+                    step::Bind::Gemm => &group_gemm,
+                };
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, group, &[(i as u64 * step_params::BYTES) as u32]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+        }
+        encoder.copy_buffer_to_buffer(&status, 0, &status_staging, 0, 16);
+        self.queue.submit([encoder.finish()]);
+        let oom = pollster::block_on(oom.pop());
+        let validation = pollster::block_on(scope.pop());
+        if let Some(error) = validation.or(oom) {
+            return Err(GpuError::Device(format!("the ops' dispatch failed: {error}")));
+        }
+        let mut word = [0u8; 16];
+        self.map_staging(&status_staging, &mut word)?;
+        self.take_uncaptured()?;
+        Ok(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
     }
 
     fn wait(&self) -> Result<(), GpuError> {
@@ -576,7 +748,7 @@ impl GpuUnits {
         fill(m, &mut self.host.a_q, &mut self.host.a_exp);
         fill(n, &mut self.host.b_q, &mut self.host.b_exp);
         let out_bytes = (m * n * 4) as u64;
-        self.upload(&[m as u32, n as u32, blocks as u32, 0], out_bytes)?;
+        self.upload(&unit_params(m, n, blocks), out_bytes)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
         self.run(Kernel::GemmUnits, groups, 1, out_bytes, &mut [])?;
         let start = Instant::now();
@@ -585,13 +757,62 @@ impl GpuUnits {
     }
 }
 
+/// The unit kernel's record for a plain `m × n` call: one batch, row-major, no flags.
+fn unit_params(m: usize, n: usize, blocks: usize) -> [u32; 16] {
+    let mut p = [0u32; 16];
+    p[..7].copy_from_slice(&[m as u32, n as u32, blocks as u32, 1, 0, n as u32, 1]);
+    p
+}
+
+/// The explicit bind group layouts of the unit kernel and of the step kernels: the first
+/// binding of each is a uniform record at a dynamic offset.
+fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, wgpu::BindGroupLayout) {
+    let entry = |binding: u32, ty: wgpu::BufferBindingType, dynamic: Option<u64>| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty,
+            has_dynamic_offset: dynamic.is_some(),
+            min_binding_size: dynamic.and_then(std::num::NonZeroU64::new),
+        },
+        count: None,
+    };
+    let uniform = wgpu::BufferBindingType::Uniform;
+    let read = wgpu::BufferBindingType::Storage { read_only: true };
+    let rw = wgpu::BufferBindingType::Storage { read_only: false };
+    let mut gemm = vec![
+        entry(binding::PARAMS, uniform, Some(GEMM_PARAMS_BYTES)),
+        entry(binding::A, read, None),
+        entry(binding::B, read, None),
+        entry(binding::A_EXP, read, None),
+        entry(binding::B_EXP, read, None),
+        entry(binding::OUT, rw, None),
+    ];
+    if product == Product::Lut {
+        gemm.push(entry(binding::MUL_LUT, read, None));
+    }
+    use step_binding as s;
+    let step = [
+        entry(s::PARAMS, uniform, Some(step_params::BYTES)),
+        entry(s::MEM, rw, None),
+        entry(s::Q, rw, None),
+        entry(s::E, rw, None),
+        entry(s::STATUS, rw, None),
+        entry(s::SCRATCH, rw, None),
+    ];
+    let make = |label: &str, entries: &[wgpu::BindGroupLayoutEntry]| {
+        device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries })
+    };
+    (make("unit kernel", &gemm), make("step kernels", &step))
+}
+
 /// Maps a [`GpuError`] onto a plugin error.
 pub fn worker_error(error: GpuError) -> lockstep_worker_api::plugin::WorkerError {
     use lockstep_worker_api::status;
     let code = match &error {
         GpuError::Unavailable(_) | GpuError::Device(_) => status::DEVICE_ERROR,
         GpuError::Shape(_) => status::INVALID_ARGUMENT,
-        GpuError::Unit(UnitError::NonFinite { .. }) => status::NON_FINITE_INPUT,
+        GpuError::Unit(UnitError::NonFinite { .. }) | GpuError::NonFinite(_) => status::NON_FINITE_INPUT,
         GpuError::Unit(UnitError::Shape { .. }) => status::INVALID_ARGUMENT,
     };
     lockstep_worker_api::plugin::WorkerError::new(code, error.to_string())
@@ -674,6 +895,38 @@ macro_rules! gpu_worker {
                 repeat: usize,
             ) -> Result<f64, lockstep_worker_api::plugin::WorkerError> {
                 self.units.time_kernel(m, n, k, repeat).map_err($crate::worker_error)
+            }
+
+            const OPS: u64 = lockstep_worker_api::ops::ALL;
+
+            fn buffer_create(&mut self, words: usize) -> Result<u64, lockstep_worker_api::plugin::WorkerError> {
+                self.units.buffer_create(words).map_err($crate::worker_error)
+            }
+
+            fn buffer_free(&mut self, handle: u64) {
+                self.units.buffer_free(handle)
+            }
+
+            fn buffer_write(
+                &mut self,
+                handle: u64,
+                offset: usize,
+                data: &[u32],
+            ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+                self.units.buffer_write(handle, offset, data).map_err($crate::worker_error)
+            }
+
+            fn buffer_read(
+                &mut self,
+                handle: u64,
+                offset: usize,
+                out: &mut [u32],
+            ) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+                self.units.buffer_read(handle, offset, out).map_err($crate::worker_error)
+            }
+
+            fn run_ops(&mut self, ops: &[$crate::StepOp]) -> Result<(), lockstep_worker_api::plugin::WorkerError> {
+                self.units.run_ops(ops).map_err($crate::worker_error)
             }
         }
     };

@@ -1,0 +1,487 @@
+//! ABI 2 on the GPU: plugin-owned buffers in one device arena and the training step's ops as
+//! dispatches of `step_ops.wgsl` and the unit kernel.
+//!
+//! **The arena**: every buffer the host creates is a range of one storage buffer (64-word
+//! aligned, first fit, grown by copying when full), so every kernel binds the same storage and
+//! finds its operands by word offsets in a 256-byte uniform record. The arena is capped by the
+//! adapter's largest storage binding; a creation past it is refused with that limit named.
+//!
+//! **A call** (`run_ops`) checks every op (`Op::check` against the arena's lengths), plans each
+//! as one to three dispatches (a product: quantize A, quantize B, the unit kernel; LayerNorm's
+//! backward: rows, then the parameter gradients' columns; cross-entropy: rows, then the mean),
+//! writes all records at once, encodes one compute pass (wgpu orders each dispatch's writes
+//! before the next one's reads), and reads back one status word: the first op that met a
+//! non-finite operand or a token id past the vocabulary, if any. Nothing else leaves the
+//! device. An op whose outputs overlap its inputs (`Op::writes_overlap`; the training step has
+//! none) runs on the reference on the host between the dispatches around it, same bits.
+
+use std::collections::BTreeMap;
+
+use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
+use lockstep_luts::units::blocks_for;
+use lockstep_shaders::{step_params, step_status, Kernel, StepKernel, STEP_WORKGROUP};
+
+use crate::GpuError;
+
+/// Arena ranges are multiples of this many words (256 bytes: any alignment a binding wants).
+const ALIGN_WORDS: u64 = 64;
+
+/// One buffer's range of the arena, in words.
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    start: u64,
+    len: u64,
+}
+
+/// The host's buffers as ranges of one device buffer.
+pub(crate) struct Arena {
+    pub(crate) buffer: Option<wgpu::Buffer>,
+    /// Words the device buffer holds.
+    capacity: u64,
+    /// The most words the device allows in one binding.
+    limit: u64,
+    regions: BTreeMap<Handle, Region>,
+    /// Free ranges below `top`: start → length.
+    free: BTreeMap<u64, u64>,
+    top: u64,
+    next_handle: Handle,
+}
+
+impl Arena {
+    pub(crate) fn new(limit_bytes: u64) -> Self {
+        Self {
+            buffer: None,
+            capacity: 0,
+            limit: limit_bytes / 4 / ALIGN_WORDS * ALIGN_WORDS,
+            regions: BTreeMap::new(),
+            free: BTreeMap::new(),
+            top: 0,
+            next_handle: 1,
+        }
+    }
+
+    pub(crate) fn len_of(&self, handle: Handle) -> Option<u64> {
+        self.regions.get(&handle).map(|r| r.len)
+    }
+
+    /// The word address of a span.
+    fn at(&self, span: Span) -> u32 {
+        (self.regions[&span.buffer].start + u64::from(span.offset)) as u32
+    }
+
+    fn view_at(&self, view: MatView) -> u32 {
+        self.at(Span::new(view.buffer, view.offset))
+    }
+
+    /// Reserves `words` (a range of at least one alignment unit) and says where; `grow` is
+    /// called with the new capacity when the device buffer must grow first.
+    fn reserve(&mut self, words: u64) -> Result<(Handle, Region, Option<u64>), GpuError> {
+        let rounded = words.max(1).next_multiple_of(ALIGN_WORDS);
+        let fit = self.free.iter().find(|(_, &len)| len >= rounded).map(|(&s, &l)| (s, l));
+        let (start, grow) = match fit {
+            Some((start, len)) => {
+                self.free.remove(&start);
+                if len > rounded {
+                    self.free.insert(start + rounded, len - rounded);
+                }
+                (start, None)
+            }
+            None => {
+                let start = self.top;
+                let end = start + rounded;
+                if end > self.limit {
+                    return Err(GpuError::Device(format!(
+                        "a buffer of {words} words does not fit: the device's largest storage binding holds {} words and {} are in use",
+                        self.limit, self.top
+                    )));
+                }
+                self.top = end;
+                let grow = (end > self.capacity).then(|| (self.capacity * 2).clamp(end, self.limit));
+                (start, grow)
+            }
+        };
+        let handle = self.next_handle;
+        self.next_handle += 1;
+        let region = Region { start, len: words };
+        self.regions.insert(handle, region);
+        Ok((handle, region, grow))
+    }
+
+    fn release(&mut self, handle: Handle) {
+        if let Some(r) = self.regions.remove(&handle) {
+            let mut start = r.start;
+            let mut len = r.len.max(1).next_multiple_of(ALIGN_WORDS);
+            // Merge with the free ranges on either side.
+            if let Some((&s, &l)) = self.free.range(..start).next_back() {
+                if s + l == start {
+                    self.free.remove(&s);
+                    start = s;
+                    len += l;
+                }
+            }
+            if let Some(l) = self.free.remove(&(start + len)) {
+                len += l;
+            }
+            if start + len == self.top {
+                self.top = start;
+            } else {
+                self.free.insert(start, len);
+            }
+        }
+    }
+
+    /// Checks that words `offset .. offset + len` lie inside the buffer; the byte address.
+    fn range(&self, handle: Handle, offset: usize, len: usize) -> Result<u64, GpuError> {
+        let r = self
+            .regions
+            .get(&handle)
+            .ok_or_else(|| GpuError::Shape(format!("buffer {handle} does not exist on this instance")))?;
+        if offset as u64 + len as u64 > r.len {
+            return Err(GpuError::Shape(format!(
+                "words {offset}..{} are outside buffer {handle} of {} words",
+                offset + len,
+                r.len
+            )));
+        }
+        Ok((r.start + offset as u64) * 4)
+    }
+}
+
+/// Which bind group a dispatch uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bind {
+    /// The step kernels with the A-side quantizer outputs (every element-wise op uses it).
+    StepA,
+    /// The step kernels with the B-side quantizer outputs.
+    StepB,
+    /// The unit kernel reading both quantized operands, writing the arena.
+    Gemm,
+}
+
+/// One planned dispatch.
+pub(crate) struct Dispatch {
+    pub(crate) kernel: Kernel,
+    pub(crate) bind: Bind,
+    pub(crate) params: [u32; step_params::WORDS],
+    pub(crate) groups: [u32; 3],
+}
+
+/// Scratch the planned dispatches need, in words.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Needs {
+    pub(crate) q_a: u64,
+    pub(crate) q_b: u64,
+    pub(crate) e_a: u64,
+    pub(crate) e_b: u64,
+    pub(crate) scratch: u64,
+}
+
+/// A 1-D grid of `n` invocations in 256-wide workgroups, two-dimensional past 65535 groups.
+fn grid(n: u64) -> Result<[u32; 3], GpuError> {
+    let groups = n.div_ceil(u64::from(STEP_WORKGROUP));
+    let x = groups.min(65535);
+    let y = if x == 0 { 0 } else { groups.div_ceil(x) };
+    if y > 65535 {
+        return Err(GpuError::Shape(format!("{n} invocations need more than 65535² workgroups")));
+    }
+    Ok([x as u32, y as u32, 1])
+}
+
+fn record(words: &[u32], op_index: u32) -> [u32; step_params::WORDS] {
+    let mut p = [0u32; step_params::WORDS];
+    p[..words.len()].copy_from_slice(words);
+    p[step_params::OP_INDEX] = op_index;
+    p[step_params::ZERO] = 0;
+    p
+}
+
+fn step(kernel: StepKernel, words: &[u32], op_index: u32, invocations: u64) -> Result<Dispatch, GpuError> {
+    let groups = if kernel.workgroup() == 1 { [1, 1, 1] } else { grid(invocations)? };
+    Ok(Dispatch { kernel: Kernel::Step(kernel), bind: Bind::StepA, params: record(words, op_index), groups })
+}
+
+/// The dispatches of one op (none for an empty one) and the scratch they need.
+pub(crate) fn plan(
+    arena: &Arena,
+    op: &Op,
+    op_index: u32,
+    tile_rows: u32,
+    tile_cols: u32,
+    needs: &mut Needs,
+) -> Result<Vec<Dispatch>, GpuError> {
+    use StepKernel as K;
+    let at = |s: Span| arena.at(s);
+    let mut out = Vec::new();
+    match *op {
+        Op::Matmul(mm) => plan_matmul(arena, &mm, op_index, tile_rows, tile_cols, needs, &mut out)?,
+        Op::Embed { rows, seq, width, vocab, tokens, tok, pos, out: o } => {
+            let w = [rows, seq, width, vocab, at(tokens), at(tok), at(pos), at(o)];
+            out.push(step(K::Embed, &w, op_index, u64::from(rows) * u64::from(width))?);
+        }
+        Op::EmbedBackward { rows, seq, width, vocab, positions, tokens, dy, dtok, dpos } => {
+            let w = [rows, seq, width, vocab, positions, at(tokens), at(dy), at(dtok), at(dpos)];
+            let n = (u64::from(vocab) + u64::from(positions)) * u64::from(width);
+            out.push(step(K::EmbedBackward, &w, op_index, n)?);
+        }
+        Op::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd } => {
+            let w = [rows, width, at(x), at(gain), at(bias), at(y), at(xhat), at(rstd)];
+            out.push(step(K::LayerNorm, &w, op_index, u64::from(rows))?);
+        }
+        Op::LayerNormBackward { rows, width, dy, xhat, rstd, gain, dx, dgain, dbias, accumulate } => {
+            let w = [rows, width, at(dy), at(xhat), at(rstd), at(gain), at(dx), u32::from(accumulate)];
+            out.push(step(K::LayerNormBackward, &w, op_index, u64::from(rows))?);
+            let w = [rows, width, at(dy), at(xhat), at(dgain), at(dbias)];
+            out.push(step(K::LayerNormParamGrads, &w, op_index, u64::from(width))?);
+        }
+        Op::Gelu { len, x, y } => out.push(step(K::Gelu, &[len, at(x), at(y)], op_index, u64::from(len))?),
+        Op::GeluBackward { len, dy, x, dx } => {
+            out.push(step(K::GeluBackward, &[len, at(dy), at(x), at(dx)], op_index, u64::from(len))?)
+        }
+        Op::CausalSoftmax { blocks, t, scale, scores } => {
+            let w = [blocks, t, scale.to_bits(), at(scores)];
+            out.push(step(K::CausalSoftmax, &w, op_index, u64::from(blocks) * u64::from(t))?);
+        }
+        Op::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, dscores } => {
+            let w = [blocks, t, scale.to_bits(), at(probs), at(dprobs), at(dscores)];
+            out.push(step(K::CausalSoftmaxBackward, &w, op_index, u64::from(blocks) * u64::from(t))?);
+        }
+        Op::BiasGrad { rows, width, dy, db } => {
+            out.push(step(K::BiasGrad, &[rows, width, at(dy), at(db)], op_index, u64::from(width))?)
+        }
+        Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => {
+            let w = [rows, vocab, at(logits), at(targets), at(dlogits), at(loss)];
+            out.push(step(K::CrossEntropy, &w, op_index, u64::from(rows))?);
+            out.push(step(K::CrossEntropyMean, &w, op_index, 1)?);
+            needs.scratch = needs.scratch.max(u64::from(rows));
+        }
+        Op::Adam { len, weights, grad, m, v, lr, correction1, correction2 } => {
+            let w =
+                [len, at(weights), at(grad), at(m), at(v), lr.to_bits(), correction1.to_bits(), correction2.to_bits()];
+            out.push(step(K::Adam, &w, op_index, u64::from(len))?);
+        }
+        Op::Hash { len, data, out: o } => out.push(step(K::Hash, &[len, at(data), at(o)], op_index, 1)?),
+    }
+    Ok(out)
+}
+
+fn plan_matmul(
+    arena: &Arena,
+    mm: &Matmul,
+    op_index: u32,
+    tile_rows: u32,
+    tile_cols: u32,
+    needs: &mut Needs,
+    out: &mut Vec<Dispatch>,
+) -> Result<(), GpuError> {
+    let batches = u64::from(mm.batch[0]) * u64::from(mm.batch[1]);
+    if batches == 0 || mm.m == 0 || mm.n == 0 {
+        return Ok(());
+    }
+    let blocks = blocks_for(mm.k as usize) as u64;
+    let gemm_groups =
+        [u64::from(mm.n).div_ceil(u64::from(tile_cols)), u64::from(mm.m).div_ceil(u64::from(tile_rows)), batches];
+    if gemm_groups.iter().any(|&g| g > 65535) {
+        return Err(GpuError::Shape(format!(
+            "a {}x{}x{} product in {batches} batches needs more than 65535 workgroups in one dimension",
+            mm.m, mm.n, mm.k
+        )));
+    }
+    let mut quantize = |view: MatView, rows: u32, bind: Bind| -> Result<Dispatch, GpuError> {
+        let w = [
+            rows,
+            mm.k,
+            blocks as u32,
+            mm.batch[1],
+            batches as u32,
+            arena.view_at(view),
+            view.row_stride,
+            view.col_stride,
+            view.batch_stride[0],
+            view.batch_stride[1],
+        ];
+        let units = batches * u64::from(rows) * blocks;
+        let (q, e) = match bind {
+            Bind::StepA => (&mut needs.q_a, &mut needs.e_a),
+            _ => (&mut needs.q_b, &mut needs.e_b),
+        };
+        *q = (*q).max(units * 8);
+        *e = (*e).max(units);
+        Ok(Dispatch {
+            kernel: Kernel::Step(StepKernel::Quantize),
+            bind,
+            params: record(&w, op_index),
+            groups: grid(units)?,
+        })
+    };
+    if blocks > 0 {
+        out.push(quantize(mm.a, mm.m, Bind::StepA)?);
+        out.push(quantize(mm.b, mm.n, Bind::StepB)?);
+    }
+    let flags = u32::from(mm.bias.is_some()) | (u32::from(mm.accumulate) << 1);
+    let gemm = [
+        mm.m,
+        mm.n,
+        blocks as u32,
+        mm.batch[1],
+        arena.view_at(mm.c),
+        mm.c.row_stride,
+        mm.c.col_stride,
+        mm.c.batch_stride[0],
+        mm.c.batch_stride[1],
+        mm.bias.map_or(0, |s| arena.at(s)),
+        flags,
+        0, // zero: the contraction barrier's operand
+    ];
+    out.push(Dispatch {
+        kernel: Kernel::GemmUnits,
+        bind: Bind::Gemm,
+        params: record(&gemm, op_index),
+        groups: gemm_groups.map(|g| g as u32),
+    });
+    Ok(())
+}
+
+/// The error a status word names, `op_base` being the index of the call's first op.
+pub(crate) fn status_error(word: u32, ops: &[Op]) -> Option<GpuError> {
+    if word == step_status::CLEAR {
+        return None;
+    }
+    let index = (word >> 4) as usize;
+    let name = ops.get(index).map_or("?", |op| op.name());
+    Some(match word & 0xf {
+        step_status::NON_FINITE => GpuError::NonFinite(format!(
+            "op #{index} {name}: a non-finite operand (the units accept finite values only)"
+        )),
+        _ => GpuError::Shape(format!("op #{index} {name}: a token id outside the vocabulary")),
+    })
+}
+
+/// Maps an op's refusal onto a GPU error.
+pub(crate) fn op_error(e: OpError) -> GpuError {
+    match e {
+        OpError::Unit(u) => GpuError::Unit(u),
+        other => GpuError::Shape(other.to_string()),
+    }
+}
+
+impl crate::GpuUnits {
+    /// A buffer of `words` words (zeroed), its handle.
+    pub fn buffer_create(&mut self, words: usize) -> Result<Handle, GpuError> {
+        self.take_uncaptured()?;
+        let (handle, region, grow) = self.arena.reserve(words as u64)?;
+        if let Some(capacity) = grow {
+            if let Err(e) = self.grow_arena(capacity) {
+                self.arena.release(handle);
+                return Err(e);
+            }
+        }
+        // Fresh words read as zeros, as a new plugin buffer promises (a reused range may hold
+        // an old buffer's words).
+        let bytes = region.len * 4;
+        if bytes > 0 {
+            let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            encoder.clear_buffer(self.arena.buffer.as_ref().expect("reserved"), region.start * 4, Some(bytes));
+            self.queue.submit([encoder.finish()]);
+        }
+        Ok(handle)
+    }
+
+    /// Moves the arena into a device buffer of `capacity` words, contents kept.
+    fn grow_arena(&mut self, capacity: u64) -> Result<(), GpuError> {
+        use wgpu::BufferUsages as U;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let bigger = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("arena"),
+            size: capacity * 4,
+            usage: U::STORAGE | U::COPY_SRC | U::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Device(format!("cannot allocate {} bytes for the buffers: {error}", capacity * 4)));
+        }
+        if let Some(old) = self.arena.buffer.take() {
+            let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            encoder.copy_buffer_to_buffer(&old, 0, &bigger, 0, self.arena.capacity * 4);
+            self.queue.submit([encoder.finish()]);
+        }
+        self.arena.buffer = Some(bigger);
+        self.arena.capacity = capacity;
+        Ok(())
+    }
+
+    pub fn buffer_free(&mut self, handle: Handle) {
+        self.arena.release(handle);
+    }
+
+    pub fn buffer_write(&mut self, handle: Handle, offset: usize, data: &[u32]) -> Result<(), GpuError> {
+        self.take_uncaptured()?;
+        let at = self.arena.range(handle, offset, data.len())?;
+        if !data.is_empty() {
+            self.queue.write_buffer(
+                self.arena.buffer.as_ref().expect("a buffer exists"),
+                at,
+                bytemuck::cast_slice(data),
+            );
+        }
+        Ok(())
+    }
+
+    pub fn buffer_read(&mut self, handle: Handle, offset: usize, out: &mut [u32]) -> Result<(), GpuError> {
+        self.take_uncaptured()?;
+        let at = self.arena.range(handle, offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let arena = self.arena.buffer.clone().expect("a buffer exists");
+        self.read_back(&arena, at, bytemuck::cast_slice_mut(out))
+    }
+
+    /// Runs `ops` in order (see the module docs).
+    pub fn run_ops(&mut self, ops: &[Op]) -> Result<(), GpuError> {
+        self.take_uncaptured()?;
+        for op in ops {
+            op.check(|h| self.arena.len_of(h)).map_err(op_error)?;
+        }
+        let mut start = 0;
+        for (i, op) in ops.iter().enumerate() {
+            if op.writes_overlap() {
+                self.dispatch_ops(ops, start..i)?;
+                self.run_on_host(op)?;
+                start = i + 1;
+            }
+        }
+        self.dispatch_ops(ops, start..ops.len())
+    }
+
+    /// An op the kernels do not take (overlapping outputs): the reference on host copies.
+    fn run_on_host(&mut self, op: &Op) -> Result<(), GpuError> {
+        let mut memory = def::Memory::new();
+        for (buffer, end) in op.extents() {
+            let mut words = vec![0u32; end as usize];
+            self.buffer_read(buffer, 0, &mut words)?;
+            memory.insert(buffer, words);
+        }
+        def::run_reference(op, &mut memory).map_err(op_error)?;
+        for (buffer, words) in &memory {
+            self.buffer_write(*buffer, 0, words)?;
+        }
+        Ok(())
+    }
+
+    fn dispatch_ops(&mut self, ops: &[Op], range: std::ops::Range<usize>) -> Result<(), GpuError> {
+        let mut needs = Needs::default();
+        let mut dispatches = Vec::new();
+        let (rows, cols) = (self.tile.rows(), self.tile.cols());
+        for i in range {
+            dispatches.extend(plan(&self.arena, &ops[i], i as u32, rows, cols, &mut needs)?);
+        }
+        if dispatches.is_empty() {
+            return Ok(());
+        }
+        let status = self.run_dispatches(&dispatches, needs)?;
+        match status_error(status, ops) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
