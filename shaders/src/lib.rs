@@ -289,6 +289,97 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_step_module_validates_with_every_entry_point() {
+        let module = validate(Kernel::Step(StepKernel::Gelu), Product::Dp4a, TILES[0]);
+        for kernel in StepKernel::ALL {
+            let name = Kernel::Step(kernel).entry_point();
+            let entry = module.entry_points.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(entry.workgroup_size, [kernel.workgroup(), 1, 1], "{name}");
+        }
+        assert_eq!(module.entry_points.len(), StepKernel::ALL.len());
+    }
+
+    /// SPIR-V of `module`, as naga emits it for Vulkan.
+    fn spirv(src: &str) -> Vec<u32> {
+        let module = naga::front::wgsl::parse_str(src).unwrap();
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap();
+        let options = naga::back::spv::Options { capabilities: None, ..naga::back::spv::Options::default() };
+        naga::back::spv::write_vec(&module, &info, &options, None).unwrap()
+    }
+
+    /// The instructions of a SPIR-V module: (opcode, operand words).
+    fn instructions(words: &[u32]) -> Vec<(u32, &[u32])> {
+        let mut out = Vec::new();
+        let mut at = 5; // the header
+        while at < words.len() {
+            let count = (words[at] >> 16) as usize;
+            out.push((words[at] & 0xffff, &words[at + 1..at + count]));
+            at += count;
+        }
+        out
+    }
+
+    /// What the exact arithmetic promises, checked on the SPIR-V the step kernels (and the unit
+    /// kernel's epilogue) become: no float division, no float function of GLSL.std.450 (square
+    /// root, FMA, exp, min/max, …: the Vulkan precision rules let a driver round those its own
+    /// way), and no float product that feeds an addition, subtraction or another product
+    /// directly (each becomes bits XORed with `opaque_zero`, the contraction barrier). The unit kernel's fast
+    /// epilogue is the one place a product meets an addition, by design: its products are exact.
+    #[test]
+    fn the_exact_kernels_have_no_division_no_float_builtins_and_no_fusable_product() {
+        const OP_EXT_INST: u32 = 12;
+        const OP_BITCAST: u32 = 124;
+        const OP_FADD: u32 = 129;
+        const OP_FSUB: u32 = 131;
+        const OP_FMUL: u32 = 133;
+        const OP_FDIV: u32 = 136;
+        const OP_FREM: u32 = 140;
+        const OP_FMOD: u32 = 141;
+        const OP_BITWISE_XOR: u32 = 198;
+        // GLSL.std.450 instructions on integers: SAbs, SSign, UMin, SMin, UMax, SMax, UClamp,
+        // SClamp, FindILsb, FindSMsb, FindUMsb.
+        const INTEGER_EXT: [u32; 11] = [5, 7, 38, 39, 41, 42, 44, 45, 73, 74, 75];
+        for (kernel, product_meets_add) in [(Kernel::Step(StepKernel::Adam), false), (Kernel::GemmUnits, true)] {
+            let words = spirv(&source(kernel, Product::Lut, TILES[0]));
+            let code = instructions(&words);
+            let products: std::collections::HashSet<u32> =
+                code.iter().filter(|(op, _)| *op == OP_FMUL).map(|(_, w)| w[1]).collect();
+            assert!(!products.is_empty(), "{kernel:?}: no hardware product at all?");
+            let mut fused_candidates = 0;
+            for (op, w) in &code {
+                assert!(![OP_FDIV, OP_FREM, OP_FMOD].contains(op), "{kernel:?}: float division (opcode {op})");
+                if *op == OP_EXT_INST {
+                    assert!(INTEGER_EXT.contains(&w[3]), "{kernel:?}: GLSL.std.450 instruction {} on floats", w[3]);
+                }
+                if [OP_FADD, OP_FSUB, OP_FMUL].contains(op) && w[2..4].iter().any(|id| products.contains(id)) {
+                    fused_candidates += 1;
+                }
+            }
+            // Each product's bits meet `opaque_zero` in an XOR before anything else sees them.
+            let product_bits: std::collections::HashSet<u32> = code
+                .iter()
+                .filter(|(op, w)| *op == OP_BITCAST && products.contains(&w[2]))
+                .map(|(_, w)| w[1])
+                .collect();
+            if !product_meets_add {
+                assert_eq!(product_bits.len(), products.len(), "{kernel:?}: a product is used other than as bits");
+                for (op, w) in &code {
+                    if w.len() > 2 && w[2..].iter().any(|id| product_bits.contains(id)) {
+                        assert_eq!(*op, OP_BITWISE_XOR, "{kernel:?}: a product's bits reach opcode {op} unmasked");
+                    }
+                }
+            }
+            if product_meets_add {
+                assert!(fused_candidates > 0, "{kernel:?}: the fast epilogue's exact products are expected");
+            } else {
+                assert_eq!(fused_candidates, 0, "{kernel:?}: a product feeds float arithmetic directly");
+            }
+        }
+    }
+
     /// `OpSDot` (SPV_KHR_integer_dot_product), opcode 4450.
     fn spirv_op_sdot() -> u32 {
         4450

@@ -40,6 +40,8 @@
 #define LOCKSTEP_CAP_KERNEL_TIMING (1ull << 2)
 #define LOCKSTEP_CAP_DEVICE (1ull << 3)
 #define LOCKSTEP_CAP_REQUIRED (LOCKSTEP_CAP_GEMM_F32 | LOCKSTEP_CAP_GEMM_I8)
+/* Bits 8 and 9 (ABI 1's reserved fused attention and MLP chain) are retired: hosts ignore them. */
+#define LOCKSTEP_CAP_RETIRED ((1ull << 8) | (1ull << 9))
 
 /* CreateOptions.flags. */
 #define LOCKSTEP_CREATE_HARDWARE_ONLY (1ull << 0)

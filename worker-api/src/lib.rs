@@ -7,10 +7,9 @@
 //! buffers. Errors are integer [`status`] codes plus a UTF-8 message the plugin writes into a
 //! host-owned [`ErrorBuf`].
 //!
-//! **Evolution.** The table is append-only. A minor version may add fields at the end (for
-//! example the fused-attention entry behind [`caps::FUSED_ATTENTION`]); the host reads a field
-//! only when `struct_size` covers it and the capability bit is set. A major version change
-//! means the host must refuse the plugin.
+//! **Evolution.** The table is append-only. A minor version may add fields at the end; the
+//! host reads a field only when `struct_size` covers it and its capability bit is set. A major
+//! version the host does not know means it must refuse the plugin.
 //!
 //! **Plugin side.** Implement [`plugin::Worker`] and invoke [`export_worker!`]; the macro
 //! generates the entry symbol and wraps every exported function in `catch_unwind`, so a panic
@@ -75,10 +74,12 @@ pub mod caps {
     /// The plugin computes on an accelerator and serializes calls on it: hosts use one
     /// instance rather than one per thread. Informational (ABI 1.1).
     pub const DEVICE: u64 = 1 << 3;
-    /// Reserved for a fused attention entry appended in a later minor version.
-    pub const FUSED_ATTENTION: u64 = 1 << 8;
-    /// Reserved for a back-to-back MLP chain entry appended in a later minor version.
-    pub const MLP_CHAIN: u64 = 1 << 9;
+    /// Bits 8 and 9 were reserved in ABI 1 for a fused attention entry and a back-to-back MLP
+    /// chain entry. ABI 2 retires them: attention is the batched products and the causal
+    /// softmax ops of one `run_ops` call, the MLP its products (bias riding on them) and the
+    /// GELU ops, all on plugin-owned buffers, which is what the fused entries were for. A host
+    /// ignores these bits and they are never given another meaning.
+    pub const RETIRED: u64 = (1 << 8) | (1 << 9);
     /// What every v1 plugin must offer.
     pub const REQUIRED: u64 = GEMM_F32 | GEMM_I8;
 }
@@ -338,6 +339,8 @@ mod tests {
         assert_eq!(define("LOCKSTEP_OP_COUNT"), ops::COUNT.to_string());
         assert_eq!(define("LOCKSTEP_OP_CAUSAL_SOFTMAX_BACKWARD"), ops::CAUSAL_SOFTMAX_BACKWARD.to_string());
         assert_eq!(format!("\"{}\"", ENTRY_SYMBOL), define("LOCKSTEP_ENTRY_SYMBOL"));
+        assert_eq!(define("LOCKSTEP_CAP_RETIRED"), "((1ull << 8) | (1ull << 9))");
+        assert_eq!(caps::RETIRED, (1 << 8) | (1 << 9));
     }
 
     #[test]
@@ -358,6 +361,9 @@ mod tests {
         assert_eq!(status::name(99), "unknown status");
         assert_eq!(caps::REQUIRED, 0b11);
         assert_eq!(caps::KERNEL_TIMING, 0b100);
+        // No capability in use overlaps the retired bits.
+        let used = caps::REQUIRED | caps::KERNEL_TIMING | caps::DEVICE;
+        assert_eq!(used & caps::RETIRED, 0);
         assert_eq!(ENTRY_SYMBOL, "lockstep_worker_entry");
     }
 }
