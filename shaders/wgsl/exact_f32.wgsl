@@ -37,6 +37,9 @@ const F_THREE: u32 = 0x40400000u;
 // Always 0 at run time; set by every entry point from its parameters (see above).
 var<private> opaque_zero: u32;
 
+// Tests set it to route every add and multiply through the integer routines (same bits).
+override SOFT_FLOAT: bool = false;
+
 fn is_nan(a: u32) -> bool {
     return (a & 0x7fffffffu) > EXPM;
 }
@@ -300,7 +303,7 @@ fn x_add(a: u32, b: u32) -> u32 {
     let r = bitcast<u32>(bitcast<f32>(a) + bitcast<f32>(b)) ^ opaque_zero;
     let exact_zero = (a ^ b) == SIGN || ((a | b) & 0x7fffffffu) == 0u;
     let tiny = (r & EXPM) < 0x01000000u && !exact_zero;
-    if is_subnormal(a) || is_subnormal(b) || tiny || is_nan(r) {
+    if SOFT_FLOAT || is_subnormal(a) || is_subnormal(b) || tiny || is_nan(r) {
         return soft_add(a, b);
     }
     return r;
@@ -318,7 +321,7 @@ fn x_sub(a: u32, b: u32) -> u32 {
 fn x_mul(a: u32, b: u32) -> u32 {
     let r = bitcast<u32>(bitcast<f32>(a) * bitcast<f32>(b)) ^ opaque_zero;
     let tiny = (r & EXPM) < 0x01000000u && (a & 0x7fffffffu) != 0u && (b & 0x7fffffffu) != 0u;
-    if is_subnormal(a) || is_subnormal(b) || tiny || is_nan(r) {
+    if SOFT_FLOAT || is_subnormal(a) || is_subnormal(b) || tiny || is_nan(r) {
         return soft_mul(a, b);
     }
     return r;

@@ -68,6 +68,10 @@ pub struct GpuOptions {
     pub adapter: Option<String>,
     /// Quantizer threads; 0 means all available.
     pub threads: usize,
+    /// Every add and multiply of the exact arithmetic on the integer routines instead of the
+    /// hardware where it is exact (same bits, slower): how tests check those routines on every
+    /// input, not only the subnormal ones the hardware path hands them.
+    pub soft_float: bool,
 }
 
 /// What the chosen adapter is.
@@ -114,6 +118,7 @@ pub struct GpuUnits {
     product: Product,
     tile: Tile,
     threads: usize,
+    soft_float: bool,
     adapter: AdapterSummary,
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -307,6 +312,7 @@ impl GpuUnits {
             product,
             tile,
             threads,
+            soft_float: options.soft_float,
             adapter: summary,
             device,
             queue,
@@ -361,6 +367,7 @@ impl GpuUnits {
                 wgpu::ShaderRuntimeChecks::unchecked(),
             )
         };
+        let soft_float = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 })];
         let bind_layout = match kernel {
             Kernel::GemmUnits => Some(&self.gemm_layout),
             Kernel::Step(_) => Some(&self.step_layout),
@@ -378,7 +385,11 @@ impl GpuUnits {
             layout: layout.as_ref(),
             module: &module,
             entry_point: Some(kernel.entry_point()),
-            compilation_options: Default::default(),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                // Only the modules with the exact arithmetic declare the override.
+                constants: if kernel == Kernel::GemmI8 { &[] } else { &soft_float },
+                ..Default::default()
+            },
             cache: None,
         });
         if let Some(error) = pollster::block_on(scope.pop()) {
@@ -832,6 +843,7 @@ pub fn create_for_plugin(
         tile,
         adapter: requested_adapter(options)?,
         threads: options.threads as usize,
+        soft_float: false,
     };
     GpuUnits::new(product, &gpu_options).map_err(worker_error)
 }

@@ -1,0 +1,133 @@
+//! The step's ops on the GPU against the reference, on inputs drawn from every binary32
+//! exponent, with the hardware add and multiply where they are exact (the plugins' path) and
+//! with every add and multiply on the integer routines (`GpuOptions::soft_float`), so those
+//! routines are checked on all inputs, not only the subnormal ones the hardware path hands them.
+//! Runs on the adapter wgpu finds (lavapipe in CI); failing to create one fails the test.
+
+use lockstep_gpu::{GpuOptions, GpuUnits};
+use lockstep_luts::ops::{run_reference, MatView, Matmul, Memory, Op, Span};
+use lockstep_luts::rng::SplitMix64;
+use lockstep_shaders::Product;
+
+/// Finite values whose bit patterns are uniform: every exponent equally likely, subnormals and
+/// zeros included.
+fn any_finite(rng: &mut SplitMix64, len: usize) -> Vec<u32> {
+    (0..len)
+        .map(|_| loop {
+            let bits = rng.next_u32();
+            if bits & 0x7f80_0000 != 0x7f80_0000 {
+                break bits;
+            }
+        })
+        .collect()
+}
+
+/// Moderate values (|x| < 2^8, any sign) with subnormals and zeros mixed in.
+fn moderate(rng: &mut SplitMix64, len: usize) -> Vec<u32> {
+    (0..len)
+        .map(|i| match i % 9 {
+            0 => rng.next_u32() & 0x807f_ffff,
+            _ => (rng.next_signed_unit() * 2f32.powi(rng.below(16) as i32 - 8)).to_bits(),
+        })
+        .collect()
+}
+
+fn check(soft_float: bool) {
+    let options = GpuOptions { soft_float, ..GpuOptions::default() };
+    let mut units = GpuUnits::new(Product::Lut, &options).unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = SplitMix64::new(0xe8ac7 + u64::from(soft_float));
+    let len = 30_011usize;
+    let (rows, width) = (97u32, 61u32);
+    let mut memory = Memory::new();
+    let mut handles = Vec::new();
+    for i in 0..11 {
+        let h = units.buffer_create(len).unwrap();
+        let mut words = if i < 4 { any_finite(&mut rng, len) } else { moderate(&mut rng, len) };
+        if i == 3 {
+            words.iter_mut().for_each(|w| *w &= 0x7fff_ffff); // second moments
+        }
+        if i == 7 {
+            words.iter_mut().for_each(|w| *w %= width); // targets
+        }
+        units.buffer_write(h, 0, &words).unwrap();
+        memory.insert(h, words);
+        handles.push(h);
+    }
+    let s = |i: usize| Span::new(handles[i], 0);
+    let len32 = len as u32;
+    let t = 16u32;
+    let ops = [
+        Op::Gelu { len: len32, x: s(0), y: s(4) },
+        Op::GeluBackward { len: len32, dy: s(1), x: s(0), dx: s(5) },
+        Op::Adam {
+            len: len32,
+            weights: s(0),
+            grad: s(1),
+            m: s(2),
+            v: s(3),
+            lr: 1e-3,
+            correction1: 0.19,
+            correction2: 0.0975,
+        },
+        Op::LayerNorm {
+            rows,
+            width,
+            x: s(4),
+            gain: s(5),
+            bias: Span::new(handles[5], 100),
+            y: s(6),
+            xhat: Span::new(handles[6], 10_000),
+            rstd: Span::new(handles[6], 20_000),
+        },
+        Op::CausalSoftmax { blocks: 50, t, scale: 0.125, scores: s(5) },
+        Op::CrossEntropy {
+            rows,
+            vocab: width,
+            logits: s(4),
+            targets: s(7),
+            dlogits: Span::new(handles[6], 21_000),
+            loss: Span::new(handles[6], 29_000),
+        },
+        Op::Matmul(Matmul {
+            m: 40,
+            n: 24,
+            k: 70,
+            batch: [2, 3],
+            a: MatView::rows(handles[8], 0, 70).batched([3 * 40 * 70, 40 * 70]),
+            b: MatView::transposed(handles[9], 0, 24).batched([3 * 70 * 24, 70 * 24]),
+            c: MatView::rows(handles[10], 0, 24).batched([3 * 40 * 24, 40 * 24]),
+            bias: Some(Span::new(handles[10], 9_000)),
+            accumulate: true,
+        }),
+    ];
+    for (index, op) in ops.iter().enumerate() {
+        // (The product's operands are buffers 8 to 10, which no op before touches: products
+        // refuse non-finite operands.)
+        run_reference(op, &mut memory).unwrap_or_else(|e| panic!("the reference refused op #{index}: {e}"));
+        units.run_ops(std::slice::from_ref(op)).unwrap_or_else(|e| panic!("op #{index} {}: {e}", op.name()));
+        for (buffer, end) in op.extents() {
+            let mut actual = vec![0u32; end as usize];
+            units.buffer_read(buffer, 0, &mut actual).unwrap();
+            let expected = &memory[&buffer][..end as usize];
+            let wrong = expected.iter().zip(&actual).filter(|(e, a)| e != a).count();
+            if let Some(i) = expected.iter().zip(&actual).position(|(e, a)| e != a) {
+                panic!(
+                    "soft_float {soft_float}, op #{index} {}: {wrong} words differ; first: buffer {buffer} word {i} expected {:#010x}, got {:#010x}",
+                    op.name(),
+                    expected[i],
+                    actual[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn step_ops_match_the_reference_on_the_hardware_path() {
+    check(false);
+}
+
+#[test]
+fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routines() {
+    check(true);
+}
