@@ -1,4 +1,10 @@
-//! 32-bit FNV-1a, the seed's `whash`: the weight hash and the probe hash both use it.
+//! 32-bit FNV-1a: the probe hash, and (chunked, [`chunked_words`]) the weight hash `whash`.
+//!
+//! FNV-1a is a chain: each byte waits for the one before, ~0.8 GB/s on one core and far slower
+//! on one GPU invocation. The weight hash is therefore FNV-1a *of chunk hashes*: the words are
+//! cut into chunks of [`HASH_CHUNK_WORDS`] (the last may be short), each chunk hashed on its own
+//! (in parallel, on any number of threads or invocations), then FNV-1a over the chunk hashes'
+//! little-endian bytes, in chunk order.
 
 const OFFSET_BASIS: u32 = 0x811c_9dc5;
 const PRIME: u32 = 0x0100_0193;
@@ -32,6 +38,43 @@ pub fn fnv1a32_f32(values: &[f32]) -> u32 {
     values.iter().fold(OFFSET_BASIS, |hash, value| fnv1a32_continue(hash, &value.to_le_bytes()))
 }
 
+/// Words per chunk of [`chunked_words`] (16 KiB).
+pub const HASH_CHUNK_WORDS: usize = 4096;
+
+/// The chunked hash of `words`: FNV-1a over the little-endian bytes of each chunk's
+/// [`fnv1a32_u32`], in order (see the module docs). No words: FNV-1a of nothing.
+pub fn chunked_words(words: &[u32]) -> u32 {
+    let chunks: Vec<u32> = words.chunks(HASH_CHUNK_WORDS).map(fnv1a32_u32).collect();
+    fnv1a32_u32(&chunks)
+}
+
+/// [`chunked_words`] with the chunks hashed on up to `threads` threads (same bits).
+pub fn chunked_words_threaded(words: &[u32], threads: usize) -> u32 {
+    let chunks = words.len().div_ceil(HASH_CHUNK_WORDS);
+    let threads = threads.clamp(1, chunks.max(1));
+    if threads == 1 {
+        return chunked_words(words);
+    }
+    let mut hashes = vec![0u32; chunks];
+    let per = chunks.div_ceil(threads);
+    std::thread::scope(|scope| {
+        for (out, part) in hashes.chunks_mut(per).zip(words.chunks(per * HASH_CHUNK_WORDS)) {
+            scope.spawn(move || {
+                for (h, chunk) in out.iter_mut().zip(part.chunks(HASH_CHUNK_WORDS)) {
+                    *h = fnv1a32_u32(chunk);
+                }
+            });
+        }
+    });
+    fnv1a32_u32(&hashes)
+}
+
+/// [`chunked_words`] of the bits of `values`.
+pub fn chunked_f32(values: &[f32], threads: usize) -> u32 {
+    let words: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+    chunked_words_threaded(&words, threads)
+}
+
 /// FNV-1a over the little-endian bytes of `words`: [`fnv1a32_f32`] of the f32 values with these
 /// bits.
 pub fn fnv1a32_u32(words: &[u32]) -> u32 {
@@ -51,6 +94,27 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    /// The chunked hash by its definition, on lengths around the chunk size, on any threads.
+    #[test]
+    fn chunked_hash_is_fnv_of_the_chunk_hashes_on_any_threads() {
+        let words: Vec<u32> = (0..3 * HASH_CHUNK_WORDS as u32 + 5).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+        for len in [0, 1, HASH_CHUNK_WORDS - 1, HASH_CHUNK_WORDS, HASH_CHUNK_WORDS + 1, words.len()] {
+            let w = &words[..len];
+            let mut chunk_bytes = Vec::new();
+            for chunk in w.chunks(HASH_CHUNK_WORDS) {
+                let bytes: Vec<u8> = chunk.iter().flat_map(|x| x.to_le_bytes()).collect();
+                chunk_bytes.extend_from_slice(&fnv1a32(&bytes).to_le_bytes());
+            }
+            let expected = fnv1a32(&chunk_bytes);
+            assert_eq!(chunked_words(w), expected, "{len} words");
+            for threads in [1, 2, 3, 16] {
+                assert_eq!(chunked_words_threaded(w, threads), expected, "{len} words, {threads} threads");
+            }
+        }
+        let floats = [1.5f32, -0.0, f32::MIN_POSITIVE];
+        assert_eq!(chunked_f32(&floats, 2), chunked_words(&floats.map(f32::to_bits)));
     }
 
     #[test]

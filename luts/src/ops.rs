@@ -234,7 +234,8 @@ pub enum Op {
         correction1: f32,
         correction2: f32,
     },
-    /// FNV-1a 32 of `len` words' little-endian bytes into one word `out`.
+    /// The chunked FNV-1a hash of `len` words ([`crate::hash::chunked_words`]: FNV-1a over the
+    /// hashes of 4096-word chunks) into one word `out`: the weight hash.
     Hash {
         len: u32,
         data: Span,
@@ -872,7 +873,7 @@ pub fn run_reference(op: &Op, mem: &mut Memory) -> Result<(), OpError> {
             write_f32(mem, v, &vv);
         }
         Op::Hash { len, data, out } => {
-            let h = crate::hash::fnv1a32_u32(&read_u32(mem, data, len as usize));
+            let h = crate::hash::chunked_words(&read_u32(mem, data, len as usize));
             mem.get_mut(&out.buffer).expect("checked")[out.offset as usize] = h;
         }
     }

@@ -36,15 +36,31 @@ impl Adam {
         Self { m: vec![0.0; len], v: vec![0.0; len], beta1_power: 1.0, beta2_power: 1.0, t: 0 }
     }
 
+    /// The scalars of the state (`t` and the running powers) without the moments.
+    pub fn clone_scalars(&self) -> Adam {
+        Adam { m: Vec::new(), v: Vec::new(), beta1_power: self.beta1_power, beta2_power: self.beta2_power, t: self.t }
+    }
+
+    /// Takes `other`'s scalars (after an update whose element-wise half ran elsewhere).
+    pub fn take_scalars(&mut self, other: &Adam) {
+        (self.beta1_power, self.beta2_power, self.t) = (other.beta1_power, other.beta2_power, other.t);
+    }
+
+    /// Counts one more update and returns its bias corrections `(1 − β1ᵗ, 1 − β2ᵗ)`: the
+    /// scalar half of [`Adam::update`], for an update whose element-wise half runs elsewhere (a
+    /// device's `adam` op, on moments kept there).
+    pub fn advance(&mut self) -> (f32, f32) {
+        self.t += 1;
+        self.beta1_power *= BETA1;
+        self.beta2_power *= BETA2;
+        (1.0 - self.beta1_power, 1.0 - self.beta2_power)
+    }
+
     /// One update of `weights` from `grad` at learning rate `lr`, split over `threads` threads
     /// (element by element, so any split gives the same bits).
     pub fn update(&mut self, weights: &mut [f32], grad: &[f32], lr: f32, threads: usize) {
         assert!(weights.len() == grad.len() && grad.len() == self.m.len(), "Adam: length mismatch");
-        self.t += 1;
-        self.beta1_power *= BETA1;
-        self.beta2_power *= BETA2;
-        let correction1 = 1.0 - self.beta1_power;
-        let correction2 = 1.0 - self.beta2_power;
+        let (correction1, correction2) = self.advance();
         let update = |w: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32]| {
             lockstep_luts::ops::adam_into(w, g, m, v, lr, correction1, correction2)
         };

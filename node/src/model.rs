@@ -9,8 +9,15 @@
 //! A backend with its own executor ([`Gemm::device`], ABI 2) keeps a training step's buffers
 //! from step to step (the program is built once per device and batch shape); otherwise the host
 //! runs the ops in its own memory and sends the products to [`Gemm::gemm_nt`].
+//!
+//! On such a backend the trainer may also leave the weights and Adam's moments there
+//! ([`Weights::OnDevice`], [`Model::upload_training_state`], [`Model::adam_on_device`]): a step
+//! then sends only tokens and targets in, takes the loss and the gradient out, and after the
+//! sync sends the mean gradient in once and takes one hash word out.
 
 use std::sync::Mutex;
+
+use lockstep_luts::ops::Handle;
 
 use crate::device::{run_audited, words, words_mut, Audited, Device, HostDevice, HostMemory};
 use crate::gemm::{ComputeError, Gemm};
@@ -29,7 +36,39 @@ struct Cached {
     device: Option<u64>,
     program: Program,
     host: HostMemory,
+    /// Adam's moments and the weight hash's word on the device, once the trainer keeps its state
+    /// there.
+    moments: Option<Moments>,
 }
+
+/// Device buffers of the optimizer state.
+struct Moments {
+    m: Handle,
+    v: Handle,
+    hash: Handle,
+}
+
+/// Where a training step's weights come from.
+#[derive(Clone, Copy)]
+pub enum Weights<'a> {
+    /// These, written to the step's buffers first.
+    Host(&'a [f32]),
+    /// Already in the device's weight buffer (uploaded, or left there by [`Model::adam_on_device`]).
+    OnDevice,
+}
+
+/// The trainer asked for state on a device that does not hold it (a bug: the trainer uploads
+/// before it relies on the device).
+#[derive(Debug)]
+pub struct NotOnDevice;
+
+impl std::fmt::Display for NotOnDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the training state is not on this backend's device (it was never uploaded there)")
+    }
+}
+
+impl std::error::Error for NotOnDevice {}
 
 /// The model: a layout plus the code that runs it.
 pub struct Model {
@@ -46,11 +85,13 @@ impl Model {
         Self { layout, cached: Mutex::new(None) }
     }
 
-    fn check(&self, w: &[f32], tokens: &[u8], batch: usize, seq: usize) {
+    fn check(&self, w: Weights<'_>, tokens: &[u8], batch: usize, seq: usize) {
         let cfg = self.layout.config;
         assert!(seq >= 1 && seq <= cfg.context, "sequence length {seq} outside 1..={}", cfg.context);
         assert_eq!(tokens.len(), batch * seq);
-        assert_eq!(w.len(), self.layout.len);
+        if let Weights::Host(w) = w {
+            assert_eq!(w.len(), self.layout.len);
+        }
     }
 
     /// Runs the forward pass (and the loss against `targets`) in host memory, then `out` reads
@@ -66,7 +107,7 @@ impl Model {
         seq: usize,
         out: impl FnOnce(&mut HostDevice<'_>, &Program) -> Result<T, ComputeError>,
     ) -> Result<T, ComputeError> {
-        self.check(w, tokens, batch, seq);
+        self.check(Weights::Host(w), tokens, batch, seq);
         let mut memory = HostMemory::default();
         let mut device = HostDevice { memory: &mut memory, gemm };
         let program = Program::forward_only(&mut device, &self.layout, batch, seq)?;
@@ -120,25 +161,18 @@ impl Model {
         batch: usize,
         seq: usize,
     ) -> Result<(f32, Vec<f32>), ComputeError> {
-        self.step(gemm, w, tokens, targets, batch, seq, None, 0).map(|(loss, grad, _)| (loss, grad))
+        self.step(gemm, Weights::Host(w), tokens, targets, batch, seq, None, 0).map(|(loss, grad, _)| (loss, grad))
     }
 
-    /// [`Model::loss_and_grad`] with the live audit: `audit` picks the op of the step to
-    /// recompute with the reference (see [`run_audited`]); `step` is for the report.
-    #[allow(clippy::too_many_arguments)]
-    pub fn step(
+    /// The cached training program for `gemm`'s device (or host memory) and this batch shape,
+    /// built (and the previous one's buffers freed) when there is none; whether it was built now.
+    fn program_for<'a>(
         &self,
+        cached: &'a mut Option<Cached>,
         gemm: &mut dyn Gemm,
-        w: &[f32],
-        tokens: &[u8],
-        targets: &[u8],
         batch: usize,
         seq: usize,
-        audit: Option<usize>,
-        step: u32,
-    ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
-        self.check(w, tokens, batch, seq);
-        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+    ) -> Result<(&'a mut Cached, bool), ComputeError> {
         let own = gemm.device().map(|d| d.instance());
         let stale = cached.as_ref().is_none_or(|c| c.device != own || c.program.batch != batch || c.program.seq != seq);
         if stale {
@@ -149,6 +183,11 @@ impl Model {
                         for &b in old.program.buffers() {
                             device.free_buffer(b);
                         }
+                        if let Some(m) = old.moments {
+                            for b in [m.m, m.v, m.hash] {
+                                device.free_buffer(b);
+                            }
+                        }
                     }
                     Program::new(device, &self.layout, batch, seq)?
                 }
@@ -156,9 +195,130 @@ impl Model {
                     Program::new(&mut HostDevice { memory: &mut host, gemm: &mut *gemm }, &self.layout, batch, seq)?
                 }
             };
-            *cached = Some(Cached { device: own, program, host });
+            *cached = Some(Cached { device: own, program, host, moments: None });
         }
-        let Cached { program, host, .. } = cached.as_mut().expect("just filled");
+        Ok((cached.as_mut().expect("just filled"), stale))
+    }
+
+    /// The cached program and moments of `gemm`'s device, which must hold the training state.
+    fn resident<'a>(
+        cached: &'a mut Option<Cached>,
+        gemm: &'a mut dyn Gemm,
+    ) -> Result<(&'a mut dyn Device, &'a Program, &'a Moments), ComputeError> {
+        let device = gemm.device().ok_or_else(|| ComputeError::backend(NotOnDevice))?;
+        match cached.as_ref() {
+            Some(Cached { device: Some(id), program, moments: Some(moments), .. }) if *id == device.instance() => {
+                Ok((device, program, moments))
+            }
+            _ => Err(ComputeError::backend(NotOnDevice)),
+        }
+    }
+
+    /// Puts the weights and Adam's moments on `gemm`'s device (an ABI 2 backend), in the buffers
+    /// of the training program for `batch × seq`: from now on [`Weights::OnDevice`] steps and
+    /// [`Model::adam_on_device`] updates use them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_training_state(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: &[f32],
+        m: &[f32],
+        v: &[f32],
+        batch: usize,
+        seq: usize,
+    ) -> Result<(), ComputeError> {
+        assert!(w.len() == self.layout.len && m.len() == w.len() && v.len() == w.len());
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let (entry, _) = self.program_for(&mut cached, gemm, batch, seq)?;
+        let device = gemm.device().ok_or_else(|| ComputeError::backend(NotOnDevice))?;
+        if entry.moments.is_none() {
+            let len = self.layout.len;
+            entry.moments = Some(Moments {
+                m: device.create_buffer(len)?,
+                v: device.create_buffer(len)?,
+                hash: device.create_buffer(1)?,
+            });
+        }
+        let moments = entry.moments.as_ref().expect("just filled");
+        device.write(entry.program.weights, 0, words(w))?;
+        device.write(moments.m, 0, words(m))?;
+        device.write(moments.v, 0, words(v))?;
+        Ok(())
+    }
+
+    /// One Adam update on the device from `mean` (the group's gradient, written over this
+    /// node's own), then the weight hash there: the hash is the only word that comes back.
+    pub fn adam_on_device(
+        &self,
+        gemm: &mut dyn Gemm,
+        mean: &[f32],
+        lr: f32,
+        correction1: f32,
+        correction2: f32,
+    ) -> Result<u32, ComputeError> {
+        assert_eq!(mean.len(), self.layout.len);
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let (device, program, moments) = Self::resident(&mut cached, gemm)?;
+        let len = u32::try_from(self.layout.len).expect("checked by the run config");
+        let at = |h| lockstep_luts::ops::Span::new(h, 0);
+        device.write(program.grads, 0, words(mean))?;
+        device.run(&[
+            lockstep_luts::ops::Op::Adam {
+                len,
+                weights: at(program.weights),
+                grad: at(program.grads),
+                m: at(moments.m),
+                v: at(moments.v),
+                lr,
+                correction1,
+                correction2,
+            },
+            lockstep_luts::ops::Op::Hash { len, data: at(program.weights), out: at(moments.hash) },
+        ])?;
+        let mut hash = [0u32];
+        device.read(moments.hash, 0, &mut hash)?;
+        Ok(hash[0])
+    }
+
+    /// Copies the device's weights into `w` and, when given, Adam's moments into `m` and `v`.
+    pub fn download_training_state(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: &mut [f32],
+        moments: Option<(&mut [f32], &mut [f32])>,
+    ) -> Result<(), ComputeError> {
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let (device, program, held) = Self::resident(&mut cached, gemm)?;
+        device.read(program.weights, 0, words_mut(w))?;
+        if let Some((m, v)) = moments {
+            device.read(held.m, 0, words_mut(m))?;
+            device.read(held.v, 0, words_mut(v))?;
+        }
+        Ok(())
+    }
+
+    /// [`Model::loss_and_grad`] with the live audit: `audit` picks the op of the step to
+    /// recompute with the reference (see [`run_audited`]); `step` is for the report. With
+    /// [`Weights::OnDevice`] the device must hold them ([`Model::upload_training_state`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: Weights<'_>,
+        tokens: &[u8],
+        targets: &[u8],
+        batch: usize,
+        seq: usize,
+        audit: Option<usize>,
+        step: u32,
+    ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
+        self.check(w, tokens, batch, seq);
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let (entry, built) = self.program_for(&mut cached, gemm, batch, seq)?;
+        if matches!(w, Weights::OnDevice) && (built || entry.moments.is_none() || entry.device.is_none()) {
+            return Err(ComputeError::backend(NotOnDevice));
+        }
+        let Cached { program, host, device: own, .. } = entry;
         let mut host_device;
         let device: &mut dyn Device = if own.is_some() {
             gemm.device().expect("it had one a moment ago")
@@ -166,7 +326,9 @@ impl Model {
             host_device = HostDevice { memory: host, gemm };
             &mut host_device
         };
-        device.write(program.weights, 0, words(w))?;
+        if let Weights::Host(w) = w {
+            device.write(program.weights, 0, words(w))?;
+        }
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &token_words(targets))?;
         let audited = run_audited(device, program.step(), audit, step)?;

@@ -127,9 +127,12 @@ pub fn init(layout: &Layout, seed: u64) -> Vec<f32> {
     weights
 }
 
-/// The weight hash: 32-bit FNV-1a over the weights' little-endian bytes (the seed's `whash`).
+/// The weight hash `whash`: 32-bit FNV-1a over the hashes of 4096-weight chunks of the weights'
+/// little-endian bytes (`lockstep_luts::hash`; chunked so that threads and GPUs can share it),
+/// the chunks hashed on every core.
 pub fn weight_hash(weights: &[f32]) -> u32 {
-    lockstep_luts::hash::fnv1a32_f32(weights)
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    lockstep_luts::hash::chunked_f32(weights, threads)
 }
 
 #[cfg(test)]

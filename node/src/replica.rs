@@ -103,8 +103,9 @@ pub trait Replica: Send + 'static {
     /// follows), so each update is hashed once and a replica may hash while the next step
     /// computes.
     fn apply(&mut self, mean: &[f32], grid: &[u8]);
-    /// A checkpoint of everything that determines the next update (empty before a run).
-    fn snapshot(&self) -> Vec<u8>;
+    /// A checkpoint of everything that determines the next update (empty before a run, or
+    /// when the backend holding the state cannot give it back).
+    fn snapshot(&mut self) -> Vec<u8>;
     /// Syncs the current weights are the result of (the session's step count).
     fn steps_done(&self) -> u32;
     /// Restore a checkpoint; returns (syncs done, parameter count).
@@ -168,6 +169,8 @@ pub struct TrainerReplica {
     /// next step's `whash`.
     whash: WeightHash,
     hash_seconds: f64,
+    /// An update the backend failed (`apply` has no way to say so): the next `compute` reports it.
+    failed: Option<ComputeError>,
 }
 
 /// The current weights' hash, or the thread computing it.
@@ -192,6 +195,7 @@ impl TrainerReplica {
             trainer: None,
             whash: WeightHash::Unknown,
             hash_seconds: 0.0,
+            failed: None,
         }
     }
 
@@ -302,7 +306,8 @@ impl Replica for TrainerReplica {
             self.provider.open_backend(&self.backend).map_err(ReplicaError::Backend)?
         };
         let trainer = Trainer::new(run, gemm, data).map_err(ReplicaError::Config)?;
-        let weights = trainer.weights().len();
+        let weights = trainer.parameter_count();
+        self.failed = None;
         self.trainer = Some(trainer);
         self.rehash();
         Ok(weights)
@@ -312,7 +317,10 @@ impl Replica for TrainerReplica {
         // A staged hot-swap takes over here, at the step boundary.
         if let Some(staged) = self.staged.take().filter(|_| self.trainer.is_some()) {
             let gemm = self.take_up(staged, step);
-            self.trainer()?.replace_gemm(gemm);
+            self.trainer()?.replace_gemm(gemm).map_err(|(e, _refused)| ReplicaError::Compute(e))?;
+        }
+        if let Some(e) = self.failed.take() {
+            return Err(ReplicaError::Compute(e));
         }
         let trainer = self.trainer()?;
         let done = syncs_done(trainer);
@@ -331,9 +339,25 @@ impl Replica for TrainerReplica {
 
     fn apply(&mut self, mean: &[f32], grid: &[u8]) {
         let Some(trainer) = self.trainer.as_mut() else { return };
-        trainer.finish_sync(mean, grid);
+        if let Err(e) = trainer.finish_sync(mean, grid) {
+            self.failed = Some(e);
+            self.whash = WeightHash::Unknown;
+            return;
+        }
+        if let Some(whash) = trainer.device_weight_hash() {
+            // The device hashed its own update.
+            self.whash = WeightHash::Known(whash);
+            return;
+        }
         let began = std::time::Instant::now();
-        let weights = trainer.weights().to_vec();
+        let weights = match trainer.weights() {
+            Ok(w) => w.to_vec(),
+            Err(e) => {
+                self.failed = Some(e);
+                self.whash = WeightHash::Unknown;
+                return;
+            }
+        };
         self.hash_seconds += began.elapsed().as_secs_f64();
         self.whash = match std::thread::Builder::new()
             .name("weight-hash".into())
@@ -344,8 +368,15 @@ impl Replica for TrainerReplica {
         };
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        self.trainer.as_ref().map_or_else(Vec::new, |t| checkpoint::encode(&t.state()))
+    fn snapshot(&mut self) -> Vec<u8> {
+        match self.trainer.as_mut().map(Trainer::state) {
+            Some(Ok(state)) => checkpoint::encode(&state),
+            Some(Err(e)) => {
+                self.failed = Some(e);
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
     }
 
     fn steps_done(&self) -> u32 {
@@ -364,7 +395,8 @@ impl Replica for TrainerReplica {
         state.residual = Vec::new();
         trainer.restore(state).map_err(ReplicaError::Restore)?;
         let step = syncs_done(trainer);
-        let weights = trainer.weights().len();
+        let weights = trainer.parameter_count();
+        self.failed = None;
         self.rehash();
         Ok((step, weights))
     }
@@ -382,10 +414,11 @@ impl Replica for TrainerReplica {
     }
 
     fn flip_weight_bit(&mut self) {
-        if let Some(trainer) = self.trainer.as_mut() {
-            let mut state = trainer.state();
+        if let Some(Ok(mut state)) = self.trainer.as_mut().map(Trainer::state) {
             state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
-            let _ = trainer.restore(state);
+            if let Some(trainer) = self.trainer.as_mut() {
+                let _ = trainer.restore(state);
+            }
         }
         self.whash = WeightHash::Unknown;
     }

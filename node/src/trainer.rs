@@ -3,12 +3,21 @@
 //! A step is split in two so the mesh can average gradients in between: [`Trainer::gradient`]
 //! samples the node's batch and returns loss and gradient; [`Trainer::apply`] applies one Adam
 //! update from a (possibly averaged) gradient. [`Trainer::step`] does both for a lone node.
+//!
+//! **Where the state lives.** On a backend with its own executor (ABI 2) and `every-step`
+//! syncs, the weights and Adam's moments stay on the backend's device from the first step on:
+//! a step takes the loss and the gradient out, the update sends the mean gradient in and takes
+//! the weight hash out, nothing else crosses. The trainer's own copies are then brought up to
+//! date only when asked for ([`Trainer::weights`], [`Trainer::state`], evaluation, a hot-swap,
+//! which moves the state to the new backend by download and upload). Everywhere else (the float
+//! reference, ABI 1 plugins, `outer:H`) the host holds the state and runs Adam itself; the bits
+//! are the same either way.
 
 use crate::adam::{schedule, Adam};
 use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{heldout_batches, DataSource, Origin};
 use crate::gemm::{ComputeError, Gemm};
-use crate::model::Model;
+use crate::model::{Model, Weights};
 use crate::params::{init, weight_hash, Layout};
 use crate::sync::{self, Compression, NonFinite, SyncMode, Values};
 
@@ -77,6 +86,18 @@ struct InFlight {
     packed: Option<(Vec<f32>, sync::Packed)>,
 }
 
+/// What the trainer's host copies are worth while the backend's device holds the training state.
+#[derive(Clone, Copy, Debug)]
+struct OnDevice {
+    /// The host's weights equal the device's.
+    weights_on_host: bool,
+    /// The host's moments equal the device's.
+    moments_on_host: bool,
+    /// The hash the device computed after its last update (`None`: no update since the upload,
+    /// so the host's weights are current).
+    hash: Option<u32>,
+}
+
 /// What one step (or, `outer:H`, one outer step) did.
 #[derive(Clone, Debug)]
 pub struct StepReport {
@@ -108,6 +129,8 @@ pub struct Trainer {
     in_flight: Option<InFlight>,
     /// Where the last batch came from.
     last_origin: Origin,
+    /// `Some` while the backend's device holds the weights and the moments.
+    on_device: Option<OnDevice>,
 }
 
 impl Trainer {
@@ -133,6 +156,7 @@ impl Trainer {
             data,
             audit_every: 0,
             last_audited: None,
+            on_device: None,
         })
     }
 
@@ -149,8 +173,30 @@ impl Trainer {
         &self.model
     }
 
-    pub fn weights(&self) -> &[f32] {
-        &self.weights
+    /// The current weights (downloaded first when the backend's device holds newer ones).
+    pub fn weights(&mut self) -> Result<&[f32], ComputeError> {
+        self.bring_home(false)?;
+        Ok(&self.weights)
+    }
+
+    /// Parameters of the model.
+    pub fn parameter_count(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// Makes the host's weights (and, with `moments`, Adam's moments) equal the device's.
+    fn bring_home(&mut self, moments: bool) -> Result<(), ComputeError> {
+        let Some(mut at) = self.on_device else { return Ok(()) };
+        let need_moments = moments && !at.moments_on_host;
+        if at.weights_on_host && !need_moments {
+            return Ok(());
+        }
+        let pair = need_moments.then_some((&mut self.adam.m[..], &mut self.adam.v[..]));
+        self.model.download_training_state(self.gemm.as_mut(), &mut self.weights, pair)?;
+        at.weights_on_host = true;
+        at.moments_on_host |= need_moments;
+        self.on_device = Some(at);
+        Ok(())
     }
 
     /// Steps completed.
@@ -158,8 +204,18 @@ impl Trainer {
         self.step
     }
 
+    /// The current weights' hash (the device's, when it holds them and updated them last).
     pub fn weight_hash(&self) -> u32 {
-        weight_hash(&self.weights)
+        match self.on_device {
+            Some(OnDevice { hash: Some(hash), .. }) => hash,
+            _ => weight_hash(&self.weights),
+        }
+    }
+
+    /// The current weights' hash when it is known without hashing on the host (the device
+    /// computed it with its update).
+    pub fn device_weight_hash(&self) -> Option<u32> {
+        self.on_device.and_then(|d| d.hash)
     }
 
     pub fn gemm_label(&self) -> String {
@@ -184,9 +240,18 @@ impl Trainer {
         self.gemm
     }
 
-    /// Replaces what computes the products (a hot-swap, at a step boundary).
-    pub fn replace_gemm(&mut self, gemm: Box<dyn Gemm + Send>) -> Box<dyn Gemm + Send> {
-        std::mem::replace(&mut self.gemm, gemm)
+    /// Replaces what computes the products (a hot-swap, at a step boundary). State the old
+    /// backend's device holds comes home first (the new one gets it on its first step); if that
+    /// fails, nothing is replaced.
+    pub fn replace_gemm(
+        &mut self,
+        gemm: Box<dyn Gemm + Send>,
+    ) -> Result<Box<dyn Gemm + Send>, (ComputeError, Box<dyn Gemm + Send>)> {
+        if let Err(e) = self.bring_home(true) {
+            return Err((e, gemm));
+        }
+        self.on_device = None;
+        Ok(std::mem::replace(&mut self.gemm, gemm))
     }
 
     /// Turns the live audit on (every `every` steps) or off (0). On an audited step one
@@ -206,9 +271,22 @@ impl Trainer {
         let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every))
             .then(|| (computing / self.audit_every) as usize);
         self.last_origin = origin.clone();
+        let keep_on_device = self.run.sync.mode == SyncMode::EveryStep && self.gemm.device().is_some();
+        if keep_on_device && self.on_device.is_none() {
+            self.model.upload_training_state(
+                self.gemm.as_mut(),
+                &self.weights,
+                &self.adam.m,
+                &self.adam.v,
+                self.run.batch,
+                seq,
+            )?;
+            self.on_device = Some(OnDevice { weights_on_host: true, moments_on_host: true, hash: None });
+        }
+        let weights = if self.on_device.is_some() { Weights::OnDevice } else { Weights::Host(&self.weights) };
         let (loss, grad, audited) = self.model.step(
             self.gemm.as_mut(),
-            &self.weights,
+            weights,
             &batch.tokens,
             &batch.targets,
             self.run.batch,
@@ -226,11 +304,22 @@ impl Trainer {
         self.last_audited
     }
 
-    /// One Adam update from `grad`, ending the current step.
-    pub fn apply(&mut self, grad: &[f32]) {
+    /// One Adam update from `grad`, ending the current step (on the device when it holds the
+    /// state). A device that fails it leaves the step unfinished.
+    pub fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError> {
         let lr = schedule(self.run.lr, self.step, self.run.steps);
-        self.adam.update(&mut self.weights, grad, lr, self.gemm.threads());
+        match self.on_device {
+            Some(_) => {
+                let mut adam = self.adam.clone_scalars();
+                let (correction1, correction2) = adam.advance();
+                let hash = self.model.adam_on_device(self.gemm.as_mut(), grad, lr, correction1, correction2)?;
+                self.adam.take_scalars(&adam);
+                self.on_device = Some(OnDevice { weights_on_host: false, moments_on_host: false, hash: Some(hash) });
+            }
+            None => self.adam.update(&mut self.weights, grad, lr, self.gemm.threads()),
+        }
         self.step += 1;
+        Ok(())
     }
 
     /// This node's contribution to the next sync: `every-step`, the gradient of one batch;
@@ -259,7 +348,9 @@ impl Trainer {
                         }
                     };
                     losses += loss;
-                    self.apply(&grad);
+                    // `outer:H` keeps the state on the host (see the module docs): no device
+                    // update can fail here.
+                    self.apply(&grad)?;
                 }
                 let delta: Vec<f32> = global.iter().zip(&self.weights).map(|(g, w)| g - w).collect();
                 (losses / inner_steps as f32, delta, Some(global))
@@ -284,13 +375,13 @@ impl Trainer {
     /// `every-step` takes one Adam step with it; `outer:H` puts the global weights back and
     /// takes one outer step. A node that made no contribution this sync (a fresh joiner) only
     /// needs the mean, never the grid.
-    pub fn finish_sync(&mut self, mean: &[f32], grid: &[u8]) {
+    pub fn finish_sync(&mut self, mean: &[f32], grid: &[u8]) -> Result<(), ComputeError> {
         let in_flight = self.in_flight.take();
         if let Some((x, packed)) = in_flight.as_ref().and_then(|f| f.packed.as_ref()) {
             self.residual = sync::residual(x, packed, grid);
         }
         match self.run.sync.mode {
-            SyncMode::EveryStep => self.apply(mean),
+            SyncMode::EveryStep => self.apply(mean)?,
             SyncMode::Outer { .. } => {
                 if let Some(global) = in_flight.and_then(|f| f.global) {
                     self.weights = global;
@@ -298,6 +389,7 @@ impl Trainer {
                 self.run.sync.outer.step(&mut self.weights, &mut self.outer_momentum, mean);
             }
         }
+        Ok(())
     }
 
     /// A lone node's sync (a group of one: its contribution is the mean): one step
@@ -306,7 +398,7 @@ impl Trainer {
     pub fn step(&mut self) -> Result<StepReport, ContributeError> {
         let Contribution { loss, values } = self.contribute()?;
         let reduced = sync::reduce_one(values);
-        self.finish_sync(&reduced.mean, &reduced.grid);
+        self.finish_sync(&reduced.mean, &reduced.grid)?;
         Ok(StepReport {
             step: self.step,
             loss,
@@ -319,6 +411,7 @@ impl Trainer {
 
     /// Mean loss over `batches` fixed held-out batches of the run's batch size.
     pub fn heldout_loss(&mut self, batches: usize) -> Result<f32, ComputeError> {
+        self.bring_home(false)?;
         let seq = self.run.model.context;
         let mut total = 0.0f32;
         for batch in heldout_batches(batches, self.run.batch, seq) {
@@ -334,9 +427,11 @@ impl Trainer {
         Ok(total / batches as f32)
     }
 
-    /// Everything needed to continue bit-identically.
-    pub fn state(&self) -> TrainState {
-        TrainState {
+    /// Everything needed to continue bit-identically (downloaded first when the backend's
+    /// device holds newer state).
+    pub fn state(&mut self) -> Result<TrainState, ComputeError> {
+        self.bring_home(true)?;
+        Ok(TrainState {
             run: self.run,
             step: self.step,
             weights: self.weights.clone(),
@@ -344,7 +439,7 @@ impl Trainer {
             data_state: self.data_state(),
             outer_momentum: self.outer_momentum.clone(),
             residual: self.residual.clone(),
-        }
+        })
     }
 
     /// Replaces the run's state with `state` (a loaded checkpoint, a resume). The model shape
@@ -374,6 +469,8 @@ impl Trainer {
         self.outer_momentum = outer_momentum;
         self.residual = residual;
         self.in_flight = None;
+        // The next step uploads the restored state to the device.
+        self.on_device = None;
         self.data.restore(state.data_state);
         Ok(())
     }

@@ -37,7 +37,7 @@ use crate::sync::{Packed, SyncConfig};
 pub use crate::verdict::Verdict;
 
 /// The mesh protocol version carried in the run config.
-pub const MESH_PROTOCOL_VERSION: u32 = 4;
+pub const MESH_PROTOCOL_VERSION: u32 = 5;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;

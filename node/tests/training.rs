@@ -69,7 +69,7 @@ fn save_load_resume_equals_straight_run() {
     let dir = std::env::temp_dir().join(format!("lockstep-ckpt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("half.ckpt");
-    checkpoint::save(&path, &first.state()).unwrap();
+    checkpoint::save(&path, &first.state().unwrap()).unwrap();
     drop(first);
 
     let state = checkpoint::load(&path, Some(run.model)).unwrap();
@@ -86,8 +86,8 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     let run = small_run(10);
     let mut t = trainer(run, Box::new(FloatGemm::default()));
     hashes(&mut t, 3);
-    let good = checkpoint::encode(&t.state());
-    let before = t.state();
+    let good = checkpoint::encode(&t.state().unwrap());
+    let before = t.state().unwrap();
     let refused = |bytes: &[u8], expected: Option<ModelConfig>| checkpoint::decode(bytes, expected).unwrap_err();
 
     assert_eq!(checkpoint::decode(&good, Some(run.model)).unwrap(), before);
@@ -123,7 +123,7 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
 
     // Wrong dimensions for the running model: a valid file of another shape.
     let other = RunConfig { model: ModelConfig { width: 16, context: 32, layers: 2, heads: 2 }, ..run };
-    let other_bytes = checkpoint::encode(&trainer(other, Box::new(FloatGemm::default())).state());
+    let other_bytes = checkpoint::encode(&trainer(other, Box::new(FloatGemm::default())).state().unwrap());
     let error = refused(&other_bytes, Some(run.model));
     assert!(matches!(error, CheckpointError::Dims(_)), "{error:?}");
 
@@ -142,9 +142,9 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
             t.restore(state).unwrap();
         }
     }
-    assert_eq!(t.state(), before);
+    assert_eq!(t.state().unwrap(), before);
     assert!(t.restore(checkpoint::decode(&other_bytes, None).unwrap()).is_err());
-    assert_eq!(t.state(), before);
+    assert_eq!(t.state().unwrap(), before);
 }
 
 /// `outer:H` with int8 as a group of one, through the real CPU plugin: the same bits at any
@@ -175,7 +175,7 @@ fn outer_steps_with_int8_are_thread_count_free_and_resume_exactly() {
 
     let mut first = trainer(run, units(1));
     outer_hashes(&mut first, 3);
-    let state = first.state();
+    let state = first.state().unwrap();
     assert_eq!((state.outer_momentum.len(), state.residual.len()), (state.weights.len(), state.weights.len()));
     assert!(state.residual.iter().any(|r| *r != 0.0) && state.outer_momentum.iter().any(|m| *m != 0.0));
     let bytes = checkpoint::encode(&state);
@@ -206,7 +206,7 @@ fn safetensors_export_reads_back_in_python() {
     let run = small_run(10);
     let mut t = trainer(run, Box::new(FloatGemm::default()));
     hashes(&mut t, 2);
-    let state = t.state();
+    let state = t.state().unwrap();
     let bytes = checkpoint::safetensors(&state);
     let dir = std::env::temp_dir().join(format!("lockstep-st-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

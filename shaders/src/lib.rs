@@ -45,11 +45,14 @@ pub enum StepKernel {
     /// ... and their mean, in one invocation.
     CrossEntropyMean,
     BiasGrad,
-    Hash,
+    /// The weight hash's chunks, one invocation each (into the scratch buffer) ...
+    HashChunks,
+    /// ... and the hash over them, in one invocation.
+    HashFold,
 }
 
 impl StepKernel {
-    pub const ALL: [StepKernel; 15] = [
+    pub const ALL: [StepKernel; 16] = [
         StepKernel::Quantize,
         StepKernel::Embed,
         StepKernel::EmbedBackward,
@@ -64,13 +67,14 @@ impl StepKernel {
         StepKernel::CrossEntropy,
         StepKernel::CrossEntropyMean,
         StepKernel::BiasGrad,
-        StepKernel::Hash,
+        StepKernel::HashChunks,
+        StepKernel::HashFold,
     ];
 
     /// Workgroup width of the entry point: 256, or 1 for the serial ones.
     pub fn workgroup(self) -> u32 {
         match self {
-            StepKernel::CrossEntropyMean | StepKernel::Hash => 1,
+            StepKernel::CrossEntropyMean | StepKernel::HashFold => 1,
             _ => STEP_WORKGROUP,
         }
     }
@@ -210,7 +214,8 @@ impl Kernel {
                 StepKernel::CrossEntropy => "cross_entropy",
                 StepKernel::CrossEntropyMean => "cross_entropy_mean",
                 StepKernel::BiasGrad => "bias_grad",
-                StepKernel::Hash => "hash",
+                StepKernel::HashChunks => "hash_chunks",
+                StepKernel::HashFold => "hash_fold",
             },
         }
     }

@@ -421,16 +421,42 @@ fn layer_norm_param_grads(@builtin(global_invocation_id) gid: vec3<u32>, @builti
 
 // ---- the hash ----
 
-// p0 len, p1 data, p2 out: FNV-1a 32 over the words' little-endian bytes (one invocation: the
-// hash is a chain).
+const FNV_BASIS: u32 = 0x811c9dc5u;
+const FNV_PRIME: u32 = 0x01000193u;
+const HASH_CHUNK: u32 = 4096u;
+
+fn fnv_word(h: u32, w: u32) -> u32 {
+    var x = h;
+    for (var b = 0u; b < 4u; b++) {
+        x = (x ^ ((w >> (8u * b)) & 0xffu)) * FNV_PRIME;
+    }
+    return x;
+}
+
+// p0 len, p1 data: chunk i's FNV-1a 32 (4096 words, the last may be short) into scratch[i]
+// (`lockstep_luts::hash::chunked_words`, its parallel half).
+@compute @workgroup_size(256)
+fn hash_chunks(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = begin(gid, groups);
+    let len = pw(0u);
+    if i * HASH_CHUNK >= len {
+        return;
+    }
+    var h = FNV_BASIS;
+    let end = min(len, (i + 1u) * HASH_CHUNK);
+    for (var at = i * HASH_CHUNK; at < end; at++) {
+        h = fnv_word(h, mem[pw(1u) + at]);
+    }
+    scratch[i] = h;
+}
+
+// p0 len, p2 out: FNV-1a 32 over the chunk hashes in order (one invocation).
 @compute @workgroup_size(1)
-fn hash(@builtin(global_invocation_id) gid: vec3<u32>) {
-    var h = 0x811c9dc5u;
-    for (var i = 0u; i < pw(0u); i++) {
-        let w = mem[pw(1u) + i];
-        for (var b = 0u; b < 4u; b++) {
-            h = (h ^ ((w >> (8u * b)) & 0xffu)) * 0x01000193u;
-        }
+fn hash_fold(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let chunks = (pw(0u) + HASH_CHUNK - 1u) / HASH_CHUNK;
+    var h = FNV_BASIS;
+    for (var i = 0u; i < chunks; i++) {
+        h = fnv_word(h, scratch[i]);
     }
     mem[pw(2u)] = h;
 }

@@ -152,6 +152,40 @@ fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
     }
 }
 
+/// The training state kept on the backend's device (ABI 2: the CPU mirror and the GPU plugins
+/// keep weights and Adam's moments there, run Adam and hash there) gives the bits of the state
+/// kept on the host (an ABI 1 plugin: products only, Adam and the hash on the host), also across
+/// a checkpoint taken from the device and resumed on another backend.
+#[test]
+fn state_kept_on_the_device_trains_to_the_hashes_of_state_kept_on_the_host() {
+    let _phase = crate::common::phase(module_path!());
+    let host_kept = fixture("abi_1_products_only");
+    let on_host = step_hashes(&train_json(&["--steps", "8", "--backend", &host_kept]));
+    assert_eq!(on_host.len(), 8);
+    for device in ["cpu", "dp4a"] {
+        assert_eq!(step_hashes(&train_json(&["--steps", "8", "--backend", device])), on_host, "--backend {device}");
+    }
+    // Four steps on dp4a, saved (brought back from the GPU), resumed on the host-kept backend
+    // and on lut for the last four.
+    let dir = std::env::temp_dir().join(format!("lockstep-resident-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let ckpt = dir.join("half.ckpt");
+    let ckpt_arg = ckpt.to_str().expect("a UTF-8 path");
+    let first =
+        step_hashes(&train_json(&["--steps", "8", "--until", "4", "--backend", "dp4a", "--ckpt-out", ckpt_arg]));
+    assert_eq!(first[..], on_host[..4]);
+    for backend in [host_kept.as_str(), "lut"] {
+        let mut args = vec!["train", "--resume", ckpt_arg, "--backend", backend];
+        args.extend_from_slice(TINY);
+        let out = lockstep(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+        assert_eq!(step_hashes(&lines)[..], on_host[4..], "resumed on {backend}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn hot_swaps_at_step_boundaries_leave_the_hashes_of_an_unswapped_run() {
     let _phase = crate::common::phase(module_path!());

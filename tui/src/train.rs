@@ -178,7 +178,7 @@ impl GroupReplay {
             }
         };
         for replica in &mut self.replicas {
-            replica.finish_sync(&mean, &grid);
+            replica.finish_sync(&mean, &grid)?;
         }
         let whash = self.replicas[0].weight_hash();
         anyhow::ensure!(self.replicas.iter().all(|r| r.weight_hash() == whash), "replicas diverged");
@@ -227,10 +227,14 @@ fn parse_swaps(specs: &[String]) -> anyhow::Result<Vec<(u32, String)>> {
 /// and keeps the current backend.
 fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool) {
     let step = trainer.step_count();
-    match gemm_for(name, threads, true) {
-        Ok(gemm) => {
-            let label = gemm.label();
-            trainer.replace_gemm(gemm);
+    match gemm_for(name, threads, true).and_then(|gemm| {
+        let label = gemm.label();
+        trainer
+            .replace_gemm(gemm)
+            .map(|_old| label)
+            .map_err(|(e, _new)| anyhow::anyhow!(e).context("bringing the training state back from the old backend"))
+    }) {
+        Ok(label) => {
             if json {
                 println!("{}", serde_json::json!({"swap": name, "after_step": step, "ok": true, "now": label}));
             } else {
@@ -296,7 +300,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let until = args.until.unwrap_or(run.steps);
     if !args.json {
-        let params = trainer.weights().len();
+        let params = trainer.parameter_count();
         println!(
             "train: {params} parameters (c={} t={} layers={} heads={}), batch {}, lr {}, seed {}, {}",
             run.model.width,
@@ -364,7 +368,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         println!();
     }
     if let Some(path) = &args.ckpt_out {
-        checkpoint::save(path, &trainer.state()).with_context(|| format!("writing {}", path.display()))?;
+        let state = trainer.state().context("bringing the training state back from the backend")?;
+        checkpoint::save(path, &state).with_context(|| format!("writing {}", path.display()))?;
         if !args.json {
             println!("checkpoint: {}", path.display());
         }

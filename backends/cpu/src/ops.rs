@@ -408,8 +408,10 @@ impl Buffers {
             }
             Op::Hash { len, data, out } => {
                 let (ds, os) = (sp(self, data), sp(self, out));
-                // SAFETY: checked.
-                let h = lockstep_luts::hash::fnv1a32_u32(unsafe { ds.0.u32s(ds.1, len as usize) });
+                let threads = pool.map_or(1, |p| p.current_num_threads());
+                // SAFETY: checked (in bounds), and nothing writes these words during the op.
+                let data = unsafe { ds.0.u32s(ds.1, len as usize) };
+                let h = lockstep_luts::hash::chunked_words_threaded(data, threads);
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 unsafe { os.0.f32s_mut(os.1, 1)[0] = f32::from_bits(h) };
             }

@@ -259,7 +259,12 @@ pub(crate) fn plan(
                 [len, at(weights), at(grad), at(m), at(v), lr.to_bits(), correction1.to_bits(), correction2.to_bits()];
             out.push(step(K::Adam, &w, op_index, u64::from(len))?);
         }
-        Op::Hash { len, data, out: o } => out.push(step(K::Hash, &[len, at(data), at(o)], op_index, 1)?),
+        Op::Hash { len, data, out: o } => {
+            let chunks = u64::from(len).div_ceil(lockstep_luts::hash::HASH_CHUNK_WORDS as u64);
+            out.push(step(K::HashChunks, &[len, at(data), at(o)], op_index, chunks)?);
+            out.push(step(K::HashFold, &[len, at(data), at(o)], op_index, 1)?);
+            needs.scratch = needs.scratch.max(chunks);
+        }
     }
     Ok(out)
 }

@@ -99,6 +99,8 @@ fn check(soft_float: bool) {
             bias: Some(Span::new(handles[10], 9_000)),
             accumulate: true,
         }),
+        // Eight chunks, the last one short.
+        Op::Hash { len: len32, data: s(3), out: Span::new(handles[7], 5) },
     ];
     for (index, op) in ops.iter().enumerate() {
         // (The product's operands are buffers 8 to 10, which no op before touches: products
