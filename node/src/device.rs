@@ -34,6 +34,15 @@ pub trait Device {
     fn label(&self) -> String;
     /// Tells instances apart (a hot-swap makes a new one): unique in the process.
     fn instance(&self) -> u64;
+    /// Whether the backend computes on an accelerator (its buffers are device memory).
+    fn accelerator(&self) -> bool {
+        false
+    }
+    /// The backend's own one-line description now (for a GPU: the adapter and the device
+    /// memory it holds), for reports.
+    fn describe_now(&mut self) -> String {
+        self.label()
+    }
 }
 
 /// A fresh value for [`Device::instance`].

@@ -282,13 +282,7 @@ mod tests {
         assert!(!lut.contains("dot4I8Packed"));
         // Both lower to SPIR-V; the DP4A one through the integer dot product instruction.
         for (src, needle) in [(&dp4a, Some(spirv_op_sdot())), (&lut, None)] {
-            let module = naga::front::wgsl::parse_str(src).unwrap();
-            let info =
-                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                    .validate(&module)
-                    .unwrap();
-            let options = naga::back::spv::Options { capabilities: None, ..naga::back::spv::Options::default() };
-            let words = naga::back::spv::write_vec(&module, &info, &options, None).unwrap();
+            let words = spirv(src, false);
             let has_sdot = words.iter().any(|&w| w & 0xffff == needle.unwrap_or(u32::MAX));
             assert_eq!(has_sdot, needle.is_some());
         }
@@ -305,12 +299,18 @@ mod tests {
         assert_eq!(module.entry_points.len(), StepKernel::ALL.len());
     }
 
-    /// SPIR-V of `module`, as naga emits it for Vulkan.
-    fn spirv(src: &str) -> Vec<u32> {
+    /// SPIR-V of the module `src`, as naga emits it for Vulkan once the pipeline has set the
+    /// `SOFT_FLOAT` override (as wgpu does before it writes SPIR-V).
+    fn spirv(src: &str, soft_float: bool) -> Vec<u32> {
         let module = naga::front::wgsl::parse_str(src).unwrap();
-        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .unwrap();
+        let flags = naga::valid::ValidationFlags::all();
+        let info = naga::valid::Validator::new(flags, naga::valid::Capabilities::all()).validate(&module).unwrap();
+        let mut constants = naga::back::PipelineConstants::default();
+        if module.overrides.iter().any(|(_, o)| o.name.as_deref() == Some("SOFT_FLOAT")) {
+            constants.insert("SOFT_FLOAT".into(), if soft_float { 1.0 } else { 0.0 });
+        }
+        let (module, info) =
+            naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants).unwrap();
         let options = naga::back::spv::Options { capabilities: None, ..naga::back::spv::Options::default() };
         naga::back::spv::write_vec(&module, &info, &options, None).unwrap()
     }
@@ -348,7 +348,7 @@ mod tests {
         // SClamp, FindILsb, FindSMsb, FindUMsb.
         const INTEGER_EXT: [u32; 11] = [5, 7, 38, 39, 41, 42, 44, 45, 73, 74, 75];
         for (kernel, product_meets_add) in [(Kernel::Step(StepKernel::Adam), false), (Kernel::GemmUnits, true)] {
-            let words = spirv(&source(kernel, Product::Lut, TILES[0]));
+            let words = spirv(&source(kernel, Product::Lut, TILES[0]), false);
             let code = instructions(&words);
             let products: std::collections::HashSet<u32> =
                 code.iter().filter(|(op, _)| *op == OP_FMUL).map(|(_, w)| w[1]).collect();

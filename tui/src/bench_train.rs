@@ -19,6 +19,7 @@ use crate::train::ModelArgs;
 const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
 /// The trainer name of PyTorch's CPU rows.
 const TORCH_CPU: &str = "pytorch eager f32";
+const TORCH_CUDA_EAGER: &str = "pytorch cuda eager f32 (tf32 off)";
 
 #[derive(clap::Args)]
 pub struct TrainBenchArgs {
@@ -69,7 +70,17 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result<(f64, f32, Option<u64>)> {
+/// What one of our trainers measured.
+struct Measured {
+    tokens_per_s: f64,
+    loss: f32,
+    peak_rss: Option<u64>,
+    /// An accelerator's own description after the run (adapter, device memory held), if the
+    /// backend computes on one.
+    device: Option<String>,
+}
+
+fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result<Measured> {
     let run = args.model.run_config();
     reset_peak_rss();
     let gemm = gemm_for(backend, threads, true)?;
@@ -83,7 +94,15 @@ fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result
         loss = trainer.step()?.loss;
     }
     let seconds = started.elapsed().as_secs_f64();
-    Ok((f64::from(args.measure_steps) * run.tokens_per_step() as f64 / seconds, loss, peak_rss_bytes()))
+    let peak_rss = peak_rss_bytes();
+    let mut gemm = trainer.into_gemm();
+    let device = gemm.device().filter(|d| d.accelerator()).map(|d| d.describe_now());
+    Ok(Measured {
+        tokens_per_s: f64::from(args.measure_steps) * run.tokens_per_step() as f64 / seconds,
+        loss,
+        peak_rss,
+        device,
+    })
 }
 
 /// What one PyTorch run measured.
@@ -280,27 +299,36 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = args.model.run_config();
     let mut rows = Vec::new();
-    let thread_counts: Vec<usize> = if all == 1 { vec![1] } else { vec![1, all] };
-    for &threads in &thread_counts {
-        let (tps, loss, peak) = measure(&args, &args.backend, threads as u32)?;
-        rows.push(Row {
-            trainer: format!("units ({})", args.backend),
-            threads,
-            tokens_per_s: tps,
-            loss,
-            peak_memory_bytes: peak,
-            note: String::new(),
-        });
+    let mut thread_counts: Vec<usize> = if all == 1 { vec![1] } else { vec![1, all] };
+    let first = measure(&args, &args.backend, thread_counts[0] as u32)?;
+    let on_gpu = first.device.is_some();
+    let row = |trainer: String, threads: usize, m: Measured| Row {
+        trainer,
+        threads,
+        tokens_per_s: m.tokens_per_s,
+        loss: m.loss,
+        peak_memory_bytes: m.peak_rss,
+        note: m.device.unwrap_or_default(),
+    };
+    if on_gpu {
+        // One GPU row (host threads only feed it); the CPU node of the same host beside it,
+        // at all threads: the peer the GPU node is judged against.
+        thread_counts = vec![all];
+        rows.push(row(format!("units ({})", args.backend), all, first));
+        if args.backend != "cpu" {
+            rows.push(row("units (cpu)".into(), all, measure(&args, "cpu", all as u32)?));
+        }
+    } else {
+        rows.push(row(format!("units ({})", args.backend), thread_counts[0], first));
+        for &threads in &thread_counts[1..] {
+            rows.push(row(
+                format!("units ({})", args.backend),
+                threads,
+                measure(&args, &args.backend, threads as u32)?,
+            ));
+        }
     }
-    let (tps, loss, peak) = measure(&args, "float", 1)?;
-    rows.push(Row {
-        trainer: "float reference".into(),
-        threads: 1,
-        tokens_per_s: tps,
-        loss,
-        peak_memory_bytes: peak,
-        note: String::new(),
-    });
+    rows.push(row("float reference".into(), 1, measure(&args, "float", 1)?));
     let mut cuda_note = None;
     if !args.no_torch {
         // PyTorch on the CPU at every thread count the units ran at: the peer of each row.
@@ -310,7 +338,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
         match torch(&args, all, "cuda", "eager") {
             Err(why) if why.contains("no CUDA device") => cuda_note = Some("no CUDA device: no CUDA rows".to_string()),
             eager => {
-                rows.push(torch_row("pytorch cuda eager f32 (tf32 off)", all, eager));
+                rows.push(torch_row(TORCH_CUDA_EAGER, all, eager));
                 rows.push(torch_row("pytorch cuda compile f32 (tf32 off)", all, torch(&args, all, "cuda", "compile")));
             }
         }
@@ -325,6 +353,13 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
         "c={} t={} b={} layers={} heads={}",
         run.model.width, run.model.context, run.batch, run.model.layers, run.model.heads
     );
+    // A GPU row is also judged against PyTorch CUDA eager and the CPU node on the same host.
+    let speed =
+        |name: &str| rows.iter().find(|r| r.trainer == name && r.tokens_per_s.is_finite()).map(|r| r.tokens_per_s);
+    let gpu_ratios = on_gpu.then(|| {
+        let ours = speed(&format!("units ({})", args.backend)).unwrap_or(f64::NAN);
+        (speed(TORCH_CUDA_EAGER).map(|p| ours / p), speed("units (cpu)").map(|p| ours / p))
+    });
     if args.json {
         for r in &rows {
             println!(
@@ -332,6 +367,12 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
                 serde_json::json!({"trainer": r.trainer, "threads": r.threads, "tokens_per_s": r.tokens_per_s, "loss": r.loss, "note": r.note,
                     "peak_memory_bytes": r.peak_memory_bytes, "vs_torch_cpu_same_threads": peer(r.threads).filter(|_| r.tokens_per_s.is_finite()).map(|p| r.tokens_per_s / p),
                     "config": config})
+            );
+        }
+        if let Some((cuda, cpu)) = gpu_ratios {
+            println!(
+                "{}",
+                serde_json::json!({"gpu_backend": args.backend, "vs_torch_cuda_eager": cuda, "vs_cpu_node_all_threads": cpu, "config": config})
             );
         }
     } else {
@@ -357,6 +398,15 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(note) = cuda_note {
             println!("{note}");
+        }
+        if let Some((cuda, cpu)) = gpu_ratios {
+            let show = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}x"));
+            println!(
+                "`{}` against PyTorch CUDA eager: {}; against the CPU node ({all} threads): {}",
+                args.backend,
+                show(cuda),
+                show(cpu)
+            );
         }
     }
     if args.breakdown {

@@ -331,11 +331,22 @@ impl GpuUnits {
         self.tile
     }
 
-    /// One line: adapter, backend, driver, tile.
+    /// Bytes of device buffers this instance holds: the arena, scratch and staging, all
+    /// grow-only, so also the most it has held.
+    pub fn device_bytes(&self) -> u64 {
+        let b = &self.buffers;
+        let held =
+            [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out, &b.staging, &b.scratch, &b.status, &b.status_staging];
+        held.iter().filter_map(|x| x.as_ref()).map(|x| x.size()).sum::<u64>()
+            + self.arena.buffer.as_ref().map_or(0, |x| x.size())
+            + self.mul_lut.as_ref().map_or(0, |x| x.size())
+    }
+
+    /// One line: adapter, backend, driver, tile, and the device memory held so far.
     pub fn describe(&self) -> String {
         let a = &self.adapter;
         format!(
-            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage",
+            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage, {:.1} MiB of device buffers",
             a.name,
             a.backend,
             a.device_type,
@@ -344,7 +355,8 @@ impl GpuUnits {
             self.tile.cols(),
             self.tile.tm,
             self.tile.tn,
-            self.tile.kb
+            self.tile.kb,
+            self.device_bytes() as f64 / (1024.0 * 1024.0)
         )
     }
 

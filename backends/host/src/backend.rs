@@ -136,6 +136,11 @@ impl Backend {
         self.plugin.name()
     }
 
+    /// The plugin's capability flags (`lockstep_worker_api::caps`).
+    pub fn plugin_capabilities(&self) -> u64 {
+        self.plugin.capabilities()
+    }
+
     /// One line about the device the instance uses.
     pub fn describe(&self) -> String {
         let mut out = ErrorStorage::new();

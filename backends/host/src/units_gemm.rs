@@ -91,4 +91,12 @@ impl Device for Backend {
     fn instance(&self) -> u64 {
         self.instance_id()
     }
+
+    fn accelerator(&self) -> bool {
+        self.plugin_capabilities() & lockstep_worker_api::caps::DEVICE != 0
+    }
+
+    fn describe_now(&mut self) -> String {
+        self.describe()
+    }
 }
