@@ -17,7 +17,7 @@ use crate::data::{node_data_seed, DataSource};
 use crate::gemm::{ComputeError, Gemm};
 use crate::trainer::{ContributeError, RestoreError, Trainer};
 use crate::verdict::Verdict;
-use crate::wire::{Gradient, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use crate::wire::{Gradient, PeerId, RunSettings, Values, MESH_PROTOCOL_VERSION};
 
 /// An error from outside this crate (a plugin host's, a data client's), kept whole.
 pub type ForeignError = Arc<dyn Error + Send + Sync>;
@@ -119,6 +119,9 @@ pub trait Replica: Send + 'static {
     }
     /// Fault injection for tests: flip the lowest bit of one weight.
     fn flip_weight_bit(&mut self);
+    /// Fault injection for tests: every value of this replica's contributions becomes `value`
+    /// from the next one on (the hashes stay honest, so only the receivers' checks can see it).
+    fn poison_contributions(&mut self, _value: f32) {}
     /// This node's id in the group, known once the signaling server has welcomed it.
     fn set_identity(&mut self, _peer: PeerId) {}
     /// A backend swap that took effect since the last call (at a step boundary, before the
@@ -171,6 +174,8 @@ pub struct TrainerReplica {
     hash_seconds: f64,
     /// An update the backend failed (`apply` has no way to say so): the next `compute` reports it.
     failed: Option<ComputeError>,
+    /// Fault injection: the value every contribution carries instead of the honest ones.
+    poison: Option<f32>,
 }
 
 /// The current weights' hash, or the thread computing it.
@@ -196,6 +201,7 @@ impl TrainerReplica {
             whash: WeightHash::Unknown,
             hash_seconds: 0.0,
             failed: None,
+            poison: None,
         }
     }
 
@@ -330,7 +336,18 @@ impl Replica for TrainerReplica {
         let probing = std::time::Instant::now();
         let phash = trainer.probe_hash()?;
         let probe_seconds = probing.elapsed().as_secs_f64();
-        let contribution = trainer.contribute()?;
+        let mut contribution = trainer.contribute()?;
+        if let Some(value) = self.poison {
+            contribution.values = match contribution.values {
+                Values::F32(v) => Values::F32(vec![value; v.len()]),
+                // The int8 encoding cannot carry a NaN: the largest block exponent instead.
+                Values::Int8(mut p) => {
+                    p.exponents.iter_mut().for_each(|e| *e = u8::MAX);
+                    p.q.iter_mut().for_each(|q| *q = 127);
+                    Values::Int8(p)
+                }
+            };
+        }
         self.hash_seconds += probe_seconds;
         // The hash of the weights this sync started from (computed alongside, see `apply`).
         let whash = self.resolve_hash();
@@ -407,6 +424,10 @@ impl Replica for TrainerReplica {
 
     fn take_hash_seconds(&mut self) -> f64 {
         std::mem::take(&mut self.hash_seconds)
+    }
+
+    fn poison_contributions(&mut self, value: f32) {
+        self.poison = Some(value);
     }
 
     fn set_identity(&mut self, peer: u64) {

@@ -180,6 +180,13 @@ pub enum Event {
     },
     /// (Leader) a dropped member showed life: it is resumed at the next step boundary.
     Readmitted(PeerId),
+    /// `peer`'s contribution to `step` was not finite or past the bound: refused on arrival
+    /// (never summed). The leader then drops the peer from the step.
+    ContributionRefused {
+        peer: PeerId,
+        step: u32,
+        why: String,
+    },
     /// The leader took this node out of the roster at `step`, saying why; it contributes
     /// nothing until the leader resumes it.
     Removed {
@@ -852,6 +859,17 @@ impl Session {
             }
             Offer::WrongLength { expected, actual } => {
                 format!("a gradient of {actual} values, the model has {expected}")
+            }
+            Offer::OutOfBounds(e) => {
+                // Refused before it can reach a sum; the leader takes the sender out of the step
+                // (it comes back, resumed from the group, on its next sign of life), so nothing
+                // waits for it.
+                let why = format!("its contribution to step {step} was refused: {e}");
+                self.event(Event::ContributionRefused { peer: from, step, why: why.clone() });
+                if self.is_leader() && from != self.config.me {
+                    self.drop_members(&[from], &why, false);
+                }
+                return;
             }
         };
         self.ignore(from, &why);

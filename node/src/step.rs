@@ -16,7 +16,7 @@ use crate::wire::{Gradient, PeerId};
 pub const REPAIR_DEPTH: u32 = 8;
 
 /// What happened to an offered gradient.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Offer {
     Accepted,
     /// Already had this peer's gradient for the step (a duplicate delivery).
@@ -37,6 +37,9 @@ pub enum Offer {
         expected: Compression,
         actual: Compression,
     },
+    /// A value is not finite or past the bound (`sync::Values::check_bounds`): refused before it
+    /// could reach any sum.
+    OutOfBounds(crate::sync::OutOfBounds),
 }
 
 /// The guard stopped the run: replicas disagree or a kernel misbehaves.
@@ -99,6 +102,8 @@ impl StepCollector {
             Offer::WrongEncoding { expected: self.compression, actual: gradient.values.compression() }
         } else if gradient.values.len() != self.len {
             Offer::WrongLength { expected: self.len, actual: gradient.values.len() }
+        } else if let Err(e) = gradient.values.check_bounds() {
+            Offer::OutOfBounds(e)
         } else {
             match self.gradients.entry(from) {
                 std::collections::hash_map::Entry::Vacant(slot) => {
@@ -242,6 +247,17 @@ mod tests {
         assert_eq!(c.missing(), vec![2]);
         let packed = Gradient { values: Values::Int8(crate::sync::pack(&[1.0, 2.0]).unwrap()), ..g(3, 9, &[]) };
         assert_eq!(c.offer(2, packed), Offer::WrongEncoding { expected: Compression::None, actual: Compression::Int8 });
+        // Not finite, or past 2^32: refused before any sum, with the place and the value.
+        let mut d = StepCollector::new(3, vec![1, 2], 2, Compression::None);
+        let bound = crate::sync::CONTRIBUTION_BOUND;
+        for (values, index) in [([1.0, f32::NAN], 1), ([f32::NEG_INFINITY, 0.0], 0), ([0.0, bound * 2.0], 1)] {
+            match d.offer(2, g(3, 9, &values)) {
+                Offer::OutOfBounds(e) => assert_eq!(e.index, index, "{values:?}"),
+                other => panic!("{values:?}: {other:?}"),
+            }
+        }
+        assert_eq!(d.missing(), vec![1, 2], "nothing refused was kept");
+        assert_eq!(d.offer(2, g(3, 9, &[-bound, bound])), Offer::Accepted, "the bound itself is allowed");
         assert_eq!(mean(&c), None);
         c.offer(2, g(3, 9, &[3.0, 4.0]));
         assert_eq!(mean(&c), Some(vec![2.0, 3.0]));

@@ -395,7 +395,61 @@ impl Values {
             Values::Int8(_) => Compression::Int8,
         }
     }
+
+    /// Checks a contribution before it may join a sum: every value finite and of magnitude at
+    /// most [`CONTRIBUTION_BOUND`]. Nothing an honest member computes comes near the bound (a
+    /// gradient or a weight delta that large means its training diverged); a value past it, or
+    /// a NaN, would poison every replica's next update.
+    pub fn check_bounds(&self) -> Result<(), OutOfBounds> {
+        match self {
+            Values::F32(v) => match v.iter().position(|x| x.is_nan() || x.abs() > CONTRIBUTION_BOUND) {
+                Some(index) => Err(OutOfBounds { index, value: v[index] }),
+                None => Ok(()),
+            },
+            Values::Int8(p) => {
+                // A value is q · 2^(b − 133); only blocks with b − 133 > 25 can pass 2^32
+                // (127 · 2^25 < 2^32), and there the largest quant decides.
+                for (block, &b) in p.exponents.iter().enumerate() {
+                    let e = i32::from(b) - EXPONENT_BIAS;
+                    if b == EMPTY_BLOCK || e <= 25 {
+                        continue;
+                    }
+                    let quants = &p.q[(block * BLOCK).min(p.q.len())..((block + 1) * BLOCK).min(p.q.len())];
+                    // The first of the largest (`max_by_key` keeps the last, so walk backwards).
+                    if let Some((i, &q)) = quants.iter().enumerate().rev().max_by_key(|(_, q)| q.unsigned_abs()) {
+                        let value = f64::from(q) * 2f64.powi(e);
+                        if value.abs() > f64::from(CONTRIBUTION_BOUND) {
+                            return Err(OutOfBounds { index: block * BLOCK + i, value: value as f32 });
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
 }
+
+/// The largest magnitude a contribution's value may have (2^32).
+pub const CONTRIBUTION_BOUND: f32 = 4_294_967_296.0;
+
+/// A contribution value that is not finite or past [`CONTRIBUTION_BOUND`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutOfBounds {
+    pub index: usize,
+    pub value: f32,
+}
+
+impl std::fmt::Display for OutOfBounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.value.is_finite() {
+            write!(f, "value {} at index {} is past the bound of 2^32", self.value, self.index)
+        } else {
+            write!(f, "value {} at index {} is not finite", self.value, self.index)
+        }
+    }
+}
+
+impl std::error::Error for OutOfBounds {}
 
 /// The group's mean and, for `int8`, the grid it was summed on (what each member's residual
 /// is measured against).
@@ -510,6 +564,24 @@ pub mod schedules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The int8 bound is the f32 one on the values the packing stands for: 64 · 2^26 = 2^32
+    /// passes, 64 · 2^27 does not; an f32 contribution of exactly 2^32 passes.
+    #[test]
+    fn contributions_past_the_bound_are_found_in_either_encoding() {
+        let mut p = pack(&[1.0; 40]).unwrap();
+        assert_eq!(p.q[BLOCK], 64, "1.0 packs as 64 · 2^-6");
+        p.exponents[1] = (26 + EXPONENT_BIAS) as u8;
+        assert_eq!(Values::Int8(p.clone()).check_bounds(), Ok(()));
+        p.exponents[1] = (27 + EXPONENT_BIAS) as u8;
+        let e = Values::Int8(p).check_bounds().unwrap_err();
+        assert_eq!(e.index, BLOCK);
+        assert_eq!(e.value, 2.0 * CONTRIBUTION_BOUND, "{e}");
+        assert_eq!(Values::F32(vec![CONTRIBUTION_BOUND, -CONTRIBUTION_BOUND]).check_bounds(), Ok(()));
+        let e = Values::F32(vec![0.0, f32::NAN]).check_bounds().unwrap_err();
+        assert_eq!(e.index, 1);
+        assert!(e.to_string().contains("not finite"), "{e}");
+    }
     use lockstep_luts::rng::SplitMix64;
 
     /// Values over a wide range of magnitudes, with zero and subnormal blocks, so grids differ

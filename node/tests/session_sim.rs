@@ -108,6 +108,9 @@ struct Node {
     events: Vec<Event>,
     /// Report this probe hash instead of the healthy one.
     phash: u32,
+    /// A rogue: send this value everywhere in the contribution (int8: a block exponent of
+    /// this many powers of two) instead of the honest one, with the honest hashes.
+    poison: Option<f32>,
 }
 
 /// The network: one FIFO queue per directed link.
@@ -158,6 +161,7 @@ impl Net {
             hashes: BTreeMap::new(),
             events: Vec::new(),
             phash: PHASH,
+            poison: None,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -203,6 +207,12 @@ impl Net {
                     Output::Compute { step } => {
                         let grad = node.toy.gradient(id, step);
                         let values = match node.session.run().map(|r| r.sync.compression) {
+                            Some(Compression::Int8) if node.poison.is_some() => {
+                                let mut packed = sync::pack(&grad).unwrap();
+                                packed.exponents[0] = 250; // 127 · 2^117
+                                Values::Int8(packed)
+                            }
+                            _ if node.poison.is_some() => Values::F32(vec![node.poison.unwrap(); LEN]),
                             Some(Compression::Int8) => {
                                 let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
                                 let packed = sync::pack(&x).unwrap();
@@ -841,6 +851,49 @@ fn a_silent_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
         // The step that waited out the deadline is not taken as a step time: a few steps after
         // it the deadline is still what the healthy steps make it (300 ms here, not 4 × 300).
         assert!(deadline_after_drop.is_some_and(|d| d < 1_200), "seed {seed}: {deadline_after_drop:?}");
+    }
+}
+
+/// A member whose contributions are not finite or absurdly large (with the right hashes, so the
+/// guard cannot see it): each is refused on arrival on every node, named, never summed; the
+/// leader takes the member out of the step, so the group trains on without waiting for it.
+#[test]
+fn a_non_finite_or_huge_contribution_is_refused_on_arrival_and_the_group_trains_on() {
+    for (case, (poison, sync)) in
+        [(f32::NAN, SyncConfig::SEED), (1e30, SyncConfig::SEED), (1.0, int8())].into_iter().enumerate()
+    {
+        let mut net = Net::started_with(990 + case as u64, &[1, 2, 3], 12, sync);
+        let mut poisoned = false;
+        net.run(200_000, |net, top| {
+            if top == 4 && !poisoned {
+                net.nodes.get_mut(&3).unwrap().poison = Some(poison);
+                poisoned = true;
+            }
+            // The rogue is out (it waits for a resume it keeps spoiling): once the others
+            // finished, it may go.
+            if net.nodes[&3].alive && [1, 2].iter().all(|id| net.nodes[id].session.finished()) {
+                net.kill(3);
+            }
+        });
+        let events = |id: PeerId| &net.nodes[&id].events;
+        for id in [1, 2] {
+            assert!(net.nodes[&id].session.stopped().is_none(), "case {case}: {}", net.describe());
+            assert_eq!(
+                net.nodes[&id].hashes.len(),
+                12,
+                "case {case}: node {id} finished
+{}",
+                net.describe()
+            );
+            assert!(
+                events(id).iter().any(|e| matches!(e, Event::ContributionRefused { peer: 3, .. })),
+                "case {case}: node {id} names the sender"
+            );
+        }
+        assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2), "case {case}");
+        assert!(events(1).iter().any(|e| matches!(e, Event::Dropped { peer: 3, .. })), "case {case}");
+        // Nothing poisoned reached a sum: the honest weights stayed finite.
+        assert!(net.nodes[&1].toy.weights.iter().all(|w| w.is_finite() && w.abs() < 1e3), "case {case}");
     }
 }
 

@@ -178,6 +178,35 @@ fn a_flipped_bit_stops_the_run_and_names_the_node() {
     }
 }
 
+/// A rogue member (fault injection in its adapter, like `flip`) sends contributions of NaNs,
+/// then of huge values, with honest hashes: the guard cannot see it, so the receivers' check
+/// must. Every contribution of the rogue is refused on arrival and named, the leader drops it
+/// from each step, and the honest nodes train to the end, identical.
+#[test]
+fn a_rogues_non_finite_and_huge_contributions_are_refused_and_the_group_trains_on() {
+    let _phase = crate::common::phase(module_path!());
+    for value in [serde_json::json!("nan"), serde_json::json!(1e30)] {
+        let signal = signal_server();
+        let mut a = Node::spawn(&signal, "cpu");
+        let b = Node::spawn(&signal, "cpu");
+        let mut c = Node::spawn(&signal, "cpu");
+        channels_open(&[&a, &b, &c]);
+        a.command(tiny(12));
+        c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
+        c.command(serde_json::json!({"cmd": "poison", "value": value}));
+        for node in [&a, &b] {
+            finished(node, 120);
+            let refused = node.wait_for("contribution-refused", |e| e["event"] == "contribution-refused", 10);
+            assert_eq!(refused["peer"], c.id, "{refused}");
+            assert!(node.events().iter().all(|e| e["event"] != "guard-stopped"), "{value}: nothing stops the group");
+        }
+        assert_eq!(a.hashes().len(), 12, "{value}");
+        assert_eq!(a.hashes(), b.hashes(), "{value}");
+        assert!(a.events().iter().any(|e| e["event"] == "dropped" && e["peer"] == c.id), "{value}");
+        let _ = (&mut a, &mut c);
+    }
+}
+
 #[test]
 fn wrong_arithmetic_after_admission_is_caught_by_the_probe() {
     let _phase = crate::common::phase(module_path!());

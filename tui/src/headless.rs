@@ -108,6 +108,9 @@ pub fn report_json(report: &Report) -> Value {
             Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
             Event::Dropped { peer, step, why } => json!({"event": "dropped", "peer": peer, "step": step, "why": why}),
             Event::Readmitted(peer) => json!({"event": "readmitted", "peer": peer}),
+            Event::ContributionRefused { peer, step, why } => {
+                json!({"event": "contribution-refused", "peer": peer, "step": step, "why": why})
+            }
             Event::Removed { step, why } => json!({"event": "removed", "step": step, "why": why}),
             Event::Error(message) => json!({"event": "error", "message": message}),
         },
@@ -176,7 +179,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             run_config(&settings).validate()?;
             Command::Start(settings)
         }
-        Some("push" | "broadcast") => {
+        Some("push" | "broadcast" | "load") => {
             let path = value["path"].as_str().context("`broadcast` needs a `path`")?;
             Command::PushCheckpoint(read_checkpoint(std::path::Path::new(path))?)
         }
@@ -199,10 +202,18 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             why: value["reason"].as_str().unwrap_or("the operator removed it").to_string(),
         },
         Some("flip") => Command::FlipWeightBit,
+        Some("poison") => {
+            let value = match &value["value"] {
+                Value::String(s) if s.eq_ignore_ascii_case("nan") => f32::NAN,
+                Value::Number(n) => n.as_f64().context("`poison` needs a number or \"nan\"")? as f32,
+                _ => bail!("`poison` needs a `value`: a number or \"nan\""),
+            };
+            Command::PoisonContributions(value)
+        }
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, broadcast, push, kick, cut, flip, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, cut, flip, poison, quit)"
             )
         }
     };

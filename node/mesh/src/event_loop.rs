@@ -296,6 +296,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, step, whash)));
                 });
             }
+            Some(Command::PoisonContributions(value)) => {
+                self.replica().poison_contributions(value);
+                let step = self.session.as_ref().map_or(0, Session::applied);
+                (self.report)(Report::Warning(format!(
+                    "fault injection: contributions replaced by {value} after step {step}"
+                )));
+            }
             Some(Command::FlipWeightBit) => {
                 self.flush();
                 self.replica().flip_weight_bit();

@@ -144,6 +144,9 @@ pub enum Command {
     CutLinkTo(PeerId),
     /// For fault-injection tests: flip one bit of this replica's weights.
     FlipWeightBit,
+    /// For fault-injection tests: from the next step on, send this value in place of every
+    /// value of this node's contributions (with the honest hashes): a rogue member.
+    PoisonContributions(f32),
     /// Room host: admit a waiting joiner.
     Approve(PeerId),
     /// Room host: turn a waiting joiner away.

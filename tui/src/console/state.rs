@@ -908,6 +908,9 @@ fn on_event(state: &mut State, event: Event) {
             state.log(format!("dropped node {peer} at step {step}: {why}"));
         }
         Event::Readmitted(peer) => state.log(format!("node {peer} answers again: resumed at the next step")),
+        Event::ContributionRefused { peer, step, why } => {
+            state.log(format!("refused node {peer}'s contribution to step {step}: {why}"))
+        }
         Event::Removed { step, why } => {
             state.log(format!("the leader took this node out of the run at step {step}: {why}"))
         }
