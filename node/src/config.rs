@@ -40,6 +40,11 @@ impl ModelConfig {
     }
 }
 
+/// The largest learning rate a run may have: Adam moves each weight by about `lr` a step, so
+/// anything near 1 already wrecks a model; larger values only come from mistakes or from a
+/// hostile checkpoint.
+pub const MAX_LR: f32 = 1.0;
+
 /// A training run's settings (the seed's run config: `c, t, b, steps, lr`, plus the seed).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RunConfig {
@@ -78,7 +83,7 @@ impl RunConfig {
         if self.batch == 0 || self.batch > 4096 {
             return Err(ConfigError::Batch(self.batch));
         }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
+        if !(self.lr.is_finite() && self.lr > 0.0 && self.lr <= MAX_LR) {
             return Err(ConfigError::LearningRate(self.lr));
         }
         let h = self.sync.mode.steps_per_sync();
@@ -128,7 +133,12 @@ impl std::fmt::Display for ConfigError {
             }
             ConfigError::TooLarge(model) => write!(f, "dimensions are beyond what this trainer supports: {model:?}"),
             ConfigError::Batch(batch) => write!(f, "batch {batch} is out of range"),
-            ConfigError::LearningRate(lr) => write!(f, "learning rate {lr} must be positive and finite"),
+            ConfigError::LearningRate(lr) => {
+                write!(
+                    f,
+                    "learning rate {lr} must be positive and at most {MAX_LR} (Adam's steps are about lr in size)"
+                )
+            }
             ConfigError::StepsPerSync { steps, sync } => {
                 write!(f, "{steps} steps are not a whole number of syncs of {sync}")
             }

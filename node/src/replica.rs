@@ -410,6 +410,9 @@ impl Replica for TrainerReplica {
         // another's, and nothing of this node's past survives a restore).
         state.data_state = trainer.data_state();
         state.residual = Vec::new();
+        // A group goes on as one run: a checkpoint that trains another way is refused here,
+        // on every node, with the reason.
+        trainer.check_continues(&state.run).map_err(ReplicaError::Restore)?;
         trainer.restore(state).map_err(ReplicaError::Restore)?;
         let step = syncs_done(trainer);
         let weights = trainer.parameter_count();

@@ -39,8 +39,11 @@
 //! - **Late joiner**: the leader sends it the run config at once and, at the next step
 //!   boundary, a resume (-6: a checkpoint of everything that determines the next update), then
 //!   includes it in the next roster.
-//! - **Checkpoint push** (-2): the pusher restores it locally and sends it to every member; each
-//!   restores it; the leader then announces the next step from the checkpoint's step.
+//! - **Checkpoint push** (-2): only the run's leader may push (a push from anyone else is
+//!   refused and named on every node, and a follower's own attempt is refused locally): it
+//!   restores the checkpoint locally and sends it to every member; each restores it (the
+//!   replica refuses a checkpoint whose settings are not a sane run or train another way); the
+//!   leader then announces the next step from the checkpoint's step.
 //! - **Epochs** (-12): a restore rewinds the step count, so the steps after a push reuse step
 //!   numbers that gradients from before it still carry. Every node counts the pushes its state
 //!   descends from ([`Epoch`]: how many, and the last pusher) and tells each member its epoch
@@ -180,6 +183,11 @@ pub enum Event {
     },
     /// (Leader) a dropped member showed life: it is resumed at the next step boundary.
     Readmitted(PeerId),
+    /// A checkpoint push from `from` was refused (only the run's leader may push).
+    PushRefused {
+        from: PeerId,
+        why: String,
+    },
     /// `peer`'s contribution to `step` was not finite or past the bound: refused on arrival
     /// (never summed). The leader then drops the peer from the step.
     ContributionRefused {
@@ -412,6 +420,11 @@ impl Session {
             Input::PushCheckpoint { bytes } => {
                 if self.pending.is_some() {
                     self.event(Event::Error("busy: a restore is already under way".into()));
+                } else if self.run.is_some() && !self.is_leader() {
+                    let leader = self.leader.map_or_else(|| "no leader".to_string(), |l| format!("node {l}"));
+                    self.event(Event::Error(format!(
+                        "only the run's leader ({leader}) may push a checkpoint to the group; ask it to load the file"
+                    )));
                 } else {
                     let epoch = Epoch { count: self.epoch.count + 1, pusher: self.config.me };
                     self.pending = Some(Pending::Push { from: self.config.me, bytes: Some(bytes.clone()), epoch });
@@ -1147,7 +1160,12 @@ impl Session {
             }
             Message::CheckpointPush(bytes) => {
                 let epoch = self.epoch_of(from);
-                if self.run.is_none() || self.pending.is_some() {
+                if self.leader != Some(from) {
+                    // Pushes have authority: only the run's leader may rewind the group.
+                    let why = "a checkpoint push from a member that is not the run's leader".to_string();
+                    self.event(Event::PushRefused { from, why: why.clone() });
+                    self.ignore(from, &why);
+                } else if self.run.is_none() || self.pending.is_some() {
                     self.ignore(from, "a checkpoint push outside a run, or during a restore");
                 } else if epoch <= self.epoch {
                     let why = format!("a checkpoint push ({epoch}) that {} supersedes", self.epoch);

@@ -442,11 +442,37 @@ impl Trainer {
         })
     }
 
-    /// Replaces the run's state with `state` (a loaded checkpoint, a resume). The model shape
-    /// must match; on error nothing changes.
+    /// Whether a group running this trainer's run can continue from a checkpoint of `run`: the
+    /// same model, batch and sync settings (the learning rate, its schedule's length and the
+    /// seed may differ — that is what loading a checkpoint into a running group is for).
+    pub fn check_continues(&self, run: &RunConfig) -> Result<(), RestoreError> {
+        if run.model != self.run.model {
+            return Err(RestoreError::ModelMismatch { checkpoint: run.model, running: self.run.model });
+        }
+        if run.batch != self.run.batch {
+            return Err(RestoreError::RunMismatch(format!(
+                "batch {} against the running {}",
+                run.batch, self.run.batch
+            )));
+        }
+        if run.sync != self.run.sync {
+            return Err(RestoreError::RunMismatch(format!("sync {} against the running {}", run.sync, self.run.sync)));
+        }
+        Ok(())
+    }
+
+    /// Replaces the run's state with `state` (a loaded checkpoint, a resume): its settings too,
+    /// which must be a usable run. The model shape must match; on error nothing changes.
     pub fn restore(&mut self, state: TrainState) -> Result<(), RestoreError> {
         if state.run.model != self.run.model {
             return Err(RestoreError::ModelMismatch { checkpoint: state.run.model, running: self.run.model });
+        }
+        state.run.validate().map_err(RestoreError::Settings)?;
+        if state.step > state.run.steps {
+            return Err(RestoreError::RunMismatch(format!(
+                "step {} is past the checkpoint's own run length {}",
+                state.step, state.run.steps
+            )));
         }
         let n = state.weights.len();
         if n != self.weights.len() || state.adam.m.len() != n || state.adam.v.len() != n {
@@ -487,10 +513,18 @@ fn sync_state(used: bool, carried: Vec<f32>, len: usize) -> Vec<f32> {
 }
 
 /// Why a state was not restored (nothing changed).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RestoreError {
-    ModelMismatch { checkpoint: ModelConfig, running: ModelConfig },
+    ModelMismatch {
+        checkpoint: ModelConfig,
+        running: ModelConfig,
+    },
     TensorLengths,
+    /// The checkpoint's run settings are not a usable run (a learning rate of 1e30, …).
+    Settings(ConfigError),
+    /// The checkpoint's run trains another way than the running one (batch, sync): the group
+    /// could not continue from it as one run.
+    RunMismatch(String),
 }
 
 impl std::fmt::Display for RestoreError {
@@ -500,6 +534,8 @@ impl std::fmt::Display for RestoreError {
                 write!(f, "checkpoint model {checkpoint:?} does not match the running model {running:?}")
             }
             RestoreError::TensorLengths => f.write_str("checkpoint tensors have the wrong length"),
+            RestoreError::Settings(e) => write!(f, "the checkpoint's run settings are refused: {e}"),
+            RestoreError::RunMismatch(what) => write!(f, "the checkpoint's run does not match the running one: {what}"),
         }
     }
 }

@@ -614,14 +614,14 @@ fn a_checkpoint_push_restores_every_replica() {
         let mut pushed = false;
         net.run(80_000, |net, top| {
             if top == 9 && !pushed {
-                net.input(2, Input::PushCheckpoint { bytes: checkpoint.encode() });
+                net.input(1, Input::PushCheckpoint { bytes: checkpoint.encode() });
                 pushed = true;
             }
         });
         assert!(net.assert_identical_or_guarded(), "seed {seed}");
         for id in [1, 2, 3] {
             assert!(
-                net.nodes[&id].events.iter().any(|e| matches!(e, Event::CheckpointRestored { from: 2, step: 3 })),
+                net.nodes[&id].events.iter().any(|e| matches!(e, Event::CheckpointRestored { from: 1, step: 3 })),
                 "seed {seed} node {id}:\n{}",
                 net.describe()
             );
@@ -712,7 +712,7 @@ fn churn_with_loss_ends_identical_or_guarded() {
 #[test]
 fn a_push_during_training_discards_what_was_in_flight() {
     for seed in 0..60 {
-        let pusher = [1, 2, 3][seed as usize % 3];
+        let pusher = 1; // the leader: the only member whose pushes count
         let foreign = seed % 2 == 0;
         let mut net = Net::started(900 + seed, &[1, 2, 3], 24);
         let mut saved: Option<Toy> = None;
@@ -739,10 +739,12 @@ fn a_push_during_training_discards_what_was_in_flight() {
     }
 }
 
-/// Two members push different checkpoints at the same moment: every node settles on the one
-/// from the larger peer id, and the run goes on from it bit-identically.
+/// Pushes have authority: the leader and a follower push different checkpoints at the same
+/// moment; the follower's is refused on its own node (naming the leader), the leader's is
+/// restored everywhere, and the run goes on from it bit-identically. A push that a follower
+/// sends anyway (a rogue speaking the wire) is refused and named on every node.
 #[test]
-fn two_pushes_at_once_settle_on_the_larger_pusher() {
+fn only_the_leaders_push_counts() {
     for seed in 0..30 {
         let mut net = Net::started(1300 + seed, &[1, 2, 3], 20);
         let ours = |scale: f32| Toy { step: 5, weights: (0..LEN).map(|i| i as f32 * scale).collect() };
@@ -756,12 +758,35 @@ fn two_pushes_at_once_settle_on_the_larger_pusher() {
             }
         });
         assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "seed {seed}:\n{}", net.describe());
-        let expected = trained_on(from_3.clone(), 20);
+        let expected = trained_on(from_1.clone(), 20);
         for id in [1, 2, 3] {
             assert_eq!(net.nodes[&id].toy, expected, "seed {seed} node {id}:\n{}", net.describe());
-            assert_eq!(net.nodes[&id].session.epoch(), Epoch { count: 1, pusher: 3 }, "seed {seed} node {id}");
+            assert_eq!(net.nodes[&id].session.epoch(), Epoch { count: 1, pusher: 1 }, "seed {seed} node {id}");
         }
+        let refused_locally = net.nodes[&3]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Error(why) if why.contains("only the run's leader (node 1) may push")));
+        assert!(refused_locally, "seed {seed}: {}", net.describe());
     }
+    // A rogue follower sends a push on the wire anyway: nobody restores it.
+    let mut net = Net::started(1400, &[1, 2, 3], 10);
+    let mut sent = false;
+    net.run(80_000, |net, top| {
+        if top == 4 && !sent {
+            for to in [1, 2] {
+                let bytes = Toy { step: 1, weights: vec![9.0; LEN] }.encode();
+                net.links.entry((3, to)).or_default().push_back(Message::CheckpointPush(bytes));
+            }
+            sent = true;
+        }
+    });
+    for id in [1, 2] {
+        assert!(net.nodes[&id].events.iter().any(|e| matches!(e, Event::PushRefused { from: 3, .. })), "node {id}");
+        assert!(!net.nodes[&id].events.iter().any(|e| matches!(e, Event::CheckpointRestored { .. })), "node {id}");
+        assert_eq!(net.nodes[&id].hashes.len(), 10, "node {id}: {}", net.describe());
+    }
+    assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2));
 }
 
 /// Messages from a member already past a push this node has not restored wait for it, bounded

@@ -145,6 +145,32 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     assert_eq!(t.state().unwrap(), before);
     assert!(t.restore(checkpoint::decode(&other_bytes, None).unwrap()).is_err());
     assert_eq!(t.state().unwrap(), before);
+
+    // A well-formed checkpoint whose settings are not a sane run (a hostile push: lr = 1e30,
+    // or a step past its own run's end) is refused with the reason, and changes nothing.
+    for (lr, step) in [(1e30f32, before.step), (f32::NAN, before.step), (3e-3, before.run.steps + 1)] {
+        let mut hostile = before.clone();
+        hostile.run.lr = lr;
+        hostile.step = step;
+        // The decoder or the restore refuses it (the decoder checks what it can alone).
+        let why = match checkpoint::decode(&checkpoint::encode(&hostile), Some(run.model)) {
+            Err(e) => e.to_string(),
+            Ok(decoded) => t.restore(decoded).unwrap_err().to_string(),
+        };
+        assert!(why.contains("learning rate") || why.contains("past the checkpoint's own run length"), "{why}");
+        assert_eq!(t.state().unwrap(), before);
+    }
+    // A group continues only from a checkpoint that trains its way: same batch and sync.
+    let mut other_batch = before.run;
+    other_batch.batch += 1;
+    assert!(t.check_continues(&other_batch).unwrap_err().to_string().contains("batch"));
+    let mut other_sync = before.run;
+    other_sync.sync.compression = lockstep_node::sync::Compression::Int8;
+    assert!(t.check_continues(&other_sync).unwrap_err().to_string().contains("sync"));
+    let mut other_lr = before.run;
+    other_lr.lr = 1e-3;
+    other_lr.steps = 40;
+    assert_eq!(t.check_continues(&other_lr), Ok(()), "lr and length may change");
 }
 
 /// `outer:H` with int8 as a group of one, through the real CPU plugin: the same bits at any

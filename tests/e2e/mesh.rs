@@ -291,7 +291,13 @@ fn a_checkpoint_push_restores_every_replica() {
     channels_open(&[&a, &b, &c]);
     a.command(tiny(400));
     a.wait_for("step 8", |e| e["event"] == "weights" && e["step"] == 8, 60);
+    // A follower may not rewind the group: its push is refused at once, naming the leader.
     b.command(serde_json::json!({"cmd": "push", "path": ckpt}));
+    let refused = b.wait_for("the refusal", |e| e["event"] == "error", 30);
+    let why = refused["message"].as_str().unwrap();
+    assert!(why.contains(&format!("only the run's leader (node {}) may push", a.id)), "{refused}");
+    // The leader's push (the headless `load`, as the console's `l`) restores everyone.
+    a.command(serde_json::json!({"cmd": "load", "path": ckpt}));
     let mut restored = Vec::new();
     for node in [&a, &b, &c] {
         let r = node.wait_for("restored", |e| e["event"] == "restored", 60);

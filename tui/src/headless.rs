@@ -108,6 +108,7 @@ pub fn report_json(report: &Report) -> Value {
             Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
             Event::Dropped { peer, step, why } => json!({"event": "dropped", "peer": peer, "step": step, "why": why}),
             Event::Readmitted(peer) => json!({"event": "readmitted", "peer": peer}),
+            Event::PushRefused { from, why } => json!({"event": "push-refused", "from": from, "why": why}),
             Event::ContributionRefused { peer, step, why } => {
                 json!({"event": "contribution-refused", "peer": peer, "step": step, "why": why})
             }

@@ -908,6 +908,7 @@ fn on_event(state: &mut State, event: Event) {
             state.log(format!("dropped node {peer} at step {step}: {why}"));
         }
         Event::Readmitted(peer) => state.log(format!("node {peer} answers again: resumed at the next step")),
+        Event::PushRefused { from, why } => state.log(format!("refused node {from}'s checkpoint push: {why}")),
         Event::ContributionRefused { peer, step, why } => {
             state.log(format!("refused node {peer}'s contribution to step {step}: {why}"))
         }
