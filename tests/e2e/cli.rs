@@ -43,6 +43,41 @@ fn gate_rejects_a_wrong_plugin_by_path() {
     assert!(shown.contains("REJECTED: backend `flaw-round-half-away`"), "{shown}");
 }
 
+/// The fault-plugin suite: plugins that segfault, abort, write past their output or hang
+/// while gated each get a REJECTED verdict naming what happened, from `lockstep gate` (exit 1,
+/// never a crash of its own) and from `lockstep train`, which refuses the backend and says why
+/// instead of dying with it.
+#[test]
+fn every_faulty_plugin_gets_a_verdict_and_the_host_survives() {
+    let _phase = crate::common::phase(module_path!());
+    let cases = [
+        ("crash_segfault", "killed the gate's process with SIGSEGV (11)"),
+        ("crash_abort", "killed the gate's process with SIGABRT (6)"),
+        ("overrun_output", "wrote outside the output it was given"),
+        ("hang_forever", "no verdict within 3 s: the plugin hung"),
+        ("bad_panics", "REJECTED"),
+        ("flaw_reversed_blocks", "REJECTED"),
+        ("flaw_op_softmax", "REJECTED"),
+    ];
+    for (fixture_name, says) in cases {
+        let plugin = fixture(fixture_name);
+        let out = lockstep(&["--gate-timeout", "3", "gate", &plugin]);
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{fixture_name}: {shown}");
+        let verdict = shown.lines().find(|l| l.starts_with("REJECTED")).unwrap_or_else(|| panic!("{shown}"));
+        assert!(verdict.contains(says), "{fixture_name}: {verdict}");
+    }
+    for fixture_name in ["crash_segfault", "hang_forever"] {
+        let plugin = fixture(fixture_name);
+        let mut args = vec!["--gate-timeout", "3", "train", "--steps", "2", "--backend", &plugin];
+        args.extend_from_slice(TINY_MODEL);
+        let out = lockstep(&args);
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{fixture_name}: {shown}");
+        assert!(shown.contains("was not admitted: REJECTED"), "{fixture_name}: {shown}");
+    }
+}
+
 #[test]
 fn gate_explains_files_it_cannot_load() {
     let _phase = crate::common::phase(module_path!());

@@ -347,6 +347,16 @@ fn headless_commands_approve_deny_swap_save_and_broadcast() {
     // takes over at a step boundary, which the joiner hears about.
     host.command(serde_json::json!({"cmd": "swap", "backend": "/nonexistent/libnothing.so"}));
     host.wait_for("the refusal", |e| e["event"] == "swap-refused" && e["backend"] == "/nonexistent/libnothing.so", 30);
+    // A plugin that segfaults while it is gated (in a child process) is refused with the
+    // signal named; this node trains on.
+    let crashing = std::path::PathBuf::from(BIN).parent().unwrap().join("examples").join("libcrash_segfault.so");
+    let crashing = crashing.to_str().unwrap();
+    host.command(serde_json::json!({"cmd": "swap", "backend": crashing}));
+    let refused =
+        host.wait_for("the crash's refusal", |e| e["event"] == "swap-refused" && e["backend"] == crashing, 60);
+    assert!(refused["why"].as_str().unwrap().contains("SIGSEGV"), "{refused}");
+    let step = joiner.last_step();
+    joiner.wait_for("steps after the crash", |e| e["event"] == "weights" && e["step"].as_u64() >= Some(step + 3), 60);
     host.command(serde_json::json!({"cmd": "swap", "backend": "lut"}));
     host.wait_for("gate progress", |e| e["event"] == "swap-gating" && e["total"].as_u64() > Some(0), 60);
     host.wait_for("the staged backend", |e| e["event"] == "swap-staged" && e["backend"] == "lut", 60);

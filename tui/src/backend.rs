@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 
 use anyhow::Context;
-use lockstep_backends::gate::{run_gate, GateProgress};
+use lockstep_backends::gate::GateProgress;
 use lockstep_backends::{auto, resolve_plugin, Backend, InstanceOptions, Plugin, UnitsGemm};
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::verdict::Verdict;
@@ -23,6 +23,23 @@ pub struct DeviceChoice {
 /// Records the command line's device choice (the first call wins).
 pub fn choose_device(choice: DeviceChoice) {
     let _ = DEVICE.set(choice);
+}
+
+/// The command line's device choice.
+pub fn device_choice() -> DeviceChoice {
+    DEVICE.get().cloned().unwrap_or_default()
+}
+
+/// How long a gate may run in its child process (`--gate-timeout`); set once at start-up.
+static GATE_TIMEOUT: OnceLock<std::time::Duration> = OnceLock::new();
+
+/// Records `--gate-timeout` (the first call wins).
+pub fn choose_gate_timeout(limit: std::time::Duration) {
+    let _ = GATE_TIMEOUT.set(limit);
+}
+
+pub fn gate_timeout() -> std::time::Duration {
+    GATE_TIMEOUT.get().copied().unwrap_or_else(|| crate::gate_child::timeout(None))
 }
 
 /// The options every instance is created with: `threads`, `flags`, and the device choice.
@@ -116,14 +133,16 @@ pub fn admit(
             }
         }
     } else {
-        let (plugin, mut backend) = open_backend(name, threads, opening).map_err(|e| not_loadable(format!("{e:#}")))?;
-        let report = run_gate(&mut backend, progress);
-        progress_line(format!("gate: {} ({})", report.verdict_line(), backend.describe()));
-        let verdict = report.verdict();
-        if !verdict.is_admitted() {
-            return Err(NotAdmitted { name: name.to_string(), verdict });
+        // The gate runs in a child process: a plugin that crashes or hangs there is rejected
+        // and this process goes on. Admitted, the plugin is loaded here with the same options.
+        let gated = crate::gate_child::gate_in_child(name, threads, opening, gate_timeout(), progress);
+        let device = gated.loaded.as_ref().and_then(|l| l["device"].as_str()).unwrap_or("?").to_string();
+        progress_line(format!("gate: {} ({device})", gated.verdict_line));
+        if !gated.verdict.is_admitted() {
+            return Err(NotAdmitted { name: name.to_string(), verdict: gated.verdict });
         }
-        (plugin, backend, verdict)
+        let (plugin, backend) = open_backend(name, threads, opening).map_err(|e| not_loadable(format!("{e:#}")))?;
+        (plugin, backend, gated.verdict)
     };
     let name = backend.name().to_string();
     let device = backend.describe();

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use lockstep_backends::gate::run_gate;
+use lockstep_node::verdict::Verdict;
 
 #[derive(clap::Args)]
 pub struct GateArgs {
@@ -17,36 +17,49 @@ pub struct GateArgs {
     verbose: bool,
 }
 
-/// Exit codes: 0 admitted, 1 rejected, 2 could not run (load or create failed).
+/// Exit codes: 0 admitted, 1 rejected (a crash or a hang of the plugin included: the gate runs
+/// it in a child process, `gate_child.rs`), 2 could not run (load or create failed).
 pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
-    let (plugin, mut backend) = crate::backend::open_backend(&args.backend, args.threads, Default::default())?;
-    println!("gate: backend `{}` from {}", plugin.name(), plugin.path().display());
-    println!("      {}", plugin.description());
-    println!("      device: {}", backend.describe());
     let stderr = std::io::stderr();
     let live = stderr.is_terminal();
-    let report = run_gate(&mut backend, &mut |progress| {
+    let mut shown = false;
+    let limit = crate::backend::gate_timeout();
+    let gated = crate::gate_child::gate_in_child(&args.backend, args.threads, Default::default(), limit, &mut |p| {
         if live {
             let mut err = stderr.lock();
-            let _ = write!(err, "\r  [{:>2}/{}] {:<40}", progress.done, progress.total, progress.case);
+            let _ = write!(err, "\r  [{:>2}/{}] {:<40}", p.done, p.total, p.case);
             let _ = err.flush();
+            shown = true;
         }
     });
-    if live {
+    if shown {
         eprintln!();
     }
-    for case in &report.cases {
-        match &case.failure {
-            None if args.verbose => println!("  pass  {:<36} {:>12} MACs", case.name, case.macs),
+    if let Verdict::NotLoadable { why } = &gated.verdict {
+        anyhow::bail!("{why}");
+    }
+    if let Some(loaded) = &gated.loaded {
+        let text = |key: &str| loaded[key].as_str().unwrap_or("?").to_string();
+        println!("gate: backend `{}` from {}", text("name"), text("path"));
+        println!("      {}", text("description"));
+        println!("      device: {}", text("device"));
+    }
+    let report = gated.report.as_ref();
+    for case in report.and_then(|r| r["cases"].as_array()).into_iter().flatten() {
+        let name = case["name"].as_str().unwrap_or("?");
+        match case["failure"].as_str() {
+            None if args.verbose => println!("  pass  {:<36} {:>12} MACs", name, case["macs"]),
             None => {}
-            Some(failure) => println!("  FAIL  {:<36} {failure}", case.name),
+            Some(failure) => println!("  FAIL  {name:<36} {failure}"),
         }
     }
-    if let Some(reason) = &report.aborted {
+    if let Some(reason) = report.and_then(|r| r["aborted"].as_str()) {
         println!("  gate aborted: {reason}");
     }
-    let probe = report.probe_hash.map_or("none".to_string(), |h| format!("{h:#010x}"));
-    println!("probe hash: {probe} (reference {:#010x})", report.reference_probe_hash);
-    println!("{}", report.verdict_line());
-    Ok(if report.admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    if let Some(report) = report {
+        let probe = report["probe_hash"].as_u64().map_or("none".to_string(), |h| format!("{h:#010x}"));
+        println!("probe hash: {probe} (reference {:#010x})", report["reference_probe_hash"].as_u64().unwrap_or(0));
+    }
+    println!("{}", gated.verdict_line);
+    Ok(if gated.verdict.is_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

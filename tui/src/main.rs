@@ -14,6 +14,7 @@ mod bench_wan;
 mod console;
 mod demo;
 mod gate;
+mod gate_child;
 mod headless;
 mod infer;
 mod node;
@@ -38,6 +39,10 @@ struct Cli {
     /// an output, never a bit; benchmarks sweep it).
     #[arg(long, global = true, env = "LOCKSTEP_GPU_TILE", value_parser = backend::parse_tile)]
     gpu_tile: Option<[u32; 5]>,
+    /// Seconds a plugin's gate may take (it runs in a child process, which is killed after
+    /// this and the plugin rejected).
+    #[arg(long, global = true, default_value_t = gate_child::DEFAULT_TIMEOUT_S)]
+    gate_timeout: u64,
 }
 
 #[derive(Subcommand)]
@@ -63,12 +68,16 @@ enum Command {
         #[command(subcommand)]
         what: bench::BenchCommand,
     },
+    /// The gate's child process (run by this program itself, see `gate_child.rs`).
+    #[command(hide = true)]
+    GateChild(gate_child::ChildArgs),
 }
 
 fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
     backend::choose_device(backend::DeviceChoice { adapter: cli.gpu_adapter.clone(), tile: cli.gpu_tile });
+    backend::choose_gate_timeout(std::time::Duration::from_secs(cli.gate_timeout));
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Gate(args) => gate::run(args),
@@ -78,6 +87,7 @@ fn main() -> ExitCode {
         Command::Signal(args) => signal::run(args),
         Command::Node(args) => node::run(args),
         Command::Kit(args) => infer::kit_command(args),
+        Command::GateChild(args) => gate_child::child_main(args),
     };
     match result {
         Ok(code) => code,

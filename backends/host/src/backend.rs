@@ -170,6 +170,19 @@ impl Backend {
         if code == status::OK {
             return Ok(());
         }
+        if code == GUARD_HIT {
+            // The plugin wrote outside the output it was given: nothing it says can be
+            // trusted any more.
+            self.poisoned = true;
+            return Err(BackendError {
+                backend: self.name().to_string(),
+                call,
+                status: status::INTERNAL,
+                message: format!(
+                    "the plugin wrote outside the output it was given (the {GUARD_WORDS} guard words after or before it changed)"
+                ),
+            });
+        }
         if code == status::PANIC {
             self.poisoned = true;
         }
@@ -208,9 +221,11 @@ impl Backend {
         );
         let mut error = ErrorStorage::new();
         let gemm = self.plugin.vtable.gemm_f32.expect("checked at load");
-        // SAFETY: buffers are valid for the shape's lengths (asserted) and `c` is exclusive.
-        let code =
-            unsafe { gemm(self.instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), &mut error.buf) };
+        let instance = self.instance;
+        let code = guarded(c, |out| {
+            // SAFETY: buffers are valid for the shape's lengths (asserted) and `out` is exclusive.
+            unsafe { gemm(instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), out, &mut error.buf) }
+        });
         self.finish(CALL, code, &error)
     }
 
@@ -273,9 +288,11 @@ impl Backend {
         const CALL: &str = "buffer_read";
         let read = self.abi2_entry(CALL, self.plugin.vtable.buffer_read)?;
         let mut error = ErrorStorage::new();
-        // SAFETY: `out` is valid and exclusive for its length for the call.
-        let code =
-            unsafe { read(self.instance, handle, offset as u64, out.as_mut_ptr(), out.len() as u64, &mut error.buf) };
+        let (instance, len) = (self.instance, out.len() as u64);
+        let code = guarded(out, |ptr| {
+            // SAFETY: `ptr` is valid and exclusive for `len` words for the call.
+            unsafe { read(instance, handle, offset as u64, ptr, len, &mut error.buf) }
+        });
         self.finish(CALL, code, &error)
     }
 
@@ -335,12 +352,72 @@ impl Backend {
         let mut c = vec![0i32; m * n];
         let mut error = ErrorStorage::new();
         let gemm = self.plugin.vtable.gemm_i8.expect("checked at load");
-        // SAFETY: buffers are valid for the shape's lengths and `c` is exclusive.
-        let code =
-            unsafe { gemm(self.instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), &mut error.buf) };
+        let instance = self.instance;
+        let code = guarded(&mut c, |out| {
+            // SAFETY: buffers are valid for the shape's lengths and `out` is exclusive.
+            unsafe { gemm(instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), out, &mut error.buf) }
+        });
         self.finish(CALL, code, &error)?;
         Ok(c)
     }
+}
+
+/// Words of canary on either side of every output a plugin writes.
+const GUARD_WORDS: usize = 16;
+/// Not a status any plugin may return: [`guarded`]'s report of a changed canary.
+const GUARD_HIT: i32 = i32::MIN;
+
+/// A 32-bit output word, compared by its bits (a NaN canary must equal itself).
+trait Word: Copy {
+    fn to_word(self) -> u32;
+    fn from_word(word: u32) -> Self;
+}
+
+impl Word for f32 {
+    fn to_word(self) -> u32 {
+        self.to_bits()
+    }
+    fn from_word(word: u32) -> Self {
+        f32::from_bits(word)
+    }
+}
+
+impl Word for i32 {
+    fn to_word(self) -> u32 {
+        self as u32
+    }
+    fn from_word(word: u32) -> Self {
+        word as i32
+    }
+}
+
+impl Word for u32 {
+    fn to_word(self) -> u32 {
+        self
+    }
+    fn from_word(word: u32) -> Self {
+        word
+    }
+}
+
+/// The canary's bits (a NaN with a payload no computation makes).
+const CANARY: u32 = 0x7fc0_dead;
+
+/// Runs `call` on an output with guard words on either side (a copy of `out` in a larger
+/// allocation), copies the result back, and returns the call's status, or [`GUARD_HIT`] when a
+/// guard word changed: a plugin that writes one element past (or before) its output is caught
+/// instead of corrupting the host's memory unseen.
+fn guarded<T: Word>(out: &mut [T], call: impl FnOnce(*mut T) -> i32) -> i32 {
+    let mut padded = vec![T::from_word(CANARY); out.len() + 2 * GUARD_WORDS];
+    padded[GUARD_WORDS..GUARD_WORDS + out.len()].copy_from_slice(out);
+    let code = call(padded[GUARD_WORDS..].as_mut_ptr());
+    let (before, rest) = padded.split_at(GUARD_WORDS);
+    let (inside, after) = rest.split_at(out.len());
+    if before.iter().chain(after).any(|w| w.to_word() != CANARY) {
+        return GUARD_HIT;
+    }
+    out.copy_from_slice(inside);
+    code
 }
 
 impl Drop for Backend {

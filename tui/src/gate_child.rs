@@ -1,0 +1,250 @@
+//! The gate in a child process: a plugin that segfaults, aborts, or hangs while it is gated
+//! becomes a REJECTED verdict naming the signal or the timeout, and the process that asked —
+//! `lockstep gate`, a node, the console in the middle of a hot-swap — keeps running.
+//!
+//! The parent runs `lockstep gate-child NAME …` (this binary, a hidden subcommand) and reads its
+//! stdout, one JSON object per line: `{"loaded": …}` once the plugin is open (or
+//! `{"not-loadable": why}`), `{"progress": …}` before each case, and `{"report": …}` with every
+//! case's outcome and the verdict. What the child's exit says decides the rest: a report and a
+//! clean exit is the verdict; death by a signal, a timeout (the child is killed) or an exit
+//! without a report is a rejection, naming the case that was running.
+//!
+//! Inside the child the gate also guards every output the plugin writes (the host's `Backend`
+//! surrounds each with canary words): a write one element past the output is a rejection too.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lockstep_backends::gate::{run_gate, GateProgress};
+use lockstep_node::verdict::Verdict;
+use serde_json::{json, Value};
+
+use crate::backend::{open_backend, Opening};
+
+/// Seconds a gate may take before its child is killed and the plugin rejected, unless the
+/// command line says otherwise (lavapipe gates a GPU plugin in ~20 s on two cores).
+pub const DEFAULT_TIMEOUT_S: u64 = 300;
+
+/// `lockstep gate-child`: what the parent runs (not for people; hidden from `--help`).
+#[derive(clap::Args)]
+pub struct ChildArgs {
+    backend: String,
+    #[arg(long, default_value_t = 0)]
+    threads: u32,
+    #[arg(long)]
+    hardware_only: bool,
+    #[arg(long)]
+    fresh_copy: bool,
+}
+
+fn emit(value: Value) {
+    // One line each; the parent reads them as they come.
+    println!("{value}");
+}
+
+/// The child's side: open, gate, report; always exit 0 unless the plugin kills the process.
+pub fn child_main(args: ChildArgs) -> anyhow::Result<ExitCode> {
+    let opening = Opening { hardware_only: args.hardware_only, fresh_copy: args.fresh_copy };
+    let (plugin, mut backend) = match open_backend(&args.backend, args.threads, opening) {
+        Ok(pair) => pair,
+        Err(e) => {
+            emit(json!({"not-loadable": format!("{e:#}")}));
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    emit(json!({"loaded": {
+        "name": plugin.name(),
+        "path": plugin.path().display().to_string(),
+        "description": plugin.description(),
+        "device": backend.describe(),
+    }}));
+    let report =
+        run_gate(&mut backend, &mut |p| emit(json!({"progress": {"done": p.done, "total": p.total, "case": p.case}})));
+    let cases: Vec<Value> = report
+        .cases
+        .iter()
+        .map(|c| json!({"name": c.name, "macs": c.macs, "failure": c.failure.as_ref().map(|f| f.to_string())}))
+        .collect();
+    let verdict = report.verdict();
+    emit(json!({"report": {
+        "cases": cases,
+        "aborted": report.aborted,
+        "probe_hash": report.probe_hash,
+        "reference_probe_hash": report.reference_probe_hash,
+        "verdict_line": report.verdict_line(),
+        "verdict": crate::headless::verdict_json(&verdict),
+        "device": backend.describe(),
+    }}));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a gate in a child process found.
+pub struct ChildGate {
+    pub verdict: Verdict,
+    /// The plugin's name, file, description and device, once it loaded.
+    pub loaded: Option<Value>,
+    /// The child's report, when it finished one.
+    pub report: Option<Value>,
+    /// The verdict as one line (the report's, or what the parent saw).
+    pub verdict_line: String,
+}
+
+/// How long a gate may run; `None` for the default.
+pub fn timeout(seconds: Option<u64>) -> Duration {
+    Duration::from_secs(seconds.unwrap_or(DEFAULT_TIMEOUT_S))
+}
+
+/// A signal's usual name.
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+/// Gates `name` in a child process (see the module docs).
+pub fn gate_in_child(
+    name: &str,
+    threads: u32,
+    opening: Opening,
+    limit: Duration,
+    progress: &mut dyn FnMut(GateProgress<'_>),
+) -> ChildGate {
+    let not_loadable = |why: String| ChildGate {
+        verdict_line: format!("NOT LOADABLE: {why}"),
+        verdict: Verdict::NotLoadable { why },
+        loaded: None,
+        report: None,
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return not_loadable(format!("cannot find this program to run the gate in: {e}")),
+    };
+    let mut command = Command::new(exe);
+    command.arg("gate-child").arg(name).arg("--threads").arg(threads.to_string());
+    if opening.hardware_only {
+        command.arg("--hardware-only");
+    }
+    if opening.fresh_copy {
+        command.arg("--fresh-copy");
+    }
+    let device = crate::backend::device_choice();
+    if let Some(adapter) = &device.adapter {
+        command.arg("--gpu-adapter").arg(adapter);
+    }
+    if let Some([tm, tn, wx, wy, kb]) = device.tile {
+        command.arg("--gpu-tile").arg(format!("{tm}x{tn}x{wx}x{wy}x{kb}"));
+    }
+    let mut child = match command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+        Ok(child) => child,
+        Err(e) => return not_loadable(format!("cannot start the gate's process: {e}")),
+    };
+    let stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr_tail = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.contains("XDG_RUNTIME_DIR")).collect();
+        lines[lines.len().saturating_sub(3)..].join(" | ")
+    });
+    let started = Instant::now();
+    let (mut loaded, mut report, mut case, mut timed_out) = (None, None, String::from("loading the plugin"), false);
+    loop {
+        let left = limit.saturating_sub(started.elapsed());
+        match lines.recv_timeout(left.max(Duration::from_millis(1))) {
+            Ok(line) => {
+                let Ok(value) = serde_json::from_str::<Value>(&line) else { continue };
+                if let Some(why) = value.get("not-loadable").and_then(Value::as_str) {
+                    let _ = child.wait();
+                    return not_loadable(why.to_string());
+                }
+                if let Some(p) = value.get("progress") {
+                    case = p["case"].as_str().unwrap_or("?").to_string();
+                    let done = p["done"].as_u64().unwrap_or(0) as usize;
+                    let total = p["total"].as_u64().unwrap_or(0) as usize;
+                    progress(GateProgress { done, total, case: &case });
+                }
+                if let Some(l) = value.get("loaded") {
+                    loaded = Some(l.clone());
+                }
+                if let Some(r) = value.get("report") {
+                    report = Some(r.clone());
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    let status = child.wait();
+    let tail = stderr_tail.join().unwrap_or_default();
+    let name_of = |loaded: &Option<Value>| loaded.as_ref().and_then(|l| l["name"].as_str()).unwrap_or(name).to_string();
+    let rejected = |detail: String| {
+        let line = format!("REJECTED: backend `{}` failed case `{case}`: {detail}", name_of(&loaded));
+        ChildGate {
+            verdict: Verdict::Rejected { case: case.clone(), detail },
+            loaded: loaded.clone(),
+            report: None,
+            verdict_line: line,
+        }
+    };
+    if timed_out {
+        return rejected(format!(
+            "no verdict within {} s: the plugin hung (the gate's process was killed)",
+            limit.as_secs()
+        ));
+    }
+    #[cfg(unix)]
+    if let Ok(Some(signal)) = status.as_ref().map(std::os::unix::process::ExitStatusExt::signal) {
+        return rejected(format!(
+            "the plugin killed the gate's process with {} ({signal}){}",
+            signal_name(signal),
+            if tail.is_empty() { String::new() } else { format!("; it said: {tail}") }
+        ));
+    }
+    match report {
+        Some(report) => {
+            let verdict = verdict_from_json(&report["verdict"]);
+            ChildGate {
+                verdict,
+                loaded,
+                verdict_line: report["verdict_line"].as_str().unwrap_or("").to_string(),
+                report: Some(report),
+            }
+        }
+        None => rejected(format!(
+            "the gate's process ended ({}) without a verdict{}",
+            status.map_or_else(|e| e.to_string(), |s| s.to_string()),
+            if tail.is_empty() { String::new() } else { format!("; it said: {tail}") }
+        )),
+    }
+}
+
+/// The inverse of `headless::verdict_json`.
+fn verdict_from_json(v: &Value) -> Verdict {
+    let text = |key: &str| v[key].as_str().unwrap_or("").to_string();
+    match v["outcome"].as_str() {
+        Some("admitted") => Verdict::Admitted { cases: v["cases"].as_u64().unwrap_or(0) as u32 },
+        Some("rejected") => Verdict::Rejected { case: text("case"), detail: text("detail") },
+        _ => Verdict::NotLoadable { why: text("why") },
+    }
+}
