@@ -25,9 +25,23 @@ pub fn choose_device(choice: DeviceChoice) {
     let _ = DEVICE.set(choice);
 }
 
-/// The command line's device choice.
-pub fn device_choice() -> DeviceChoice {
-    DEVICE.get().cloned().unwrap_or_default()
+/// How a gate's child process opens `threads` instances with `opening` and this process's
+/// device choice.
+pub fn child_options(threads: u32, opening: Opening) -> crate::gate_child::ChildOptions {
+    let device = DEVICE.get().cloned().unwrap_or_default();
+    let mut device_args = Vec::new();
+    if let Some(adapter) = device.adapter {
+        device_args.extend(["--gpu-adapter".to_string(), adapter]);
+    }
+    if let Some([tm, tn, wx, wy, kb]) = device.tile {
+        device_args.extend(["--gpu-tile".to_string(), format!("{tm}x{tn}x{wx}x{wy}x{kb}")]);
+    }
+    crate::gate_child::ChildOptions {
+        threads,
+        hardware_only: opening.hardware_only,
+        fresh_copy: opening.fresh_copy,
+        device_args,
+    }
 }
 
 /// How long a gate may run in its child process (`--gate-timeout`); set once at start-up.
@@ -135,7 +149,7 @@ pub fn admit(
     } else {
         // The gate runs in a child process: a plugin that crashes or hangs there is rejected
         // and this process goes on. Admitted, the plugin is loaded here with the same options.
-        let gated = crate::gate_child::gate_in_child(name, threads, opening, gate_timeout(), progress);
+        let gated = crate::gate_child::gate_in_child(name, &child_options(threads, opening), gate_timeout(), progress);
         let device = gated.loaded.as_ref().and_then(|l| l["device"].as_str()).unwrap_or("?").to_string();
         progress_line(format!("gate: {} ({device})", gated.verdict_line));
         if !gated.verdict.is_admitted() {

@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use lockstep_node::verdict::Verdict;
+use serde_json::{json, Value};
 
 #[derive(clap::Args)]
 pub struct GateArgs {
@@ -24,7 +25,8 @@ pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
     let live = stderr.is_terminal();
     let mut shown = false;
     let limit = crate::backend::gate_timeout();
-    let gated = crate::gate_child::gate_in_child(&args.backend, args.threads, Default::default(), limit, &mut |p| {
+    let options = crate::backend::child_options(args.threads, Default::default());
+    let gated = crate::gate_child::gate_in_child(&args.backend, &options, limit, &mut |p| {
         if live {
             let mut err = stderr.lock();
             let _ = write!(err, "\r  [{:>2}/{}] {:<40}", p.done, p.total, p.case);
@@ -62,4 +64,58 @@ pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
     }
     println!("{}", gated.verdict_line);
     Ok(if gated.verdict.is_admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `lockstep gate-child`: the gate's child process (`gate_child.rs`; hidden from `--help`).
+#[derive(clap::Args)]
+pub struct ChildArgs {
+    backend: String,
+    #[arg(long, default_value_t = 0)]
+    threads: u32,
+    #[arg(long)]
+    hardware_only: bool,
+    #[arg(long)]
+    fresh_copy: bool,
+}
+
+/// The child's side: open, gate, report; always exit 0 unless the plugin kills the process.
+pub fn child_main(args: ChildArgs) -> anyhow::Result<ExitCode> {
+    let opening = crate::backend::Opening { hardware_only: args.hardware_only, fresh_copy: args.fresh_copy };
+    let (plugin, mut backend) = match crate::backend::open_backend(&args.backend, args.threads, opening) {
+        Ok(pair) => pair,
+        Err(e) => {
+            emit(json!({"not-loadable": format!("{e:#}")}));
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    emit(json!({"loaded": {
+        "name": plugin.name(),
+        "path": plugin.path().display().to_string(),
+        "description": plugin.description(),
+        "device": backend.describe(),
+    }}));
+    let report = lockstep_backends::gate::run_gate(&mut backend, &mut |p| {
+        emit(json!({"progress": {"done": p.done, "total": p.total, "case": p.case}}))
+    });
+    let cases: Vec<Value> = report
+        .cases
+        .iter()
+        .map(|c| json!({"name": c.name, "macs": c.macs, "failure": c.failure.as_ref().map(|f| f.to_string())}))
+        .collect();
+    let verdict = report.verdict();
+    emit(json!({"report": {
+        "cases": cases,
+        "aborted": report.aborted,
+        "probe_hash": report.probe_hash,
+        "reference_probe_hash": report.reference_probe_hash,
+        "verdict_line": report.verdict_line(),
+        "verdict": crate::gate_child::verdict_to_json(&verdict),
+        "device": backend.describe(),
+    }}));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn emit(value: Value) {
+    // One line each; the parent reads them as they come.
+    println!("{value}");
 }

@@ -13,72 +13,17 @@
 //! surrounds each with canary words): a write one element past the output is a rejection too.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lockstep_backends::gate::{run_gate, GateProgress};
+use lockstep_backends::gate::GateProgress;
 use lockstep_node::verdict::Verdict;
 use serde_json::{json, Value};
-
-use crate::backend::{open_backend, Opening};
 
 /// Seconds a gate may take before its child is killed and the plugin rejected, unless the
 /// command line says otherwise (lavapipe gates a GPU plugin in ~20 s on two cores).
 pub const DEFAULT_TIMEOUT_S: u64 = 300;
-
-/// `lockstep gate-child`: what the parent runs (not for people; hidden from `--help`).
-#[derive(clap::Args)]
-pub struct ChildArgs {
-    backend: String,
-    #[arg(long, default_value_t = 0)]
-    threads: u32,
-    #[arg(long)]
-    hardware_only: bool,
-    #[arg(long)]
-    fresh_copy: bool,
-}
-
-fn emit(value: Value) {
-    // One line each; the parent reads them as they come.
-    println!("{value}");
-}
-
-/// The child's side: open, gate, report; always exit 0 unless the plugin kills the process.
-pub fn child_main(args: ChildArgs) -> anyhow::Result<ExitCode> {
-    let opening = Opening { hardware_only: args.hardware_only, fresh_copy: args.fresh_copy };
-    let (plugin, mut backend) = match open_backend(&args.backend, args.threads, opening) {
-        Ok(pair) => pair,
-        Err(e) => {
-            emit(json!({"not-loadable": format!("{e:#}")}));
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
-    emit(json!({"loaded": {
-        "name": plugin.name(),
-        "path": plugin.path().display().to_string(),
-        "description": plugin.description(),
-        "device": backend.describe(),
-    }}));
-    let report =
-        run_gate(&mut backend, &mut |p| emit(json!({"progress": {"done": p.done, "total": p.total, "case": p.case}})));
-    let cases: Vec<Value> = report
-        .cases
-        .iter()
-        .map(|c| json!({"name": c.name, "macs": c.macs, "failure": c.failure.as_ref().map(|f| f.to_string())}))
-        .collect();
-    let verdict = report.verdict();
-    emit(json!({"report": {
-        "cases": cases,
-        "aborted": report.aborted,
-        "probe_hash": report.probe_hash,
-        "reference_probe_hash": report.reference_probe_hash,
-        "verdict_line": report.verdict_line(),
-        "verdict": crate::headless::verdict_json(&verdict),
-        "device": backend.describe(),
-    }}));
-    Ok(ExitCode::SUCCESS)
-}
 
 /// What a gate in a child process found.
 pub struct ChildGate {
@@ -110,11 +55,20 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
+/// How the child opens the plugin: `backend::Opening`'s flags and the device choice, as the
+/// child's command line.
+pub struct ChildOptions {
+    pub threads: u32,
+    pub hardware_only: bool,
+    pub fresh_copy: bool,
+    /// `--gpu-adapter …`, `--gpu-tile …` as the asking process has them.
+    pub device_args: Vec<String>,
+}
+
 /// Gates `name` in a child process (see the module docs).
 pub fn gate_in_child(
     name: &str,
-    threads: u32,
-    opening: Opening,
+    options: &ChildOptions,
     limit: Duration,
     progress: &mut dyn FnMut(GateProgress<'_>),
 ) -> ChildGate {
@@ -129,20 +83,14 @@ pub fn gate_in_child(
         Err(e) => return not_loadable(format!("cannot find this program to run the gate in: {e}")),
     };
     let mut command = Command::new(exe);
-    command.arg("gate-child").arg(name).arg("--threads").arg(threads.to_string());
-    if opening.hardware_only {
+    command.arg("gate-child").arg(name).arg("--threads").arg(options.threads.to_string());
+    if options.hardware_only {
         command.arg("--hardware-only");
     }
-    if opening.fresh_copy {
+    if options.fresh_copy {
         command.arg("--fresh-copy");
     }
-    let device = crate::backend::device_choice();
-    if let Some(adapter) = &device.adapter {
-        command.arg("--gpu-adapter").arg(adapter);
-    }
-    if let Some([tm, tn, wx, wy, kb]) = device.tile {
-        command.arg("--gpu-tile").arg(format!("{tm}x{tn}x{wx}x{wy}x{kb}"));
-    }
+    command.args(&options.device_args);
     let mut child = match command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
         Ok(child) => child,
         Err(e) => return not_loadable(format!("cannot start the gate's process: {e}")),
@@ -239,7 +187,16 @@ pub fn gate_in_child(
     }
 }
 
-/// The inverse of `headless::verdict_json`.
+/// A verdict as the child reports it (`outcome` and its fields).
+pub fn verdict_to_json(verdict: &Verdict) -> Value {
+    match verdict {
+        Verdict::Admitted { cases } => json!({"outcome": "admitted", "cases": cases}),
+        Verdict::Rejected { case, detail } => json!({"outcome": "rejected", "case": case, "detail": detail}),
+        Verdict::NotLoadable { why } => json!({"outcome": "not-loadable", "why": why}),
+    }
+}
+
+/// The inverse of [`verdict_to_json`].
 fn verdict_from_json(v: &Value) -> Verdict {
     let text = |key: &str| v[key].as_str().unwrap_or("").to_string();
     match v["outcome"].as_str() {

@@ -70,7 +70,7 @@ enum Command {
     },
     /// The gate's child process (run by this program itself, see `gate_child.rs`).
     #[command(hide = true)]
-    GateChild(gate_child::ChildArgs),
+    GateChild(gate::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
         Command::Signal(args) => signal::run(args),
         Command::Node(args) => node::run(args),
         Command::Kit(args) => infer::kit_command(args),
-        Command::GateChild(args) => gate_child::child_main(args),
+        Command::GateChild(args) => gate::child_main(args),
     };
     match result {
         Ok(code) => code,
