@@ -13,6 +13,47 @@
  * LockstepOpCall, defined by lockstep_luts::ops (docs/VERIFICATION.md §9); `run_ops` takes a
  * whole step's sequence in one call. A 1.x plugin (table of at most 80 bytes) is a product-only
  * backend.
+ *
+ * THE RULES (what a host may rely on, and so what a plugin must do):
+ * - Required: a non-NULL table whose abi_major is 1 or 2 and whose struct_size covers the
+ *   fields it claims; non-NULL `name` and `description` (static, NUL-terminated UTF-8); non-NULL
+ *   `create`, `destroy`, `describe`, `gemm_f32`, `gemm_i8`; both LOCKSTEP_CAP_GEMM_F32 and
+ *   LOCKSTEP_CAP_GEMM_I8 set. A plugin that lacks any of these is refused at load. Everything
+ *   else is optional: `time_kernel` only with LOCKSTEP_CAP_KERNEL_TIMING; the five ABI 2
+ *   entries only when `ops` is non-zero (then all five are required), and the host hands a
+ *   plugin a training step only when `ops` is LOCKSTEP_OPS_ALL.
+ * - The units: `gemm_f32` is C = A·Bᵀ (A m×k, B n×k, C m×n, all row-major) through the verified
+ *   INT8 units, bit for bit as docs/VERIFICATION.md §1 defines them; `gemm_i8` is the exact
+ *   integer product over the full i8 range, summed in wrapping 32-bit arithmetic. The host gates
+ *   every plugin (docs/VERIFICATION.md §3) and admits only exact ones. Build C with
+ *   -ffp-contract=off (worker-api/examples/c_units.c is a complete, admitted example).
+ * - Errors: every call that can fail returns a LOCKSTEP_* status and may write a UTF-8 message
+ *   into the host's LockstepErrorBuf: at most `capacity` bytes (the host offers 1024), copied
+ *   from the start and cut there (cut on a character boundary), with `len` set to the bytes
+ *   written; no NUL is needed. `describe` writes its description the same way and returns OK.
+ *   A NaN or ±Inf in A or B is refused with LOCKSTEP_NON_FINITE_INPUT, naming the operand and
+ *   index ("in A at index 77").
+ * - A refused call writes nothing: after any status other than LOCKSTEP_OK the output holds
+ *   what it held before (check operands before writing; the Rust export macro does so for every
+ *   Rust plugin). A host keeps its own copy unchanged regardless.
+ * - Zero-sized shapes are valid: m = 0 or n = 0 writes nothing and returns OK; k = 0 writes m×n
+ *   zeros (+0.0 for gemm_f32, 0 for gemm_i8). Pointers of zero-length operands may be NULL or
+ *   dangling and must not be read.
+ * - Outputs: write exactly the m×n elements (or `words` words) asked for, nothing before or
+ *   after; the host surrounds each output with guard words and rejects a plugin that touches them.
+ * - Instances and threads: `create` makes an independent instance; a host calls one instance
+ *   from one thread at a time (never concurrently) but may use different instances on
+ *   different threads at once, and may move an instance between threads, so instances must not
+ *   share mutable state without their own locking, and the plugin keeps no other global mutable
+ *   state. `threads` in LockstepCreateOptions is how many threads the instance may use inside a
+ *   call (0: all available); a plugin may use fewer. Results never depend on it. A host never
+ *   unloads a library (it may load a second copy under another file name for a hot-swap).
+ * - Nothing may unwind or throw across these functions, and a plugin must not exit, abort or
+ *   install signal handlers: the host gates plugins in a child process and rejects one that
+ *   crashes, hangs or writes outside its outputs.
+ * - ABI 2 buffers: handles are non-zero and chosen by the plugin; `buffer_create` gives zeroed
+ *   words; reads and writes outside a buffer, unknown handles and ops that fail Op::check are
+ *   refused with LOCKSTEP_INVALID_ARGUMENT; `buffer_free` of an unknown handle does nothing.
  */
 #ifndef LOCKSTEP_WORKER_H
 #define LOCKSTEP_WORKER_H

@@ -201,6 +201,19 @@ unsafe fn guarded(error: *mut ErrorBuf, body: impl FnOnce() -> Result<(), Worker
     }
 }
 
+/// Non-finite operands are refused before the plugin sees them, so a refused call writes
+/// nothing (the ABI's promise, `include/lockstep_worker.h`), however the plugin splits its work.
+fn refuse_non_finite(a: &[f32], b: &[f32]) -> Result<(), WorkerError> {
+    use lockstep_luts::units::{first_non_finite, Operand, UnitError};
+    for (values, operand) in [(a, Operand::A), (b, Operand::B)] {
+        if let Some(index) = first_non_finite(values) {
+            let error = UnitError::NonFinite { operand, index, bits: values[index].to_bits() };
+            return Err(WorkerError::new(status::NON_FINITE_INPUT, error.to_string()));
+        }
+    }
+    Ok(())
+}
+
 fn invalid(message: impl Into<String>) -> WorkerError {
     WorkerError::new(status::INVALID_ARGUMENT, message)
 }
@@ -313,6 +326,7 @@ unsafe extern "C" fn gemm_f32<W: Worker>(
             let worker = instance::<W>(instance_ptr)?;
             let a = slice(a, elements(m, k)?, "A")?;
             let b = slice(b, elements(n, k)?, "B")?;
+            refuse_non_finite(a, b)?;
             let c = slice_mut(c, elements(m, n)?, "C")?;
             worker.gemm_f32(m as usize, n as usize, k as usize, a, b, c)
         })

@@ -404,7 +404,8 @@ impl Word for u32 {
 const CANARY: u32 = 0x7fc0_dead;
 
 /// Runs `call` on an output with guard words on either side (a copy of `out` in a larger
-/// allocation), copies the result back, and returns the call's status, or [`GUARD_HIT`] when a
+/// allocation), copies the result back if the call succeeded, and returns its status, or
+/// [`GUARD_HIT`] when a
 /// guard word changed: a plugin that writes one element past (or before) its output is caught
 /// instead of corrupting the host's memory unseen.
 fn guarded<T: Word>(out: &mut [T], call: impl FnOnce(*mut T) -> i32) -> i32 {
@@ -416,7 +417,10 @@ fn guarded<T: Word>(out: &mut [T], call: impl FnOnce(*mut T) -> i32) -> i32 {
     if before.iter().chain(after).any(|w| w.to_word() != CANARY) {
         return GUARD_HIT;
     }
-    out.copy_from_slice(inside);
+    // A refused call leaves the host's output as it was, whatever the plugin wrote.
+    if code == status::OK {
+        out.copy_from_slice(inside);
+    }
     code
 }
 

@@ -129,6 +129,44 @@ fn a_wrong_op_is_rejected_by_name() {
     assert!(line.contains("causal_softmax") && line.contains("expected bits 0x"), "{line}");
 }
 
+/// The ABI is implementable from its C header alone: `worker-api/examples/c_units.c`, the units
+/// written in portable C against `lockstep_worker.h` and `docs/VERIFICATION.md`, compiled here
+/// with the system's `cc`, loads as an ABI 2.0 products-only plugin and is admitted by the full
+/// gate; a refused call leaves its output untouched, as the header promises.
+#[test]
+fn a_plugin_written_in_c_from_the_header_is_admitted() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out_dir = std::env::temp_dir().join(format!("lockstep-c-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let library = out_dir.join("libc_units.so");
+    let built = std::process::Command::new("cc")
+        .args(["-std=c11", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("worker-api/include"))
+        .arg(root.join("worker-api/examples/c_units.c"))
+        .arg("-o")
+        .arg(&library)
+        .output()
+        .expect("a C compiler `cc` (Rust links with it)");
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let plugin = load(&library);
+    assert_eq!((plugin.name(), plugin.abi_major(), plugin.abi_minor(), plugin.ops()), ("c-units", 2, 0, 0));
+    let mut backend = plugin.instantiate(0).unwrap();
+    let report = run_gate(&mut backend, &mut |_| {});
+    assert!(report.admitted(), "{}", report.verdict_line());
+    assert_eq!(report.probe_hash, Some(report.reference_probe_hash));
+    // Refused: a NaN in B. The output keeps what it held.
+    let mut c = vec![7.0f32; 6];
+    let b = [1.0, f32::NAN, 1.0];
+    let error = backend.gemm_f32_into(2, 3, 1, &[1.0, 2.0], &b, &mut c).unwrap_err();
+    assert_eq!(error.status, lockstep_worker_api::status::NON_FINITE_INPUT, "{error}");
+    assert!(error.message.contains("in B at index 1"), "{error}");
+    assert_eq!(c, vec![7.0; 6]);
+    // Zero-sized shapes: nothing to write, no error; k = 0 gives zeros.
+    assert_eq!(backend.gemm_f32(0, 3, 4, &[], &[0.5; 12]).unwrap(), Vec::<f32>::new());
+    assert_eq!(backend.gemm_f32(2, 2, 0, &[], &[]).unwrap(), vec![0.0; 4]);
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
 /// A plugin built against ABI 1.2 still loads and is admitted, as a product-only backend: the
 /// host reads nothing past its 1.2 table (the bytes after it claim every op).
 #[test]
