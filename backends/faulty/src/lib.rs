@@ -19,11 +19,25 @@ pub enum Flaw {
     RoundHalfAway,
     /// Sums the block terms last block first.
     ReversedBlocks,
+    /// Picks the block exponent with `≥` where the definition has `>`: a block whose largest
+    /// magnitude is exactly `127 · 2^e` gets `e + 1` (right everywhere but on the boundary).
+    BoundaryExponent,
+    /// Accumulates the raw integer product in f32 (exact until the sums pass 2^24).
+    IntegerSumsInF32,
+    /// Returns the previous result when called again with the same operand addresses and shape
+    /// (a "cache" that assumes buffers are never rewritten in place).
+    CacheByAddress,
+    /// Flushes only the final sum, not each partial sum: a subnormal partial sum survives into
+    /// the next addition.
+    FlushAtEnd,
 }
 
 fn quantize(flaw: Flaw, values: &[f32]) -> (Vec<i8>, i32) {
     let amax_bits = values.iter().map(|v| v.to_bits() & 0x7fff_ffff).max().unwrap_or(0);
     let mut e = block_exponent(amax_bits);
+    if flaw == Flaw::BoundaryExponent && amax_bits >> 23 != 0 && (amax_bits & 0x007f_ffff) | 0x0080_0000 == 127 << 17 {
+        e += 1;
+    }
     let q = match flaw {
         Flaw::SaturatingPairs => {
             // The wrong range: the smallest e with amax ≤ 128 · 2^e.
@@ -42,7 +56,7 @@ fn quantize(flaw: Flaw, values: &[f32]) -> (Vec<i8>, i32) {
             .iter()
             .map(|v| if v.abs() < f32::MIN_POSITIVE { 0 } else { (f64::from(*v) * 2f64.powi(-e)).round() as i8 })
             .collect(),
-        Flaw::F32Accumulation | Flaw::ReversedBlocks => values.iter().map(|v| quantize_value(v.to_bits(), e)).collect(),
+        _ => values.iter().map(|v| quantize_value(v.to_bits(), e)).collect(),
     };
     (q, e)
 }
@@ -74,6 +88,17 @@ pub fn flawed_gemm(
 ) -> Result<(), String> {
     if let Some(i) = a.iter().chain(b).position(|v| !v.is_finite()) {
         return Err(format!("non-finite input at {i}"));
+    }
+    type Cached = Option<((usize, usize, usize, usize, usize), Vec<f32>)>;
+    static LAST: std::sync::Mutex<Cached> = std::sync::Mutex::new(None);
+    let key = (a.as_ptr() as usize, b.as_ptr() as usize, m, n, k);
+    if flaw == Flaw::CacheByAddress {
+        if let Some((seen, out)) = LAST.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            if *seen == key {
+                c.copy_from_slice(out);
+                return Ok(());
+            }
+        }
     }
     let blocks = k.div_ceil(BLOCK);
     let rows = |values: &[f32], count: usize| -> Vec<Vec<(Vec<i8>, i32)>> {
@@ -107,12 +132,34 @@ pub fn flawed_gemm(
             }
             c[i * n + j] = if flaw == Flaw::F32Accumulation {
                 canonicalize(f32_sum)
+            } else if flaw == Flaw::FlushAtEnd {
+                canonicalize(flush_partial(terms.into_iter().fold(0.0, |s, t| s + t)))
             } else {
                 canonicalize(terms.into_iter().fold(0.0, |s, t| flush_partial(s + t)))
             };
         }
     }
+    if flaw == Flaw::CacheByAddress {
+        *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, c.to_vec()));
+    }
     Ok(())
+}
+
+/// The raw integer product with `flaw` (only [`Flaw::IntegerSumsInF32`] changes it).
+pub fn flawed_gemm_i8(flaw: Flaw, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) {
+    if flaw != Flaw::IntegerSumsInF32 {
+        c.copy_from_slice(&lockstep_luts::gemm_i8_nt(m, n, k, a, b));
+        return;
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = 0.0f32;
+            for l in 0..k {
+                sum += f32::from(i16::from(a[i * k + l]) * i16::from(b[j * k + l]));
+            }
+            c[i * n + j] = sum as i32;
+        }
+    }
 }
 
 /// The reference units behind the ABI, correct and slow: the base of the ABI-level fixtures.
@@ -204,7 +251,7 @@ macro_rules! flawed_plugin {
                 b: &[i8],
                 c: &mut [i32],
             ) -> Result<(), WorkerError> {
-                c.copy_from_slice(&lockstep_luts::gemm_i8_nt(m, n, k, a, b));
+                $crate::flawed_gemm_i8($flaw, m, n, k, a, b, c);
                 Ok(())
             }
         }

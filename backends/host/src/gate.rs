@@ -24,6 +24,12 @@ pub enum Input {
     I8 { m: usize, n: usize, k: usize, a: Vec<i8>, b: Vec<i8> },
     /// A non-finite input the plugin must refuse with `NON_FINITE_INPUT`.
     Refuse { m: usize, n: usize, k: usize, a: Vec<f32>, b: Vec<f32> },
+    /// The same call `times` times: every result must be the reference's (no state may leak
+    /// from one call into the next).
+    Repeat { m: usize, n: usize, k: usize, a: Vec<f32>, b: Vec<f32>, times: usize },
+    /// Two calls through the same operand buffers, rewritten in place between them with
+    /// `a2`/`b2` (same addresses, new contents): a plugin that caches by address fails.
+    Reuse { m: usize, n: usize, k: usize, a: Vec<f32>, b: Vec<f32>, a2: Vec<f32>, b2: Vec<f32> },
 }
 
 /// One named case of the battery.
@@ -37,7 +43,11 @@ impl Case {
     /// Multiply-adds the case asks for.
     pub fn macs(&self) -> u64 {
         let (m, n, k) = match &self.input {
-            Input::F32 { m, n, k, .. } | Input::I8 { m, n, k, .. } | Input::Refuse { m, n, k, .. } => (*m, *n, *k),
+            Input::F32 { m, n, k, .. }
+            | Input::I8 { m, n, k, .. }
+            | Input::Refuse { m, n, k, .. }
+            | Input::Reuse { m, n, k, .. } => (*m, *n, *k),
+            Input::Repeat { m, n, k, times, .. } => (*m, *n, *k * *times),
         };
         (m * n * k) as u64
     }
@@ -304,6 +314,81 @@ pub fn battery() -> Vec<Case> {
     let b = ties(n, &mut rng);
     cases.push(f32_case("rounding-ties", m, n, k, a, b));
 
+    // Block scales at their exact boundaries: each block's largest magnitude is 127·2^e, or
+    // one ulp above it (which needs the next exponent) or below it, for exponents across the
+    // range; the other values make every rounding direction appear.
+    let (m, n, k) = (6, 5, 192);
+    let boundary = |rows: usize, rng: &mut SplitMix64| -> Vec<f32> {
+        let mut values = Vec::with_capacity(rows * k);
+        for r in 0..rows {
+            for block in 0..k / 32 {
+                let e = (rng.below(200) as i32 - 100) + (r as i32);
+                let top = 127.0 * f32::from_bits(((127 + e) as u32) << 23);
+                let amax = match (r + block) % 3 {
+                    0 => top,
+                    1 => f32::from_bits(top.to_bits() + 1),
+                    _ => f32::from_bits(top.to_bits() - 1),
+                };
+                let sign = if rng.below(2) == 0 { 1.0 } else { -1.0 };
+                values.push(sign * amax);
+                values.extend((1..32).map(|_| rng.next_signed_unit() * amax));
+            }
+        }
+        values
+    };
+    let a = boundary(m, &mut rng);
+    let b = boundary(n, &mut rng);
+    cases.push(f32_case("block-scale-boundaries", m, n, k, a, b));
+
+    // Long rows whose blocks all share one exponent, while the partial sums are inexact: every
+    // block term is large and of varying sign, so each addition rounds.
+    let (m, n, k) = (3, 4, 8192);
+    let a: Vec<f32> =
+        (0..m * k).map(|i| (64 + (i * 37 % 63) as i32) as f32 * if i % 5 < 2 { -1.0 } else { 1.0 }).collect();
+    let b: Vec<f32> = (0..n * k).map(|i| (64 + (i * 53 % 63) as i32) as f32 * 1.000_000_1).collect();
+    cases.push(f32_case("long-rows-one-exponent", m, n, k, a, b));
+
+    // Outputs that are negative subnormals before the flush, and subnormal partial sums followed
+    // by much smaller terms. Each block holds one non-zero pair, so its term is exactly
+    // `±127·q · 2^(ea+eb)`: block 0 gives ±16129·2^-139 (a normal just above 2^-126), block 1
+    // takes back all but `127·(127 − q)·2^-139` (zero, or a subnormal of either sign, which the
+    // flush turns into +0), block 2 is empty, and block 3 adds either a term below the normal
+    // range (dropped: a plugin that kept the subnormal partial sum ends on it, or on -0) or a
+    // normal one. Rows alternate the sign, columns the amount taken back.
+    let (m, n, k) = (4, 4, 128);
+    let pow2 = |e: i32| f32::from_bits(((127 + e) as u32) << 23);
+    let mut a = vec![0.0f32; m * k];
+    for r in 0..m {
+        let sign = if r % 2 == 0 { 1.0 } else { -1.0 };
+        a[r * k] = sign * 127.0 * pow2(-69);
+        a[r * k + 32] = -sign * 127.0 * pow2(-69);
+        a[r * k + 96] = 127.0 * pow2(if r < 2 { -60 } else { -69 });
+    }
+    let mut b = vec![0.0f32; n * k];
+    for (j, q) in [127.0f32, 126.0, 125.0, 120.0].into_iter().enumerate() {
+        b[j * k] = 127.0 * pow2(-70);
+        b[j * k + 32] = q * pow2(-70);
+        b[j * k + 96] = pow2(-70); // quantizes to 64·2^-76: with a row's -69, a dropped term
+    }
+    cases.push(f32_case("subnormal-partial-sums", m, n, k, a, b));
+
+    // The integer product past 2^24: equal large values over a long k (an f32 accumulator would
+    // round), and the full range at k = 70000 (sums wrap nowhere, but pass 2^24 and 2^31/2).
+    let (m, n, k) = (2, 3, 70_000);
+    let a = vec![127i8; m * k];
+    let mut b = vec![127i8; n * k];
+    b[k..2 * k].fill(-128);
+    cases.push(Case { name: "int8-sums-past-2^24".into(), input: Input::I8 { m, n, k, a, b } });
+
+    // The same call many times, and operand buffers rewritten in place between two calls.
+    let (m, n, k) = (9, 7, 100);
+    let a = scaled_rows(&mut rng, m, k, -5..5);
+    let b = scaled_rows(&mut rng, n, k, -5..5);
+    cases.push(Case { name: "repeated-call".into(), input: Input::Repeat { m, n, k, a, b, times: 25 } });
+    let (a, b) = (scaled_rows(&mut rng, m, k, -5..5), scaled_rows(&mut rng, n, k, -5..5));
+    let (a2, b2) = (scaled_rows(&mut rng, m, k, 10..20), scaled_rows(&mut rng, n, k, -20..-10));
+    cases.push(Case { name: "buffers-reused-in-place".into(), input: Input::Reuse { m, n, k, a, b, a2, b2 } });
+
     // 4. Non-finite inputs must be refused, not computed.
     let (m, n, k) = (2, 3, 40);
     for (name, value, in_a) in
@@ -343,9 +428,64 @@ fn bits(values: &[f32]) -> Vec<u32> {
     values.iter().map(|v| v.to_bits()).collect()
 }
 
-/// Runs the battery through `backend`, reporting progress before each case.
+/// Cases drawn from `seed`, chosen when the gate runs (so a plugin cannot recognise the
+/// battery and answer it from a table): shapes, exponents and values of every kind above, each
+/// case named with the seed so a failure can be replayed (`run_gate_with_phase`).
+pub fn random_phase(seed: u64) -> Vec<Case> {
+    let mut rng = SplitMix64::new(seed);
+    let mut cases = Vec::new();
+    for i in 0..6 {
+        let m = 1 + rng.below(48) as usize;
+        let n = 1 + rng.below(48) as usize;
+        let k = 1 + rng.below(600) as usize;
+        let lo = rng.below(120) as i32 - 70;
+        let hi = lo + 1 + rng.below(40) as i32;
+        let mut a = scaled_rows(&mut rng, m, k, lo..hi);
+        let b = scaled_rows(&mut rng, n, k, -40..40);
+        // Sprinkle the corners: zeros, subnormals, exact block-scale boundaries.
+        for v in a.iter_mut() {
+            match rng.below(16) {
+                0 => *v = 0.0,
+                1 => *v = f32::from_bits(rng.next_u32() & 0x807f_ffff),
+                2 => *v = 127.0 * f32::from_bits(((127 + lo.clamp(-100, 100)) as u32) << 23),
+                _ => {}
+            }
+        }
+        cases.push(f32_case(format!("random-phase-{seed:#x}-{i}-{m}x{n}x{k}"), m, n, k, a, b));
+    }
+    let (m, n, k) = (1 + rng.below(20) as usize, 1 + rng.below(20) as usize, 1 + rng.below(3000) as usize);
+    let a: Vec<i8> = (0..m * k).map(|_| rng.next_i8()).collect();
+    let b: Vec<i8> = (0..n * k).map(|_| rng.next_i8()).collect();
+    cases.push(Case { name: format!("random-phase-{seed:#x}-int8-{m}x{n}x{k}"), input: Input::I8 { m, n, k, a, b } });
+    cases
+}
+
+/// A seed no plugin can know in advance: this process's random hasher keys and the clock.
+fn fresh_phase_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    hasher.write_u128(now);
+    hasher.finish()
+}
+
+/// Runs the battery through `backend`, reporting progress before each case: the fixed cases,
+/// then a random phase from a seed chosen now (named in its cases).
 pub fn run_gate(backend: &mut Backend, progress: &mut dyn FnMut(GateProgress<'_>)) -> GateReport {
-    let cases = battery();
+    run_gate_with_phase(backend, fresh_phase_seed(), progress)
+}
+
+/// [`run_gate`] with the random phase drawn from `phase_seed` (to replay a failure).
+pub fn run_gate_with_phase(
+    backend: &mut Backend,
+    phase_seed: u64,
+    progress: &mut dyn FnMut(GateProgress<'_>),
+) -> GateReport {
+    let mut cases = battery();
+    // The probe stays last (its hash is the report's).
+    let probe = cases.pop().expect("the battery ends with the probe");
+    cases.extend(random_phase(phase_seed));
+    cases.push(probe);
     let mut report = GateReport {
         backend: backend.name().to_string(),
         device: backend.describe(),
@@ -383,6 +523,32 @@ pub fn run_gate(backend: &mut Backend, progress: &mut dyn FnMut(GateProgress<'_>
                     }
                     Err(error) => Some(Failure::CallFailed(error)),
                 }
+            }
+            Input::Repeat { m, n, k, a, b, times } => {
+                let expected = bits(&gemm_nt(*m, *n, *k, a, b).expect("battery inputs are finite"));
+                (0..*times).find_map(|_| match backend.gemm_f32(*m, *n, *k, a, b) {
+                    Ok(actual) => compare(&expected, &bits(&actual), *n),
+                    Err(error) => Some(Failure::CallFailed(error)),
+                })
+            }
+            Input::Reuse { m, n, k, a, b, a2, b2 } => {
+                let (mut a_buf, mut b_buf) = (a.clone(), b.clone());
+                let mut c = vec![0.0f32; m * n];
+                let mut outcome = None;
+                for (next_a, next_b) in [(a, b), (a2, b2)] {
+                    // Same allocations, new contents.
+                    a_buf.copy_from_slice(next_a);
+                    b_buf.copy_from_slice(next_b);
+                    let expected = bits(&gemm_nt(*m, *n, *k, &a_buf, &b_buf).expect("battery inputs are finite"));
+                    outcome = match backend.gemm_f32_into(*m, *n, *k, &a_buf, &b_buf, &mut c) {
+                        Ok(()) => compare(&expected, &bits(&c), *n),
+                        Err(error) => Some(Failure::CallFailed(error)),
+                    };
+                    if outcome.is_some() {
+                        break;
+                    }
+                }
+                outcome
             }
             Input::Refuse { m, n, k, a, b } => match backend.gemm_f32(*m, *n, *k, a, b) {
                 Err(error) if error.status == status::NON_FINITE_INPUT => None,
@@ -573,11 +739,47 @@ mod tests {
             "one-huge-among-tiny",
             "subnormals",
             "rounding-ties",
+            "block-scale-boundaries",
+            "long-rows-one-exponent",
+            "subnormal-partial-sums",
+            "int8-sums-past-2^24",
+            "repeated-call",
+            "buffers-reused-in-place",
             "nan-in-a",
             "probe",
         ] {
             assert!(names.contains(&needed), "battery lacks {needed}");
         }
+        // The subnormal case really produces sums that leave the normal range before a flush,
+        // negative ones among them.
+        let Input::F32 { m, n, k, a, b } =
+            &cases.iter().find(|c| c.name == "subnormal-partial-sums").expect("present").input
+        else {
+            panic!()
+        };
+        let qa = lockstep_luts::units::quantize_rows(a, *m, *k, lockstep_luts::units::Operand::A).unwrap();
+        let qb = lockstep_luts::units::quantize_rows(b, *n, *k, lockstep_luts::units::Operand::B).unwrap();
+        let (mut tiny_partials, mut negative_tiny) = (0, 0);
+        for i in 0..*m {
+            for j in 0..*n {
+                let mut sum = 0.0f32;
+                for blk in 0..qa.blocks {
+                    let acc = lockstep_luts::units::dot_block(qa.block(i, blk), qb.block(j, blk));
+                    let raw = sum + lockstep_luts::units::block_term(acc, qa.exponent(i, blk) + qb.exponent(j, blk));
+                    if raw != 0.0 && raw.abs() < f32::MIN_POSITIVE {
+                        tiny_partials += 1;
+                        negative_tiny += usize::from(raw < 0.0);
+                    }
+                    sum = lockstep_luts::units::flush_partial(raw);
+                }
+            }
+        }
+        assert!(tiny_partials > 0 && negative_tiny > 0, "{tiny_partials} tiny partial sums, {negative_tiny} negative");
+        // The random phase: a seed decides it, and another seed gives other cases.
+        let names_of = |seed| random_phase(seed).iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names_of(7), names_of(7));
+        assert_ne!(names_of(7), names_of(8));
+        assert!(names_of(7).iter().all(|n| n.starts_with("random-phase-0x7-")));
         let max_k = cases
             .iter()
             .filter_map(|c| match &c.input {
@@ -602,6 +804,8 @@ mod tests {
                 }
                 (Input::I8 { a, .. }, Input::I8 { a: a2, .. }) => assert_eq!(a, a2),
                 (Input::Refuse { .. }, Input::Refuse { .. }) => {}
+                (Input::Repeat { a, .. }, Input::Repeat { a: a2, .. }) => assert_eq!(bits(a), bits(a2)),
+                (Input::Reuse { a2, .. }, Input::Reuse { a2: a3, .. }) => assert_eq!(bits(a2), bits(a3)),
                 _ => panic!("battery order changed"),
             }
         }

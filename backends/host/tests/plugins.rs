@@ -52,6 +52,11 @@ fn wrong_arithmetic_is_rejected_with_case_index_and_bits() {
         ("flaw_saturating_pairs", "probe"),
         ("flaw_round_half_away", "rounding-ties"),
         ("flaw_reversed_blocks", "alternating-signs"),
+        // Caught by the stronger battery's cases.
+        ("flaw_boundary_exponent", "block-scale-boundaries"),
+        ("flaw_integer_sums_in_f32", "int8-sums-past-2^24"),
+        ("flaw_cache_by_address", "buffers-reused-in-place"),
+        ("flaw_flush_at_end", "subnormal-partial-sums"),
     ];
     for (name, must_fail) in expectations {
         let plugin = load(&fixture(name));
