@@ -248,47 +248,43 @@ fn mul_wide(a: u32, b: u32) -> vec2<u32> {
     return vec2<u32>((p00 & 0xffffu) | (mid << 16u), p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
 }
 
-// A subnormal significand normalized: (exponent, significand with its leading one at bit 23).
-fn norm_subnormal(sig: u32) -> vec2<i32> {
+// A finite non-zero value's (exponent, significand), the significand with its leading one at
+// bit 23: a normal's biased exponent and mantissa with the implicit one, a subnormal's
+// normalized (SoftFloat's normSubnormalF32Sig).
+fn unpack(a: u32) -> vec2<i32> {
+    let exp = i32((a >> 23u) & 0xffu);
+    let sig = a & MANT;
+    if exp != 0 {
+        return vec2<i32>(exp, i32(sig | 0x00800000u));
+    }
     let shift = i32(countLeadingZeros(sig)) - 8;
     return vec2<i32>(1 - shift, i32(sig << u32(shift)));
 }
 
+fn is_zero(a: u32) -> bool {
+    return (a & 0x7fffffffu) == 0u;
+}
+
 // a · b by the integer routines.
 fn soft_mul(a: u32, b: u32) -> u32 {
-    var exp_a = i32((a >> 23u) & 0xffu);
-    var exp_b = i32((b >> 23u) & 0xffu);
-    var sig_a = a & MANT;
-    var sig_b = b & MANT;
     let sign = (a ^ b) >> 31u;
     if is_nan(a) || is_nan(b) {
         return nan2(a, b);
     }
-    if exp_a == 0xff || exp_b == 0xff {
+    if (a & EXPM) == EXPM || (b & EXPM) == EXPM {
         // Infinity times zero is invalid; times anything else, infinity.
-        if (exp_a == 0 && sig_a == 0u) || (exp_b == 0 && sig_b == 0u) {
+        if is_zero(a) || is_zero(b) {
             return DEFAULT_NAN;
         }
         return (sign << 31u) | POS_INF;
     }
-    if exp_a == 0 {
-        if sig_a == 0u {
-            return sign << 31u;
-        }
-        let n = norm_subnormal(sig_a);
-        exp_a = n.x;
-        sig_a = u32(n.y);
+    if is_zero(a) || is_zero(b) {
+        return sign << 31u;
     }
-    if exp_b == 0 {
-        if sig_b == 0u {
-            return sign << 31u;
-        }
-        let n = norm_subnormal(sig_b);
-        exp_b = n.x;
-        sig_b = u32(n.y);
-    }
-    var exp_z = exp_a + exp_b - 0x7f;
-    let wide = mul_wide((sig_a | 0x00800000u) << 7u, (sig_b | 0x00800000u) << 8u);
+    let ua = unpack(a);
+    let ub = unpack(b);
+    var exp_z = ua.x + ub.x - 0x7f;
+    let wide = mul_wide(u32(ua.y) << 7u, u32(ub.y) << 8u);
     var sig_z = wide.y | select(0u, 1u, wide.x != 0u);
     if sig_z < 0x40000000u {
         exp_z = exp_z - 1;
@@ -330,45 +326,33 @@ fn x_mul(a: u32, b: u32) -> u32 {
 // a / b by long division of the significands (SoftFloat's f32_div, the 64-by-32 division done
 // one quotient bit at a time).
 fn x_div(a: u32, b: u32) -> u32 {
-    var exp_a = i32((a >> 23u) & 0xffu);
-    var exp_b = i32((b >> 23u) & 0xffu);
-    var sig_a = a & MANT;
-    var sig_b = b & MANT;
     let sign = (a ^ b) >> 31u;
     if is_nan(a) || is_nan(b) {
         return nan2(a, b);
     }
-    if exp_a == 0xff {
-        if exp_b == 0xff {
+    if (a & EXPM) == EXPM {
+        if (b & EXPM) == EXPM {
             return DEFAULT_NAN;
         }
         return (sign << 31u) | POS_INF;
     }
-    if exp_b == 0xff {
+    if (b & EXPM) == EXPM {
         return sign << 31u;
     }
-    if exp_b == 0 {
-        if sig_b == 0u {
-            if exp_a == 0 && sig_a == 0u {
-                return DEFAULT_NAN;
-            }
-            return (sign << 31u) | POS_INF;
+    if is_zero(b) {
+        if is_zero(a) {
+            return DEFAULT_NAN;
         }
-        let n = norm_subnormal(sig_b);
-        exp_b = n.x;
-        sig_b = u32(n.y);
+        return (sign << 31u) | POS_INF;
     }
-    if exp_a == 0 {
-        if sig_a == 0u {
-            return sign << 31u;
-        }
-        let n = norm_subnormal(sig_a);
-        exp_a = n.x;
-        sig_a = u32(n.y);
+    if is_zero(a) {
+        return sign << 31u;
     }
-    var exp_z = exp_a - exp_b + 0x7e;
-    sig_a = sig_a | 0x00800000u;
-    sig_b = sig_b | 0x00800000u;
+    let ua = unpack(a);
+    let ub = unpack(b);
+    let sig_a = u32(ua.y);
+    let sig_b = u32(ub.y);
+    var exp_z = ua.x - ub.x + 0x7e;
     // q = floor(sig_a · 2^steps / sig_b), with the quotient's leading one at bit 30.
     var steps = 30u;
     if sig_a < sig_b {
@@ -408,17 +392,11 @@ fn x_sqrt(a: u32) -> u32 {
     if a == POS_INF {
         return a;
     }
-    var exp_a = i32((a >> 23u) & 0xffu);
-    var sig_a = a & MANT;
-    if exp_a == 0 {
-        let n = norm_subnormal(sig_a);
-        exp_a = n.x;
-        sig_a = u32(n.y);
-    }
-    sig_a = sig_a | 0x00800000u;
+    let ua = unpack(a);
+    let sig_a = u32(ua.y);
     // a = sig_a · 2^(e − 23) with e = exp_a − 127; the radicand N = sig_a · 2^s has 49 or 50
     // bits and e − 23 − s is even, so √a = √N · 2^((e − 23 − s) / 2).
-    let e = exp_a - 127;
+    let e = ua.x - 127;
     let s = select(25u, 26u, (e & 1) != 0);
     // Feed N two bits at a time from the top: its 50-bit window is sig_a << (s − 24 + 24)...
     // i.e. the pairs of (sig_a << (s − 24)) over 26 bits, then zeros.
