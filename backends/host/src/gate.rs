@@ -572,7 +572,7 @@ pub fn run_gate_with_phase(
     }
     if report.aborted.is_none() && backend.has_step_ops() {
         progress(GateProgress { done: report.cases.len(), total, case: "training-step ops" });
-        step_ops(backend, &mut report);
+        step_ops(backend, phase_seed, &mut report);
     }
     progress(GateProgress { done: report.cases.len(), total, case: "done" });
     report
@@ -589,9 +589,9 @@ type OpCase = (String, Vec<lockstep_luts::ops::Op>, std::collections::BTreeMap<u
 
 /// ABI 2: whole tiny training steps, each op run on the plugin and on the reference from the
 /// same words and every word it touched compared; then Adam and the hash on adversarial values.
-fn step_ops(backend: &mut Backend, report: &mut GateReport) {
+fn step_ops(backend: &mut Backend, phase_seed: u64, report: &mut GateReport) {
     let mut frees: Vec<u64> = Vec::new();
-    match op_cases(backend, &mut frees) {
+    match op_cases(backend, phase_seed, &mut frees) {
         Ok(cases) => check_op_cases(backend, report, cases),
         Err((name, failure)) => fail_case(report, name, failure),
     }
@@ -607,14 +607,16 @@ fn fail_case(report: &mut GateReport, name: String, failure: Failure) {
 
 /// The op cases of [`step_ops`], their buffers created on the plugin (and listed in `frees`,
 /// whatever happens).
-fn op_cases(backend: &mut Backend, frees: &mut Vec<u64>) -> Result<Vec<OpCase>, (String, Failure)> {
+fn op_cases(backend: &mut Backend, phase_seed: u64, frees: &mut Vec<u64>) -> Result<Vec<OpCase>, (String, Failure)> {
     use lockstep_luts::ops::{Op, Span};
     use lockstep_node::config::ModelConfig;
     use lockstep_node::params::Layout;
     use lockstep_node::program::Program;
     use std::collections::BTreeMap;
 
-    let mut rng = lockstep_luts::rng::SplitMix64::new(0xa812);
+    // The buffers' contents come from the gate's random phase too: the ops meet values nobody
+    // chose in advance (the case names carry the seed).
+    let mut rng = lockstep_luts::rng::SplitMix64::new(0xa812 ^ phase_seed);
     let mut cases: Vec<OpCase> = Vec::new();
     for (i, &(width, context, layers, heads, batch, scale)) in STEP_CASES.iter().enumerate() {
         let layout = Layout::new(ModelConfig { width, context, layers, heads });
@@ -643,7 +645,9 @@ fn op_cases(backend: &mut Backend, frees: &mut Vec<u64>) -> Result<Vec<OpCase>, 
                 .collect();
             memory.insert(buffer, words);
         }
-        cases.push((format!("step-{i} (c={width} t={context} layers={layers} heads={heads} b={batch})"), ops, memory));
+        let name =
+            format!("step-{i} (c={width} t={context} layers={layers} heads={heads} b={batch}, phase {phase_seed:#x})");
+        cases.push((name, ops, memory));
     }
     // Adam and the hash, on values from subnormal to large, of a length no thread split divides.
     let len = 4099usize;
@@ -686,7 +690,7 @@ fn op_cases(backend: &mut Backend, frees: &mut Vec<u64>) -> Result<Vec<OpCase>, 
         },
         Op::Hash { len: len as u32, data: s0(handles[0]), out: Span::new(handles[4], 7) },
     ];
-    cases.push(("adam-and-hash".into(), ops, memory));
+    cases.push((format!("adam-and-hash (phase {phase_seed:#x})"), ops, memory));
     Ok(cases)
 }
 
