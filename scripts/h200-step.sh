@@ -8,16 +8,23 @@
 # Expects, built on the build machine: .devbin/ with stripped `lockstep` and
 # liblockstep_backend_{cpu,lut,dp4a}.so; .gl/ with the Vulkan loader packages (the device
 # README says how). Writes logs to $OUT (or ./h200-out). PARTS picks parts: gate,identity,bench.
+# LOCAL=1 dry-runs it here on lavapipe (no loaders unpacked); SMALL, BIG (model flags), STEPS
+# ("default big"), MEASURE, MEASURE_BIG and BENCH_FLAGS (e.g. --no-torch) shrink it.
 set -uo pipefail
 out=${OUT:-$PWD/h200-out}
 mkdir -p "$out"
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${LOCAL:-}" ]; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
 export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin
 bin=$PWD/.devbin/lockstep
 parts=${PARTS:-gate,identity,bench}
-big=(--width 512 --context 256 --layers 8 --heads 8 --batch 16)
+read -r -a big <<< "${BIG:---width 512 --context 256 --layers 8 --heads 8 --batch 16}"
+read -r -a small <<< "${SMALL:-}"
+read -r -a steps <<< "${STEPS:-200 20}"
+read -r -a bench_flags <<< "${BENCH_FLAGS:-}"
 has() { [[ ",$parts," == *",$1,"* ]]; }
 
 if has gate; then
@@ -49,18 +56,20 @@ if has identity; then
       done
     }
     echo "### bit identity"
-    identity default 200
-    identity big 20 "${big[@]}"
+    identity default "${steps[0]}" "${small[@]}"
+    identity big "${steps[1]}" "${big[@]}"
   } 2>&1 | tee "$out/identity.log"
 fi
 
 if has bench; then
   {
     echo "### bench train, default model"
-    for b in dp4a lut; do timeout 280 "$bin" bench train --backend $b --measure-steps 20 --breakdown 2>&1 | grep -v XDG_RUNTIME; done
+    for b in dp4a lut; do
+      timeout 280 "$bin" bench train --backend $b --measure-steps "${MEASURE:-20}" --breakdown "${small[@]}" "${bench_flags[@]}" 2>&1 | grep -v XDG_RUNTIME
+    done
     echo "### bench train, 25.6M"
     for b in dp4a lut; do
-      timeout 280 "$bin" bench train --backend $b --measure-steps 5 --warmup-steps 1 "${big[@]}" 2>&1 | grep -v XDG_RUNTIME
+      timeout 280 "$bin" bench train --backend $b --measure-steps "${MEASURE_BIG:-5}" --warmup-steps 1 "${big[@]}" "${bench_flags[@]}" 2>&1 | grep -v XDG_RUNTIME
     done
   } 2>&1 | tee "$out/bench.log"
 fi
