@@ -31,6 +31,17 @@ fn gate_admits_cpu() {
     let hashes: Vec<&str> = probe.split([' ', ')']).filter(|w| w.starts_with("0x")).collect();
     assert_eq!(hashes.len(), 2, "{probe}");
     assert_eq!(hashes[0], hashes[1], "{probe}");
+    // The random phase differs from gate to gate, and `--phase` replays one.
+    let phase_cases = |shown: &str| -> Vec<String> {
+        shown.lines().filter(|l| l.contains("random-phase-")).map(str::to_string).collect()
+    };
+    let first = phase_cases(&shown);
+    assert_eq!(first.len(), 7, "{shown}");
+    let again = text(&lockstep(&["gate", "cpu", "--verbose"]));
+    assert_ne!(phase_cases(&again), first, "two gates drew the same random phase");
+    let seed = first[0].split("random-phase-").nth(1).unwrap().split('-').next().unwrap().to_string();
+    let replayed = text(&lockstep(&["gate", "cpu", "--verbose", "--phase", &seed]));
+    assert_eq!(phase_cases(&replayed), first, "--phase {seed}");
 }
 
 #[test]

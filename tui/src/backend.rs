@@ -40,7 +40,7 @@ pub fn child_options(threads: u32, opening: Opening) -> crate::gate_child::Child
         threads,
         hardware_only: opening.hardware_only,
         fresh_copy: opening.fresh_copy,
-        device_args,
+        extra_args: device_args,
     }
 }
 

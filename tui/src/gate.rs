@@ -16,6 +16,18 @@ pub struct GateArgs {
     /// List every case, not only failures.
     #[arg(long, short)]
     verbose: bool,
+    /// Replay the random phase of an earlier gate: its seed, as the case names show it (`0x…`).
+    #[arg(long, value_parser = parse_seed)]
+    phase: Option<u64>,
+}
+
+/// A seed in hex (`0x…`) or decimal.
+fn parse_seed(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|e| format!("`{text}` is not a seed: {e}"))
 }
 
 /// Exit codes: 0 admitted, 1 rejected (a crash or a hang of the plugin included: the gate runs
@@ -25,7 +37,10 @@ pub fn run(args: GateArgs) -> anyhow::Result<ExitCode> {
     let live = stderr.is_terminal();
     let mut shown = false;
     let limit = crate::backend::gate_timeout();
-    let options = crate::backend::child_options(args.threads, Default::default());
+    let mut options = crate::backend::child_options(args.threads, Default::default());
+    if let Some(seed) = args.phase {
+        options.extra_args.extend(["--phase".to_string(), format!("{seed:#x}")]);
+    }
     let gated = crate::gate_child::gate_in_child(&args.backend, &options, limit, &mut |p| {
         if live {
             let mut err = stderr.lock();
@@ -76,6 +91,8 @@ pub struct ChildArgs {
     hardware_only: bool,
     #[arg(long)]
     fresh_copy: bool,
+    #[arg(long, value_parser = parse_seed)]
+    phase: Option<u64>,
 }
 
 /// The child's side: open, gate, report; always exit 0 unless the plugin kills the process.
@@ -94,7 +111,8 @@ pub fn child_main(args: ChildArgs) -> anyhow::Result<ExitCode> {
         "description": plugin.description(),
         "device": backend.describe(),
     }}));
-    let report = lockstep_backends::gate::run_gate(&mut backend, &mut |p| {
+    let phase = args.phase.unwrap_or_else(lockstep_backends::gate::fresh_phase_seed);
+    let report = lockstep_backends::gate::run_gate_with_phase(&mut backend, phase, &mut |p| {
         emit(json!({"progress": {"done": p.done, "total": p.total, "case": p.case}}))
     });
     let cases: Vec<Value> = report

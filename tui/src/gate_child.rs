@@ -61,8 +61,9 @@ pub struct ChildOptions {
     pub threads: u32,
     pub hardware_only: bool,
     pub fresh_copy: bool,
-    /// `--gpu-adapter …`, `--gpu-tile …` as the asking process has them.
-    pub device_args: Vec<String>,
+    /// `--gpu-adapter …`, `--gpu-tile …` as the asking process has them, and anything else
+    /// for the child's command line (`--phase SEED`).
+    pub extra_args: Vec<String>,
 }
 
 /// Gates `name` in a child process (see the module docs).
@@ -90,7 +91,7 @@ pub fn gate_in_child(
     if options.fresh_copy {
         command.arg("--fresh-copy");
     }
-    command.args(&options.device_args);
+    command.args(&options.extra_args);
     let mut child = match command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
         Ok(child) => child,
         Err(e) => return not_loadable(format!("cannot start the gate's process: {e}")),

@@ -461,7 +461,7 @@ pub fn random_phase(seed: u64) -> Vec<Case> {
 }
 
 /// A seed no plugin can know in advance: this process's random hasher keys and the clock.
-fn fresh_phase_seed() -> u64 {
+pub fn fresh_phase_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
