@@ -94,10 +94,12 @@ impl Model {
         }
     }
 
-    /// Runs the forward pass (and the loss against `targets`) in host memory, then `out` reads
-    /// what it needs: evaluation and generation, which change no state.
+    /// Runs the forward pass (and the loss against `targets`), then `out` reads what it needs:
+    /// evaluation and generation, which change no state. On a backend with its own executor the
+    /// pass runs there, in buffers made for the call and freed after it; otherwise in host
+    /// memory. The same bits either way.
     #[allow(clippy::too_many_arguments)]
-    fn on_host<T>(
+    fn run_forward<T>(
         &self,
         gemm: &mut dyn Gemm,
         w: &[f32],
@@ -105,16 +107,27 @@ impl Model {
         targets: &[u32],
         batch: usize,
         seq: usize,
-        out: impl FnOnce(&mut HostDevice<'_>, &Program) -> Result<T, ComputeError>,
+        out: impl FnOnce(&mut dyn Device, &Program) -> Result<T, ComputeError>,
     ) -> Result<T, ComputeError> {
         self.check(Weights::Host(w), tokens, batch, seq);
+        let feed = |device: &mut dyn Device, program: &Program| -> Result<(), ComputeError> {
+            device.write(program.weights, 0, words(w))?;
+            device.write(program.tokens, 0, &token_words(tokens))?;
+            device.write(program.targets, 0, targets)?;
+            device.run(program.forward())
+        };
+        if let Some(device) = gemm.device() {
+            let program = Program::forward_only(device, &self.layout, batch, seq)?;
+            let result = feed(device, &program).and_then(|()| out(device, &program));
+            for &b in program.buffers() {
+                device.free_buffer(b);
+            }
+            return result;
+        }
         let mut memory = HostMemory::default();
         let mut device = HostDevice { memory: &mut memory, gemm };
         let program = Program::forward_only(&mut device, &self.layout, batch, seq)?;
-        device.write(program.weights, 0, words(w))?;
-        device.write(program.tokens, 0, &token_words(tokens))?;
-        device.write(program.targets, 0, targets)?;
-        device.run(program.forward())?;
+        feed(&mut device, &program)?;
         out(&mut device, &program)
     }
 
@@ -127,7 +140,7 @@ impl Model {
         batch: usize,
         seq: usize,
     ) -> Result<Forward, ComputeError> {
-        self.on_host(gemm, w, tokens, &vec![0; tokens.len()], batch, seq, |device, program| {
+        self.run_forward(gemm, w, tokens, &vec![0; tokens.len()], batch, seq, |device, program| {
             let mut logits = vec![0f32; tokens.len() * crate::config::VOCAB];
             device.read(program.logits, 0, words_mut(&mut logits))?;
             Ok(Forward { logits })
@@ -144,7 +157,7 @@ impl Model {
         batch: usize,
         seq: usize,
     ) -> Result<f32, ComputeError> {
-        self.on_host(gemm, w, tokens, &token_words(targets), batch, seq, |device, program| {
+        self.run_forward(gemm, w, tokens, &token_words(targets), batch, seq, |device, program| {
             let mut loss = [0u32];
             device.read(program.loss, 0, &mut loss)?;
             Ok(f32::from_bits(loss[0]))

@@ -36,6 +36,59 @@ fn hashes(trainer: &mut Trainer, steps: u32) -> Vec<u32> {
     (0..steps).map(|_| trainer.step().unwrap().weight_hash).collect()
 }
 
+/// The CPU plugin's products with its own executor hidden: the host runs every other op.
+struct ProductsOnly(Box<dyn Gemm + Send>);
+
+impl Gemm for ProductsOnly {
+    fn gemm_nt(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), lockstep_node::gemm::ComputeError> {
+        self.0.gemm_nt(m, n, k, a, b, c)
+    }
+
+    fn label(&self) -> String {
+        format!("{} (products only)", self.0.label())
+    }
+}
+
+/// Evaluation and the forward pass run on the backend's executor when it has one (buffers made
+/// for the call), on the host otherwise: the same bits.
+#[test]
+fn evaluation_on_the_device_equals_evaluation_on_the_host() {
+    let run = small_run(6);
+    let mut t = trainer(run, units(2));
+    hashes(&mut t, 6);
+    let weights = t.weights().unwrap().to_vec();
+    let model = t.model();
+    let batch = lockstep_node::data::heldout_batches(2, run.batch, run.model.context);
+    let (mut device, mut host) = (units(2), ProductsOnly(units(2)));
+    for b in &batch {
+        let on_device = model.loss(device.as_mut(), &weights, &b.tokens, &b.targets, run.batch, run.model.context);
+        let on_host = model.loss(&mut host, &weights, &b.tokens, &b.targets, run.batch, run.model.context);
+        assert_eq!(on_device.unwrap().to_bits(), on_host.unwrap().to_bits());
+        let logits =
+            |g: &mut dyn Gemm| model.forward(g, &weights, &b.tokens, run.batch, run.model.context).unwrap().logits;
+        let (d, h) = (logits(device.as_mut()), logits(&mut host));
+        assert!(d.iter().zip(&h).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ");
+    }
+    // The trainer's own evaluation (the device path) agrees too.
+    let mean = |g: &mut dyn Gemm| -> f32 {
+        let mut total = 0.0f32;
+        for b in &batch {
+            total += model.loss(g, &weights, &b.tokens, &b.targets, run.batch, run.model.context).unwrap();
+        }
+        total / batch.len() as f32
+    };
+    let expected = mean(&mut host);
+    assert_eq!(t.heldout_loss(2).unwrap().to_bits(), expected.to_bits());
+}
+
 #[test]
 fn same_seed_same_hash_at_every_step_across_runs_and_threads() {
     // Big enough that the plugin really splits work across threads (≥ 2^20 MACs per call).
