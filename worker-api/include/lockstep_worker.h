@@ -53,7 +53,10 @@
  *   crashes, hangs or writes outside its outputs.
  * - ABI 2 buffers: handles are non-zero and chosen by the plugin; `buffer_create` gives zeroed
  *   words; reads and writes outside a buffer, unknown handles and ops that fail Op::check are
- *   refused with LOCKSTEP_INVALID_ARGUMENT; `buffer_free` of an unknown handle does nothing.
+ *   refused with LOCKSTEP_INVALID_ARGUMENT before anything runs; `buffer_free` of an unknown
+ *   handle does nothing. An op that fails while it runs (a token id past the vocabulary, a
+ *   non-finite operand of a product) fails the call naming the op ("op #3 matmul: …"); the ops
+ *   before it have run, and the words it and the ops after it write are undefined.
  */
 #ifndef LOCKSTEP_WORKER_H
 #define LOCKSTEP_WORKER_H

@@ -133,3 +133,94 @@ fn step_ops_match_the_reference_on_the_hardware_path() {
 fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routines() {
     check(true);
 }
+
+/// An op whose output overlaps its input (an in-place GELU, a product written over its own
+/// operand) runs through the reference on host copies: still the reference's bits. Refusals are
+/// typed and leave the instance usable: unknown buffers, ranges past a buffer, views past a
+/// buffer, token ids past the vocabulary, a NaN into the units (named by op).
+#[test]
+fn overlapping_ops_and_bad_requests() {
+    let mut units = GpuUnits::new(Product::Lut, &GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = SplitMix64::new(0x0de7);
+    let len = 3000usize;
+    let h = units.buffer_create(len).unwrap();
+    let words = moderate(&mut rng, len);
+    units.buffer_write(h, 0, &words).unwrap();
+    let mut memory = Memory::new();
+    memory.insert(h, words);
+    let in_place = [
+        Op::Gelu { len: 1000, x: Span::new(h, 0), y: Span::new(h, 0) },
+        Op::Matmul(Matmul {
+            m: 8,
+            n: 8,
+            k: 40,
+            batch: [1, 1],
+            a: MatView::rows(h, 0, 40),
+            b: MatView::rows(h, 320, 40),
+            c: MatView::rows(h, 10, 8), // inside A: written while A is read
+            bias: None,
+            accumulate: true,
+        }),
+    ];
+    for op in &in_place {
+        assert!(op.writes_overlap(), "{op:?}");
+        run_reference(op, &mut memory).unwrap();
+        units.run_ops(std::slice::from_ref(op)).unwrap();
+        let mut actual = vec![0u32; len];
+        units.buffer_read(h, 0, &mut actual).unwrap();
+        let first = actual.iter().zip(&memory[&h]).position(|(a, e)| a != e);
+        assert_eq!(first, None, "{}: first differing word", op.name());
+    }
+
+    // Refusals, each with its reason.
+    let shown = |e: lockstep_gpu::GpuError| e.to_string();
+    assert!(shown(units.buffer_write(999, 0, &[1]).unwrap_err()).contains("does not exist"));
+    assert!(shown(units.buffer_read(h, len - 1, &mut [0, 0]).unwrap_err()).contains("outside buffer"));
+    let past = Op::Gelu { len: 10, x: Span::new(h, len as u32 - 5), y: Span::new(h, 0) };
+    assert!(units.run_ops(&[past]).is_err());
+    let tokens = units.buffer_create(4).unwrap();
+    units.buffer_write(tokens, 0, &[1, 2, 300, 4]).unwrap();
+    let embed = Op::Embed {
+        rows: 4,
+        seq: 2,
+        width: 8,
+        vocab: 256,
+        tokens: Span::new(tokens, 0),
+        tok: Span::new(h, 0),
+        pos: Span::new(h, 0),
+        out: Span::new(h, 2048),
+    };
+    let error = shown(units.run_ops(&[embed]).unwrap_err());
+    assert!(error.contains("op #0 embed") && error.contains("token id"), "{error}");
+    // (The failing op may have written part of its output: the ABI makes no promise for it.)
+    let mut before = vec![0u32; len];
+    units.buffer_read(h, 0, &mut before).unwrap();
+    let nan = units.buffer_create(64).unwrap();
+    units.buffer_write(nan, 0, &[0x7fc0_0000; 64]).unwrap();
+    let product = Op::Matmul(Matmul {
+        m: 1,
+        n: 1,
+        k: 64,
+        batch: [1, 1],
+        a: MatView::rows(nan, 0, 64),
+        b: MatView::rows(h, 0, 64),
+        c: MatView::rows(tokens, 0, 1),
+        bias: None,
+        accumulate: false,
+    });
+    let gelu = Op::Gelu { len: 4, x: Span::new(h, 0), y: Span::new(h, 2900) };
+    let error = shown(units.run_ops(&[gelu, product]).unwrap_err());
+    assert!(error.contains("op #1 matmul") && error.contains("non-finite"), "{error}");
+    // Still usable; the first op of that call ran (its words changed), nothing else of `h` did.
+    let mut after = vec![0u32; len];
+    units.buffer_read(h, 0, &mut after).unwrap();
+    assert!(after[..2900] == before[..2900] && after[2904..] == before[2904..]);
+    let mut expected = Memory::new();
+    expected.insert(h, before.clone());
+    run_reference(&gelu, &mut expected).unwrap();
+    assert!(after[2900..2904] == expected[&h][2900..2904]);
+    let empty = units.buffer_create(0).unwrap();
+    units.buffer_write(empty, 0, &[]).unwrap();
+    units.buffer_free(empty);
+    units.buffer_free(empty); // unknown handles are ignored
+}
