@@ -36,24 +36,20 @@ impl Adam {
         Self { m: vec![0.0; len], v: vec![0.0; len], beta1_power: 1.0, beta2_power: 1.0, t: 0 }
     }
 
-    /// The scalars of the state (`t` and the running powers) without the moments.
-    pub fn clone_scalars(&self) -> Adam {
-        Adam { m: Vec::new(), v: Vec::new(), beta1_power: self.beta1_power, beta2_power: self.beta2_power, t: self.t }
+    /// The next update's bias corrections `(1 − β1ᵗ, 1 − β2ᵗ)`, without counting it: the scalar
+    /// half of [`Adam::update`], for an update whose element-wise half runs elsewhere (a
+    /// device's `adam` op, on moments kept there), which [`Adam::advance`] then counts.
+    pub fn next_corrections(&self) -> (f32, f32) {
+        (1.0 - self.beta1_power * BETA1, 1.0 - self.beta2_power * BETA2)
     }
 
-    /// Takes `other`'s scalars (after an update whose element-wise half ran elsewhere).
-    pub fn take_scalars(&mut self, other: &Adam) {
-        (self.beta1_power, self.beta2_power, self.t) = (other.beta1_power, other.beta2_power, other.t);
-    }
-
-    /// Counts one more update and returns its bias corrections `(1 − β1ᵗ, 1 − β2ᵗ)`: the
-    /// scalar half of [`Adam::update`], for an update whose element-wise half runs elsewhere (a
-    /// device's `adam` op, on moments kept there).
+    /// Counts one more update and returns its bias corrections (see [`Adam::next_corrections`]).
     pub fn advance(&mut self) -> (f32, f32) {
+        let corrections = self.next_corrections();
         self.t += 1;
         self.beta1_power *= BETA1;
         self.beta2_power *= BETA2;
-        (1.0 - self.beta1_power, 1.0 - self.beta2_power)
+        corrections
     }
 
     /// One update of `weights` from `grad` at learning rate `lr`, split over `threads` threads

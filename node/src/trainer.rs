@@ -310,10 +310,10 @@ impl Trainer {
         let lr = schedule(self.run.lr, self.step, self.run.steps);
         match self.on_device {
             Some(_) => {
-                let mut adam = self.adam.clone_scalars();
-                let (correction1, correction2) = adam.advance();
+                // Counted only once the device has done it: a failed update changes nothing.
+                let (correction1, correction2) = self.adam.next_corrections();
                 let hash = self.model.adam_on_device(self.gemm.as_mut(), grad, lr, correction1, correction2)?;
-                self.adam.take_scalars(&adam);
+                self.adam.advance();
                 self.on_device = Some(OnDevice { weights_on_host: false, moments_on_host: false, hash: Some(hash) });
             }
             None => self.adam.update(&mut self.weights, grad, lr, self.gemm.threads()),
