@@ -35,12 +35,13 @@
  *   index ("in A at index 77").
  * - A refused call writes nothing: after any status other than LOCKSTEP_OK the output holds
  *   what it held before (check operands before writing; the Rust export macro does so for every
- *   Rust plugin). A host keeps its own copy unchanged regardless.
+ *   Rust plugin). While it gates a plugin, Lockstep's host also keeps its own copy unchanged.
  * - Zero-sized shapes are valid: m = 0 or n = 0 writes nothing and returns OK; k = 0 writes m×n
  *   zeros (+0.0 for gemm_f32, 0 for gemm_i8). Pointers of zero-length operands may be NULL or
  *   dangling and must not be read.
  * - Outputs: write exactly the m×n elements (or `words` words) asked for, nothing before or
- *   after; the host surrounds each output with guard words and rejects a plugin that touches them.
+ *   after; while it gates a plugin the host surrounds each output with guard words and rejects
+ *   a plugin that touches them.
  * - Instances and threads: `create` makes an independent instance; a host calls one instance
  *   from one thread at a time (never concurrently) but may use different instances on
  *   different threads at once, and may move an instance between threads, so instances must not

@@ -34,6 +34,8 @@ pub struct Backend {
     poisoned: bool,
     /// Tells instances apart for the node's step buffers.
     id: u64,
+    /// Surround every output with guard words ([`guarded`]): on while the gate runs.
+    guard_outputs: bool,
 }
 
 // SAFETY: the ABI lets an instance move between threads as long as one thread uses it at a
@@ -123,7 +125,13 @@ impl Plugin {
         if instance.is_null() {
             return Err(fail(status::INTERNAL, "create returned OK but no instance".into()));
         }
-        Ok(Backend { plugin: self.clone(), instance, poisoned: false, id: lockstep_node::device::new_instance_id() })
+        Ok(Backend {
+            plugin: self.clone(),
+            instance,
+            poisoned: false,
+            id: lockstep_node::device::new_instance_id(),
+            guard_outputs: false,
+        })
     }
 }
 
@@ -222,11 +230,17 @@ impl Backend {
         let mut error = ErrorStorage::new();
         let gemm = self.plugin.vtable.gemm_f32.expect("checked at load");
         let instance = self.instance;
-        let code = guarded(c, |out| {
+        let code = guarded(self.guard_outputs, c, |out| {
             // SAFETY: buffers are valid for the shape's lengths (asserted) and `out` is exclusive.
             unsafe { gemm(instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), out, &mut error.buf) }
         });
         self.finish(CALL, code, &error)
+    }
+
+    /// Guard every output with canary words (while gating: [`crate::gate::run_gate`] turns it
+    /// on for its calls and back off).
+    pub fn set_output_guards(&mut self, on: bool) {
+        self.guard_outputs = on;
     }
 
     /// Unique in this process.
@@ -289,7 +303,7 @@ impl Backend {
         let read = self.abi2_entry(CALL, self.plugin.vtable.buffer_read)?;
         let mut error = ErrorStorage::new();
         let (instance, len) = (self.instance, out.len() as u64);
-        let code = guarded(out, |ptr| {
+        let code = guarded(self.guard_outputs, out, |ptr| {
             // SAFETY: `ptr` is valid and exclusive for `len` words for the call.
             unsafe { read(instance, handle, offset as u64, ptr, len, &mut error.buf) }
         });
@@ -353,7 +367,7 @@ impl Backend {
         let mut error = ErrorStorage::new();
         let gemm = self.plugin.vtable.gemm_i8.expect("checked at load");
         let instance = self.instance;
-        let code = guarded(&mut c, |out| {
+        let code = guarded(self.guard_outputs, &mut c, |out| {
             // SAFETY: buffers are valid for the shape's lengths and `out` is exclusive.
             unsafe { gemm(instance, m32, n32, k32, a.as_ptr(), b.as_ptr(), out, &mut error.buf) }
         });
@@ -403,12 +417,15 @@ impl Word for u32 {
 /// The canary's bits (a NaN with a payload no computation makes).
 const CANARY: u32 = 0x7fc0_dead;
 
-/// Runs `call` on an output with guard words on either side (a copy of `out` in a larger
-/// allocation), copies the result back if the call succeeded, and returns its status, or
-/// [`GUARD_HIT`] when a
-/// guard word changed: a plugin that writes one element past (or before) its output is caught
-/// instead of corrupting the host's memory unseen.
-fn guarded<T: Word>(out: &mut [T], call: impl FnOnce(*mut T) -> i32) -> i32 {
+/// With `on`, runs `call` on an output with guard words on either side (a copy of `out` in a
+/// larger allocation), copies the result back if the call succeeded, and returns its status, or
+/// [`GUARD_HIT`] when a guard word changed: a plugin that writes one element past (or before)
+/// its output is caught instead of corrupting the host's memory unseen. Without, `call` writes
+/// `out` itself (no copy on the hot path of an admitted plugin).
+fn guarded<T: Word>(on: bool, out: &mut [T], call: impl FnOnce(*mut T) -> i32) -> i32 {
+    if !on {
+        return call(out.as_mut_ptr());
+    }
     let mut padded = vec![T::from_word(CANARY); out.len() + 2 * GUARD_WORDS];
     padded[GUARD_WORDS..GUARD_WORDS + out.len()].copy_from_slice(out);
     let code = call(padded[GUARD_WORDS..].as_mut_ptr());

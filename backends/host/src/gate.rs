@@ -475,12 +475,20 @@ pub fn run_gate(backend: &mut Backend, progress: &mut dyn FnMut(GateProgress<'_>
     run_gate_with_phase(backend, fresh_phase_seed(), progress)
 }
 
-/// [`run_gate`] with the random phase drawn from `phase_seed` (to replay a failure).
+/// [`run_gate`] with the random phase drawn from `phase_seed` (to replay a failure). Every
+/// output the plugin writes meanwhile sits between guard words (`Backend::set_output_guards`).
 pub fn run_gate_with_phase(
     backend: &mut Backend,
     phase_seed: u64,
     progress: &mut dyn FnMut(GateProgress<'_>),
 ) -> GateReport {
+    backend.set_output_guards(true);
+    let report = gate_guarded(backend, phase_seed, progress);
+    backend.set_output_guards(false);
+    report
+}
+
+fn gate_guarded(backend: &mut Backend, phase_seed: u64, progress: &mut dyn FnMut(GateProgress<'_>)) -> GateReport {
     let mut cases = battery();
     // The probe stays last (its hash is the report's).
     let probe = cases.pop().expect("the battery ends with the probe");
