@@ -534,34 +534,48 @@ impl GpuUnits {
 
     fn bind_group(&self, pipeline: &wgpu::ComputePipeline, kernel_uses_exponents: bool) -> wgpu::BindGroup {
         let b = &self.buffers;
+        let get = |buf: &Option<wgpu::Buffer>| buf.clone().expect("uploaded");
+        if kernel_uses_exponents {
+            let [params, qa, qb, ea, eb, out] = [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out].map(get);
+            return self.unit_group(&params, [&qa, &qb, &ea, &eb], &out);
+        }
         fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
             buf.as_ref().expect("uploaded").as_entire_binding()
         }
-        let params = if kernel_uses_exponents {
-            // The unit kernel's layout takes one record at a dynamic offset.
-            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: b.params.as_ref().expect("uploaded"),
-                offset: 0,
-                size: std::num::NonZeroU64::new(GEMM_PARAMS_BYTES),
-            })
-        } else {
-            whole(&b.params)
-        };
         let mut entries = vec![
-            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: params },
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: whole(&b.params) },
             wgpu::BindGroupEntry { binding: binding::A, resource: whole(&b.a) },
             wgpu::BindGroupEntry { binding: binding::B, resource: whole(&b.b) },
             wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) },
         ];
-        if kernel_uses_exponents {
-            entries.push(wgpu::BindGroupEntry { binding: binding::A_EXP, resource: whole(&b.a_exp) });
-            entries.push(wgpu::BindGroupEntry { binding: binding::B_EXP, resource: whole(&b.b_exp) });
-        }
         if let Some(table) = &self.mul_lut {
             entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
         }
-        let layout = if kernel_uses_exponents { self.gemm_layout.clone() } else { pipeline.get_bind_group_layout(0) };
+        let layout = pipeline.get_bind_group_layout(0);
         self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
+    }
+
+    /// The unit kernel's bind group: its parameter record (at dynamic offsets of `params`), the
+    /// quantized operands and exponents `[qa, qb, ea, eb]`, the output, and the product table.
+    /// One for both paths: an ABI 1 call (`out` is the call's output) and ABI 2's (the arena).
+    fn unit_group(&self, params: &wgpu::Buffer, operands: [&wgpu::Buffer; 4], out: &wgpu::Buffer) -> wgpu::BindGroup {
+        let [qa, qb, ea, eb] = operands;
+        let mut entries = vec![
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(params, GEMM_PARAMS_BYTES) },
+            wgpu::BindGroupEntry { binding: binding::A, resource: qa.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::B, resource: qb.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::A_EXP, resource: ea.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::B_EXP, resource: eb.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::OUT, resource: out.as_entire_binding() },
+        ];
+        if let Some(table) = &self.mul_lut {
+            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
+        }
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &self.gemm_layout,
+            entries: &entries,
+        })
     }
 
     /// Dispatches `kernel` `repeat` times over `groups`, then copies `out_bytes` of the output
@@ -680,13 +694,6 @@ impl GpuUnits {
         self.queue.write_buffer(&params, 0, bytemuck::cast_slice(&records));
         self.queue.write_buffer(&status, 0, bytemuck::cast_slice(&[lockstep_shaders::step_status::CLEAR; 4]));
 
-        fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
-            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer,
-                offset: 0,
-                size: std::num::NonZeroU64::new(size),
-            })
-        }
         let step_group = |q: &wgpu::Buffer, e: &wgpu::Buffer| {
             use step_binding as s;
             self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -704,22 +711,7 @@ impl GpuUnits {
         };
         let group_a = step_group(&q_a, &e_a);
         let group_b = step_group(&q_b, &e_b);
-        let mut gemm_entries = vec![
-            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(&params, GEMM_PARAMS_BYTES) },
-            wgpu::BindGroupEntry { binding: binding::A, resource: q_a.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: binding::B, resource: q_b.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: binding::A_EXP, resource: e_a.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: binding::B_EXP, resource: e_b.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: binding::OUT, resource: arena.as_entire_binding() },
-        ];
-        if let Some(table) = &self.mul_lut {
-            gemm_entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
-        }
-        let group_gemm = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &self.gemm_layout,
-            entries: &gemm_entries,
-        });
+        let group_gemm = self.unit_group(&params, [&q_a, &q_b, &e_a, &e_b], &arena);
 
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
@@ -778,6 +770,11 @@ impl GpuUnits {
         self.run(Kernel::GemmUnits, groups, repeat, out_bytes, &mut [])?;
         Ok(start.elapsed().as_secs_f64() / repeat as f64)
     }
+}
+
+/// One `size`-byte parameter record of `buffer`, bound at a dynamic offset.
+fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: std::num::NonZeroU64::new(size) })
 }
 
 /// The unit kernel's record for a plain `m × n` call: one batch, row-major, no flags.

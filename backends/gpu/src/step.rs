@@ -26,6 +26,11 @@ use crate::GpuError;
 /// Arena ranges are multiples of this many words (256 bytes: any alignment a binding wants).
 const ALIGN_WORDS: u64 = 64;
 
+/// Words a buffer of `words` occupies in the arena.
+fn reserved(words: u64) -> u64 {
+    words.max(1).next_multiple_of(ALIGN_WORDS)
+}
+
 /// One buffer's range of the arena, in words.
 #[derive(Clone, Copy, Debug)]
 struct Region {
@@ -73,10 +78,10 @@ impl Arena {
         self.at(Span::new(view.buffer, view.offset))
     }
 
-    /// Reserves `words` (a range of at least one alignment unit) and says where; `grow` is
-    /// called with the new capacity when the device buffer must grow first.
+    /// Reserves `words` (a range of at least one alignment unit): the handle, the range, and
+    /// the capacity the device buffer must first grow to, if it must.
     fn reserve(&mut self, words: u64) -> Result<(Handle, Region, Option<u64>), GpuError> {
-        let rounded = words.max(1).next_multiple_of(ALIGN_WORDS);
+        let rounded = reserved(words);
         let fit = self.free.iter().find(|(_, &len)| len >= rounded).map(|(&s, &l)| (s, l));
         let (start, grow) = match fit {
             Some((start, len)) => {
@@ -110,7 +115,7 @@ impl Arena {
     fn release(&mut self, handle: Handle) {
         if let Some(r) = self.regions.remove(&handle) {
             let mut start = r.start;
-            let mut len = r.len.max(1).next_multiple_of(ALIGN_WORDS);
+            let mut len = reserved(r.len);
             // Merge with the free ranges on either side.
             if let Some((&s, &l)) = self.free.range(..start).next_back() {
                 if s + l == start {
@@ -190,8 +195,7 @@ fn grid(n: u64) -> Result<[u32; 3], GpuError> {
 fn record(words: &[u32], op_index: u32) -> [u32; step_params::WORDS] {
     let mut p = [0u32; step_params::WORDS];
     p[..words.len()].copy_from_slice(words);
-    p[step_params::OP_INDEX] = op_index;
-    p[step_params::ZERO] = 0;
+    p[step_params::OP_INDEX] = op_index; // and word ZERO stays 0
     p
 }
 
@@ -346,7 +350,7 @@ fn plan_matmul(
     Ok(())
 }
 
-/// The error a status word names, `op_base` being the index of the call's first op.
+/// The error a status word names (its op index counts from the call's first op).
 pub(crate) fn status_error(word: u32, ops: &[Op]) -> Option<GpuError> {
     if word == step_status::CLEAR {
         return None;
