@@ -44,35 +44,40 @@ pub const HASH_CHUNK_WORDS: usize = 4096;
 /// The chunked hash of `words`: FNV-1a over the little-endian bytes of each chunk's
 /// [`fnv1a32_u32`], in order (see the module docs). No words: FNV-1a of nothing.
 pub fn chunked_words(words: &[u32]) -> u32 {
-    let chunks: Vec<u32> = words.chunks(HASH_CHUNK_WORDS).map(fnv1a32_u32).collect();
-    fnv1a32_u32(&chunks)
+    chunked(words, 1, fnv1a32_u32)
 }
 
 /// [`chunked_words`] with the chunks hashed on up to `threads` threads (same bits).
 pub fn chunked_words_threaded(words: &[u32], threads: usize) -> u32 {
-    let chunks = words.len().div_ceil(HASH_CHUNK_WORDS);
-    let threads = threads.clamp(1, chunks.max(1));
-    if threads == 1 {
-        return chunked_words(words);
-    }
-    let mut hashes = vec![0u32; chunks];
-    let per = chunks.div_ceil(threads);
-    std::thread::scope(|scope| {
-        for (out, part) in hashes.chunks_mut(per).zip(words.chunks(per * HASH_CHUNK_WORDS)) {
-            scope.spawn(move || {
-                for (h, chunk) in out.iter_mut().zip(part.chunks(HASH_CHUNK_WORDS)) {
-                    *h = fnv1a32_u32(chunk);
-                }
-            });
-        }
-    });
-    fnv1a32_u32(&hashes)
+    chunked(words, threads, fnv1a32_u32)
 }
 
-/// [`chunked_words`] of the bits of `values`.
+/// [`chunked_words`] of the bits of `values`, on up to `threads` threads (no copy of them).
 pub fn chunked_f32(values: &[f32], threads: usize) -> u32 {
-    let words: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
-    chunked_words_threaded(&words, threads)
+    chunked(values, threads, fnv1a32_f32)
+}
+
+/// The chunk hashes of `items` by `hash` (split over up to `threads` threads), then FNV-1a
+/// over them in order.
+fn chunked<T: Sync>(items: &[T], threads: usize, hash: fn(&[T]) -> u32) -> u32 {
+    let chunks = items.len().div_ceil(HASH_CHUNK_WORDS);
+    let mut hashes = vec![0u32; chunks];
+    let per = chunks.div_ceil(threads.clamp(1, chunks.max(1))).max(1);
+    let hash_part = |out: &mut [u32], part: &[T]| {
+        for (h, chunk) in out.iter_mut().zip(part.chunks(HASH_CHUNK_WORDS)) {
+            *h = hash(chunk);
+        }
+    };
+    if per >= chunks {
+        hash_part(&mut hashes, items);
+    } else {
+        std::thread::scope(|scope| {
+            for (out, part) in hashes.chunks_mut(per).zip(items.chunks(per * HASH_CHUNK_WORDS)) {
+                scope.spawn(move || hash_part(out, part));
+            }
+        });
+    }
+    fnv1a32_u32(&hashes)
 }
 
 /// FNV-1a over the little-endian bytes of `words`: [`fnv1a32_f32`] of the f32 values with these
