@@ -53,7 +53,7 @@ pub fn choose_gate_timeout(limit: std::time::Duration) {
 }
 
 pub fn gate_timeout() -> std::time::Duration {
-    GATE_TIMEOUT.get().copied().unwrap_or_else(|| crate::gate_child::timeout(None))
+    GATE_TIMEOUT.get().copied().unwrap_or(std::time::Duration::from_secs(crate::gate_child::DEFAULT_TIMEOUT_S))
 }
 
 /// The options every instance is created with: `threads`, `flags`, and the device choice.

@@ -36,11 +36,6 @@ pub struct ChildGate {
     pub verdict_line: String,
 }
 
-/// How long a gate may run; `None` for the default.
-pub fn timeout(seconds: Option<u64>) -> Duration {
-    Duration::from_secs(seconds.unwrap_or(DEFAULT_TIMEOUT_S))
-}
-
 /// A signal's usual name.
 fn signal_name(signal: i32) -> &'static str {
     match signal {
@@ -188,7 +183,8 @@ pub fn gate_in_child(
     }
 }
 
-/// A verdict as the child reports it (`outcome` and its fields).
+/// A verdict as the child reports it (`outcome` and its fields; the headless stream adds
+/// `text`).
 pub fn verdict_to_json(verdict: &Verdict) -> Value {
     match verdict {
         Verdict::Admitted { cases } => json!({"outcome": "admitted", "cases": cases}),

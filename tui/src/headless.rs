@@ -23,14 +23,9 @@ use crate::node_runtime::{exit_status, prepare, read_checkpoint, MeshArgs, NodeH
 /// A gate verdict as JSON: `outcome` (`admitted`, `rejected`, `not-loadable`), its fields, and
 /// `text`, the sentence a person reads.
 pub fn verdict_json(verdict: &Verdict) -> Value {
-    let text = verdict.to_string();
-    match verdict {
-        Verdict::Admitted { cases } => json!({"outcome": "admitted", "cases": cases, "text": text}),
-        Verdict::Rejected { case, detail } => {
-            json!({"outcome": "rejected", "case": case, "detail": detail, "text": text})
-        }
-        Verdict::NotLoadable { why } => json!({"outcome": "not-loadable", "why": why, "text": text}),
-    }
+    let mut value = crate::gate_child::verdict_to_json(verdict);
+    value["text"] = verdict.to_string().into();
+    value
 }
 
 /// One report as the JSON object `--headless` prints.
