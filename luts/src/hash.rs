@@ -6,8 +6,9 @@
 //! (in parallel, on any number of threads or invocations), then FNV-1a over the chunk hashes'
 //! little-endian bytes, in chunk order.
 
-const OFFSET_BASIS: u32 = 0x811c_9dc5;
-const PRIME: u32 = 0x0100_0193;
+/// FNV-1a 32's offset basis and prime.
+pub const OFFSET_BASIS: u32 = 0x811c_9dc5;
+pub const PRIME: u32 = 0x0100_0193;
 
 /// FNV-1a over `bytes`, 32-bit.
 pub fn fnv1a32(bytes: &[u8]) -> u32 {

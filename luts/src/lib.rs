@@ -13,6 +13,7 @@ pub mod probe;
 pub mod rng;
 pub mod table;
 pub mod units;
+pub mod words;
 
 pub use hash::fnv1a32;
 pub use units::{gemm_i8_nt, gemm_nt, UnitError, BLOCK};

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 
 use lockstep_luts::ops::{self, Handle, Matmul, Op, OpError};
+use lockstep_luts::words::f32s;
 
 use crate::gemm::{AuditFailure, AuditMismatch, ComputeError, Gemm};
 
@@ -189,10 +190,9 @@ impl Device for HostDevice<'_> {
                     op.check(|b| self.memory.buffers.get(&b).map(|v| v.len() as u64)).map_err(op_error)?;
                     self.matmul(mm)?;
                 }
-                _ => match in_place(op, &mut self.memory.buffers) {
-                    Some(result) => result.map_err(op_error)?,
-                    None => ops::run_reference(op, &mut self.memory.buffers).map_err(op_error)?,
-                },
+                // The reference runs on the buffers' own words (no copies unless the op's
+                // writes overlap its reads).
+                _ => ops::run_reference(op, &mut self.memory.buffers).map_err(op_error)?,
             }
         }
         Ok(())
@@ -209,116 +209,6 @@ impl Device for HostDevice<'_> {
     fn instance(&self) -> u64 {
         0
     }
-}
-
-/// f32 values as the words a device holds, without a copy.
-pub(crate) fn words(values: &[f32]) -> &[u32] {
-    // SAFETY: f32 and u32 have the same size and alignment, and every bit pattern is valid for
-    // both; the slice borrows `values` for its lifetime.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u32>(), values.len()) }
-}
-
-/// f32 values as words to read into, without a copy.
-pub(crate) fn words_mut(values: &mut [f32]) -> &mut [u32] {
-    // SAFETY: as in `words`; the slice borrows `values` exclusively for its lifetime.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u32>(), values.len()) }
-}
-
-/// Words as f32, without a copy.
-fn f32s(words: &[u32]) -> &[f32] {
-    // SAFETY: f32 and u32 have the same size and alignment and every bit pattern is valid for
-    // both; the result borrows `words`.
-    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<f32>(), words.len()) }
-}
-
-/// Words as f32 to write, without a copy.
-fn f32s_mut(words: &mut [u32]) -> &mut [f32] {
-    // SAFETY: as in `f32s`; the result borrows `words` exclusively.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<f32>(), words.len()) }
-}
-
-/// Runs the step's hot element-wise ops on host memory in place, through the very slice kernels
-/// `run_reference` calls (so the same bits), without its copies: each output buffer is taken out
-/// of the map while the inputs are read from it. `None` when the op is not one of them or its
-/// outputs share a buffer with another span (the caller runs the reference then).
-fn in_place(op: &Op, buffers: &mut BTreeMap<Handle, Vec<u32>>) -> Option<Result<(), OpError>> {
-    use ops::Span;
-    if let Op::CausalSoftmax { blocks, t, scale, scores } = *op {
-        // In place by definition: one span, read and written.
-        if let Err(e) = op.check(|b| buffers.get(&b).map(|v| v.len() as u64)) {
-            return Some(Err(e));
-        }
-        let len = blocks as usize * t as usize * t as usize;
-        let words = &mut buffers.get_mut(&scores.buffer).expect("checked")[scores.offset as usize..][..len];
-        ops::causal_softmax_rows(t as usize, 0, scale, f32s_mut(words));
-        return Some(Ok(()));
-    }
-    if let Op::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd } = *op {
-        let outputs = [y.buffer, xhat.buffer, rstd.buffer];
-        let distinct = outputs[0] != outputs[1] && outputs[1] != outputs[2] && outputs[0] != outputs[2];
-        if !distinct || [x, gain, bias].iter().any(|s| outputs.contains(&s.buffer)) {
-            return None;
-        }
-        if let Err(e) = op.check(|b| buffers.get(&b).map(|v| v.len() as u64)) {
-            return Some(Err(e));
-        }
-        let (rows, width) = (rows as usize, width as usize);
-        let mut taken = outputs.map(|b| buffers.remove(&b).expect("checked"));
-        let read = |s: Span, len: usize| f32s(&buffers[&s.buffer][s.offset as usize..][..len]);
-        let [ty, th, tr] = &mut taken;
-        ops::layer_norm_rows(
-            width,
-            read(x, rows * width),
-            read(gain, width),
-            read(bias, width),
-            f32s_mut(&mut ty[y.offset as usize..][..rows * width]),
-            f32s_mut(&mut th[xhat.offset as usize..][..rows * width]),
-            f32s_mut(&mut tr[rstd.offset as usize..][..rows]),
-        );
-        for (b, words) in outputs.into_iter().zip(taken) {
-            buffers.insert(b, words);
-        }
-        return Some(Ok(()));
-    }
-    let (inputs, output): (Vec<Span>, Span) = match *op {
-        Op::Gelu { x, y, .. } => (vec![x], y),
-        Op::GeluBackward { dy, x, dx, .. } => (vec![dy, x], dx),
-        Op::CausalSoftmaxBackward { probs, dprobs, dscores, .. } => (vec![probs, dprobs], dscores),
-        Op::BiasGrad { dy, db, .. } => (vec![dy], db),
-        _ => return None,
-    };
-    if inputs.iter().any(|s| s.buffer == output.buffer) {
-        return None;
-    }
-    if let Err(e) = op.check(|b| buffers.get(&b).map(|v| v.len() as u64)) {
-        return Some(Err(e));
-    }
-    let mut out = buffers.remove(&output.buffer).expect("checked");
-    let read = |s: Span, len: usize| f32s(&buffers[&s.buffer][s.offset as usize..][..len]);
-    let at = output.offset as usize;
-    match *op {
-        Op::Gelu { len, x, .. } => {
-            let len = len as usize;
-            ops::gelu_into(read(x, len), f32s_mut(&mut out[at..at + len]));
-        }
-        Op::GeluBackward { len, dy, x, .. } => {
-            let len = len as usize;
-            ops::gelu_backward_into(read(dy, len), read(x, len), f32s_mut(&mut out[at..at + len]));
-        }
-        Op::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, .. } => {
-            let len = blocks as usize * t as usize * t as usize;
-            let (p, dp) = (read(probs, len), read(dprobs, len));
-            ops::causal_softmax_backward_rows(t as usize, 0, scale, p, dp, f32s_mut(&mut out[at..at + len]));
-        }
-        Op::BiasGrad { rows, width, dy, .. } => {
-            let (rows, width) = (rows as usize, width as usize);
-            let dyv = read(dy, rows * width);
-            ops::bias_grad_cols(width, rows, 0..width, dyv, f32s_mut(&mut out[at..at + width]));
-        }
-        _ => unreachable!("matched above"),
-    }
-    buffers.insert(output.buffer, out);
-    Some(Ok(()))
 }
 
 /// Copies of the buffers an op touches, as the reference's memory.

@@ -18,8 +18,9 @@
 use std::sync::Mutex;
 
 use lockstep_luts::ops::Handle;
+use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
-use crate::device::{run_audited, words, words_mut, Audited, Device, HostDevice, HostMemory};
+use crate::device::{run_audited, Audited, Device, HostDevice, HostMemory};
 use crate::gemm::{ComputeError, Gemm};
 use crate::params::Layout;
 use crate::program::Program;
@@ -111,7 +112,7 @@ impl Model {
     ) -> Result<T, ComputeError> {
         self.check(Weights::Host(w), tokens, batch, seq);
         let feed = |device: &mut dyn Device, program: &Program| -> Result<(), ComputeError> {
-            device.write(program.weights, 0, words(w))?;
+            device.write(program.weights, 0, of_f32s(w))?;
             device.write(program.tokens, 0, &token_words(tokens))?;
             device.write(program.targets, 0, targets)?;
             device.run(program.forward())
@@ -142,7 +143,7 @@ impl Model {
     ) -> Result<Forward, ComputeError> {
         self.run_forward(gemm, w, tokens, &vec![0; tokens.len()], batch, seq, |device, program| {
             let mut logits = vec![0f32; tokens.len() * crate::config::VOCAB];
-            device.read(program.logits, 0, words_mut(&mut logits))?;
+            device.read(program.logits, 0, of_f32s_mut(&mut logits))?;
             Ok(Forward { logits })
         })
     }
@@ -253,9 +254,9 @@ impl Model {
             });
         }
         let moments = entry.moments.as_ref().expect("just filled");
-        device.write(entry.program.weights, 0, words(w))?;
-        device.write(moments.m, 0, words(m))?;
-        device.write(moments.v, 0, words(v))?;
+        device.write(entry.program.weights, 0, of_f32s(w))?;
+        device.write(moments.m, 0, of_f32s(m))?;
+        device.write(moments.v, 0, of_f32s(v))?;
         Ok(())
     }
 
@@ -274,9 +275,9 @@ impl Model {
         let (device, program, moments) = Self::resident(&mut cached, gemm)?;
         let len = u32::try_from(self.layout.len).expect("checked by the run config");
         let at = |h| lockstep_luts::ops::Span::new(h, 0);
-        device.write(program.grads, 0, words(mean))?;
+        device.write(program.grads, 0, of_f32s(mean))?;
         device.run(&[
-            lockstep_luts::ops::Op::Adam {
+            lockstep_luts::ops::Op::Adam(lockstep_luts::ops::Adam {
                 len,
                 weights: at(program.weights),
                 grad: at(program.grads),
@@ -285,8 +286,12 @@ impl Model {
                 lr,
                 correction1,
                 correction2,
-            },
-            lockstep_luts::ops::Op::Hash { len, data: at(program.weights), out: at(moments.hash) },
+            }),
+            lockstep_luts::ops::Op::Hash(lockstep_luts::ops::Hash {
+                len,
+                data: at(program.weights),
+                out: at(moments.hash),
+            }),
         ])?;
         let mut hash = [0u32];
         device.read(moments.hash, 0, &mut hash)?;
@@ -302,10 +307,10 @@ impl Model {
     ) -> Result<(), ComputeError> {
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         let (device, program, held) = Self::resident(&mut cached, gemm)?;
-        device.read(program.weights, 0, words_mut(w))?;
+        device.read(program.weights, 0, of_f32s_mut(w))?;
         if let Some((m, v)) = moments {
-            device.read(held.m, 0, words_mut(m))?;
-            device.read(held.v, 0, words_mut(v))?;
+            device.read(held.m, 0, of_f32s_mut(m))?;
+            device.read(held.v, 0, of_f32s_mut(v))?;
         }
         Ok(())
     }
@@ -340,7 +345,7 @@ impl Model {
             &mut host_device
         };
         if let Weights::Host(w) = w {
-            device.write(program.weights, 0, words(w))?;
+            device.write(program.weights, 0, of_f32s(w))?;
         }
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &token_words(targets))?;
@@ -348,7 +353,7 @@ impl Model {
         let mut loss = [0u32];
         device.read(program.loss, 0, &mut loss)?;
         let mut grads = vec![0f32; self.layout.len];
-        device.read(program.grads, 0, words_mut(&mut grads))?;
+        device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
         Ok((f32::from_bits(loss[0]), grads, audited))
     }
 }

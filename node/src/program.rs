@@ -11,7 +11,7 @@
 //! The sequence computes exactly what the model's definition says (`docs/MODEL.md`); the op
 //! definitions say how every word is rounded.
 
-use lockstep_luts::ops::{Handle, MatView, Matmul, Op, Span};
+use lockstep_luts::ops::{self, Handle, MatView, Matmul, Op, Span};
 
 use crate::config::VOCAB;
 use crate::device::Device;
@@ -178,7 +178,7 @@ impl Program {
                 bias: None,
                 accumulate: false,
             }));
-            ops.push(Op::BiasGrad { rows: nu, width: u(out), dy: s0(dy), db: g(br) });
+            ops.push(Op::BiasGrad(ops::BiasGrad { rows: nu, width: u(out), dy: s0(dy), db: g(br) }));
         };
         // Per (sequence, head) views into `[n, width]` row-major activations, head `h` at
         // column `col + h·hd`: rows are positions.
@@ -193,17 +193,19 @@ impl Program {
             |m, n, k, a, b, c| Op::Matmul(Matmul { m, n, k, batch: batch2, a, b, c, bias: None, accumulate: false });
 
         // LayerNorm of the residual stream `x`.
-        let layer_norm = |gr: &std::ops::Range<usize>, br: &std::ops::Range<usize>, y, xhat, rstd| Op::LayerNorm {
-            rows: nu,
-            width: cu,
-            x: s0(x),
-            gain: w(gr),
-            bias: w(br),
-            y: s0(y),
-            xhat: s0(xhat),
-            rstd: s0(rstd),
+        let layer_norm = |gr: &std::ops::Range<usize>, br: &std::ops::Range<usize>, y, xhat, rstd| {
+            Op::LayerNorm(ops::LayerNorm {
+                rows: nu,
+                width: cu,
+                x: s0(x),
+                gain: w(gr),
+                bias: w(br),
+                y: s0(y),
+                xhat: s0(xhat),
+                rstd: s0(rstd),
+            })
         };
-        let mut forward = vec![Op::Embed {
+        let mut forward = vec![Op::Embed(ops::Embed {
             rows: nu,
             seq: tu,
             width: cu,
@@ -212,7 +214,7 @@ impl Program {
             tok: w(&layout.tok_emb),
             pos: w(&layout.pos_emb),
             out: s0(x),
-        }];
+        })];
         for (lo, lb) in layout.layers.iter().zip(&layers) {
             forward.push(layer_norm(&lo.ln1_g, &lo.ln1_b, lb.h1, lb.ln1_xhat, lb.ln1_rstd));
             forward.push(linear(lb.h1, c, &lo.qkv_w, &lo.qkv_b, 3 * c, lb.qkv, false));
@@ -225,7 +227,12 @@ impl Program {
                 heads_view(lb.qkv, c, 3 * c),
                 blocks(lb.probs),
             ));
-            forward.push(Op::CausalSoftmax { blocks: u(batch * heads), t: tu, scale, scores: s0(lb.probs) });
+            forward.push(Op::CausalSoftmax(ops::CausalSoftmax {
+                blocks: u(batch * heads),
+                t: tu,
+                scale,
+                scores: s0(lb.probs),
+            }));
             forward.push(attn(
                 tu,
                 hdu,
@@ -237,19 +244,19 @@ impl Program {
             forward.push(linear(lb.att, c, &lo.proj_w, &lo.proj_b, c, x, true));
             forward.push(layer_norm(&lo.ln2_g, &lo.ln2_b, lb.h2, lb.ln2_xhat, lb.ln2_rstd));
             forward.push(linear(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, lb.u, false));
-            forward.push(Op::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(lb.gelu) });
+            forward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(lb.gelu) }));
             forward.push(linear(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, x, true));
         }
         forward.push(layer_norm(&layout.lnf_g, &layout.lnf_b, hf, lnf_xhat, lnf_rstd));
         forward.push(linear(hf, c, &layout.head_w, &layout.head_b, VOCAB, logits, false));
-        forward.push(Op::CrossEntropy {
+        forward.push(Op::CrossEntropy(ops::CrossEntropy {
             rows: nu,
             vocab: u(VOCAB),
             logits: s0(logits),
             targets: s0(targets),
             dlogits: s0(dlogits),
             loss: s0(loss),
-        });
+        }));
 
         let forward_len = forward.len();
         let mut ops = forward;
@@ -265,7 +272,7 @@ impl Program {
             let backward = &mut ops;
             linear_backward(hf, c, &layout.head_w, &layout.head_b, VOCAB, dlogits, dh, backward);
             let ln_backward = |dy, xhat, rstd, gr: &std::ops::Range<usize>, br: &std::ops::Range<usize>, accumulate| {
-                Op::LayerNormBackward {
+                Op::LayerNormBackward(ops::LayerNormBackward {
                     rows: nu,
                     width: cu,
                     dy: s0(dy),
@@ -276,13 +283,18 @@ impl Program {
                     dgain: g(gr),
                     dbias: g(br),
                     accumulate,
-                }
+                })
             };
             backward.push(ln_backward(dh, lnf_xhat, lnf_rstd, &layout.lnf_g, &layout.lnf_b, false));
             for (lo, lb) in layout.layers.iter().zip(&layers).rev() {
                 // x = x_mid + mlp(ln2(x_mid))
                 linear_backward(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, dwide, backward);
-                backward.push(Op::GeluBackward { len: u(n * 4 * c), dy: s0(dwide), x: s0(lb.u), dx: s0(du) });
+                backward.push(Op::GeluBackward(ops::GeluBackward {
+                    len: u(n * 4 * c),
+                    dy: s0(dwide),
+                    x: s0(lb.u),
+                    dx: s0(du),
+                }));
                 linear_backward(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, du, dh, backward);
                 backward.push(ln_backward(dh, lb.ln2_xhat, lb.ln2_rstd, &lo.ln2_g, &lo.ln2_b, true));
                 // x_mid = x_in + proj(attn(ln1(x_in)))
@@ -297,14 +309,14 @@ impl Program {
                     heads_view_t(datt, 0, c),
                     heads_view(dqkv, 2 * c, 3 * c),
                 ));
-                backward.push(Op::CausalSoftmaxBackward {
+                backward.push(Op::CausalSoftmaxBackward(ops::CausalSoftmaxBackward {
                     blocks: u(batch * heads),
                     t: tu,
                     scale,
                     probs: s0(lb.probs),
                     dprobs: s0(dp),
                     dscores: s0(ds),
-                });
+                }));
                 backward.push(attn(
                     tu,
                     hdu,
@@ -324,7 +336,7 @@ impl Program {
                 linear_backward(lb.h1, c, &lo.qkv_w, &lo.qkv_b, 3 * c, dqkv, dh, backward);
                 backward.push(ln_backward(dh, lb.ln1_xhat, lb.ln1_rstd, &lo.ln1_g, &lo.ln1_b, true));
             }
-            backward.push(Op::EmbedBackward {
+            backward.push(Op::EmbedBackward(ops::EmbedBackward {
                 rows: nu,
                 seq: tu,
                 width: cu,
@@ -334,7 +346,7 @@ impl Program {
                 dy: s0(dx),
                 dtok: g(&layout.tok_emb),
                 dpos: g(&layout.pos_emb),
-            });
+            }));
         }
         Ok(Program { batch, seq, weights, grads, tokens, targets, loss, logits, ops, forward_len, buffers })
     }

@@ -23,72 +23,74 @@ pub enum Kernel {
     Step(StepKernel),
 }
 
-/// The entry points of `step_ops.wgsl`, one per op of ABI 2 (some ops take two).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StepKernel {
-    /// A product's operand, quantized on the device for [`Kernel::GemmUnits`].
-    Quantize,
-    Embed,
-    EmbedBackward,
-    Gelu,
-    GeluBackward,
-    Adam,
-    LayerNorm,
-    /// LayerNorm's input gradient, one invocation per row.
-    LayerNormBackward,
-    /// LayerNorm's gain and bias gradients, one invocation per column.
-    LayerNormParamGrads,
-    CausalSoftmax,
-    CausalSoftmaxBackward,
-    /// Cross-entropy per row (losses into the scratch buffer) ...
-    CrossEntropy,
-    /// ... and their mean, in one invocation.
-    CrossEntropyMean,
-    BiasGrad,
-    /// The weight hash's chunks, one invocation each (into the scratch buffer) ...
-    HashChunks,
-    /// ... and the hash over them, in one invocation.
-    HashFold,
+/// The entry points of `step_ops.wgsl`: each kernel's name in the enum, its entry point, and its
+/// workgroup width, listed once.
+macro_rules! step_kernels {
+    ($( $(#[doc = $doc:literal])* $kernel:ident $entry:literal $workgroup:expr, )*) => {
+        /// The entry points of `step_ops.wgsl`, one per op of ABI 2 (some ops take two).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum StepKernel {
+            $( $(#[doc = $doc])* $kernel, )*
+        }
+
+        impl StepKernel {
+            pub const ALL: &'static [StepKernel] = &[$(StepKernel::$kernel),*];
+
+            /// The entry point's name.
+            pub fn entry_point(self) -> &'static str {
+                match self { $( StepKernel::$kernel => $entry, )* }
+            }
+
+            /// Workgroup width of the entry point: 256, or 1 for the serial ones.
+            pub fn workgroup(self) -> u32 {
+                match self { $( StepKernel::$kernel => $workgroup, )* }
+            }
+        }
+    };
 }
 
-impl StepKernel {
-    pub const ALL: [StepKernel; 16] = [
-        StepKernel::Quantize,
-        StepKernel::Embed,
-        StepKernel::EmbedBackward,
-        StepKernel::Gelu,
-        StepKernel::GeluBackward,
-        StepKernel::Adam,
-        StepKernel::LayerNorm,
-        StepKernel::LayerNormBackward,
-        StepKernel::LayerNormParamGrads,
-        StepKernel::CausalSoftmax,
-        StepKernel::CausalSoftmaxBackward,
-        StepKernel::CrossEntropy,
-        StepKernel::CrossEntropyMean,
-        StepKernel::BiasGrad,
-        StepKernel::HashChunks,
-        StepKernel::HashFold,
-    ];
-
-    /// Workgroup width of the entry point: 256, or 1 for the serial ones.
-    pub fn workgroup(self) -> u32 {
-        match self {
-            StepKernel::CrossEntropyMean | StepKernel::HashFold => 1,
-            _ => STEP_WORKGROUP,
-        }
-    }
+step_kernels! {
+    /// A product's operand, quantized on the device for [`Kernel::GemmUnits`].
+    Quantize "quantize" STEP_WORKGROUP,
+    Embed "embed" STEP_WORKGROUP,
+    EmbedBackward "embed_backward" STEP_WORKGROUP,
+    Gelu "gelu" STEP_WORKGROUP,
+    GeluBackward "gelu_backward" STEP_WORKGROUP,
+    Adam "adam" STEP_WORKGROUP,
+    LayerNorm "layer_norm" STEP_WORKGROUP,
+    /// LayerNorm's input gradient, one invocation per row.
+    LayerNormBackward "layer_norm_backward" STEP_WORKGROUP,
+    /// LayerNorm's gain and bias gradients, one invocation per column.
+    LayerNormParamGrads "layer_norm_param_grads" STEP_WORKGROUP,
+    CausalSoftmax "causal_softmax" STEP_WORKGROUP,
+    CausalSoftmaxBackward "causal_softmax_backward" STEP_WORKGROUP,
+    /// Cross-entropy per row (losses into the scratch buffer) ...
+    CrossEntropy "cross_entropy" STEP_WORKGROUP,
+    /// ... and their mean, in one invocation.
+    CrossEntropyMean "cross_entropy_mean" 1,
+    BiasGrad "bias_grad" STEP_WORKGROUP,
+    /// The weight hash's chunks, one invocation each (into the scratch buffer) ...
+    HashChunks "hash_chunks" STEP_WORKGROUP,
+    /// ... and the hash over them, in one invocation.
+    HashFold "hash_fold" 1,
 }
 
 /// Invocations per workgroup of the step's parallel kernels (one dimension).
 pub const STEP_WORKGROUP: u32 = 256;
 
-/// The step kernels' uniform record: 64 words, one record per dispatch at a dynamic offset.
+/// The kernels' uniform record (the step kernels' and the unit kernel's): 64 words, one record
+/// per dispatch at a dynamic offset. Words 0 … 23 are the op's ABI params, its buffer offsets
+/// turned into arena addresses (`lockstep_luts::ops::Record`); the WGSL reads them by the names
+/// `generated_ops.wgsl` gives and the words below by `P_FLAGS`, `P_PART`, `P_OP_INDEX`, `P_ZERO`.
 pub mod step_params {
     /// Words in a record.
     pub const WORDS: usize = 64;
     /// Bytes in a record (also the dynamic-offset stride).
     pub const BYTES: u64 = 256;
+    /// The op's flags.
+    pub const FLAGS: usize = 60;
+    /// Which operand a product's quantizer takes (0: A, 1: B).
+    pub const PART: usize = 61;
     /// The word holding the op's index in its call (reported through `status`).
     pub const OP_INDEX: usize = 62;
     /// The word that is always 0 (the contraction barrier's operand).
@@ -192,6 +194,24 @@ const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
+/// The op table's parameter slots and the definitions' constants (generated from
+/// `lockstep_luts::ops`; a test keeps it current).
+const GENERATED_OPS: &str = include_str!("../wgsl/generated_ops.wgsl");
+
+/// The record binding, its reader `pw` and the names of its last words ([`step_params`]).
+fn record_prelude() -> String {
+    use step_params as p;
+    format!(
+        "@group(0) @binding(0) var<uniform> params: array<vec4<u32>, {}>;\n\
+         const P_FLAGS: u32 = {}u;\nconst P_PART: u32 = {}u;\nconst P_OP_INDEX: u32 = {}u;\nconst P_ZERO: u32 = {}u;\n\
+         fn pw(i: u32) -> u32 {{\n    return params[i >> 2u][i & 3u];\n}}\n",
+        p::WORDS / 4,
+        p::FLAGS,
+        p::PART,
+        p::OP_INDEX,
+        p::ZERO
+    )
+}
 
 impl Kernel {
     /// The entry point's name.
@@ -199,24 +219,7 @@ impl Kernel {
         match self {
             Kernel::GemmUnits => "gemm_units",
             Kernel::GemmI8 => "gemm_i8",
-            Kernel::Step(k) => match k {
-                StepKernel::Quantize => "quantize",
-                StepKernel::Embed => "embed",
-                StepKernel::EmbedBackward => "embed_backward",
-                StepKernel::Gelu => "gelu",
-                StepKernel::GeluBackward => "gelu_backward",
-                StepKernel::Adam => "adam",
-                StepKernel::LayerNorm => "layer_norm",
-                StepKernel::LayerNormBackward => "layer_norm_backward",
-                StepKernel::LayerNormParamGrads => "layer_norm_param_grads",
-                StepKernel::CausalSoftmax => "causal_softmax",
-                StepKernel::CausalSoftmaxBackward => "causal_softmax_backward",
-                StepKernel::CrossEntropy => "cross_entropy",
-                StepKernel::CrossEntropyMean => "cross_entropy_mean",
-                StepKernel::BiasGrad => "bias_grad",
-                StepKernel::HashChunks => "hash_chunks",
-                StepKernel::HashFold => "hash_fold",
-            },
+            Kernel::Step(k) => k.entry_point(),
         }
     }
 }
@@ -231,11 +234,11 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     };
     match kernel {
         Kernel::GemmUnits => format!(
-            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{EXACT_F32}\n{GEMM_UNITS}",
-            tile.tm, tile.tn, tile.wx, tile.wy, tile.kb
+            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{GEMM_UNITS}",
+            tile.tm, tile.tn, tile.wx, tile.wy, tile.kb, record_prelude()
         ),
         Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
-        Kernel::Step(_) => format!("{EXACT_F32}\n{STEP_OPS}"),
+        Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{STEP_OPS}", record_prelude()),
     }
 }
 
@@ -288,10 +291,22 @@ mod tests {
         }
     }
 
+    /// The prelude is what the op table says today: when the table changed, this rewrites the
+    /// file and fails, so the next run passes and the change is committed with the table.
+    #[test]
+    fn the_generated_prelude_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/wgsl/generated_ops.wgsl");
+        let fresh = lockstep_luts::ops::generate::wgsl_prelude();
+        if std::fs::read_to_string(path).unwrap_or_default() != fresh {
+            std::fs::write(path, fresh).unwrap();
+            panic!("{path} was stale and has been rewritten from the op table: run the tests again and commit it");
+        }
+    }
+
     #[test]
     fn the_step_module_validates_with_every_entry_point() {
         let module = validate(Kernel::Step(StepKernel::Gelu), Product::Dp4a, TILES[0]);
-        for kernel in StepKernel::ALL {
+        for &kernel in StepKernel::ALL {
             let name = Kernel::Step(kernel).entry_point();
             let entry = module.entry_points.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("{name}"));
             assert_eq!(entry.workgroup_size, [kernel.workgroup(), 1, 1], "{name}");

@@ -21,35 +21,15 @@
 // or consecutive vectors. A stage loads KB blocks between barriers. The
 // prepended constants choose TM, TN, WX, WY, KB.
 
-// Where the outputs go: a batch of `batches` products (the workgroup grid's z; batch z is
-// (z / batch1, z % batch1) and its operands are rows z·m … and z·n … of qa and qb), each
-// element (i, j) of batch (p, q) stored at word `c_offset + p·c_batch0 + q·c_batch1 +
-// i·c_row + j·c_col` of `c`. With FLAG_BIAS the element is `v + c[bias_offset + j]`, with
-// FLAG_ACCUMULATE it is added to what `c` holds: `lockstep_luts::ops::Matmul`, the additions
-// through exact_f32.wgsl (prepended). A plain unit call is one batch, row-major, no flags.
-struct Params {
-    m: u32,
-    n: u32,
-    blocks: u32,
-    batch1: u32,
-    c_offset: u32,
-    c_row: u32,
-    c_col: u32,
-    c_batch0: u32,
-    c_batch1: u32,
-    bias_offset: u32,
-    flags: u32,
-    zero: u32,
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
-    pad3: u32,
-}
-
-const FLAG_BIAS: u32 = 1u;
-const FLAG_ACCUMULATE: u32 = 2u;
-
-@group(0) @binding(0) var<uniform> params: Params;
+// Where the outputs go: the parameters are a matmul op's record (`lockstep_luts::ops::Matmul`,
+// read by the generated names; `pw` and the record's words are prepended), the C view's
+// offset already an address of `c`. A batch of `batches` products (the workgroup grid's z;
+// batch z is (z / batch1, z % batch1) and its operands are rows z·m … and z·n … of qa and qb,
+// quantized on the device from the A and B views, or by the host for a plain unit call), each
+// element (i, j) of batch (p, q) stored at word `c_offset + p·c_batch_stride0 +
+// q·c_batch_stride1 + i·c_row_stride + j·c_col_stride` of `c`. With FLAG_BIAS the element is
+// `v + c[bias + j]`, with FLAG_ACCUMULATE it is added to what `c` holds, the additions through
+// exact_f32.wgsl (prepended). A plain unit call is one batch, row-major, no flags.
 @group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> ea: array<i32>;
@@ -110,13 +90,13 @@ fn gemm_units(
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
-    opaque_zero = params.zero;
+    opaque_zero = pw(P_ZERO);
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
     let tid = lid.y * WX + lid.x;
-    let m = params.m;
-    let n = params.n;
-    let blocks = params.blocks;
+    let m = pw(MATMUL_M);
+    let n = pw(MATMUL_N);
+    let blocks = (pw(MATMUL_K) + 31u) / 32u;
     let row_words = blocks * WORDS;
     // This batch's operand rows.
     let a_rows = wid.z * m;
@@ -262,18 +242,23 @@ fn gemm_units(
         workgroupBarrier();
     }
 
-    let base = params.c_offset + (wid.z / params.batch1) * params.c_batch0 + (wid.z % params.batch1) * params.c_batch1;
+    let batch1 = pw(MATMUL_BATCH1);
+    let base = pw(MATMUL_C_OFFSET) + (wid.z / batch1) * pw(MATMUL_C_BATCH_STRIDE0)
+        + (wid.z % batch1) * pw(MATMUL_C_BATCH_STRIDE1);
+    let c_row = pw(MATMUL_C_ROW_STRIDE);
+    let c_col = pw(MATMUL_C_COL_STRIDE);
+    let flags = pw(P_FLAGS);
     for (var i = 0u; i < TM; i++) {
         let row = row0 + lid.y * TM + i;
         for (var j = 0u; j < TN; j++) {
             let col = col0 + lid.x * TN + j;
             if row < m && col < n {
                 var v = bitcast<u32>(canonicalize(sum[i * TN + j]));
-                let at = base + row * params.c_row + col * params.c_col;
-                if (params.flags & FLAG_BIAS) != 0u {
-                    v = x_add(v, c[params.bias_offset + col]);
+                let at = base + row * c_row + col * c_col;
+                if (flags & FLAG_BIAS) != 0u {
+                    v = x_add(v, c[pw(MATMUL_BIAS) + col]);
                 }
-                if (params.flags & FLAG_ACCUMULATE) != 0u {
+                if (flags & FLAG_ACCUMULATE) != 0u {
                     v = x_add(c[at], v);
                 }
                 c[at] = v;

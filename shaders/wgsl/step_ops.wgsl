@@ -1,10 +1,13 @@
 // The training step's ops (ABI 2, `lockstep_luts::ops`) on plugin-owned buffers.
 //
 // Every buffer of an instance is a range of one arena, `mem` (32-bit words: f32 bits, token
-// ids, hashes), so every kernel binds the same storage and finds its operands by the word
-// offsets in its parameters. Parameters come as 64 words of a uniform record (one per
-// dispatch, at a dynamic offset); word 63 is always 0 and feeds `opaque_zero` (exact_f32.wgsl,
-// prepended), word 62 is the op's index in its call, for `status`.
+// ids, hashes), so every kernel binds the same storage and finds its operands by word
+// addresses in its parameters. Parameters come as 64 words of a uniform record (one per
+// dispatch, at a dynamic offset, `params` and `pw` prepended): words 0 … 23 are the op's ABI
+// params with every buffer offset turned into its arena address, read by the names the op
+// table generates (generated_ops.wgsl, prepended: `pw(LAYER_NORM_WIDTH)`); P_FLAGS holds the
+// op's flags, P_PART which operand a product's quantizer takes, P_OP_INDEX the op's index in its
+// call (for `status`), and P_ZERO is always 0 and feeds `opaque_zero` (exact_f32.wgsl).
 //
 // Each kernel computes an output with the reference's operations in the reference's order,
 // through exact_f32.wgsl: one invocation per element for element-wise ops, per row for row
@@ -20,7 +23,6 @@
 // A kernel that meets a non-finite operand or a token id past the vocabulary records
 // `(op << 4) | kind` with atomicMin in `status[0]`, so the host learns the first op that failed.
 
-@group(0) @binding(0) var<uniform> params: array<vec4<u32>, 16>;
 @group(0) @binding(1) var<storage, read_write> mem: array<u32>;
 @group(0) @binding(2) var<storage, read_write> q: array<u32>;
 @group(0) @binding(3) var<storage, read_write> e: array<i32>;
@@ -30,38 +32,42 @@
 const STATUS_NON_FINITE: u32 = 1u;
 const STATUS_TOKEN: u32 = 2u;
 
-fn pw(i: u32) -> u32 {
-    return params[i >> 2u][i & 3u];
-}
-
 fn fail(kind: u32) {
-    atomicMin(&status[0], (pw(62u) << 4u) | kind);
+    atomicMin(&status[0], (pw(P_OP_INDEX) << 4u) | kind);
 }
 
 // The invocation's index in a dispatch of 256-wide workgroups over a (gx, gy) grid.
 fn begin(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
-    opaque_zero = pw(63u);
+    opaque_zero = pw(P_ZERO);
     return gid.y * groups.x * 256u + gid.x;
 }
 
 // ---- products: the operand quantizer ----
 
-// p0 rows, p1 k, p2 blocks, p3 batch[1], p4 batches, p5 offset, p6 row stride, p7 col stride,
-// p8 batch stride 0, p9 batch stride 1.
+// The matmul's parameter `a` names for its A operand (P_PART 0), `b` for its B operand.
+fn operand(a: u32, b: u32) -> u32 {
+    return pw(select(a, b, pw(P_PART) == 1u));
+}
+
+// One (batch, row, block) of the matmul's A (P_PART 0) or B (P_PART 1) view.
 @compute @workgroup_size(256)
 fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    let rows = pw(0u);
-    let k = pw(1u);
-    let blocks = pw(2u);
-    if i >= pw(4u) * rows * blocks {
+    let rows = operand(MATMUL_M, MATMUL_N);
+    let k = pw(MATMUL_K);
+    let blocks = (k + 31u) / 32u;
+    let batch1 = pw(MATMUL_BATCH1);
+    if i >= pw(MATMUL_BATCH0) * batch1 * rows * blocks {
         return;
     }
     let blk = i % blocks;
     let row = (i / blocks) % rows;
     let z = i / (blocks * rows);
-    let base = pw(5u) + (z / pw(3u)) * pw(8u) + (z % pw(3u)) * pw(9u) + row * pw(6u);
-    let col_stride = pw(7u);
+    let base = operand(MATMUL_A_OFFSET, MATMUL_B_OFFSET)
+        + (z / batch1) * operand(MATMUL_A_BATCH_STRIDE0, MATMUL_B_BATCH_STRIDE0)
+        + (z % batch1) * operand(MATMUL_A_BATCH_STRIDE1, MATMUL_B_BATCH_STRIDE1)
+        + row * operand(MATMUL_A_ROW_STRIDE, MATMUL_B_ROW_STRIDE);
+    let col_stride = operand(MATMUL_A_COL_STRIDE, MATMUL_B_COL_STRIDE);
     let start = blk * 32u;
     let end = min(start + 32u, k);
     var amax = 0u;
@@ -119,115 +125,112 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 
 // ---- element-wise ----
 
-// p0 rows, p1 seq, p2 width, p3 vocab, p4 tokens, p5 tok, p6 pos, p7 out.
 @compute @workgroup_size(256)
 fn embed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    let width = pw(2u);
-    if i >= pw(0u) * width {
+    let width = pw(EMBED_WIDTH);
+    if i >= pw(EMBED_ROWS) * width {
         return;
     }
     let r = i / width;
     let j = i % width;
-    let t = mem[pw(4u) + r];
-    if t >= pw(3u) {
+    let t = mem[pw(EMBED_TOKENS) + r];
+    if t >= pw(EMBED_VOCAB) {
         fail(STATUS_TOKEN);
         return;
     }
-    mem[pw(7u) + i] = x_add(mem[pw(5u) + t * width + j], mem[pw(6u) + (r % pw(1u)) * width + j]);
+    let pos = (r % pw(EMBED_SEQ)) * width + j;
+    mem[pw(EMBED_OUT) + i] = x_add(mem[pw(EMBED_TOK) + t * width + j], mem[pw(EMBED_POS) + pos]);
 }
 
-// p0 rows, p1 seq, p2 width, p3 vocab, p4 positions, p5 tokens, p6 dy, p7 dtok, p8 dpos.
 // One invocation per output word of dtok (vocab × width) then dpos (positions × width), each
 // summing its rows in order from +0.
 @compute @workgroup_size(256)
 fn embed_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    let rows = pw(0u);
-    let seq = pw(1u);
-    let width = pw(2u);
-    let vocab = pw(3u);
-    if i >= (vocab + pw(4u)) * width {
+    let rows = pw(EMBED_BACKWARD_ROWS);
+    let seq = pw(EMBED_BACKWARD_SEQ);
+    let width = pw(EMBED_BACKWARD_WIDTH);
+    let vocab = pw(EMBED_BACKWARD_VOCAB);
+    if i >= (vocab + pw(EMBED_BACKWARD_POSITIONS)) * width {
         return;
     }
     let v = i / width;
     let j = i % width;
+    let dy = pw(EMBED_BACKWARD_DY);
     var acc = 0u;
     if v < vocab {
         for (var r = 0u; r < rows; r++) {
-            let t = mem[pw(5u) + r];
+            let t = mem[pw(EMBED_BACKWARD_TOKENS) + r];
             if t >= vocab && i == 0u {
                 fail(STATUS_TOKEN);
             }
             if t == v {
-                acc = x_add(acc, mem[pw(6u) + r * width + j]);
+                acc = x_add(acc, mem[dy + r * width + j]);
             }
         }
-        mem[pw(7u) + i] = acc;
+        mem[pw(EMBED_BACKWARD_DTOK) + i] = acc;
     } else {
         let p = v - vocab;
         if p < seq {
             for (var r = p; r < rows; r += seq) {
-                acc = x_add(acc, mem[pw(6u) + r * width + j]);
+                acc = x_add(acc, mem[dy + r * width + j]);
             }
         }
-        mem[pw(8u) + p * width + j] = acc;
+        mem[pw(EMBED_BACKWARD_DPOS) + p * width + j] = acc;
     }
 }
 
-// p0 len, p1 x, p2 y.
 @compute @workgroup_size(256)
 fn gelu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    if i >= pw(0u) {
+    if i >= pw(GELU_LEN) {
         return;
     }
-    mem[pw(2u) + i] = x_gelu(mem[pw(1u) + i]);
+    mem[pw(GELU_Y) + i] = x_gelu(mem[pw(GELU_X) + i]);
 }
 
-// p0 len, p1 dy, p2 x, p3 dx.
 @compute @workgroup_size(256)
 fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    if i >= pw(0u) {
+    if i >= pw(GELU_BACKWARD_LEN) {
         return;
     }
-    mem[pw(3u) + i] = x_mul(mem[pw(1u) + i], x_gelu_grad(mem[pw(2u) + i]));
+    let x = mem[pw(GELU_BACKWARD_X) + i];
+    mem[pw(GELU_BACKWARD_DX) + i] = x_mul(mem[pw(GELU_BACKWARD_DY) + i], x_gelu_grad(x));
 }
 
-// p0 len, p1 weights, p2 grad, p3 m, p4 v, p5 lr, p6 correction1, p7 correction2.
 @compute @workgroup_size(256)
 fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    if i >= pw(0u) {
+    if i >= pw(ADAM_LEN) {
         return;
     }
-    let beta1 = 0x3f666666u; // 0.9
-    let beta2 = 0x3f733333u; // 0.95
-    let eps = 0x322bcc77u; // 1e-8
-    let g = mem[pw(2u) + i];
-    let m = x_add(x_mul(beta1, mem[pw(3u) + i]), x_mul(x_sub(F_ONE, beta1), g));
-    let v = x_add(x_mul(beta2, mem[pw(4u) + i]), x_mul(x_sub(F_ONE, beta2), x_mul(g, g)));
-    let m_hat = x_div(m, pw(6u));
-    let v_hat = x_div(v, pw(7u));
-    let step = x_div(x_mul(pw(5u), m_hat), x_add(x_sqrt(v_hat), eps));
-    mem[pw(1u) + i] = x_sub(mem[pw(1u) + i], step);
-    mem[pw(3u) + i] = m;
-    mem[pw(4u) + i] = v;
+    let w = pw(ADAM_WEIGHTS) + i;
+    let at_m = pw(ADAM_M) + i;
+    let at_v = pw(ADAM_V) + i;
+    let g = mem[pw(ADAM_GRAD) + i];
+    let m = x_add(x_mul(ADAM_BETA1, mem[at_m]), x_mul(x_sub(F_ONE, ADAM_BETA1), g));
+    let v = x_add(x_mul(ADAM_BETA2, mem[at_v]), x_mul(x_sub(F_ONE, ADAM_BETA2), x_mul(g, g)));
+    let m_hat = x_div(m, pw(ADAM_CORRECTION1));
+    let v_hat = x_div(v, pw(ADAM_CORRECTION2));
+    let step = x_div(x_mul(pw(ADAM_LR), m_hat), x_add(x_sqrt(v_hat), ADAM_EPS));
+    mem[w] = x_sub(mem[w], step);
+    mem[at_m] = m;
+    mem[at_v] = v;
 }
 
 // ---- rows ----
 
-// p0 rows, p1 width, p2 x, p3 gain, p4 bias, p5 y, p6 xhat, p7 rstd.
 @compute @workgroup_size(256)
 fn layer_norm(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let r = begin(gid, groups);
-    if r >= pw(0u) {
+    if r >= pw(LAYER_NORM_ROWS) {
         return;
     }
-    let width = pw(1u);
+    let width = pw(LAYER_NORM_WIDTH);
     let c = x_from_u32(width);
-    let x = pw(2u) + r * width;
+    let x = pw(LAYER_NORM_X) + r * width;
     var sum = 0u;
     for (var j = 0u; j < width; j++) {
         sum = x_add(sum, mem[x + j]);
@@ -238,41 +241,45 @@ fn layer_norm(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
         let d = x_sub(mem[x + j], mean);
         var_sum = x_add(var_sum, x_mul(d, d));
     }
-    let s = x_div(F_ONE, x_sqrt(x_add(x_div(var_sum, c), 0x3727c5acu)));
+    let s = x_div(F_ONE, x_sqrt(x_add(x_div(var_sum, c), LN_EPS)));
+    let y = pw(LAYER_NORM_Y) + r * width;
+    let xhat = pw(LAYER_NORM_XHAT) + r * width;
     for (var j = 0u; j < width; j++) {
         let h = x_mul(x_sub(mem[x + j], mean), s);
-        mem[pw(6u) + r * width + j] = h;
-        mem[pw(5u) + r * width + j] = x_add(x_mul(h, mem[pw(3u) + j]), mem[pw(4u) + j]);
+        mem[xhat + j] = h;
+        mem[y + j] = x_add(x_mul(h, mem[pw(LAYER_NORM_GAIN) + j]), mem[pw(LAYER_NORM_BIAS) + j]);
     }
-    mem[pw(7u) + r] = s;
+    mem[pw(LAYER_NORM_RSTD) + r] = s;
 }
 
-// p0 rows, p1 width, p2 dy, p3 xhat, p4 rstd, p5 gain, p6 dx, p7 accumulate.
+// The input gradient, one invocation per row (`layer_norm_param_grads` then takes the columns).
 @compute @workgroup_size(256)
 fn layer_norm_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let r = begin(gid, groups);
-    if r >= pw(0u) {
+    if r >= pw(LAYER_NORM_BACKWARD_ROWS) {
         return;
     }
-    let width = pw(1u);
+    let width = pw(LAYER_NORM_BACKWARD_WIDTH);
     let c = x_from_u32(width);
-    let dy = pw(2u) + r * width;
-    let h = pw(3u) + r * width;
+    let dy = pw(LAYER_NORM_BACKWARD_DY) + r * width;
+    let h = pw(LAYER_NORM_BACKWARD_XHAT) + r * width;
+    let gain = pw(LAYER_NORM_BACKWARD_GAIN);
     var m1 = 0u;
     var m2 = 0u;
     for (var j = 0u; j < width; j++) {
-        let d = x_mul(mem[dy + j], mem[pw(5u) + j]);
+        let d = x_mul(mem[dy + j], mem[gain + j]);
         m1 = x_add(m1, d);
         m2 = x_add(m2, x_mul(d, mem[h + j]));
     }
     m1 = x_div(m1, c);
     m2 = x_div(m2, c);
-    let s = mem[pw(4u) + r];
-    let dx = pw(6u) + r * width;
+    let s = mem[pw(LAYER_NORM_BACKWARD_RSTD) + r];
+    let dx = pw(LAYER_NORM_BACKWARD_DX) + r * width;
+    let accumulate = (pw(P_FLAGS) & FLAG_ACCUMULATE) != 0u;
     for (var j = 0u; j < width; j++) {
-        let d = x_mul(mem[dy + j], mem[pw(5u) + j]);
+        let d = x_mul(mem[dy + j], mem[gain + j]);
         let v = x_mul(x_sub(x_sub(d, m1), x_mul(mem[h + j], m2)), s);
-        if pw(7u) != 0u {
+        if accumulate {
             mem[dx + j] = x_add(mem[dx + j], v);
         } else {
             mem[dx + j] = v;
@@ -280,17 +287,17 @@ fn layer_norm_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(n
     }
 }
 
-// p0 blocks, p1 t, p2 scale, p3 scores (in place).
+// In place.
 @compute @workgroup_size(256)
 fn causal_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let r = begin(gid, groups);
-    let t = pw(1u);
-    if r >= pw(0u) * t {
+    let t = pw(CAUSAL_SOFTMAX_T);
+    if r >= pw(CAUSAL_SOFTMAX_BLOCKS) * t {
         return;
     }
     let i = r % t;
-    let row = pw(3u) + r * t;
-    let scale = pw(2u);
+    let row = pw(CAUSAL_SOFTMAX_SCORES) + r * t;
+    let scale = pw(CAUSAL_SOFTMAX_SCALE);
     var mx = NEG_INF;
     for (var j = 0u; j <= i; j++) {
         let v = x_mul(mem[row + j], scale);
@@ -311,19 +318,18 @@ fn causal_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     }
 }
 
-// p0 blocks, p1 t, p2 scale, p3 probs, p4 dprobs, p5 dscores.
 @compute @workgroup_size(256)
 fn causal_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let r = begin(gid, groups);
-    let t = pw(1u);
-    if r >= pw(0u) * t {
+    let t = pw(CAUSAL_SOFTMAX_BACKWARD_T);
+    if r >= pw(CAUSAL_SOFTMAX_BACKWARD_BLOCKS) * t {
         return;
     }
     let i = r % t;
-    let p = pw(3u) + r * t;
-    let dp = pw(4u) + r * t;
-    let ds = pw(5u) + r * t;
-    let scale = pw(2u);
+    let p = pw(CAUSAL_SOFTMAX_BACKWARD_PROBS) + r * t;
+    let dp = pw(CAUSAL_SOFTMAX_BACKWARD_DPROBS) + r * t;
+    let ds = pw(CAUSAL_SOFTMAX_BACKWARD_DSCORES) + r * t;
+    let scale = pw(CAUSAL_SOFTMAX_BACKWARD_SCALE);
     var dot = 0u;
     for (var j = 0u; j <= i; j++) {
         dot = x_add(dot, x_mul(mem[p + j], mem[dp + j]));
@@ -336,23 +342,22 @@ fn causal_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>, @built
     }
 }
 
-// p0 rows, p1 vocab, p2 logits, p3 targets, p4 dlogits. Each row's loss goes to scratch[row];
-// `cross_entropy_mean` then writes the mean.
+// Each row's loss goes to scratch[row]; `cross_entropy_mean` then writes the mean.
 @compute @workgroup_size(256)
 fn cross_entropy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let r = begin(gid, groups);
-    let rows = pw(0u);
+    let rows = pw(CROSS_ENTROPY_ROWS);
     if r >= rows {
         return;
     }
-    let vocab = pw(1u);
-    let goal = mem[pw(3u) + r];
+    let vocab = pw(CROSS_ENTROPY_VOCAB);
+    let goal = mem[pw(CROSS_ENTROPY_TARGETS) + r];
     if goal >= vocab {
         fail(STATUS_TOKEN);
         return;
     }
-    let row = pw(2u) + r * vocab;
-    let d = pw(4u) + r * vocab;
+    let row = pw(CROSS_ENTROPY_LOGITS) + r * vocab;
+    let d = pw(CROSS_ENTROPY_DLOGITS) + r * vocab;
     let inv_rows = x_div(F_ONE, x_from_u32(rows));
     var mx = NEG_INF;
     for (var j = 0u; j < vocab; j++) {
@@ -371,59 +376,58 @@ fn cross_entropy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     mem[d + goal] = x_sub(mem[d + goal], inv_rows);
 }
 
-// p0 rows, p5 loss: the mean of the rows' losses, rows in order (one invocation).
+// The mean of the rows' losses, rows in order (one invocation).
 @compute @workgroup_size(1)
 fn cross_entropy_mean(@builtin(global_invocation_id) gid: vec3<u32>) {
-    opaque_zero = pw(63u);
-    let rows = pw(0u);
+    opaque_zero = pw(P_ZERO);
+    let rows = pw(CROSS_ENTROPY_ROWS);
     var total = 0u;
     for (var r = 0u; r < rows; r++) {
         total = x_add(total, scratch[r]);
     }
-    mem[pw(5u)] = x_mul(total, x_div(F_ONE, x_from_u32(rows)));
+    mem[pw(CROSS_ENTROPY_LOSS)] = x_mul(total, x_div(F_ONE, x_from_u32(rows)));
 }
 
 // ---- columns ----
 
-// p0 rows, p1 width, p2 dy, p3 db.
 @compute @workgroup_size(256)
 fn bias_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let j = begin(gid, groups);
-    let width = pw(1u);
+    let width = pw(BIAS_GRAD_WIDTH);
     if j >= width {
         return;
     }
+    let dy = pw(BIAS_GRAD_DY);
     var acc = 0u;
-    for (var r = 0u; r < pw(0u); r++) {
-        acc = x_add(acc, mem[pw(2u) + r * width + j]);
+    for (var r = 0u; r < pw(BIAS_GRAD_ROWS); r++) {
+        acc = x_add(acc, mem[dy + r * width + j]);
     }
-    mem[pw(3u) + j] = acc;
+    mem[pw(BIAS_GRAD_DB) + j] = acc;
 }
 
-// p0 rows, p1 width, p2 dy, p3 xhat, p4 dgain, p5 dbias.
+// LayerNorm's gain and bias gradients, one invocation per column (the layer_norm_backward op's
+// record).
 @compute @workgroup_size(256)
 fn layer_norm_param_grads(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let j = begin(gid, groups);
-    let width = pw(1u);
+    let width = pw(LAYER_NORM_BACKWARD_WIDTH);
     if j >= width {
         return;
     }
+    let dy = pw(LAYER_NORM_BACKWARD_DY);
+    let xhat = pw(LAYER_NORM_BACKWARD_XHAT);
     var g = 0u;
     var b = 0u;
-    for (var r = 0u; r < pw(0u); r++) {
-        let d = mem[pw(2u) + r * width + j];
-        g = x_add(g, x_mul(d, mem[pw(3u) + r * width + j]));
+    for (var r = 0u; r < pw(LAYER_NORM_BACKWARD_ROWS); r++) {
+        let d = mem[dy + r * width + j];
+        g = x_add(g, x_mul(d, mem[xhat + r * width + j]));
         b = x_add(b, d);
     }
-    mem[pw(4u) + j] = g;
-    mem[pw(5u) + j] = b;
+    mem[pw(LAYER_NORM_BACKWARD_DGAIN) + j] = g;
+    mem[pw(LAYER_NORM_BACKWARD_DBIAS) + j] = b;
 }
 
 // ---- the hash ----
-
-const FNV_BASIS: u32 = 0x811c9dc5u;
-const FNV_PRIME: u32 = 0x01000193u;
-const HASH_CHUNK: u32 = 4096u;
 
 fn fnv_word(h: u32, w: u32) -> u32 {
     var x = h;
@@ -433,30 +437,30 @@ fn fnv_word(h: u32, w: u32) -> u32 {
     return x;
 }
 
-// p0 len, p1 data: chunk i's FNV-1a 32 (4096 words, the last may be short) into scratch[i]
+// Chunk i's FNV-1a 32 (HASH_CHUNK words, the last may be short) into scratch[i]
 // (`lockstep_luts::hash::chunked_words`, its parallel half).
 @compute @workgroup_size(256)
 fn hash_chunks(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
-    let len = pw(0u);
+    let len = pw(HASH_LEN);
     if i * HASH_CHUNK >= len {
         return;
     }
     var h = FNV_BASIS;
     let end = min(len, (i + 1u) * HASH_CHUNK);
     for (var at = i * HASH_CHUNK; at < end; at++) {
-        h = fnv_word(h, mem[pw(1u) + at]);
+        h = fnv_word(h, mem[pw(HASH_DATA) + at]);
     }
     scratch[i] = h;
 }
 
-// p0 len, p2 out: FNV-1a 32 over the chunk hashes in order (one invocation).
+// FNV-1a 32 over the chunk hashes in order (one invocation).
 @compute @workgroup_size(1)
 fn hash_fold(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let chunks = (pw(0u) + HASH_CHUNK - 1u) / HASH_CHUNK;
+    let chunks = (pw(HASH_LEN) + HASH_CHUNK - 1u) / HASH_CHUNK;
     var h = FNV_BASIS;
     for (var i = 0u; i < chunks; i++) {
         h = fnv_word(h, scratch[i]);
     }
-    mem[pw(2u)] = h;
+    mem[pw(HASH_OUT)] = h;
 }

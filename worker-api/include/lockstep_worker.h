@@ -91,6 +91,7 @@
 /* CreateOptions.flags. */
 #define LOCKSTEP_CREATE_HARDWARE_ONLY (1ull << 0)
 
+/* ---- generated from the op table (luts/src/ops/table.rs): do not edit by hand ---- */
 /* Op codes (LockstepOpCall.code); bit (1 << code) in LockstepWorkerVTable.ops. */
 #define LOCKSTEP_OP_MATMUL 0
 #define LOCKSTEP_OP_EMBED 1
@@ -109,9 +110,170 @@
 #define LOCKSTEP_OPS_ALL ((1ull << LOCKSTEP_OP_COUNT) - 1)
 
 /* LockstepOpCall.flags. */
-#define LOCKSTEP_OP_FLAG_ACCUMULATE (1u << 0) /* matmul, layer_norm_backward */
-#define LOCKSTEP_OP_FLAG_BIAS (1u << 1)       /* matmul */
+#define LOCKSTEP_OP_FLAG_ACCUMULATE 1u /* matmul, layer_norm_backward */
+#define LOCKSTEP_OP_FLAG_BIAS 2u /* matmul */
 
+/*
+ * Each op's record (docs/VERIFICATION.md §9 defines what it computes): its fields in order; a
+ * scalar takes its words of `params` (f32 values by their bits), a buffer the next slot of
+ * `buffers` and its words of `params` (the offset in words, then a view's row, column and two
+ * batch strides), a flag a bit of `flags`; an optional buffer is absent (handle and offset 0)
+ * without its flag. LOCKSTEP_P_<OP>_<PARAM> is a word's index in `params`,
+ * LOCKSTEP_B_<OP>_<BUFFER> a buffer's index in `buffers`.
+ */
+/* matmul: buffers a, b, c, bias; params m, n, k, batch0, batch1, a_offset, a_row_stride, a_col_stride, a_batch_stride0, a_batch_stride1, b_offset, b_row_stride, b_col_stride, b_batch_stride0, b_batch_stride1, c_offset, c_row_stride, c_col_stride, c_batch_stride0, c_batch_stride1, bias; flags bias, accumulate */
+#define LOCKSTEP_P_MATMUL_M 0
+#define LOCKSTEP_P_MATMUL_N 1
+#define LOCKSTEP_P_MATMUL_K 2
+#define LOCKSTEP_P_MATMUL_BATCH0 3
+#define LOCKSTEP_P_MATMUL_BATCH1 4
+#define LOCKSTEP_P_MATMUL_A_OFFSET 5
+#define LOCKSTEP_P_MATMUL_A_ROW_STRIDE 6
+#define LOCKSTEP_P_MATMUL_A_COL_STRIDE 7
+#define LOCKSTEP_P_MATMUL_A_BATCH_STRIDE0 8
+#define LOCKSTEP_P_MATMUL_A_BATCH_STRIDE1 9
+#define LOCKSTEP_P_MATMUL_B_OFFSET 10
+#define LOCKSTEP_P_MATMUL_B_ROW_STRIDE 11
+#define LOCKSTEP_P_MATMUL_B_COL_STRIDE 12
+#define LOCKSTEP_P_MATMUL_B_BATCH_STRIDE0 13
+#define LOCKSTEP_P_MATMUL_B_BATCH_STRIDE1 14
+#define LOCKSTEP_P_MATMUL_C_OFFSET 15
+#define LOCKSTEP_P_MATMUL_C_ROW_STRIDE 16
+#define LOCKSTEP_P_MATMUL_C_COL_STRIDE 17
+#define LOCKSTEP_P_MATMUL_C_BATCH_STRIDE0 18
+#define LOCKSTEP_P_MATMUL_C_BATCH_STRIDE1 19
+#define LOCKSTEP_P_MATMUL_BIAS 20
+#define LOCKSTEP_B_MATMUL_A 0
+#define LOCKSTEP_B_MATMUL_B 1
+#define LOCKSTEP_B_MATMUL_C 2
+#define LOCKSTEP_B_MATMUL_BIAS 3
+/* embed: buffers tokens, tok, pos, out; params rows, seq, width, vocab, tokens, tok, pos, out */
+#define LOCKSTEP_P_EMBED_ROWS 0
+#define LOCKSTEP_P_EMBED_SEQ 1
+#define LOCKSTEP_P_EMBED_WIDTH 2
+#define LOCKSTEP_P_EMBED_VOCAB 3
+#define LOCKSTEP_P_EMBED_TOKENS 4
+#define LOCKSTEP_P_EMBED_TOK 5
+#define LOCKSTEP_P_EMBED_POS 6
+#define LOCKSTEP_P_EMBED_OUT 7
+#define LOCKSTEP_B_EMBED_TOKENS 0
+#define LOCKSTEP_B_EMBED_TOK 1
+#define LOCKSTEP_B_EMBED_POS 2
+#define LOCKSTEP_B_EMBED_OUT 3
+/* embed_backward: buffers tokens, dy, dtok, dpos; params rows, seq, width, vocab, positions, tokens, dy, dtok, dpos */
+#define LOCKSTEP_P_EMBED_BACKWARD_ROWS 0
+#define LOCKSTEP_P_EMBED_BACKWARD_SEQ 1
+#define LOCKSTEP_P_EMBED_BACKWARD_WIDTH 2
+#define LOCKSTEP_P_EMBED_BACKWARD_VOCAB 3
+#define LOCKSTEP_P_EMBED_BACKWARD_POSITIONS 4
+#define LOCKSTEP_P_EMBED_BACKWARD_TOKENS 5
+#define LOCKSTEP_P_EMBED_BACKWARD_DY 6
+#define LOCKSTEP_P_EMBED_BACKWARD_DTOK 7
+#define LOCKSTEP_P_EMBED_BACKWARD_DPOS 8
+#define LOCKSTEP_B_EMBED_BACKWARD_TOKENS 0
+#define LOCKSTEP_B_EMBED_BACKWARD_DY 1
+#define LOCKSTEP_B_EMBED_BACKWARD_DTOK 2
+#define LOCKSTEP_B_EMBED_BACKWARD_DPOS 3
+/* layer_norm: buffers x, gain, bias, y, xhat, rstd; params rows, width, x, gain, bias, y, xhat, rstd */
+#define LOCKSTEP_P_LAYER_NORM_ROWS 0
+#define LOCKSTEP_P_LAYER_NORM_WIDTH 1
+#define LOCKSTEP_P_LAYER_NORM_X 2
+#define LOCKSTEP_P_LAYER_NORM_GAIN 3
+#define LOCKSTEP_P_LAYER_NORM_BIAS 4
+#define LOCKSTEP_P_LAYER_NORM_Y 5
+#define LOCKSTEP_P_LAYER_NORM_XHAT 6
+#define LOCKSTEP_P_LAYER_NORM_RSTD 7
+#define LOCKSTEP_B_LAYER_NORM_X 0
+#define LOCKSTEP_B_LAYER_NORM_GAIN 1
+#define LOCKSTEP_B_LAYER_NORM_BIAS 2
+#define LOCKSTEP_B_LAYER_NORM_Y 3
+#define LOCKSTEP_B_LAYER_NORM_XHAT 4
+#define LOCKSTEP_B_LAYER_NORM_RSTD 5
+/* layer_norm_backward: buffers dy, xhat, rstd, gain, dx, dgain, dbias; params rows, width, dy, xhat, rstd, gain, dx, dgain, dbias; flags accumulate */
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_ROWS 0
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_WIDTH 1
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_DY 2
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_XHAT 3
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_RSTD 4
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_GAIN 5
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_DX 6
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_DGAIN 7
+#define LOCKSTEP_P_LAYER_NORM_BACKWARD_DBIAS 8
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_DY 0
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_XHAT 1
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_RSTD 2
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_GAIN 3
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_DX 4
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_DGAIN 5
+#define LOCKSTEP_B_LAYER_NORM_BACKWARD_DBIAS 6
+/* gelu: buffers x, y; params len, x, y */
+#define LOCKSTEP_P_GELU_LEN 0
+#define LOCKSTEP_P_GELU_X 1
+#define LOCKSTEP_P_GELU_Y 2
+#define LOCKSTEP_B_GELU_X 0
+#define LOCKSTEP_B_GELU_Y 1
+/* gelu_backward: buffers dy, x, dx; params len, dy, x, dx */
+#define LOCKSTEP_P_GELU_BACKWARD_LEN 0
+#define LOCKSTEP_P_GELU_BACKWARD_DY 1
+#define LOCKSTEP_P_GELU_BACKWARD_X 2
+#define LOCKSTEP_P_GELU_BACKWARD_DX 3
+#define LOCKSTEP_B_GELU_BACKWARD_DY 0
+#define LOCKSTEP_B_GELU_BACKWARD_X 1
+#define LOCKSTEP_B_GELU_BACKWARD_DX 2
+/* causal_softmax: buffers scores; params blocks, t, scale, scores */
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BLOCKS 0
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_T 1
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_SCALE 2
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_SCORES 3
+#define LOCKSTEP_B_CAUSAL_SOFTMAX_SCORES 0
+/* causal_softmax_backward: buffers probs, dprobs, dscores; params blocks, t, scale, probs, dprobs, dscores */
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BACKWARD_BLOCKS 0
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BACKWARD_T 1
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BACKWARD_SCALE 2
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BACKWARD_PROBS 3
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BACKWARD_DPROBS 4
+#define LOCKSTEP_P_CAUSAL_SOFTMAX_BACKWARD_DSCORES 5
+#define LOCKSTEP_B_CAUSAL_SOFTMAX_BACKWARD_PROBS 0
+#define LOCKSTEP_B_CAUSAL_SOFTMAX_BACKWARD_DPROBS 1
+#define LOCKSTEP_B_CAUSAL_SOFTMAX_BACKWARD_DSCORES 2
+/* bias_grad: buffers dy, db; params rows, width, dy, db */
+#define LOCKSTEP_P_BIAS_GRAD_ROWS 0
+#define LOCKSTEP_P_BIAS_GRAD_WIDTH 1
+#define LOCKSTEP_P_BIAS_GRAD_DY 2
+#define LOCKSTEP_P_BIAS_GRAD_DB 3
+#define LOCKSTEP_B_BIAS_GRAD_DY 0
+#define LOCKSTEP_B_BIAS_GRAD_DB 1
+/* cross_entropy: buffers logits, targets, dlogits, loss; params rows, vocab, logits, targets, dlogits, loss */
+#define LOCKSTEP_P_CROSS_ENTROPY_ROWS 0
+#define LOCKSTEP_P_CROSS_ENTROPY_VOCAB 1
+#define LOCKSTEP_P_CROSS_ENTROPY_LOGITS 2
+#define LOCKSTEP_P_CROSS_ENTROPY_TARGETS 3
+#define LOCKSTEP_P_CROSS_ENTROPY_DLOGITS 4
+#define LOCKSTEP_P_CROSS_ENTROPY_LOSS 5
+#define LOCKSTEP_B_CROSS_ENTROPY_LOGITS 0
+#define LOCKSTEP_B_CROSS_ENTROPY_TARGETS 1
+#define LOCKSTEP_B_CROSS_ENTROPY_DLOGITS 2
+#define LOCKSTEP_B_CROSS_ENTROPY_LOSS 3
+/* adam: buffers weights, grad, m, v; params len, lr, correction1, correction2, weights, grad, m, v */
+#define LOCKSTEP_P_ADAM_LEN 0
+#define LOCKSTEP_P_ADAM_LR 1
+#define LOCKSTEP_P_ADAM_CORRECTION1 2
+#define LOCKSTEP_P_ADAM_CORRECTION2 3
+#define LOCKSTEP_P_ADAM_WEIGHTS 4
+#define LOCKSTEP_P_ADAM_GRAD 5
+#define LOCKSTEP_P_ADAM_M 6
+#define LOCKSTEP_P_ADAM_V 7
+#define LOCKSTEP_B_ADAM_WEIGHTS 0
+#define LOCKSTEP_B_ADAM_GRAD 1
+#define LOCKSTEP_B_ADAM_M 2
+#define LOCKSTEP_B_ADAM_V 3
+/* hash: buffers data, out; params len, data, out */
+#define LOCKSTEP_P_HASH_LEN 0
+#define LOCKSTEP_P_HASH_DATA 1
+#define LOCKSTEP_P_HASH_OUT 2
+#define LOCKSTEP_B_HASH_DATA 0
+#define LOCKSTEP_B_HASH_OUT 1
+/* ---- end of the generated op constants ---- */
 typedef struct LockstepErrorBuf {
     uint8_t *ptr;
     uint32_t capacity;
@@ -127,23 +289,7 @@ typedef struct LockstepCreateOptions {
     uint32_t tile[5]; /* (1.2) [tm, tn, wx, wy, kb]; all zero: the plugin's choice */
 } LockstepCreateOptions;
 
-/*
- * One op. Parameters by op (u32 each; f32 values by their bits; "offsets" are word offsets
- * into the buffers named in `buffers`, in the same order):
- *   matmul: buffers a, b, c, bias; params m, n, k, batch0, batch1, then for a, b, c: offset,
- *           row_stride, col_stride, batch_stride0, batch_stride1; then the bias offset
- *   embed: tokens, tok, pos, out; rows, seq, width, vocab, offsets
- *   embed_backward: tokens, dy, dtok, dpos; rows, seq, width, vocab, positions, offsets
- *   layer_norm: x, gain, bias, y, xhat, rstd; rows, width, offsets
- *   layer_norm_backward: dy, xhat, rstd, gain, dx, dgain, dbias; rows, width, offsets
- *   gelu: x, y; len, offsets            gelu_backward: dy, x, dx; len, offsets
- *   causal_softmax: scores; blocks, t, scale, offset
- *   causal_softmax_backward: probs, dprobs, dscores; blocks, t, scale, offsets
- *   bias_grad: dy, db; rows, width, offsets
- *   cross_entropy: logits, targets, dlogits, loss; rows, vocab, offsets
- *   adam: weights, grad, m, v; len, lr, correction1, correction2, offsets
- *   hash: data, out; len, offsets
- */
+/* One op: see the generated op constants above for where each op's parameters are. */
 typedef struct LockstepOpCall {
     uint32_t code;
     uint32_t flags;

@@ -465,8 +465,7 @@ unsafe extern "C" fn run_ops<W: Worker>(
                 .enumerate()
                 .map(|(i, call)| crate::ops::decode(call).map_err(|e| invalid(format!("op #{i}: {e}"))))
                 .collect::<Result<Vec<_>, _>>()?;
-            let unsupported =
-                decoded.iter().enumerate().find(|(_, op)| W::OPS & crate::ops::bit(crate::ops::code(op)) == 0);
+            let unsupported = decoded.iter().enumerate().find(|(_, op)| W::OPS & crate::ops::bit(op.code()) == 0);
             if let Some((i, op)) = unsupported {
                 return Err(WorkerError::new(status::UNSUPPORTED, format!("op #{i}: {} is not supported", op.name())));
             }
@@ -637,11 +636,11 @@ mod tests {
         assert_eq!(code, status::UNSUPPORTED);
 
         // A known op the worker does not offer.
-        let gelu = crate::ops::encode(&lockstep_luts::ops::Op::Gelu {
+        let gelu = crate::ops::encode(&lockstep_luts::ops::Op::Gelu(lockstep_luts::ops::Gelu {
             len: 4,
             x: lockstep_luts::ops::Span::new(1, 0),
             y: lockstep_luts::ops::Span::new(2, 0),
-        });
+        }));
         let code = unsafe { table.run_ops.unwrap()(handle, &gelu, 1, &mut error) };
         assert_eq!(code, status::UNSUPPORTED);
         assert!(message(&storage, &error).contains("op #0: gelu is not supported"), "{}", message(&storage, &error));

@@ -205,7 +205,7 @@ impl Buffers {
         let sp = |me: &mut Self, s: Span| (me.raw(s.buffer), s.offset as usize);
         match *op {
             Op::Matmul(mm) => self.matmul(path, pool, &mm).map_err(error)?,
-            Op::Embed { rows, seq, width, vocab, tokens, tok, pos, out } => {
+            Op::Embed(def::Embed { rows, seq, width, vocab, tokens, tok, pos, out }) => {
                 let (rows, seq, width) = (rows as usize, seq as usize, width as usize);
                 let ((tr, to), (kr, ko), (pr, po), (or, oo)) =
                     (sp(self, tokens), sp(self, tok), sp(self, pos), sp(self, out));
@@ -220,7 +220,7 @@ impl Buffers {
                     def::embed_rows(width, &ids[r.clone()], r.start, seq, table, pos, out);
                 });
             }
-            Op::EmbedBackward { rows, seq, width, vocab, positions, tokens, dy, dtok, dpos } => {
+            Op::EmbedBackward(def::EmbedBackward { rows, seq, width, vocab, positions, tokens, dy, dtok, dpos }) => {
                 let (rows, seq, width) = (rows as usize, seq as usize, width as usize);
                 let ((tr, to), (dr, dof), (ar, ao), (br, bo)) =
                     (sp(self, tokens), sp(self, dy), sp(self, dtok), sp(self, dpos));
@@ -256,7 +256,7 @@ impl Buffers {
                     }
                 });
             }
-            Op::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd } => {
+            Op::LayerNorm(def::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd }) => {
                 let (rows, w) = (rows as usize, width as usize);
                 let (xs, gs, bs, ys, hs, ss) =
                     (sp(self, x), sp(self, gain), sp(self, bias), sp(self, y), sp(self, xhat), sp(self, rstd));
@@ -275,7 +275,18 @@ impl Buffers {
                     )
                 });
             }
-            Op::LayerNormBackward { rows, width, dy, xhat, rstd, gain, dx, dgain, dbias, accumulate } => {
+            Op::LayerNormBackward(def::LayerNormBackward {
+                rows,
+                width,
+                dy,
+                xhat,
+                rstd,
+                gain,
+                dx,
+                dgain,
+                dbias,
+                accumulate,
+            }) => {
                 let (rows, w) = (rows as usize, width as usize);
                 let (ds, hs, ss, gs, xs, dgs, dbs) = (
                     sp(self, dy),
@@ -314,14 +325,14 @@ impl Buffers {
                     }
                 });
             }
-            Op::Gelu { len, x, y } => {
+            Op::Gelu(def::Gelu { len, x, y }) => {
                 let (xs, ys) = (sp(self, x), sp(self, y));
                 split(pool, len as usize, 4096, |r| unsafe {
                     // SAFETY: checked; each thread its own range of y.
                     gelu_into(xs.0.f32s(xs.1 + r.start, r.len()), ys.0.f32s_mut(ys.1 + r.start, r.len()))
                 });
             }
-            Op::GeluBackward { len, dy, x, dx } => {
+            Op::GeluBackward(def::GeluBackward { len, dy, x, dx }) => {
                 let (ds, xs, os) = (sp(self, dy), sp(self, x), sp(self, dx));
                 split(pool, len as usize, 4096, |r| unsafe {
                     // SAFETY: as above.
@@ -332,7 +343,7 @@ impl Buffers {
                     )
                 });
             }
-            Op::CausalSoftmax { blocks, t, scale, scores } => {
+            Op::CausalSoftmax(def::CausalSoftmax { blocks, t, scale, scores }) => {
                 let (t, rows) = (t as usize, blocks as usize * t as usize);
                 let s = sp(self, scores);
                 split(pool, rows, 64, |r| unsafe {
@@ -340,7 +351,7 @@ impl Buffers {
                     causal_softmax_rows(t, r.start, scale, s.0.f32s_mut(s.1 + r.start * t, r.len() * t))
                 });
             }
-            Op::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, dscores } => {
+            Op::CausalSoftmaxBackward(def::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, dscores }) => {
                 let (t, rows) = (t as usize, blocks as usize * t as usize);
                 let (ps, dps, dss) = (sp(self, probs), sp(self, dprobs), sp(self, dscores));
                 split(pool, rows, 64, |r| unsafe {
@@ -355,7 +366,7 @@ impl Buffers {
                     )
                 });
             }
-            Op::BiasGrad { rows, width, dy, db } => {
+            Op::BiasGrad(def::BiasGrad { rows, width, dy, db }) => {
                 let (rows, w) = (rows as usize, width as usize);
                 let (ds, bs) = (sp(self, dy), sp(self, db));
                 // SAFETY: checked; columns of db per thread.
@@ -368,7 +379,7 @@ impl Buffers {
                     unsafe { bs.0.f32s_mut(bs.1 + cols.start, cols.len()).copy_from_slice(&db) };
                 });
             }
-            Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => {
+            Op::CrossEntropy(def::CrossEntropy { rows, vocab, logits, targets, dlogits, loss }) => {
                 let (rows, v) = (rows as usize, vocab as usize);
                 let (ls, ts, ds, os) = (sp(self, logits), sp(self, targets), sp(self, dlogits), sp(self, loss));
                 // SAFETY: checked; rows of dlogits and of the per-row losses per thread.
@@ -391,7 +402,7 @@ impl Buffers {
                 // SAFETY: one word, checked.
                 unsafe { os.0.f32s_mut(os.1, 1)[0] = def::mean_loss(&losses) };
             }
-            Op::Adam { len, weights, grad, m, v, lr, correction1, correction2 } => {
+            Op::Adam(def::Adam { len, weights, grad, m, v, lr, correction1, correction2 }) => {
                 let (ws, gs, ms, vs) = (sp(self, weights), sp(self, grad), sp(self, m), sp(self, v));
                 split(pool, len as usize, 4096, |r| unsafe {
                     // SAFETY: checked; each thread its own elements.
@@ -406,7 +417,7 @@ impl Buffers {
                     )
                 });
             }
-            Op::Hash { len, data, out } => {
+            Op::Hash(def::Hash { len, data, out }) => {
                 let (ds, os) = (sp(self, data), sp(self, out));
                 let threads = pool.map_or(1, |p| p.current_num_threads());
                 // SAFETY: checked (in bounds), and nothing writes these words during the op.
@@ -691,15 +702,15 @@ mod tests {
         let path = Path::detect();
         let refusal = |buffers: &mut Buffers, op: Op| buffers.run(path, None, &[op]).unwrap_err();
 
-        let e = refusal(&mut buffers, Op::Gelu { len: 8, x: Span::new(x, 4), y: Span::new(y, 0) });
+        let e = refusal(&mut buffers, Op::Gelu(def::Gelu { len: 8, x: Span::new(x, 4), y: Span::new(y, 0) }));
         assert_eq!(e.status, status::INVALID_ARGUMENT);
         assert!(e.message.contains("op #0") && e.message.contains("gelu: access up to word 12"), "{}", e.message);
 
-        let e = refusal(&mut buffers, Op::Gelu { len: 2, x: Span::new(77, 0), y: Span::new(y, 0) });
+        let e = refusal(&mut buffers, Op::Gelu(def::Gelu { len: 2, x: Span::new(77, 0), y: Span::new(y, 0) }));
         assert!(e.message.contains("no buffer 77"), "{}", e.message);
 
         buffers.write(x, 0, &[3, 300, 0, 0, 0, 0, 0, 0]).unwrap();
-        let embed = Op::Embed {
+        let embed = Op::Embed(def::Embed {
             rows: 2,
             seq: 2,
             width: 1,
@@ -708,7 +719,7 @@ mod tests {
             tok: Span::new(y, 0),
             pos: Span::new(y, 0),
             out: Span::new(x, 4),
-        };
+        });
         let e = refusal(&mut buffers, embed);
         assert_eq!(e.status, status::INVALID_ARGUMENT);
         assert!(e.message.contains("token id 300 outside a vocabulary of 8"), "{}", e.message);
@@ -742,7 +753,7 @@ mod tests {
         assert_eq!(e.status, status::NON_FINITE_INPUT, "{}", e.message);
         // Still usable.
         buffers.write(x, 0, &[1f32.to_bits(); 8]).unwrap();
-        buffers.run(path, None, &[Op::Gelu { len: 8, x: Span::new(x, 0), y: Span::new(y, 0) }]).unwrap();
+        buffers.run(path, None, &[Op::Gelu(def::Gelu { len: 8, x: Span::new(x, 0), y: Span::new(y, 0) })]).unwrap();
     }
 
     /// Every split covers `0..items` exactly once with non-empty, in-order ranges, whatever

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use lockstep_faulty_plugins::ReferenceWorker;
-use lockstep_luts::ops::{run_reference, Op, Span};
+use lockstep_luts::ops::{self, run_reference, Op, Span};
 use lockstep_worker_api::plugin::{Worker, WorkerError};
 use lockstep_worker_api::{caps, status, CreateOptions};
 
@@ -96,7 +96,9 @@ impl Worker for SoftmaxWithLibm {
     fn run_ops(&mut self, ops: &[Op]) -> Result<(), WorkerError> {
         for op in ops {
             match *op {
-                Op::CausalSoftmax { blocks, t, scale, scores } => self.softmax(blocks, t, scale, scores)?,
+                Op::CausalSoftmax(ops::CausalSoftmax { blocks, t, scale, scores }) => {
+                    self.softmax(blocks, t, scale, scores)?
+                }
                 _ => run_reference(op, &mut self.buffers).map_err(|e| invalid(e.to_string()))?,
             }
         }

@@ -84,9 +84,6 @@ pub struct AdapterSummary {
     pub software: bool,
 }
 
-/// Size of a unit kernel's parameter record (`Params` in gemm_units.wgsl).
-const GEMM_PARAMS_BYTES: u64 = 64;
-
 #[derive(Default)]
 struct Buffers {
     /// Uniform records, 256 bytes apart (dynamic offsets).
@@ -473,7 +470,7 @@ impl GpuUnits {
             return Err(GpuError::Unit(lockstep_quantize::first_non_finite_error(a, b)));
         }
         let out_bytes = (m * n * 4) as u64;
-        self.upload(&unit_params(m, n, blocks), out_bytes)?;
+        self.upload(&step::unit_record(m, n, k), out_bytes)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
         self.run(Kernel::GemmUnits, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
     }
@@ -561,7 +558,7 @@ impl GpuUnits {
     fn unit_group(&self, params: &wgpu::Buffer, operands: [&wgpu::Buffer; 4], out: &wgpu::Buffer) -> wgpu::BindGroup {
         let [qa, qb, ea, eb] = operands;
         let mut entries = vec![
-            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(params, GEMM_PARAMS_BYTES) },
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(params, step_params::BYTES) },
             wgpu::BindGroupEntry { binding: binding::A, resource: qa.as_entire_binding() },
             wgpu::BindGroupEntry { binding: binding::B, resource: qb.as_entire_binding() },
             wgpu::BindGroupEntry { binding: binding::A_EXP, resource: ea.as_entire_binding() },
@@ -763,7 +760,7 @@ impl GpuUnits {
         fill(m, &mut self.host.a_q, &mut self.host.a_exp);
         fill(n, &mut self.host.b_q, &mut self.host.b_exp);
         let out_bytes = (m * n * 4) as u64;
-        self.upload(&unit_params(m, n, blocks), out_bytes)?;
+        self.upload(&step::unit_record(m, n, k), out_bytes)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
         self.run(Kernel::GemmUnits, groups, 1, out_bytes, &mut [])?;
         let start = Instant::now();
@@ -775,13 +772,6 @@ impl GpuUnits {
 /// One `size`-byte parameter record of `buffer`, bound at a dynamic offset.
 fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
     wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: std::num::NonZeroU64::new(size) })
-}
-
-/// The unit kernel's record for a plain `m × n` call: one batch, row-major, no flags.
-fn unit_params(m: usize, n: usize, blocks: usize) -> [u32; 16] {
-    let mut p = [0u32; 16];
-    p[..7].copy_from_slice(&[m as u32, n as u32, blocks as u32, 1, 0, n as u32, 1]);
-    p
 }
 
 /// The explicit bind group layouts of the unit kernel and of the step kernels: the first
@@ -801,7 +791,7 @@ fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, w
     let read = wgpu::BufferBindingType::Storage { read_only: true };
     let rw = wgpu::BufferBindingType::Storage { read_only: false };
     let mut gemm = vec![
-        entry(binding::PARAMS, uniform, Some(GEMM_PARAMS_BYTES)),
+        entry(binding::PARAMS, uniform, Some(step_params::BYTES)),
         entry(binding::A, read, None),
         entry(binding::B, read, None),
         entry(binding::A_EXP, read, None),

@@ -74,10 +74,6 @@ impl Arena {
         (self.regions[&span.buffer].start + u64::from(span.offset)) as u32
     }
 
-    fn view_at(&self, view: MatView) -> u32 {
-        self.at(Span::new(view.buffer, view.offset))
-    }
-
     /// Reserves `words` (a range of at least one alignment unit): the handle, the range, and
     /// the capacity the device buffer must first grow to, if it must.
     fn reserve(&mut self, words: u64) -> Result<(Handle, Region, Option<u64>), GpuError> {
@@ -192,16 +188,44 @@ fn grid(n: u64) -> Result<[u32; 3], GpuError> {
     Ok([x as u32, y as u32, 1])
 }
 
-fn record(words: &[u32], op_index: u32) -> [u32; step_params::WORDS] {
+/// The record of one of `op`'s dispatches: its ABI params with every buffer offset turned into
+/// the arena address of that word, its flags, which operand (`part`) and its index in the call.
+/// The kernels read the params by the names the op table generates.
+pub(crate) fn record(arena: &Arena, op: &Op, op_index: u32, part: u32) -> [u32; step_params::WORDS] {
+    let r = op.record();
     let mut p = [0u32; step_params::WORDS];
-    p[..words.len()].copy_from_slice(words);
+    p[..r.params.len()].copy_from_slice(&r.params);
+    for (i, (_, slot)) in op.spec().buffer_slots().into_iter().enumerate() {
+        // An absent optional buffer (handle 0) has no address.
+        if r.buffers[i] != 0 {
+            p[slot] = arena.at(Span::new(r.buffers[i], r.params[slot]));
+        }
+    }
+    p[step_params::FLAGS] = r.flags;
+    p[step_params::PART] = part;
     p[step_params::OP_INDEX] = op_index; // and word ZERO stays 0
     p
 }
 
-fn step(kernel: StepKernel, words: &[u32], op_index: u32, invocations: u64) -> Result<Dispatch, GpuError> {
-    let groups = if kernel.workgroup() == 1 { [1, 1, 1] } else { grid(invocations)? };
-    Ok(Dispatch { kernel: Kernel::Step(kernel), bind: Bind::StepA, params: record(words, op_index), groups })
+/// The record of a plain unit call (ABI 1): an `m × n × k` product of host-quantized operands,
+/// one batch, row-major into the output binding, no bias, no flags.
+pub(crate) fn unit_record(m: usize, n: usize, k: usize) -> [u32; step_params::WORDS] {
+    let (m, n, k) = (m as u32, n as u32, k as u32);
+    let op = Op::Matmul(Matmul {
+        m,
+        n,
+        k,
+        batch: [1, 1],
+        a: MatView::rows(0, 0, k),
+        b: MatView::rows(0, 0, k),
+        c: MatView::rows(0, 0, n),
+        bias: None,
+        accumulate: false,
+    });
+    let params = op.record().params;
+    let mut p = [0u32; step_params::WORDS];
+    p[..params.len()].copy_from_slice(&params);
+    p
 }
 
 /// The dispatches of one op (none for an empty one) and the scratch they need.
@@ -214,77 +238,50 @@ pub(crate) fn plan(
     needs: &mut Needs,
 ) -> Result<Vec<Dispatch>, GpuError> {
     use StepKernel as K;
-    let at = |s: Span| arena.at(s);
-    let mut out = Vec::new();
-    match *op {
-        Op::Matmul(mm) => plan_matmul(arena, &mm, op_index, tile_rows, tile_cols, needs, &mut out)?,
-        Op::Embed { rows, seq, width, vocab, tokens, tok, pos, out: o } => {
-            let w = [rows, seq, width, vocab, at(tokens), at(tok), at(pos), at(o)];
-            out.push(step(K::Embed, &w, op_index, u64::from(rows) * u64::from(width))?);
+    let params = record(arena, op, op_index, 0);
+    let step = |kernel: StepKernel, invocations: u64| -> Result<Dispatch, GpuError> {
+        let groups = if kernel.workgroup() == 1 { [1, 1, 1] } else { grid(invocations)? };
+        Ok(Dispatch { kernel: Kernel::Step(kernel), bind: Bind::StepA, params, groups })
+    };
+    let n = u64::from;
+    Ok(match *op {
+        Op::Matmul(mm) => plan_matmul(&mm, params, tile_rows, tile_cols, needs)?,
+        Op::Embed(o) => vec![step(K::Embed, n(o.rows) * n(o.width))?],
+        Op::EmbedBackward(o) => vec![step(K::EmbedBackward, (n(o.vocab) + n(o.positions)) * n(o.width))?],
+        Op::LayerNorm(o) => vec![step(K::LayerNorm, n(o.rows))?],
+        Op::LayerNormBackward(o) => {
+            vec![step(K::LayerNormBackward, n(o.rows))?, step(K::LayerNormParamGrads, n(o.width))?]
         }
-        Op::EmbedBackward { rows, seq, width, vocab, positions, tokens, dy, dtok, dpos } => {
-            let w = [rows, seq, width, vocab, positions, at(tokens), at(dy), at(dtok), at(dpos)];
-            let n = (u64::from(vocab) + u64::from(positions)) * u64::from(width);
-            out.push(step(K::EmbedBackward, &w, op_index, n)?);
+        Op::Gelu(o) => vec![step(K::Gelu, n(o.len))?],
+        Op::GeluBackward(o) => vec![step(K::GeluBackward, n(o.len))?],
+        Op::CausalSoftmax(o) => vec![step(K::CausalSoftmax, n(o.blocks) * n(o.t))?],
+        Op::CausalSoftmaxBackward(o) => vec![step(K::CausalSoftmaxBackward, n(o.blocks) * n(o.t))?],
+        Op::BiasGrad(o) => vec![step(K::BiasGrad, n(o.width))?],
+        Op::CrossEntropy(o) => {
+            needs.scratch = needs.scratch.max(n(o.rows));
+            vec![step(K::CrossEntropy, n(o.rows))?, step(K::CrossEntropyMean, 1)?]
         }
-        Op::LayerNorm { rows, width, x, gain, bias, y, xhat, rstd } => {
-            let w = [rows, width, at(x), at(gain), at(bias), at(y), at(xhat), at(rstd)];
-            out.push(step(K::LayerNorm, &w, op_index, u64::from(rows))?);
-        }
-        Op::LayerNormBackward { rows, width, dy, xhat, rstd, gain, dx, dgain, dbias, accumulate } => {
-            let w = [rows, width, at(dy), at(xhat), at(rstd), at(gain), at(dx), u32::from(accumulate)];
-            out.push(step(K::LayerNormBackward, &w, op_index, u64::from(rows))?);
-            let w = [rows, width, at(dy), at(xhat), at(dgain), at(dbias)];
-            out.push(step(K::LayerNormParamGrads, &w, op_index, u64::from(width))?);
-        }
-        Op::Gelu { len, x, y } => out.push(step(K::Gelu, &[len, at(x), at(y)], op_index, u64::from(len))?),
-        Op::GeluBackward { len, dy, x, dx } => {
-            out.push(step(K::GeluBackward, &[len, at(dy), at(x), at(dx)], op_index, u64::from(len))?)
-        }
-        Op::CausalSoftmax { blocks, t, scale, scores } => {
-            let w = [blocks, t, scale.to_bits(), at(scores)];
-            out.push(step(K::CausalSoftmax, &w, op_index, u64::from(blocks) * u64::from(t))?);
-        }
-        Op::CausalSoftmaxBackward { blocks, t, scale, probs, dprobs, dscores } => {
-            let w = [blocks, t, scale.to_bits(), at(probs), at(dprobs), at(dscores)];
-            out.push(step(K::CausalSoftmaxBackward, &w, op_index, u64::from(blocks) * u64::from(t))?);
-        }
-        Op::BiasGrad { rows, width, dy, db } => {
-            out.push(step(K::BiasGrad, &[rows, width, at(dy), at(db)], op_index, u64::from(width))?)
-        }
-        Op::CrossEntropy { rows, vocab, logits, targets, dlogits, loss } => {
-            let w = [rows, vocab, at(logits), at(targets), at(dlogits), at(loss)];
-            out.push(step(K::CrossEntropy, &w, op_index, u64::from(rows))?);
-            out.push(step(K::CrossEntropyMean, &w, op_index, 1)?);
-            needs.scratch = needs.scratch.max(u64::from(rows));
-        }
-        Op::Adam { len, weights, grad, m, v, lr, correction1, correction2 } => {
-            let w =
-                [len, at(weights), at(grad), at(m), at(v), lr.to_bits(), correction1.to_bits(), correction2.to_bits()];
-            out.push(step(K::Adam, &w, op_index, u64::from(len))?);
-        }
-        Op::Hash { len, data, out: o } => {
-            let chunks = u64::from(len).div_ceil(lockstep_luts::hash::HASH_CHUNK_WORDS as u64);
-            out.push(step(K::HashChunks, &[len, at(data), at(o)], op_index, chunks)?);
-            out.push(step(K::HashFold, &[len, at(data), at(o)], op_index, 1)?);
+        Op::Adam(o) => vec![step(K::Adam, n(o.len))?],
+        Op::Hash(o) => {
+            let chunks = n(o.len).div_ceil(lockstep_luts::hash::HASH_CHUNK_WORDS as u64);
             needs.scratch = needs.scratch.max(chunks);
+            vec![step(K::HashChunks, chunks)?, step(K::HashFold, 1)?]
         }
-    }
-    Ok(out)
+    })
 }
 
+/// A product: both operands quantized on the device (the quantizer's record is the matmul's,
+/// `part` saying which operand), then the unit kernel on the same record.
 fn plan_matmul(
-    arena: &Arena,
     mm: &Matmul,
-    op_index: u32,
+    params: [u32; step_params::WORDS],
     tile_rows: u32,
     tile_cols: u32,
     needs: &mut Needs,
-    out: &mut Vec<Dispatch>,
-) -> Result<(), GpuError> {
+) -> Result<Vec<Dispatch>, GpuError> {
     let batches = u64::from(mm.batch[0]) * u64::from(mm.batch[1]);
     if batches == 0 || mm.m == 0 || mm.n == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let blocks = blocks_for(mm.k as usize) as u64;
     let gemm_groups =
@@ -295,59 +292,25 @@ fn plan_matmul(
             mm.m, mm.n, mm.k
         )));
     }
-    let mut quantize = |view: MatView, rows: u32, bind: Bind| -> Result<Dispatch, GpuError> {
-        let w = [
-            rows,
-            mm.k,
-            blocks as u32,
-            mm.batch[1],
-            batches as u32,
-            arena.view_at(view),
-            view.row_stride,
-            view.col_stride,
-            view.batch_stride[0],
-            view.batch_stride[1],
-        ];
-        let units = batches * u64::from(rows) * blocks;
-        let (q, e) = match bind {
-            Bind::StepA => (&mut needs.q_a, &mut needs.e_a),
-            _ => (&mut needs.q_b, &mut needs.e_b),
-        };
-        *q = (*q).max(units * 8);
-        *e = (*e).max(units);
-        Ok(Dispatch {
-            kernel: Kernel::Step(StepKernel::Quantize),
-            bind,
-            params: record(&w, op_index),
-            groups: grid(units)?,
-        })
-    };
+    let mut out = Vec::new();
     if blocks > 0 {
-        out.push(quantize(mm.a, mm.m, Bind::StepA)?);
-        out.push(quantize(mm.b, mm.n, Bind::StepB)?);
+        for (part, rows, bind) in [(0u32, mm.m, Bind::StepA), (1, mm.n, Bind::StepB)] {
+            let units = batches * u64::from(rows) * blocks;
+            let (q, e) = if part == 0 { (&mut needs.q_a, &mut needs.e_a) } else { (&mut needs.q_b, &mut needs.e_b) };
+            *q = (*q).max(units * 8);
+            *e = (*e).max(units);
+            let mut record = params;
+            record[step_params::PART] = part;
+            out.push(Dispatch {
+                kernel: Kernel::Step(StepKernel::Quantize),
+                bind,
+                params: record,
+                groups: grid(units)?,
+            });
+        }
     }
-    let flags = u32::from(mm.bias.is_some()) | (u32::from(mm.accumulate) << 1);
-    let gemm = [
-        mm.m,
-        mm.n,
-        blocks as u32,
-        mm.batch[1],
-        arena.view_at(mm.c),
-        mm.c.row_stride,
-        mm.c.col_stride,
-        mm.c.batch_stride[0],
-        mm.c.batch_stride[1],
-        mm.bias.map_or(0, |s| arena.at(s)),
-        flags,
-        0, // zero: the contraction barrier's operand
-    ];
-    out.push(Dispatch {
-        kernel: Kernel::GemmUnits,
-        bind: Bind::Gemm,
-        params: record(&gemm, op_index),
-        groups: gemm_groups.map(|g| g as u32),
-    });
-    Ok(())
+    out.push(Dispatch { kernel: Kernel::GemmUnits, bind: Bind::Gemm, params, groups: gemm_groups.map(|g| g as u32) });
+    Ok(out)
 }
 
 /// The error a status word names (its op index counts from the call's first op).

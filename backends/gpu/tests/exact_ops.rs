@@ -5,7 +5,7 @@
 //! Runs on the adapter wgpu finds (lavapipe in CI); failing to create one fails the test.
 
 use lockstep_gpu::{GpuOptions, GpuUnits};
-use lockstep_luts::ops::{run_reference, MatView, Matmul, Memory, Op, Span};
+use lockstep_luts::ops::{self, run_reference, MatView, Matmul, Memory, Op, Span};
 use lockstep_luts::rng::SplitMix64;
 use lockstep_shaders::Product;
 
@@ -57,9 +57,9 @@ fn check(soft_float: bool) {
     let len32 = len as u32;
     let t = 16u32;
     let ops = [
-        Op::Gelu { len: len32, x: s(0), y: s(4) },
-        Op::GeluBackward { len: len32, dy: s(1), x: s(0), dx: s(5) },
-        Op::Adam {
+        Op::Gelu(ops::Gelu { len: len32, x: s(0), y: s(4) }),
+        Op::GeluBackward(ops::GeluBackward { len: len32, dy: s(1), x: s(0), dx: s(5) }),
+        Op::Adam(ops::Adam {
             len: len32,
             weights: s(0),
             grad: s(1),
@@ -68,8 +68,8 @@ fn check(soft_float: bool) {
             lr: 1e-3,
             correction1: 0.19,
             correction2: 0.0975,
-        },
-        Op::LayerNorm {
+        }),
+        Op::LayerNorm(ops::LayerNorm {
             rows,
             width,
             x: s(4),
@@ -78,16 +78,16 @@ fn check(soft_float: bool) {
             y: s(6),
             xhat: Span::new(handles[6], 10_000),
             rstd: Span::new(handles[6], 20_000),
-        },
-        Op::CausalSoftmax { blocks: 50, t, scale: 0.125, scores: s(5) },
-        Op::CrossEntropy {
+        }),
+        Op::CausalSoftmax(ops::CausalSoftmax { blocks: 50, t, scale: 0.125, scores: s(5) }),
+        Op::CrossEntropy(ops::CrossEntropy {
             rows,
             vocab: width,
             logits: s(4),
             targets: s(7),
             dlogits: Span::new(handles[6], 21_000),
             loss: Span::new(handles[6], 29_000),
-        },
+        }),
         Op::Matmul(Matmul {
             m: 40,
             n: 24,
@@ -100,7 +100,7 @@ fn check(soft_float: bool) {
             accumulate: true,
         }),
         // Eight chunks, the last one short.
-        Op::Hash { len: len32, data: s(3), out: Span::new(handles[7], 5) },
+        Op::Hash(ops::Hash { len: len32, data: s(3), out: Span::new(handles[7], 5) }),
     ];
     for (index, op) in ops.iter().enumerate() {
         // (The product's operands are buffers 8 to 10, which no op before touches: products
@@ -149,7 +149,7 @@ fn overlapping_ops_and_bad_requests() {
     let mut memory = Memory::new();
     memory.insert(h, words);
     let in_place = [
-        Op::Gelu { len: 1000, x: Span::new(h, 0), y: Span::new(h, 0) },
+        Op::Gelu(ops::Gelu { len: 1000, x: Span::new(h, 0), y: Span::new(h, 0) }),
         Op::Matmul(Matmul {
             m: 8,
             n: 8,
@@ -176,11 +176,11 @@ fn overlapping_ops_and_bad_requests() {
     let shown = |e: lockstep_gpu::GpuError| e.to_string();
     assert!(shown(units.buffer_write(999, 0, &[1]).unwrap_err()).contains("does not exist"));
     assert!(shown(units.buffer_read(h, len - 1, &mut [0, 0]).unwrap_err()).contains("outside buffer"));
-    let past = Op::Gelu { len: 10, x: Span::new(h, len as u32 - 5), y: Span::new(h, 0) };
+    let past = Op::Gelu(ops::Gelu { len: 10, x: Span::new(h, len as u32 - 5), y: Span::new(h, 0) });
     assert!(units.run_ops(&[past]).is_err());
     let tokens = units.buffer_create(4).unwrap();
     units.buffer_write(tokens, 0, &[1, 2, 300, 4]).unwrap();
-    let embed = Op::Embed {
+    let embed = Op::Embed(ops::Embed {
         rows: 4,
         seq: 2,
         width: 8,
@@ -189,7 +189,7 @@ fn overlapping_ops_and_bad_requests() {
         tok: Span::new(h, 0),
         pos: Span::new(h, 0),
         out: Span::new(h, 2048),
-    };
+    });
     let error = shown(units.run_ops(&[embed]).unwrap_err());
     assert!(error.contains("op #0 embed") && error.contains("token id"), "{error}");
     // (The failing op may have written part of its output: the ABI makes no promise for it.)
@@ -208,7 +208,7 @@ fn overlapping_ops_and_bad_requests() {
         bias: None,
         accumulate: false,
     });
-    let gelu = Op::Gelu { len: 4, x: Span::new(h, 0), y: Span::new(h, 2900) };
+    let gelu = Op::Gelu(ops::Gelu { len: 4, x: Span::new(h, 0), y: Span::new(h, 2900) });
     let error = shown(units.run_ops(&[gelu, product]).unwrap_err());
     assert!(error.contains("op #1 matmul") && error.contains("non-finite"), "{error}");
     // Still usable; the first op of that call ran (its words changed), nothing else of `h` did.

@@ -616,7 +616,7 @@ fn fail_case(report: &mut GateReport, name: String, failure: Failure) {
 /// The op cases of [`step_ops`], their buffers created on the plugin (and listed in `frees`,
 /// whatever happens).
 fn op_cases(backend: &mut Backend, phase_seed: u64, frees: &mut Vec<u64>) -> Result<Vec<OpCase>, (String, Failure)> {
-    use lockstep_luts::ops::{Op, Span};
+    use lockstep_luts::ops::{self, Op, Span};
     use lockstep_node::config::ModelConfig;
     use lockstep_node::params::Layout;
     use lockstep_node::program::Program;
@@ -686,7 +686,7 @@ fn op_cases(backend: &mut Backend, phase_seed: u64, frees: &mut Vec<u64>) -> Res
     }
     let s0 = |h: u64| Span::new(h, 0);
     let ops = vec![
-        Op::Adam {
+        Op::Adam(ops::Adam {
             len: len as u32,
             weights: s0(handles[0]),
             grad: s0(handles[1]),
@@ -695,10 +695,27 @@ fn op_cases(backend: &mut Backend, phase_seed: u64, frees: &mut Vec<u64>) -> Res
             lr: 3e-3,
             correction1: 0.271,
             correction2: 0.0975,
-        },
-        Op::Hash { len: len as u32, data: s0(handles[0]), out: Span::new(handles[4], 7) },
+        }),
+        Op::Hash(ops::Hash { len: len as u32, data: s0(handles[0]), out: Span::new(handles[4], 7) }),
     ];
     cases.push((format!("adam-and-hash (phase {phase_seed:#x})"), ops, memory));
+    // Every op table sample (`lockstep_luts::ops::samples`), on the hardest finite values: a new
+    // op is gated by its entry alone.
+    for (i, sample) in ops::samples().into_iter().enumerate() {
+        let placeholders = ops::sample_memory(&[sample], |len| ops::hard_values(&mut rng, len));
+        let mut handles = BTreeMap::new();
+        let mut memory = BTreeMap::new();
+        for (placeholder, words) in placeholders {
+            let h = backend
+                .create_buffer(words.len())
+                .map_err(|e| (format!("sample {i} buffers"), Failure::CallFailed(e)))?;
+            frees.push(h);
+            handles.insert(placeholder, h);
+            memory.insert(h, words);
+        }
+        let op = sample.with_buffers(|p| handles[&p]);
+        cases.push((format!("sample {i} {} (phase {phase_seed:#x})", op.name()), vec![op], memory));
+    }
     Ok(cases)
 }
 

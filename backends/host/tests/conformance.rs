@@ -126,147 +126,46 @@ fn integer_product_over_the_full_range(name: &str) {
     assert_eq!(backend.gemm_i8(1, 1, 256, &all, &ones).unwrap(), vec![-128]);
 }
 
-/// Values where binary32 arithmetic is hardest to get right: signed zeros, the smallest and
-/// largest subnormals and normals, values one ulp apart, huge and tiny magnitudes, and plain
-/// values between them.
-fn special_values(rng: &mut SplitMix64, len: usize) -> Vec<u32> {
-    let fixed = [
-        0x0000_0000u32,
-        0x8000_0000,
-        0x0000_0001,
-        0x8000_0001,
-        0x007f_ffff,
-        0x807f_ffff,
-        0x0080_0000,
-        0x8080_0000,
-        0x0080_0001,
-        0x3f80_0000,
-        0x3f80_0001,
-        0xbf7f_ffff,
-        0x7f7f_ffff,
-        0xff7f_ffff,
-        0x1e3c_e508, // 1e-20
-        0x6258_d727, // 1e21
-        0x4120_0000, // 10
-        0xc2c8_0000, // -100
-    ];
-    (0..len)
-        .map(|i| match i % 5 {
-            0 => fixed[(i / 5) % fixed.len()],
-            1 => rng.next_u32() & 0x807f_ffff, // a subnormal or zero
-            2 => (rng.next_signed_unit() * 2f32.powi(rng.below(60) as i32 - 30)).to_bits(),
-            _ => (rng.next_signed_unit() * 4.0).to_bits(),
-        })
-        .collect()
-}
-
-/// ABI 2's element-wise, row and column ops on [`special_values`], each run on the plugin and
-/// on the reference from the same words, every word they touch compared (the gate's step cases
-/// hold training-like values; these hold the corners of the arithmetic).
-fn step_ops_on_special_values(name: &str) {
-    use lockstep_luts::ops::{run_reference, Op, Span};
+/// Every sample of the op table (`lockstep_luts::ops::samples`: every op, so a new op is checked
+/// here by its table entry alone) on `lockstep_luts::ops::hard_values`, run on the plugin and on
+/// the reference from the same words; every word of every buffer compared (the gate's step
+/// cases hold training-like values; these hold the corners of the arithmetic).
+fn every_op_sample_on_hard_values(name: &str) {
+    use lockstep_luts::ops::{hard_values, run_reference, sample_memory, samples};
     let mut backend = open(name);
     assert!(backend.has_step_ops(), "{name} claims every op of ABI 2");
     let mut rng = SplitMix64::new(0x5bec);
-    let (rows, width, t) = (12u32, 37u32, 9u32);
-    let len = rows * width;
-    let mut memory = lockstep_luts::ops::Memory::new();
-    let mut handles = Vec::new();
-    for i in 0..10 {
-        let h = backend.create_buffer(len as usize).unwrap();
-        let mut words = special_values(&mut rng, len as usize);
-        if i == 3 {
-            // Adam's second moments are never negative.
-            words.iter_mut().for_each(|w| *w &= 0x7fff_ffff);
+    let mut covered = std::collections::BTreeSet::new();
+    for (index, sample) in samples().into_iter().enumerate() {
+        let mut memory = std::collections::BTreeMap::new();
+        let mut handles = std::collections::BTreeMap::new();
+        for (placeholder, words) in sample_memory(&[sample], |len| hard_values(&mut rng, len + 11)) {
+            let h = backend.create_buffer(words.len()).unwrap();
+            backend.write_buffer(h, 0, &words).unwrap();
+            handles.insert(placeholder, h);
+            memory.insert(h, words);
         }
-        if i == 9 {
-            // Token ids and targets.
-            words.iter_mut().for_each(|w| *w %= 20);
-        }
-        backend.write_buffer(h, 0, &words).unwrap();
-        memory.insert(h, words);
-        handles.push(h);
-    }
-    let s = |i: usize| Span::new(handles[i], 0);
-    let ops = [
-        Op::Gelu { len, x: s(0), y: s(4) },
-        Op::GeluBackward { len, dy: s(1), x: s(0), dx: s(5) },
-        Op::Adam {
-            len,
-            weights: s(0),
-            grad: s(1),
-            m: s(2),
-            v: s(3),
-            lr: 3e-3,
-            correction1: 0.0975,
-            correction2: 0.271,
-        },
-        Op::LayerNorm {
-            rows,
-            width,
-            x: s(1),
-            gain: s(2),
-            bias: Span::new(handles[2], width),
-            y: s(6),
-            xhat: s(7),
-            rstd: s(8),
-        },
-        Op::LayerNormBackward {
-            rows,
-            width,
-            dy: s(4),
-            xhat: s(7),
-            rstd: s(8),
-            gain: s(5),
-            dx: s(6),
-            dgain: s(3),
-            dbias: Span::new(handles[3], width),
-            accumulate: true,
-        },
-        Op::BiasGrad { rows, width, dy: s(5), db: Span::new(handles[4], 7) },
-        Op::CausalSoftmax { blocks: len / (t * t), t, scale: 0.35, scores: s(1) },
-        Op::CausalSoftmaxBackward { blocks: len / (t * t), t, scale: 0.35, probs: s(1), dprobs: s(2), dscores: s(5) },
-        Op::CrossEntropy {
-            rows,
-            vocab: width,
-            logits: s(0),
-            targets: s(9),
-            dlogits: s(6),
-            loss: Span::new(handles[7], 3),
-        },
-        Op::EmbedBackward {
-            rows,
-            seq: 5,
-            width: 8,
-            vocab: 20,
-            positions: 6,
-            tokens: Span::new(handles[9], 100),
-            dy: s(2),
-            dtok: s(4),
-            dpos: Span::new(handles[4], 200),
-        },
-        Op::Hash { len, data: s(5), out: Span::new(handles[8], 1) },
-    ];
-    for (index, op) in ops.iter().enumerate() {
-        run_reference(op, &mut memory).unwrap_or_else(|e| panic!("the reference refused op #{index}: {e}"));
-        backend.run_ops(std::slice::from_ref(op)).unwrap_or_else(|e| panic!("{name} op #{index} {}: {e}", op.name()));
-        for (buffer, end) in op.extents() {
-            let mut actual = vec![0u32; end as usize];
+        let op = sample.with_buffers(|p| handles[&p]);
+        run_reference(&op, &mut memory).unwrap_or_else(|e| panic!("the reference refused sample {index}: {e}"));
+        backend
+            .run_ops(std::slice::from_ref(&op))
+            .unwrap_or_else(|e| panic!("{name} sample {index} {}: {e}", op.name()));
+        for (&buffer, expected) in &memory {
+            let mut actual = vec![0u32; expected.len()];
             backend.read_buffer(buffer, 0, &mut actual).unwrap();
-            let expected = &memory[&buffer][..end as usize];
             if let Some(i) = expected.iter().zip(&actual).position(|(e, a)| e != a) {
                 panic!(
-                    "{name} op #{index} {}: buffer {buffer} word {i}: expected {:#010x}, got {:#010x}",
+                    "{name} sample {index} {}: buffer {buffer} word {i}: expected {:#010x}, got {:#010x}",
                     op.name(),
                     expected[i],
                     actual[i]
                 );
             }
+            backend.free_buffer(buffer);
         }
+        covered.insert(op.code());
     }
-    for h in handles {
-        backend.free_buffer(h);
-    }
+    assert_eq!(covered.len(), lockstep_luts::ops::OPS.len(), "every op has a sample");
 }
 
 fn non_finite_inputs_are_refused_with_their_place(name: &str) {
@@ -312,8 +211,8 @@ macro_rules! conformance {
             }
 
             #[test]
-            fn step_ops_on_special_values() {
-                super::step_ops_on_special_values($name);
+            fn every_op_sample_on_hard_values() {
+                super::every_op_sample_on_hard_values($name);
             }
 
             #[test]
