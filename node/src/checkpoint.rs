@@ -10,13 +10,14 @@ use lockstep_luts::hash::fnv1a64;
 use crate::adam::Adam;
 use crate::config::{ConfigError, ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
 use crate::params::Layout;
-use crate::sync::SyncConfig;
+use crate::sync::{SyncConfig, SyncState};
 use crate::trainer::TrainState;
 
 pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
-/// Version 2 added the sync settings and their state (outer momentum, residual); version 1
-/// files still load (every-step, uncompressed).
-pub const VERSION: u32 = 2;
+/// Version 3 stores the run settings as one block (`RunConfig::encode`, the run config
+/// message's bytes) and the sync tensors as a counted list; version 2 (the sync settings after
+/// the optimizer, two tensors) and version 1 (every-step, uncompressed) still load.
+pub const VERSION: u32 = 3;
 
 /// Why a checkpoint was refused. Nothing is applied from a refused file.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,22 +67,16 @@ impl std::fmt::Display for CheckpointError {
 
 impl std::error::Error for CheckpointError {}
 
-/// Serializes `state`.
+/// Serializes `state` (version 3).
 pub fn encode(state: &TrainState) -> Vec<u8> {
-    let run = &state.run;
     let n = state.weights.len();
-    let mut out = Vec::with_capacity(64 + 12 * n);
+    let mut out = Vec::with_capacity(128 + 12 * n);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&(TOKENIZER_NAME.len() as u32).to_le_bytes());
     out.extend_from_slice(TOKENIZER_NAME.as_bytes());
     out.extend_from_slice(&(VOCAB as u32).to_le_bytes());
-    for dim in [run.model.width, run.model.context, run.model.layers, run.model.heads, run.batch] {
-        out.extend_from_slice(&(dim as u32).to_le_bytes());
-    }
-    out.extend_from_slice(&run.steps.to_le_bytes());
-    out.extend_from_slice(&run.lr.to_le_bytes());
-    out.extend_from_slice(&run.seed.to_le_bytes());
+    out.extend_from_slice(&state.run.encode());
     out.extend_from_slice(&state.step.to_le_bytes());
     out.extend_from_slice(&state.data_state.to_le_bytes());
     out.extend_from_slice(&(n as u64).to_le_bytes());
@@ -93,8 +88,9 @@ pub fn encode(state: &TrainState) -> Vec<u8> {
     out.extend_from_slice(&state.adam.beta2_power.to_le_bytes());
     floats(&mut out, &state.adam.m);
     floats(&mut out, &state.adam.v);
-    out.extend_from_slice(&run.sync.encode());
-    for tensor in [&state.outer_momentum, &state.residual] {
+    let tensors = state.sync.tensors();
+    out.extend_from_slice(&(tensors.len() as u32).to_le_bytes());
+    for tensor in tensors {
         out.extend_from_slice(&(tensor.len() as u64).to_le_bytes());
         floats(&mut out, tensor);
     }
@@ -144,7 +140,7 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
         return Err(CheckpointError::BadMagic);
     }
     let version = r.u32()?;
-    if version != VERSION && version != 1 {
+    if !(1..=VERSION).contains(&version) {
         return Err(CheckpointError::UnsupportedVersion(version));
     }
     // The checksum covers everything before it; check it as soon as the file is long enough,
@@ -174,19 +170,19 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     if vocab as usize != VOCAB {
         return Err(CheckpointError::Vocab(vocab));
     }
-    let mut dims = [0usize; 5];
-    for dim in &mut dims {
-        *dim = r.u32()? as usize;
-    }
-    let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
+    let mut run = if version >= 3 {
+        let block = r.take(RunConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
+        RunConfig::decode(block).map_err(CheckpointError::Dims)?
+    } else {
+        legacy_run(&mut r)?
+    };
+    let model = run.model;
     model.validate().map_err(CheckpointError::Settings)?;
     if let Some(expected) = expected {
         if expected != model {
             return Err(CheckpointError::Dims(format!("file has {model:?}, the running model is {expected:?}")));
         }
     }
-    let mut run =
-        RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()?, sync: SyncConfig::SEED };
     let step = r.u32()?;
     let data_state = r.u64()?;
     let n = r.u64()? as usize;
@@ -200,18 +196,27 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     let beta2_power = r.f32()?;
     let m = r.floats(n)?;
     let v = r.floats(n)?;
-    let (mut outer_momentum, mut residual) = (Vec::new(), Vec::new());
+    let mut tensors = Vec::new();
     if version >= 2 {
-        let bytes = r.take(SyncConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
-        run.sync = SyncConfig::decode(bytes).map_err(CheckpointError::Dims)?;
-        for tensor in [&mut outer_momentum, &mut residual] {
+        let count = if version >= 3 {
+            r.u32()? as usize
+        } else {
+            let bytes = r.take(SyncConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
+            run.sync = SyncConfig::decode(bytes).map_err(CheckpointError::Dims)?;
+            2
+        };
+        if count > 16 {
+            return Err(CheckpointError::Dims(format!("{count} sync tensors")));
+        }
+        for _ in 0..count {
             let len = r.u64()? as usize;
             if len != 0 && len != n {
                 return Err(CheckpointError::Dims(format!("a sync tensor of {len} values, the model has {n}")));
             }
-            *tensor = r.floats(len)?;
+            tensors.push(r.floats(len)?);
         }
     }
+    let sync = SyncState::from_tensors(&run.sync, tensors, n).map_err(CheckpointError::Dims)?;
     run.validate().map_err(CheckpointError::Settings)?;
     // The checksum itself was verified before parsing (any file that reaches here is long
     // enough for that check to have run).
@@ -219,15 +224,18 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     if r.at != bytes.len() {
         return Err(CheckpointError::TrailingBytes(bytes.len() - r.at));
     }
-    Ok(TrainState {
-        run,
-        step,
-        weights,
-        adam: Adam { m, v, beta1_power, beta2_power, t },
-        data_state,
-        outer_momentum,
-        residual,
-    })
+    Ok(TrainState { run, step, weights, adam: Adam { m, v, beta1_power, beta2_power, t }, data_state, sync })
+}
+
+/// The run settings of a version 1 or 2 file: dimensions, run length, learning rate, seed (the
+/// sync settings of version 2 come later in the file).
+fn legacy_run(r: &mut Reader<'_>) -> Result<RunConfig, CheckpointError> {
+    let mut dims = [0usize; 5];
+    for dim in &mut dims {
+        *dim = r.u32()? as usize;
+    }
+    let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
+    Ok(RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()?, sync: SyncConfig::SEED })
 }
 
 /// The length a well-formed file with this header would have; a header cut short yields the
@@ -241,20 +249,31 @@ fn minimum_len(bytes: &[u8]) -> Option<usize> {
         }
         r.take(name_len)?;
         let _vocab = r.u32()?;
-        let mut dims = [0usize; 5];
-        for dim in &mut dims {
-            *dim = r.u32()? as usize;
-        }
-        let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        let model = if version >= 3 {
+            let block = r.take(RunConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
+            match RunConfig::decode(block) {
+                Ok(run) => run.model,
+                Err(_) => return Ok(None),
+            }
+        } else {
+            let model = legacy_run(&mut r)?.model;
+            r.at -= 4 + 4 + 8; // the run length, learning rate and seed are counted below
+            model
+        };
         if model.validate().is_err() {
             return Ok(None);
         }
         let n = Layout::new(model).len;
-        // so far + steps, lr, seed, step, data state, n + weights + Adam scalars + m, v
-        // (+ version 2's sync settings and two empty sync tensors, at least) + sum
-        let sync =
-            if u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) >= 2 { 1 + 4 + 1 + 8 + 16 } else { 0 };
-        Ok(Some(r.at + 4 + 4 + 8 + 4 + 8 + 8 + 4 * n + 12 + 8 * n + sync + 8))
+        // so far + [steps, lr, seed: versions 1 and 2] + step, data state, n + weights + Adam
+        // scalars + m, v + the sync part at its shortest (version 2: the settings and two empty
+        // tensors; version 3: the count and two empty tensors) + sum
+        let (legacy, sync) = match version {
+            1 => (16, 0),
+            2 => (16, SyncConfig::ENCODED_LEN + 16),
+            _ => (0, 4 + 16),
+        };
+        Ok(Some(r.at + legacy + 4 + 8 + 8 + 4 * n + 12 + 8 * n + sync + 8))
     };
     match read() {
         Ok(len) => len,

@@ -78,6 +78,47 @@ impl RunConfig {
         self.steps / self.steps_per_sync().max(1)
     }
 
+    /// Bytes of [`RunConfig::encode`].
+    pub const ENCODED_LEN: usize = 6 * 4 + 4 + 8 + SyncConfig::ENCODED_LEN;
+
+    /// The one encoding of a run's settings, in the run config message (`-3`, after the
+    /// protocol version) and in checkpoints (from version 3), little-endian: `[u32 width][u32
+    /// context][u32 batch][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed]` and the sync
+    /// settings ([`SyncConfig::encode`]). Sizes past `u32` cannot be valid runs
+    /// ([`RunConfig::validate`] bounds them far below).
+    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut out = [0u8; Self::ENCODED_LEN];
+        let m = &self.model;
+        let words = [m.width, m.context, self.batch, m.layers, m.heads].map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+        for (i, v) in words.into_iter().chain([self.steps]).enumerate() {
+            out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        out[24..28].copy_from_slice(&self.lr.to_le_bytes());
+        out[28..36].copy_from_slice(&self.seed.to_le_bytes());
+        out[36..].copy_from_slice(&self.sync.encode());
+        out
+    }
+
+    /// Reads [`RunConfig::encode`]'s bytes (not validated: [`RunConfig::validate`] says whether
+    /// they are a usable run); an unknown sync mode or compression is named.
+    pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<RunConfig, String> {
+        let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        let sync = SyncConfig::decode(bytes[36..].try_into().expect("the sync settings' bytes"))?;
+        Ok(RunConfig {
+            model: ModelConfig {
+                width: word(0) as usize,
+                context: word(1) as usize,
+                layers: word(3) as usize,
+                heads: word(4) as usize,
+            },
+            batch: word(2) as usize,
+            steps: word(5),
+            lr: f32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes")),
+            seed: u64::from_le_bytes(bytes[28..36].try_into().expect("8 bytes")),
+            sync,
+        })
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.model.validate()?;
         if self.batch == 0 || self.batch > 4096 {
@@ -150,3 +191,47 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::{Compression, OuterOptimizer};
+
+    /// The golden bytes of a run's settings (the run config message's body after the protocol
+    /// version, and checkpoints' from version 3), and the trip back.
+    #[test]
+    fn the_run_encoding_is_pinned() {
+        let run = RunConfig {
+            model: ModelConfig { width: 64, context: 32, layers: 2, heads: 4 },
+            batch: 8,
+            steps: 96,
+            lr: 0.5,
+            seed: 0x0102_0304_0506_0708,
+            sync: SyncConfig {
+                mode: SyncMode::Outer { inner_steps: 8 },
+                compression: Compression::Int8,
+                outer: OuterOptimizer { lr: 0.75, momentum: 0.5 },
+            },
+        };
+        let bytes = run.encode();
+        let golden: Vec<u8> = [
+            &64u32.to_le_bytes()[..],
+            &32u32.to_le_bytes(),
+            &8u32.to_le_bytes(),
+            &2u32.to_le_bytes(),
+            &4u32.to_le_bytes(),
+            &96u32.to_le_bytes(),
+            &0.5f32.to_le_bytes(),
+            &[8, 7, 6, 5, 4, 3, 2, 1],
+            &[1, 8, 0, 0, 0, 1],
+            &0.75f32.to_le_bytes(),
+            &0.5f32.to_le_bytes(),
+        ]
+        .concat();
+        assert_eq!(bytes.to_vec(), golden);
+        assert_eq!(RunConfig::decode(&bytes), Ok(run));
+        let mut bad = bytes;
+        bad[36] = 9;
+        assert_eq!(RunConfig::decode(&bad), Err("sync mode 9".to_string()));
+    }
+}

@@ -86,8 +86,7 @@ mod tests {
             weights: crate::params::init(&layout, 1),
             adam: crate::adam::Adam::new(layout.len),
             data_state: 0,
-            outer_momentum: Vec::new(),
-            residual: Vec::new(),
+            sync: Default::default(),
         };
         let html = render(&state, "<b>&");
         assert!(html.contains("&lt;b&gt;&amp;"));

@@ -19,6 +19,7 @@ pub mod params;
 pub mod program;
 pub mod replica;
 pub mod session;
+pub mod settings;
 pub mod step;
 pub mod sync;
 pub mod trainer;

@@ -12,12 +12,12 @@ use std::error::Error;
 use std::sync::Arc;
 
 use crate::checkpoint::{self, CheckpointError};
-use crate::config::{ConfigError, ModelConfig, RunConfig};
+use crate::config::{ConfigError, RunConfig};
 use crate::data::{node_data_seed, DataSource};
 use crate::gemm::{ComputeError, Gemm};
 use crate::trainer::{ContributeError, RestoreError, Trainer};
 use crate::verdict::Verdict;
-use crate::wire::{Gradient, PeerId, RunSettings, Values, MESH_PROTOCOL_VERSION};
+use crate::wire::{Gradient, PeerId, Values};
 
 /// An error from outside this crate (a plugin host's, a data client's), kept whole.
 pub type ForeignError = Arc<dyn Error + Send + Sync>;
@@ -93,7 +93,7 @@ impl From<ContributeError> for ReplicaError {
 /// The replica's state and compute, owned by the mesh adapter; the session only decides.
 pub trait Replica: Send + 'static {
     /// A fresh model and optimizer for `settings`; returns the parameter count.
-    fn configure(&mut self, settings: &RunSettings) -> Result<usize, ReplicaError>;
+    fn configure(&mut self, run: &RunConfig) -> Result<usize, ReplicaError>;
     /// Our contribution to sync `step` from the current (global) weights: the gradient
     /// (`every-step`) or pseudo-gradient (`outer:H`), weight hash before, probe hash of the
     /// live kernel, loss. May take long: runs on a blocking thread.
@@ -256,47 +256,14 @@ impl TrainerReplica {
     }
 }
 
-/// The run configuration a run config message describes.
-pub fn run_config(settings: &RunSettings) -> RunConfig {
-    RunConfig {
-        model: ModelConfig {
-            width: settings.width as usize,
-            context: settings.context as usize,
-            layers: settings.layers as usize,
-            heads: settings.heads as usize,
-        },
-        batch: settings.batch as usize,
-        steps: settings.steps,
-        lr: settings.lr,
-        seed: settings.seed,
-        sync: settings.sync,
-    }
-}
-
-/// The wire's run settings for a run configuration.
-pub fn settings_of(run: &RunConfig) -> RunSettings {
-    RunSettings {
-        protocol: MESH_PROTOCOL_VERSION,
-        width: run.model.width as u32,
-        context: run.model.context as u32,
-        batch: run.batch as u32,
-        layers: run.model.layers as u32,
-        heads: run.model.heads as u32,
-        steps: run.steps,
-        lr: run.lr,
-        seed: run.seed,
-        sync: run.sync,
-    }
-}
-
 /// Syncs a trainer's weights are the result of (checkpoints are taken at sync boundaries).
 fn syncs_done(trainer: &Trainer) -> u32 {
     trainer.step_count() / trainer.run_config().steps_per_sync().max(1)
 }
 
 impl Replica for TrainerReplica {
-    fn configure(&mut self, settings: &RunSettings) -> Result<usize, ReplicaError> {
-        let run = run_config(settings);
+    fn configure(&mut self, run: &RunConfig) -> Result<usize, ReplicaError> {
+        let run = *run;
         run.validate().map_err(ReplicaError::Config)?;
         let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
         // The backend: a swap staged during the last run, else the one admitted at start-up,
@@ -409,7 +376,7 @@ impl Replica for TrainerReplica {
         // at zero (a residual is what one node's own contributions left untaken: never
         // another's, and nothing of this node's past survives a restore).
         state.data_state = trainer.data_state();
-        state.residual = Vec::new();
+        state.sync.residual = Vec::new();
         // A group goes on as one run: a checkpoint that trains another way is refused here,
         // on every node, with the reason.
         trainer.check_continues(&state.run).map_err(ReplicaError::Restore)?;
@@ -479,12 +446,12 @@ mod tests {
         }
     }
 
-    fn tiny() -> RunSettings {
-        settings_of(&RunConfig {
-            model: ModelConfig { width: 32, context: 32, layers: 1, heads: 2 },
+    fn tiny() -> RunConfig {
+        RunConfig {
+            model: crate::config::ModelConfig { width: 32, context: 32, layers: 1, heads: 2 },
             batch: 2,
             ..RunConfig::DEFAULT
-        })
+        }
     }
 
     #[test]
@@ -522,7 +489,7 @@ mod tests {
         assert!(matches!(replica.compute(1), Err(ReplicaError::NoRun)));
         assert!(matches!(replica.configure(&tiny()), Err(ReplicaError::Backend(_))));
         let mut bad = tiny();
-        bad.heads = 3;
+        bad.model.heads = 3;
         assert!(matches!(
             replica.configure(&bad),
             Err(ReplicaError::Config(ConfigError::HeadsDoNotDivideWidth { width: 32, heads: 3 }))

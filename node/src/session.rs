@@ -57,9 +57,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::config::RunConfig;
 use crate::step::{GuardFailure, Offer, RepairStore, StepCollector};
 use crate::sync::Compression;
-use crate::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use crate::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
 
 /// Step messages held per member from an epoch this node has not reached (a roster, gradients
 /// of a step or two, repairs: a handful is all a member in step can send before we catch up).
@@ -85,7 +86,7 @@ pub enum Input {
     /// Time passes (milliseconds on any monotonic clock).
     Tick { now_ms: u64 },
     /// The user starts a run; this node leads it.
-    Start(RunSettings),
+    Start(RunConfig),
     /// The user pushes a checkpoint to the whole group.
     PushCheckpoint { bytes: Vec<u8> },
     /// The user removes `peer` from the run (leader only): it is told why and stays out.
@@ -100,7 +101,7 @@ pub enum Output {
         message: Message,
     },
     /// Build a fresh model and optimizer from the settings; answer `Configured`.
-    Configure(RunSettings),
+    Configure(RunConfig),
     /// Compute our gradient for `step` at the current weights; answer `Computed`.
     Compute {
         step: u32,
@@ -132,7 +133,7 @@ pub enum Event {
     Leader(PeerId),
     RunStarted {
         leader: PeerId,
-        settings: RunSettings,
+        settings: RunConfig,
     },
     Roster {
         step: u32,
@@ -254,7 +255,7 @@ pub struct Session {
     config: SessionConfig,
     now_ms: u64,
     members: BTreeSet<PeerId>,
-    run: Option<RunSettings>,
+    run: Option<RunConfig>,
     leader: Option<PeerId>,
     weights: usize,
     /// Steps applied: the weights are the result of `applied` updates.
@@ -369,7 +370,7 @@ impl Session {
         &self.members
     }
 
-    pub fn run(&self) -> Option<&RunSettings> {
+    pub fn run(&self) -> Option<&RunConfig> {
         self.run.as_ref()
     }
 
@@ -469,8 +470,8 @@ impl Session {
         // Before anything else on this channel: which push our messages follow.
         self.send(peer, Message::Epoch(self.epoch));
         if self.is_leader() && !self.finished && self.stopped.is_none() && !self.kicked.contains(&peer) {
-            if let Some(settings) = self.run.clone() {
-                self.send(peer, Message::RunConfig(settings));
+            if let Some(settings) = self.run {
+                self.send(peer, run_config_message(&settings));
                 self.joiners.insert(peer);
             }
         }
@@ -515,10 +516,10 @@ impl Session {
         self.synced = self.last_roster.iter().copied().filter(|p| self.members.contains(p)).collect();
         // Members not in step (joiners the old leader had not resumed) hear from us and are
         // resumed at the next boundary.
-        let settings = self.run.clone().expect("a run is going");
+        let settings = self.run.expect("a run is going");
         let unsynced: Vec<PeerId> = self.members.iter().copied().filter(|p| !self.synced.contains(p)).collect();
         for peer in unsynced {
-            self.send(peer, Message::RunConfig(settings.clone()));
+            self.send(peer, run_config_message(&settings));
             self.joiners.insert(peer);
         }
         let Some(collector) = &self.collector else { return };
@@ -602,16 +603,16 @@ impl Session {
 
     // ---- starting, configuring, restoring ----
 
-    fn on_start(&mut self, settings: RunSettings) {
+    fn on_start(&mut self, settings: RunConfig) {
         if self.run.is_some() && !self.finished && self.stopped.is_none() {
             self.event(Event::Error("a run is already going".into()));
             return;
         }
         self.reset_run();
         self.leader = Some(self.config.me);
-        self.run = Some(settings.clone());
+        self.run = Some(settings);
         self.pending = Some(Pending::Configure);
-        self.event(Event::RunStarted { leader: self.config.me, settings: settings.clone() });
+        self.event(Event::RunStarted { leader: self.config.me, settings });
         self.out.push(Output::Configure(settings));
     }
 
@@ -641,8 +642,8 @@ impl Session {
         self.pending = None;
         self.weights = weights;
         if self.is_leader() {
-            let settings = self.run.clone().expect("a run is configured");
-            self.broadcast(&Message::RunConfig(settings));
+            let settings = self.run.expect("a run is configured");
+            self.broadcast(&run_config_message(&settings));
             self.synced = self.members.clone();
             self.next_step();
         }
@@ -1149,7 +1150,7 @@ impl Session {
             Message::Epoch(epoch) => {
                 self.peer_epochs.insert(from, epoch);
             }
-            Message::RunConfig(settings) => self.on_run_config(from, settings),
+            Message::RunConfig { protocol, run } => self.on_run_config(from, protocol, run),
             Message::Resume(bytes) => {
                 if self.leader != Some(from) {
                     self.ignore(from, "a resume from a peer that is not the leader");
@@ -1232,14 +1233,11 @@ impl Session {
         }
     }
 
-    fn on_run_config(&mut self, from: PeerId, settings: RunSettings) {
-        if settings.protocol != MESH_PROTOCOL_VERSION {
+    fn on_run_config(&mut self, from: PeerId, protocol: u32, settings: RunConfig) {
+        if protocol != MESH_PROTOCOL_VERSION {
             self.ignore(
                 from,
-                &format!(
-                    "a run config for mesh protocol {} (this node speaks {MESH_PROTOCOL_VERSION})",
-                    settings.protocol
-                ),
+                &format!("a run config for mesh protocol {protocol} (this node speaks {MESH_PROTOCOL_VERSION})"),
             );
             return;
         }
@@ -1258,9 +1256,14 @@ impl Session {
         // The run continues the leader's line of pushes (a node that joined after the last
         // one has not seen it).
         self.enter_epoch(self.epoch_of(from));
-        self.run = Some(settings.clone());
+        self.run = Some(settings);
         self.pending = Some(Pending::Configure);
-        self.event(Event::RunStarted { leader: from, settings: settings.clone() });
+        self.event(Event::RunStarted { leader: from, settings });
         self.out.push(Output::Configure(settings));
     }
+}
+
+/// The run config message for `run`, in this node's protocol.
+fn run_config_message(run: &RunConfig) -> Message {
+    Message::RunConfig { protocol: MESH_PROTOCOL_VERSION, run: *run }
 }

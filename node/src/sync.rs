@@ -20,6 +20,8 @@
 
 use lockstep_luts::units::{block_exponent, quantize_value, BLOCK};
 
+use crate::gemm::ComputeError;
+
 /// When the group syncs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncMode {
@@ -31,6 +33,14 @@ pub enum SyncMode {
 }
 
 impl SyncMode {
+    /// What one sync of this mode is called where a person reads it ("step 3/600").
+    pub fn sync_name(self) -> &'static str {
+        match self {
+            SyncMode::EveryStep => "step",
+            SyncMode::Outer { .. } => "outer step",
+        }
+    }
+
     /// Optimizer steps per sync.
     pub fn steps_per_sync(self) -> u32 {
         match self {
@@ -135,6 +145,13 @@ pub struct SyncConfig {
 }
 
 impl SyncConfig {
+    /// Whether a member's optimizer state may stay on a backend's device between syncs:
+    /// `every-step` touches only gradients; `outer:H` reads the weights on the host at every
+    /// sync.
+    pub fn state_may_stay_on_device(&self) -> bool {
+        self.mode == SyncMode::EveryStep
+    }
+
     /// The seed's exchange: every step, f32.
     pub const SEED: SyncConfig =
         SyncConfig { mode: SyncMode::EveryStep, compression: Compression::None, outer: OuterOptimizer::DEFAULT };
@@ -505,6 +522,218 @@ pub fn reduce_one(values: Values) -> Reduced {
     match values {
         Values::F32(x) => Reduced { mean: mean_f32(x, 1), grid: Vec::new() },
         int8 => reduce(&[&int8]),
+    }
+}
+
+// ---- one member's side of a sync ----
+
+/// What a member keeps between syncs besides its weights and Adam's state: tensors the sync
+/// settings use (empty where a setting uses none), carried by checkpoints and resumes in the
+/// order [`SyncState::tensors`] gives.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncState {
+    /// `outer:H`: the outer optimizer's momentum (identical on every member).
+    pub outer_momentum: Vec<f32>,
+    /// `int8`: what this member's past contributions left untaken (its own).
+    pub residual: Vec<f32>,
+}
+
+impl SyncState {
+    /// Zeros for every tensor `config` uses, for a model of `len` weights.
+    pub fn new(config: &SyncConfig, len: usize) -> SyncState {
+        SyncState::from_tensors(config, Vec::new(), len).expect("no tensors carried: nothing to refuse")
+    }
+
+    /// The tensors, in the order checkpoints store them.
+    pub fn tensors(&self) -> [&[f32]; 2] {
+        [&self.outer_momentum, &self.residual]
+    }
+
+    /// The state a checkpoint carried (`tensors` in [`SyncState::tensors`]' order, fewer when
+    /// it is older), made to fit `config`: a tensor the settings use is kept, or zeros when the
+    /// checkpoint had none (a run of another setting); one they do not use is dropped. A tensor
+    /// of another length than the model's, or more tensors than this version knows, is refused.
+    pub fn from_tensors(config: &SyncConfig, tensors: Vec<Vec<f32>>, len: usize) -> Result<SyncState, String> {
+        if tensors.len() > 2 {
+            return Err(format!("{} sync tensors (this version knows 2)", tensors.len()));
+        }
+        if let Some(t) = tensors.iter().find(|t| !t.is_empty() && t.len() != len) {
+            return Err(format!("a sync tensor of {} values, the model has {len}", t.len()));
+        }
+        let mut carried = tensors.into_iter();
+        let mut take = |used: bool| match (used, carried.next().filter(|t| !t.is_empty())) {
+            (true, Some(t)) => t,
+            (true, None) => vec![0.0; len],
+            (false, _) => Vec::new(),
+        };
+        let outer_momentum = take(matches!(config.mode, SyncMode::Outer { .. }));
+        let residual = take(config.compression == Compression::Int8);
+        Ok(SyncState { outer_momentum, residual })
+    }
+}
+
+/// A member's training, as a sync drives it: its gradient on the next batch, one local
+/// optimizer step, and its weights on the host.
+pub trait Member {
+    /// Loss and gradient of the next batch at the current weights.
+    fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError>;
+    /// One optimizer step (Adam) from `grad`.
+    fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError>;
+    /// The weights, on the host.
+    fn weights(&mut self) -> &mut Vec<f32>;
+    /// Takes back the step count of `steps` local steps (a sync abandoned half way).
+    fn rewind(&mut self, steps: u32);
+}
+
+/// One member's contribution to a sync.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contribution {
+    /// The loss of the step (`every-step`) or the mean of the inner steps' losses, in order.
+    pub loss: f32,
+    pub values: Values,
+}
+
+/// Why a contribution could not be made.
+#[derive(Clone, Debug)]
+pub enum ContributeError {
+    Compute(ComputeError),
+    /// The values to send are not finite: this member's training diverged.
+    NonFinite(NonFinite),
+}
+
+impl std::fmt::Display for ContributeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContributeError::Compute(e) => write!(f, "{e}"),
+            ContributeError::NonFinite(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ContributeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ContributeError::Compute(e) => Some(e),
+            ContributeError::NonFinite(e) => Some(e),
+        }
+    }
+}
+
+impl From<ComputeError> for ContributeError {
+    fn from(e: ComputeError) -> Self {
+        ContributeError::Compute(e)
+    }
+}
+
+/// A contribution under way: what [`Strategy::finish`] needs of it.
+#[derive(Clone, Debug, Default)]
+struct InFlight {
+    /// `outer:H`: the global weights the inner steps started from.
+    global: Option<Vec<f32>>,
+    /// `int8`: the values and what they were packed as.
+    packed: Option<(Vec<f32>, Packed)>,
+}
+
+/// One member's side of every sync, for every mode: what it contributes, and what it does with
+/// the group's mean. A new sync mode is a new [`SyncMode`] and its arms here; the trainer has no
+/// mode of its own.
+#[derive(Clone, Debug, Default)]
+pub struct Strategy {
+    config: SyncConfig,
+    state: SyncState,
+    in_flight: Option<InFlight>,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig::SEED
+    }
+}
+
+impl Strategy {
+    pub fn new(config: SyncConfig, state: SyncState) -> Strategy {
+        Strategy { config, state, in_flight: None }
+    }
+
+    pub fn config(&self) -> &SyncConfig {
+        &self.config
+    }
+
+    pub fn state(&self) -> &SyncState {
+        &self.state
+    }
+
+    /// The member's contribution to the next sync: `every-step`, the gradient of one batch;
+    /// `outer:H`, the global weights minus the weights after `H` local steps. With `int8`, the
+    /// residual is added and the sum packed. Until [`Strategy::finish`], the weights are local
+    /// (`outer:H`). A failed inner step puts the weights and the step count back to the sync's
+    /// start.
+    pub fn contribute(&mut self, member: &mut dyn Member) -> Result<Contribution, ContributeError> {
+        let (loss, mut x, global) = match self.config.mode {
+            SyncMode::EveryStep => {
+                let (loss, grad) = member.gradient()?;
+                (loss, grad, None)
+            }
+            SyncMode::Outer { inner_steps } => {
+                let global = member.weights().clone();
+                let mut losses = 0f32;
+                for done in 0..inner_steps {
+                    let inner = member.gradient().and_then(|(loss, grad)| member.apply(&grad).map(|()| loss));
+                    match inner {
+                        Ok(loss) => losses += loss,
+                        Err(e) => {
+                            member.rewind(done);
+                            *member.weights() = global;
+                            return Err(e.into());
+                        }
+                    }
+                }
+                let delta: Vec<f32> = global.iter().zip(member.weights().iter()).map(|(g, w)| g - w).collect();
+                (losses / inner_steps as f32, delta, Some(global))
+            }
+        };
+        let (values, packed) = match self.config.compression {
+            Compression::None => (Values::F32(x), None),
+            Compression::Int8 => {
+                for (v, r) in x.iter_mut().zip(&self.state.residual) {
+                    *v += r;
+                }
+                let packed = pack(&x).map_err(ContributeError::NonFinite)?;
+                (Values::Int8(packed.clone()), Some((x, packed)))
+            }
+        };
+        self.in_flight = Some(InFlight { global, packed });
+        Ok(Contribution { loss, values })
+    }
+
+    /// Ends a sync with the group's mean (`grid`: the group's block grid, `int8` only):
+    /// `every-step` takes one optimizer step with it; `outer:H` puts the global weights back
+    /// and takes one outer step. A member that made no contribution this sync (a fresh joiner)
+    /// only needs the mean, never the grid.
+    pub fn finish(&mut self, member: &mut dyn Member, mean: &[f32], grid: &[u8]) -> Result<(), ComputeError> {
+        let in_flight = self.in_flight.take().unwrap_or_default();
+        if let Some((x, packed)) = &in_flight.packed {
+            self.state.residual = residual(x, packed, grid);
+        }
+        match self.config.mode {
+            SyncMode::EveryStep => member.apply(mean)?,
+            SyncMode::Outer { .. } => {
+                let weights = member.weights();
+                if let Some(global) = in_flight.global {
+                    *weights = global;
+                }
+                self.config.outer.step(weights, &mut self.state.outer_momentum, mean);
+            }
+        }
+        Ok(())
+    }
+
+    /// A lone member's sync (a group of one: its contribution is the mean, bit for bit).
+    pub fn alone(&mut self, member: &mut dyn Member) -> Result<f32, ContributeError> {
+        let Contribution { loss, values } = self.contribute(member)?;
+        let reduced = reduce_one(values);
+        self.finish(member, &reduced.mean, &reduced.grid)?;
+        Ok(loss)
     }
 }
 

@@ -19,7 +19,9 @@ use crate::data::{heldout_batches, DataSource, Origin};
 use crate::gemm::{ComputeError, Gemm};
 use crate::model::{Model, Weights};
 use crate::params::{init, weight_hash, Layout};
-use crate::sync::{self, Compression, NonFinite, SyncMode, Values};
+use crate::sync::{Member, Strategy, SyncState};
+
+pub use crate::sync::{ContributeError, Contribution};
 
 /// Everything that determines the next update: what a checkpoint or a mid-run resume carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,59 +33,8 @@ pub struct TrainState {
     pub adam: Adam,
     /// The data source's sampler state.
     pub data_state: u64,
-    /// `outer:H`: the outer optimizer's momentum (identical on every member); else empty.
-    pub outer_momentum: Vec<f32>,
-    /// `int8`: what this node's past contributions left untaken (its own); else empty.
-    pub residual: Vec<f32>,
-}
-
-/// One node's contribution to a sync.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Contribution {
-    /// The loss of the step (`every-step`) or the mean of the inner steps' losses, in order.
-    pub loss: f32,
-    pub values: Values,
-}
-
-/// Why a contribution could not be made.
-#[derive(Clone, Debug)]
-pub enum ContributeError {
-    Compute(ComputeError),
-    /// The values to send are not finite: this node's training diverged.
-    NonFinite(NonFinite),
-}
-
-impl std::fmt::Display for ContributeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ContributeError::Compute(e) => write!(f, "{e}"),
-            ContributeError::NonFinite(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ContributeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ContributeError::Compute(e) => Some(e),
-            ContributeError::NonFinite(e) => Some(e),
-        }
-    }
-}
-
-impl From<ComputeError> for ContributeError {
-    fn from(e: ComputeError) -> Self {
-        ContributeError::Compute(e)
-    }
-}
-
-/// A contribution under way: what `finish_sync` needs of it.
-#[derive(Debug)]
-struct InFlight {
-    /// `outer:H`: the global weights the inner steps started from.
-    global: Option<Vec<f32>>,
-    /// `int8`: the packed values and the f32 values they were packed from.
-    packed: Option<(Vec<f32>, sync::Packed)>,
+    /// What the sync settings keep between syncs (outer momentum, int8 residual).
+    pub sync: SyncState,
 }
 
 /// What the trainer's host copies are worth while the backend's device holds the training state.
@@ -124,9 +75,8 @@ pub struct Trainer {
     /// Live audit period in steps (0: off).
     audit_every: u32,
     last_audited: Option<(usize, &'static str)>,
-    outer_momentum: Vec<f32>,
-    residual: Vec<f32>,
-    in_flight: Option<InFlight>,
+    /// This node's side of every sync (the mode's own state with it).
+    sync: Strategy,
     /// Where the last batch came from.
     last_origin: Origin,
     /// `Some` while the backend's device holds the weights and the moments.
@@ -140,12 +90,9 @@ impl Trainer {
         let layout = Layout::new(run.model);
         let weights = init(&layout, run.seed);
         let adam = Adam::new(layout.len);
-        let outer_momentum = sync_state(matches!(run.sync.mode, SyncMode::Outer { .. }), Vec::new(), layout.len);
-        let residual = sync_state(run.sync.compression == Compression::Int8, Vec::new(), layout.len);
+        let sync = Strategy::new(run.sync, SyncState::new(&run.sync, layout.len));
         Ok(Trainer {
-            outer_momentum,
-            residual,
-            in_flight: None,
+            sync,
             last_origin: Origin::Builtin,
             run,
             model: Model::new(layout),
@@ -271,7 +218,7 @@ impl Trainer {
         let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every))
             .then(|| (computing / self.audit_every) as usize);
         self.last_origin = origin.clone();
-        let keep_on_device = self.run.sync.mode == SyncMode::EveryStep && self.gemm.device().is_some();
+        let keep_on_device = self.run.sync.state_may_stay_on_device() && self.gemm.device().is_some();
         if keep_on_device && self.on_device.is_none() {
             self.model.upload_training_state(
                 self.gemm.as_mut(),
@@ -322,83 +269,21 @@ impl Trainer {
         Ok(())
     }
 
-    /// This node's contribution to the next sync: `every-step`, the gradient of one batch;
-    /// `outer:H`, the global weights minus the weights after `H` local Adam steps. With `int8`,
-    /// the residual is added and the sum packed. Until [`Trainer::finish_sync`], the weights
-    /// are local (`outer:H`).
+    /// This node's contribution to the next sync (what the run's sync mode makes of its
+    /// training: [`Strategy::contribute`]).
     pub fn contribute(&mut self) -> Result<Contribution, ContributeError> {
-        let sync = self.run.sync;
-        let (loss, mut x, global) = match sync.mode {
-            SyncMode::EveryStep => {
-                let (loss, grad, _) = self.gradient()?;
-                (loss, grad, None)
-            }
-            SyncMode::Outer { inner_steps } => {
-                let global = self.weights.clone();
-                let mut losses = 0f32;
-                for _ in 0..inner_steps {
-                    let (loss, grad, _) = match self.gradient() {
-                        Ok(step) => step,
-                        Err(e) => {
-                            // Weights and step count back to the sync boundary (the node stops
-                            // contributing; it is resumed from the group before it does again).
-                            self.step -= self.step % inner_steps;
-                            self.weights = global;
-                            return Err(e.into());
-                        }
-                    };
-                    losses += loss;
-                    // `outer:H` keeps the state on the host (see the module docs): no device
-                    // update can fail here.
-                    self.apply(&grad)?;
-                }
-                let delta: Vec<f32> = global.iter().zip(&self.weights).map(|(g, w)| g - w).collect();
-                (losses / inner_steps as f32, delta, Some(global))
-            }
-        };
-        let values = match sync.compression {
-            Compression::None => Values::F32(x),
-            Compression::Int8 => {
-                for (v, r) in x.iter_mut().zip(&self.residual) {
-                    *v += r;
-                }
-                let packed = sync::pack(&x).map_err(ContributeError::NonFinite)?;
-                self.in_flight = Some(InFlight { global, packed: Some((x, packed.clone())) });
-                return Ok(Contribution { loss, values: Values::Int8(packed) });
-            }
-        };
-        self.in_flight = Some(InFlight { global, packed: None });
-        Ok(Contribution { loss, values })
+        self.with_strategy(|strategy, me| strategy.contribute(me))
     }
 
-    /// Ends a sync with the group's mean (`grid`: the group's block grid, `int8` only):
-    /// `every-step` takes one Adam step with it; `outer:H` puts the global weights back and
-    /// takes one outer step. A node that made no contribution this sync (a fresh joiner) only
-    /// needs the mean, never the grid.
+    /// Ends a sync with the group's mean ([`Strategy::finish`]).
     pub fn finish_sync(&mut self, mean: &[f32], grid: &[u8]) -> Result<(), ComputeError> {
-        let in_flight = self.in_flight.take();
-        if let Some((x, packed)) = in_flight.as_ref().and_then(|f| f.packed.as_ref()) {
-            self.residual = sync::residual(x, packed, grid);
-        }
-        match self.run.sync.mode {
-            SyncMode::EveryStep => self.apply(mean)?,
-            SyncMode::Outer { .. } => {
-                if let Some(global) = in_flight.and_then(|f| f.global) {
-                    self.weights = global;
-                }
-                self.run.sync.outer.step(&mut self.weights, &mut self.outer_momentum, mean);
-            }
-        }
-        Ok(())
+        self.with_strategy(|strategy, me| strategy.finish(me, mean, grid))
     }
 
     /// A lone node's sync (a group of one: its contribution is the mean): one step
-    /// (`every-step`, where the mean of one f32 gradient is that gradient, bit for bit) or `H`
-    /// steps (`outer:H`).
+    /// (`every-step`) or `H` steps (`outer:H`).
     pub fn step(&mut self) -> Result<StepReport, ContributeError> {
-        let Contribution { loss, values } = self.contribute()?;
-        let reduced = sync::reduce_one(values);
-        self.finish_sync(&reduced.mean, &reduced.grid)?;
+        let loss = self.with_strategy(|strategy, me| strategy.alone(me))?;
         Ok(StepReport {
             step: self.step,
             loss,
@@ -407,6 +292,14 @@ impl Trainer {
             origin: self.last_origin.clone(),
             audited: self.last_audited,
         })
+    }
+
+    /// Runs `f` with this trainer's sync strategy and the trainer as the member it drives.
+    fn with_strategy<R>(&mut self, f: impl FnOnce(&mut Strategy, &mut Trainer) -> R) -> R {
+        let mut strategy = std::mem::take(&mut self.sync);
+        let result = f(&mut strategy, self);
+        self.sync = strategy;
+        result
     }
 
     /// Mean loss over `batches` fixed held-out batches of the run's batch size.
@@ -437,8 +330,7 @@ impl Trainer {
             weights: self.weights.clone(),
             adam: self.adam.clone(),
             data_state: self.data_state(),
-            outer_momentum: self.outer_momentum.clone(),
-            residual: self.residual.clone(),
+            sync: self.sync.state().clone(),
         })
     }
 
@@ -478,37 +370,18 @@ impl Trainer {
         if n != self.weights.len() || state.adam.m.len() != n || state.adam.v.len() != n {
             return Err(RestoreError::TensorLengths);
         }
-        let outer = matches!(state.run.sync.mode, SyncMode::Outer { .. });
-        let int8 = state.run.sync.compression == Compression::Int8;
-        if (!state.outer_momentum.is_empty() && state.outer_momentum.len() != n)
-            || (!state.residual.is_empty() && state.residual.len() != n)
-        {
-            return Err(RestoreError::TensorLengths);
-        }
         // A checkpoint from a run of another sync setting: what it lacks starts at zero.
-        let outer_momentum = sync_state(outer, state.outer_momentum, n);
-        let residual = sync_state(int8, state.residual, n);
+        let tensors = state.sync.tensors().map(<[f32]>::to_vec).to_vec();
+        let sync = SyncState::from_tensors(&state.run.sync, tensors, n).map_err(|_| RestoreError::TensorLengths)?;
         self.run = state.run;
         self.step = state.step;
         self.weights = state.weights;
         self.adam = state.adam;
-        self.outer_momentum = outer_momentum;
-        self.residual = residual;
-        self.in_flight = None;
+        self.sync = Strategy::new(state.run.sync, sync);
         // The next step uploads the restored state to the device.
         self.on_device = None;
         self.data.restore(state.data_state);
         Ok(())
-    }
-}
-
-/// A sync tensor a checkpoint carried: kept when the setting uses it (zeros if it carried
-/// none), dropped when it does not.
-fn sync_state(used: bool, carried: Vec<f32>, len: usize) -> Vec<f32> {
-    match (used, carried.is_empty()) {
-        (true, true) => vec![0.0; len],
-        (true, false) => carried,
-        (false, _) => Vec::new(),
     }
 }
 
@@ -541,3 +414,25 @@ impl std::fmt::Display for RestoreError {
 }
 
 impl std::error::Error for RestoreError {}
+
+/// The trainer as its sync strategy drives it.
+impl Member for Trainer {
+    fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError> {
+        Trainer::gradient(self).map(|(loss, grad, _origin)| (loss, grad))
+    }
+
+    fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError> {
+        Trainer::apply(self, grad)
+    }
+
+    fn weights(&mut self) -> &mut Vec<f32> {
+        // `outer:H` keeps the state on the host (`SyncConfig::state_may_stay_on_device`), the
+        // only mode that asks for the weights here.
+        debug_assert!(self.on_device.is_none(), "the weights are asked for while the device holds them");
+        &mut self.weights
+    }
+
+    fn rewind(&mut self, steps: u32) {
+        self.step -= steps;
+    }
+}

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `≥ 0` | gradient: `[i32 step][u32 whash][u32 phash][f32 loss][f32 grad…]` |
 //! | `-2` | checkpoint push: `[u32 len][checkpoint bytes]` |
-//! | `-3` | run config: `[u32 protocol][u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed]` |
+//! | `-3` | run config: `[u32 protocol][run settings]` (`RunConfig::encode`: `[u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed][sync settings]`) |
 //! | `-4` | step roster: `[u32 step][u32 n][u64 peer × n]` |
 //! | `-5` | fragment: `[u32 id][u16 index][u16 count][payload]`, payload ≤ 48 KB − 12 |
 //! | `-6` | mid-run resume: `[u32 len][checkpoint bytes]` (weights, step, optimizer, sampler) |
@@ -20,9 +20,9 @@
 //! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
 //! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` |
 //!
-//! The run config (`-3`) continues with the sync settings since protocol 4: `[u8 mode (0
-//! every-step, 1 outer)][u32 H][u8 compression (0 none, 1 int8)][f32 outer lr][f32 outer
-//! momentum]`. A gradient message is `≥ 0` or `-14` wherever one is embedded (`-8`).
+//! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step, 1
+//! outer)][u32 H][u8 compression (0 none, 1 int8)][f32 outer lr][f32 outer momentum]`. A
+//! gradient message is `≥ 0` or `-14` wherever one is embedded (`-8`).
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
 //! console, round-trip time); they never reach the training session and never change a weight.
@@ -32,12 +32,14 @@
 
 use std::collections::HashMap;
 
+use crate::config::RunConfig;
 pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config.
-pub const MESH_PROTOCOL_VERSION: u32 = 5;
+/// The mesh protocol version carried in the run config (6: pushes and resumes carry version 3
+/// checkpoints, which a version 5 node cannot read).
+pub const MESH_PROTOCOL_VERSION: u32 = 6;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -106,34 +108,16 @@ impl std::fmt::Display for Epoch {
     }
 }
 
-/// The starter's run settings.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RunSettings {
-    pub protocol: u32,
-    pub width: u32,
-    pub context: u32,
-    pub batch: u32,
-    pub layers: u32,
-    pub heads: u32,
-    pub steps: u32,
-    pub lr: f32,
-    pub seed: u64,
-    pub sync: SyncConfig,
-}
-
-impl RunSettings {
-    /// Syncs in the run: what the session counts as steps (`steps` are optimizer steps).
-    pub fn syncs(&self) -> u32 {
-        self.steps / self.sync.mode.steps_per_sync().max(1)
-    }
-}
-
 /// Every mesh message.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
     Gradient(Gradient),
     CheckpointPush(Vec<u8>),
-    RunConfig(RunSettings),
+    /// The starter's run settings, with the mesh protocol the sender speaks.
+    RunConfig {
+        protocol: u32,
+        run: RunConfig,
+    },
     Roster {
         step: u32,
         peers: Vec<PeerId>,
@@ -345,14 +329,10 @@ pub fn encode(message: &Message) -> Vec<u8> {
         Message::Gradient(g) => put_gradient(&mut out, g),
         Message::CheckpointPush(bytes) => blob(&mut out, CHECKPOINT_PUSH, bytes),
         Message::Resume(bytes) => blob(&mut out, RESUME, bytes),
-        Message::RunConfig(s) => {
+        Message::RunConfig { protocol, run } => {
             out.extend_from_slice(&RUN_CONFIG.to_le_bytes());
-            for v in [s.protocol, s.width, s.context, s.batch, s.layers, s.heads, s.steps] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            out.extend_from_slice(&s.lr.to_le_bytes());
-            out.extend_from_slice(&s.seed.to_le_bytes());
-            out.extend_from_slice(&s.sync.encode());
+            out.extend_from_slice(&protocol.to_le_bytes());
+            out.extend_from_slice(&run.encode());
         }
         Message::Roster { step, peers } => {
             out.extend_from_slice(&ROSTER.to_le_bytes());
@@ -435,32 +415,20 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         CHECKPOINT_PUSH => Message::CheckpointPush(r.blob()?),
         RESUME => Message::Resume(r.blob()?),
         RUN_CONFIG => {
-            let mut v = [0u32; 7];
-            for slot in &mut v {
-                *slot = r.u32()?;
-            }
-            let lr = r.f32()?;
-            let seed = r.u64()?;
-            let sync = if v[0] < 4 {
-                // An older node's config has no sync settings; the session names the version.
+            let protocol = r.u32()?;
+            let run = if protocol < 4 {
+                // An older node's config has no sync settings (the session refuses it by its
+                // version): its fields, the seed's sync settings.
+                let fields = r.array::<{ RunConfig::ENCODED_LEN - SyncConfig::ENCODED_LEN }>()?;
                 r.rest();
-                SyncConfig::SEED
+                let mut bytes = [0u8; RunConfig::ENCODED_LEN];
+                bytes[..fields.len()].copy_from_slice(&fields);
+                bytes[fields.len()..].copy_from_slice(&SyncConfig::SEED.encode());
+                RunConfig::decode(&bytes)
             } else {
-                let bytes = r.array::<{ SyncConfig::ENCODED_LEN }>()?;
-                SyncConfig::decode(&bytes).map_err(WireError::Invalid)?
+                RunConfig::decode(&r.array::<{ RunConfig::ENCODED_LEN }>()?)
             };
-            Message::RunConfig(RunSettings {
-                protocol: v[0],
-                width: v[1],
-                context: v[2],
-                batch: v[3],
-                layers: v[4],
-                heads: v[5],
-                steps: v[6],
-                lr,
-                seed,
-                sync,
-            })
+            Message::RunConfig { protocol, run: run.map_err(WireError::Invalid)? }
         }
         ROSTER => {
             let step = r.u32()?;
@@ -601,6 +569,7 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ModelConfig;
     use crate::sync::{Compression, OuterOptimizer, SyncMode};
 
     fn gradient(n: usize) -> Gradient {
@@ -673,13 +642,9 @@ mod tests {
         );
         let response = encode(&Message::RepairResponse { peer: 4, gradient: p.clone() });
         assert_eq!(&response[12..], &encode(&Message::Gradient(p))[..]);
-        let settings = RunSettings {
-            protocol: 4,
-            width: 1,
-            context: 2,
+        let run = RunConfig {
+            model: ModelConfig { width: 1, context: 2, layers: 4, heads: 5 },
             batch: 3,
-            layers: 4,
-            heads: 5,
             steps: 6,
             lr: 1.0,
             seed: 7,
@@ -689,7 +654,8 @@ mod tests {
                 outer: OuterOptimizer { lr: 0.5, momentum: 2.0 },
             },
         };
-        let config = encode(&Message::RunConfig(settings));
+        let config = encode(&Message::RunConfig { protocol: 4, run });
+        assert_eq!(config[..12], [0xfd, 0xff, 0xff, 0xff, 4, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(config.len(), 4 + 7 * 4 + 4 + 8 + 1 + 4 + 1 + 4 + 4);
         assert_eq!(&config[44..], &[1, 8, 0, 0, 0, 1, 0, 0, 0, 0x3f, 0, 0, 0, 0x40]);
     }
@@ -704,8 +670,8 @@ mod tests {
         }
         old.extend_from_slice(&3e-3f32.to_le_bytes());
         old.extend_from_slice(&1u64.to_le_bytes());
-        let Message::RunConfig(settings) = decode(&old).unwrap() else { panic!("a run config") };
-        assert_eq!(settings.protocol, 3);
+        let Message::RunConfig { protocol, run } = decode(&old).unwrap() else { panic!("a run config") };
+        assert_eq!((protocol, run.steps, run.sync), (3, 600, SyncConfig::SEED));
     }
 
     #[test]
@@ -758,36 +724,27 @@ mod tests {
 
     #[test]
     fn every_message_round_trips() {
-        let settings = RunSettings {
-            protocol: 1,
-            width: 128,
-            context: 128,
-            batch: 16,
-            layers: 4,
-            heads: 4,
-            steps: 600,
-            lr: 3e-3,
-            seed: 1,
-            sync: SyncConfig::SEED,
-        };
-        let outer = RunSettings {
+        let settings = Message::RunConfig { protocol: 1, run: RunConfig::DEFAULT };
+        let outer = Message::RunConfig {
             protocol: MESH_PROTOCOL_VERSION,
-            sync: SyncConfig {
-                mode: SyncMode::Outer { inner_steps: 50 },
-                compression: Compression::Int8,
-                outer: OuterOptimizer::DEFAULT,
+            run: RunConfig {
+                sync: SyncConfig {
+                    mode: SyncMode::Outer { inner_steps: 50 },
+                    compression: Compression::Int8,
+                    outer: OuterOptimizer::DEFAULT,
+                },
+                ..RunConfig::DEFAULT
             },
-            ..settings.clone()
         };
         let messages = vec![
-            Message::RunConfig(outer),
+            outer,
             Message::Gradient(packed(100)),
             Message::Gradient(packed(0)),
             Message::RepairResponse { peer: 3, gradient: packed(33) },
             Message::Gradient(gradient(10)),
             Message::Gradient(gradient(0)),
             Message::CheckpointPush(vec![1, 2, 3]),
-            Message::RunConfig(settings),
+            settings,
             Message::Roster { step: 12, peers: vec![1, 3, 9] },
             Message::Fragment { id: 5, index: 1, count: 3, payload: vec![9; 100] },
             Message::Resume(vec![4; 50]),

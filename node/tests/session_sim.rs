@@ -11,30 +11,32 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
+use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{Event, Input, Output, Session, SessionConfig, StepDeadline};
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, Values};
-use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
 const LEN: usize = 16;
 
-fn settings(steps: u32) -> RunSettings {
+fn settings(steps: u32) -> RunConfig {
     settings_with(steps, SyncConfig::SEED)
 }
 
-fn settings_with(steps: u32, sync: SyncConfig) -> RunSettings {
-    RunSettings {
-        protocol: MESH_PROTOCOL_VERSION,
-        width: 16,
-        context: 16,
+fn settings_with(steps: u32, sync: SyncConfig) -> RunConfig {
+    RunConfig {
+        model: ModelConfig { width: 16, context: 16, layers: 1, heads: 2 },
         batch: 2,
-        layers: 1,
-        heads: 2,
         steps,
         lr: 0.1,
         seed: 7,
         sync,
     }
+}
+
+/// The run config message of `run`, in this build's protocol.
+fn run_config(run: RunConfig) -> Message {
+    Message::RunConfig { protocol: MESH_PROTOCOL_VERSION, run }
 }
 
 /// The run's int8 settings.
@@ -641,9 +643,8 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
         net.join(id);
     }
     // A run config of another protocol version is refused.
-    let mut other = settings(3);
-    other.protocol = MESH_PROTOCOL_VERSION + 1;
-    net.input(2, Input::Received { from: 1, message: Message::RunConfig(other) });
+    let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run: settings(3) };
+    net.input(2, Input::Received { from: 1, message: other });
     assert!(net.nodes[&2].session.run().is_none());
     // A message from a peer that is not connected, and a roster from a non-leader.
     net.input(2, Input::Received { from: 77, message: Message::RepairRequest { step: 1, peer: 1 } });
@@ -802,7 +803,7 @@ fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
     let from_1 = |message| Input::Received { from: 1, message };
     let sent = session.handle(Input::Connected(1));
     assert_eq!(sent, vec![Output::Event(Event::PeerJoined(1)), send_to(1, Message::Epoch(Epoch::default()))]);
-    let asked = session.handle(from_1(Message::RunConfig(settings(10))));
+    let asked = session.handle(from_1(run_config(settings(10))));
     assert!(asked.contains(&Output::Configure(settings(10))), "{asked:?}");
     session.handle(Input::Configured { weights: LEN });
     let later = Epoch { count: 1, pusher: 1 };

@@ -134,6 +134,43 @@ fn save_load_resume_equals_straight_run() {
     assert_eq!(resumed.weight_hash(), straight.weight_hash());
 }
 
+/// A checkpoint of version 1 or 2, in their layouts (`docs/CHECKPOINTS.md`, "Older versions").
+fn legacy_checkpoint(state: &lockstep_node::trainer::TrainState, version: u32) -> Vec<u8> {
+    let run = &state.run;
+    let mut out = b"LOCKSTEP".to_vec();
+    let mut put = |bytes: &[u8]| out.extend_from_slice(bytes);
+    put(&version.to_le_bytes());
+    put(&10u32.to_le_bytes());
+    put(b"byte-level");
+    put(&256u32.to_le_bytes());
+    for dim in [run.model.width, run.model.context, run.model.layers, run.model.heads, run.batch] {
+        put(&(dim as u32).to_le_bytes());
+    }
+    put(&run.steps.to_le_bytes());
+    put(&run.lr.to_le_bytes());
+    put(&run.seed.to_le_bytes());
+    put(&state.step.to_le_bytes());
+    put(&state.data_state.to_le_bytes());
+    put(&(state.weights.len() as u64).to_le_bytes());
+    let floats = |values: &[f32]| values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    put(&floats(&state.weights));
+    put(&state.adam.t.to_le_bytes());
+    put(&state.adam.beta1_power.to_le_bytes());
+    put(&state.adam.beta2_power.to_le_bytes());
+    put(&floats(&state.adam.m));
+    put(&floats(&state.adam.v));
+    if version == 2 {
+        put(&run.sync.encode());
+        for tensor in [&state.sync.outer_momentum, &state.sync.residual] {
+            put(&(tensor.len() as u64).to_le_bytes());
+            put(&floats(tensor));
+        }
+    }
+    let sum = lockstep_luts::hash::fnv1a64(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
 #[test]
 fn damaged_checkpoints_are_refused_and_change_nothing() {
     let run = small_run(10);
@@ -151,17 +188,18 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     assert_eq!(refused(b"LOCK", None), CheckpointError::BadMagic);
 
     let mut bad_version = good.clone();
-    bad_version[8] = 3;
-    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(3));
+    bad_version[8] = 4;
+    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(4));
 
-    // A version 1 file (no sync settings: every step, f32) still loads: the same bytes less
-    // the version 2 tail, under version 1 and its own checksum.
-    let tail = 1 + 4 + 1 + 4 + 4 + 8 + 8;
-    let mut v1 = good[..good.len() - 8 - tail].to_vec();
-    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
-    let sum = lockstep_luts::hash::fnv1a64(&v1);
-    v1.extend_from_slice(&sum.to_le_bytes());
-    assert_eq!(checkpoint::decode(&v1, Some(run.model)).unwrap(), before);
+    // Files of versions 1 (no sync settings: every step, f32) and 2 (the sync settings and two
+    // tensors after the optimizer) still load: written here byte by byte as
+    // `docs/CHECKPOINTS.md` describes them.
+    for version in [1u32, 2] {
+        let old = legacy_checkpoint(&before, version);
+        assert_eq!(checkpoint::decode(&old, Some(run.model)).unwrap(), before, "version {version}");
+        let error = refused(&old[..old.len() - 9], None);
+        assert!(matches!(error, CheckpointError::Truncated { .. }), "version {version}: {error:?}");
+    }
 
     for cut in [20, good.len() / 2, good.len() - 1] {
         let error = refused(&good[..cut], None);
@@ -255,8 +293,11 @@ fn outer_steps_with_int8_are_thread_count_free_and_resume_exactly() {
     let mut first = trainer(run, units(1));
     outer_hashes(&mut first, 3);
     let state = first.state().unwrap();
-    assert_eq!((state.outer_momentum.len(), state.residual.len()), (state.weights.len(), state.weights.len()));
-    assert!(state.residual.iter().any(|r| *r != 0.0) && state.outer_momentum.iter().any(|m| *m != 0.0));
+    assert_eq!(
+        (state.sync.outer_momentum.len(), state.sync.residual.len()),
+        (state.weights.len(), state.weights.len())
+    );
+    assert!(state.sync.residual.iter().any(|r| *r != 0.0) && state.sync.outer_momentum.iter().any(|m| *m != 0.0));
     let bytes = checkpoint::encode(&state);
     let loaded = checkpoint::decode(&bytes, Some(run.model)).unwrap();
     assert_eq!(loaded, state);

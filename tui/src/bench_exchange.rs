@@ -12,7 +12,7 @@ use anyhow::Context;
 use lockstep_mesh::bench::{data_channel_mb_per_s, tcp_mb_per_s, Flavor};
 use lockstep_mesh::{Command, MeshConfig, Report, StepTiming};
 use lockstep_node::config::RunConfig;
-use lockstep_node::replica::{settings_of, Replica, TrainerReplica};
+use lockstep_node::replica::{Replica, TrainerReplica};
 use lockstep_node::session::Event;
 use lockstep_node::wire::FRAGMENT_BYTES;
 use lockstep_signaling::{serve, Limits, ServerConfig};
@@ -90,7 +90,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
         anyhow::ensure!(Instant::now() < deadline, "the {nodes}-node mesh did not connect");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    controls[0].send(Command::Start(settings_of(&RunConfig { steps, ..RunConfig::DEFAULT })))?;
+    controls[0].send(Command::Start(RunConfig { steps, ..RunConfig::DEFAULT }))?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let applied = |reports: &[(usize, Instant, Report)]| {
         reports.iter().filter(|(_, _, r)| matches!(r, Report::Applied { step, .. } if *step == steps)).count()

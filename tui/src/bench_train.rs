@@ -14,7 +14,7 @@ use lockstep_node::program::Program;
 use lockstep_node::trainer::Trainer;
 
 use crate::backend::gemm_for;
-use crate::train::ModelArgs;
+use crate::run_args::RunArgs;
 
 const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
 /// The trainer name of PyTorch's CPU rows.
@@ -24,7 +24,7 @@ const TORCH_CUDA_EAGER: &str = "pytorch cuda eager f32 (tf32 off)";
 #[derive(clap::Args)]
 pub struct TrainBenchArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    run: RunArgs,
     /// Measured steps per trainer.
     #[arg(long, default_value_t = 20)]
     measure_steps: u32,
@@ -81,7 +81,7 @@ struct Measured {
 }
 
 fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result<Measured> {
-    let run = args.model.run_config();
+    let run = args.run.run_config()?;
     reset_peak_rss();
     let gemm = gemm_for(backend, threads, true)?;
     let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed)))?;
@@ -118,7 +118,8 @@ fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str) -> Res
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, BUILTIN_CORPUS).map_err(|e| e.to_string())?;
-    let m = &args.model;
+    let run = args.run.run_config().map_err(|e| e.to_string())?;
+    let m = run.model;
     let mut child = Command::new("python3")
         .arg("-")
         .args([
@@ -127,10 +128,10 @@ fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str) -> Res
             m.context.to_string(),
             m.layers.to_string(),
             m.heads.to_string(),
-            m.batch.to_string(),
+            run.batch.to_string(),
             args.measure_steps.to_string(),
             args.warmup_steps.to_string(),
-            m.lr.to_string(),
+            run.lr.to_string(),
             threads.to_string(),
             device.to_string(),
             mode.to_string(),
@@ -198,7 +199,7 @@ fn op_label(op: &Op) -> String {
 /// per label: calls per step and seconds per step; plus the whole sequence's seconds per step
 /// when it runs in one call.
 fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Result<(Vec<OpTime>, f64)> {
-    let run = args.model.run_config();
+    let run = args.run.run_config()?;
     let mut gemm = gemm_for(&args.backend, threads, true)?;
     let Some(device) = gemm.device() else {
         anyhow::bail!("backend `{}` runs products only (ABI 1): the host runs its ops", args.backend);
@@ -314,7 +315,7 @@ fn print_breakdown(args: &TrainBenchArgs, step_tokens: usize, on_gpu: bool) -> a
 
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let run = args.model.run_config();
+    let run = args.run.run_config()?;
     let mut rows = Vec::new();
     let mut thread_counts: Vec<usize> = if all == 1 { vec![1] } else { vec![1, all] };
     let first = measure(&args, &args.backend, thread_counts[0] as u32)?;

@@ -20,10 +20,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
+use lockstep_node::config::RunConfig;
+use lockstep_node::settings;
+use lockstep_node::sync::{OuterOptimizer, SyncConfig};
 use serde_json::{json, Value};
 
+use crate::run_args::{Defaults, RunArgs};
 use crate::train::GroupReplay;
 
 #[derive(clap::Args)]
@@ -43,9 +45,6 @@ pub struct WanArgs {
     /// Datagrams lost per thousand, on each node's sends (socket shim).
     #[arg(long, default_value_t = 0)]
     loss_per_mille: u32,
-    /// Optimizer steps each node takes in every mode (the same tokens for every mode).
-    #[arg(long, default_value_t = 120)]
-    steps: u32,
     /// Every-step modes run this many steps on the network (their throughput) and the whole
     /// run in one process (their loss: the group's arithmetic, bit-identical, checked against
     /// the network's hashes at every step it ran); 0 runs them whole on the network.
@@ -54,28 +53,16 @@ pub struct WanArgs {
     /// `H` of the outer mode.
     #[arg(long, default_value_t = 30)]
     outer: u32,
-    /// Outer learning rate and momentum of the outer mode. Plain averaging (1, 0) rather than
-    /// DiLoCo's (0.7, 0.9): a few-minute run has a handful of outer steps, too few for
-    /// momentum to pay (`docs/PERFORMANCE.md` has the sweep).
-    #[arg(long, default_value_t = 1.0)]
-    outer_lr: f32,
-    #[arg(long, default_value_t = 0.0)]
-    outer_momentum: f32,
     /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`).
     #[arg(long, value_delimiter = ',', default_value = "every-step/none,every-step/int8,outer/int8")]
     modes: Vec<String>,
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.width)]
-    width: usize,
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.context)]
-    context: usize,
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.layers)]
-    layers: usize,
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.heads)]
-    heads: usize,
-    #[arg(long, default_value_t = RunConfig::DEFAULT.batch)]
-    batch: usize,
-    #[arg(long, default_value_t = RunConfig::DEFAULT.lr)]
-    lr: f32,
+    /// The run every mode trains (the table of run settings; `--sync` and `--compress` come from
+    /// `--modes`). The bench's own defaults: 120 steps per node (the same tokens for every mode),
+    /// and plain averaging for the outer step (`--outer-lr 1 --outer-momentum 0` rather than
+    /// DiLoCo's 0.7 and 0.9: a few-minute run has a handful of outer steps, too few for momentum
+    /// to pay; `docs/PERFORMANCE.md` has the sweep).
+    #[command(flatten)]
+    run: RunArgs<WanDefaults>,
     /// CPU threads per node (and per process of the no-exchange measurement).
     #[arg(long, default_value_t = 1)]
     threads: u32,
@@ -233,36 +220,47 @@ struct Measured {
     breakdown: [f64; 3],
 }
 
-fn model(args: &WanArgs) -> RunConfig {
-    RunConfig {
-        model: ModelConfig { width: args.width, context: args.context, layers: args.layers, heads: args.heads },
-        batch: args.batch,
-        steps: args.steps,
-        lr: args.lr,
-        ..RunConfig::DEFAULT
+/// The bench's defaults for the run (see `WanArgs::run`).
+#[derive(Clone, Debug, Default)]
+pub struct WanDefaults;
+
+impl Defaults for WanDefaults {
+    fn base() -> RunConfig {
+        let outer = OuterOptimizer { lr: 1.0, momentum: 0.0 };
+        RunConfig { steps: 120, sync: SyncConfig { outer, ..SyncConfig::SEED }, ..RunConfig::DEFAULT }
     }
 }
 
-/// `every-step/none`, `outer/int8` (H from `--outer`), `outer:20/int8` → (mode, compression).
-fn parse_mode(text: &str, h: u32) -> anyhow::Result<(SyncMode, Compression)> {
+/// `every-step/none`, `outer/int8` (H from `--outer`), `outer:20/int8` → the run of that mode:
+/// the sync and compression settings read by the table of run settings.
+fn mode_run(base: RunConfig, text: &str, h: u32) -> anyhow::Result<RunConfig> {
     let (sync, compression) = text.split_once('/').with_context(|| format!("mode `{text}` is not SYNC/COMPRESSION"))?;
-    let sync = match sync {
-        "outer" => SyncMode::Outer { inner_steps: h },
-        other => other.parse::<SyncMode>().map_err(anyhow::Error::msg)?,
-    };
-    Ok((sync, compression.parse::<Compression>().map_err(anyhow::Error::msg)?))
+    let sync = if sync == "outer" { format!("outer:{h}") } else { sync.to_string() };
+    let run = settings::with(base, [("sync", sync.as_str()), ("compress", compression)])?;
+    ensure!(
+        run.steps.is_multiple_of(run.steps_per_sync()),
+        "--steps {} is not a whole number of {} syncs",
+        run.steps,
+        run.sync.mode
+    );
+    Ok(run)
+}
+
+/// Every setting of `run` as `--name value` flags.
+fn setting_flags(run: &RunConfig) -> Vec<String> {
+    settings::describe(run).into_iter().flat_map(|(s, value)| [format!("--{}", s.name), value]).collect()
 }
 
 fn run_mode(
     args: &WanArgs,
     network: &ShapedNetwork,
     url: &str,
-    mode: (SyncMode, Compression),
+    run: RunConfig,
     dir: &Path,
 ) -> anyhow::Result<Measured> {
-    let label = format!("{} {}", mode.0, mode.1);
+    let label = run.sync.to_string();
     // A room of its own per mode (the last mode's members may still be leaving the server).
-    let room = format!("{url}?room=wan-{}-{}", mode.0.to_string().replace(':', ""), mode.1);
+    let room = format!("{url}?room=wan-{}-{}", run.sync.mode.to_string().replace(':', ""), run.sync.compression);
     let bin = std::env::current_exe().context("the lockstep binary")?;
     let mut nodes: Vec<Headless> = Vec::new();
     let mut ids = Vec::new();
@@ -290,16 +288,15 @@ fn run_mode(
             node.wait_for("an open channel", 60, |e| e["event"] == "channel-open" && e["peer"] == *other)?;
         }
     }
-    let outer = OuterOptimizer { lr: args.outer_lr, momentum: args.outer_momentum };
-    let run = RunConfig { sync: SyncConfig { mode: mode.0, compression: mode.1, outer }, ..model(args) };
-    let sampled = mode.0 == SyncMode::EveryStep && args.sample_steps > 0 && args.sample_steps < args.steps;
-    let start = json!({"cmd": "start", "steps": run.steps, "width": run.model.width, "context": run.model.context,
-        "layers": run.model.layers, "heads": run.model.heads, "batch": run.batch, "lr": run.lr, "seed": run.seed,
-        "sync": mode.0.to_string(), "compress": mode.1.to_string(), "outer_lr": args.outer_lr,
-        "outer_momentum": args.outer_momentum});
-    nodes[0].command(&start)?;
+    let sampled = run.steps_per_sync() == 1 && args.sample_steps > 0 && args.sample_steps < run.steps;
+    let mut start = serde_json::Map::new();
+    start.insert("cmd".into(), json!("start"));
+    for (setting, value) in settings::describe(&run) {
+        start.insert(setting.json_key(), json!(value));
+    }
+    nodes[0].command(&Value::Object(start))?;
     // A sampled run is the whole run's first syncs (the learning-rate schedule spans the run).
-    let syncs = if sampled { args.sample_steps.max(2) } else { run.steps / mode.0.steps_per_sync() };
+    let syncs = if sampled { args.sample_steps.max(2) } else { run.syncs() };
     let ended_run = |e: &Value| {
         (e["event"] == "step" && e["step"].as_u64() == Some(u64::from(syncs))) || e["event"] == "run-finished"
     };
@@ -372,7 +369,7 @@ fn run_mode(
     }
     let heldout_loss = replay.heldout_loss(args.eval_batches)?;
     // Syncs 2.. were timed and counted.
-    let timed = f64::from(syncs - 1) * f64::from(mode.0.steps_per_sync());
+    let timed = f64::from(syncs - 1) * f64::from(run.steps_per_sync());
     let tokens = timed * run.tokens_per_step() as f64 * args.nodes as f64;
     Ok(Measured {
         mode: label,
@@ -387,25 +384,17 @@ fn run_mode(
 }
 
 /// Tokens/s of `nodes` lone trainers computing side by side (no exchange), same model.
-fn side_by_side(args: &WanArgs) -> anyhow::Result<f64> {
+fn side_by_side(args: &WanArgs, run: RunConfig) -> anyhow::Result<f64> {
     let bin = std::env::current_exe().context("the lockstep binary")?;
-    let run = model(args);
-    // Enough steps to time, fewer than the run (the rate is steady after the first).
-    let steps = args.steps.clamp(4, 24);
+    // Enough steps to time, fewer than the run (the rate is steady after the first), each
+    // trainer alone (the seed's sync settings).
+    let run = RunConfig { steps: run.steps.clamp(4, 24), sync: SyncConfig::SEED, ..run };
     let mut children = Vec::new();
     for _ in 0..args.nodes {
         let mut command = Command::new(&bin);
         command.args(["train", "--backend", "cpu", "--threads", &args.threads.to_string(), "--json"]);
-        command.args(["--eval-batches", "0", "--audit-every", "0", "--steps", &steps.to_string()]);
-        for (flag, value) in [
-            ("--width", run.model.width),
-            ("--context", run.model.context),
-            ("--layers", run.model.layers),
-            ("--heads", run.model.heads),
-            ("--batch", run.batch),
-        ] {
-            command.args([flag, &value.to_string()]);
-        }
+        command.args(["--eval-batches", "0", "--audit-every", "0"]);
+        command.args(setting_flags(&run));
         children.push(command.stdout(Stdio::piped()).spawn().context("spawning lockstep train")?);
     }
     // Each prints its own tokens/s since its first step (start-up and the gate excluded).
@@ -422,15 +411,9 @@ fn side_by_side(args: &WanArgs) -> anyhow::Result<f64> {
 
 pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.nodes >= 2, "a group needs at least 2 nodes");
-    let modes: Vec<(SyncMode, Compression)> =
-        args.modes.iter().map(|m| parse_mode(m, args.outer)).collect::<anyhow::Result<_>>()?;
-    for (sync, _) in &modes {
-        ensure!(
-            args.steps.is_multiple_of(sync.steps_per_sync()),
-            "--steps {} is not a whole number of {sync} syncs",
-            args.steps
-        );
-    }
+    let base = args.run.run_config()?;
+    let modes: Vec<RunConfig> =
+        args.modes.iter().map(|m| mode_run(base, m, args.outer)).collect::<anyhow::Result<_>>()?;
     let dir: PathBuf = std::env::temp_dir().join(format!("lockstep-wan-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let network = ShapedNetwork::new(args.nodes, args.rate_mbit, args.queue_ms)?;
@@ -448,7 +431,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     BufReader::new(signal.stdout.take().context("stdout")?).read_line(&mut first)?;
     ensure!(first.contains("listening"), "the signaling server did not start: {first:?}");
     let url = format!("ws://{address}/ws");
-    let alone = side_by_side(&args)?;
+    let alone = side_by_side(&args, base)?;
     let mut measured = Vec::new();
     for mode in &modes {
         let result = run_mode(&args, &network, &url, *mode, &dir);
@@ -456,7 +439,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             Ok(m) => measured.push(m),
             Err(e) => {
                 let _ = signal.kill();
-                return Err(e.context(format!("mode {} {}", mode.0, mode.1)));
+                return Err(e.context(format!("mode {}", mode.sync)));
             }
         }
     }
@@ -466,7 +449,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     let seed = measured.first();
     let seed_bytes = seed.map_or(f64::NAN, |m| m.bytes_per_token);
     let seed_loss = seed.map_or(f32::NAN, |m| m.heldout_loss);
-    let run = model(&args);
+    let run = base;
     if !args.json {
         println!(
             "{} nodes × {} Mbit/s uplink × {} ms RTT{}, c={} t={} layers={} heads={} batch={}, {} steps per node; \
@@ -480,7 +463,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             run.model.layers,
             run.model.heads,
             run.batch,
-            args.steps,
+            run.steps,
             alone
         );
         println!(
@@ -499,9 +482,9 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "utilization": utilization, "heldout_loss": m.heldout_loss, "syncs": m.syncs,
                     "bytes_fewer_than_first": fewer, "loss_vs_first": loss_gap, "seconds": m.seconds,
                     "no_exchange_tokens_per_s": alone, "nodes": args.nodes, "rate_mbit": args.rate_mbit,
-                    "rtt_ms": args.rtt_ms, "steps": args.steps, "outer": args.outer, "sampled": m.sampled,
+                    "rtt_ms": args.rtt_ms, "steps": run.steps, "outer": args.outer, "sampled": m.sampled,
                     "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
-                    "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum})
+                    "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum})
             );
         } else {
             println!(

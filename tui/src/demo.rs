@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_mesh::Report;
-use lockstep_node::replica::settings_of;
 use lockstep_node::session::Event;
 use lockstep_signaling::{serve, ServerConfig};
 
@@ -29,7 +28,7 @@ use crate::console::state::{update, Action, RunState, State};
 use crate::console::{action_sink, execute_effects, find_checkpoints, run_console};
 use crate::headless::{emit, report_json};
 use crate::node_runtime::{prepare, MeshArgs, NodeHandle, Prepared, Sink};
-use crate::train::ModelArgs;
+use crate::run_args::RunArgs;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -51,7 +50,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "checkpoints")]
     ckpt_dir: PathBuf,
     #[command(flatten)]
-    model: ModelArgs,
+    run: RunArgs,
 }
 
 /// A demo node's sink: it tells the console to trust its join request, forwards warnings to
@@ -81,7 +80,7 @@ fn member_sink(actions: Sender<Action>, print: bool, finished: Arc<AtomicUsize>)
 }
 
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let run = args.model.run_config();
+    let run = args.run.run_config()?;
     run.validate().map_err(|why| anyhow::anyhow!("invalid run settings: {why}"))?;
     anyhow::ensure!(!args.backends.is_empty(), "--backends names no backend");
     let nodes = args.backends.len();
@@ -142,7 +141,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mut lines = Vec::new();
     let Prepared { config, replica, device } =
         prepare(&url, &mesh(&args.backends[0]), Opening::default(), &mut |l| lines.push(l))?;
-    let mut state = State::new(&config.backend, &config.verdict, &device, settings_of(&run), args.ckpt_dir.clone());
+    let mut state = State::new(&config.backend, &config.verdict, &device, run, args.ckpt_dir.clone());
     state.autostart = Some(nodes);
     for line in lines.drain(..) {
         update(&mut state, Action::Log(format!("this node: {line}")));

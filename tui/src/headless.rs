@@ -10,11 +10,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
 use lockstep_node::config::RunConfig;
-use lockstep_node::replica::run_config;
 use lockstep_node::session::Event;
-use lockstep_node::sync::{OuterOptimizer, SyncConfig};
+use lockstep_node::settings;
 use lockstep_node::verdict::Verdict;
-use lockstep_node::wire::{PeerId, RunSettings, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::PeerId;
 use serde_json::{json, Value};
 
 use crate::backend::Opening;
@@ -75,12 +74,13 @@ pub fn report_json(report: &Report) -> Value {
             Event::PeerJoined(p) => json!({"event": "peer-joined", "peer": p}),
             Event::PeerLeft(p) => json!({"event": "peer-left", "peer": p}),
             Event::Leader(p) => json!({"event": "leader", "peer": p}),
-            Event::RunStarted { leader, settings } => json!({"event": "run-started", "leader": leader,
-                    "width": settings.width, "context": settings.context, "batch": settings.batch,
-                    "layers": settings.layers, "heads": settings.heads, "steps": settings.steps,
-                    "lr": settings.lr, "seed": settings.seed, "sync": settings.sync.mode.to_string(),
-                    "compress": settings.sync.compression.to_string(), "outer_lr": settings.sync.outer.lr,
-                    "outer_momentum": settings.sync.outer.momentum, "syncs": settings.syncs()}),
+            Event::RunStarted { leader, settings } => {
+                let mut fields = settings_json(settings);
+                fields.insert("event".into(), json!("run-started"));
+                fields.insert("leader".into(), json!(leader));
+                fields.insert("syncs".into(), json!(settings.syncs()));
+                Value::Object(fields)
+            }
             Event::Roster { step, peers } => json!({"event": "roster", "step": step, "peers": peers}),
             Event::StepApplied { step, loss, peers, whash } => {
                 json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)})
@@ -113,50 +113,32 @@ pub fn report_json(report: &Report) -> Value {
     }
 }
 
-fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunSettings> {
-    let number = |key: &str, default: u64| -> anyhow::Result<u64> {
-        match command.get(key) {
-            None => Ok(default),
-            Some(v) => v.as_u64().with_context(|| format!("`{key}` must be a non-negative integer")),
-        }
-    };
-    let small = |key: &str, default: usize| -> anyhow::Result<u32> {
-        u32::try_from(number(key, default as u64)?).with_context(|| format!("`{key}` is too large"))
-    };
-    let lr = match command.get("lr") {
-        None => defaults.lr,
-        Some(v) => v.as_f64().context("`lr` must be a number")? as f32,
-    };
-    let parsed = |key: &str| -> anyhow::Result<Option<&str>> {
-        command.get(key).map(|v| v.as_str().with_context(|| format!("`{key}` must be a string"))).transpose()
-    };
-    let float = |key: &str, default: f32| -> anyhow::Result<f32> {
-        command
-            .get(key)
-            .map_or(Ok(default), |v| v.as_f64().map(|f| f as f32).with_context(|| format!("`{key}` must be a number")))
-    };
-    let sync = SyncConfig {
-        mode: parsed("sync")?.map_or(Ok(defaults.sync.mode), str::parse).map_err(anyhow::Error::msg)?,
-        compression: parsed("compress")?
-            .map_or(Ok(defaults.sync.compression), str::parse)
-            .map_err(anyhow::Error::msg)?,
-        outer: OuterOptimizer {
-            lr: float("outer_lr", defaults.sync.outer.lr)?,
-            momentum: float("outer_momentum", defaults.sync.outer.momentum)?,
-        },
-    };
-    Ok(RunSettings {
-        protocol: MESH_PROTOCOL_VERSION,
-        width: small("width", defaults.model.width)?,
-        context: small("context", defaults.model.context)?,
-        batch: small("batch", defaults.batch)?,
-        layers: small("layers", defaults.model.layers)?,
-        heads: small("heads", defaults.model.heads)?,
-        steps: small("steps", defaults.steps as usize)?,
-        lr,
-        seed: number("seed", defaults.seed)?,
-        sync,
-    })
+/// The run a `start` command asks for: `defaults` with every other key of the command read as
+/// the run setting of that name (`lockstep_node::settings`, `_` for `-`); a key that names no
+/// setting is refused.
+fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunConfig> {
+    let object = command.as_object().context("a command is a JSON object")?;
+    let mut run = *defaults;
+    for (key, value) in object.iter().filter(|(key, _)| key.as_str() != "cmd") {
+        let text = match value {
+            Value::String(text) => text.clone(),
+            Value::Number(number) => number.to_string(),
+            other => bail!("`{key}` must be a string or a number, not {other}"),
+        };
+        settings::set(&mut run, key, &text)?;
+    }
+    Ok(run)
+}
+
+/// A run's settings as JSON fields, by the table's names (numbers as numbers).
+fn settings_json(run: &RunConfig) -> serde_json::Map<String, Value> {
+    settings::describe(run)
+        .into_iter()
+        .map(|(setting, text)| {
+            let value = text.parse::<serde_json::Number>().map_or(Value::String(text), Value::Number);
+            (setting.json_key(), value)
+        })
+        .collect()
 }
 
 /// What one stdin line asks for.
@@ -171,9 +153,9 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
     let peer = |what: &str| value["peer"].as_u64().with_context(|| format!("`{what}` needs a `peer`"));
     let command = match value["cmd"].as_str() {
         Some("start") => {
-            let settings = settings_from(&value, defaults)?;
-            run_config(&settings).validate()?;
-            Command::Start(settings)
+            let run = settings_from(&value, defaults)?;
+            run.validate()?;
+            Command::Start(run)
         }
         Some("push" | "broadcast" | "load") => {
             let path = value["path"].as_str().context("`broadcast` needs a `path`")?;

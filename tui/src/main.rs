@@ -20,6 +20,7 @@ mod infer;
 mod node;
 mod node_runtime;
 mod route;
+mod run_args;
 mod signal;
 mod train;
 

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use crate::node_runtime::MeshArgs;
-use crate::train::ModelArgs;
+use crate::run_args::RunArgs;
 
 #[derive(clap::Args)]
 pub struct NodeArgs {
@@ -22,11 +22,11 @@ pub struct NodeArgs {
     pub mesh: MeshArgs,
     /// The run this node starts when it starts one (console `s`, headless `start` defaults).
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub run: RunArgs,
 }
 
 pub fn run(args: NodeArgs) -> anyhow::Result<ExitCode> {
-    let defaults = args.model.run_config();
+    let defaults = args.run.run_config()?;
     defaults.validate().map_err(|why| anyhow::anyhow!("invalid run settings: {why}"))?;
     if args.headless {
         crate::headless::run(&args.signal, &args.mesh, defaults)

@@ -8,75 +8,19 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_node::checkpoint;
-use lockstep_node::config::{ModelConfig, RunConfig};
+use lockstep_node::config::RunConfig;
 use lockstep_node::data::{BuiltinSource, DataSource, Origin};
-use lockstep_node::sync::{self, Compression, OuterOptimizer, SyncConfig, SyncMode, Values};
+use lockstep_node::sync::{self, Values};
 use lockstep_node::trainer::{TrainState, Trainer};
 
 use crate::backend::gemm_for;
-
-#[derive(clap::Args, Clone)]
-pub struct ModelArgs {
-    /// Width `c`.
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.width)]
-    pub width: usize,
-    /// Context length `t`.
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.context)]
-    pub context: usize,
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.layers)]
-    pub layers: usize,
-    #[arg(long, default_value_t = ModelConfig::DEFAULT.heads)]
-    pub heads: usize,
-    /// Sequences per step `b`.
-    #[arg(long, default_value_t = RunConfig::DEFAULT.batch)]
-    pub batch: usize,
-    /// Run length: the learning-rate schedule spans this many steps [default: 600]. With
-    /// `train --resume`, a length past the checkpoint's step extends the run (`docs/MODEL.md`).
-    #[arg(long)]
-    pub steps: Option<u32>,
-    /// Peak learning rate.
-    #[arg(long, default_value_t = RunConfig::DEFAULT.lr)]
-    pub lr: f32,
-    #[arg(long, default_value_t = RunConfig::DEFAULT.seed)]
-    pub seed: u64,
-    /// When a group syncs: `every-step` (the mean gradient feeds one Adam step) or `outer:H`
-    /// (H local Adam steps, then the mean pseudo-gradient feeds a Nesterov outer step);
-    /// `--steps` counts optimizer steps and must be a multiple of H (`docs/PROTOCOL.md`).
-    #[arg(long, default_value = "every-step")]
-    pub sync: SyncMode,
-    /// What contributions are sent as: `none` (f32, averaged in roster order) or `int8`
-    /// (power-of-two block scales, error feedback, summed exactly).
-    #[arg(long, default_value = "none")]
-    pub compress: Compression,
-    /// The outer optimizer's learning rate (`outer:H`).
-    #[arg(long, default_value_t = OuterOptimizer::DEFAULT.lr)]
-    pub outer_lr: f32,
-    /// The outer optimizer's Nesterov momentum (`outer:H`).
-    #[arg(long, default_value_t = OuterOptimizer::DEFAULT.momentum)]
-    pub outer_momentum: f32,
-}
-
-impl ModelArgs {
-    pub fn run_config(&self) -> RunConfig {
-        RunConfig {
-            model: ModelConfig { width: self.width, context: self.context, layers: self.layers, heads: self.heads },
-            batch: self.batch,
-            steps: self.steps.unwrap_or(RunConfig::DEFAULT.steps),
-            lr: self.lr,
-            seed: self.seed,
-            sync: SyncConfig {
-                mode: self.sync,
-                compression: self.compress,
-                outer: OuterOptimizer { lr: self.outer_lr, momentum: self.outer_momentum },
-            },
-        }
-    }
-}
+use crate::run_args::RunArgs;
 
 #[derive(clap::Args)]
 pub struct TrainArgs {
+    /// The run (with `--resume`: only `--steps`, which extends the checkpoint's run).
     #[command(flatten)]
-    model: ModelArgs,
+    run: RunArgs,
     /// `auto` (DP4A, then LUT, then CPU, each gated, hardware GPUs only), `cpu`, `lut`,
     /// `dp4a`, a plugin path, or `float` for the float reference trainer (no units).
     #[arg(long, default_value = "auto")]
@@ -274,11 +218,14 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(checkpoint::load(path, None).with_context(|| format!("resuming from {}", path.display()))?),
         None => None,
     };
-    let resumed = match (resumed, args.model.steps) {
-        (Some(state), Some(steps)) => Some(extend_run(state, steps)?),
+    let resumed = match (resumed, args.run.given("steps")) {
+        (Some(state), Some(_)) => Some(extend_run(state, args.run.run_config()?.steps)?),
         (resumed, _) => resumed,
     };
-    let run = resumed.as_ref().map_or_else(|| args.model.run_config(), |state| state.run);
+    let run = match &resumed {
+        Some(state) => state.run,
+        None => args.run.run_config()?,
+    };
     if let Err(why) = run.validate() {
         bail!("invalid configuration: {why}");
     }

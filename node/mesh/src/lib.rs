@@ -32,10 +32,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures_util::{SinkExt, StreamExt};
+use lockstep_node::config::RunConfig;
 use lockstep_node::replica::{BackendChange, Replica};
 use lockstep_node::session::{Event, StepDeadline};
 use lockstep_node::verdict::Verdict;
-use lockstep_node::wire::{PeerId, RunSettings};
+use lockstep_node::wire::PeerId;
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -138,7 +139,7 @@ pub struct MeshConfig {
 /// What a user (console, stdin) asks of the node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
-    Start(RunSettings),
+    Start(RunConfig),
     PushCheckpoint(Vec<u8>),
     /// For fault-injection tests: stop sending anything to this peer (the channel stays open).
     CutLinkTo(PeerId),

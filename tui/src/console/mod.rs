@@ -33,7 +33,6 @@ use ratatui::Terminal;
 use self::state::{update, Action, CheckpointRow, Effect, Key, State};
 use crate::backend::Opening;
 use crate::node_runtime::{prepare, read_checkpoint, MeshArgs, NodeHandle, Prepared, Sink};
-use lockstep_node::replica::settings_of;
 use lockstep_node::verdict::Verdict;
 
 /// The one keymap: terminal keys to console keys.
@@ -252,7 +251,7 @@ pub fn run_node(signal: &str, mesh: &MeshArgs, defaults: RunConfig) -> anyhow::R
     let mut print = |line: String| println!("{line}");
     let Prepared { config, replica, device } = prepare(signal, mesh, Opening::default(), &mut print)?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let state = State::new(&config.backend, &config.verdict, &device, settings_of(&defaults), mesh.ckpt_dir.clone());
+    let state = State::new(&config.backend, &config.verdict, &device, defaults, mesh.ckpt_dir.clone());
     find_checkpoints(tx.clone(), mesh.ckpt_dir.clone());
     survey_backends(tx.clone(), &config.backend);
     let started = Instant::now();

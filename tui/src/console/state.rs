@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
 use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
+use lockstep_node::config::RunConfig;
 use lockstep_node::session::Event;
 use lockstep_node::verdict::Verdict;
-use lockstep_node::wire::{PeerId, RunSettings};
+use lockstep_node::wire::PeerId;
 
 /// Log lines kept.
 const LOG_LINES: usize = 500;
@@ -228,8 +229,8 @@ pub struct State {
     /// The signaling server is gone (the mesh trains on; joins wait for it).
     pub signal_lost: bool,
     /// What `s` starts.
-    pub start_settings: RunSettings,
-    pub run: Option<RunSettings>,
+    pub start_settings: RunConfig,
+    pub run: Option<RunConfig>,
     pub run_state: RunState,
     pub step: u32,
     pub whash: Option<u32>,
@@ -262,7 +263,7 @@ pub struct State {
 
 impl State {
     /// `backend` computes here, admitted with `verdict` on `device`.
-    pub fn new(backend: &str, verdict: &Verdict, device: &str, start_settings: RunSettings, ckpt_dir: PathBuf) -> Self {
+    pub fn new(backend: &str, verdict: &Verdict, device: &str, start_settings: RunConfig, ckpt_dir: PathBuf) -> Self {
         State {
             me: None,
             group: "connecting…".into(),
@@ -318,9 +319,8 @@ impl State {
     pub fn tokens_per_second(&self) -> Option<f64> {
         let run = self.run.as_ref()?;
         // A session step is a sync: `H` optimizer steps in `outer:H`.
-        let per_step = f64::from(run.batch)
-            * f64::from(run.context)
-            * f64::from(run.sync.mode.steps_per_sync())
+        let per_step = run.tokens_per_step() as f64
+            * f64::from(run.steps_per_sync())
             * self.peers.values().filter(|p| p.in_roster).count().max(1) as f64;
         Some(self.steps_per_second()? * per_step)
     }
@@ -673,9 +673,9 @@ fn start_run(state: &mut State, effects: &mut Vec<Effect>) {
     let s = &state.start_settings;
     state.log(format!(
         "starting a run: c={} t={} layers={} heads={} batch={} steps={} lr={} seed={} sync {}",
-        s.width, s.context, s.layers, s.heads, s.batch, s.steps, s.lr, s.seed, s.sync
+        s.model.width, s.model.context, s.model.layers, s.model.heads, s.batch, s.steps, s.lr, s.seed, s.sync
     ));
-    effects.push(Effect::Mesh(Command::Start(state.start_settings.clone())));
+    effects.push(Effect::Mesh(Command::Start(state.start_settings)));
 }
 
 fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
@@ -838,7 +838,12 @@ fn on_event(state: &mut State, event: Event) {
             state.leader = Some(leader);
             state.log(format!(
                 "run started by node {leader}: c={} t={} layers={} batch={} steps={} sync {}",
-                settings.width, settings.context, settings.layers, settings.batch, settings.steps, settings.sync
+                settings.model.width,
+                settings.model.context,
+                settings.model.layers,
+                settings.batch,
+                settings.steps,
+                settings.sync
             ));
             state.run = Some(settings);
             state.run_state = RunState::Running;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use lockstep_mesh::{CheckpointTarget, Command, Report, StepTiming, SwapProgress};
 use lockstep_node::config::RunConfig;
-use lockstep_node::replica::{settings_of, BackendChange};
+use lockstep_node::replica::BackendChange;
 use lockstep_node::session::Event;
 use lockstep_node::step::GuardFailure;
 use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
@@ -20,7 +20,7 @@ const VERDICT: Verdict = Verdict::Admitted { cases: 40 };
 const CPU_DEVICE: &str = "AVX-512 VNNI path, 2 thread(s)";
 
 fn fresh() -> State {
-    State::new("cpu", &VERDICT, CPU_DEVICE, settings_of(&RunConfig::DEFAULT), PathBuf::from("checkpoints"))
+    State::new("cpu", &VERDICT, CPU_DEVICE, RunConfig::DEFAULT, PathBuf::from("checkpoints"))
 }
 
 fn report(state: &mut State, report: Report, at: f64) -> Vec<Effect> {
@@ -48,7 +48,7 @@ fn running_outer() -> State {
         compression: Compression::Int8,
         outer: OuterOptimizer::DEFAULT,
     };
-    let settings = settings_of(&RunConfig { steps: 2400, sync, ..RunConfig::DEFAULT });
+    let settings = RunConfig { steps: 2400, sync, ..RunConfig::DEFAULT };
     running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))
 }
 
@@ -61,7 +61,7 @@ fn running_with(mut state: State) -> State {
         report(&mut state, link, 1.0);
         report(&mut state, Report::Session(Event::PeerJoined(peer)), 1.0);
     }
-    let settings = state.start_settings.clone();
+    let settings = state.start_settings;
     report(&mut state, Report::Session(Event::RunStarted { leader: 1, settings }), 2.0);
     for step in 1..=120u32 {
         let at = 2.0 + f64::from(step) * 0.25;
@@ -242,7 +242,7 @@ fn autostart_starts_once_when_enough_channels_are_open() {
     connected(&mut state);
     assert!(report(&mut state, Report::ChannelOpen(2), 1.0).is_empty());
     let effects = report(&mut state, Report::ChannelOpen(3), 1.0);
-    assert_eq!(effects, vec![Effect::Mesh(Command::Start(state.start_settings.clone()))]);
+    assert_eq!(effects, vec![Effect::Mesh(Command::Start(state.start_settings))]);
     assert_eq!(state.run_state, RunState::Starting);
     assert!(report(&mut state, Report::ChannelOpen(4), 1.0).is_empty());
 }
@@ -257,7 +257,7 @@ fn start_asks_first() {
     assert_eq!(state.modal, Some(Modal::ConfirmStart));
     assert!(keys(&mut state, &[Key::Char('n')]).is_empty());
     keys(&mut state, &[Key::Char('s')]);
-    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(Command::Start(state.start_settings.clone()))]);
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(Command::Start(state.start_settings))]);
     keys(&mut state, &[Key::Char('s')]);
     assert_eq!(state.modal, None, "a run is already starting");
 }

@@ -5,7 +5,6 @@
 //! has a place. The focused pane has a double border and a `>` in its title, so focus is
 //! visible without colour.
 
-use lockstep_node::sync::SyncMode;
 use lockstep_node::verdict::Verdict;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -254,13 +253,10 @@ fn roster(state: &State, frame: &mut Frame<'_>, area: Rect) {
 
 fn health(state: &State, frame: &mut Frame<'_>, area: Rect) {
     // A step of the session is a sync: `outer:H` counts outer steps.
-    let steps = state.run.as_ref().map_or_else(
-        || "no run".to_string(),
-        |r| match r.sync.mode {
-            SyncMode::EveryStep => format!("step {}/{}", state.step, r.syncs()),
-            SyncMode::Outer { .. } => format!("outer step {}/{}", state.step, r.syncs()),
-        },
-    );
+    let steps = state
+        .run
+        .as_ref()
+        .map_or_else(|| "no run".to_string(), |r| format!("{} {}/{}", r.sync.mode.sync_name(), state.step, r.syncs()));
     let sync = state.run.as_ref().map_or(state.start_settings.sync, |r| r.sync);
     let rate = state.steps_per_second().map_or_else(|| "-/s".into(), |r| format!("{r:.2}/s"));
     let tokens = state.tokens_per_second().map_or_else(|| "- tok/s".into(), |t| format!("{} tok/s", human_count(t)));
@@ -459,7 +455,10 @@ fn render_modal(state: &State, modal: &Modal, frame: &mut Frame<'_>, area: Rect)
             (
                 "Start a run",
                 vec![
-                    Line::from(format!("c={} t={} layers={} heads={}", s.width, s.context, s.layers, s.heads)),
+                    Line::from(format!(
+                        "c={} t={} layers={} heads={}",
+                        s.model.width, s.model.context, s.model.layers, s.model.heads
+                    )),
                     Line::from(format!("batch {} steps {} lr {} seed {}", s.batch, s.steps, s.lr, s.seed)),
                     Line::from(format!("sync {}", s.sync)),
                     Line::from("You lead it; every member joins."),
