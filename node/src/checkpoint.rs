@@ -10,7 +10,7 @@ use lockstep_luts::hash::fnv1a64;
 use crate::adam::Adam;
 use crate::config::{ConfigError, ModelConfig, RunConfig, TOKENIZER_NAME, VOCAB};
 use crate::params::Layout;
-use crate::sync::{SyncConfig, SyncState};
+use crate::sync::{SyncConfig, SyncError, SyncState};
 use crate::trainer::TrainState;
 
 pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
@@ -35,6 +35,8 @@ pub enum CheckpointError {
     Dims(String),
     /// The stored run settings are not a usable run.
     Settings(ConfigError),
+    /// The stored sync settings or tensors do not read.
+    Sync(SyncError),
     Checksum {
         stored: u64,
         computed: u64,
@@ -57,6 +59,7 @@ impl std::fmt::Display for CheckpointError {
             CheckpointError::Vocab(v) => write!(f, "checkpoint vocabulary size {v} is not {VOCAB}"),
             CheckpointError::Dims(why) => write!(f, "checkpoint dimensions are wrong: {why}"),
             CheckpointError::Settings(why) => write!(f, "checkpoint run settings are refused: {why}"),
+            CheckpointError::Sync(why) => write!(f, "checkpoint sync settings are refused: {why}"),
             CheckpointError::Checksum { stored, computed } => {
                 write!(f, "checkpoint checksum mismatch (stored {stored:#018x}, computed {computed:#018x}): the file is corrupt")
             }
@@ -172,7 +175,7 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     }
     let mut run = if version >= 3 {
         let block = r.take(RunConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
-        RunConfig::decode(block).map_err(CheckpointError::Dims)?
+        RunConfig::decode(block).map_err(CheckpointError::Sync)?
     } else {
         legacy_run(&mut r)?
     };
@@ -202,7 +205,7 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
             r.u32()? as usize
         } else {
             let bytes = r.take(SyncConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
-            run.sync = SyncConfig::decode(bytes).map_err(CheckpointError::Dims)?;
+            run.sync = SyncConfig::decode(bytes).map_err(CheckpointError::Sync)?;
             2
         };
         if count > 16 {
@@ -216,7 +219,7 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
             tensors.push(r.floats(len)?);
         }
     }
-    let sync = SyncState::from_tensors(&run.sync, tensors, n).map_err(CheckpointError::Dims)?;
+    let sync = SyncState::from_tensors(&run.sync, tensors, n).map_err(CheckpointError::Sync)?;
     run.validate().map_err(CheckpointError::Settings)?;
     // The checksum itself was verified before parsing (any file that reaches here is long
     // enough for that check to have run).

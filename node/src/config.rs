@@ -1,6 +1,6 @@
 //! Model and run configuration.
 
-use crate::sync::{SyncConfig, SyncMode};
+use crate::sync::{SyncConfig, SyncError, SyncMode};
 
 /// The byte-level tokenizer: every byte is a token. Checkpoints record its name and size.
 pub const TOKENIZER_NAME: &str = "byte-level";
@@ -101,7 +101,7 @@ impl RunConfig {
 
     /// Reads [`RunConfig::encode`]'s bytes (not validated: [`RunConfig::validate`] says whether
     /// they are a usable run); an unknown sync mode or compression is named.
-    pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<RunConfig, String> {
+    pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<RunConfig, SyncError> {
         let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
         let sync = SyncConfig::decode(bytes[36..].try_into().expect("the sync settings' bytes"))?;
         Ok(RunConfig {
@@ -232,6 +232,6 @@ mod tests {
         assert_eq!(RunConfig::decode(&bytes), Ok(run));
         let mut bad = bytes;
         bad[36] = 9;
-        assert_eq!(RunConfig::decode(&bad), Err("sync mode 9".to_string()));
+        assert_eq!(RunConfig::decode(&bad), Err(SyncError::ModeByte(9)));
     }
 }

@@ -56,10 +56,11 @@
 //! - Duplicate, late, early-beyond-one-step and outsider messages are ignored and counted.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::config::RunConfig;
 use crate::step::{GuardFailure, Offer, RepairStore, StepCollector};
-use crate::sync::Compression;
+use crate::sync::{Compression, OutOfBounds};
 use crate::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
 
 /// Step messages held per member from an epoch this node has not reached (a roster, gradients
@@ -81,8 +82,9 @@ pub enum Input {
     Configured { weights: usize },
     /// Answer to `Output::Restore`: the state now is the checkpoint's, `step` steps done.
     Restored { step: u32, weights: usize },
-    /// A `Configure` or `Restore` failed; the session reports it and stays as it was.
-    Failed { why: String },
+    /// A task failed: a `Configure` or `Restore` (the session reports it and stays as it was),
+    /// or a `Compute` (this node stops contributing and says so).
+    Failed { task: Task, error: Failure },
     /// Time passes (milliseconds on any monotonic clock).
     Tick { now_ms: u64 },
     /// The user starts a run; this node leads it.
@@ -173,28 +175,28 @@ pub enum Event {
         from: PeerId,
         why: String,
     },
-    Error(String),
+    /// Something the session could not do, or why its run stopped.
+    Problem(Problem),
     /// (Leader) `peer` delivered nothing for `step` within the step deadline, or was kicked:
     /// the step goes on without it. A dropped (not kicked) member comes back through a resume
     /// as soon as it shows life.
     Dropped {
         peer: PeerId,
         step: u32,
-        why: String,
+        why: DropReason,
     },
     /// (Leader) a dropped member showed life: it is resumed at the next step boundary.
     Readmitted(PeerId),
-    /// A checkpoint push from `from` was refused (only the run's leader may push).
+    /// A checkpoint push from `from` was refused: only the run's leader may push.
     PushRefused {
         from: PeerId,
-        why: String,
     },
     /// `peer`'s contribution to `step` was not finite or past the bound: refused on arrival
     /// (never summed). The leader then drops the peer from the step.
     ContributionRefused {
         peer: PeerId,
         step: u32,
-        why: String,
+        why: OutOfBounds,
     },
     /// The leader took this node out of the roster at `step`, saying why; it contributes
     /// nothing until the leader resumes it.
@@ -202,6 +204,167 @@ pub enum Event {
         step: u32,
         why: String,
     },
+}
+
+/// Why the leader took a member out of a step (the removed member is told in words: wire `-13`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DropReason {
+    /// Nothing arrived from it within the step deadline.
+    Deadline { step: u32, deadline_ms: u64 },
+    /// The user removed it, saying why; it stays out.
+    Kicked(String),
+    /// Its contribution was refused on arrival.
+    Refused { step: u32, why: OutOfBounds },
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DropReason::Deadline { step, deadline_ms } => {
+                write!(f, "no gradient for step {step} within the step deadline ({deadline_ms} ms)")
+            }
+            DropReason::Kicked(why) => write!(f, "removed: {why}"),
+            DropReason::Refused { step, why } => write!(f, "its contribution to step {step} was refused: {why}"),
+        }
+    }
+}
+
+/// An error from outside the session (the replica's, the adapter's), kept whole and typed until
+/// a person reads it. Two failures are equal when they say the same (events are compared in
+/// tests); the error itself can be downcast.
+#[derive(Clone, Debug)]
+pub struct Failure(pub Arc<dyn std::error::Error + Send + Sync>);
+
+impl Failure {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Failure {
+        Failure(Arc::new(error))
+    }
+}
+
+impl PartialEq for Failure {
+    fn eq(&self, other: &Failure) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A task the session gives the adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    Configure,
+    Restore,
+    Compute { step: u32 },
+}
+
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Task::Configure => f.write_str("configuring the run"),
+            Task::Restore => f.write_str("restoring a checkpoint"),
+            Task::Compute { step } => write!(f, "computing step {step}"),
+        }
+    }
+}
+
+/// What only the run's leader may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaderAction {
+    Push,
+    Kick,
+}
+
+/// Why this node's run stopped: it contributes nothing until a resume or a new run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stop {
+    /// The guard found replicas disagreeing.
+    Guard(GuardFailure),
+    /// The leader took this node out of the run, not to return.
+    Removed { step: u32, why: String },
+    /// A step was committed that this node never heard announced.
+    Unannounced { step: u32 },
+    /// This node's replica could not compute its contribution.
+    Compute { step: u32, error: Failure },
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Guard(failure) => write!(f, "{failure}"),
+            Stop::Removed { step, why } => write!(f, "removed from the run at step {step}: {why}"),
+            Stop::Unannounced { step } => write!(f, "step {step} was committed but never announced here"),
+            Stop::Compute { step, error } => {
+                write!(f, "computing step {step} failed, this node stops contributing: {error}")
+            }
+        }
+    }
+}
+
+/// What the session could not do, or why its run stopped: a type until the edge, where the
+/// console and the headless JSON each make one text of it ([`Problem`]'s `Display`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// The replica failed a task the session gave it (the session stays as it was).
+    Failed { task: Task, error: Failure },
+    /// A restore is already under way.
+    Busy,
+    /// Only the run's leader may do this.
+    NotLeader { action: LeaderAction, leader: Option<PeerId> },
+    /// The leader cannot remove itself.
+    KickSelf,
+    /// A run is already going.
+    RunGoing,
+    /// The adapter answered a task the session had not given.
+    Unasked(Task),
+    /// The leader left before this node was in step: it waits for the new leader's config.
+    LeaderLeftBeforeInStep,
+    /// The run stopped here.
+    Stopped(Stop),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let leader = |leader: &Option<PeerId>| leader.map_or_else(|| "no leader".to_string(), |l| format!("node {l}"));
+        match self {
+            Problem::Failed { task, error } => write!(f, "{task} failed: {error}"),
+            Problem::Busy => f.write_str("busy: a restore is already under way"),
+            Problem::NotLeader { action: LeaderAction::Push, leader: l } => write!(
+                f,
+                "only the run's leader ({}) may push a checkpoint to the group; ask it to load the file",
+                leader(l)
+            ),
+            Problem::NotLeader { action: LeaderAction::Kick, leader: l } => {
+                write!(f, "only the run's leader ({}) can remove a member", leader(l))
+            }
+            Problem::KickSelf => f.write_str("the leader cannot remove itself; quit instead"),
+            Problem::RunGoing => f.write_str("a run is already going"),
+            Problem::Unasked(task) => write!(f, "the adapter answered {task}, which nobody asked for"),
+            Problem::LeaderLeftBeforeInStep => {
+                f.write_str("the leader left before this node was in step; waiting for the new leader")
+            }
+            Problem::Stopped(stop) => write!(f, "{stop}"),
+        }
+    }
+}
+
+impl Problem {
+    /// A short stable name for machines (the headless JSON's `kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Problem::Failed { .. } => "failed",
+            Problem::Busy => "busy",
+            Problem::NotLeader { .. } => "not-leader",
+            Problem::KickSelf => "kick-self",
+            Problem::RunGoing => "run-going",
+            Problem::Unasked(_) => "unasked",
+            Problem::LeaderLeftBeforeInStep => "leader-left",
+            Problem::Stopped(_) => "stopped",
+        }
+    }
 }
 
 /// Settings of one node's session.
@@ -302,7 +465,7 @@ pub struct Session {
     /// Step messages from members already in a later epoch, in arrival order.
     held: Vec<(PeerId, Epoch, Message)>,
     pending: Option<Pending>,
-    stopped: Option<String>,
+    stopped: Option<Stop>,
     finished: bool,
     /// Leader: times the final commit was repeated.
     final_repeats: u32,
@@ -374,9 +537,9 @@ impl Session {
         self.run.as_ref()
     }
 
-    /// Why the run stopped, if the guard (or an error) stopped it.
-    pub fn stopped(&self) -> Option<&str> {
-        self.stopped.as_deref()
+    /// Why the run stopped, if something stopped it.
+    pub fn stopped(&self) -> Option<&Stop> {
+        self.stopped.as_ref()
     }
 
     pub fn finished(&self) -> bool {
@@ -408,9 +571,10 @@ impl Session {
             Input::Computed(gradient) => self.on_computed(gradient),
             Input::Configured { weights } => self.on_configured(weights),
             Input::Restored { step, weights } => self.on_restored(step, weights),
-            Input::Failed { why } => {
+            Input::Failed { task: Task::Compute { step }, error } => self.stop(Stop::Compute { step, error }),
+            Input::Failed { task, error } => {
                 self.pending = None;
-                self.event(Event::Error(why));
+                self.event(Event::Problem(Problem::Failed { task, error }));
             }
             Input::Tick { now_ms } => {
                 self.now_ms = now_ms;
@@ -420,12 +584,9 @@ impl Session {
             Input::Kick { peer, why } => self.on_kick(peer, why),
             Input::PushCheckpoint { bytes } => {
                 if self.pending.is_some() {
-                    self.event(Event::Error("busy: a restore is already under way".into()));
+                    self.event(Event::Problem(Problem::Busy));
                 } else if self.run.is_some() && !self.is_leader() {
-                    let leader = self.leader.map_or_else(|| "no leader".to_string(), |l| format!("node {l}"));
-                    self.event(Event::Error(format!(
-                        "only the run's leader ({leader}) may push a checkpoint to the group; ask it to load the file"
-                    )));
+                    self.event(Event::Problem(Problem::NotLeader { action: LeaderAction::Push, leader: self.leader }));
                 } else {
                     let epoch = Epoch { count: self.epoch.count + 1, pusher: self.config.me };
                     self.pending = Some(Pending::Push { from: self.config.me, bytes: Some(bytes.clone()), epoch });
@@ -494,7 +655,7 @@ impl Session {
         if self.leader == Some(peer) && self.last_roster.is_empty() {
             // Never in step (a joiner awaiting its resume): wait for the new leader's config.
             self.leader = None;
-            self.event(Event::Error("the leader left before this node was in step; waiting for the new leader".into()));
+            self.event(Event::Problem(Problem::LeaderLeftBeforeInStep));
         } else if self.leader == Some(peer) {
             let mut candidates: Vec<PeerId> =
                 self.last_roster.iter().copied().filter(|p| self.members.contains(p)).collect();
@@ -555,7 +716,8 @@ impl Session {
     /// Leader: takes `peers` out of the run — each is told why — and re-announces the step in
     /// flight without the ones whose gradients are missing. Dropped members come back on
     /// their first sign of life; kicked ones (`kick`) stay out.
-    fn drop_members(&mut self, peers: &[PeerId], why: &str, kick: bool) {
+    fn drop_members(&mut self, peers: &[PeerId], why: DropReason) {
+        let kick = matches!(why, DropReason::Kicked(_));
         let step = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
         for &peer in peers {
             self.synced.remove(&peer);
@@ -569,7 +731,7 @@ impl Session {
             if self.members.contains(&peer) {
                 self.send(peer, Message::Removed { step, may_return: !kick, why: why.to_string() });
             }
-            self.event(Event::Dropped { peer, step, why: why.to_string() });
+            self.event(Event::Dropped { peer, step, why: why.clone() });
         }
         let Some(collector) = &self.collector else { return };
         let gone = |p: &PeerId| peers.contains(p) && collector.get(*p).is_none();
@@ -581,12 +743,11 @@ impl Session {
 
     fn on_kick(&mut self, peer: PeerId, why: String) {
         if !self.is_leader() || self.run.is_none() {
-            let leader = self.leader.map_or_else(|| "no leader".to_string(), |l| format!("node {l}"));
-            self.event(Event::Error(format!("only the run's leader ({leader}) can remove a member")));
+            self.event(Event::Problem(Problem::NotLeader { action: LeaderAction::Kick, leader: self.leader }));
         } else if peer == self.config.me {
-            self.event(Event::Error("the leader cannot remove itself; quit instead".into()));
+            self.event(Event::Problem(Problem::KickSelf));
         } else {
-            self.drop_members(&[peer], &format!("removed: {why}"), true);
+            self.drop_members(&[peer], DropReason::Kicked(why));
         }
     }
 
@@ -605,7 +766,7 @@ impl Session {
 
     fn on_start(&mut self, settings: RunConfig) {
         if self.run.is_some() && !self.finished && self.stopped.is_none() {
-            self.event(Event::Error("a run is already going".into()));
+            self.event(Event::Problem(Problem::RunGoing));
             return;
         }
         self.reset_run();
@@ -636,7 +797,7 @@ impl Session {
 
     fn on_configured(&mut self, weights: usize) {
         if self.pending != Some(Pending::Configure) {
-            self.event(Event::Error("configured without a pending configure".into()));
+            self.event(Event::Problem(Problem::Unasked(Task::Configure)));
             return;
         }
         self.pending = None;
@@ -651,7 +812,7 @@ impl Session {
 
     fn on_restored(&mut self, step: u32, weights: usize) {
         let Some(pending) = self.pending.take() else {
-            self.event(Event::Error("restored without a pending restore".into()));
+            self.event(Event::Problem(Problem::Unasked(Task::Restore)));
             return;
         };
         self.weights = weights;
@@ -878,10 +1039,9 @@ impl Session {
                 // Refused before it can reach a sum; the leader takes the sender out of the step
                 // (it comes back, resumed from the group, on its next sign of life), so nothing
                 // waits for it.
-                let why = format!("its contribution to step {step} was refused: {e}");
-                self.event(Event::ContributionRefused { peer: from, step, why: why.clone() });
+                self.event(Event::ContributionRefused { peer: from, step, why: e });
                 if self.is_leader() && from != self.config.me {
-                    self.drop_members(&[from], &why, false);
+                    self.drop_members(&[from], DropReason::Refused { step, why: e });
                 }
                 return;
             }
@@ -928,7 +1088,7 @@ impl Session {
             return;
         }
         let Some(collector) = &self.collector else {
-            self.stop(format!("step {} was committed but never announced here", self.applied + 1));
+            self.stop(Stop::Unannounced { step: self.applied + 1 });
             return;
         };
         if !collector.is_complete() {
@@ -989,13 +1149,13 @@ impl Session {
     }
 
     fn stop_with(&mut self, failure: GuardFailure) {
-        self.stopped = Some(failure.to_string());
+        self.stopped = Some(Stop::Guard(failure.clone()));
         self.event(Event::GuardStopped(failure));
     }
 
-    fn stop(&mut self, why: String) {
-        self.stopped = Some(why.clone());
-        self.event(Event::Error(why));
+    fn stop(&mut self, stop: Stop) {
+        self.stopped = Some(stop.clone());
+        self.event(Event::Problem(Problem::Stopped(stop)));
     }
 
     // ---- repair ----
@@ -1016,8 +1176,7 @@ impl Session {
             let silent: Vec<PeerId> = collector.missing().into_iter().filter(|p| *p != self.config.me).collect();
             if !silent.is_empty() {
                 self.dropped_in_step = true;
-                let why = format!("no gradient for step {step} within the step deadline ({deadline} ms)");
-                self.drop_members(&silent, &why, false);
+                self.drop_members(&silent, DropReason::Deadline { step, deadline_ms: deadline });
                 return;
             }
         }
@@ -1163,9 +1322,8 @@ impl Session {
                 let epoch = self.epoch_of(from);
                 if self.leader != Some(from) {
                     // Pushes have authority: only the run's leader may rewind the group.
-                    let why = "a checkpoint push from a member that is not the run's leader".to_string();
-                    self.event(Event::PushRefused { from, why: why.clone() });
-                    self.ignore(from, &why);
+                    self.event(Event::PushRefused { from });
+                    self.ignore(from, "a checkpoint push from a member that is not the run's leader");
                 } else if self.run.is_none() || self.pending.is_some() {
                     self.ignore(from, "a checkpoint push outside a run, or during a restore");
                 } else if epoch <= self.epoch {
@@ -1188,7 +1346,7 @@ impl Session {
                         self.send(from, Message::Epoch(self.epoch));
                     } else {
                         // Out of this run until someone brings us back (a resume clears it).
-                        self.stopped = Some(format!("removed from the run at step {step}: {why}"));
+                        self.stopped = Some(Stop::Removed { step, why: why.clone() });
                     }
                     self.event(Event::Removed { step, why });
                 }

@@ -60,15 +60,15 @@ impl std::fmt::Display for SyncMode {
 }
 
 impl std::str::FromStr for SyncMode {
-    type Err = String;
+    type Err = SyncError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SyncError> {
         if s == "every-step" {
             return Ok(SyncMode::EveryStep);
         }
         match s.strip_prefix("outer:").map(str::parse::<u32>) {
             Some(Ok(h)) if (1..=100_000).contains(&h) => Ok(SyncMode::Outer { inner_steps: h }),
-            _ => Err(format!("`{s}` is not a sync mode: every-step or outer:H with H from 1 to 100000")),
+            _ => Err(SyncError::ModeText(s.to_string())),
         }
     }
 }
@@ -92,13 +92,13 @@ impl std::fmt::Display for Compression {
 }
 
 impl std::str::FromStr for Compression {
-    type Err = String;
+    type Err = SyncError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SyncError> {
         match s {
             "none" => Ok(Compression::None),
             "int8" => Ok(Compression::Int8),
-            _ => Err(format!("`{s}` is not a compression: none or int8")),
+            _ => Err(SyncError::CompressionText(s.to_string())),
         }
     }
 }
@@ -183,17 +183,17 @@ impl SyncConfig {
     }
 
     /// Reads [`SyncConfig::encode`]'s bytes; an unknown mode or compression is named.
-    pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<SyncConfig, String> {
+    pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<SyncConfig, SyncError> {
         let word = |at: usize| [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
         let mode = match bytes[0] {
             0 => SyncMode::EveryStep,
             1 => SyncMode::Outer { inner_steps: u32::from_le_bytes(word(1)) },
-            other => return Err(format!("sync mode {other}")),
+            other => return Err(SyncError::ModeByte(other)),
         };
         let compression = match bytes[5] {
             0 => Compression::None,
             1 => Compression::Int8,
-            other => return Err(format!("compression {other}")),
+            other => return Err(SyncError::CompressionByte(other)),
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
         Ok(SyncConfig { mode, compression, outer })
@@ -205,6 +205,53 @@ impl std::fmt::Display for SyncConfig {
         write!(f, "{} {}", self.mode, self.compression)
     }
 }
+
+/// Why sync settings, a packed contribution or sync state were refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncError {
+    /// Text that is not a sync mode.
+    ModeText(String),
+    /// Text that is not a compression.
+    CompressionText(String),
+    /// A sync mode byte this version does not know.
+    ModeByte(u8),
+    /// A compression byte this version does not know.
+    CompressionByte(u8),
+    /// A packed contribution without one block byte per block.
+    BlockBytes { bytes: usize, values: usize },
+    /// A quant of -128 (the quantizer never makes one).
+    QuantMinus128 { index: usize },
+    /// A block marked empty that holds values.
+    EmptyBlockNotEmpty { block: usize },
+    /// More sync tensors than this version knows.
+    TensorCount(usize),
+    /// A sync tensor of another length than the model.
+    TensorLength { values: usize, model: usize },
+}
+
+impl std::fmt::Display for SyncError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncError::ModeText(s) => {
+                write!(f, "`{s}` is not a sync mode: every-step or outer:H with H from 1 to 100000")
+            }
+            SyncError::CompressionText(s) => write!(f, "`{s}` is not a compression: none or int8"),
+            SyncError::ModeByte(b) => write!(f, "sync mode {b}"),
+            SyncError::CompressionByte(b) => write!(f, "compression {b}"),
+            SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),
+            SyncError::QuantMinus128 { index } => write!(f, "quant -128 at {index} (quants lie in [-127, 127])"),
+            SyncError::EmptyBlockNotEmpty { block } => {
+                write!(f, "block {block} is marked empty but has non-zero quants")
+            }
+            SyncError::TensorCount(n) => write!(f, "{n} sync tensors (this version knows 2)"),
+            SyncError::TensorLength { values, model } => {
+                write!(f, "a sync tensor of {values} values, the model has {model}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SyncError {}
 
 /// Exponent byte of a block with no normal value (it contributes zeros on any grid).
 pub const EMPTY_BLOCK: u8 = 0;
@@ -232,16 +279,17 @@ impl Packed {
 
     /// Checks the shape and ranges a decoder cannot (a block byte per block, quants in range,
     /// an empty block all zeros).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SyncError> {
         if self.exponents.len() != self.q.len().div_ceil(BLOCK) {
-            return Err(format!("{} exponent bytes for {} values", self.exponents.len(), self.q.len()));
+            return Err(SyncError::BlockBytes { bytes: self.exponents.len(), values: self.q.len() });
         }
-        if let Some(i) = self.q.iter().position(|&q| q == i8::MIN) {
-            return Err(format!("quant -128 at {i} (quants lie in [-127, 127])"));
+        if let Some(index) = self.q.iter().position(|&q| q == i8::MIN) {
+            return Err(SyncError::QuantMinus128 { index });
         }
-        for (b, &e) in self.exponents.iter().enumerate() {
-            if e == EMPTY_BLOCK && self.q[b * BLOCK..((b + 1) * BLOCK).min(self.q.len())].iter().any(|&q| q != 0) {
-                return Err(format!("block {b} is marked empty but has non-zero quants"));
+        for (block, &e) in self.exponents.iter().enumerate() {
+            let quants = &self.q[block * BLOCK..((block + 1) * BLOCK).min(self.q.len())];
+            if e == EMPTY_BLOCK && quants.iter().any(|&q| q != 0) {
+                return Err(SyncError::EmptyBlockNotEmpty { block });
             }
         }
         Ok(())
@@ -553,12 +601,12 @@ impl SyncState {
     /// it is older), made to fit `config`: a tensor the settings use is kept, or zeros when the
     /// checkpoint had none (a run of another setting); one they do not use is dropped. A tensor
     /// of another length than the model's, or more tensors than this version knows, is refused.
-    pub fn from_tensors(config: &SyncConfig, tensors: Vec<Vec<f32>>, len: usize) -> Result<SyncState, String> {
+    pub fn from_tensors(config: &SyncConfig, tensors: Vec<Vec<f32>>, len: usize) -> Result<SyncState, SyncError> {
         if tensors.len() > 2 {
-            return Err(format!("{} sync tensors (this version knows 2)", tensors.len()));
+            return Err(SyncError::TensorCount(tensors.len()));
         }
         if let Some(t) = tensors.iter().find(|t| !t.is_empty() && t.len() != len) {
-            return Err(format!("a sync tensor of {} values, the model has {len}", t.len()));
+            return Err(SyncError::TensorLength { values: t.len(), model: len });
         }
         let mut carried = tensors.into_iter();
         let mut take = |used: bool| match (used, carried.next().filter(|t| !t.is_empty())) {
@@ -858,7 +906,7 @@ mod tests {
         assert_eq!(pack(&[1.0, f32::NAN]), Err(NonFinite { index: 1 }));
         assert!(p.validate().is_ok());
         let bad = Packed { exponents: vec![EMPTY_BLOCK], q: vec![3] };
-        assert!(bad.validate().unwrap_err().contains("marked empty"));
+        assert_eq!(bad.validate(), Err(SyncError::EmptyBlockNotEmpty { block: 0 }));
         assert!(Packed { exponents: vec![1], q: vec![i8::MIN] }.validate().is_err());
     }
 

@@ -34,7 +34,7 @@ use std::collections::HashMap;
 
 use crate::config::RunConfig;
 pub use crate::sync::Values;
-use crate::sync::{Packed, SyncConfig};
+use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
 /// The mesh protocol version carried in the run config (6: pushes and resumes carry version 3
@@ -173,6 +173,8 @@ pub enum WireError {
     /// A field out of range (a gradient body that is not whole floats, a fragment index past
     /// its count, a declared length beyond the limit, …).
     Invalid(String),
+    /// Sync settings or a packed contribution that do not read (`sync.rs` says why).
+    Sync(SyncError),
 }
 
 impl std::fmt::Display for WireError {
@@ -182,6 +184,7 @@ impl std::fmt::Display for WireError {
             WireError::Trailing(n) => write!(f, "{n} unexpected bytes after the message"),
             WireError::UnknownSentinel(s) => write!(f, "unknown message type {s}"),
             WireError::Invalid(why) => write!(f, "malformed message: {why}"),
+            WireError::Sync(e) => write!(f, "malformed message: {e}"),
         }
     }
 }
@@ -305,7 +308,7 @@ fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
         let exponents = r.take(len.div_ceil(lockstep_luts::units::BLOCK))?.to_vec();
         let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
         let packed = Packed { exponents, q };
-        packed.validate().map_err(WireError::Invalid)?;
+        packed.validate().map_err(WireError::Sync)?;
         Values::Int8(packed)
     } else {
         let body = r.rest();
@@ -428,7 +431,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             } else {
                 RunConfig::decode(&r.array::<{ RunConfig::ENCODED_LEN }>()?)
             };
-            Message::RunConfig { protocol, run: run.map_err(WireError::Invalid)? }
+            Message::RunConfig { protocol, run: run.map_err(WireError::Sync)? }
         }
         ROSTER => {
             let step = r.u32()?;
@@ -681,11 +684,11 @@ mod tests {
         // Quant -128 (never produced by the quantizer).
         let mut minus_128 = good.clone();
         *minus_128.last_mut().unwrap() = 0x80;
-        assert!(matches!(decode(&minus_128), Err(WireError::Invalid(why)) if why.contains("-128")));
+        assert!(matches!(decode(&minus_128), Err(WireError::Sync(SyncError::QuantMinus128 { .. }))));
         // A block marked empty with values in it.
         let mut empty = good.clone();
         empty[24] = crate::sync::EMPTY_BLOCK;
-        assert!(matches!(decode(&empty), Err(WireError::Invalid(why)) if why.contains("empty")));
+        assert!(matches!(decode(&empty), Err(WireError::Sync(SyncError::EmptyBlockNotEmpty { block: 0 }))));
         assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
         let mut long = good;
         long.push(0);

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
 use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::session::{Event, Input, Output, Session, SessionConfig, StepDeadline};
+use lockstep_node::session::{
+    Event, Failure, Input, LeaderAction, Output, Problem, Session, SessionConfig, StepDeadline, Stop, Task,
+};
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, Values};
 use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
 
@@ -255,7 +257,10 @@ impl Net {
                             node.hashes.retain(|s, _| *s <= step);
                             queue.push_front(Input::Restored { step, weights: LEN });
                         }
-                        None => queue.push_front(Input::Failed { why: "bad checkpoint".into() }),
+                        None => queue.push_front(Input::Failed {
+                            task: Task::Restore,
+                            error: Failure::new(std::io::Error::other("bad checkpoint")),
+                        }),
                     },
                     Output::Event(event) => node.events.push(event),
                 }
@@ -767,7 +772,7 @@ fn only_the_leaders_push_counts() {
         let refused_locally = net.nodes[&3]
             .events
             .iter()
-            .any(|e| matches!(e, Event::Error(why) if why.contains("only the run's leader (node 1) may push")));
+            .any(|e| *e == Event::Problem(Problem::NotLeader { action: LeaderAction::Push, leader: Some(1) }));
         assert!(refused_locally, "seed {seed}: {}", net.describe());
     }
     // A rogue follower sends a push on the wire anyway: nobody restores it.
@@ -946,6 +951,42 @@ fn a_kicked_member_is_told_why_and_stays_out() {
         assert!(net.nodes[&3].hashes.len() < 16, "seed {seed}: the kicked node trained on");
         // Only the leader removes members.
         net.input(2, Input::Kick { peer: 1, why: "no".into() });
-        assert!(matches!(net.nodes[&2].events.last(), Some(Event::Error(e)) if e.contains("only the run's leader")));
+        let refused = Event::Problem(Problem::NotLeader { action: LeaderAction::Kick, leader: Some(1) });
+        assert_eq!(net.nodes[&2].events.last(), Some(&refused));
     }
+}
+
+/// A compute failure reaches the session as a type: the node stops contributing, says why
+/// (`Stop::Compute`, the replica's error kept whole), and a failed configure is reported the
+/// same way without stopping anything.
+#[test]
+fn a_failed_compute_stops_the_node_and_says_why() {
+    let mut session = Session::new(SessionConfig {
+        me: 2,
+        expected_phash: PHASH,
+        repair_after_ms: 50,
+        deadline: StepDeadline::default(),
+    });
+    let from_1 = |message| Input::Received { from: 1, message };
+    session.handle(Input::Connected(1));
+    session.handle(from_1(run_config(settings(10))));
+    let error = Failure::new(std::io::Error::other("the backend's device was lost"));
+    let reported = session.handle(Input::Failed { task: Task::Configure, error: error.clone() });
+    assert_eq!(
+        reported,
+        vec![Output::Event(Event::Problem(Problem::Failed { task: Task::Configure, error: error.clone() }))]
+    );
+    assert!(session.stopped().is_none(), "a failed configure stops nothing");
+    session.handle(from_1(run_config(settings(10))));
+    session.handle(Input::Configured { weights: LEN });
+    let asked = session.handle(from_1(Message::Roster { step: 1, peers: vec![1, 2] }));
+    assert!(asked.contains(&Output::Compute { step: 1 }), "{asked:?}");
+    let stopped = session.handle(Input::Failed { task: Task::Compute { step: 1 }, error: error.clone() });
+    let stop = Stop::Compute { step: 1, error };
+    assert_eq!(stopped, vec![Output::Event(Event::Problem(Problem::Stopped(stop.clone())))]);
+    assert_eq!(session.stopped(), Some(&stop));
+    assert!(stop.to_string().contains("computing step 1 failed") && stop.to_string().contains("device was lost"));
+    // Stopped, it contributes nothing to the next step.
+    let later = session.handle(from_1(Message::Roster { step: 2, peers: vec![1, 2] }));
+    assert!(!later.iter().any(|o| matches!(o, Output::Compute { .. })), "{later:?}");
 }

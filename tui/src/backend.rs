@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use anyhow::Context;
 use lockstep_backends::gate::GateProgress;
-use lockstep_backends::{auto, resolve_plugin, Backend, InstanceOptions, Plugin, UnitsGemm};
+use lockstep_backends::{resolve_plugin, Backend, InstanceOptions, Plugin, UnitsGemm};
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::verdict::Verdict;
 use lockstep_worker_api::create_flags;
@@ -117,13 +117,19 @@ pub struct Opening {
     pub fresh_copy: bool,
 }
 
+/// The order `auto` tries, as in the seed: DP4A, then the LUT kernel, then the CPU mirror.
+pub const AUTO_ORDER: &[&str] = &["dp4a", "lut", "cpu"];
+
 /// Loads `name` (a built-in name, a path, or `auto`), runs the exact gate with `progress`,
 /// and returns the backend only if it is admitted; otherwise the verdict (rejected, or not
 /// loadable) comes back typed as [`NotAdmitted`]. The instance computes with `threads` (0 for
 /// every core), and the host's own work beside it uses as many.
 ///
-/// `auto` follows the seed: DP4A, then LUT, then CPU, each gated, hardware GPUs only (see
-/// `lockstep_backends::auto`); every verdict goes to `progress_line`.
+/// Every plugin is gated in a child process before this process loads it (a plugin that
+/// crashes or hangs there is rejected and this process goes on); admitted, it is loaded here
+/// with the same options. `auto` does that for each of [`AUTO_ORDER`] in turn, hardware GPUs
+/// only (a software adapter such as lavapipe runs the GPU kernels exactly but slower than the
+/// CPU mirror), and takes the first admitted; every verdict goes to `progress_line`.
 pub fn admit(
     name: &str,
     threads: u32,
@@ -131,37 +137,46 @@ pub fn admit(
     progress: &mut dyn FnMut(GateProgress<'_>),
     progress_line: &mut dyn FnMut(String),
 ) -> Result<Admitted, NotAdmitted> {
+    if name != "auto" {
+        return admit_one(name, threads, opening, progress, &mut |line| progress_line(format!("gate: {line}")));
+    }
+    let opening = Opening { hardware_only: true, ..opening };
+    let mut last = None;
+    for candidate in AUTO_ORDER {
+        match admit_one(candidate, threads, opening, progress, &mut |line| {
+            progress_line(format!("auto: {candidate}: {line}"))
+        }) {
+            Ok(admitted) => {
+                progress_line(format!("auto: chose `{}`", admitted.name));
+                return Ok(admitted);
+            }
+            Err(refused) => last = Some(refused),
+        }
+    }
+    let verdict = last.map_or(Verdict::NotLoadable { why: "no candidates".into() }, |r| r.verdict);
+    Err(NotAdmitted { name: name.to_string(), verdict })
+}
+
+/// Gates one plugin in a child process and, admitted, loads it here.
+fn admit_one(
+    name: &str,
+    threads: u32,
+    opening: Opening,
+    progress: &mut dyn FnMut(GateProgress<'_>),
+    progress_line: &mut dyn FnMut(String),
+) -> Result<Admitted, NotAdmitted> {
     let not_loadable = |why: String| NotAdmitted { name: name.to_string(), verdict: Verdict::NotLoadable { why } };
-    let (_plugin, backend, verdict) = if name == "auto" {
-        match auto::choose(&instance_options(threads, 0)) {
-            Ok(choice) => {
-                for verdict in &choice.verdicts {
-                    progress_line(format!("auto: {}", verdict.line()));
-                }
-                progress_line(format!("auto: chose `{}`", choice.backend.name()));
-                (choice.plugin, choice.backend, choice.verdict)
-            }
-            Err(verdicts) => {
-                let lines: Vec<String> = verdicts.iter().map(|v| v.line()).collect();
-                return Err(not_loadable(format!("no backend was admitted: {}", lines.join("; "))));
-            }
-        }
-    } else {
-        // The gate runs in a child process: a plugin that crashes or hangs there is rejected
-        // and this process goes on. Admitted, the plugin is loaded here with the same options.
-        let gated = crate::gate_child::gate_in_child(name, &child_options(threads, opening), gate_timeout(), progress);
-        let device = gated.loaded.as_ref().and_then(|l| l["device"].as_str()).unwrap_or("?").to_string();
-        progress_line(format!("gate: {} ({device})", gated.verdict_line));
-        if !gated.verdict.is_admitted() {
-            return Err(NotAdmitted { name: name.to_string(), verdict: gated.verdict });
-        }
-        let (plugin, backend) = open_backend(name, threads, opening).map_err(|e| not_loadable(format!("{e:#}")))?;
-        (plugin, backend, gated.verdict)
-    };
+    let gated = crate::gate_child::gate_in_child(name, &child_options(threads, opening), gate_timeout(), progress);
+    let device = gated.loaded.as_ref().and_then(|l| l["device"].as_str()).unwrap_or("?").to_string();
+    progress_line(format!("{} ({device})", gated.verdict_line));
+    if !gated.verdict.is_admitted() {
+        return Err(NotAdmitted { name: name.to_string(), verdict: gated.verdict });
+    }
+    let (_plugin, backend) = open_backend(name, threads, opening).map_err(|e| not_loadable(format!("{e:#}")))?;
     let name = backend.name().to_string();
     let device = backend.describe();
     let gemm = UnitsGemm::with_threads(backend, threads_or_all(threads));
-    Ok(Admitted { gemm, name, verdict, device })
+    Ok(Admitted { gemm, name, verdict: gated.verdict, device })
 }
 
 /// [`admit`] with default opening, verdicts printed unless `quiet`.

@@ -101,14 +101,20 @@ pub fn report_json(report: &Report) -> Value {
                     "message": f.to_string()}),
             Event::RunFinished { step } => json!({"event": "run-finished", "step": step}),
             Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
-            Event::Dropped { peer, step, why } => json!({"event": "dropped", "peer": peer, "step": step, "why": why}),
+            Event::Dropped { peer, step, why } => {
+                json!({"event": "dropped", "peer": peer, "step": step, "why": why.to_string()})
+            }
             Event::Readmitted(peer) => json!({"event": "readmitted", "peer": peer}),
-            Event::PushRefused { from, why } => json!({"event": "push-refused", "from": from, "why": why}),
+            Event::PushRefused { from } => json!({"event": "push-refused", "from": from,
+                    "why": "a checkpoint push from a member that is not the run's leader"}),
             Event::ContributionRefused { peer, step, why } => {
-                json!({"event": "contribution-refused", "peer": peer, "step": step, "why": why})
+                json!({"event": "contribution-refused", "peer": peer, "step": step, "why": why.to_string(),
+                    "index": why.index})
             }
             Event::Removed { step, why } => json!({"event": "removed", "step": step, "why": why}),
-            Event::Error(message) => json!({"event": "error", "message": message}),
+            Event::Problem(problem) => {
+                json!({"event": "error", "kind": problem.kind(), "message": problem.to_string()})
+            }
         },
     }
 }

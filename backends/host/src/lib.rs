@@ -11,7 +11,6 @@
 //! **API boundary**: only `lockstep_worker_api` types cross into a plugin. The host never
 //! knows which implementation it holds except through the gate's verdict.
 
-pub mod auto;
 pub mod backend;
 pub mod gate;
 pub mod loader;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use lockstep_node::replica::{BackendChange, Replica, ReplicaError};
-use lockstep_node::session::{Event, Input, Output, Session, SessionConfig};
+use lockstep_node::session::{Event, Failure, Input, Output, Session, SessionConfig, Task};
 use lockstep_node::wire::{self, Gradient, Message, PeerId, Reassembler};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
@@ -39,6 +39,7 @@ pub(crate) enum Inbound {
     /// A compute task's answer: its gradient, seconds computing and hashing, a backend swap
     /// that took effect at its start, and the state generation it was asked in.
     Computed {
+        step: u32,
         result: Result<Gradient, ReplicaError>,
         seconds: f64,
         hash: f64,
@@ -329,8 +330,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 (self.report)(Report::CheckpointSaved { path: saved.path, step: saved.step, whash: saved.whash })
             }
             Inbound::Saved(Err(why)) => (self.report)(Report::Warning(format!("checkpoint not saved: {why}"))),
-            Inbound::Computed { result, seconds, hash, change, generation } => {
-                self.on_computed(result, seconds, hash, change, generation)
+            Inbound::Computed { step, result, seconds, hash, change, generation } => {
+                self.on_computed(step, result, seconds, hash, change, generation)
             }
         }
         Flow::Continue
@@ -548,6 +549,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
 
     fn on_computed(
         &mut self,
+        step: u32,
         result: Result<Gradient, ReplicaError>,
         seconds: f64,
         hash: f64,
@@ -574,7 +576,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.computed_at = Some(Instant::now());
                 self.drive(vec![Input::Computed(gradient)]);
             }
-            Err(why) => (self.report)(Report::Warning(format!("compute failed, this node stops contributing: {why}"))),
+            // The session stops this node's run and says why (`Stop::Compute`).
+            Err(error) => self.drive(vec![Input::Failed { task: Task::Compute { step }, error: Failure::new(error) }]),
         }
     }
 
@@ -606,7 +609,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 let result = self.replica().configure(&settings);
                 return Some(match result {
                     Ok(weights) => Input::Configured { weights },
-                    Err(why) => Input::Failed { why: why.to_string() },
+                    Err(error) => Input::Failed { task: Task::Configure, error: Failure::new(error) },
                 });
             }
             Output::Compute { step } => self.spawn_compute(step),
@@ -640,12 +643,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         (self.report)(Report::Restored { step, whash });
                         Input::Restored { step, weights }
                     }
-                    Err(why) => Input::Failed { why: why.to_string() },
+                    Err(error) => Input::Failed { task: Task::Restore, error: Failure::new(error) },
                 });
             }
             Output::Event(event) => {
                 // The last step's `weights` come before the run's end.
-                if matches!(event, Event::RunFinished { .. } | Event::GuardStopped(_) | Event::Error(_)) {
+                if matches!(event, Event::RunFinished { .. } | Event::GuardStopped(_) | Event::Problem(_)) {
                     self.flush();
                 }
                 (self.report)(Report::Session(event));
@@ -667,7 +670,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let hash = replica.take_hash_seconds();
             let change = replica.take_backend_change();
             let seconds = began.elapsed().as_secs_f64();
-            let _ = tx.send(Inbound::Computed { result, seconds, hash, change, generation });
+            let _ = tx.send(Inbound::Computed { step, result, seconds, hash, change, generation });
         });
     }
 

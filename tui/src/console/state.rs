@@ -913,13 +913,15 @@ fn on_event(state: &mut State, event: Event) {
             state.log(format!("dropped node {peer} at step {step}: {why}"));
         }
         Event::Readmitted(peer) => state.log(format!("node {peer} answers again: resumed at the next step")),
-        Event::PushRefused { from, why } => state.log(format!("refused node {from}'s checkpoint push: {why}")),
+        Event::PushRefused { from } => {
+            state.log(format!("refused node {from}'s checkpoint push: only the run's leader may push"))
+        }
         Event::ContributionRefused { peer, step, why } => {
             state.log(format!("refused node {peer}'s contribution to step {step}: {why}"))
         }
         Event::Removed { step, why } => {
             state.log(format!("the leader took this node out of the run at step {step}: {why}"))
         }
-        Event::Error(message) => state.log(format!("error: {message}")),
+        Event::Problem(problem) => state.log(format!("error: {problem}")),
     }
 }
