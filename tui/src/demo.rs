@@ -185,7 +185,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         leader.quit()?;
         result?;
     } else {
-        let in_use = state.backend.clone();
+        let in_use = state.node.backend.clone();
         crate::console::survey_backends(tx.clone(), &in_use);
         run_console(leader, state, (tx, rx), started)?;
         for member in members {
@@ -222,10 +222,10 @@ fn run_headless(
         };
         let effects = update(&mut state, action);
         if let Some(value) = printed {
-            emit(value, state.me);
+            emit(value, state.node.me);
         }
         execute_effects(leader, effects, tx);
-        match &state.run_state {
+        match &state.node.run_state {
             RunState::Finished => {
                 // The others complete the last step from the leader's final commit.
                 let waiting = Instant::now();

@@ -9,7 +9,11 @@
 //! **Architecture Invariant:** only this module renders; the node reports through
 //! `lockstep_mesh::Report` on a channel and never touches the terminal.
 
+mod key;
+pub mod node;
+pub mod panes;
 pub mod state;
+mod text;
 pub mod view;
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use lockstep_node::verdict::Verdict;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use super::state::{update, Action, CheckpointRow, Effect, Key, Modal, Pane, RunState, State, PANES};
+use super::panes::{PaneId as Pane, PANES};
+use super::state::{update, Action, CheckpointRow, Effect, Key, Modal, RunState, State};
 use super::view::render;
 
 const VERDICT: Verdict = Verdict::Admitted { cases: 40 };
@@ -61,7 +62,7 @@ fn running_with(mut state: State) -> State {
         report(&mut state, link, 1.0);
         report(&mut state, Report::Session(Event::PeerJoined(peer)), 1.0);
     }
-    let settings = state.start_settings;
+    let settings = state.node.start_settings;
     report(&mut state, Report::Session(Event::RunStarted { leader: 1, settings }), 2.0);
     for step in 1..=120u32 {
         let at = 2.0 + f64::from(step) * 0.25;
@@ -198,7 +199,7 @@ fn a_join_request_opens_a_modal_and_y_approves_it() {
         vec![Effect::Mesh(Command::Deny { peer: 5, reason: "the host declined".into() })]
     );
     assert_eq!(state.modal, None);
-    assert!(state.pending.is_empty());
+    assert!(state.panes.room.pending.is_empty());
 }
 
 #[test]
@@ -207,18 +208,18 @@ fn a_request_can_wait_and_be_reviewed_later_or_withdrawn() {
     report(&mut state, Report::JoinRequest { peer: 4, address: "10.0.0.4".into() }, 33.0);
     assert!(keys(&mut state, &[Key::Esc]).is_empty());
     assert_eq!(state.modal, None);
-    assert_eq!(state.pending, vec![(4, "10.0.0.4".to_string())]);
+    assert_eq!(state.panes.room.pending, vec![(4, "10.0.0.4".to_string())]);
     // A trusted joiner approved meanwhile leaves it deferred.
     state.trusted.insert(6);
     let effects = report(&mut state, Report::JoinRequest { peer: 6, address: "10.0.0.6".into() }, 33.5);
     assert_eq!(effects, vec![Effect::Mesh(Command::Approve(6))]);
     assert_eq!(state.modal, None);
-    assert_eq!(state.pending, vec![(4, "10.0.0.4".to_string())]);
+    assert_eq!(state.panes.room.pending, vec![(4, "10.0.0.4".to_string())]);
     keys(&mut state, &[Key::Char('a')]);
     assert!(matches!(state.modal, Some(Modal::Approve { peer: 4, .. })));
     report(&mut state, Report::SignalPeerLeft(4), 34.0);
     assert_eq!(state.modal, None);
-    assert!(state.pending.is_empty());
+    assert!(state.panes.room.pending.is_empty());
 }
 
 #[test]
@@ -242,8 +243,8 @@ fn autostart_starts_once_when_enough_channels_are_open() {
     connected(&mut state);
     assert!(report(&mut state, Report::ChannelOpen(2), 1.0).is_empty());
     let effects = report(&mut state, Report::ChannelOpen(3), 1.0);
-    assert_eq!(effects, vec![Effect::Mesh(Command::Start(state.start_settings))]);
-    assert_eq!(state.run_state, RunState::Starting);
+    assert_eq!(effects, vec![Effect::Mesh(Command::Start(state.node.start_settings))]);
+    assert_eq!(state.node.run_state, RunState::Starting);
     assert!(report(&mut state, Report::ChannelOpen(4), 1.0).is_empty());
 }
 
@@ -257,7 +258,7 @@ fn start_asks_first() {
     assert_eq!(state.modal, Some(Modal::ConfirmStart));
     assert!(keys(&mut state, &[Key::Char('n')]).is_empty());
     keys(&mut state, &[Key::Char('s')]);
-    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(Command::Start(state.start_settings))]);
+    assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Mesh(Command::Start(state.node.start_settings))]);
     keys(&mut state, &[Key::Char('s')]);
     assert_eq!(state.modal, None, "a run is already starting");
 }
@@ -292,7 +293,7 @@ fn tab_cycles_every_pane_and_wraps() {
 fn swap_by_pick_or_path_and_the_outcome_is_shown() {
     let mut state = running();
     assert_eq!(keys(&mut state, &[Key::Char('w'), Key::Down, Key::Enter]), vec![Effect::Swap("lut".into())]);
-    assert!(state.swap.is_some());
+    assert!(state.node.swap.is_some());
     keys(&mut state, &[Key::Char('w')]);
     assert_eq!(state.modal, None, "one swap at a time");
     report(
@@ -303,10 +304,12 @@ fn swap_by_pick_or_path_and_the_outcome_is_shown() {
         }),
         40.0,
     );
-    assert_eq!(state.swap, None);
-    assert_eq!(state.backend, "cpu");
+    assert_eq!(state.node.swap, None);
+    assert_eq!(state.node.backend, "cpu");
     assert!(state
+        .panes
         .log
+        .lines
         .back()
         .unwrap()
         .text
@@ -318,12 +321,12 @@ fn swap_by_pick_or_path_and_the_outcome_is_shown() {
     all.extend(typed);
     assert_eq!(keys(&mut state, &all), vec![Effect::Swap("/x/p.so".into())]);
     report(&mut state, Report::Swap(SwapProgress::Staged { backend: "mine".into(), verdict: VERDICT }), 41.0);
-    assert!(state.swap.as_deref().unwrap().contains("next step"));
+    assert!(state.node.swap.as_deref().unwrap().contains("next step"));
     let change = BackendChange { backend: "mine".into(), verdict: VERDICT, step: 122 };
     report(&mut state, Report::BackendSwapped(change), 42.0);
-    assert_eq!(state.swap, None);
-    assert_eq!(state.backend, "mine");
-    assert_eq!(state.peers[&1].backend.as_deref(), Some("mine"));
+    assert_eq!(state.node.swap, None);
+    assert_eq!(state.node.backend, "mine");
+    assert_eq!(state.node.peers[&1].backend.as_deref(), Some("mine"));
 }
 
 #[test]
@@ -347,20 +350,26 @@ fn save_and_broadcast() {
 fn rates_hashes_and_the_guard() {
     let mut state = running();
     // 120 steps at 4 steps/s; the rate window keeps the last 10 s.
-    let rate = state.steps_per_second().unwrap();
+    let rate = state.panes.health.steps_per_second().unwrap();
     assert_eq!(rate, 4.0);
     let run = RunConfig::DEFAULT;
-    assert_eq!(state.tokens_per_second().unwrap(), 4.0 * (run.batch * run.model.context * 3) as f64);
+    assert_eq!(
+        state.panes.health.tokens_per_second(&state.node).unwrap(),
+        4.0 * (run.batch * run.model.context * 3) as f64
+    );
     // In `outer:20` a step of the session is 20 optimizer steps on every member.
     let outer = running_outer();
-    assert_eq!(outer.tokens_per_second().unwrap(), 4.0 * (20 * run.batch * run.model.context * 3) as f64);
-    assert_eq!((state.sent_bytes, state.utilization), (7_010_000, 0.180 / 0.245));
-    assert!(state.peers.values().all(|p| p.agreed_at == Some(120)));
-    assert_eq!(state.peers[&3].repairs, 1);
+    assert_eq!(
+        outer.panes.health.tokens_per_second(&outer.node).unwrap(),
+        4.0 * (20 * run.batch * run.model.context * 3) as f64
+    );
+    assert_eq!((state.panes.health.sent_bytes, state.panes.health.utilization), (7_010_000, 0.180 / 0.245));
+    assert!(state.node.peers.values().all(|p| p.agreed_at == Some(120)));
+    assert_eq!(state.node.peers[&3].repairs, 1);
     let failure = GuardFailure { step: 121, weight_mismatch: vec![3], probe_mismatch: vec![2] };
     report(&mut state, Report::Session(Event::GuardStopped(failure)), 33.0);
-    assert!(state.peers[&3].weight_mismatch && state.peers[&2].probe_mismatch);
-    assert!(matches!(state.run_state, RunState::Stopped(_)));
+    assert!(state.node.peers[&3].weight_mismatch && state.node.peers[&2].probe_mismatch);
+    assert!(matches!(state.node.run_state, RunState::Stopped(_)));
     // A stopped run no longer asks before quitting.
     assert_eq!(keys(&mut state, &[Key::Char('q')]), vec![Effect::Quit]);
 }
@@ -373,12 +382,12 @@ fn a_checkpoint_loaded_by_path_is_listed_and_offered_for_broadcast() {
     typed.extend([Key::Backspace, Key::Enter]);
     assert_eq!(keys(&mut state, &typed), vec![Effect::Inspect("/srv/x.ckpt".into())]);
     update(&mut state, Action::CheckpointLoaded(Err("/srv/x.ckpt: truncated".into())));
-    assert!(state.log.back().unwrap().text.contains("cannot load: /srv/x.ckpt: truncated"));
+    assert!(state.panes.log.lines.back().unwrap().text.contains("cannot load: /srv/x.ckpt: truncated"));
     assert_eq!(state.modal, None);
     let row = CheckpointRow { path: "/srv/x.ckpt".into(), step: 7, whash: 0x1234_5678 };
     update(&mut state, Action::CheckpointLoaded(Ok(row.clone())));
     assert_eq!(state.modal, Some(Modal::ConfirmBroadcast(row.clone())));
-    assert_eq!(state.checkpoints.last(), Some(&row));
+    assert_eq!(state.panes.checkpoints.rows.last(), Some(&row));
     assert_eq!(keys(&mut state, &[Key::Char('y')]), vec![Effect::Broadcast(row.path)]);
 }
 
@@ -442,7 +451,7 @@ fn the_backends_pane_puts_name_verdict_and_device_kind_first_and_cuts_nothing() 
 #[test]
 fn repeated_log_lines_are_counted_not_repeated() {
     let mut state = running();
-    let before = state.log.len();
+    let before = state.panes.log.lines.len();
     // A slow leader: each of two peers asks for a repair every two seconds.
     for round in 0..10 {
         for from in [2, 3] {
@@ -450,8 +459,8 @@ fn repeated_log_lines_are_counted_not_repeated() {
             report(&mut state, Report::Session(Event::Ignored { from, why }), 40.0 + f64::from(round) * 2.0);
         }
     }
-    assert_eq!(state.log.len(), before + 2, "{:#?}", state.log);
-    let last: Vec<String> = state.log.iter().rev().take(2).map(ToString::to_string).collect();
+    assert_eq!(state.panes.log.lines.len(), before + 2, "{:#?}", state.panes.log.lines);
+    let last: Vec<String> = state.panes.log.lines.iter().rev().take(2).map(ToString::to_string).collect();
     assert_eq!(
         last,
         [
@@ -466,9 +475,9 @@ fn repeated_log_lines_are_counted_not_repeated() {
         Report::Session(Event::Ignored { from: 2, why: "a repair request for step 121 from a non-leader".into() }),
         80.0,
     );
-    let last: Vec<String> = state.log.iter().rev().take(3).map(|l| l.text.clone()).collect();
+    let last: Vec<String> = state.panes.log.lines.iter().rev().take(3).map(|l| l.text.clone()).collect();
     assert_eq!(last[1], "the operator says hello");
-    assert_eq!(state.log.back().map(|l| l.count), Some(11));
+    assert_eq!(state.panes.log.lines.back().map(|l| l.count), Some(11));
 }
 
 #[test]
@@ -477,7 +486,7 @@ fn the_leader_removes_a_member_after_naming_it_and_confirming() {
     // Typed, checked against the roster, then confirmed.
     assert!(keys(&mut state, &[Key::Char('k'), Key::Char('9'), Key::Enter]).is_empty());
     assert_eq!(state.modal, None);
-    assert!(state.log.back().unwrap().text.contains("no other member is node 9"));
+    assert!(state.panes.log.lines.back().unwrap().text.contains("no other member is node 9"));
     assert!(keys(&mut state, &[Key::Char('k'), Key::Char('3'), Key::Enter]).is_empty());
     assert_eq!(state.modal, Some(Modal::ConfirmKick(3)));
     assert!(keys(&mut state, &[Key::Char('n')]).is_empty(), "n keeps it");
