@@ -8,8 +8,9 @@
 
 use lockstep_luts::rng::SplitMix64;
 
+use crate::compute_error::ComputeError;
 use crate::config::VOCAB;
-use crate::gemm::{ComputeError, Gemm};
+use crate::gemm::Gemm;
 use crate::mathf;
 use crate::model::Model;
 

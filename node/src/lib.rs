@@ -7,11 +7,13 @@
 
 pub mod adam;
 pub mod checkpoint;
+pub mod compute_error;
 pub mod config;
 pub mod data;
 pub mod device;
 pub mod gemm;
 pub mod generate;
+pub mod host_device;
 pub mod kit;
 pub use lockstep_luts::mathf;
 pub mod model;

@@ -20,8 +20,10 @@ use std::sync::Mutex;
 use lockstep_luts::ops::Handle;
 use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
-use crate::device::{run_audited, Audited, Device, HostDevice, HostMemory};
-use crate::gemm::{ComputeError, Gemm};
+use crate::compute_error::ComputeError;
+use crate::device::{run_audited, Audited, Device};
+use crate::gemm::Gemm;
+use crate::host_device::{HostDevice, HostMemory};
 use crate::params::Layout;
 use crate::program::Program;
 

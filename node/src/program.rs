@@ -13,9 +13,9 @@
 
 use lockstep_luts::ops::{self, Handle, MatView, Matmul, Op, Span};
 
+use crate::compute_error::ComputeError;
 use crate::config::VOCAB;
 use crate::device::Device;
-use crate::gemm::ComputeError;
 use crate::params::Layout;
 
 /// One layer's activation buffers.

@@ -12,9 +12,10 @@ use std::error::Error;
 use std::sync::Arc;
 
 use crate::checkpoint::{self, CheckpointError};
+use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
 use crate::data::{node_data_seed, DataSource};
-use crate::gemm::{ComputeError, Gemm};
+use crate::gemm::Gemm;
 use crate::trainer::{ContributeError, RestoreError, Trainer};
 use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};

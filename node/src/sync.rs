@@ -20,7 +20,7 @@
 
 use lockstep_luts::units::{block_exponent, quantize_value, BLOCK};
 
-use crate::gemm::ComputeError;
+use crate::compute_error::ComputeError;
 
 /// When the group syncs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,9 +14,10 @@
 //! are the same either way.
 
 use crate::adam::{schedule, Adam};
+use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{heldout_batches, DataSource, Origin};
-use crate::gemm::{ComputeError, Gemm};
+use crate::gemm::Gemm;
 use crate::model::{Model, Weights};
 use crate::params::{init, weight_hash, Layout};
 use crate::sync::{Member, Strategy, SyncState};

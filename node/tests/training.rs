@@ -48,7 +48,7 @@ impl Gemm for ProductsOnly {
         a: &[f32],
         b: &[f32],
         c: &mut [f32],
-    ) -> Result<(), lockstep_node::gemm::ComputeError> {
+    ) -> Result<(), lockstep_node::compute_error::ComputeError> {
         self.0.gemm_nt(m, n, k, a, b, c)
     }
 

@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::lock;
+use crate::guard::lock;
 
 use arrow_array::cast::AsArray;
 use arrow_array::Array;

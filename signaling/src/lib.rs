@@ -5,15 +5,10 @@
 //! from FineWeb-Edu parquet shards over HTTP range requests.
 
 pub mod data;
+mod guard;
 pub mod hub;
 pub mod protocol;
 pub mod server;
 
 pub use hub::{Hub, Limits, Placement};
 pub use server::{random_secret, serve, ServerConfig, ServerHandle};
-
-/// Locks a mutex, carrying on with the state as it is if a thread panicked while holding it
-/// (a panic there is a bug, but the server keeps serving everyone else).
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}

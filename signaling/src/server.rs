@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::lock;
+use crate::guard::lock;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};

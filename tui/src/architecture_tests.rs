@@ -1,7 +1,7 @@
 //! The checkable parts of `docs/ARCHITECTURE.md`, checked on every `cargo test`: which crates
 //! depend on which, no clock or socket in the sans-I/O cores, no import cycle between the
-//! binary's modules, every crate on the workspace's `rust-version`, and no comment that
-//! points at a document outside the repository.
+//! modules of any crate, `lib.rs` files as faces, every crate on the workspace's `rust-version`,
+//! and no comment that points at a document outside the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -157,36 +157,106 @@ fn the_sans_io_cores_read_no_clock_and_touch_no_socket() {
     }
 }
 
-/// The binary's top-level module a file belongs to (`console/view.rs` → `console`).
+/// The top-level module a file of a crate belongs to (`console/view.rs` → `console`).
 fn module_of(src: &Path, file: &Path) -> String {
     let relative = file.strip_prefix(src).expect("under src");
     let first = relative.components().next().expect("a component").as_os_str().to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 
+/// Every crate's `src` folder (the workspace members').
+fn crate_sources() -> Vec<PathBuf> {
+    members().into_iter().map(|m| root().join(m).join("src")).filter(|src| src.is_dir()).collect()
+}
+
+/// The names a file refers to through `crate::` (`crate::a::b`, `crate::{a, b::c}`: `a`, `b`),
+/// comments dropped.
+fn crate_references(text: &str) -> BTreeSet<String> {
+    let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let mut names = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        // `$crate::` is a macro's path to the crate it was defined in, not a reference.
+        if code[..i].ends_with('$') {
+            continue;
+        }
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let inside = group.split('}').next().unwrap_or("");
+            names.extend(inside.split(',').filter_map(|p| p.trim().split("::").next()).map(str::to_string));
+        } else {
+            names.insert(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect());
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names
+}
+
+/// No module of any crate imports a module that imports it back (the crates' top-level
+/// modules, through `crate::` and a child's `super::`).
 #[test]
-fn no_module_of_the_binary_imports_one_that_imports_it_back() {
-    let src = root().join("tui/src");
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in sources(&src) {
-        let from = module_of(&src, &file);
-        let text = read(&file);
-        let mut targets = BTreeSet::new();
-        for (i, _) in text.match_indices("crate::") {
-            let rest = &text[i + "crate::".len()..];
-            if let Some(group) = rest.strip_prefix('{') {
-                let inside = group.split('}').next().unwrap_or("");
-                targets.extend(inside.split(',').filter_map(|p| p.trim().split("::").next()).map(str::to_string));
-            } else {
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                targets.insert(name);
+fn no_module_of_any_crate_imports_one_that_imports_it_back() {
+    let mut checked = 0;
+    for src in crate_sources() {
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in sources(&src) {
+            let from = module_of(&src, &file);
+            if from == "lib" || from == "main" {
+                continue;
+            }
+            let text = read(&file);
+            let mut targets = crate_references(&text);
+            // A top-level file's `super::x` is the crate's `x` (deeper files' `super::` stays
+            // inside their own top-level module).
+            if file.parent() == Some(src.as_path()) {
+                for (i, _) in text.match_indices("super::") {
+                    let name: String = text[i + 7..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    targets.insert(name);
+                }
+            }
+            targets.retain(|t| *t != from && (src.join(format!("{t}.rs")).exists() || src.join(t).is_dir()));
+            edges.entry(from).or_default().extend(targets);
+        }
+        if let Some(cycle) = find_cycle(&edges) {
+            panic!("{}: an import cycle: {}", src.display(), cycle.join(" → "));
+        }
+        checked += 1;
+    }
+    assert!(checked >= 14, "{checked} crates");
+}
+
+/// A crate's `lib.rs` is its face: modules, re-exports and the crate's docs. Nothing another
+/// module of the crate imports is defined there (shared pieces live in a module of their own).
+#[test]
+fn lib_files_are_faces_not_shared_homes() {
+    let mut found = Vec::new();
+    for src in crate_sources() {
+        let lib = src.join("lib.rs");
+        if !lib.exists() {
+            continue;
+        }
+        let text = read(&lib);
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let mut defined = BTreeSet::new();
+        for line in code.lines().map(str::trim_start) {
+            let line = line.strip_prefix("pub(crate) ").or_else(|| line.strip_prefix("pub ")).unwrap_or(line);
+            for kind in ["fn ", "struct ", "enum ", "const ", "static ", "type ", "trait ", "async fn "] {
+                if let Some(rest) = line.strip_prefix(kind) {
+                    defined.insert(rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>());
+                }
             }
         }
-        targets
-            .retain(|t| !t.is_empty() && *t != from && (src.join(format!("{t}.rs")).exists() || src.join(t).is_dir()));
-        edges.entry(from).or_default().extend(targets);
+        for file in sources(&src).into_iter().filter(|f| *f != lib) {
+            let used: Vec<String> = crate_references(&read(&file)).intersection(&defined).cloned().collect();
+            if !used.is_empty() {
+                found.push(format!("{} imports {used:?}, defined in {}", file.display(), lib.display()));
+            }
+        }
     }
-    // Depth-first search for a cycle.
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// A cycle in `edges`, if there is one (depth-first search).
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         node: &str,
         edges: &BTreeMap<String, BTreeSet<String>>,
@@ -212,12 +282,17 @@ fn no_module_of_the_binary_imports_one_that_imports_it_back() {
         None
     }
     let mut done = BTreeSet::new();
-    for module in edges.keys() {
-        if let Some(cycle) = visit(module, &edges, &mut Vec::new(), &mut done) {
-            panic!("an import cycle: {}", cycle.join(" → "));
-        }
-    }
-    assert!(edges["node"].contains("console") && edges["console"].contains("node_runtime"), "{edges:?}");
+    edges.keys().find_map(|module| visit(module, edges, &mut Vec::new(), &mut done))
+}
+
+/// The cycle check sees a cycle where there is one.
+#[test]
+fn the_cycle_check_finds_a_cycle() {
+    let edge = |a: &str, b: &[&str]| (a.to_string(), b.iter().map(|s| s.to_string()).collect());
+    let acyclic = BTreeMap::from([edge("a", &["b"]), edge("b", &["c"])]);
+    assert_eq!(find_cycle(&acyclic), None);
+    let cyclic = BTreeMap::from([edge("a", &["b"]), edge("b", &["c"]), edge("c", &["a"])]);
+    assert_eq!(find_cycle(&cyclic), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }
 
 #[test]

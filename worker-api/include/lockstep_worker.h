@@ -1,6 +1,6 @@
 /*
  * lockstep_worker.h — the C ABI between the lockstep host and a compute-backend plugin,
- * version 2.0. The Rust definition is worker-api/src/lib.rs and ops.rs; this header states the
+ * version 2.0. The Rust definition is worker-api/src/abi.rs and ops.rs; this header states the
  * same layout for plugins written in C or C++, and its static assertions pin it (the test
  * `the_c_header_compiles_and_pins_the_layout` compiles it).
  *

@@ -7,7 +7,7 @@
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::{status, CreateOptions, ErrorBuf, WorkerVTable, ABI_MAJOR, ABI_MINOR};
+use crate::abi::{status, CreateOptions, ErrorBuf, WorkerVTable, ABI_MAJOR, ABI_MINOR};
 
 /// A failed call: a status code from [`crate::status`] and a message for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ fn unsupported_ops() -> WorkerError {
 
 /// Refuses option flags this ABI version does not define (every plugin's `create` calls it).
 pub fn check_create_flags(options: &CreateOptions) -> Result<(), WorkerError> {
-    let unknown = options.flags & !crate::create_flags::KNOWN;
+    let unknown = options.flags & !crate::abi::create_flags::KNOWN;
     if unknown != 0 {
         return Err(WorkerError::new(status::INVALID_ARGUMENT, format!("unknown option flags {unknown:#x}")));
     }
@@ -267,7 +267,7 @@ unsafe extern "C" fn create<W: Worker>(
     unsafe {
         guarded(error, || {
             let given = options.as_ref().ok_or_else(|| invalid("options are null"))?;
-            if given.struct_size < crate::CREATE_OPTIONS_1_1_SIZE {
+            if given.struct_size < crate::abi::CREATE_OPTIONS_1_1_SIZE {
                 return Err(invalid(format!("options struct_size {} is too small", given.struct_size)));
             }
             if out.is_null() {
@@ -558,9 +558,9 @@ mod tests {
         options.tile = [4, 4, 16, 16, 2];
         assert_eq!(seen_options(&options), r#"Some("NVIDIA") Some([4, 4, 16, 16, 2])"#);
         // An ABI 1.1 host passes 16 bytes: what lies past them is never read.
-        options.struct_size = crate::CREATE_OPTIONS_1_1_SIZE;
+        options.struct_size = crate::abi::CREATE_OPTIONS_1_1_SIZE;
         assert_eq!(seen_options(&options), "None None");
-        options.struct_size = crate::CREATE_OPTIONS_1_1_SIZE - 1;
+        options.struct_size = crate::abi::CREATE_OPTIONS_1_1_SIZE - 1;
         let table = unsafe { &*lockstep_worker_entry() };
         let mut storage = [0u8; 256];
         let mut error = error_buf(&mut storage);

@@ -4,8 +4,9 @@
 //! the plugin's `BackendError` whole inside `ComputeError::Backend`.
 
 use lockstep_luts::ops::{Handle, Op};
+use lockstep_node::compute_error::ComputeError;
 use lockstep_node::device::Device;
-use lockstep_node::gemm::{ComputeError, Gemm};
+use lockstep_node::gemm::Gemm;
 
 use crate::backend::Backend;
 

@@ -23,7 +23,7 @@ pub enum Flavor {
     /// The crate's defaults (only mDNS off and a loopback bind, or it cannot connect here):
     /// one reliable ordered channel, unbounded send buffer, messages sent in a loop.
     Naive,
-    /// The mesh's configuration ([`crate::channel_settings`]).
+    /// The mesh's configuration ([`crate::config::channel_settings`]).
     Mesh,
 }
 
@@ -56,7 +56,7 @@ async fn connection(
         .with_handler(Arc::new(Gather { gathered: gathered_tx, channel: channel_tx }))
         .with_runtime(match flavor {
             Flavor::Naive => webrtc::runtime::default_runtime().context("no runtime")?,
-            Flavor::Mesh => crate::mesh_runtime(crate::LinkShim::default())?,
+            Flavor::Mesh => crate::config::mesh_runtime(crate::sockets::LinkShim::default())?,
         })
         .with_udp_addrs(vec!["127.0.0.1:0".to_string()]);
     let builder = match flavor {
@@ -66,7 +66,7 @@ async fn connection(
                 .with_include_loopback_candidate(true)
                 .build(),
         ),
-        Flavor::Mesh => crate::channel_settings(builder, true, true),
+        Flavor::Mesh => crate::config::channel_settings(builder, true, true),
     };
     Ok((Arc::new(builder.build().await?), gathered, channels))
 }

@@ -14,8 +14,8 @@ use webrtc::peer_connection::{
     RTCIceServer, RTCPeerConnectionState,
 };
 
-use crate::event_loop::Inbound;
-use crate::{channel_settings, mesh_runtime, MeshConfig};
+use crate::config::{channel_settings, mesh_runtime, MeshConfig};
+use crate::inbound::Inbound;
 
 /// The data channel's label (the offerer creates it; the answerer takes it as offered).
 pub const CHANNEL_LABEL: &str = "lockstep";

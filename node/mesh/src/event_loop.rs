@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use bytes::BytesMut;
 use lockstep_node::replica::{BackendChange, Replica, ReplicaError};
 use lockstep_node::session::{Event, Failure, Input, Output, Session, SessionConfig, Task};
 use lockstep_node::wire::{self, Gradient, Message, PeerId, Reassembler};
@@ -17,37 +16,17 @@ use tokio::sync::mpsc;
 use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
 use webrtc::peer_connection::{PeerConnection, RTCSessionDescription};
 
-use crate::checkpoint_file::{save_checkpoint, SaveError, Saved};
+use crate::checkpoint_file::save_checkpoint;
+use crate::config::{MeshConfig, AGENT, TICK};
 use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
-use crate::{connect_signal, Command, Ended, MeshConfig, Report, StepTiming, TICK};
+use crate::control::{Command, Ended, Report, StepTiming};
+use crate::inbound::Inbound;
+use crate::signal_client::{connect_signal, signal_url};
 
 /// Between attempts to reach a signaling server that went away: the first wait, and the
 /// longest (each failure doubles it).
 const RECONNECT_FIRST_MS: u64 = 1000;
 const RECONNECT_MAX_MS: u64 = 8000;
-
-/// What the adapter's tasks tell the loop.
-pub(crate) enum Inbound {
-    /// A message from the signaling server, or why its frame was not one.
-    Signal(Result<ServerMessage, String>),
-    SignalClosed(String),
-    /// A reconnection to the signaling server succeeded: messages for it go here now.
-    SignalReconnected(mpsc::UnboundedSender<ClientMessage>),
-    ChannelOpen(PeerId, Arc<dyn DataChannel>),
-    Frame(PeerId, BytesMut),
-    ChannelClosed(PeerId),
-    /// A compute task's answer: its gradient, seconds computing and hashing, a backend swap
-    /// that took effect at its start, and the state generation it was asked in.
-    Computed {
-        step: u32,
-        result: Result<Gradient, ReplicaError>,
-        seconds: f64,
-        hash: f64,
-        change: Option<BackendChange>,
-        generation: u64,
-    },
-    Saved(Result<Saved, SaveError>),
-}
 
 /// Whether the loop goes on after an event.
 #[derive(Clone, Debug, PartialEq)]
@@ -422,7 +401,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         (self.report)(Report::SignalLost { why, retry_ms: first_wait });
         self.reconnecting = true;
         let resume = self.me.zip(self.resume_token.as_deref());
-        let url = crate::signal_url(&self.config, resume);
+        let url = signal_url(&self.config, resume);
         let inbound = self.inbound.clone();
         tokio::spawn(async move {
             let mut wait = first_wait;
@@ -474,7 +453,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// Large SCTP packets (16,000 bytes) only on loopback and only to a peer that said it is a
     /// Lockstep node: a browser's DTLS reads 2 KiB datagrams and would drop the connection.
     fn large_packets(&self, peer: PeerId) -> bool {
-        self.config.bind_ip.is_loopback() && self.agents.get(&peer).is_some_and(|a| a == crate::AGENT)
+        self.config.bind_ip.is_loopback() && self.agents.get(&peer).is_some_and(|a| a == AGENT)
     }
 
     /// We have the smaller id: we create the channel and offer.

@@ -21,7 +21,7 @@ use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span
 use lockstep_luts::units::blocks_for;
 use lockstep_shaders::{step_params, step_status, Kernel, StepKernel, STEP_WORKGROUP};
 
-use crate::GpuError;
+use super::GpuError;
 
 /// Arena ranges are multiples of this many words (256 bytes: any alignment a binding wants).
 const ALIGN_WORDS: u64 = 64;
@@ -336,7 +336,7 @@ pub(crate) fn op_error(e: OpError) -> GpuError {
     }
 }
 
-impl crate::GpuUnits {
+impl super::GpuUnits {
     /// A buffer of `words` words (zeroed), its handle.
     pub fn buffer_create(&mut self, words: usize) -> Result<Handle, GpuError> {
         self.take_uncaptured()?;

@@ -1,0 +1,832 @@
+//! `GpuUnits`: one wgpu device with the units' kernels, ABI 1's products and (in `step.rs`)
+//! ABI 2's buffers and ops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockstep_luts::units::{blocks_for, UnitError, BLOCK};
+use lockstep_shaders::{binding, step_binding, step_params, Kernel, Product, Tile, GEMM_I8_WORKGROUP, TILES};
+use wgpu::util::DeviceExt;
+
+mod step;
+
+/// The op type of ABI 2, for the plugin macro.
+
+/// Why a GPU call failed.
+#[derive(Debug)]
+pub enum GpuError {
+    /// No usable adapter, or the chosen one lacks what the product needs.
+    Unavailable(String),
+    /// The device or driver failed (validation, out of memory, lost device, timeout).
+    Device(String),
+    /// The shape is outside what one dispatch can address.
+    Shape(String),
+    /// The units refuse the input (a NaN or ±Inf), as the reference does.
+    Unit(UnitError),
+    /// An op met a non-finite operand of a product on the device.
+    NonFinite(String),
+}
+
+impl std::fmt::Display for GpuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuError::Unavailable(m) | GpuError::Device(m) | GpuError::Shape(m) | GpuError::NonFinite(m) => {
+                f.write_str(m)
+            }
+            GpuError::Unit(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+/// How to create a [`GpuUnits`].
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Refuse software adapters.
+    pub hardware_only: bool,
+    /// Force a tile (benchmarks sweep them); `None` picks by adapter type.
+    pub tile: Option<Tile>,
+    /// Use the adapter whose name contains this (case-insensitive); `None`: the best one.
+    pub adapter: Option<String>,
+    /// Quantizer threads; 0 means all available.
+    pub threads: usize,
+    /// Every add and multiply of the exact arithmetic on the integer routines instead of the
+    /// hardware where it is exact (same bits, slower): how tests check those routines on every
+    /// input, not only the subnormal ones the hardware path hands them.
+    pub soft_float: bool,
+}
+
+/// What the chosen adapter is.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub software: bool,
+}
+
+#[derive(Default)]
+struct Buffers {
+    /// Uniform records, 256 bytes apart (dynamic offsets).
+    params: Option<wgpu::Buffer>,
+    a: Option<wgpu::Buffer>,
+    b: Option<wgpu::Buffer>,
+    a_exp: Option<wgpu::Buffer>,
+    b_exp: Option<wgpu::Buffer>,
+    out: Option<wgpu::Buffer>,
+    staging: Option<wgpu::Buffer>,
+    /// ABI 2's quantized operands (the unit kernel reads `a`, `b`, `a_exp`, `b_exp` for both
+    /// paths), the cross-entropy's per-row losses, and the status word with its read-back.
+    scratch: Option<wgpu::Buffer>,
+    status: Option<wgpu::Buffer>,
+    status_staging: Option<wgpu::Buffer>,
+}
+
+/// Host-side quantized operands, kept between calls (they only grow).
+#[derive(Default)]
+struct HostScratch {
+    a_q: Vec<i8>,
+    a_exp: Vec<i32>,
+    b_q: Vec<i8>,
+    b_exp: Vec<i32>,
+}
+
+/// One GPU device running the units with one product kind.
+pub struct GpuUnits {
+    product: Product,
+    tile: Tile,
+    threads: usize,
+    soft_float: bool,
+    adapter: AdapterSummary,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    /// The pipeline cache: one compute pipeline per kernel family, built on first use.
+    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+    /// Explicit layouts (dynamic parameter offsets) of the unit kernel and the step kernels.
+    gemm_layout: wgpu::BindGroupLayout,
+    step_layout: wgpu::BindGroupLayout,
+    mul_lut: Option<wgpu::Buffer>,
+    buffers: Buffers,
+    arena: step::Arena,
+    host: HostScratch,
+    /// Errors wgpu reports outside an error scope, surfaced on the next call.
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+/// A tile the host asked for, checked: each field 1..=64, at most 256 invocations. The tile
+/// decides only which invocation computes an output, never the order of its additions, so it
+/// cannot change a bit (the `tiles` test runs every tile in `TILES`).
+pub fn requested_tile([tm, tn, wx, wy, kb]: [u32; 5]) -> Result<Tile, GpuError> {
+    if [tm, tn, wx, wy, kb].iter().all(|v| (1..=64).contains(v)) && wx * wy <= 256 {
+        Ok(Tile { tm, tn, wx, wy, kb })
+    } else {
+        Err(GpuError::Unavailable(format!(
+            "tile {tm}x{tn}x{wx}x{wy}x{kb} is not TMxTNxWXxWYxKB with fields 1..=64 and at most 256 invocations"
+        )))
+    }
+}
+
+fn rank(device_type: wgpu::DeviceType) -> u8 {
+    match device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+/// True when the adapter executes `dot4I8Packed` natively (see the crate docs).
+fn has_integer_dot_product(adapter: &wgpu::Adapter) -> bool {
+    // SAFETY: the hal adapter is only read, while `adapter` keeps it alive.
+    let vulkan = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() };
+    match vulkan {
+        Some(hal) => {
+            let caps = hal.physical_device_capabilities();
+            let api = caps.properties().api_version;
+            let (major, minor) = (api >> 22, (api >> 12) & 0x3ff);
+            (major, minor) >= (1, 3) || caps.supports_extension(c"VK_KHR_shader_integer_dot_product")
+        }
+        // Metal and D3D12 have no such report through wgpu; they run naga's polyfill,
+        // which is exact but not DP4A.
+        None => false,
+    }
+}
+
+fn summarize(adapter: &wgpu::Adapter) -> AdapterSummary {
+    let info = adapter.get_info();
+    AdapterSummary {
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        software: info.device_type == wgpu::DeviceType::Cpu,
+    }
+}
+
+fn storage(device: &wgpu::Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+}
+
+/// Makes sure `slot` holds a buffer of at least `size` bytes (rounded up; never shrinks).
+fn ensure(
+    device: &wgpu::Device,
+    slot: &mut Option<wgpu::Buffer>,
+    label: &str,
+    size: u64,
+    usage: wgpu::BufferUsages,
+) -> wgpu::Buffer {
+    let size = size.max(16).next_multiple_of(256);
+    if slot.as_ref().is_none_or(|b| b.size() < size) {
+        *slot = Some(storage(device, label, size, usage));
+    }
+    slot.clone().expect("just filled")
+}
+
+impl GpuUnits {
+    /// Opens the best adapter for `product` and builds nothing else until first use.
+    pub fn new(product: Product, options: &GpuOptions) -> Result<Self, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        if adapters.is_empty() {
+            return Err(GpuError::Unavailable(
+                "no GPU adapter found (no Vulkan, Metal or D3D12 driver; on Debian, `apt-get install mesa-vulkan-drivers` gives the lavapipe software adapter)".into(),
+            ));
+        }
+        adapters.sort_by_key(|a| rank(a.get_info().device_type));
+        let seen: Vec<String> = adapters
+            .iter()
+            .map(|a| {
+                let i = a.get_info();
+                format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+            })
+            .collect();
+        if let Some(wanted) = &options.adapter {
+            adapters.retain(|a| a.get_info().name.to_lowercase().contains(&wanted.to_lowercase()));
+            if adapters.is_empty() {
+                return Err(GpuError::Unavailable(format!("adapter {wanted:?} matches none of: {}", seen.join(", "))));
+            }
+        }
+        if options.hardware_only {
+            adapters.retain(|a| a.get_info().device_type != wgpu::DeviceType::Cpu);
+            if adapters.is_empty() {
+                return Err(GpuError::Unavailable(format!(
+                    "no hardware GPU adapter (only software ones: {})",
+                    seen.join(", ")
+                )));
+            }
+        }
+        let adapter = match product {
+            Product::Dp4a => adapters.into_iter().find(has_integer_dot_product).ok_or_else(|| {
+                GpuError::Unavailable(format!(
+                    "no adapter with a native integer dot product (packed_4x8_integer_dot_product needs Vulkan 1.3 or VK_KHR_shader_integer_dot_product); adapters: {}",
+                    seen.join(", ")
+                ))
+            })?,
+            Product::Lut => adapters.into_iter().next().expect("checked non-empty"),
+        };
+        let summary = summarize(&adapter);
+        let workgroup_limit = adapter.limits().max_compute_workgroup_storage_size;
+        let tile = match options.tile {
+            Some(tile) => tile,
+            None if summary.software => *TILES.last().expect("tiles"),
+            None => {
+                // The product decides the best shape (measured on an H200, docs/PERFORMANCE.md).
+                let preferred = match product {
+                    Product::Dp4a => lockstep_shaders::DEFAULT_DP4A_TILE,
+                    Product::Lut => lockstep_shaders::DEFAULT_LUT_TILE,
+                };
+                if preferred.workgroup_bytes() <= workgroup_limit {
+                    preferred
+                } else {
+                    *TILES
+                        .iter()
+                        .find(|t| t.workgroup_bytes() <= workgroup_limit)
+                        .unwrap_or(TILES.last().expect("tiles"))
+                }
+            }
+        };
+        if tile.workgroup_bytes() > workgroup_limit {
+            return Err(GpuError::Unavailable(format!(
+                "{}: tile {tile:?} needs {} bytes of workgroup memory, the device offers {workgroup_limit}",
+                summary.name,
+                tile.workgroup_bytes()
+            )));
+        }
+        let needed = wgpu::Limits {
+            max_storage_buffer_binding_size: adapter.limits().max_storage_buffer_binding_size,
+            max_buffer_size: adapter.limits().max_buffer_size,
+            max_compute_workgroup_storage_size: adapter.limits().max_compute_workgroup_storage_size,
+            ..wgpu::Limits::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("lockstep units"),
+            required_features: wgpu::Features::empty(),
+            required_limits: needed,
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::Unavailable(format!("{}: cannot open the device: {e}", summary.name)))?;
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(error.to_string());
+        }));
+        let mul_lut = (product == Product::Lut).then(|| {
+            // The committed table file, byte for byte.
+            device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("mul_lut"),
+                contents: lockstep_luts::table::MUL_LUT_FILE,
+                usage: wgpu::BufferUsages::STORAGE,
+            })
+        });
+        let threads = match options.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let (gemm_layout, step_layout) = layouts(&device, product);
+        let arena =
+            step::Arena::new(device.limits().max_storage_buffer_binding_size.min(device.limits().max_buffer_size));
+        Ok(Self {
+            product,
+            tile,
+            threads,
+            soft_float: options.soft_float,
+            adapter: summary,
+            device,
+            queue,
+            pipelines: HashMap::new(),
+            gemm_layout,
+            step_layout,
+            mul_lut,
+            buffers: Buffers::default(),
+            arena,
+            host: HostScratch::default(),
+            uncaptured,
+        })
+    }
+
+    pub fn tile(&self) -> Tile {
+        self.tile
+    }
+
+    /// Bytes of device buffers this instance holds: the arena, scratch and staging, all
+    /// grow-only, so also the most it has held.
+    pub fn device_bytes(&self) -> u64 {
+        let b = &self.buffers;
+        let held =
+            [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out, &b.staging, &b.scratch, &b.status, &b.status_staging];
+        held.iter().filter_map(|x| x.as_ref()).map(|x| x.size()).sum::<u64>()
+            + self.arena.buffer.as_ref().map_or(0, |x| x.size())
+            + self.mul_lut.as_ref().map_or(0, |x| x.size())
+    }
+
+    /// One line: adapter, backend, driver, tile, and the device memory held so far.
+    pub fn describe(&self) -> String {
+        let a = &self.adapter;
+        format!(
+            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage, {:.1} MiB of device buffers",
+            a.name,
+            a.backend,
+            a.device_type,
+            a.driver,
+            self.tile.rows(),
+            self.tile.cols(),
+            self.tile.tm,
+            self.tile.tn,
+            self.tile.kb,
+            self.device_bytes() as f64 / (1024.0 * 1024.0)
+        )
+    }
+
+    fn pipeline(&mut self, kernel: Kernel) -> Result<wgpu::ComputePipeline, GpuError> {
+        if let Some(p) = self.pipelines.get(&kernel) {
+            return Ok(p.clone());
+        }
+        let source = lockstep_shaders::source(kernel, self.product, self.tile);
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        // SAFETY: runtime bounds checks are off. Every index the kernels compute is in range by
+        // construction: rows and columns are guarded against m and n, words stay inside a row
+        // of `blocks × 8` words (the buffers are sized from the same numbers), and table
+        // indices are masked to 16 bits of a 65536-entry array.
+        let module = unsafe {
+            self.device.create_shader_module_trusted(
+                wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.entry_point()),
+                    source: wgpu::ShaderSource::Wgsl(source.into()),
+                },
+                wgpu::ShaderRuntimeChecks::unchecked(),
+            )
+        };
+        let soft_float = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 })];
+        let bind_layout = match kernel {
+            Kernel::GemmUnits => Some(&self.gemm_layout),
+            Kernel::Step(_) => Some(&self.step_layout),
+            Kernel::GemmI8 => None,
+        };
+        let layout = bind_layout.map(|l| {
+            self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: None,
+                bind_group_layouts: &[Some(l)],
+                immediate_size: 0,
+            })
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.entry_point()),
+            layout: layout.as_ref(),
+            module: &module,
+            entry_point: Some(kernel.entry_point()),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                // Only the modules with the exact arithmetic declare the override.
+                constants: if kernel == Kernel::GemmI8 { &[] } else { &soft_float },
+                ..Default::default()
+            },
+            cache: None,
+        });
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Device(format!("cannot build the {} kernel: {error}", kernel.entry_point())));
+        }
+        self.pipelines.insert(kernel, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    fn take_uncaptured(&self) -> Result<(), GpuError> {
+        let mut errors = self.uncaptured.lock().unwrap_or_else(|p| p.into_inner());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(GpuError::Device(errors.drain(..).collect::<Vec<_>>().join("; ")))
+        }
+    }
+
+    fn check_shape(&self, m: usize, n: usize, row_words: usize) -> Result<(), GpuError> {
+        let limit = self.device.limits().max_storage_buffer_binding_size;
+        let biggest = [m * row_words * 4, n * row_words * 4, m * n * 4].into_iter().max().unwrap_or(0) as u64;
+        let groups = [m.div_ceil(self.tile.rows() as usize), n.div_ceil(self.tile.cols() as usize)];
+        if biggest > limit || groups.iter().any(|&g| g > 65535) || m * n >= 1 << 32 {
+            return Err(GpuError::Shape(format!(
+                "{m}x{n} with {row_words} words per row needs {biggest} bytes in one binding (limit {limit}) or too many workgroups"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Quantizes `values` (`rows × k`) into `q`/`exp`, splitting rows across threads.
+    fn quantize(threads: usize, values: &[f32], rows: usize, k: usize, q: &mut Vec<i8>, exp: &mut Vec<i32>) -> bool {
+        let blocks = blocks_for(k);
+        q.resize(rows * blocks * BLOCK, 0);
+        exp.resize(rows * blocks, 0);
+        if k == 0 {
+            return true;
+        }
+        let threads = if rows * k < 1 << 18 { 1 } else { threads.clamp(1, rows) };
+        let per = rows.div_ceil(threads);
+        std::thread::scope(|s| {
+            let work: Vec<_> = values
+                .chunks(per * k)
+                .zip(q.chunks_mut(per * blocks * BLOCK))
+                .zip(exp.chunks_mut(per * blocks))
+                .map(|((v, q), e)| s.spawn(move || lockstep_quantize::quantize_rows(v, k, q, e).is_ok()))
+                .collect();
+            work.into_iter().all(|h| h.join().unwrap_or(false))
+        })
+    }
+
+    /// The unit `c = a · bᵀ` (`a` m × k, `b` n × k, `c` m × n), bit for bit the reference's.
+    pub fn gemm_f32(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), GpuError> {
+        let blocks = blocks_for(k);
+        let row_words = blocks * BLOCK / 4;
+        self.check_shape(m, n, row_words)?;
+        let threads = self.threads;
+        let ok_a = Self::quantize(threads, a, m, k, &mut self.host.a_q, &mut self.host.a_exp);
+        let ok_b = ok_a && Self::quantize(threads, b, n, k, &mut self.host.b_q, &mut self.host.b_exp);
+        if !ok_b {
+            return Err(GpuError::Unit(lockstep_quantize::first_non_finite_error(a, b)));
+        }
+        let out_bytes = (m * n * 4) as u64;
+        self.upload(&step::unit_record(m, n, k), out_bytes)?;
+        let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
+        self.run(Kernel::GemmUnits, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+    }
+
+    /// The raw integer product over the full i8 range, i32 out (wrapping).
+    pub fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8], c: &mut [i32]) -> Result<(), GpuError> {
+        let words = k.div_ceil(4);
+        self.check_shape(m, n, words)?;
+        let pad = |src: &[i8], rows: usize, dst: &mut Vec<i8>| {
+            dst.clear();
+            dst.resize(rows * words * 4, 0);
+            if k > 0 {
+                for (row, out) in src.chunks_exact(k).zip(dst.chunks_exact_mut(words * 4)) {
+                    out[..k].copy_from_slice(row);
+                }
+            }
+        };
+        pad(a, m, &mut self.host.a_q);
+        pad(b, n, &mut self.host.b_q);
+        self.host.a_exp.clear();
+        self.host.b_exp.clear();
+        let params = [m as u32, n as u32, words as u32, 0];
+        let out_bytes = (m * n * 4) as u64;
+        self.upload(&params, out_bytes)?;
+        let groups = (n.div_ceil(GEMM_I8_WORKGROUP.0 as usize) as u32, m.div_ceil(GEMM_I8_WORKGROUP.1 as usize) as u32);
+        self.run(Kernel::GemmI8, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+    }
+
+    /// Writes the host scratch and `params` into the device buffers.
+    fn upload(&mut self, params: &[u32], out_bytes: u64) -> Result<(), GpuError> {
+        use wgpu::BufferUsages as U;
+        let d = &self.device;
+        let b = &mut self.buffers;
+        let h = &self.host;
+        let input = U::STORAGE | U::COPY_DST;
+        let params_buf = ensure(d, &mut b.params, "params", step_params::BYTES, U::UNIFORM | U::COPY_DST);
+        let a = ensure(d, &mut b.a, "a", h.a_q.len() as u64, input);
+        let bb = ensure(d, &mut b.b, "b", h.b_q.len() as u64, input);
+        let ae = ensure(d, &mut b.a_exp, "a_exp", h.a_exp.len() as u64 * 4, input);
+        let be = ensure(d, &mut b.b_exp, "b_exp", h.b_exp.len() as u64 * 4, input);
+        ensure(d, &mut b.out, "out", out_bytes, U::STORAGE | U::COPY_SRC);
+        ensure(d, &mut b.staging, "staging", out_bytes, U::MAP_READ | U::COPY_DST);
+        self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(params));
+        let write = |buf: &wgpu::Buffer, bytes: &[u8]| {
+            // Quantized rows are whole blocks and integer rows whole words, so every length is
+            // a multiple of the 4 bytes `write_buffer` wants.
+            debug_assert_eq!(bytes.len() % 4, 0);
+            if !bytes.is_empty() {
+                self.queue.write_buffer(buf, 0, bytes);
+            }
+        };
+        write(&a, bytemuck::cast_slice(&h.a_q));
+        write(&bb, bytemuck::cast_slice(&h.b_q));
+        write(&ae, bytemuck::cast_slice(&h.a_exp));
+        write(&be, bytemuck::cast_slice(&h.b_exp));
+        Ok(())
+    }
+
+    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, kernel_uses_exponents: bool) -> wgpu::BindGroup {
+        let b = &self.buffers;
+        let get = |buf: &Option<wgpu::Buffer>| buf.clone().expect("uploaded");
+        if kernel_uses_exponents {
+            let [params, qa, qb, ea, eb, out] = [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out].map(get);
+            return self.unit_group(&params, [&qa, &qb, &ea, &eb], &out);
+        }
+        fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
+            buf.as_ref().expect("uploaded").as_entire_binding()
+        }
+        let mut entries = vec![
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: whole(&b.params) },
+            wgpu::BindGroupEntry { binding: binding::A, resource: whole(&b.a) },
+            wgpu::BindGroupEntry { binding: binding::B, resource: whole(&b.b) },
+            wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) },
+        ];
+        if let Some(table) = &self.mul_lut {
+            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
+        }
+        let layout = pipeline.get_bind_group_layout(0);
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
+    }
+
+    /// The unit kernel's bind group: its parameter record (at dynamic offsets of `params`), the
+    /// quantized operands and exponents `[qa, qb, ea, eb]`, the output, and the product table.
+    /// One for both paths: an ABI 1 call (`out` is the call's output) and ABI 2's (the arena).
+    fn unit_group(&self, params: &wgpu::Buffer, operands: [&wgpu::Buffer; 4], out: &wgpu::Buffer) -> wgpu::BindGroup {
+        let [qa, qb, ea, eb] = operands;
+        let mut entries = vec![
+            wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(params, step_params::BYTES) },
+            wgpu::BindGroupEntry { binding: binding::A, resource: qa.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::B, resource: qb.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::A_EXP, resource: ea.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::B_EXP, resource: eb.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::OUT, resource: out.as_entire_binding() },
+        ];
+        if let Some(table) = &self.mul_lut {
+            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
+        }
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &self.gemm_layout,
+            entries: &entries,
+        })
+    }
+
+    /// Dispatches `kernel` `repeat` times over `groups`, then copies `out_bytes` of the output
+    /// into `out` (when `out` is non-empty).
+    fn run(
+        &mut self,
+        kernel: Kernel,
+        groups: (u32, u32),
+        repeat: usize,
+        out_bytes: u64,
+        out: &mut [u8],
+    ) -> Result<(), GpuError> {
+        self.take_uncaptured()?;
+        let pipeline = &self.pipeline(kernel)?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let bind_group = self.bind_group(pipeline, kernel == Kernel::GemmUnits);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(pipeline);
+            let offsets: &[u32] = if kernel == Kernel::GemmUnits { &[0] } else { &[] };
+            pass.set_bind_group(0, &bind_group, offsets);
+            for _ in 0..repeat {
+                pass.dispatch_workgroups(groups.0, groups.1, 1);
+            }
+        }
+        let staging = self.buffers.staging.clone().expect("uploaded");
+        if !out.is_empty() {
+            encoder.copy_buffer_to_buffer(self.buffers.out.as_ref().expect("uploaded"), 0, &staging, 0, out_bytes);
+        }
+        self.queue.submit([encoder.finish()]);
+        let oom = pollster::block_on(oom.pop());
+        let validation = pollster::block_on(scope.pop());
+        if let Some(error) = validation.or(oom) {
+            return Err(GpuError::Device(format!("dispatch failed: {error}")));
+        }
+        if out.is_empty() {
+            self.wait()?;
+            return Ok(());
+        }
+        self.map_staging(&staging, out)?;
+        self.take_uncaptured()
+    }
+
+    /// Maps the first `out.len()` bytes of `staging` (after everything submitted so far has
+    /// run), copies them out and unmaps.
+    fn map_staging(&self, staging: &wgpu::Buffer, out: &mut [u8]) -> Result<(), GpuError> {
+        let len = out.len() as u64;
+        let mapped = Arc::new(Mutex::new(None));
+        let flag = mapped.clone();
+        staging.slice(..len).map_async(wgpu::MapMode::Read, move |r| {
+            *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        });
+        self.wait()?;
+        match mapped.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(GpuError::Device(format!("cannot read the result back: {e}"))),
+            None => return Err(GpuError::Device("the result was never mapped".into())),
+        }
+        {
+            let view = staging
+                .slice(..len)
+                .get_mapped_range()
+                .map_err(|e| GpuError::Device(format!("cannot read the mapped result: {e}")))?;
+            out.copy_from_slice(&view[..out.len()]);
+        }
+        staging.unmap();
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes of `source` from byte `offset` to the host.
+    fn read_back(&mut self, source: &wgpu::Buffer, offset: u64, out: &mut [u8]) -> Result<(), GpuError> {
+        use wgpu::BufferUsages as U;
+        let len = out.len() as u64;
+        let staging = ensure(&self.device, &mut self.buffers.staging, "staging", len, U::MAP_READ | U::COPY_DST);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        encoder.copy_buffer_to_buffer(source, offset, &staging, 0, len);
+        self.queue.submit([encoder.finish()]);
+        self.map_staging(&staging, out)?;
+        self.take_uncaptured()
+    }
+
+    /// Encodes `dispatches` in one compute pass, submits them, and returns the status word.
+    fn run_dispatches(&mut self, dispatches: &[step::Dispatch], needs: step::Needs) -> Result<u32, GpuError> {
+        use wgpu::BufferUsages as U;
+        let mut pipelines = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            pipelines.push(self.pipeline(d.kernel)?);
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let dev = &self.device;
+        let b = &mut self.buffers;
+        let rw = U::STORAGE | U::COPY_DST | U::COPY_SRC;
+        let params = ensure(
+            dev,
+            &mut b.params,
+            "params",
+            dispatches.len() as u64 * step_params::BYTES,
+            U::UNIFORM | U::COPY_DST,
+        );
+        let q_a = ensure(dev, &mut b.a, "a", needs.q_a * 4, rw);
+        let q_b = ensure(dev, &mut b.b, "b", needs.q_b * 4, rw);
+        let e_a = ensure(dev, &mut b.a_exp, "a_exp", needs.e_a * 4, rw);
+        let e_b = ensure(dev, &mut b.b_exp, "b_exp", needs.e_b * 4, rw);
+        let scratch = ensure(dev, &mut b.scratch, "scratch", needs.scratch * 4, rw);
+        let status = ensure(dev, &mut b.status, "status", 16, rw);
+        let status_staging = ensure(dev, &mut b.status_staging, "status staging", 16, U::MAP_READ | U::COPY_DST);
+        let arena = self.arena.buffer.clone().ok_or_else(|| GpuError::Shape("no buffers exist yet".into()))?;
+
+        let mut records = Vec::with_capacity(dispatches.len() * step_params::WORDS);
+        for d in dispatches {
+            records.extend_from_slice(&d.params);
+        }
+        self.queue.write_buffer(&params, 0, bytemuck::cast_slice(&records));
+        self.queue.write_buffer(&status, 0, bytemuck::cast_slice(&[lockstep_shaders::step_status::CLEAR; 4]));
+
+        let step_group = |q: &wgpu::Buffer, e: &wgpu::Buffer| {
+            use step_binding as s;
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &self.step_layout,
+                entries: &[
+                    wgpu::BindGroupEntry { binding: s::PARAMS, resource: record(&params, step_params::BYTES) },
+                    wgpu::BindGroupEntry { binding: s::MEM, resource: arena.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::Q, resource: q.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::E, resource: e.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::STATUS, resource: status.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::SCRATCH, resource: scratch.as_entire_binding() },
+                ],
+            })
+        };
+        let group_a = step_group(&q_a, &e_a);
+        let group_b = step_group(&q_b, &e_b);
+        let group_gemm = self.unit_group(&params, [&q_a, &q_b, &e_a, &e_b], &arena);
+
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for (i, (d, pipeline)) in dispatches.iter().zip(&pipelines).enumerate() {
+                let group = match d.bind {
+                    step::Bind::StepA => &group_a,
+                    step::Bind::StepB => &group_b,
+                    step::Bind::Gemm => &group_gemm,
+                };
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, group, &[(i as u64 * step_params::BYTES) as u32]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+        }
+        encoder.copy_buffer_to_buffer(&status, 0, &status_staging, 0, 16);
+        self.queue.submit([encoder.finish()]);
+        let oom = pollster::block_on(oom.pop());
+        let validation = pollster::block_on(scope.pop());
+        if let Some(error) = validation.or(oom) {
+            return Err(GpuError::Device(format!("the ops' dispatch failed: {error}")));
+        }
+        let mut word = [0u8; 16];
+        self.map_staging(&status_staging, &mut word)?;
+        self.take_uncaptured()?;
+        Ok(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+    }
+
+    fn wait(&self) -> Result<(), GpuError> {
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(Duration::from_secs(600)) })
+            .map(|_| ())
+            .map_err(|e| GpuError::Device(format!("waiting for the GPU failed: {e}")))
+    }
+
+    /// Kernel-only timing: uploads random quantized operands of an `m × n × k` unit once,
+    /// then times `repeat` back-to-back dispatches (after one warm-up) with the host waiting
+    /// for completion. Quantization and transfers are excluded. Returns seconds per dispatch.
+    pub fn time_kernel(&mut self, m: usize, n: usize, k: usize, repeat: usize) -> Result<f64, GpuError> {
+        let blocks = blocks_for(k);
+        self.check_shape(m, n, blocks * BLOCK / 4)?;
+        let mut rng = lockstep_luts::rng::SplitMix64::new(0x6b65726e656c);
+        let mut fill = |rows: usize, q: &mut Vec<i8>, e: &mut Vec<i32>| {
+            q.clear();
+            q.extend((0..rows * blocks * BLOCK).map(|_| (rng.below(255) as i32 - 127) as i8));
+            e.clear();
+            e.extend((0..rows * blocks).map(|_| rng.below(40) as i32 - 20));
+        };
+        fill(m, &mut self.host.a_q, &mut self.host.a_exp);
+        fill(n, &mut self.host.b_q, &mut self.host.b_exp);
+        let out_bytes = (m * n * 4) as u64;
+        self.upload(&step::unit_record(m, n, k), out_bytes)?;
+        let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
+        self.run(Kernel::GemmUnits, groups, 1, out_bytes, &mut [])?;
+        let start = Instant::now();
+        self.run(Kernel::GemmUnits, groups, repeat, out_bytes, &mut [])?;
+        Ok(start.elapsed().as_secs_f64() / repeat as f64)
+    }
+}
+
+/// One `size`-byte parameter record of `buffer`, bound at a dynamic offset.
+fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: std::num::NonZeroU64::new(size) })
+}
+
+/// The explicit bind group layouts of the unit kernel and of the step kernels: the first
+/// binding of each is a uniform record at a dynamic offset.
+fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, wgpu::BindGroupLayout) {
+    let entry = |binding: u32, ty: wgpu::BufferBindingType, dynamic: Option<u64>| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty,
+            has_dynamic_offset: dynamic.is_some(),
+            min_binding_size: dynamic.and_then(std::num::NonZeroU64::new),
+        },
+        count: None,
+    };
+    let uniform = wgpu::BufferBindingType::Uniform;
+    let read = wgpu::BufferBindingType::Storage { read_only: true };
+    let rw = wgpu::BufferBindingType::Storage { read_only: false };
+    let mut gemm = vec![
+        entry(binding::PARAMS, uniform, Some(step_params::BYTES)),
+        entry(binding::A, read, None),
+        entry(binding::B, read, None),
+        entry(binding::A_EXP, read, None),
+        entry(binding::B_EXP, read, None),
+        entry(binding::OUT, rw, None),
+    ];
+    if product == Product::Lut {
+        gemm.push(entry(binding::MUL_LUT, read, None));
+    }
+    use step_binding as s;
+    let step = [
+        entry(s::PARAMS, uniform, Some(step_params::BYTES)),
+        entry(s::MEM, rw, None),
+        entry(s::Q, rw, None),
+        entry(s::E, rw, None),
+        entry(s::STATUS, rw, None),
+        entry(s::SCRATCH, rw, None),
+    ];
+    let make = |label: &str, entries: &[wgpu::BindGroupLayoutEntry]| {
+        device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries })
+    };
+    (make("unit kernel", &gemm), make("step kernels", &step))
+}
+
+/// Maps a [`GpuError`] onto a plugin error.
+pub fn worker_error(error: GpuError) -> lockstep_worker_api::plugin::WorkerError {
+    use lockstep_worker_api::status;
+    let code = match &error {
+        GpuError::Unavailable(_) | GpuError::Device(_) => status::DEVICE_ERROR,
+        GpuError::Shape(_) => status::INVALID_ARGUMENT,
+        GpuError::Unit(UnitError::NonFinite { .. }) | GpuError::NonFinite(_) => status::NON_FINITE_INPUT,
+        GpuError::Unit(UnitError::Shape { .. }) => status::INVALID_ARGUMENT,
+    };
+    lockstep_worker_api::plugin::WorkerError::new(code, error.to_string())
+}
+
+/// Creates the [`GpuUnits`] behind a plugin instance from the host's options.
+pub fn create_for_plugin(
+    product: Product,
+    options: &lockstep_worker_api::CreateOptions,
+) -> Result<GpuUnits, lockstep_worker_api::plugin::WorkerError> {
+    use lockstep_worker_api::create_flags;
+    lockstep_worker_api::plugin::check_create_flags(options)?;
+    use lockstep_worker_api::plugin::{requested_adapter, requested_tile};
+    let tile = requested_tile(options).map(self::requested_tile).transpose().map_err(worker_error)?;
+    let gpu_options = GpuOptions {
+        hardware_only: options.flags & create_flags::HARDWARE_ONLY != 0,
+        tile,
+        adapter: requested_adapter(options)?,
+        threads: options.threads as usize,
+        soft_float: false,
+    };
+    GpuUnits::new(product, &gpu_options).map_err(worker_error)
+}

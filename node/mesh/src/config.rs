@@ -1,0 +1,83 @@
+//! How a node joins and talks: its configuration and the mesh's WebRTC settings.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use lockstep_node::session::StepDeadline;
+use lockstep_node::verdict::Verdict;
+use webrtc::peer_connection::{PeerConnectionBuilder, SettingEngineBuilder};
+
+use crate::sockets::{self, LinkShim};
+
+/// Bytes a channel may buffer before `send` waits (flow control).
+pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+/// The SCTP receive buffer each end advertises (the crate's default is about 1 MiB, which
+/// caps a loopback channel's throughput).
+pub const SCTP_RECEIVE_BUFFER_BYTES: u32 = 8 * 1024 * 1024;
+
+/// SCTP packet budget on loopback: below DTLS's 16 KiB record limit.
+pub const LOOPBACK_SCTP_MTU: u32 = 16_000;
+/// Receive buffer per datagram on loopback.
+pub const LOOPBACK_RECEIVE_MTU: usize = 17_000;
+
+/// What a Lockstep node tells the signaling server it is (`?agent=`), so its peers know they
+/// may use large SCTP packets with it on loopback.
+pub const AGENT: &str = "lockstep";
+
+/// The mesh's connection settings: mDNS off, loopback candidates when binding loopback, 16 KB
+/// SCTP packets there when the far side is a Lockstep node (`large_packets`), a bounded send
+/// buffer (`send` waits: flow control), a larger SCTP receive window, and a dedicated reactor
+/// thread for the connections' drivers.
+pub fn channel_settings<A: std::net::ToSocketAddrs>(
+    builder: PeerConnectionBuilder<A>,
+    loopback: bool,
+    large_packets: bool,
+) -> PeerConnectionBuilder<A> {
+    let mut settings = SettingEngineBuilder::new()
+        .with_multicast_dns_mode(rtc::ice::mdns::MulticastDnsMode::Disabled)
+        .with_include_loopback_candidate(loopback)
+        .with_sctp_max_receive_buffer_size(SCTP_RECEIVE_BUFFER_BYTES);
+    if loopback && large_packets {
+        // Loopback carries 64 KiB datagrams: SCTP packets as large as a DTLS record allows
+        // cut the per-packet work by an order of magnitude. Real networks keep the default
+        // (1191 bytes, safe through TURN over IPv6).
+        settings = settings.with_sctp_mtu(LOOPBACK_SCTP_MTU).with_receive_mtu(LOOPBACK_RECEIVE_MTU);
+    }
+    let settings = settings.build();
+    builder
+        .with_setting_engine(settings)
+        .with_data_channel_send_buffer_limit(SEND_BUFFER_BYTES)
+        .with_dedicated_reactor_pool_size(1)
+}
+/// The mesh's WebRTC runtime: tokio, with large UDP socket buffers and `shim` ([`sockets`]).
+pub fn mesh_runtime(shim: LinkShim) -> anyhow::Result<Arc<dyn webrtc::runtime::Runtime>> {
+    let runtime = webrtc::runtime::default_runtime().context("no async runtime for WebRTC")?;
+    Ok(Arc::new(sockets::BufferedRuntime::shaped(runtime, shim)))
+}
+
+/// How often the session gets a tick.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// How a node joins and talks.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    /// `ws://HOST:PORT/ws`, with `?room=CODE` or not.
+    pub signal_url: String,
+    /// The address ICE binds and gathers host candidates on (127.0.0.1 in tests).
+    pub bind_ip: IpAddr,
+    /// `stun:` / `turn:` URLs; empty on a LAN or loopback.
+    pub ice_servers: Vec<String>,
+    pub turn_username: String,
+    pub turn_credential: String,
+    pub expected_phash: u32,
+    pub repair_after_ms: u64,
+    /// How long the leader waits for a roster member's gradient (`StepDeadline`).
+    pub deadline: StepDeadline,
+    /// What computes here, told to every peer: the backend's name and its gate verdict.
+    pub backend: String,
+    pub verdict: Verdict,
+    /// Delay and loss added to every datagram this node sends (benchmarks and tests).
+    pub link: LinkShim,
+}
