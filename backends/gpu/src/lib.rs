@@ -18,6 +18,7 @@
 
 mod units;
 
+/// The op type of ABI 2, for the plugin macro.
 pub use lockstep_luts::ops::Op as StepOp;
 pub use units::{create_for_plugin, requested_tile, worker_error, AdapterSummary, GpuError, GpuOptions, GpuUnits};
 

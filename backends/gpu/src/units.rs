@@ -11,8 +11,6 @@ use wgpu::util::DeviceExt;
 
 mod step;
 
-/// The op type of ABI 2, for the plugin macro.
-
 /// Why a GPU call failed.
 #[derive(Debug)]
 pub enum GpuError {
