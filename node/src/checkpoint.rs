@@ -299,32 +299,30 @@ pub fn load(path: &Path, expected: Option<ModelConfig>) -> Result<TrainState, Ch
     decode(&bytes, expected)
 }
 
-/// The weights as a safetensors file: an 8-byte little-endian header length, a JSON header
-/// (tensor names, `F32`, shapes, byte offsets, and `__metadata__`), then the raw data.
+/// The weights as a safetensors file (written by the `safetensors` crate): one `F32` tensor per
+/// parameter, named as in `docs/MODEL.md`, and `__metadata__` with the tokenizer, the
+/// vocabulary, the dimensions and the step.
 pub fn safetensors(state: &TrainState) -> Vec<u8> {
+    use safetensors::tensor::{Dtype, TensorView};
     let layout = Layout::new(state.run.model);
-    let mut header = String::from("{");
-    header.push_str(&format!(
-        "\"__metadata__\":{{\"format\":\"lockstep\",\"tokenizer\":\"{TOKENIZER_NAME}\",\"vocab\":\"{VOCAB}\",\"step\":\"{}\",\"width\":\"{}\",\"context\":\"{}\",\"layers\":\"{}\",\"heads\":\"{}\"}}",
-        state.step, state.run.model.width, state.run.model.context, state.run.model.layers, state.run.model.heads
-    ));
-    for tensor in &layout.tensors {
-        let shape: Vec<String> = tensor.shape.iter().map(|d| d.to_string()).collect();
-        header.push_str(&format!(
-            ",\"{}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-            tensor.name,
-            shape.join(","),
-            tensor.range.start * 4,
-            tensor.range.end * 4
-        ));
-    }
-    header.push('}');
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let mut out = Vec::with_capacity(8 + header.len() + 4 * state.weights.len());
-    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    state.weights.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
-    out
+    let bytes: Vec<u8> = state.weights.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let tensors = layout.tensors.iter().map(|tensor| {
+        let data = &bytes[tensor.range.start * 4..tensor.range.end * 4];
+        let view = TensorView::new(Dtype::F32, tensor.shape.to_vec(), data)
+            .expect("the layout's shapes cover its ranges exactly");
+        (tensor.name.to_string(), view)
+    });
+    let m = state.run.model;
+    let metadata = [
+        ("format", "lockstep".to_string()),
+        ("tokenizer", TOKENIZER_NAME.to_string()),
+        ("vocab", VOCAB.to_string()),
+        ("step", state.step.to_string()),
+        ("width", m.width.to_string()),
+        ("context", m.context.to_string()),
+        ("layers", m.layers.to_string()),
+        ("heads", m.heads.to_string()),
+    ];
+    let metadata = metadata.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    safetensors::serialize(tensors, Some(metadata)).expect("named F32 tensors of a valid layout serialize")
 }

@@ -87,30 +87,27 @@ pub fn node_data_seed(run_seed: u64, peer: u64) -> u64 {
 /// Batches from the built-in corpus's training text.
 pub struct BuiltinSource {
     corpus: Corpus,
+    /// The sampler; its state is the source's (what a checkpoint carries).
     rng: SplitMix64,
-    state: u64,
 }
 
 impl BuiltinSource {
     pub fn new(seed: u64) -> Self {
-        let state = seed ^ 0x6461_7461_0000_0000;
-        Self { corpus: Corpus::builtin(), rng: SplitMix64::new(state), state }
+        Self { corpus: Corpus::builtin(), rng: SplitMix64::new(seed ^ 0x6461_7461_0000_0000) }
     }
 }
 
 impl DataSource for BuiltinSource {
     fn next_batch(&mut self, batch: usize, seq: usize) -> (Batch, Origin) {
         let out = sample(&self.corpus.train, &mut self.rng, batch, seq);
-        self.state = self.rng.state();
         (out, Origin::Builtin)
     }
 
     fn state(&self) -> u64 {
-        self.state
+        self.rng.state()
     }
 
     fn restore(&mut self, state: u64) {
-        self.state = state;
         self.rng = SplitMix64::new(state);
     }
 

@@ -43,12 +43,55 @@ const THREADS: u32 = WX * WY;
 const WORDS: u32 = 8u;
 const GROUPS: u32 = WORDS * KB / 4u;
 
-// KB blocks of the A and B tiles (one stage), word-major so the inner loop reads
-// consecutive rows.
-var<workgroup> tile_a: array<vec4<u32>, BM * WORDS * KB / 4u>;
-var<workgroup> tile_b: array<vec4<u32>, BN * WORDS * KB / 4u>;
-var<workgroup> tile_ea: array<i32, BM * KB>;
-var<workgroup> tile_eb: array<i32, BN * KB>;
+// KB blocks of the A and B tiles (one stage) in one array, A's BM rows first and B's BN
+// after them (from word B_TILE), word-major so the inner loop reads consecutive rows; their
+// exponents the same way (B's from BM·KB).
+const B_TILE: u32 = BM * WORDS * KB;
+var<workgroup> tiles: array<vec4<u32>, (BM + BN) * WORDS * KB / 4u>;
+var<workgroup> tile_e: array<i32, (BM + BN) * KB>;
+
+// Stages KB blocks from block `blk0` of one operand (side 0: A from `qa` and `ea`, BM rows;
+// side 1: B from `qb` and `eb`, BN rows): its rows `first + tile_row0 ..`, those at or past
+// `limit` (and blocks past k) as zeros — never summed: blocks past k end the stage's loop.
+// Each invocation moves 16-byte groups of one row (consecutive invocations take consecutive
+// rows, so the workgroup-memory stores do not conflict).
+fn stage(side: u32, tid: u32, blk0: u32, blocks: u32, first: u32, tile_row0: u32, limit: u32) {
+    let rows = select(BM, BN, side == 1u);
+    let words_at = select(0u, B_TILE, side == 1u);
+    let exps_at = select(0u, BM * KB, side == 1u);
+    let row_words = blocks * WORDS;
+    for (var idx = tid; idx < rows * GROUPS; idx += THREADS) {
+        let r = idx % rows;
+        let g = idx / rows;
+        var v = vec4<u32>(0u);
+        if tile_row0 + r < limit && blk0 * WORDS + g * 4u < row_words {
+            let at = ((first + tile_row0 + r) * row_words + blk0 * WORDS) / 4u + g;
+            if side == 0u {
+                v = qa[at];
+            } else {
+                v = qb[at];
+            }
+        }
+        for (var e = 0u; e < 4u; e++) {
+            let at = words_at + (g * 4u + e) * rows + r;
+            tiles[at / 4u][at % 4u] = v[e];
+        }
+    }
+    for (var idx = tid; idx < rows * KB; idx += THREADS) {
+        let r = idx / KB;
+        let sb = idx % KB;
+        var e = 0;
+        if tile_row0 + r < limit && blk0 + sb < blocks {
+            let at = (first + tile_row0 + r) * blocks + blk0 + sb;
+            if side == 0u {
+                e = ea[at];
+            } else {
+                e = eb[at];
+            }
+        }
+        tile_e[exps_at + sb * rows + r] = e;
+    }
+}
 
 const EXP_MASK: u32 = 0x7f800000u;
 const CANONICAL_NAN: u32 = 0x7fc00000u;
@@ -97,7 +140,6 @@ fn gemm_units(
     let m = pw(MATMUL_M);
     let n = pw(MATMUL_N);
     let blocks = (pw(MATMUL_K) + 31u) / 32u;
-    let row_words = blocks * WORDS;
     // This batch's operand rows.
     let a_rows = wid.z * m;
     let b_rows = wid.z * n;
@@ -109,52 +151,8 @@ fn gemm_units(
     }
 
     for (var blk0 = 0u; blk0 < blocks; blk0 += KB) {
-        // Stage KB blocks of the A and B tiles: each invocation moves 16-byte groups of one
-        // row (consecutive invocations take consecutive rows, so the workgroup-memory stores
-        // do not conflict). Rows past the matrix and blocks past k read as zeros (and are
-        // never summed: blocks past k end the stage's loop).
-        for (var idx = tid; idx < BM * GROUPS; idx += THREADS) {
-            let r = idx % BM;
-            let g = idx / BM;
-            var v = vec4<u32>(0u);
-            if row0 + r < m && blk0 * WORDS + g * 4u < row_words {
-                v = qa[((a_rows + row0 + r) * row_words + blk0 * WORDS) / 4u + g];
-            }
-            for (var e = 0u; e < 4u; e++) {
-                let at = (g * 4u + e) * BM + r;
-                tile_a[at / 4u][at % 4u] = v[e];
-            }
-        }
-        for (var idx = tid; idx < BN * GROUPS; idx += THREADS) {
-            let r = idx % BN;
-            let g = idx / BN;
-            var v = vec4<u32>(0u);
-            if col0 + r < n && blk0 * WORDS + g * 4u < row_words {
-                v = qb[((b_rows + col0 + r) * row_words + blk0 * WORDS) / 4u + g];
-            }
-            for (var e = 0u; e < 4u; e++) {
-                let at = (g * 4u + e) * BN + r;
-                tile_b[at / 4u][at % 4u] = v[e];
-            }
-        }
-        for (var idx = tid; idx < BM * KB; idx += THREADS) {
-            let r = idx / KB;
-            let sb = idx % KB;
-            var e = 0;
-            if row0 + r < m && blk0 + sb < blocks {
-                e = ea[(a_rows + row0 + r) * blocks + blk0 + sb];
-            }
-            tile_ea[sb * BM + r] = e;
-        }
-        for (var idx = tid; idx < BN * KB; idx += THREADS) {
-            let r = idx / KB;
-            let sb = idx % KB;
-            var e = 0;
-            if col0 + r < n && blk0 + sb < blocks {
-                e = eb[(b_rows + col0 + r) * blocks + blk0 + sb];
-            }
-            tile_eb[sb * BN + r] = e;
-        }
+        stage(0u, tid, blk0, blocks, a_rows, row0, m);
+        stage(1u, tid, blk0, blocks, b_rows, col0, n);
         workgroupBarrier();
 
         for (var sb = 0u; sb < KB; sb++) {
@@ -170,14 +168,14 @@ fn gemm_units(
                 var av: array<u32, TM>;
                 var bv: array<u32, TN>;
                 for (var q = 0u; q < TM / 4u; q++) {
-                    let v = tile_a[((sb * WORDS + w) * BM + lid.y * TM) / 4u + q];
+                    let v = tiles[((sb * WORDS + w) * BM + lid.y * TM) / 4u + q];
                     av[4u * q] = v.x;
                     av[4u * q + 1u] = v.y;
                     av[4u * q + 2u] = v.z;
                     av[4u * q + 3u] = v.w;
                 }
                 for (var q = 0u; q < TN / 4u; q++) {
-                    let v = tile_b[((sb * WORDS + w) * BN + lid.x * TN) / 4u + q];
+                    let v = tiles[(B_TILE + (sb * WORDS + w) * BN + lid.x * TN) / 4u + q];
                     bv[4u * q] = v.x;
                     bv[4u * q + 1u] = v.y;
                     bv[4u * q + 2u] = v.z;
@@ -192,10 +190,10 @@ fn gemm_units(
             var xa: array<i32, TM>;
             var xb: array<i32, TN>;
             for (var i = 0u; i < TM; i++) {
-                xa[i] = tile_ea[sb * BM + lid.y * TM + i];
+                xa[i] = tile_e[sb * BM + lid.y * TM + i];
             }
             for (var j = 0u; j < TN; j++) {
-                xb[j] = tile_eb[sb * BN + lid.x * TN + j];
+                xb[j] = tile_e[BM * KB + sb * BN + lid.x * TN + j];
             }
 
             var a_lo = xa[0];

@@ -73,131 +73,108 @@ fn check_lengths(
     assert!(b.scales.len() >= blocks * PANEL && b.offsets.len() >= blocks * PANEL, "B scales too short");
 }
 
-/// `MR × 16` tile at columns `16·half ..` of the panel, sign trick; `out` is `MR × PANEL`
-/// row-major and only the half's columns are written.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA. Lengths are checked.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn tile_avx2(
-    blocks: usize,
-    a_words: &[u32],
-    a_scales: &[f32],
-    b: PanelB<'_>,
-    half: usize,
-    mut out: Out<'_>,
-) {
-    check_lengths(blocks, a_words, SIGN_A_WORDS_PER_QUAD, a_scales, b, &out);
-    assert!(half < 2);
-    let a_ptr = a_words.as_ptr().cast::<i32>();
-    let b_ptr = b.bytes[half * 64..].as_ptr();
-    let col0 = half * 16;
-    // SAFETY: offsets are inside the checked lengths; loads are unaligned.
-    unsafe {
+/// The two 256-bit kernels, one body: an `MR × 16` tile at columns `16·half ..` of the panel
+/// (`out` is `MR × PANEL` row-major and only the half's columns are written). They differ only
+/// in how a quad of products reaches the i32 sums (`$accumulate`, on `$acc`, the row's two
+/// accumulators, from A's quad words `$a` of row `$r` and B's two vectors `$b0`, `$b1`) and in
+/// whether the block's `128 · Σ b` offsets come off afterwards (`$offset`).
+macro_rules! tile_256 {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $features:literal, words per quad $words:expr, offsets $offset:expr,
+        |$acc:ident, $a:ident, $r:ident, $b0:ident, $b1:ident| $accumulate:block
+    ) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name(
+            blocks: usize,
+            a_words: &[u32],
+            a_scales: &[f32],
+            b: PanelB<'_>,
+            half: usize,
+            mut out: Out<'_>,
+        ) {
+            check_lengths(blocks, a_words, $words, a_scales, b, &out);
+            assert!(half < 2);
+            let a_ptr = a_words.as_ptr().cast::<i32>();
+            let b_ptr = b.bytes[half * 64..].as_ptr();
+            let col0 = half * 16;
+            // SAFETY: offsets are inside the checked lengths; loads are unaligned.
+            unsafe {
+                let mut sums = [_mm256_setzero_ps(); 2 * MR];
+                for block in 0..blocks {
+                    let mut acc = [[_mm256_setzero_si256(); 2]; MR];
+                    for quad in 0..QUADS {
+                        let kq = block * QUADS + quad;
+                        let $b0 = _mm256_loadu_si256(b_ptr.add(kq * B_BYTES_PER_QUAD).cast());
+                        let $b1 = _mm256_loadu_si256(b_ptr.add(kq * B_BYTES_PER_QUAD + 32).cast());
+                        let $a = a_ptr.add(kq * $words);
+                        for ($r, $acc) in acc.iter_mut().enumerate() {
+                            $accumulate
+                        }
+                    }
+                    if $offset {
+                        let off0 = _mm256_loadu_si256(b.offsets.as_ptr().add(block * PANEL + col0).cast());
+                        let off1 = _mm256_loadu_si256(b.offsets.as_ptr().add(block * PANEL + col0 + 8).cast());
+                        for row in acc.iter_mut() {
+                            *row = [_mm256_sub_epi32(row[0], off0), _mm256_sub_epi32(row[1], off1)];
+                        }
+                    }
+                    if let Out::Raw(raw) = &mut out {
+                        for (r, row) in acc.iter().enumerate() {
+                            let at = raw.as_mut_ptr().add((block * MR + r) * PANEL + col0);
+                            _mm256_storeu_si256(at.cast(), row[0]);
+                            _mm256_storeu_si256(at.add(8).cast(), row[1]);
+                        }
+                        continue;
+                    }
+                    let sb0 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0));
+                    let sb1 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0 + 8));
+                    for (r, row) in acc.iter().enumerate() {
+                        let sa = _mm256_set1_ps(*a_scales.as_ptr().add(block * MR + r));
+                        let (s0, s1) = (_mm256_mul_ps(sa, sb0), _mm256_mul_ps(sa, sb1));
+                        sums[2 * r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row[0]), s0, sums[2 * r]);
+                        sums[2 * r + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row[1]), s1, sums[2 * r + 1]);
+                    }
+                }
+                if let Out::Sums(out) = out {
+                    for r in 0..MR {
+                        _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
+                        _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
+                    }
+                }
+            }
+        }
+    };
+}
+
+tile_256! {
+    /// The sign trick (module docs): `vpsignb`, `vpmaddubsw`, `vpmaddwd` by ones.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA. Lengths are checked.
+    tile_avx2, "avx2,fma", words per quad SIGN_A_WORDS_PER_QUAD, offsets false,
+    |acc, a_quad, r, b0, b1| {
         let ones = _mm256_set1_epi16(1);
-        let mut sums = [_mm256_setzero_ps(); 2 * MR];
-        for block in 0..blocks {
-            let mut acc = [_mm256_setzero_si256(); 2 * MR];
-            for quad in 0..QUADS {
-                let kq = block * QUADS + quad;
-                let b0 = _mm256_loadu_si256(b_ptr.add(kq * B_BYTES_PER_QUAD).cast());
-                let b1 = _mm256_loadu_si256(b_ptr.add(kq * B_BYTES_PER_QUAD + 32).cast());
-                let a_quad = a_ptr.add(kq * SIGN_A_WORDS_PER_QUAD);
-                for r in 0..MR {
-                    let magnitude = _mm256_set1_epi32(*a_quad.add(2 * r));
-                    let signs = _mm256_set1_epi32(*a_quad.add(2 * r + 1));
-                    let p0 = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b0, signs));
-                    let p1 = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b1, signs));
-                    acc[2 * r] = _mm256_add_epi32(acc[2 * r], _mm256_madd_epi16(p0, ones));
-                    acc[2 * r + 1] = _mm256_add_epi32(acc[2 * r + 1], _mm256_madd_epi16(p1, ones));
-                }
-            }
-            if let Out::Raw(raw) = &mut out {
-                for r in 0..MR {
-                    let at = raw.as_mut_ptr().add((block * MR + r) * PANEL + col0);
-                    _mm256_storeu_si256(at.cast(), acc[2 * r]);
-                    _mm256_storeu_si256(at.add(8).cast(), acc[2 * r + 1]);
-                }
-                continue;
-            }
-            let sb0 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0));
-            let sb1 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0 + 8));
-            for r in 0..MR {
-                let sa = _mm256_set1_ps(*a_scales.as_ptr().add(block * MR + r));
-                sums[2 * r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[2 * r]), _mm256_mul_ps(sa, sb0), sums[2 * r]);
-                sums[2 * r + 1] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[2 * r + 1]), _mm256_mul_ps(sa, sb1), sums[2 * r + 1]);
-            }
-        }
-        if let Out::Sums(out) = out {
-            for r in 0..MR {
-                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
-                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
-            }
-        }
+        let magnitude = _mm256_set1_epi32(*a_quad.add(2 * r));
+        let signs = _mm256_set1_epi32(*a_quad.add(2 * r + 1));
+        let p0 = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b0, signs));
+        let p1 = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b1, signs));
+        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(p0, ones));
+        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(p1, ones));
     }
 }
 
-/// As [`tile_avx2`], with AVX-VNNI and the offset layout of A.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and AVX-VNNI. Lengths are checked.
-#[target_feature(enable = "avx2,fma,avxvnni")]
-pub unsafe fn tile_avx_vnni(
-    blocks: usize,
-    a_words: &[u32],
-    a_scales: &[f32],
-    b: PanelB<'_>,
-    half: usize,
-    mut out: Out<'_>,
-) {
-    check_lengths(blocks, a_words, OFFSET_A_WORDS_PER_QUAD, a_scales, b, &out);
-    assert!(half < 2);
-    let a_ptr = a_words.as_ptr().cast::<i32>();
-    let b_ptr = b.bytes[half * 64..].as_ptr();
-    let col0 = half * 16;
-    // SAFETY: offsets are inside the checked lengths; loads are unaligned.
-    unsafe {
-        let mut sums = [_mm256_setzero_ps(); 2 * MR];
-        for block in 0..blocks {
-            let mut acc = [_mm256_setzero_si256(); 2 * MR];
-            for quad in 0..QUADS {
-                let kq = block * QUADS + quad;
-                let b0 = _mm256_loadu_si256(b_ptr.add(kq * B_BYTES_PER_QUAD).cast());
-                let b1 = _mm256_loadu_si256(b_ptr.add(kq * B_BYTES_PER_QUAD + 32).cast());
-                let a_quad = a_ptr.add(kq * OFFSET_A_WORDS_PER_QUAD);
-                for r in 0..MR {
-                    let shifted = _mm256_set1_epi32(*a_quad.add(r));
-                    acc[2 * r] = _mm256_dpbusd_avx_epi32(acc[2 * r], shifted, b0);
-                    acc[2 * r + 1] = _mm256_dpbusd_avx_epi32(acc[2 * r + 1], shifted, b1);
-                }
-            }
-            let off0 = _mm256_loadu_si256(b.offsets.as_ptr().add(block * PANEL + col0).cast());
-            let off1 = _mm256_loadu_si256(b.offsets.as_ptr().add(block * PANEL + col0 + 8).cast());
-            if let Out::Raw(raw) = &mut out {
-                for r in 0..MR {
-                    let at = raw.as_mut_ptr().add((block * MR + r) * PANEL + col0);
-                    _mm256_storeu_si256(at.cast(), _mm256_sub_epi32(acc[2 * r], off0));
-                    _mm256_storeu_si256(at.add(8).cast(), _mm256_sub_epi32(acc[2 * r + 1], off1));
-                }
-                continue;
-            }
-            let sb0 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0));
-            let sb1 = _mm256_loadu_ps(b.scales.as_ptr().add(block * PANEL + col0 + 8));
-            for r in 0..MR {
-                let sa = _mm256_set1_ps(*a_scales.as_ptr().add(block * MR + r));
-                let acc0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[2 * r], off0));
-                let acc1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[2 * r + 1], off1));
-                sums[2 * r] = _mm256_fmadd_ps(acc0, _mm256_mul_ps(sa, sb0), sums[2 * r]);
-                sums[2 * r + 1] = _mm256_fmadd_ps(acc1, _mm256_mul_ps(sa, sb1), sums[2 * r + 1]);
-            }
-        }
-        if let Out::Sums(out) = out {
-            for r in 0..MR {
-                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0), sums[2 * r]);
-                _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL + col0 + 8), sums[2 * r + 1]);
-            }
-        }
+tile_256! {
+    /// AVX-VNNI and the offset layout of A: `vpdpbusd`, then the offsets off.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and AVX-VNNI. Lengths are checked.
+    tile_avx_vnni, "avx2,fma,avxvnni", words per quad OFFSET_A_WORDS_PER_QUAD, offsets true,
+    |acc, a_quad, r, b0, b1| {
+        let shifted = _mm256_set1_epi32(*a_quad.add(r));
+        acc[0] = _mm256_dpbusd_avx_epi32(acc[0], shifted, b0);
+        acc[1] = _mm256_dpbusd_avx_epi32(acc[1], shifted, b1);
     }
 }
 

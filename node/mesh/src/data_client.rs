@@ -61,8 +61,8 @@ pub struct RemoteSource {
     retry_after: Duration,
     next_try: Option<Instant>,
     last_error: Option<FetchError>,
+    /// The sampler; its state is the source's (what a checkpoint carries).
     rng: SplitMix64,
-    state: u64,
     fallback: BuiltinSource,
     requests: Option<mpsc::Sender<(Request, Duration)>>,
 }
@@ -73,15 +73,13 @@ impl RemoteSource {
         if !url.starts_with("http://") || reqwest::Url::parse(url).is_err() {
             return Err(FetchError::Url(url.to_string()));
         }
-        let state = seed ^ 0x7265_6d6f_7465_0000;
         Ok(RemoteSource {
             url: url.to_string(),
             timeout: Duration::from_secs(3),
             retry_after: Duration::from_secs(30),
             next_try: None,
             last_error: None,
-            rng: SplitMix64::new(state),
-            state,
+            rng: SplitMix64::new(seed ^ 0x7265_6d6f_7465_0000),
             fallback: BuiltinSource::new(seed),
             requests: None,
         })
@@ -191,7 +189,6 @@ impl DataSource for RemoteSource {
             Ok((text, origin)) if text.len() > seq + 1 => {
                 self.next_try = None;
                 let out = sample(&text, &mut self.rng, batch, seq);
-                self.state = self.rng.state();
                 (out, Origin::Remote(origin))
             }
             Ok((text, _)) => {
@@ -210,11 +207,10 @@ impl DataSource for RemoteSource {
     }
 
     fn state(&self) -> u64 {
-        self.state
+        self.rng.state()
     }
 
     fn restore(&mut self, state: u64) {
-        self.state = state;
         self.rng = SplitMix64::new(state);
     }
 
