@@ -193,15 +193,13 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sync::{Compression, OuterOptimizer};
 
-    /// The golden bytes of a run's settings (the run config message's body after the protocol
-    /// version, and checkpoints' from version 3), and the trip back.
-    #[test]
-    fn the_run_encoding_is_pinned() {
-        let run = RunConfig {
+    /// A run unlike the default in every setting (for the codecs' tests).
+    pub(crate) fn unlike_the_default() -> RunConfig {
+        RunConfig {
             model: ModelConfig { width: 64, context: 32, layers: 2, heads: 4 },
             batch: 8,
             steps: 96,
@@ -212,7 +210,14 @@ mod tests {
                 compression: Compression::Int8,
                 outer: OuterOptimizer { lr: 0.75, momentum: 0.5 },
             },
-        };
+        }
+    }
+
+    /// The golden bytes of a run's settings (the run config message's body after the protocol
+    /// version, and checkpoints' from version 3), and the trip back.
+    #[test]
+    fn the_run_encoding_is_pinned() {
+        let run = unlike_the_default();
         let bytes = run.encode();
         let golden: Vec<u8> = [
             &64u32.to_le_bytes()[..],

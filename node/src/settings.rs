@@ -130,25 +130,12 @@ pub fn describe(run: &RunConfig) -> Vec<(&'static Setting, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::{OuterOptimizer, SyncConfig};
 
     /// Every setting reads back what it shows, for the default run and for one where each
     /// differs from it; names are unique.
     #[test]
     fn every_setting_reads_what_it_shows() {
-        let other = RunConfig {
-            model: crate::config::ModelConfig { width: 64, context: 32, layers: 2, heads: 8 },
-            batch: 3,
-            steps: 90,
-            lr: 0.25,
-            seed: 77,
-            sync: SyncConfig {
-                mode: SyncMode::Outer { inner_steps: 30 },
-                compression: Compression::Int8,
-                outer: OuterOptimizer { lr: 0.5, momentum: 0.75 },
-            },
-        };
-        for run in [RunConfig::DEFAULT, other] {
+        for run in [RunConfig::DEFAULT, crate::config::tests::unlike_the_default()] {
             let shown: Vec<(&str, String)> = describe(&run).into_iter().map(|(s, v)| (s.name, v)).collect();
             let read = with(RunConfig::DEFAULT, shown.iter().map(|(n, v)| (*n, v.as_str()))).unwrap();
             assert_eq!(read, run);

@@ -572,7 +572,6 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
     use crate::sync::{Compression, OuterOptimizer, SyncMode};
 
     fn gradient(n: usize) -> Gradient {
@@ -645,22 +644,12 @@ mod tests {
         );
         let response = encode(&Message::RepairResponse { peer: 4, gradient: p.clone() });
         assert_eq!(&response[12..], &encode(&Message::Gradient(p))[..]);
-        let run = RunConfig {
-            model: ModelConfig { width: 1, context: 2, layers: 4, heads: 5 },
-            batch: 3,
-            steps: 6,
-            lr: 1.0,
-            seed: 7,
-            sync: SyncConfig {
-                mode: SyncMode::Outer { inner_steps: 8 },
-                compression: Compression::Int8,
-                outer: OuterOptimizer { lr: 0.5, momentum: 2.0 },
-            },
-        };
+        // The run's bytes are `RunConfig::encode`'s (pinned in config.rs), after the protocol.
+        let run = crate::config::tests::unlike_the_default();
         let config = encode(&Message::RunConfig { protocol: 4, run });
-        assert_eq!(config[..12], [0xfd, 0xff, 0xff, 0xff, 4, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(config[8..], run.encode());
+        assert_eq!(config[..8], [0xfd, 0xff, 0xff, 0xff, 4, 0, 0, 0]);
         assert_eq!(config.len(), 4 + 7 * 4 + 4 + 8 + 1 + 4 + 1 + 4 + 4);
-        assert_eq!(&config[44..], &[1, 8, 0, 0, 0, 1, 0, 0, 0, 0x3f, 0, 0, 0, 0x40]);
     }
 
     #[test]

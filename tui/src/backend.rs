@@ -137,46 +137,39 @@ pub fn admit(
     progress: &mut dyn FnMut(GateProgress<'_>),
     progress_line: &mut dyn FnMut(String),
 ) -> Result<Admitted, NotAdmitted> {
-    if name != "auto" {
-        return admit_one(name, threads, opening, progress, &mut |line| progress_line(format!("gate: {line}")));
-    }
-    let opening = Opening { hardware_only: true, ..opening };
-    let mut last = None;
-    for candidate in AUTO_ORDER {
-        match admit_one(candidate, threads, opening, progress, &mut |line| {
-            progress_line(format!("auto: {candidate}: {line}"))
-        }) {
-            Ok(admitted) => {
-                progress_line(format!("auto: chose `{}`", admitted.name));
-                return Ok(admitted);
-            }
-            Err(refused) => last = Some(refused),
+    let auto = name == "auto";
+    let (candidates, opening) = if auto {
+        (AUTO_ORDER, Opening { hardware_only: true, ..opening })
+    } else {
+        (std::slice::from_ref(&name), opening)
+    };
+    let mut refused = Verdict::NotLoadable { why: "no candidates".into() };
+    for &candidate in candidates {
+        let prefix = if auto { format!("auto: {candidate}: ") } else { "gate: ".to_string() };
+        let gated =
+            crate::gate_child::gate_in_child(candidate, &child_options(threads, opening), gate_timeout(), progress);
+        let device = gated.loaded.as_ref().and_then(|l| l["device"].as_str()).unwrap_or("?").to_string();
+        progress_line(format!("{prefix}{} ({device})", gated.verdict_line));
+        if !gated.verdict.is_admitted() {
+            refused = gated.verdict;
+            continue;
         }
+        let backend = match open_backend(candidate, threads, opening) {
+            Ok((_plugin, backend)) => backend,
+            Err(e) => {
+                refused = Verdict::NotLoadable { why: format!("{e:#}") };
+                continue;
+            }
+        };
+        if auto {
+            progress_line(format!("auto: chose `{}`", backend.name()));
+        }
+        let name = backend.name().to_string();
+        let device = backend.describe();
+        let gemm = UnitsGemm::with_threads(backend, threads_or_all(threads));
+        return Ok(Admitted { gemm, name, verdict: gated.verdict, device });
     }
-    let verdict = last.map_or(Verdict::NotLoadable { why: "no candidates".into() }, |r| r.verdict);
-    Err(NotAdmitted { name: name.to_string(), verdict })
-}
-
-/// Gates one plugin in a child process and, admitted, loads it here.
-fn admit_one(
-    name: &str,
-    threads: u32,
-    opening: Opening,
-    progress: &mut dyn FnMut(GateProgress<'_>),
-    progress_line: &mut dyn FnMut(String),
-) -> Result<Admitted, NotAdmitted> {
-    let not_loadable = |why: String| NotAdmitted { name: name.to_string(), verdict: Verdict::NotLoadable { why } };
-    let gated = crate::gate_child::gate_in_child(name, &child_options(threads, opening), gate_timeout(), progress);
-    let device = gated.loaded.as_ref().and_then(|l| l["device"].as_str()).unwrap_or("?").to_string();
-    progress_line(format!("{} ({device})", gated.verdict_line));
-    if !gated.verdict.is_admitted() {
-        return Err(NotAdmitted { name: name.to_string(), verdict: gated.verdict });
-    }
-    let (_plugin, backend) = open_backend(name, threads, opening).map_err(|e| not_loadable(format!("{e:#}")))?;
-    let name = backend.name().to_string();
-    let device = backend.describe();
-    let gemm = UnitsGemm::with_threads(backend, threads_or_all(threads));
-    Ok(Admitted { gemm, name, verdict: gated.verdict, device })
+    Err(NotAdmitted { name: name.to_string(), verdict: refused })
 }
 
 /// [`admit`] with default opening, verdicts printed unless `quiet`.

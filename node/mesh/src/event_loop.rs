@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use lockstep_node::replica::{BackendChange, Replica, ReplicaError};
+use lockstep_node::replica::{BackendChange, Replica};
 use lockstep_node::session::{Event, Failure, Input, Output, Session, SessionConfig, Task};
-use lockstep_node::wire::{self, Gradient, Message, PeerId, Reassembler};
+use lockstep_node::wire::{self, Message, PeerId, Reassembler};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
 use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
@@ -20,7 +20,7 @@ use crate::checkpoint_file::save_checkpoint;
 use crate::config::{MeshConfig, AGENT, TICK};
 use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
 use crate::control::{Command, Ended, Report, StepTiming};
-use crate::inbound::Inbound;
+use crate::inbound::{Computed, Inbound};
 use crate::signal_client::{connect_signal, signal_url};
 
 /// Between attempts to reach a signaling server that went away: the first wait, and the
@@ -309,9 +309,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 (self.report)(Report::CheckpointSaved { path: saved.path, step: saved.step, whash: saved.whash })
             }
             Inbound::Saved(Err(why)) => (self.report)(Report::Warning(format!("checkpoint not saved: {why}"))),
-            Inbound::Computed { step, result, seconds, hash, change, generation } => {
-                self.on_computed(step, result, seconds, hash, change, generation)
-            }
+            Inbound::Computed(computed) => self.on_computed(computed),
         }
         Flow::Continue
     }
@@ -526,15 +524,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    fn on_computed(
-        &mut self,
-        step: u32,
-        result: Result<Gradient, ReplicaError>,
-        seconds: f64,
-        hash: f64,
-        change: Option<BackendChange>,
-        generation: u64,
-    ) {
+    fn on_computed(&mut self, Computed { step, result, seconds, hash, change, generation }: Computed) {
         self.computing -= 1;
         if let Some(change) = change {
             self.announce(change);
@@ -649,7 +639,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let hash = replica.take_hash_seconds();
             let change = replica.take_backend_change();
             let seconds = began.elapsed().as_secs_f64();
-            let _ = tx.send(Inbound::Computed { step, result, seconds, hash, change, generation });
+            let _ = tx.send(Inbound::Computed(Computed { step, result, seconds, hash, change, generation }));
         });
     }
 

@@ -21,15 +21,17 @@ pub(crate) enum Inbound {
     ChannelOpen(PeerId, Arc<dyn DataChannel>),
     Frame(PeerId, BytesMut),
     ChannelClosed(PeerId),
-    /// A compute task's answer: its gradient, seconds computing and hashing, a backend swap
-    /// that took effect at its start, and the state generation it was asked in.
-    Computed {
-        step: u32,
-        result: Result<Gradient, ReplicaError>,
-        seconds: f64,
-        hash: f64,
-        change: Option<BackendChange>,
-        generation: u64,
-    },
+    Computed(Computed),
     Saved(Result<Saved, SaveError>),
+}
+
+/// A compute task's answer: its gradient for `step`, seconds computing and hashing, a backend
+/// swap that took effect at its start, and the state generation it was asked in.
+pub(crate) struct Computed {
+    pub(crate) step: u32,
+    pub(crate) result: Result<Gradient, ReplicaError>,
+    pub(crate) seconds: f64,
+    pub(crate) hash: f64,
+    pub(crate) change: Option<BackendChange>,
+    pub(crate) generation: u64,
 }
