@@ -200,7 +200,7 @@ pub(crate) mod tests {
     /// A run unlike the default in every setting (for the codecs' tests).
     pub(crate) fn unlike_the_default() -> RunConfig {
         RunConfig {
-            model: ModelConfig { width: 64, context: 32, layers: 2, heads: 4 },
+            model: ModelConfig { width: 64, context: 32, layers: 2, heads: 8 },
             batch: 8,
             steps: 96,
             lr: 0.5,
@@ -224,7 +224,7 @@ pub(crate) mod tests {
             &32u32.to_le_bytes(),
             &8u32.to_le_bytes(),
             &2u32.to_le_bytes(),
-            &4u32.to_le_bytes(),
+            &8u32.to_le_bytes(),
             &96u32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
             &[8, 7, 6, 5, 4, 3, 2, 1],

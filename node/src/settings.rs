@@ -135,7 +135,11 @@ mod tests {
     /// differs from it; names are unique.
     #[test]
     fn every_setting_reads_what_it_shows() {
-        for run in [RunConfig::DEFAULT, crate::config::tests::unlike_the_default()] {
+        let other = crate::config::tests::unlike_the_default();
+        for ((setting, default), (_, shown)) in describe(&RunConfig::DEFAULT).into_iter().zip(describe(&other)) {
+            assert_ne!(default, shown, "the fixture must differ from the default in `{}`", setting.name);
+        }
+        for run in [RunConfig::DEFAULT, other] {
             let shown: Vec<(&str, String)> = describe(&run).into_iter().map(|(s, v)| (s.name, v)).collect();
             let read = with(RunConfig::DEFAULT, shown.iter().map(|(n, v)| (*n, v.as_str()))).unwrap();
             assert_eq!(read, run);
