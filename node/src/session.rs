@@ -53,6 +53,25 @@
 //!   is dropped, one from a later epoch is held until this node restores that push too, then
 //!   replayed. Two pushes made at once are ordered by pusher id, so every node ends on the same
 //!   one. A joiner takes its leader's epoch with the run config.
+//! - **Quorum**: a roster commits only with a quorum of the *base*, the final roster of the
+//!   last step this node applied (before its first, the roster of the step in flight): more
+//!   than half of the base, or exactly half when that half holds the base's smallest id.
+//!   Members that said they are leaving (-15) and members the leader kicked are not counted.
+//!   A leader whose next or revised roster lacks a quorum, or a successor whose candidates
+//!   lack one, *stands by* ([`Standby::QuorumLost`]): it leads, computes and applies nothing,
+//!   keeps its state and says so; it shows life to every member, follows the first one that
+//!   sends it the run's config or takes it out of a step, and is resumed by that leader.
+//! - **A silent leader** is deposed by its followers: a roster member that has sent its own
+//!   contribution and hears nothing from the leader for 1.5 × the step deadline (each node
+//!   times the steps itself) says so ([`Event::LeaderDeposed`]) and picks the successor as if
+//!   the leader had left. The successor takes the deposed leader out of the run (-13, it may
+//!   return) and resumes it once it shows life; the old leader, told so, stands by
+//!   ([`Standby::Deposed`]) until that resume.
+//! - **Sleep**: a gap between two ticks longer than half the deadline means this node was
+//!   suspended (or starved): its timers skip the gap, so it never blames its peers for its
+//!   own absence. A leader that slept past the point where its followers would depose it
+//!   stands by for one deadline ([`Standby::Woke`]), committing nothing, in case it was; if
+//!   nobody took its place, it re-announces the step in flight and leads on.
 //! - Duplicate, late, early-beyond-one-step and outsider messages are ignored and counted.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,6 +112,19 @@ pub enum Input {
     PushCheckpoint { bytes: Vec<u8> },
     /// The user removes `peer` from the run (leader only): it is told why and stays out.
     Kick { peer: PeerId, why: String },
+}
+
+/// Why a node stands by: it leads, computes and applies nothing, keeps its state, and waits to
+/// be resumed by a leader of its run (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Standby {
+    /// Its roster would lack a quorum of the base.
+    QuorumLost,
+    /// It led, and `by` took its place (told with -13).
+    Deposed { by: PeerId },
+    /// It led, and woke from a sleep its followers may have deposed it for: it waits for word
+    /// until `until_ms`, then leads on.
+    Woke { until_ms: u64 },
 }
 
 /// What the session asks the adapter to do, in order.
@@ -203,6 +235,38 @@ pub enum Event {
     Removed {
         step: u32,
         why: String,
+    },
+    /// This node's roster would lack a quorum of `base` (it could reach only `have`): it stands
+    /// by at `step` steps applied — the last of them possibly not the run's — until a leader of
+    /// the run resumes it.
+    QuorumLost {
+        step: u32,
+        have: Vec<PeerId>,
+        base: Vec<PeerId>,
+    },
+    /// (Follower) nothing came from `leader` for `silent_ms` during `step`: it is deposed, and
+    /// the successor is chosen without it.
+    LeaderDeposed {
+        leader: PeerId,
+        step: u32,
+        silent_ms: u64,
+    },
+    /// (The old leader) `by` took this node's place while it was silent; it stands by, at
+    /// `step` steps applied — the last of them possibly not the run's — until `by` resumes it.
+    Deposed {
+        by: PeerId,
+        step: u32,
+        why: String,
+    },
+    /// No tick for `ms`: this node was suspended or starved (its timers skip the gap).
+    Slept {
+        ms: u64,
+    },
+    /// `peer` said it is quitting: the quorum no longer counts it.
+    PeerLeaving(PeerId),
+    /// A leader that stood by after a sleep heard of no successor: it leads on from `step`.
+    LeadsOn {
+        step: u32,
     },
 }
 
@@ -458,6 +522,30 @@ pub struct Session {
     dropped_in_step: bool,
     /// The last roster announced or received, for choosing a successor.
     last_roster: Vec<PeerId>,
+    /// The final roster of the last step applied here: the quorum's base.
+    base: Vec<PeerId>,
+    /// Members that said they are leaving: the quorum does not count them.
+    leaving: BTreeSet<PeerId>,
+    /// Leaders deposed for silence: no successor is chosen among them while they stay silent.
+    deposed: BTreeSet<PeerId>,
+    /// Why this node stands by, if it does.
+    standby: Option<Standby>,
+    /// (Follower) when anything last came from the leader.
+    leader_heard_ms: u64,
+    /// The last tick's `now`: a long gap since then means this node slept.
+    last_tick_ms: Option<u64>,
+    /// (Standing by) when this node last showed the members it is alive.
+    shown_life_ms: u64,
+    /// Members that said they stand by, with the steps each holds (until they send a step).
+    standing_by: BTreeMap<PeerId, u32>,
+    /// Whom each member said it follows (`-17`): a leader's quorum counts its own followers.
+    follows: BTreeMap<PeerId, PeerId>,
+    /// (A new leader) since when it waits for the members to follow it, and the step it will
+    /// announce once a quorum does.
+    claim: Option<(u64, u32, Vec<PeerId>)>,
+    /// (Leader) when it last said `-17` to everyone: while it waits on the network it says so
+    /// every quarter deadline, so its followers can tell a slow step from a hung leader.
+    heartbeat_ms: u64,
     /// The checkpoint push this node's state descends from.
     epoch: Epoch,
     /// Each member's epoch, as it last announced it.
@@ -500,6 +588,17 @@ impl Session {
             removed: false,
             dropped_in_step: false,
             last_roster: Vec::new(),
+            base: Vec::new(),
+            leaving: BTreeSet::new(),
+            deposed: BTreeSet::new(),
+            standby: None,
+            leader_heard_ms: 0,
+            last_tick_ms: None,
+            shown_life_ms: 0,
+            standing_by: BTreeMap::new(),
+            follows: BTreeMap::new(),
+            claim: None,
+            heartbeat_ms: 0,
             epoch: Epoch::default(),
             peer_epochs: BTreeMap::new(),
             held: Vec::new(),
@@ -546,6 +645,11 @@ impl Session {
         self.finished
     }
 
+    /// Why this node stands by (leads, computes and applies nothing), if it does.
+    pub fn standby(&self) -> Option<&Standby> {
+        self.standby.as_ref()
+    }
+
     /// The checkpoint push this node's state descends from.
     pub fn epoch(&self) -> Epoch {
         self.epoch
@@ -563,6 +667,10 @@ impl Session {
             Input::Disconnected(peer) => self.on_disconnected(peer),
             Input::Received { from, message } => {
                 if self.members.contains(&from) {
+                    // A standing-by leader still shows life (epochs): that is not leading.
+                    if self.leader == Some(from) && !matches!(message, Message::Epoch(_)) {
+                        self.leader_heard_ms = self.now_ms;
+                    }
                     self.on_message(from, message);
                 } else {
                     self.ignore(from, "a message from a peer that is not connected");
@@ -618,7 +726,148 @@ impl Session {
     }
 
     fn active(&self) -> bool {
-        self.run.is_some() && self.stopped.is_none() && !self.finished && self.pending.is_none()
+        self.run.is_some()
+            && self.stopped.is_none()
+            && !self.finished
+            && self.pending.is_none()
+            && self.standby.is_none()
+    }
+
+    /// Whether a run is going here that this node is not out of (it may stand by).
+    fn in_run(&self) -> bool {
+        self.run.is_some() && self.stopped.is_none() && !self.finished
+    }
+
+    // ---- quorum ----
+
+    /// The members whose majority a roster needs: the base (or, before this node applied a
+    /// step, the roster in flight), less those that left on purpose or were kicked.
+    fn quorum_base(&self) -> Vec<PeerId> {
+        let base = if self.base.is_empty() { &self.last_roster } else { &self.base };
+        base.iter().copied().filter(|p| !self.leaving.contains(p) && !self.kicked.contains(p)).collect()
+    }
+
+    /// This node cannot reach a quorum with `have`: it stands by, keeping its state, and says so.
+    fn lose_quorum(&mut self, have: Vec<PeerId>) {
+        let base = self.quorum_base();
+        self.stand_by(Standby::QuorumLost);
+        self.leader = None;
+        self.event(Event::QuorumLost { step: self.applied, have, base });
+    }
+
+    /// Leads, computes and applies nothing from now until a resume (or, `Woke`, the deadline).
+    fn stand_by(&mut self, why: Standby) {
+        self.standby = Some(why);
+        self.claim = None;
+        self.collector = None;
+        self.commit = None;
+        self.early.clear();
+        self.synced.clear();
+        self.joiners.clear();
+        self.dropped.clear();
+        self.show_life();
+    }
+
+    /// Standing by: every member hears we are alive and stand by (a leader resumes us; its
+    /// followers know it stands by; other members standing by may regain a quorum with us).
+    fn show_life(&mut self) {
+        self.shown_life_ms = self.now_ms;
+        self.broadcast(&Message::StandingBy { applied: self.applied });
+    }
+
+    /// Every member hears whom we follow now (a leader names itself).
+    fn say_follow(&mut self) {
+        if let Some(leader) = self.leader {
+            self.broadcast(&Message::Follow { leader });
+        }
+    }
+
+    /// The members of `roster` that back us as leader: this node, and those we reach that
+    /// said they follow us. Only they count toward our quorum — a gradient is sent to every
+    /// member, so a member that follows another leader may be in two rosters at once.
+    fn backers(&self, roster: &[PeerId]) -> Vec<PeerId> {
+        let me = self.config.me;
+        roster
+            .iter()
+            .copied()
+            .filter(|p| *p == me || (self.members.contains(p) && self.follows.get(p) == Some(&me)))
+            .collect()
+    }
+
+    /// Leader: whether the step in flight still has a quorum of backers (a member that
+    /// followed another, stood by or left may have taken it away); if not, stand by.
+    fn keep_quorum(&mut self) -> bool {
+        let Some(collector) = &self.collector else { return true };
+        let last = self.run.as_ref().is_some_and(|r| collector.step > r.syncs());
+        let backers = self.backers(collector.roster());
+        if last || self.claim.is_some() || has_quorum(&self.quorum_base(), &backers) {
+            return true;
+        }
+        self.lose_quorum(backers);
+        false
+    }
+
+    /// `from` follows `leader` from now on.
+    fn on_follow(&mut self, from: PeerId, leader: PeerId) {
+        self.follows.insert(from, leader);
+        if !self.in_run() || self.pending.is_some() || self.standby.is_some() {
+            return;
+        }
+        let me = self.config.me;
+        if self.is_leader() {
+            if let Some((_, step, roster)) = self.claim.clone() {
+                if leader == me {
+                    // One more backer for the step we wait to announce.
+                    self.announce(step, roster);
+                }
+            } else if leader != me {
+                self.keep_quorum();
+            }
+        } else if leader == from && self.leader != Some(from) && self.succeeds_our_leader(from) {
+            // Our successor says it leads: it deposed our leader before we did.
+            let old = self.leader.expect("a successor succeeds someone");
+            let silent_ms = self.now_ms.saturating_sub(self.leader_heard_ms);
+            let step = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
+            self.deposed.insert(old);
+            self.event(Event::LeaderDeposed { leader: old, step, silent_ms });
+            self.follow(from);
+        }
+    }
+
+    /// `from` stands by, holding `applied` steps.
+    fn on_standing_by(&mut self, from: PeerId, applied: u32) {
+        self.standing_by.insert(from, applied);
+        self.follows.remove(&from);
+        let running = self.run.is_some() && self.stopped.is_none();
+        if !running || self.pending.is_some() || self.kicked.contains(&from) {
+            return;
+        }
+        if self.finished && self.is_leader() {
+            // The run ended while it stood by: resume it to the end, and say the end again.
+            self.send(from, run_config_message(&self.run.expect("a run is going")));
+            self.out.push(Output::SendSnapshot { to: from });
+            self.synced.insert(from);
+            self.final_repeats = 0;
+            self.last_repair_ms = None;
+            return;
+        }
+        if self.is_leader() && self.standby.is_none() {
+            // A member we hold in step may have said so before our resume reached it (the
+            // channel is ordered, our resume is behind it): the deadline settles a real one.
+            if !self.synced.contains(&from) && !self.joiners.contains(&from) {
+                self.dropped.remove(&from);
+                self.joiners.insert(from);
+                self.event(Event::Readmitted(from));
+            }
+        } else if self.leader == Some(from) && !self.is_leader() && self.standby.is_none() {
+            // Our leader stands by: it has no quorum where it is (or was deposed). So do we —
+            // our last step may be its tentative one — until a leader of the run resumes us.
+            let here = self.quorum_base().into_iter().filter(|p| *p == self.config.me || self.members.contains(p));
+            let here = here.collect();
+            self.lose_quorum(here);
+        } else if self.is_leader() && self.standby.is_none() {
+            self.keep_quorum();
+        }
     }
 
     // ---- membership ----
@@ -627,9 +876,15 @@ impl Session {
         if peer == self.config.me || !self.members.insert(peer) {
             return;
         }
+        self.leaving.remove(&peer);
+        self.deposed.remove(&peer);
         self.event(Event::PeerJoined(peer));
-        // Before anything else on this channel: which push our messages follow.
+        // Before anything else on this channel: which push our messages follow, and whom we
+        // follow.
         self.send(peer, Message::Epoch(self.epoch));
+        if let Some(leader) = self.leader.filter(|_| self.in_run() && self.standby.is_none()) {
+            self.send(peer, Message::Follow { leader });
+        }
         if self.is_leader() && !self.finished && self.stopped.is_none() && !self.kicked.contains(&peer) {
             if let Some(settings) = self.run {
                 self.send(peer, run_config_message(&settings));
@@ -649,42 +904,88 @@ impl Session {
         self.early.remove(&peer);
         self.peer_epochs.remove(&peer);
         self.held.retain(|(from, _, _)| *from != peer);
-        if self.run.is_none() || self.stopped.is_some() || self.finished {
+        self.deposed.remove(&peer);
+        self.standing_by.remove(&peer);
+        self.follows.remove(&peer);
+        if !self.in_run() {
             return;
         }
-        if self.leader == Some(peer) && self.last_roster.is_empty() {
+        if self.standby.is_some() {
+            // Standing by: whoever we were about to follow is gone; wait for another.
+            if self.leader == Some(peer) {
+                self.leader = None;
+            }
+        } else if self.leader == Some(peer) && self.last_roster.is_empty() {
             // Never in step (a joiner awaiting its resume): wait for the new leader's config.
             self.leader = None;
             self.event(Event::Problem(Problem::LeaderLeftBeforeInStep));
         } else if self.leader == Some(peer) {
-            let mut candidates: Vec<PeerId> =
-                self.last_roster.iter().copied().filter(|p| self.members.contains(p)).collect();
-            candidates.push(self.config.me);
-            let successor = candidates.into_iter().min().expect("at least this node");
-            self.leader = Some(successor);
-            self.event(Event::Leader(successor));
-            if successor == self.config.me {
-                self.take_over();
-            }
+            self.succeed();
         } else if self.is_leader() {
             self.drop_from_inflight(peer);
+        }
+    }
+
+    /// Our leader is gone (or deposed): every node picks the same successor, the smallest id
+    /// among the members of the latest roster still here (and not deposed), and itself.
+    fn succeed(&mut self) {
+        let mut candidates: Vec<PeerId> = self
+            .last_roster
+            .iter()
+            .copied()
+            .filter(|p| self.members.contains(p) && !self.deposed.contains(p))
+            .collect();
+        candidates.push(self.config.me);
+        candidates.sort_unstable();
+        candidates.dedup();
+        let successor = candidates[0];
+        if !has_quorum(&self.quorum_base(), &candidates) {
+            // What is left of the roster here is a minority: nobody on this side may decide a
+            // step (every member here comes to the same verdict from the same roster).
+            self.lose_quorum(candidates);
+            return;
+        }
+        self.leader = Some(successor);
+        self.leader_heard_ms = self.now_ms;
+        self.event(Event::Leader(successor));
+        self.say_follow();
+        if successor == self.config.me {
+            // Our roster counts only members that follow us: wait for them (a deadline).
+            self.claim = Some((self.now_ms, self.applied + 1, Vec::new()));
+            self.take_over();
         }
     }
 
     /// This node just became leader: adopt the members of the latest roster as synced, settle
     /// a commit the old leader sent, and re-announce the in-flight step.
     fn take_over(&mut self) {
-        self.synced = self.last_roster.iter().copied().filter(|p| self.members.contains(p)).collect();
+        self.synced = self
+            .last_roster
+            .iter()
+            .copied()
+            .filter(|p| self.members.contains(p) && !self.deposed.contains(p))
+            .collect();
+        let step = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
+        // A leader we deposed is taken out of the run (it may return): told so, it stands by,
+        // shows life, and is resumed at a step boundary.
+        let deposed: Vec<PeerId> = self.deposed.iter().copied().filter(|p| self.members.contains(p)).collect();
+        for peer in deposed {
+            let why = "deposed: nothing came from it within the step deadline".to_string();
+            self.send(peer, Message::Removed { step, may_return: true, why });
+            self.dropped.insert(peer);
+        }
         // Members not in step (joiners the old leader had not resumed) hear from us and are
         // resumed at the next boundary.
         let settings = self.run.expect("a run is going");
-        let unsynced: Vec<PeerId> = self.members.iter().copied().filter(|p| !self.synced.contains(p)).collect();
+        let unsynced: Vec<PeerId> =
+            self.members.iter().copied().filter(|p| !self.synced.contains(p) && !self.dropped.contains(p)).collect();
         for peer in unsynced {
             self.send(peer, run_config_message(&settings));
             self.joiners.insert(peer);
         }
         let Some(collector) = &self.collector else { return };
-        let lost = collector.missing().iter().any(|p| *p != self.config.me && !self.members.contains(p));
+        let gone = |p: &PeerId| !self.members.contains(p) || self.deposed.contains(p);
+        let lost = collector.missing().iter().any(|p| *p != self.config.me && gone(p));
         if self.commit.is_some() && !lost {
             // The old leader committed `applied + 1` and every gradient it needs can still
             // arrive: finish it before announcing anything new.
@@ -699,7 +1000,7 @@ impl Session {
             .roster()
             .iter()
             .copied()
-            .filter(|p| *p == self.config.me || self.members.contains(p) || collector.get(*p).is_some())
+            .filter(|p| *p == self.config.me || !gone(p) || collector.get(*p).is_some())
             .collect();
         self.announce(step, roster);
     }
@@ -774,11 +1075,17 @@ impl Session {
         self.run = Some(settings);
         self.pending = Some(Pending::Configure);
         self.event(Event::RunStarted { leader: self.config.me, settings });
+        self.say_follow();
         self.out.push(Output::Configure(settings));
     }
 
     fn reset_run(&mut self) {
         self.applied = 0;
+        self.base.clear();
+        self.last_roster.clear();
+        self.leaving.clear();
+        self.deposed.clear();
+        self.standby = None;
         self.collector = None;
         self.commit = None;
         self.early.clear();
@@ -825,8 +1132,14 @@ impl Session {
         self.finished = false;
         self.stopped = None;
         self.removed = false;
+        self.standby = None;
+        self.base.clear();
+        self.leader_heard_ms = self.now_ms;
         match pending {
             Pending::Resume(epoch) => {
+                // What this node knew of rosters belongs to the state the resume replaced.
+                self.last_roster.clear();
+                self.deposed.clear();
                 self.enter_epoch(epoch);
                 self.event(Event::Resumed { step });
             }
@@ -911,22 +1224,47 @@ impl Session {
             self.announce(self.applied + 1, Vec::new());
             return;
         }
-        let joiners: Vec<PeerId> = std::mem::take(&mut self.joiners).into_iter().collect();
-        for peer in joiners {
-            if self.members.contains(&peer) {
-                self.out.push(Output::SendSnapshot { to: peer });
-                self.synced.insert(peer);
-            }
-        }
+        let settings = *settings;
+        let joiners: Vec<PeerId> =
+            std::mem::take(&mut self.joiners).into_iter().filter(|p| self.members.contains(p)).collect();
         let mut roster: Vec<PeerId> = self.synced.iter().copied().filter(|p| self.members.contains(p)).collect();
+        roster.extend(&joiners);
         roster.push(self.config.me);
         roster.sort_unstable();
+        roster.dedup();
+        if !has_quorum(&self.quorum_base(), &roster) {
+            // Checked before any joiner is resumed into a step that cannot commit.
+            self.lose_quorum(roster);
+            return;
+        }
+        for peer in joiners {
+            // The config first: a member standing by follows whoever sends it, then takes the
+            // resume from it.
+            self.send(peer, run_config_message(&settings));
+            self.out.push(Output::SendSnapshot { to: peer });
+            self.synced.insert(peer);
+        }
         self.announce(self.applied + 1, roster);
     }
 
     /// Leader: send a roster to every member in step with the run (a joiner gets its first
     /// roster right after its resume) and act on it locally.
     fn announce(&mut self, step: u32, roster: Vec<PeerId>) {
+        let last = self.run.as_ref().is_some_and(|r| step > r.syncs());
+        // Counted over our backers: a gradient held from a member that is gone, or that
+        // follows another leader, is summed, but that member does not back this roster.
+        let backers = self.backers(&roster);
+        if !last && !has_quorum(&self.quorum_base(), &backers) {
+            if self.claim.is_some() {
+                // Newly leading: the members may not have heard yet; wait (a deadline at most).
+                let since = self.claim.as_ref().map_or(self.now_ms, |c| c.0);
+                self.claim = Some((since, step, roster));
+            } else {
+                self.lose_quorum(backers);
+            }
+            return;
+        }
+        self.claim = None;
         let targets: Vec<PeerId> = self.synced.iter().copied().filter(|p| self.members.contains(p)).collect();
         for to in targets {
             self.send(to, Message::Roster { step, peers: roster.clone() });
@@ -960,6 +1298,8 @@ impl Session {
         }
         match &mut self.collector {
             Some(c) if c.step == step => {
+                // A revised step waited on someone: its time says nothing of how long steps take.
+                self.dropped_in_step |= c.roster() != peers.as_slice();
                 c.revise(peers);
                 // A repeated roster means the leader still misses someone; if that could be
                 // us, say our gradient again.
@@ -993,7 +1333,7 @@ impl Session {
     }
 
     fn on_computed(&mut self, gradient: Gradient) {
-        if !self.active() || self.removed {
+        if !(self.active() || self.woke()) || self.removed {
             return;
         }
         let Some(collector) = &self.collector else { return };
@@ -1077,6 +1417,10 @@ impl Session {
         if !self.active() || self.collector.as_ref().is_none_or(|c| !c.is_complete()) {
             return;
         }
+        // Our backers at the moment of commit, not only at the announce.
+        if !self.keep_quorum() {
+            return;
+        }
         if self.apply_collected() {
             self.next_step();
         }
@@ -1125,14 +1469,17 @@ impl Session {
         let loss = collector.mean_loss().unwrap_or(f32::NAN);
         let peers = collector.roster().len();
         let step = collector.step;
+        self.base = collector.roster().to_vec();
+        // Every node times its steps: the leader for its deadline, followers for how long a
+        // silent leader may be silent.
+        if !std::mem::take(&mut self.dropped_in_step) {
+            self.step_times.push_back(self.now_ms.saturating_sub(self.collector_since_ms));
+            if self.step_times.len() > TIMED_STEPS {
+                self.step_times.pop_front();
+            }
+        }
         if self.is_leader() {
             self.repairs.retain(collector);
-            if !std::mem::take(&mut self.dropped_in_step) {
-                self.step_times.push_back(self.now_ms.saturating_sub(self.collector_since_ms));
-                if self.step_times.len() > TIMED_STEPS {
-                    self.step_times.pop_front();
-                }
-            }
         }
         // A step that needed repairs says how long repairs take, not the link: not counted
         // (counting it would stretch the next waits, and so the next repairs, ever further).
@@ -1161,12 +1508,42 @@ impl Session {
     // ---- repair ----
 
     fn on_tick(&mut self) {
+        let gap = self.last_tick_ms.map_or(0, |t| self.now_ms.saturating_sub(t));
+        self.last_tick_ms = Some(self.now_ms);
+        if self.in_run() && gap > self.deadline_ms() / 2 {
+            self.slept(gap);
+        }
         if self.finished && self.is_leader() && self.stopped.is_none() {
             self.repeat_final_commit();
             return;
         }
+        if let Some(standby) = self.standby.clone() {
+            if self.in_run() && self.pending.is_none() {
+                self.standby_tick(standby);
+            }
+            return;
+        }
         if !self.active() {
             return;
+        }
+        let me = self.config.me;
+        let waiting_on_others =
+            self.collector.as_ref().is_none_or(|c| !c.roster().contains(&me) || c.get(me).is_some());
+        if self.is_leader()
+            && waiting_on_others
+            && self.now_ms.saturating_sub(self.heartbeat_ms) >= self.deadline_ms() / 4
+        {
+            // Not while computing: a leader whose own compute hangs is silent, and deposed.
+            self.heartbeat_ms = self.now_ms;
+            self.broadcast(&Message::Follow { leader: me });
+        }
+        if let Some((since, _, roster)) = self.claim.clone() {
+            if self.is_leader() && self.now_ms.saturating_sub(since) >= self.deadline_ms() {
+                // A deadline newly leading, and too few follow us: we are a minority.
+                let backers = self.backers(&roster);
+                self.lose_quorum(backers);
+                return;
+            }
         }
         let Some(collector) = &self.collector else { return };
         let waited = self.now_ms.saturating_sub(self.collector_since_ms);
@@ -1178,6 +1555,23 @@ impl Session {
                 self.dropped_in_step = true;
                 self.drop_members(&silent, DropReason::Deadline { step, deadline_ms: deadline });
                 return;
+            }
+        }
+        let Some(collector) = &self.collector else { return };
+        let me = self.config.me;
+        if let Some(leader) = self.leader.filter(|l| *l != me) {
+            // Our contribution is out and the leader says nothing: past 1.5 × the deadline (the
+            // leader itself waits one deadline for a late member, then says so) it is deposed.
+            if collector.roster().contains(&me) && collector.get(me).is_some() {
+                let since = self.leader_heard_ms.max(self.own_ready_ms.unwrap_or(self.collector_since_ms));
+                let silent_ms = self.now_ms.saturating_sub(since);
+                if silent_ms >= self.depose_after_ms() {
+                    let step = collector.step;
+                    self.deposed.insert(leader);
+                    self.event(Event::LeaderDeposed { leader, step, silent_ms });
+                    self.succeed();
+                    return;
+                }
             }
         }
         let Some(collector) = &self.collector else { return };
@@ -1209,6 +1603,113 @@ impl Session {
         if waited >= self.repair_after_ms() && !collector.is_complete() {
             self.request_repairs();
         }
+    }
+
+    /// How long a follower lets its leader be silent, once its own contribution is out, before
+    /// it deposes it: 1.5 × the step deadline.
+    pub fn depose_after_ms(&self) -> u64 {
+        let deadline = self.deadline_ms();
+        deadline.saturating_add(deadline / 2)
+    }
+
+    /// No tick came for `gap` ms: this node was suspended or starved. The gap was ours, not our
+    /// peers': every wait restarts where it stood. A leader gone longer than its followers
+    /// wait before deposing it stands by for a deadline, in case they did.
+    fn slept(&mut self, gap: u64) {
+        self.event(Event::Slept { ms: gap });
+        self.collector_since_ms = self.collector_since_ms.saturating_add(gap);
+        self.own_ready_ms = self.own_ready_ms.map(|t| t.saturating_add(gap));
+        self.leader_heard_ms = self.leader_heard_ms.saturating_add(gap);
+        self.last_repair_ms = self.last_repair_ms.map(|t| t.saturating_add(gap));
+        self.shown_life_ms = self.shown_life_ms.saturating_add(gap);
+        if self.is_leader() && self.active() && gap >= self.depose_after_ms() {
+            // Not `stand_by`: the step in flight is kept, to go on with if nobody took over.
+            self.standby = Some(Standby::Woke { until_ms: self.now_ms.saturating_add(self.deadline_ms()) });
+            self.broadcast(&Message::Epoch(self.epoch));
+        }
+    }
+
+    /// Standing by, as time passes: a woken leader that heard of no successor leads on; the
+    /// others show life every deadline (a leader that dropped them meanwhile readmits them).
+    fn standby_tick(&mut self, standby: Standby) {
+        match standby {
+            Standby::Woke { until_ms } if self.now_ms >= until_ms => {
+                let me = self.config.me;
+                let Some((step, roster)) = self.collector.as_ref().map(|c| {
+                    let here = c.roster().iter().copied().filter(|p| *p == me || self.members.contains(p));
+                    (c.step, here.collect::<Vec<_>>())
+                }) else {
+                    self.standby = None;
+                    return;
+                };
+                if !has_quorum(&self.quorum_base(), &roster) {
+                    // Our links died while we slept: too few are left to lead.
+                    self.lose_quorum(roster);
+                    return;
+                }
+                self.standby = None;
+                self.event(Event::LeadsOn { step });
+                // Followers that missed the step's roster hear it again (and say their
+                // contributions again); then it completes as usual.
+                self.announce(step, roster);
+                self.leader_try_complete();
+            }
+            Standby::Woke { .. } => {}
+            Standby::QuorumLost | Standby::Deposed { .. } => {
+                if self.now_ms.saturating_sub(self.shown_life_ms) >= self.deadline_ms() {
+                    if standby == Standby::QuorumLost && self.leader.is_none() {
+                        // A deadline of standing by, and nobody sent us the run: maybe the
+                        // members here are a quorum again and nobody leads them.
+                        if self.regain() {
+                            return;
+                        }
+                    }
+                    self.show_life();
+                }
+            }
+        }
+    }
+
+    /// Standing by without a quorum, and nobody leads us: if the members that say they stand
+    /// by are, with us, a quorum of our base again, the one of them holding the most steps
+    /// (then the smallest id) leads, resuming the others from its state (theirs may be a
+    /// commit behind). Whether we took the lead.
+    fn regain(&mut self) -> bool {
+        let me = self.config.me;
+        // Only once every member of the base we reach said it stands by: then nobody here
+        // leads, and each of us, knowing the same, picks the same one.
+        let base = self.quorum_base();
+        if base.iter().any(|p| *p != me && self.members.contains(p) && !self.standing_by.contains_key(p)) {
+            return false;
+        }
+        let mut here: Vec<(PeerId, u32)> = self
+            .standing_by
+            .iter()
+            .filter(|(p, _)| self.members.contains(p) && !self.kicked.contains(p))
+            .map(|(p, applied)| (*p, *applied))
+            .collect();
+        here.push((me, self.applied));
+        let ids: Vec<PeerId> = here.iter().map(|(p, _)| *p).collect();
+        let first = here.iter().max_by_key(|(p, applied)| (*applied, std::cmp::Reverse(*p))).map(|(p, _)| *p);
+        if first != Some(me) || !has_quorum(&self.quorum_base(), &ids) {
+            return false;
+        }
+        self.standby = None;
+        self.leader = Some(me);
+        self.event(Event::Leader(me));
+        self.event(Event::LeadsOn { step: self.applied + 1 });
+        self.say_follow();
+        // Those we resume follow us once they have our config: wait for them (a deadline).
+        self.claim = Some((self.now_ms, self.applied + 1, Vec::new()));
+        self.synced.clear();
+        self.joiners = self.members.iter().copied().filter(|p| !self.kicked.contains(p)).collect();
+        self.next_step();
+        true
+    }
+
+    /// A woken leader still standing by after its sleep: it collects, but commits nothing.
+    fn woke(&self) -> bool {
+        matches!(self.standby, Some(Standby::Woke { .. }))
     }
 
     /// How long the network part of a step may take before repairs start: the configured
@@ -1291,6 +1792,12 @@ impl Session {
                 | Message::RepairRequest { .. }
                 | Message::RepairResponse { .. }
         );
+        if matches!(
+            message,
+            Message::Roster { .. } | Message::Gradient(_) | Message::RunConfig { .. } | Message::Resume(_)
+        ) {
+            self.standing_by.remove(&from);
+        }
         if self.is_leader() && self.dropped.remove(&from) {
             // A dropped member is alive after all: back at the next step boundary.
             self.joiners.insert(from);
@@ -1335,6 +1842,13 @@ impl Session {
                 }
             }
             Message::Removed { step, may_return, why } => {
+                if self.woke() && self.in_run() {
+                    // We led, slept, and `from` took our place: follow it until it resumes us.
+                    // (A leader that did not sleep takes no one's word for having been silent.)
+                    self.event(Event::Deposed { by: from, step: self.applied, why: why.clone() });
+                    self.stand_by(Standby::Deposed { by: from });
+                    self.follow(from);
+                }
                 if self.leader != Some(from) || self.is_leader() {
                     self.ignore(from, "a removal from a peer that is not the leader");
                 } else {
@@ -1351,11 +1865,27 @@ impl Session {
                     self.event(Event::Removed { step, why });
                 }
             }
+            Message::Leaving => {
+                self.follows.remove(&from);
+                self.leaving.insert(from);
+                self.event(Event::PeerLeaving(from));
+            }
+            Message::StandingBy { applied } => self.on_standing_by(from, applied),
+            Message::Follow { leader } => self.on_follow(from, leader),
             Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),
             Message::PeerInfo { .. } | Message::Ping { .. } | Message::Pong { .. } => {
                 self.ignore(from, "a link message (the adapter handles them)")
             }
             Message::Roster { step, peers } => {
+                let current = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
+                if self.leader != Some(from) && !self.is_leader() && step >= current && self.succeeds_our_leader(from) {
+                    // Our successor deposed the leader before we did: the same verdict, sooner.
+                    let leader = self.leader.expect("a successor succeeds someone");
+                    let silent_ms = self.now_ms.saturating_sub(self.leader_heard_ms);
+                    self.deposed.insert(leader);
+                    self.event(Event::LeaderDeposed { leader, step, silent_ms });
+                    self.follow(from);
+                }
                 if self.leader != Some(from) || self.is_leader() {
                     self.ignore(from, "a roster from a peer that is not the leader");
                 } else if self.active() {
@@ -1363,7 +1893,7 @@ impl Session {
                 }
             }
             Message::Gradient(gradient) => {
-                if self.active() {
+                if self.active() || self.woke() {
                     self.offer(from, gradient);
                     self.after_offer();
                 }
@@ -1391,6 +1921,40 @@ impl Session {
         }
     }
 
+    /// Whether `peer` is who would lead if our leader were deposed: the smallest id of the
+    /// latest roster still here, less the leader and anyone deposed (and, following, this
+    /// node). A roster from it means it deposed our leader.
+    fn succeeds_our_leader(&self, peer: PeerId) -> bool {
+        let Some(leader) = self.leader else { return false };
+        if !self.active() || leader == peer {
+            return false;
+        }
+        // A leader we heard from lately is not replaced on another's word (a stale claim from
+        // a minority that rejoined); one silent for half a deadline may have been.
+        if leader != self.config.me && self.now_ms.saturating_sub(self.leader_heard_ms) < self.deadline_ms() / 2 {
+            return false;
+        }
+        let me = self.config.me;
+        let mut candidates: Vec<PeerId> = self
+            .last_roster
+            .iter()
+            .copied()
+            .filter(|p| *p != leader && self.members.contains(p) && !self.deposed.contains(p))
+            .collect();
+        if leader != me {
+            candidates.push(me);
+        }
+        candidates.into_iter().min() == Some(peer)
+    }
+
+    /// `leader` leads the run from now on (as this node sees it).
+    fn follow(&mut self, leader: PeerId) {
+        self.leader = Some(leader);
+        self.leader_heard_ms = self.now_ms;
+        self.event(Event::Leader(leader));
+        self.say_follow();
+    }
+
     fn on_run_config(&mut self, from: PeerId, protocol: u32, settings: RunConfig) {
         if protocol != MESH_PROTOCOL_VERSION {
             self.ignore(
@@ -1400,10 +1964,17 @@ impl Session {
             return;
         }
         if self.run.is_some() && !self.finished && self.stopped.is_none() {
-            if self.leader.is_none() && self.run.as_ref() == Some(&settings) {
-                // Our leader left before resuming us; this is its successor.
-                self.leader = Some(from);
-                self.event(Event::Leader(from));
+            let same = self.run.as_ref() == Some(&settings);
+            if same && self.woke() {
+                // We led, slept, and `from` leads the run now: follow it until it resumes us.
+                let why = "another member leads the run".to_string();
+                self.event(Event::Deposed { by: from, step: self.applied, why });
+                self.stand_by(Standby::Deposed { by: from });
+                self.follow(from);
+            } else if self.leader.is_none() && same {
+                // Our leader left before resuming us (or we stand by without a quorum): this
+                // is the run's leader now; it resumes us at its next step boundary.
+                self.follow(from);
             } else if self.run.as_ref() != Some(&settings) || self.leader != Some(from) {
                 self.ignore(from, "a second run config while a run is going");
             }
@@ -1417,8 +1988,18 @@ impl Session {
         self.run = Some(settings);
         self.pending = Some(Pending::Configure);
         self.event(Event::RunStarted { leader: from, settings });
+        self.say_follow();
         self.out.push(Output::Configure(settings));
     }
+}
+
+/// Whether `roster` holds a quorum of `base`: more than half of it, or exactly half with the
+/// base's smallest id (so of two halves that cannot reach each other, one goes on). An empty
+/// base (a run's first step) needs nothing.
+pub fn has_quorum(base: &[PeerId], roster: &[PeerId]) -> bool {
+    let Some(smallest) = base.iter().min() else { return true };
+    let have = base.iter().filter(|p| roster.contains(p)).count();
+    2 * have > base.len() || (2 * have == base.len() && roster.contains(smallest))
 }
 
 /// The run config message for `run`, in this node's protocol.

@@ -19,6 +19,9 @@
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
 //! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` |
+//! | `-15` | leaving: nothing more (the sender quits on purpose: it no longer counts toward a quorum) |
+//! | `-17` | follow: `[u64 leader]` (the sender follows `leader` from now on; sent to every member on each change of leader and to each new channel — a leader names itself) |
+//! | `-16` | standing by: `[u32 applied]` (the sender leads and applies nothing until a leader of the run resumes it; `applied`: the steps it holds) |
 //!
 //! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step, 1
 //! outer)][u32 H][u8 compression (0 none, 1 int8)][f32 outer lr][f32 outer momentum]`. A
@@ -37,9 +40,10 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (6: pushes and resumes carry version 3
-/// checkpoints, which a version 5 node cannot read).
-pub const MESH_PROTOCOL_VERSION: u32 = 6;
+/// The mesh protocol version carried in the run config (7: rosters commit only with a quorum,
+/// counted over the members that follow the leader (`-17`), which a version 6 node would not
+/// respect; quitters say so with `-15`, nodes without a quorum with `-16`).
+pub const MESH_PROTOCOL_VERSION: u32 = 7;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -59,6 +63,9 @@ const PONG: i32 = -11;
 const EPOCH: i32 = -12;
 const REMOVED: i32 = -13;
 const PACKED_GRADIENT: i32 = -14;
+const LEAVING: i32 = -15;
+const STANDING_BY: i32 = -16;
+const FOLLOW: i32 = -17;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -159,6 +166,18 @@ pub enum Message {
     /// Every message the sender sends after this one comes from state of this epoch (sent
     /// when a channel opens and whenever the sender's epoch changes; channels are ordered).
     Epoch(Epoch),
+    /// The sender quits on purpose: the group's quorum no longer counts it.
+    Leaving,
+    /// The sender stands by (no quorum, or deposed) holding `applied` steps: it leads and
+    /// applies nothing until a leader of the run resumes it.
+    StandingBy {
+        applied: u32,
+    },
+    /// The sender follows `leader` from now on (a leader names itself): a leader counts toward
+    /// its quorum only the members that follow it.
+    Follow {
+        leader: PeerId,
+    },
 }
 
 /// Why bytes are not a message.
@@ -400,6 +419,15 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.push(u8::from(*may_return));
             put_text(&mut out, why);
         }
+        Message::Leaving => out.extend_from_slice(&LEAVING.to_le_bytes()),
+        Message::StandingBy { applied } => {
+            out.extend_from_slice(&STANDING_BY.to_le_bytes());
+            out.extend_from_slice(&applied.to_le_bytes());
+        }
+        Message::Follow { leader } => {
+            out.extend_from_slice(&FOLLOW.to_le_bytes());
+            out.extend_from_slice(&leader.to_le_bytes());
+        }
     }
     out
 }
@@ -485,6 +513,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             };
             Message::Removed { step, may_return, why: r.text()? }
         }
+        LEAVING => Message::Leaving,
+        STANDING_BY => Message::StandingBy { applied: r.u32()? },
+        FOLLOW => Message::Follow { leader: r.u64()? },
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;
@@ -633,6 +664,9 @@ mod tests {
             encode(&Message::Removed { step: 5, may_return: true, why: "ab".into() }),
             vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 2, 0, b'a', b'b']
         );
+        assert_eq!(encode(&Message::Leaving), vec![0xf1, 0xff, 0xff, 0xff]);
+        assert_eq!(encode(&Message::StandingBy { applied: 258 }), vec![0xf0, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
+        assert_eq!(encode(&Message::Follow { leader: 3 }), vec![0xef, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0]);
         // 127 and -1 in one block: e = 0, the block byte is 133 (0x85).
         let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), ..g.clone() };
         assert_eq!(
@@ -752,6 +786,9 @@ mod tests {
             Message::Pong { nonce: 0 },
             Message::Epoch(Epoch { count: u32::MAX, pusher: 7 }),
             Message::Removed { step: 9, may_return: false, why: "kicked".into() },
+            Message::Leaving,
+            Message::StandingBy { applied: 7 },
+            Message::Follow { leader: 9 },
         ];
         for m in messages {
             assert_eq!(decode(&encode(&m)).unwrap(), m);

@@ -109,6 +109,10 @@ struct Node {
     computing: VecDeque<Gradient>,
     /// Weight hash after each applied step.
     hashes: BTreeMap<u32, u32>,
+    /// Every step applied, in order, with its weight hash (a restore does not rewrite it).
+    log: Vec<(u32, u32)>,
+    /// Steps this node said were tentative: the last applied before it lost its quorum.
+    tentative: BTreeSet<u32>,
     events: Vec<Event>,
     /// Report this probe hash instead of the healthy one.
     phash: u32,
@@ -134,6 +138,8 @@ struct Net {
     deadline: StepDeadline,
     /// The sync settings of runs started here.
     sync: SyncConfig,
+    /// What a suspended node learns the moment it wakes (its links died while it slept).
+    on_wake: BTreeMap<PeerId, Vec<Input>>,
 }
 
 impl Net {
@@ -149,6 +155,7 @@ impl Net {
             hung: BTreeSet::new(),
             deadline: StepDeadline::default(),
             sync: SyncConfig::SEED,
+            on_wake: BTreeMap::new(),
         }
     }
 
@@ -163,6 +170,8 @@ impl Net {
             alive: true,
             computing: VecDeque::new(),
             hashes: BTreeMap::new(),
+            log: Vec::new(),
+            tentative: BTreeSet::new(),
             events: Vec::new(),
             phash: PHASH,
             poison: None,
@@ -185,6 +194,40 @@ impl Net {
         for other in self.live() {
             self.input(other, Input::Disconnected(id));
         }
+    }
+
+    /// Suspends `id` (as SIGSTOP does): it ticks, computes, sends and receives nothing.
+    fn hang(&mut self, id: PeerId) {
+        self.hung.insert(id);
+    }
+
+    /// Wakes `id`: its first tick sees the gap, then it learns what happened to its links.
+    fn wake(&mut self, id: PeerId) {
+        self.hung.remove(&id);
+        self.input(id, Input::Tick { now_ms: self.now_ms });
+        for input in self.on_wake.remove(&id).unwrap_or_default() {
+            self.input(id, input);
+        }
+    }
+
+    /// The links between `a` and `b` die (WebRTC gave up on them): what was in them is lost,
+    /// each side is told — a suspended side when it wakes.
+    fn sever(&mut self, a: PeerId, b: PeerId) {
+        self.links.remove(&(a, b));
+        self.links.remove(&(b, a));
+        for (me, other) in [(a, b), (b, a)] {
+            if self.hung.contains(&me) {
+                self.on_wake.entry(me).or_default().push(Input::Disconnected(other));
+            } else {
+                self.input(me, Input::Disconnected(other));
+            }
+        }
+    }
+
+    /// The links between `a` and `b` are open again (the mesh re-offered them).
+    fn reconnect(&mut self, a: PeerId, b: PeerId) {
+        self.input(a, Input::Connected(b));
+        self.input(b, Input::Connected(a));
     }
 
     /// Feeds one input and executes the outputs in order, as an adapter must.
@@ -241,6 +284,7 @@ impl Net {
                         node.toy.apply(&mean);
                         assert_eq!(node.toy.step, step, "node {id} applied step {step} out of order");
                         node.hashes.insert(step, node.toy.hash());
+                        node.log.push((step, node.toy.hash()));
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = node.toy.encode();
@@ -255,6 +299,7 @@ impl Net {
                             let step = toy.step;
                             node.toy = toy;
                             node.hashes.retain(|s, _| *s <= step);
+                            node.hashes.insert(step, node.toy.hash());
                             queue.push_front(Input::Restored { step, weights: LEN });
                         }
                         None => queue.push_front(Input::Failed {
@@ -262,7 +307,12 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
-                    Output::Event(event) => node.events.push(event),
+                    Output::Event(event) => {
+                        if let Event::QuorumLost { step, .. } | Event::Deposed { step, .. } = &event {
+                            node.tentative.insert(*step);
+                        }
+                        node.events.push(event)
+                    }
                 }
             }
         }
@@ -336,6 +386,16 @@ impl Net {
     }
 
     fn describe(&self) -> String {
+        if std::env::var_os("SIM_EVENTS").is_some() {
+            for (id, n) in &self.nodes {
+                eprintln!("node {id} events:");
+                for e in &n.events {
+                    if !matches!(e, Event::Ignored { .. } | Event::RepairRequested { .. }) {
+                        eprintln!("  {e:?}");
+                    }
+                }
+            }
+        }
         self.nodes
             .iter()
             .map(|(id, n)| {
@@ -989,4 +1049,371 @@ fn a_failed_compute_stops_the_node_and_says_why() {
     // Stopped, it contributes nothing to the next step.
     let later = session.handle(from_1(Message::Roster { step: 2, peers: vec![1, 2] }));
     assert!(!later.iter().any(|o| matches!(o, Output::Compute { .. })), "{later:?}");
+}
+
+#[test]
+fn a_quorum_is_a_majority_of_the_base_or_the_half_with_its_smallest_id() {
+    use lockstep_node::session::has_quorum;
+    assert!(has_quorum(&[], &[5]), "a run's first step needs nothing");
+    assert!(has_quorum(&[1, 2, 3], &[2, 3]));
+    assert!(!has_quorum(&[1, 2, 3], &[1]));
+    assert!(has_quorum(&[1, 2, 3, 4], &[1, 3]), "half, with the smallest id");
+    assert!(!has_quorum(&[1, 2, 3, 4], &[2, 4]), "the other half");
+    assert!(!has_quorum(&[1, 2, 3, 4], &[2, 4, 9]), "members outside the base do not count");
+    assert!(has_quorum(&[1, 2], &[1]) && !has_quorum(&[1, 2], &[2]));
+    assert!(has_quorum(&[3], &[3]) && !has_quorum(&[3], &[4]));
+}
+
+/// No two groups committed one step: every step applied anywhere, by any node at any time
+/// (restores do not erase what was applied), has one weight hash — except a node's last step
+/// before it said it lost its quorum or was deposed, which that event names as tentative (its
+/// commit may not have reached a quorum; the node is resumed from the run before it applies
+/// another).
+fn assert_one_group_per_step(net: &Net, what: &str) {
+    let mut by_step: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for node in net.nodes.values() {
+        for (step, hash) in node.log.iter().filter(|(step, _)| !node.tentative.contains(step)) {
+            by_step.entry(*step).or_default().insert(*hash);
+        }
+    }
+    let forked: Vec<_> = by_step.iter().filter(|(_, h)| h.len() > 1).collect();
+    assert!(forked.is_empty(), "{what}: two groups committed one step: {forked:?}\n{}", net.describe());
+}
+
+/// A network split into two halves that cannot reach each other: the half holding the smallest
+/// id of the last roster goes on, the other says it lost its quorum and commits nothing; when
+/// the cut heals, the standing half is resumed equal to the run.
+#[test]
+fn two_halves_that_cannot_reach_each_other_commit_on_one_side_only() {
+    for seed in 0..8 {
+        let mut net = Net::new(1200 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        // Which side leads depends on where the cut falls: node 1 is on the left or the right.
+        let (left, right): (Vec<PeerId>, Vec<PeerId>) =
+            if seed % 2 == 0 { (vec![1, 2], vec![3, 4]) } else { (vec![2, 4], vec![1, 3]) };
+        let (mut cut_at, mut healed) = (None, false);
+        let mut standing_top = 0;
+        net.run(400_000, |net, top| {
+            if top == 5 && cut_at.is_none() {
+                for a in &left {
+                    for b in &right {
+                        net.sever(*a, *b);
+                    }
+                }
+                cut_at = Some(net.now_ms);
+            }
+            let standing = if left.contains(&1) { &right } else { &left };
+            if cut_at.is_some() && !healed {
+                standing_top = standing.iter().map(|id| net.nodes[id].session.applied()).max().unwrap();
+            }
+            // Healed once the going half is well past the cut.
+            if cut_at.is_some() && top >= 20 && !healed {
+                for a in &left {
+                    for b in &right {
+                        net.reconnect(*a, *b);
+                    }
+                }
+                healed = true;
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        let standing: &[PeerId] = if left.contains(&1) { &right } else { &left };
+        let going = if left.contains(&1) { &left } else { &right };
+        // The standing half's would-be leader says it has no quorum, or — the run's leader
+        // reaching it first — that it was replaced (its followers stand by with it, or follow
+        // the run's leader once they reach it); all are resumed.
+        let first = standing.iter().min().unwrap();
+        let says =
+            net.nodes[first].events.iter().any(|e| matches!(e, Event::QuorumLost { .. } | Event::Deposed { .. }));
+        assert!(says, "seed {seed}: node {first} says it lost its quorum\n{}", net.describe());
+        for id in standing {
+            let events = &net.nodes[id].events;
+            assert!(events.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}: node {id} was resumed");
+        }
+        // While cut, the standing half applied at most the step the cut fell in.
+        assert!(standing_top <= 6, "seed {seed}: the minority went on to step {standing_top}");
+        for id in going {
+            let lost = net.nodes[id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. }));
+            assert!(!lost, "seed {seed}: node {id}\n{}", net.describe());
+        }
+        for id in [1, 2, 3, 4] {
+            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}: node {id}");
+        }
+    }
+}
+
+/// A follower suspended past the life of its links (a lid closed for a minute): the group drops
+/// it at the deadline and goes on; when it wakes it sees every peer leave, which leaves it a
+/// minority of its last roster: it says so, commits nothing alone, and is resumed equal to the
+/// group once the mesh re-offers its links.
+#[test]
+fn a_follower_asleep_past_its_links_stands_by_and_is_resumed_equal() {
+    for seed in 0..8 {
+        let mut net = Net::new(1300 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        let (mut hung_at, mut severed, mut woke, mut back) = (None, false, None, false);
+        let mut alone_top = 0;
+        net.run(400_000, |net, top| {
+            if top == 4 && hung_at.is_none() {
+                net.hang(3);
+                hung_at = Some(net.now_ms);
+            }
+            // The group dropped it at the deadline and went on; then its links die.
+            if hung_at.is_some() && top >= 8 && !severed {
+                net.sever(3, 1);
+                net.sever(3, 2);
+                severed = true;
+            }
+            if top >= 12 && severed && woke.is_none() {
+                net.wake(3);
+                woke = Some(net.now_ms);
+                alone_top = net.nodes[&3].session.applied();
+            }
+            if let Some(t) = woke {
+                if !back {
+                    alone_top = alone_top.max(net.nodes[&3].session.applied());
+                }
+                // Woken, alone for a second (the mesh re-offers links after 1 s and more).
+                if net.now_ms > t + 1_000 && !back {
+                    net.reconnect(3, 1);
+                    net.reconnect(3, 2);
+                    back = true;
+                }
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        let events = &net.nodes[&3].events;
+        assert!(events.iter().any(|e| matches!(e, Event::Slept { .. })), "seed {seed}: {events:?}");
+        let lost = events.iter().find_map(|e| match e {
+            Event::QuorumLost { have, base, .. } => Some((have.clone(), base.clone())),
+            _ => None,
+        });
+        assert_eq!(lost, Some((vec![3], vec![1, 2, 3])), "seed {seed}");
+        assert!(alone_top <= 5, "seed {seed}: alone, node 3 applied up to step {alone_top}");
+        assert!(events.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}");
+        assert!(!events.iter().any(|e| matches!(e, Event::Leader(3))), "seed {seed}: node 3 never leads");
+        for id in [1, 2, 3] {
+            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+        }
+        assert_eq!(net.nodes[&3].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}");
+    }
+}
+
+/// A leader hung (connected, sending nothing) is deposed by its followers within 2 × the step
+/// deadline; the next smallest id leads on, takes the old leader out of the run, and resumes
+/// it when it wakes — equal to the group, having committed nothing of its own.
+#[test]
+fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
+    for (seed, links_die) in (0..10).map(|s| (s, s % 2 == 1)) {
+        let mut net = Net::new(1400 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        let (mut hung_at, mut deadline, mut woke, mut back) = (None, 0, None, false);
+        net.run(400_000, |net, top| {
+            if top == 4 && hung_at.is_none() {
+                deadline = net.nodes[&2].session.deadline_ms();
+                net.hang(1);
+                hung_at = Some(net.now_ms);
+            }
+            if hung_at.is_some_and(|t| net.now_ms > t + 3_000) && woke.is_none() {
+                if links_die {
+                    for id in [2, 3, 4] {
+                        net.sever(1, id);
+                    }
+                }
+                net.wake(1);
+                woke = Some(net.now_ms);
+            }
+            if links_die && woke.is_some_and(|t| net.now_ms > t + 1_500) && !back {
+                for id in [2, 3, 4] {
+                    net.reconnect(1, id);
+                }
+                back = true;
+            }
+        });
+        let what = format!("seed {seed}, links die {links_die}");
+        assert_one_group_per_step(&net, &what);
+        let hung_at = hung_at.unwrap();
+        for id in [2, 3, 4] {
+            let deposed_at =
+                net.nodes[&id].events.iter().position(|e| matches!(e, Event::LeaderDeposed { leader: 1, .. }));
+            assert!(deposed_at.is_some(), "{what}: node {id} deposed the leader\n{}", net.describe());
+        }
+        // The deposition's own account of the silence: within 2 × the deadline of the hang.
+        let silent = net.nodes[&2].events.iter().find_map(|e| match e {
+            Event::LeaderDeposed { silent_ms, .. } => Some(*silent_ms),
+            _ => None,
+        });
+        assert!(silent.is_some_and(|s| s <= 2 * deadline), "{what}: silent {silent:?} against deadline {deadline}");
+        let _ = hung_at;
+        let old = &net.nodes[&1].events;
+        if links_die {
+            assert!(old.iter().any(|e| matches!(e, Event::QuorumLost { .. })), "{what}: {old:?}");
+        } else {
+            assert!(old.iter().any(|e| matches!(e, Event::Deposed { by: 2, .. })), "{what}: {old:?}");
+        }
+        assert!(old.iter().any(|e| matches!(e, Event::Resumed { .. })), "{what}");
+        assert!(!old.iter().any(|e| matches!(e, Event::LeadsOn { .. })), "{what}");
+        for id in [1, 2, 3, 4] {
+            assert!(net.nodes[&id].session.finished(), "{what}: node {id}\n{}", net.describe());
+            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&2].hashes.get(&200), "{what}: node {id}");
+        }
+    }
+}
+
+/// A leader that slept briefly (less than its followers wait before deposing it) says so and
+/// leads on: nobody is deposed, nothing is dropped for the gap.
+#[test]
+fn a_leader_that_slept_briefly_leads_on() {
+    for seed in 0..5 {
+        let mut net = Net::new(1500 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        let mut hung_at = None;
+        net.run(400_000, |net, top| {
+            if top == 4 && hung_at.is_none() {
+                net.hang(1);
+                hung_at = Some(net.now_ms);
+            }
+            if hung_at.is_some_and(|t| net.now_ms >= t + 200) && net.hung.contains(&1) {
+                net.wake(1);
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        assert_eq!(
+            net.count(|e| matches!(e, Event::LeaderDeposed { .. } | Event::Dropped { .. })),
+            0,
+            "seed {seed}\n{}",
+            net.describe()
+        );
+        for id in [1, 2, 3] {
+            assert_eq!(net.nodes[&id].hashes.len(), 200, "seed {seed}");
+        }
+    }
+}
+
+/// The leader woken from a long sleep with its links alive: it stands by a deadline in case it
+/// was deposed; told so by its successor, it follows and is resumed equal to the group.
+/// A group of four with the leader suspended, as a laptop lid closed for a minute.
+#[test]
+fn a_leader_asleep_past_its_links_in_a_group_of_four_is_resumed_equal() {
+    for seed in 0..8 {
+        let mut net = Net::new(1600 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        let (mut hung_at, mut woke, mut back) = (None, None, false);
+        let mut alone_top = 0;
+        net.run(400_000, |net, top| {
+            if top == 6 && hung_at.is_none() {
+                net.hang(1);
+                hung_at = Some(net.now_ms);
+            }
+            if hung_at.is_some() && top >= 12 && net.hung.contains(&1) && !net.on_wake.contains_key(&1) {
+                for id in [2, 3, 4] {
+                    net.sever(1, id);
+                }
+            }
+            if top >= 20 && woke.is_none() {
+                net.wake(1);
+                woke = Some(net.now_ms);
+            }
+            if let Some(t) = woke {
+                if !back {
+                    alone_top = alone_top.max(net.nodes[&1].session.applied());
+                }
+                if net.now_ms > t + 2_000 && !back {
+                    for id in [2, 3, 4] {
+                        net.reconnect(1, id);
+                    }
+                    back = true;
+                }
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        let old = &net.nodes[&1].events;
+        assert!(
+            old.iter().any(|e| matches!(e, Event::QuorumLost { have, .. } if have == &vec![1])),
+            "seed {seed}: {old:?}"
+        );
+        assert!(alone_top <= 7, "seed {seed}: alone, the old leader applied up to step {alone_top}");
+        assert!(old.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}");
+        for id in [1, 2, 3, 4] {
+            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&2].hashes.get(&200), "seed {seed}: node {id}");
+        }
+    }
+}
+
+/// A three-way split leaves no side a quorum: nobody commits; when the links come back the
+/// smallest id of the base, having stood by a deadline with nobody leading, leads again and
+/// resumes everyone from its state.
+#[test]
+fn with_no_quorum_anywhere_nobody_commits_and_the_group_regains_it_when_healed() {
+    for seed in 0..6 {
+        let mut net = Net::new(1700 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3, 4, 5] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        let sides: [&[PeerId]; 3] = [&[1, 2], &[3, 4], &[5]];
+        let (mut cut_at, mut healed, mut top_cut) = (None, false, 0);
+        net.run(400_000, |net, top| {
+            if top == 4 && cut_at.is_none() {
+                for (i, a) in sides.iter().enumerate() {
+                    for b in &sides[i + 1..] {
+                        for x in *a {
+                            for y in *b {
+                                net.sever(*x, *y);
+                            }
+                        }
+                    }
+                }
+                cut_at = Some(net.now_ms);
+            }
+            if cut_at.is_some() && !healed {
+                top_cut = top;
+            }
+            if cut_at.is_some_and(|t| net.now_ms > t + 3_000) && !healed {
+                for (i, a) in sides.iter().enumerate() {
+                    for b in &sides[i + 1..] {
+                        for x in *a {
+                            for y in *b {
+                                net.reconnect(*x, *y);
+                            }
+                        }
+                    }
+                }
+                healed = true;
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        assert!(top_cut <= 5, "seed {seed}: a minority committed up to step {top_cut}");
+        for id in [1, 2, 3, 4, 5] {
+            assert!(
+                net.nodes[&id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. })),
+                "seed {seed}: node {id}"
+            );
+            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}: node {id}");
+        }
+    }
 }

@@ -93,6 +93,16 @@ pub fn report_json(report: &Report) -> Value {
                 json!({"event": "repair-served", "step": step, "peer": peer, "to": to})
             }
             Event::Resumed { step } => json!({"event": "resumed", "step": step}),
+            Event::QuorumLost { step, have, base } => {
+                json!({"event": "quorum-lost", "step": step, "have": have, "base": base})
+            }
+            Event::LeaderDeposed { leader, step, silent_ms } => {
+                json!({"event": "leader-deposed", "leader": leader, "step": step, "silent_ms": silent_ms})
+            }
+            Event::Deposed { by, step, why } => json!({"event": "deposed", "by": by, "step": step, "why": why}),
+            Event::Slept { ms } => json!({"event": "slept", "ms": ms}),
+            Event::PeerLeaving(p) => json!({"event": "peer-leaving", "peer": p}),
+            Event::LeadsOn { step } => json!({"event": "leads-on", "step": step}),
             Event::CheckpointRestored { from, step } => {
                 json!({"event": "checkpoint-restored", "from": from, "step": step})
             }

@@ -59,6 +59,9 @@ pub enum RunState {
     Starting,
     Running,
     Finished,
+    /// This node stands by (no quorum, deposed, or just woken as leader): it applies nothing
+    /// until a leader of the run resumes it; the text says why.
+    StandingBy(String),
     /// The session stopped this node's run (the guard, a removal, a failed compute).
     Stopped(Stop),
 }
@@ -115,7 +118,7 @@ impl Node {
     }
 
     pub fn running(&self) -> bool {
-        matches!(self.run_state, RunState::Running | RunState::Starting)
+        matches!(self.run_state, RunState::Running | RunState::Starting | RunState::StandingBy(_))
     }
 
     pub fn peer(&mut self, id: PeerId) -> &mut PeerRow {

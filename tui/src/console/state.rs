@@ -601,7 +601,34 @@ fn on_event(state: &mut State, event: Event) {
             state.node.peer(to).repairs += 1;
             state.log(format!("step {step}: re-sent node {peer}'s gradient to node {to}"));
         }
-        Event::Resumed { step } => state.log(format!("resumed at step {step}")),
+        Event::Resumed { step } => {
+            if matches!(state.node.run_state, RunState::StandingBy(_)) {
+                state.node.run_state = RunState::Running;
+            }
+            state.log(format!("resumed at step {step}"))
+        }
+        Event::QuorumLost { step, have, base } => {
+            let why = format!("no quorum: reached {have:?} of {base:?}");
+            state.log(format!("step {step}: {why}; standing by, applying nothing, until the run resumes this node"));
+            state.node.run_state = RunState::StandingBy(why);
+        }
+        Event::LeaderDeposed { leader, step, silent_ms } => {
+            state.log(format!("step {step}: nothing from leader {leader} for {silent_ms} ms: deposed"))
+        }
+        Event::Deposed { by, step, why } => {
+            state.log(format!(
+                "step {step}: node {by} took this node's place as leader ({why}); standing by until it resumes us"
+            ));
+            state.node.run_state = RunState::StandingBy(format!("deposed by node {by}"));
+        }
+        Event::Slept { ms } => state.log(format!("this node was suspended or starved for {ms} ms")),
+        Event::PeerLeaving(peer) => state.log(format!("node {peer} says it is leaving")),
+        Event::LeadsOn { step } => {
+            if matches!(state.node.run_state, RunState::StandingBy(_)) {
+                state.node.run_state = RunState::Running;
+            }
+            state.log(format!("nobody took over while this node slept: it leads on from step {step}"))
+        }
         Event::CheckpointRestored { from, step } => {
             state.log(format!("checkpoint from node {from} restored the group at step {step}"))
         }
