@@ -100,9 +100,12 @@ impl Node {
 
     /// `command` (the binary, or something that execs it) with the node's arguments.
     fn spawn_command(mut command: Command, url: &str, backend: &str, extra: &[&str]) -> Node {
+        command.args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"]).args(extra);
+        if !extra.contains(&"--ckpt-dir") {
+            // A node that must stop saves its state first: never into the source tree.
+            command.arg("--ckpt-dir").arg(std::env::temp_dir().join("lockstep-e2e-stops"));
+        }
         let mut child = command
-            .args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"])
-            .args(extra)
             .args(["--repair-after-ms", "300"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -642,3 +642,197 @@ fn outer_steps_survive_a_join_and_the_leader_leaving() {
     }
     assert!(!b.events().iter().any(|e| e["event"] == "guard-stopped"));
 }
+
+/// What `node` reported between its first `kind` event and its next `restored`: a node standing
+/// by must apply nothing until a leader of the run resumes it.
+/// (A step applied before it, reported late, is not one: its `weights` wait for the next hash.)
+fn applied_while_standing_by(node: &Node, kind: &str) -> Vec<Value> {
+    let events = node.events();
+    let Some(start) = events.iter().position(|e| e["event"] == kind) else { return Vec::new() };
+    let held = events[start]["step"].as_u64().unwrap();
+    let after = events[start..].iter().take_while(|e| e["event"] != "restored");
+    after.filter(|e| e["event"] == "weights" && e["step"].as_u64() > Some(held)).cloned().collect()
+}
+
+fn signal_proc(node: &Node, signal: &str) {
+    let status = Command::new("kill").args([signal, &node.pid().to_string()]).status().unwrap();
+    assert!(status.success(), "kill {signal}");
+}
+
+/// A follower suspended for 45 s — past the life of its WebRTC links, as a laptop lid closed
+/// for a minute: the group goes on without it; woken, it sees every peer gone, says it lost
+/// its quorum, commits nothing alone, and is resumed equal to the group once the links are
+/// offered again.
+#[test]
+fn a_follower_asleep_for_45_s_stands_by_and_is_resumed_equal() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
+    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
+    let b = Node::spawn_with(&signal, "cpu", &deadline);
+    let c = Node::spawn_with(&signal, "cpu", &deadline);
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    c.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    signal_proc(&c, "-STOP");
+    a.wait_for("c dropped", |e| e["event"] == "dropped" && e["peer"] == c.id, 30);
+    std::thread::sleep(Duration::from_secs(45));
+    signal_proc(&c, "-CONT");
+    let lost = c.wait_for("its quorum lost", |e| e["event"] == "quorum-lost", 60);
+    assert_eq!(lost["have"], serde_json::json!([c.id]), "{lost}");
+    resumed_in_step(&a, &b, &c);
+    assert_eq!(applied_while_standing_by(&c, "quorum-lost"), Vec::<Value>::new(), "c trained alone");
+    assert!(!c.events().iter().any(|e| e["event"] == "leader" && e["peer"] == c.id), "c never leads");
+}
+
+/// The leader suspended for 45 s in a group of four, as a laptop lid closed for a minute: the
+/// followers depose it within the deadline and go on under the next id; woken, the old leader
+/// learns it was replaced (or, its links dead, that it has no quorum), commits nothing alone,
+/// and is resumed equal to the group.
+#[test]
+fn a_leader_asleep_for_45_s_in_a_group_of_four_is_replaced_and_resumed_equal() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
+    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
+    let b = Node::spawn_with(&signal, "cpu", &deadline);
+    let c = Node::spawn_with(&signal, "cpu", &deadline);
+    let d = Node::spawn_with(&signal, "cpu", &deadline);
+    channels_open(&[&a, &b, &c, &d]);
+    a.command(tiny(1_000_000));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    signal_proc(&a, "-STOP");
+    let deposed = b.wait_for("a deposed", |e| e["event"] == "leader-deposed" && e["leader"] == a.id, 30);
+    let at = deposed["step"].as_u64().unwrap();
+    c.wait_for("steps under b", |e| e["event"] == "weights" && e["step"].as_u64() == Some(at + 10), 60);
+    std::thread::sleep(Duration::from_secs(45));
+    signal_proc(&a, "-CONT");
+    let told = a.wait_for("its replacement", |e| e["event"] == "deposed" || e["event"] == "quorum-lost", 60);
+    let kind = told["event"].as_str().unwrap().to_string();
+    let resumed = a.wait_for("a resume into the run", |e| e["event"] == "restored", 90);
+    let from = resumed["step"].as_u64().unwrap();
+    a.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
+    assert_eq!(applied_while_standing_by(&a, &kind), Vec::<Value>::new(), "a trained alone");
+    let (ha, hb) = (a.hashes_since_restore(), b.hashes());
+    assert!(ha.len() >= 10 && ha.iter().all(|(step, hash)| hb.get(step) == Some(hash)), "{ha:?}");
+    for node in [&c, &d] {
+        let common: Vec<_> = node.hashes().into_iter().filter(|(s, _)| hb.contains_key(s)).collect();
+        assert!(common.iter().all(|(s, h)| &hb[s] == h), "node {} forked from b", node.id);
+    }
+    assert!(!b.events().iter().any(|e| e["event"] == "guard-stopped"));
+}
+
+/// A hung leader (connected, sending nothing): its followers depose it within two step
+/// deadlines and go on; it is resumed when it answers again.
+#[test]
+fn a_hung_leader_is_deposed_within_two_deadlines() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
+    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
+    let b = Node::spawn_with(&signal, "cpu", &deadline);
+    let c = Node::spawn_with(&signal, "cpu", &deadline);
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    signal_proc(&a, "-STOP");
+    let stopped = Instant::now();
+    let deposed = b.wait_for("a deposed", |e| e["event"] == "leader-deposed" && e["leader"] == a.id, 30);
+    let took = stopped.elapsed();
+    // The floor is the deadline here (tiny steps take milliseconds): 1.5 x 3 s of silence.
+    let silent = deposed["silent_ms"].as_u64().unwrap();
+    assert!(silent <= 6000, "deposed after {silent} ms of silence");
+    c.wait_for("c follows b", |e| e["event"] == "leader" && e["peer"] == b.id, 30);
+    let at = deposed["step"].as_u64().unwrap();
+    c.wait_for("steps under b", |e| e["event"] == "weights" && e["step"].as_u64() == Some(at + 5), 60);
+    signal_proc(&a, "-CONT");
+    a.wait_for("its replacement", |e| e["event"] == "deposed", 30);
+    a.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
+    let from = a.events().iter().rev().find(|e| e["event"] == "restored").unwrap()["step"].as_u64().unwrap();
+    a.wait_for("steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 5), 60);
+    assert_eq!(applied_while_standing_by(&a, "deposed"), Vec::<Value>::new(), "a trained alone");
+    let (ha, hb) = (a.hashes_since_restore(), b.hashes());
+    assert!(ha.iter().all(|(step, hash)| hb.get(step) == Some(hash)), "{ha:?}");
+    println!("hung leader: deposed {:.1} s after the stop ({silent} ms silent)", took.as_secs_f64());
+}
+
+/// Two halves that cannot reach each other (every link between them cut, the channels left
+/// open): the half with the smallest id of the roster goes on, the other says it lost its
+/// quorum and commits nothing; the cut links are named within 5 s; healed, the standing half
+/// is resumed equal to the run.
+#[test]
+fn two_halves_cut_apart_commit_on_one_side_only() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
+    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn_with(&signal, "cpu", &deadline)).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    nodes[0].command(tiny(1_000_000));
+    nodes[3].wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let ids: Vec<u64> = nodes.iter().map(|n| n.id).collect();
+    let cut = |nodes: &mut [Node], cmd: &str| {
+        for (i, j) in [(0, 2), (0, 3), (1, 2), (1, 3)] {
+            let (x, y) = (ids[i], ids[j]);
+            nodes[i].command(serde_json::json!({"cmd": cmd, "peer": y}));
+            nodes[j].command(serde_json::json!({"cmd": cmd, "peer": x}));
+        }
+    };
+    cut(&mut nodes, "cut");
+    let cut_at = Instant::now();
+    let named = nodes[2].wait_for("a silent link", |e| e["event"] == "link-silent", 30);
+    assert!(cut_at.elapsed() < Duration::from_secs(8), "named after {:?}: {named}", cut_at.elapsed());
+    for n in &nodes[2..] {
+        n.wait_for("its quorum lost", |e| e["event"] == "quorum-lost", 60);
+    }
+    let top = nodes[0].last_step();
+    nodes[1].wait_for(
+        "the going half trains on",
+        |e| e["event"] == "weights" && e["step"].as_u64() == Some(top + 10),
+        60,
+    );
+    cut(&mut nodes, "heal");
+    for n in &nodes[2..] {
+        n.wait_for("a resume into the run", |e| e["event"] == "restored", 60);
+    }
+    let last = nodes[0].last_step();
+    for n in &nodes[2..] {
+        n.wait_for("steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(last + 5), 60);
+        assert_eq!(applied_while_standing_by(n, "quorum-lost"), Vec::<Value>::new(), "node {} trained alone", n.id);
+    }
+    let h0 = nodes[0].hashes();
+    for n in &nodes[1..] {
+        let mine = n.hashes_since_restore();
+        // (Steps the first node has reported: its last `weights` may still be on its way.)
+        let differ: Vec<_> = mine.iter().filter(|(s, h)| h0.get(s).is_some_and(|run| run != *h)).collect();
+        assert!(differ.is_empty(), "node {} differs from the run at {differ:?}; the run: {h0:?}", n.id);
+    }
+    assert!(!nodes[0].events().iter().any(|e| e["event"] == "quorum-lost"));
+}
+
+/// A node that must stop (here: kicked) saves its last committed state to its checkpoint
+/// directory first, says where, and exits non-zero; the file loads as a checkpoint.
+#[test]
+fn a_node_that_must_stop_saves_its_state_and_exits_non_zero() {
+    let _phase = crate::common::phase(module_path!());
+    let dir = std::env::temp_dir().join(format!("lockstep-stop-safely-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let mut b = Node::spawn_with(&signal, "cpu", &["--ckpt-dir", dir.to_str().unwrap()]);
+    let c = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    a.command(serde_json::json!({"cmd": "kick", "peer": b.id, "reason": "maintenance"}));
+    let saved = b.wait_for("its state saved", |e| e["event"] == "checkpoint-saved", 30);
+    assert_eq!(b.exit_status(30), Some(4), "a node that must stop exits 4");
+    let path = std::path::PathBuf::from(saved["path"].as_str().unwrap());
+    assert!(path.starts_with(&dir), "{path:?}");
+    let step = saved["step"].as_u64().unwrap();
+    assert_eq!(saved["whash"].as_str(), b.hashes().get(&step).map(String::as_str), "the last committed state");
+    // It loads: `lockstep generate` reads it like any checkpoint.
+    let out = Command::new(BIN).args(["generate", "--ckpt", path.to_str().unwrap(), "--tokens", "4"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.wait_for("the rest go on", |e| e["event"] == "weights" && e["step"].as_u64() == Some(step + 10), 60);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -71,6 +71,9 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),
             link: lockstep_mesh::LinkShim::default(),
+            // Nothing here is kicked or fails on purpose; a bench node that must stop saves
+            // where the system keeps temporary files.
+            ckpt_dir: std::env::temp_dir(),
         };
         let provider = HostProvider { threads, data_url: None };
         let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));

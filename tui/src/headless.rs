@@ -47,6 +47,8 @@ pub fn report_json(report: &Report) -> Value {
         Report::Link { peer, rtt_ms, bytes_in, bytes_out } => {
             json!({"event": "link", "peer": peer, "rtt_ms": rtt_ms, "bytes_in": bytes_in, "bytes_out": bytes_out})
         }
+        Report::LinkSilent { peer, silent_ms } => json!({"event": "link-silent", "peer": peer, "silent_ms": silent_ms}),
+        Report::LinkRetry { peer, retry_ms } => json!({"event": "link-retry", "peer": peer, "retry_ms": retry_ms}),
         Report::Swap(SwapProgress::Gating { backend, done, total }) => {
             json!({"event": "swap-gating", "backend": backend, "done": done, "total": total})
         }
@@ -191,6 +193,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             return Ok(Request::Swap(backend.to_string()));
         }
         Some("cut") => Command::CutLinkTo(peer("cut")?),
+        Some("heal") => Command::HealLinkTo(peer("heal")?),
         Some("kick") => Command::Kick {
             peer: peer("kick")?,
             why: value["reason"].as_str().unwrap_or("the operator removed it").to_string(),
@@ -207,7 +210,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, cut, flip, poison, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, cut, heal, flip, poison, quit)"
             )
         }
     };

@@ -51,7 +51,8 @@ pub struct MeshArgs {
     /// The step deadline's ceiling (also the deadline before any step has been timed).
     #[arg(long, default_value_t = StepDeadline::default().ceiling_ms)]
     pub step_deadline_ceiling_ms: u64,
-    /// Where checkpoints are saved (and listed for broadcast).
+    /// Where checkpoints are saved (and listed for broadcast); a node that must stop (kicked,
+    /// a failed compute, a resume it cannot restore) saves its last committed state here first.
     #[arg(long, default_value = "checkpoints")]
     pub ckpt_dir: PathBuf,
     /// Fetch training text from a `/data` URL (e.g. `http://HOST:8787/data`); unreachable means
@@ -209,6 +210,7 @@ pub fn prepare(
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),
+        ckpt_dir: args.ckpt_dir.clone(),
     };
     let provider = HostProvider { threads: args.threads, data_url: args.data.clone() };
     let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
@@ -234,6 +236,15 @@ pub fn exit_status(ended: &Ended) -> std::process::ExitCode {
         Ended::Refused(why) => {
             eprintln!("error: the signaling server refused this node: {why}");
             std::process::ExitCode::from(3)
+        }
+        Ended::Stopped { why, checkpoint } => {
+            match checkpoint {
+                Ok(path) => {
+                    eprintln!("error: this node had to stop ({why}); its last committed state is in {}", path.display())
+                }
+                Err(e) => eprintln!("error: this node had to stop ({why}); its state could not be saved: {e}"),
+            }
+            std::process::ExitCode::from(4)
         }
     }
 }

@@ -80,4 +80,7 @@ pub struct MeshConfig {
     pub verdict: Verdict,
     /// Delay and loss added to every datagram this node sends (benchmarks and tests).
     pub link: LinkShim,
+    /// Where a node that must stop (kicked, a failed compute, a resume it cannot restore)
+    /// saves its last committed state before it exits.
+    pub ckpt_dir: std::path::PathBuf,
 }

@@ -22,6 +22,7 @@ pub const CHANNEL_LABEL: &str = "lockstep";
 
 struct Handler {
     peer: PeerId,
+    attempt: u64,
     gathered: mpsc::UnboundedSender<()>,
     inbound: mpsc::UnboundedSender<Inbound>,
 }
@@ -36,34 +37,40 @@ impl PeerConnectionEventHandler for Handler {
 
     async fn on_connection_state_change(&self, state: RTCPeerConnectionState) {
         if matches!(state, RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed) {
-            let _ = self.inbound.send(Inbound::ChannelClosed(self.peer));
+            let _ = self.inbound.send(Inbound::ChannelClosed(self.peer, Some(self.attempt)));
         }
     }
 
     async fn on_data_channel(&self, channel: Arc<dyn DataChannel>) {
         // Answerer side: the offerer created the channel.
-        spawn_reader(self.peer, channel, self.inbound.clone());
+        spawn_reader(self.peer, self.attempt, channel, self.inbound.clone());
     }
 }
 
-/// Reads a channel's events until it closes.
-pub fn spawn_reader(peer: PeerId, channel: Arc<dyn DataChannel>, inbound: mpsc::UnboundedSender<Inbound>) {
+/// Reads a channel's events until it closes; `attempt` names the connection (a link to the
+/// same peer may be replaced by a later one).
+pub fn spawn_reader(
+    peer: PeerId,
+    attempt: u64,
+    channel: Arc<dyn DataChannel>,
+    inbound: mpsc::UnboundedSender<Inbound>,
+) {
     tokio::spawn(async move {
         let mut announced = false;
         while let Some(event) = channel.poll().await {
             match event {
                 DataChannelEvent::OnOpen if !announced => {
                     announced = true;
-                    let _ = inbound.send(Inbound::ChannelOpen(peer, channel.clone()));
+                    let _ = inbound.send(Inbound::ChannelOpen(peer, attempt, channel.clone()));
                 }
                 DataChannelEvent::OnMessage(message) => {
-                    let _ = inbound.send(Inbound::Frame(peer, message.data));
+                    let _ = inbound.send(Inbound::Frame(peer, attempt, message.data));
                 }
                 DataChannelEvent::OnClose => break,
                 _ => {}
             }
         }
-        let _ = inbound.send(Inbound::ChannelClosed(peer));
+        let _ = inbound.send(Inbound::ChannelClosed(peer, Some(attempt)));
     });
 }
 
@@ -83,10 +90,11 @@ pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> mpsc::UnboundedSender<Vec<
 
 /// A peer connection to `peer` with the mesh's settings (`large_packets`: loopback SCTP
 /// packets, see `channel_settings`), and a receiver that fires once ICE gathering has
-/// completed.
+/// completed; its events carry `attempt`.
 pub async fn new_connection(
     config: &MeshConfig,
     peer: PeerId,
+    attempt: u64,
     large_packets: bool,
     inbound: &mpsc::UnboundedSender<Inbound>,
 ) -> anyhow::Result<(Arc<dyn PeerConnection>, mpsc::UnboundedReceiver<()>)> {
@@ -103,7 +111,7 @@ pub async fn new_connection(
     let runtime = mesh_runtime(config.link)?;
     let builder = PeerConnectionBuilder::new()
         .with_configuration(RTCConfigurationBuilder::new().with_ice_servers(ice_servers).build())
-        .with_handler(Arc::new(Handler { peer, gathered: gathered_tx, inbound: inbound.clone() }))
+        .with_handler(Arc::new(Handler { peer, attempt, gathered: gathered_tx, inbound: inbound.clone() }))
         .with_runtime(runtime)
         .with_udp_addrs(vec![format!("{}:0", config.bind_ip)]);
     let connection = channel_settings(builder, config.bind_ip.is_loopback(), large_packets)

@@ -28,6 +28,8 @@ pub enum Command {
     PushCheckpoint(Vec<u8>),
     /// For fault-injection tests: stop sending anything to this peer (the channel stays open).
     CutLinkTo(PeerId),
+    /// Fault injection: send to `peer` again after a cut.
+    HealLinkTo(PeerId),
     /// For fault-injection tests: flip one bit of this replica's weights.
     FlipWeightBit,
     /// For fault-injection tests: from the next step on, send this value in place of every
@@ -87,6 +89,18 @@ pub enum Report {
         rtt_ms: Option<f64>,
         bytes_in: u64,
         bytes_out: u64,
+    },
+    /// Nothing came over the link to `peer` for `silent_ms` (our pings go unanswered): it is
+    /// named dead before WebRTC gives up on it (the link stays, in case it answers again).
+    LinkSilent {
+        peer: PeerId,
+        silent_ms: u64,
+    },
+    /// The link to `peer` closed while the signaling server still lists it: offered again in
+    /// `retry_ms` (we have the smaller id), or awaited (it has).
+    LinkRetry {
+        peer: PeerId,
+        retry_ms: u64,
     },
     Swap(SwapProgress),
     /// Our own backend changed at a step boundary.
@@ -159,4 +173,7 @@ pub enum Ended {
     /// The signaling server refused or dropped us before we were welcomed (a full server or
     /// room, a bad room code, a wrong protocol version): there is no group to train with.
     Refused(String),
+    /// The run had to stop here (kicked, a failed compute, a resume that could not be
+    /// restored): why, and where the last committed state was saved first (or why it was not).
+    Stopped { why: String, checkpoint: Result<std::path::PathBuf, String> },
 }

@@ -4,19 +4,19 @@
 //! checkpoint. Every one of them ends the same way: inputs for the session go to
 //! [`MeshLoop::drive`], which carries out what the session asks (`Output`s), in order.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use lockstep_node::replica::{BackendChange, Replica};
-use lockstep_node::session::{Event, Failure, Input, Output, Session, SessionConfig, Task};
+use lockstep_node::session::{Event, Failure, Input, Output, Problem, Session, SessionConfig, Stop, Task};
 use lockstep_node::wire::{self, Message, PeerId, Reassembler};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
 use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
 use webrtc::peer_connection::{PeerConnection, RTCSessionDescription};
 
-use crate::checkpoint_file::save_checkpoint;
+use crate::checkpoint_file::{save_checkpoint, CheckpointTarget};
 use crate::config::{MeshConfig, AGENT, TICK};
 use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
 use crate::control::{Command, Ended, Report, StepTiming};
@@ -27,6 +27,17 @@ use crate::signal_client::{connect_signal, signal_url};
 /// longest (each failure doubles it).
 const RECONNECT_FIRST_MS: u64 = 1000;
 const RECONNECT_MAX_MS: u64 = 8000;
+/// A link that delivered nothing (not even a pong to our once-a-second ping) for this long is
+/// reported silent.
+const SILENT_MS: u64 = 5000;
+/// A connection attempt whose channel has not opened after this long is given up (the peer
+/// may have been asleep when it came; it is offered again).
+const ATTEMPT_MS: u64 = 10_000;
+/// How long a quitting node waits for its `leaving` to go out before it closes its links.
+const LEAVING_GRACE_MS: u64 = 300;
+
+/// The field of a session description (as relayed) that names the offer it belongs to.
+const ATTEMPT_TAG: &str = "lockstep_attempt";
 
 /// Whether the loop goes on after an event.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +51,12 @@ struct Peer {
     connection: Arc<dyn PeerConnection>,
     /// Set once the channel is open (the session then knows the peer).
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// Which attempt this connection is: events of an attempt that was replaced are dropped.
+    attempt: u64,
+    /// (Offerer) the tag our offer carried: an answer to an older offer is dropped.
+    offered: Option<u64>,
+    /// When the attempt began (one whose channel never opens is given up).
+    since: Instant,
 }
 
 /// Counters of one peer's link.
@@ -50,6 +67,10 @@ struct LinkStats {
     rtt_ms: Option<f64>,
     /// The outstanding ping: its nonce and when it left.
     ping: Option<(u64, Instant)>,
+    /// When the last frame came (or the channel opened).
+    heard: Option<Instant>,
+    /// Whether the current silence was reported.
+    silence_reported: bool,
 }
 
 impl LinkStats {
@@ -131,6 +152,13 @@ pub(crate) struct MeshLoop<R> {
     reconnect_wait_ms: u64,
     /// What each peer said it is to the signaling server (`lockstep` for a Lockstep node).
     agents: BTreeMap<PeerId, String>,
+    /// The members the signaling server lists in our group: a closed link to one of them is
+    /// offered again (by the smaller id) until it opens or the server says the member left.
+    listed: BTreeSet<PeerId>,
+    /// (Smaller id) when to offer a closed link again, and the wait after that one.
+    reoffer: BTreeMap<PeerId, (Instant, u64)>,
+    /// The id of the next connection attempt.
+    next_attempt: u64,
     links: Links,
     reassembler: Reassembler,
     /// What computes here, as every peer is told (when its channel opens, and after a swap).
@@ -150,6 +178,8 @@ pub(crate) struct MeshLoop<R> {
     generation: u64,
     ticks: u64,
     started: Instant,
+    /// Set when the run had to stop here (its state saved first): the loop ends with it.
+    stopping: Option<Ended>,
 }
 
 impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
@@ -174,6 +204,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             reconnecting: false,
             reconnect_wait_ms: RECONNECT_FIRST_MS,
             agents: BTreeMap::new(),
+            listed: BTreeSet::new(),
+            reoffer: BTreeMap::new(),
+            next_attempt: 1,
             links: Links::default(),
             reassembler: Reassembler::default(),
             hello,
@@ -185,6 +218,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             generation: 0,
             ticks: 0,
             started: Instant::now(),
+            stopping: None,
         }
     }
 
@@ -202,7 +236,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
             let flow = tokio::select! {
-                _ = ticker.tick() => self.on_tick(),
+                // The clock first: woken from a suspension, the session hears of the gap before
+                // the frames and closed links that waited behind it.
+                biased;
+                _ = ticker.tick() => self.on_tick().await,
                 command = commands.recv() => self.on_command(command),
                 event = inbound.recv() => match event {
                     Some(event) => self.on_inbound(event).await,
@@ -215,8 +252,16 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             if let Flow::Stop(ended) = flow {
                 break ended;
             }
+            if let Some(ended) = self.stopping.take() {
+                break ended;
+            }
         };
         self.flush();
+        if ended == Ended::Quit && self.session.as_ref().is_some_and(|s| s.run().is_some()) {
+            // On purpose: the group's quorum stops counting us at once.
+            self.links.broadcast(&Message::Leaving);
+            tokio::time::sleep(std::time::Duration::from_millis(LEAVING_GRACE_MS)).await;
+        }
         for (_, peer) in std::mem::take(&mut self.links.peers) {
             let _ = peer.connection.close().await;
         }
@@ -224,8 +269,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 
     /// Every tick: the session's clock, a backend swap made between runs, and once a second
-    /// the link reports and pings.
-    fn on_tick(&mut self) -> Flow {
+    /// the link reports and pings, silent links named, and closed links offered again.
+    async fn on_tick(&mut self) -> Flow {
         self.ticks += 1;
         // A swap made between runs shows up here (never blocks on a computing replica).
         let change = self.replica.try_lock().ok().and_then(|mut r| r.take_backend_change());
@@ -234,6 +279,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
         if self.ticks.is_multiple_of(20) {
             self.ping_links();
+            self.name_silent_links();
+            self.tend_links().await;
         }
         self.drive(vec![Input::Tick { now_ms: self.started.elapsed().as_millis() as u64 }]);
         Flow::Continue
@@ -253,12 +300,54 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
+    /// A link that sent nothing for [`SILENT_MS`] is named, once per silence.
+    fn name_silent_links(&mut self) {
+        for peer in self.links.open() {
+            let link = self.links.stats.entry(peer).or_default();
+            let silent_ms = link.heard.map_or(0, |t| t.elapsed().as_millis() as u64);
+            if silent_ms >= SILENT_MS && !link.silence_reported {
+                link.silence_reported = true;
+                (self.report)(Report::LinkSilent { peer, silent_ms });
+            }
+        }
+    }
+
+    /// Gives up connection attempts that never opened, and offers a link again to each listed
+    /// member we have none to (we have the smaller id), waiting longer after each failure.
+    async fn tend_links(&mut self) {
+        let stale: Vec<PeerId> = self
+            .links
+            .peers
+            .iter()
+            .filter(|(_, p)| p.writer.is_none() && p.since.elapsed().as_millis() as u64 >= ATTEMPT_MS)
+            .map(|(id, _)| *id)
+            .collect();
+        for peer in stale {
+            if let Some(entry) = self.links.peers.remove(&peer) {
+                let _ = entry.connection.close().await;
+            }
+        }
+        let Some(me) = self.me else { return };
+        let missing: Vec<PeerId> =
+            self.listed.iter().copied().filter(|p| me < *p && !self.links.peers.contains_key(p)).collect();
+        for peer in missing {
+            let (due, wait) = *self.reoffer.entry(peer).or_insert((Instant::now(), RECONNECT_FIRST_MS));
+            if Instant::now() < due {
+                continue;
+            }
+            let next = (wait * 2).min(RECONNECT_MAX_MS);
+            self.reoffer.insert(peer, (Instant::now() + std::time::Duration::from_millis(wait), next));
+            self.offer_to(peer).await;
+        }
+    }
+
     fn on_command(&mut self, command: Option<Command>) -> Flow {
         match command {
             None | Some(Command::Quit) => return Flow::Stop(Ended::Quit),
             Some(Command::Start(settings)) => self.drive(vec![Input::Start(settings)]),
             Some(Command::PushCheckpoint(bytes)) => self.drive(vec![Input::PushCheckpoint { bytes }]),
             Some(Command::CutLinkTo(peer)) => self.links.cut.push(peer),
+            Some(Command::HealLinkTo(peer)) => self.links.cut.retain(|p| *p != peer),
             Some(Command::Kick { peer, why }) => self.drive(vec![Input::Kick { peer, why }]),
             Some(Command::Approve(peer)) => self.send_to_server(ClientMessage::Approve { peer }),
             Some(Command::Deny { peer, reason }) => {
@@ -302,9 +391,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.signal_out = sender;
                 self.reconnecting = false;
             }
-            Inbound::ChannelOpen(peer, channel) => self.on_channel_open(peer, channel),
-            Inbound::Frame(peer, bytes) => self.on_frame(peer, &bytes),
-            Inbound::ChannelClosed(peer) => self.on_channel_closed(peer).await,
+            Inbound::ChannelOpen(peer, attempt, channel) => self.on_channel_open(peer, attempt, channel),
+            Inbound::Frame(peer, attempt, bytes) => {
+                if self.links.peers.get(&peer).is_some_and(|p| p.attempt == attempt) {
+                    self.on_frame(peer, &bytes);
+                }
+            }
+            Inbound::ChannelClosed(peer, attempt) => self.on_channel_closed(peer, attempt).await,
             Inbound::Saved(Ok(saved)) => {
                 (self.report)(Report::CheckpointSaved { path: saved.path, step: saved.step, whash: saved.whash })
             }
@@ -318,6 +411,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         match message {
             ServerMessage::Welcome { id, group, host, members, resume, agents, .. } => {
                 self.agents.extend(agents);
+                self.listed.extend(members.iter().copied().filter(|p| *p != id));
                 self.refusal = None;
                 self.reconnect_wait_ms = RECONNECT_FIRST_MS;
                 self.resume_token = resume;
@@ -349,6 +443,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 if let Some(agent) = agent {
                     self.agents.insert(peer, agent);
                 }
+                self.listed.insert(peer);
                 if self.me.is_some_and(|id| id < peer) && !self.links.peers.contains_key(&peer) {
                     self.offer_to(peer).await;
                 }
@@ -356,7 +451,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             ServerMessage::PeerLeft { peer } => {
                 // The same path as a channel that closes on its own.
                 (self.report)(Report::SignalPeerLeft(peer));
-                let _ = self.inbound.send(Inbound::ChannelClosed(peer));
+                self.listed.remove(&peer);
+                self.reoffer.remove(&peer);
+                let _ = self.inbound.send(Inbound::ChannelClosed(peer, None));
             }
             ServerMessage::Waiting { id, room } => (self.report)(Report::Waiting { id, room }),
             ServerMessage::JoinRequest { peer, address } => (self.report)(Report::JoinRequest { peer, address }),
@@ -433,15 +530,25 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             // Candidates travel inside the descriptions (gathering completes first).
             return;
         };
+        // Our offers carry a tag, echoed in the answer (a browser peer echoes none).
+        let tag = data.get(ATTEMPT_TAG).and_then(serde_json::Value::as_u64);
         let Ok(description) = serde_json::from_value::<RTCSessionDescription>(data) else {
             (self.report)(Report::Warning(format!("peer {from} sent an unreadable session description")));
             return;
         };
         if kind == SignalKind::Offer {
-            if let Err(e) = self.answer_to(from, description).await {
+            // A new offer means the peer lost its link to us: ours goes, the session first.
+            if let Some(old) = self.links.peers.remove(&from) {
+                let _ = old.connection.close().await;
+                self.forget_link(from, old.writer.is_some());
+            }
+            if let Err(e) = self.answer_to(from, description, tag).await {
                 (self.report)(Report::Warning(format!("cannot answer peer {from}: {e:#}")));
             }
         } else if let Some(entry) = self.links.peers.get(&from) {
+            if tag.is_some() && tag != entry.offered {
+                return; // an answer to an offer we gave up
+            }
             if let Err(e) = entry.connection.set_remote_description(description).await {
                 (self.report)(Report::Warning(format!("peer {from}'s answer was refused: {e}")));
             }
@@ -456,17 +563,21 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
 
     /// We have the smaller id: we create the channel and offer.
     async fn offer_to(&mut self, peer: PeerId) {
+        let attempt = self.next_attempt;
+        self.next_attempt += 1;
         let result: anyhow::Result<()> = async {
             let (connection, mut gathered) =
-                new_connection(&self.config, peer, self.large_packets(peer), &self.inbound).await?;
+                new_connection(&self.config, peer, attempt, self.large_packets(peer), &self.inbound).await?;
             let init = RTCDataChannelInit { ordered: true, ..Default::default() };
             let channel = connection.create_data_channel(CHANNEL_LABEL, Some(init)).await?;
-            spawn_reader(peer, channel, self.inbound.clone());
+            spawn_reader(peer, attempt, channel, self.inbound.clone());
             let offer = connection.create_offer(None).await?;
             connection.set_local_description(offer).await?;
-            let data = gathered_description(&connection, &mut gathered).await?;
+            let mut data = gathered_description(&connection, &mut gathered).await?;
+            data[ATTEMPT_TAG] = attempt.into();
             self.signal_out.send(ClientMessage::Signal { to: peer, kind: SignalKind::Offer, data })?;
-            self.links.peers.insert(peer, Peer { connection, writer: None });
+            let entry = Peer { connection, writer: None, attempt, offered: Some(attempt), since: Instant::now() };
+            self.links.peers.insert(peer, entry);
             Ok(())
         }
         .await;
@@ -475,43 +586,71 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    async fn answer_to(&mut self, peer: PeerId, offer: RTCSessionDescription) -> anyhow::Result<()> {
+    /// `tag`: the offer's, echoed so the offerer can tell our answer from a stale one.
+    async fn answer_to(&mut self, peer: PeerId, offer: RTCSessionDescription, tag: Option<u64>) -> anyhow::Result<()> {
+        let attempt = self.next_attempt;
+        self.next_attempt += 1;
         let (connection, mut gathered) =
-            new_connection(&self.config, peer, self.large_packets(peer), &self.inbound).await?;
+            new_connection(&self.config, peer, attempt, self.large_packets(peer), &self.inbound).await?;
         connection.set_remote_description(offer).await?;
         let answer = connection.create_answer(None).await?;
         connection.set_local_description(answer).await?;
-        let data = gathered_description(&connection, &mut gathered).await?;
+        let mut data = gathered_description(&connection, &mut gathered).await?;
+        if let Some(tag) = tag {
+            data[ATTEMPT_TAG] = tag.into();
+        }
         self.signal_out.send(ClientMessage::Signal { to: peer, kind: SignalKind::Answer, data })?;
-        self.links.peers.insert(peer, Peer { connection, writer: None });
+        self.links.peers.insert(peer, Peer { connection, writer: None, attempt, offered: None, since: Instant::now() });
         Ok(())
     }
 
-    fn on_channel_open(&mut self, peer: PeerId, channel: Arc<dyn DataChannel>) {
+    fn on_channel_open(&mut self, peer: PeerId, attempt: u64, channel: Arc<dyn DataChannel>) {
         let Some(entry) = self.links.peers.get_mut(&peer) else { return };
-        if entry.writer.is_some() {
+        if entry.writer.is_some() || entry.attempt != attempt {
             return;
         }
         entry.writer = Some(spawn_writer(channel));
+        self.reoffer.remove(&peer);
+        let link = self.links.stats.entry(peer).or_default();
+        link.heard = Some(Instant::now());
+        link.silence_reported = false;
         (self.report)(Report::ChannelOpen(peer));
         let hello = self.hello.clone();
         self.links.send(peer, &hello);
         self.drive(vec![Input::Connected(peer)]);
     }
 
-    async fn on_channel_closed(&mut self, peer: PeerId) {
-        let Some(entry) = self.links.peers.remove(&peer) else { return };
+    async fn on_channel_closed(&mut self, peer: PeerId, attempt: Option<u64>) {
+        let current = self.links.peers.get(&peer).map(|p| p.attempt);
+        if current.is_none() || attempt.is_some_and(|a| Some(a) != current) {
+            return; // an attempt already replaced
+        }
+        let entry = self.links.peers.remove(&peer).expect("checked above");
         let _ = entry.connection.close().await;
+        self.forget_link(peer, entry.writer.is_some());
+        if self.listed.contains(&peer) {
+            // Still in the group as the signaling server sees it: the link is offered again.
+            let retry_ms = self.reoffer.get(&peer).map_or(RECONNECT_FIRST_MS, |(_, wait)| *wait);
+            (self.report)(Report::LinkRetry { peer, retry_ms });
+        }
+    }
+
+    /// A link to `peer` is gone: what came over it half-way is dropped, and the session hears
+    /// of it if it knew the peer (`open`: its channel had opened).
+    fn forget_link(&mut self, peer: PeerId, open: bool) {
         self.reassembler.forget(peer);
         self.links.stats.remove(&peer);
-        if entry.writer.is_some() {
+        if open {
             self.drive(vec![Input::Disconnected(peer)]);
         }
     }
 
     /// A frame: link messages are answered here, everything else goes to the session.
     fn on_frame(&mut self, peer: PeerId, bytes: &[u8]) {
-        self.links.stats.entry(peer).or_default().bytes_in += bytes.len() as u64;
+        let link = self.links.stats.entry(peer).or_default();
+        link.bytes_in += bytes.len() as u64;
+        link.heard = Some(Instant::now());
+        link.silence_reported = false;
         match self.reassembler.push(peer, bytes) {
             Ok(Some(Message::Ping { nonce })) => self.links.send(peer, &Message::Pong { nonce }),
             Ok(Some(Message::Pong { nonce })) => self.links.stats.entry(peer).or_default().pong(nonce),
@@ -620,10 +759,40 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 if matches!(event, Event::RunFinished { .. } | Event::GuardStopped(_) | Event::Problem(_)) {
                     self.flush();
                 }
+                // A removal for good is said as `removed`; the session holds why it stopped.
+                let removed = matches!(event, Event::Removed { .. })
+                    .then(|| self.session.as_ref().and_then(Session::stopped).map(Stop::to_string))
+                    .flatten();
+                let must_stop = must_stop(&event).or(removed);
                 (self.report)(Report::Session(event));
+                if let Some(why) = must_stop {
+                    self.stop_safely(why);
+                }
             }
         }
         None
+    }
+
+    /// The run cannot go on here: the last committed state is saved to the checkpoint
+    /// directory first, the user is told where, and the loop ends (the process exits non-zero).
+    fn stop_safely(&mut self, why: String) {
+        let me = self.me.unwrap_or(0);
+        let (bytes, step, whash) = {
+            let mut replica = self.replica();
+            (replica.snapshot(), replica.steps_done(), replica.weight_hash())
+        };
+        let target = CheckpointTarget::InDir(self.config.ckpt_dir.clone());
+        let checkpoint = match save_checkpoint(target, me, &bytes, step, whash) {
+            Ok(saved) => {
+                (self.report)(Report::CheckpointSaved { path: saved.path.clone(), step, whash });
+                Ok(saved.path)
+            }
+            Err(e) => {
+                (self.report)(Report::Warning(format!("the last committed state was not saved: {e}")));
+                Err(e.to_string())
+            }
+        };
+        self.stopping = Some(Ended::Stopped { why, checkpoint });
     }
 
     /// Computes our gradient for `step` on a blocking thread.
@@ -657,5 +826,20 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let hello = self.hello.clone();
         self.links.broadcast(&hello);
         (self.report)(Report::BackendSwapped(change));
+    }
+}
+
+/// Why the run cannot go on at this node after `event`, if it cannot: it was taken out for
+/// good, its compute failed, a committed step never reached it, or it could not restore the
+/// state its group sent it. (A guard stop is the group's, and stays for the user to read.)
+fn must_stop(event: &Event) -> Option<String> {
+    match event {
+        Event::Problem(Problem::Stopped(
+            stop @ (Stop::Removed { .. } | Stop::Compute { .. } | Stop::Unannounced { .. }),
+        )) => Some(stop.to_string()),
+        Event::Problem(Problem::Failed { task: Task::Restore, error }) => {
+            Some(format!("the state the group sent could not be restored: {error}"))
+        }
+        _ => None,
     }
 }

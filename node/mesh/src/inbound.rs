@@ -18,9 +18,11 @@ pub(crate) enum Inbound {
     SignalClosed(String),
     /// A reconnection to the signaling server succeeded: messages for it go here now.
     SignalReconnected(mpsc::UnboundedSender<ClientMessage>),
-    ChannelOpen(PeerId, Arc<dyn DataChannel>),
-    Frame(PeerId, BytesMut),
-    ChannelClosed(PeerId),
+    /// A link's channel opened, a frame came, the link closed: each names the connection
+    /// attempt it belongs to (`None`: whichever is current — the server said the peer left).
+    ChannelOpen(PeerId, u64, Arc<dyn DataChannel>),
+    Frame(PeerId, u64, BytesMut),
+    ChannelClosed(PeerId, Option<u64>),
     Computed(Computed),
     Saved(Result<Saved, SaveError>),
 }

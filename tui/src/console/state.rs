@@ -483,6 +483,12 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
             row.bytes_in = bytes_in;
             row.bytes_out = bytes_out;
         }
+        Report::LinkSilent { peer, silent_ms } => {
+            state.log(format!("link to node {peer} silent for {:.1} s: pings unanswered", silent_ms as f64 / 1e3))
+        }
+        Report::LinkRetry { peer, retry_ms } => {
+            state.log(format!("link to node {peer} closed; offered again in {:.0} s", retry_ms as f64 / 1e3))
+        }
         Report::Swap(progress) => match progress {
             SwapProgress::Gating { backend, done, total } => {
                 state.node.swap = Some(if total == 0 {
