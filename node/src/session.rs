@@ -55,7 +55,8 @@
 //!   one. A joiner takes its leader's epoch with the run config.
 //! - **Quorum**: a roster commits only with a quorum of the *base*, the final roster of the
 //!   last step this node applied (before its first, the roster of the step in flight): more
-//!   than half of the base, or exactly half when that half holds the base's smallest id.
+//!   than half of the base, counted over the leader's backers (itself and the members that
+//!   said they follow it, `-17`).
 //!   Members that said they are leaving (-15) and members the leader kicked are not counted.
 //!   A leader whose next or revised roster lacks a quorum, or a successor whose candidates
 //!   lack one, *stands by* ([`Standby::QuorumLost`]): it leads, computes and applies nothing,
@@ -112,6 +113,10 @@ pub enum Input {
     PushCheckpoint { bytes: Vec<u8> },
     /// The user removes `peer` from the run (leader only): it is told why and stays out.
     Kick { peer: PeerId, why: String },
+    /// The user vouches that `peer` is gone for good (crashed, or quit where its word could not
+    /// reach us): the quorum stops counting it, as if it had said it was leaving. For a group
+    /// that lost a majority of its members for good and stands by (`docs/PROTOCOL.md`).
+    Forget { peer: PeerId },
 }
 
 /// Why a node stands by: it leads, computes and applies nothing, keeps its state, and waits to
@@ -264,6 +269,8 @@ pub enum Event {
     },
     /// `peer` said it is quitting: the quorum no longer counts it.
     PeerLeaving(PeerId),
+    /// The user vouched that `peer` is gone for good: the quorum no longer counts it.
+    Forgotten(PeerId),
     /// A leader that stood by after a sleep heard of no successor: it leads on from `step`.
     LeadsOn {
         step: u32,
@@ -690,6 +697,14 @@ impl Session {
             }
             Input::Start(settings) => self.on_start(settings),
             Input::Kick { peer, why } => self.on_kick(peer, why),
+            Input::Forget { peer } => {
+                self.leaving.insert(peer);
+                self.event(Event::Forgotten(peer));
+                // Standing by, nobody leading: perhaps the rest are a quorum now.
+                if self.standby == Some(Standby::QuorumLost) && self.leader.is_none() && self.in_run() {
+                    self.regain();
+                }
+            }
             Input::PushCheckpoint { bytes } => {
                 if self.pending.is_some() {
                     self.event(Event::Problem(Problem::Busy));
@@ -1993,13 +2008,16 @@ impl Session {
     }
 }
 
-/// Whether `roster` holds a quorum of `base`: more than half of it, or exactly half with the
-/// base's smallest id (so of two halves that cannot reach each other, one goes on). An empty
-/// base (a run's first step) needs nothing.
+/// Whether `roster` holds a quorum of `base`: more than half of it. (Not "half with the
+/// smallest id": a base of two would then shrink to one, and a leader cut off with a stale
+/// belief about one backer could go on alone.) An empty base (a run's first step) needs
+/// nothing.
 pub fn has_quorum(base: &[PeerId], roster: &[PeerId]) -> bool {
-    let Some(smallest) = base.iter().min() else { return true };
+    if base.is_empty() {
+        return true;
+    }
     let have = base.iter().filter(|p| roster.contains(p)).count();
-    2 * have > base.len() || (2 * have == base.len() && roster.contains(smallest))
+    2 * have > base.len()
 }
 
 /// The run config message for `run`, in this node's protocol.

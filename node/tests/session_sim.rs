@@ -1052,15 +1052,15 @@ fn a_failed_compute_stops_the_node_and_says_why() {
 }
 
 #[test]
-fn a_quorum_is_a_majority_of_the_base_or_the_half_with_its_smallest_id() {
+fn a_quorum_is_more_than_half_of_the_base() {
     use lockstep_node::session::has_quorum;
     assert!(has_quorum(&[], &[5]), "a run's first step needs nothing");
     assert!(has_quorum(&[1, 2, 3], &[2, 3]));
     assert!(!has_quorum(&[1, 2, 3], &[1]));
-    assert!(has_quorum(&[1, 2, 3, 4], &[1, 3]), "half, with the smallest id");
-    assert!(!has_quorum(&[1, 2, 3, 4], &[2, 4]), "the other half");
+    assert!(!has_quorum(&[1, 2, 3, 4], &[1, 3]) && !has_quorum(&[1, 2, 3, 4], &[2, 4]), "no half goes on");
+    assert!(has_quorum(&[1, 2, 3, 4], &[1, 2, 4]));
     assert!(!has_quorum(&[1, 2, 3, 4], &[2, 4, 9]), "members outside the base do not count");
-    assert!(has_quorum(&[1, 2], &[1]) && !has_quorum(&[1, 2], &[2]));
+    assert!(!has_quorum(&[1, 2], &[1]) && !has_quorum(&[1, 2], &[2]), "a pair cannot shrink to one");
     assert!(has_quorum(&[3], &[3]) && !has_quorum(&[3], &[4]));
 }
 
@@ -1080,40 +1080,39 @@ fn assert_one_group_per_step(net: &Net, what: &str) {
     assert!(forked.is_empty(), "{what}: two groups committed one step: {forked:?}\n{}", net.describe());
 }
 
-/// A network split into two halves that cannot reach each other: the half holding the smallest
-/// id of the last roster goes on, the other says it lost its quorum and commits nothing; when
-/// the cut heals, the standing half is resumed equal to the run.
+/// A network split into two parts that cannot reach each other: the majority goes on (under a
+/// successor, when the leader is cut off), the minority says it lost its quorum and commits
+/// nothing; when the cut heals, the minority is resumed equal to the run.
 #[test]
-fn two_halves_that_cannot_reach_each_other_commit_on_one_side_only() {
+fn two_parts_that_cannot_reach_each_other_commit_on_the_majority_side_only() {
     for seed in 0..8 {
         let mut net = Net::new(1200 + seed);
         net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3, 4] {
+        for id in [1, 2, 3, 4, 5] {
             net.join(id);
         }
         net.start(1, 200);
-        // Which side leads depends on where the cut falls: node 1 is on the left or the right.
-        let (left, right): (Vec<PeerId>, Vec<PeerId>) =
-            if seed % 2 == 0 { (vec![1, 2], vec![3, 4]) } else { (vec![2, 4], vec![1, 3]) };
+        // The leader is in the majority, or in the minority.
+        let (going, standing): (Vec<PeerId>, Vec<PeerId>) =
+            if seed % 2 == 0 { (vec![1, 2, 4], vec![3, 5]) } else { (vec![2, 4, 5], vec![1, 3]) };
         let (mut cut_at, mut healed) = (None, false);
         let mut standing_top = 0;
         net.run(400_000, |net, top| {
             if top == 5 && cut_at.is_none() {
-                for a in &left {
-                    for b in &right {
+                for a in &going {
+                    for b in &standing {
                         net.sever(*a, *b);
                     }
                 }
                 cut_at = Some(net.now_ms);
             }
-            let standing = if left.contains(&1) { &right } else { &left };
             if cut_at.is_some() && !healed {
                 standing_top = standing.iter().map(|id| net.nodes[id].session.applied()).max().unwrap();
             }
-            // Healed once the going half is well past the cut.
+            // Healed once the majority is well past the cut.
             if cut_at.is_some() && top >= 20 && !healed {
-                for a in &left {
-                    for b in &right {
+                for a in &going {
+                    for b in &standing {
                         net.reconnect(*a, *b);
                     }
                 }
@@ -1121,26 +1120,69 @@ fn two_halves_that_cannot_reach_each_other_commit_on_one_side_only() {
             }
         });
         assert_one_group_per_step(&net, &format!("seed {seed}"));
-        let standing: &[PeerId] = if left.contains(&1) { &right } else { &left };
-        let going = if left.contains(&1) { &left } else { &right };
-        // The standing half's would-be leader says it has no quorum, or — the run's leader
-        // reaching it first — that it was replaced (its followers stand by with it, or follow
-        // the run's leader once they reach it); all are resumed.
+        // The minority's would-be leader says it has no quorum, or — the run's leader reaching
+        // it first — that it was replaced (its followers stand by with it, or follow the run's
+        // leader once they reach it); all are resumed.
         let first = standing.iter().min().unwrap();
         let says =
             net.nodes[first].events.iter().any(|e| matches!(e, Event::QuorumLost { .. } | Event::Deposed { .. }));
         assert!(says, "seed {seed}: node {first} says it lost its quorum\n{}", net.describe());
-        for id in standing {
+        for id in &standing {
             let events = &net.nodes[id].events;
             assert!(events.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}: node {id} was resumed");
         }
-        // While cut, the standing half applied at most the step the cut fell in.
+        // While cut, the minority applied at most the step the cut fell in.
         assert!(standing_top <= 6, "seed {seed}: the minority went on to step {standing_top}");
-        for id in going {
+        for id in &going {
             let lost = net.nodes[id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. }));
             assert!(!lost, "seed {seed}: node {id}\n{}", net.describe());
         }
+        for id in [1, 2, 3, 4, 5] {
+            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&2].hashes.get(&200), "seed {seed}: node {id}");
+        }
+    }
+}
+
+/// Two even halves: neither is a majority, so neither commits; healed, the group regains a
+/// leader and goes on, every node equal.
+#[test]
+fn two_even_halves_both_stand_by_until_healed() {
+    for seed in 0..6 {
+        let mut net = Net::new(1250 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
         for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 200);
+        let (left, right) = ([1, 3], [2, 4]);
+        let (mut cut_at, mut healed, mut top_cut) = (None, false, 0);
+        net.run(400_000, |net, top| {
+            if top == 5 && cut_at.is_none() {
+                for a in left {
+                    for b in right {
+                        net.sever(a, b);
+                    }
+                }
+                cut_at = Some(net.now_ms);
+            }
+            if cut_at.is_some() && !healed {
+                top_cut = top;
+            }
+            if cut_at.is_some_and(|t| net.now_ms > t + 3_000) && !healed {
+                for a in left {
+                    for b in right {
+                        net.reconnect(a, b);
+                    }
+                }
+                healed = true;
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        assert!(top_cut <= 6, "seed {seed}: a half went on to step {top_cut}");
+        for id in [1, 2, 3, 4] {
+            let lost = net.nodes[&id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. }));
+            assert!(lost, "seed {seed}: node {id}\n{}", net.describe());
             assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
             assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}: node {id}");
         }
@@ -1350,7 +1392,7 @@ fn a_leader_asleep_past_its_links_in_a_group_of_four_is_resumed_equal() {
         assert_one_group_per_step(&net, &format!("seed {seed}"));
         let old = &net.nodes[&1].events;
         assert!(
-            old.iter().any(|e| matches!(e, Event::QuorumLost { have, .. } if have == &vec![1])),
+            old.iter().any(|e| matches!(e, Event::QuorumLost { have, .. } if !have.contains(&2) && !have.contains(&3))),
             "seed {seed}: {old:?}"
         );
         assert!(alone_top <= 7, "seed {seed}: alone, the old leader applied up to step {alone_top}");
@@ -1415,5 +1457,48 @@ fn with_no_quorum_anywhere_nobody_commits_and_the_group_regains_it_when_healed()
             assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
             assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}: node {id}");
         }
+    }
+}
+
+/// Two of three members crash for good: the survivor is a minority of its base and stands by
+/// (it cannot tell a crash from a cut), a newcomer waits with it. The operator vouches that
+/// the two are gone (`forget`): the survivor leads again, resumes the newcomer, and they
+/// finish equal.
+#[test]
+fn a_survivor_of_a_majority_crash_stands_by_until_the_dead_are_forgotten() {
+    for seed in 0..5 {
+        let mut net = Net::new(1800 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 60);
+        let (mut killed, mut joined_at, mut forgot) = (false, None, false);
+        net.run(400_000, |net, top| {
+            if top == 5 && !killed {
+                net.kill(2);
+                net.kill(3);
+                killed = true;
+            }
+            if killed && joined_at.is_none() && net.nodes[&1].session.standby().is_some() {
+                net.join(4);
+                joined_at = Some(net.now_ms);
+            }
+            // Standing by for a while (nothing moves), then the operator steps in.
+            if joined_at.is_some_and(|t| net.now_ms > t + 3_000) && !forgot {
+                assert!(net.nodes[&1].session.applied() <= 6, "seed {seed}: the survivor went on alone");
+                assert_eq!(net.nodes[&4].session.applied(), 0, "seed {seed}");
+                net.input(1, Input::Forget { peer: 2 });
+                net.input(1, Input::Forget { peer: 3 });
+                forgot = true;
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        assert!(net.nodes[&1].events.iter().any(|e| matches!(e, Event::QuorumLost { .. })), "seed {seed}");
+        assert!(net.nodes[&1].events.contains(&Event::Forgotten(3)));
+        for id in [1, 4] {
+            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+        }
+        assert_eq!(net.nodes[&4].hashes.get(&60), net.nodes[&1].hashes.get(&60), "seed {seed}");
     }
 }

@@ -104,6 +104,7 @@ pub fn report_json(report: &Report) -> Value {
             Event::Deposed { by, step, why } => json!({"event": "deposed", "by": by, "step": step, "why": why}),
             Event::Slept { ms } => json!({"event": "slept", "ms": ms}),
             Event::PeerLeaving(p) => json!({"event": "peer-leaving", "peer": p}),
+            Event::Forgotten(p) => json!({"event": "forgotten", "peer": p}),
             Event::LeadsOn { step } => json!({"event": "leads-on", "step": step}),
             Event::CheckpointRestored { from, step } => {
                 json!({"event": "checkpoint-restored", "from": from, "step": step})
@@ -194,6 +195,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
         }
         Some("cut") => Command::CutLinkTo(peer("cut")?),
         Some("heal") => Command::HealLinkTo(peer("heal")?),
+        Some("forget") => Command::Forget(peer("forget")?),
         Some("kick") => Command::Kick {
             peer: peer("kick")?,
             why: value["reason"].as_str().unwrap_or("the operator removed it").to_string(),
@@ -210,7 +212,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, cut, heal, flip, poison, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, quit)"
             )
         }
     };

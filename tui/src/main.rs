@@ -11,6 +11,7 @@ mod bench;
 mod bench_exchange;
 mod bench_train;
 mod bench_wan;
+mod chaos;
 mod console;
 mod demo;
 mod gate;
@@ -64,6 +65,10 @@ enum Command {
     Generate(infer::GenerateArgs),
     /// Write the single-file HTML inference kit for a checkpoint.
     Kit(infer::KitArgs),
+    /// A randomized fault campaign on real processes: suspensions, kills, cut halves, a dead
+    /// signaling server, quits and joins; checks that no two nodes hold different weights for
+    /// one step and that the run moves on after each episode (`docs/PERFORMANCE.md`).
+    Chaos(chaos::ChaosArgs),
     /// Measure throughput.
     Bench {
         #[command(subcommand)]
@@ -83,6 +88,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Gate(args) => gate::run(args),
         Command::Bench { what } => bench::run(what),
+        Command::Chaos(args) => chaos::run(args),
         Command::Train(args) => train::run(args),
         Command::Generate(args) => infer::generate_command(args),
         Command::Signal(args) => signal::run(args),

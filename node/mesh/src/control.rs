@@ -30,6 +30,8 @@ pub enum Command {
     CutLinkTo(PeerId),
     /// Fault injection: send to `peer` again after a cut.
     HealLinkTo(PeerId),
+    /// The user vouches that `peer` is gone for good: the quorum stops counting it.
+    Forget(PeerId),
     /// For fault-injection tests: flip one bit of this replica's weights.
     FlipWeightBit,
     /// For fault-injection tests: from the next step on, send this value in place of every

@@ -348,6 +348,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Some(Command::PushCheckpoint(bytes)) => self.drive(vec![Input::PushCheckpoint { bytes }]),
             Some(Command::CutLinkTo(peer)) => self.links.cut.push(peer),
             Some(Command::HealLinkTo(peer)) => self.links.cut.retain(|p| *p != peer),
+            Some(Command::Forget(peer)) => self.drive(vec![Input::Forget { peer }]),
             Some(Command::Kick { peer, why }) => self.drive(vec![Input::Kick { peer, why }]),
             Some(Command::Approve(peer)) => self.send_to_server(ClientMessage::Approve { peer }),
             Some(Command::Deny { peer, reason }) => {

@@ -629,6 +629,7 @@ fn on_event(state: &mut State, event: Event) {
         }
         Event::Slept { ms } => state.log(format!("this node was suspended or starved for {ms} ms")),
         Event::PeerLeaving(peer) => state.log(format!("node {peer} says it is leaving")),
+        Event::Forgotten(peer) => state.log(format!("node {peer} forgotten: the quorum no longer counts it")),
         Event::LeadsOn { step } => {
             if matches!(state.node.run_state, RunState::StandingBy(_)) {
                 state.node.run_state = RunState::Running;
