@@ -8,7 +8,6 @@
 mod common;
 
 mod browser_peer;
-mod chaos;
 mod cli;
 mod console_tmux;
 mod data_nginx;
