@@ -839,13 +839,8 @@ impl Session {
                 self.keep_quorum();
             }
         } else if leader == from && self.leader != Some(from) && self.succeeds_our_leader(from) {
-            // Our successor says it leads: it deposed our leader before we did.
-            let old = self.leader.expect("a successor succeeds someone");
-            let silent_ms = self.now_ms.saturating_sub(self.leader_heard_ms);
             let step = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
-            self.deposed.insert(old);
-            self.event(Event::LeaderDeposed { leader: old, step, silent_ms });
-            self.follow(from);
+            self.follow_successor(from, step);
         }
     }
 
@@ -944,15 +939,7 @@ impl Session {
     /// Our leader is gone (or deposed): every node picks the same successor, the smallest id
     /// among the members of the latest roster still here (and not deposed), and itself.
     fn succeed(&mut self) {
-        let mut candidates: Vec<PeerId> = self
-            .last_roster
-            .iter()
-            .copied()
-            .filter(|p| self.members.contains(p) && !self.deposed.contains(p))
-            .collect();
-        candidates.push(self.config.me);
-        candidates.sort_unstable();
-        candidates.dedup();
+        let candidates = self.successor_candidates(None);
         let successor = candidates[0];
         if !has_quorum(&self.quorum_base(), &candidates) {
             // What is left of the roster here is a minority: nobody on this side may decide a
@@ -1893,13 +1880,8 @@ impl Session {
             }
             Message::Roster { step, peers } => {
                 let current = self.collector.as_ref().map_or(self.applied + 1, |c| c.step);
-                if self.leader != Some(from) && !self.is_leader() && step >= current && self.succeeds_our_leader(from) {
-                    // Our successor deposed the leader before we did: the same verdict, sooner.
-                    let leader = self.leader.expect("a successor succeeds someone");
-                    let silent_ms = self.now_ms.saturating_sub(self.leader_heard_ms);
-                    self.deposed.insert(leader);
-                    self.event(Event::LeaderDeposed { leader, step, silent_ms });
-                    self.follow(from);
+                if self.leader != Some(from) && step >= current && self.succeeds_our_leader(from) {
+                    self.follow_successor(from, step);
                 }
                 if self.leader != Some(from) || self.is_leader() {
                     self.ignore(from, "a roster from a peer that is not the leader");
@@ -1941,25 +1923,40 @@ impl Session {
     /// node). A roster from it means it deposed our leader.
     fn succeeds_our_leader(&self, peer: PeerId) -> bool {
         let Some(leader) = self.leader else { return false };
-        if !self.active() || leader == peer {
+        if !self.active() || leader == peer || leader == self.config.me {
             return false;
         }
         // A leader we heard from lately is not replaced on another's word (a stale claim from
         // a minority that rejoined); one silent for half a deadline may have been.
-        if leader != self.config.me && self.now_ms.saturating_sub(self.leader_heard_ms) < self.deadline_ms() / 2 {
+        if self.now_ms.saturating_sub(self.leader_heard_ms) < self.deadline_ms() / 2 {
             return false;
         }
-        let me = self.config.me;
+        self.successor_candidates(Some(leader)).first() == Some(&peer)
+    }
+
+    /// Who may succeed a leader, smallest first: the members of the latest roster still here
+    /// and not deposed (less `without`), and this node.
+    fn successor_candidates(&self, without: Option<PeerId>) -> Vec<PeerId> {
         let mut candidates: Vec<PeerId> = self
             .last_roster
             .iter()
             .copied()
-            .filter(|p| *p != leader && self.members.contains(p) && !self.deposed.contains(p))
+            .filter(|p| Some(*p) != without && self.members.contains(p) && !self.deposed.contains(p))
             .collect();
-        if leader != me {
-            candidates.push(me);
-        }
-        candidates.into_iter().min() == Some(peer)
+        candidates.push(self.config.me);
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates
+    }
+
+    /// Our successor leads (its roster or its `-17` said so) while our leader is silent: it
+    /// deposed our leader before we did — the same verdict, sooner.
+    fn follow_successor(&mut self, successor: PeerId, step: u32) {
+        let old = self.leader.expect("a successor succeeds someone");
+        let silent_ms = self.now_ms.saturating_sub(self.leader_heard_ms);
+        self.deposed.insert(old);
+        self.event(Event::LeaderDeposed { leader: old, step, silent_ms });
+        self.follow(successor);
     }
 
     /// `leader` leads the run from now on (as this node sees it).

@@ -418,6 +418,18 @@ impl Net {
         Net::started_with(seed, ids, steps, SyncConfig::SEED)
     }
 
+    /// [`Net::started`] with a deadline a simulated step reaches in milliseconds (floor 300 ms,
+    /// ceiling 2 s): the quorum scenarios suspend and cut for a few deadlines.
+    fn with_short_deadline(seed: u64, ids: &[PeerId], steps: u32) -> Net {
+        let mut net = Net::new(seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in ids {
+            net.join(*id);
+        }
+        net.start(1, steps);
+        net
+    }
+
     fn started_with(seed: u64, ids: &[PeerId], steps: u32, sync: SyncConfig) -> Net {
         let mut net = Net::new(seed);
         net.sync = sync;
@@ -901,12 +913,7 @@ fn send_to(to: PeerId, message: Message) -> Output {
 #[test]
 fn a_silent_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
     for seed in 0..10 {
-        let mut net = Net::new(900 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 30);
+        let mut net = Net::with_short_deadline(900 + seed, &[1, 2, 3], 30);
         let mut hung_at = None;
         let mut woke = false;
         let mut deadline_after_drop = None;
@@ -1086,12 +1093,7 @@ fn assert_one_group_per_step(net: &Net, what: &str) {
 #[test]
 fn two_parts_that_cannot_reach_each_other_commit_on_the_majority_side_only() {
     for seed in 0..8 {
-        let mut net = Net::new(1200 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3, 4, 5] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1200 + seed, &[1, 2, 3, 4, 5], 200);
         // The leader is in the majority, or in the minority.
         let (going, standing): (Vec<PeerId>, Vec<PeerId>) =
             if seed % 2 == 0 { (vec![1, 2, 4], vec![3, 5]) } else { (vec![2, 4, 5], vec![1, 3]) };
@@ -1149,12 +1151,7 @@ fn two_parts_that_cannot_reach_each_other_commit_on_the_majority_side_only() {
 #[test]
 fn two_even_halves_both_stand_by_until_healed() {
     for seed in 0..6 {
-        let mut net = Net::new(1250 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3, 4] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1250 + seed, &[1, 2, 3, 4], 200);
         let (left, right) = ([1, 3], [2, 4]);
         let (mut cut_at, mut healed, mut top_cut) = (None, false, 0);
         net.run(400_000, |net, top| {
@@ -1196,12 +1193,7 @@ fn two_even_halves_both_stand_by_until_healed() {
 #[test]
 fn a_follower_asleep_past_its_links_stands_by_and_is_resumed_equal() {
     for seed in 0..8 {
-        let mut net = Net::new(1300 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1300 + seed, &[1, 2, 3], 200);
         let (mut hung_at, mut severed, mut woke, mut back) = (None, false, None, false);
         let mut alone_top = 0;
         net.run(400_000, |net, top| {
@@ -1256,14 +1248,14 @@ fn a_follower_asleep_past_its_links_stands_by_and_is_resumed_equal() {
 #[test]
 fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
     for (seed, links_die) in (0..10).map(|s| (s, s % 2 == 1)) {
-        let mut net = Net::new(1400 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3, 4] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1400 + seed, &[1, 2, 3, 4], 200);
         let (mut hung_at, mut deadline, mut woke, mut back) = (None, 0, None, false);
+        let mut deposed_ms = None;
         net.run(400_000, |net, top| {
+            let deposing = net.nodes[&2].events.iter().any(|e| matches!(e, Event::LeaderDeposed { leader: 1, .. }));
+            if deposed_ms.is_none() && deposing {
+                deposed_ms = Some(net.now_ms);
+            }
             if top == 4 && hung_at.is_none() {
                 deadline = net.nodes[&2].session.deadline_ms();
                 net.hang(1);
@@ -1287,7 +1279,9 @@ fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
         });
         let what = format!("seed {seed}, links die {links_die}");
         assert_one_group_per_step(&net, &what);
-        let hung_at = hung_at.unwrap();
+        // Deposed within 2 × the deadline of the hang, by the simulated clock.
+        let took = deposed_ms.unwrap_or(u64::MAX).saturating_sub(hung_at.unwrap());
+        assert!(took <= 2 * deadline, "{what}: deposed {took} ms after the hang, deadline {deadline}");
         for id in [2, 3, 4] {
             let deposed_at =
                 net.nodes[&id].events.iter().position(|e| matches!(e, Event::LeaderDeposed { leader: 1, .. }));
@@ -1299,7 +1293,6 @@ fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
             _ => None,
         });
         assert!(silent.is_some_and(|s| s <= 2 * deadline), "{what}: silent {silent:?} against deadline {deadline}");
-        let _ = hung_at;
         let old = &net.nodes[&1].events;
         if links_die {
             assert!(old.iter().any(|e| matches!(e, Event::QuorumLost { .. })), "{what}: {old:?}");
@@ -1320,12 +1313,7 @@ fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
 #[test]
 fn a_leader_that_slept_briefly_leads_on() {
     for seed in 0..5 {
-        let mut net = Net::new(1500 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1500 + seed, &[1, 2, 3], 200);
         let mut hung_at = None;
         net.run(400_000, |net, top| {
             if top == 4 && hung_at.is_none() {
@@ -1355,12 +1343,7 @@ fn a_leader_that_slept_briefly_leads_on() {
 #[test]
 fn a_leader_asleep_past_its_links_in_a_group_of_four_is_resumed_equal() {
     for seed in 0..8 {
-        let mut net = Net::new(1600 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3, 4] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1600 + seed, &[1, 2, 3, 4], 200);
         let (mut hung_at, mut woke, mut back) = (None, None, false);
         let mut alone_top = 0;
         net.run(400_000, |net, top| {
@@ -1410,12 +1393,7 @@ fn a_leader_asleep_past_its_links_in_a_group_of_four_is_resumed_equal() {
 #[test]
 fn with_no_quorum_anywhere_nobody_commits_and_the_group_regains_it_when_healed() {
     for seed in 0..6 {
-        let mut net = Net::new(1700 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3, 4, 5] {
-            net.join(id);
-        }
-        net.start(1, 200);
+        let mut net = Net::with_short_deadline(1700 + seed, &[1, 2, 3, 4, 5], 200);
         let sides: [&[PeerId]; 3] = [&[1, 2], &[3, 4], &[5]];
         let (mut cut_at, mut healed, mut top_cut) = (None, false, 0);
         net.run(400_000, |net, top| {
@@ -1467,12 +1445,7 @@ fn with_no_quorum_anywhere_nobody_commits_and_the_group_regains_it_when_healed()
 #[test]
 fn a_survivor_of_a_majority_crash_stands_by_until_the_dead_are_forgotten() {
     for seed in 0..5 {
-        let mut net = Net::new(1800 + seed);
-        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 60);
+        let mut net = Net::with_short_deadline(1800 + seed, &[1, 2, 3], 60);
         let (mut killed, mut joined_at, mut forgot) = (false, None, false);
         net.run(400_000, |net, top| {
             if top == 5 && !killed {

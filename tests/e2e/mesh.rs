@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{signal_server, signal_server_at, NetnsPair, Node, BIN};
+use crate::common::{signal_server, signal_server_at, NetnsPair, Node, Signal, BIN};
 use serde_json::Value;
 
 fn channels_open(nodes: &[&Node]) {
@@ -49,6 +49,20 @@ fn resumed_in_step(a: &Node, b: &Node, c: &Node) {
     }
     assert!((from + 1..=from + 10).all(|step| hc.contains_key(&step)), "c after its resume: {hc:?}");
     assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"));
+}
+
+/// `N` nodes with a 3 s step-deadline floor (one that load on two cores cannot reach, so the
+/// faults' tests are short), their channels open, the first leading a tiny run that every node
+/// has applied five steps of.
+fn training_with_short_deadline<const N: usize>(signal: &Signal) -> [Node; N] {
+    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
+    let mut nodes: [Node; N] = std::array::from_fn(|_| Node::spawn_with(signal, "cpu", &deadline));
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    nodes[0].command(tiny(1_000_000));
+    for node in &nodes {
+        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    }
+    nodes
 }
 
 fn tiny(steps: u32) -> Value {
@@ -546,13 +560,7 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     // A short floor, so the test is short; one that load on two cores cannot reach.
-    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
-    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
-    let b = Node::spawn_with(&signal, "cpu", &deadline);
-    let c = Node::spawn_with(&signal, "cpu", &deadline);
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(1_000_000));
-    c.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let [mut a, b, c] = training_with_short_deadline(&signal);
     // c stops (as a laptop lid closes): the others go on without it within the deadline.
     let stop = |signal: &str| {
         let status = Command::new("kill").args([signal, &c.pid().to_string()]).status().unwrap();
@@ -667,13 +675,7 @@ fn signal_proc(node: &Node, signal: &str) {
 fn a_follower_asleep_for_45_s_stands_by_and_is_resumed_equal() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
-    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
-    let b = Node::spawn_with(&signal, "cpu", &deadline);
-    let c = Node::spawn_with(&signal, "cpu", &deadline);
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(1_000_000));
-    c.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let [a, b, c] = training_with_short_deadline(&signal);
     signal_proc(&c, "-STOP");
     a.wait_for("c dropped", |e| e["event"] == "dropped" && e["peer"] == c.id, 30);
     std::thread::sleep(Duration::from_secs(45));
@@ -693,14 +695,7 @@ fn a_follower_asleep_for_45_s_stands_by_and_is_resumed_equal() {
 fn a_leader_asleep_for_45_s_in_a_group_of_four_is_replaced_and_resumed_equal() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
-    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
-    let b = Node::spawn_with(&signal, "cpu", &deadline);
-    let c = Node::spawn_with(&signal, "cpu", &deadline);
-    let d = Node::spawn_with(&signal, "cpu", &deadline);
-    channels_open(&[&a, &b, &c, &d]);
-    a.command(tiny(1_000_000));
-    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let [a, b, c, d] = training_with_short_deadline(&signal);
     signal_proc(&a, "-STOP");
     let deposed = b.wait_for("a deposed", |e| e["event"] == "leader-deposed" && e["leader"] == a.id, 30);
     let at = deposed["step"].as_u64().unwrap();
@@ -728,13 +723,7 @@ fn a_leader_asleep_for_45_s_in_a_group_of_four_is_replaced_and_resumed_equal() {
 fn a_hung_leader_is_deposed_within_two_deadlines() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
-    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
-    let b = Node::spawn_with(&signal, "cpu", &deadline);
-    let c = Node::spawn_with(&signal, "cpu", &deadline);
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(1_000_000));
-    b.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let [a, b, c] = training_with_short_deadline(&signal);
     signal_proc(&a, "-STOP");
     let stopped = Instant::now();
     let deposed = b.wait_for("a deposed", |e| e["event"] == "leader-deposed" && e["leader"] == a.id, 30);
@@ -764,13 +753,7 @@ fn a_hung_leader_is_deposed_within_two_deadlines() {
 fn a_leader_cut_off_from_the_majority_commits_nothing_and_is_resumed() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let deadline = ["--step-deadline-floor-ms", "3000", "--step-deadline-ceiling-ms", "15000"];
-    let mut a = Node::spawn_with(&signal, "cpu", &deadline);
-    let mut b = Node::spawn_with(&signal, "cpu", &deadline);
-    let mut c = Node::spawn_with(&signal, "cpu", &deadline);
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(1_000_000));
-    c.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let [mut a, mut b, mut c] = training_with_short_deadline(&signal);
     let (ia, ib, ic) = (a.id, b.id, c.id);
     let cut = |a: &mut Node, b: &mut Node, c: &mut Node, cmd: &str| {
         a.command(serde_json::json!({"cmd": cmd, "peer": ib}));
