@@ -159,14 +159,21 @@ function makeModel(config, weights) {
     return y;
   }
 
+  // A lane sum (docs/VERIFICATION.md §9): value i goes to lane i mod 32, each lane adds from +0
+  // in index order, then the lanes are added in lane order.
+  function laneSum(n, value) {
+    const lanes = new Float64Array(32);
+    for (let i = 0; i < n; i++) lanes[i % 32] = f(lanes[i % 32] + value(i));
+    let sum = lanes[0];
+    for (let l = 1; l < 32; l++) sum = f(sum + lanes[l]);
+    return sum;
+  }
+
   function layerNorm(x, rows, g, b) {
     const y = new Float32Array(x.length);
     for (let r = 0; r < rows; r++) {
-      let sum = 0;
-      for (let j = 0; j < c; j++) sum = f(sum + x[r * c + j]);
-      const mean = f(sum / c);
-      let v = 0;
-      for (let j = 0; j < c; j++) { const d = f(x[r * c + j] - mean); v = f(v + f(d * d)); }
+      const mean = f(laneSum(c, (j) => x[r * c + j]) / c);
+      const v = laneSum(c, (j) => { const d = f(x[r * c + j] - mean); return f(d * d); });
       const rstd = f(1 / f(Math.sqrt(f(f(v / c) + LN_EPS))));
       for (let j = 0; j < c; j++) {
         const h = f(f(x[r * c + j] - mean) * rstd);
@@ -180,8 +187,8 @@ function makeModel(config, weights) {
     for (let i = 0; i < n; i++) {
       let max = -Infinity;
       for (let j = 0; j <= i; j++) { s[i * n + j] = f(s[i * n + j] * scale); max = Math.max(max, s[i * n + j]); }
-      let sum = 0;
-      for (let j = 0; j <= i; j++) { s[i * n + j] = exp(f(s[i * n + j] - max)); sum = f(sum + s[i * n + j]); }
+      for (let j = 0; j <= i; j++) s[i * n + j] = exp(f(s[i * n + j] - max));
+      const sum = laneSum(i + 1, (j) => s[i * n + j]);
       for (let j = 0; j <= i; j++) s[i * n + j] = f(s[i * n + j] / sum);
       for (let j = i + 1; j < n; j++) s[i * n + j] = 0;
     }

@@ -17,7 +17,7 @@
 
 use std::sync::Mutex;
 
-use lockstep_luts::ops::Handle;
+use lockstep_luts::ops::{self, Handle, Op, Span};
 use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
 use crate::compute_error::ComputeError;
@@ -49,6 +49,15 @@ struct Moments {
     m: Handle,
     v: Handle,
     hash: Handle,
+}
+
+/// One Adam update's scalars: the learning rate of the step and the bias corrections
+/// ([`crate::adam::Adam::next_corrections`]).
+#[derive(Clone, Copy, Debug)]
+pub struct AdamStep {
+    pub lr: f32,
+    pub correction1: f32,
+    pub correction2: f32,
 }
 
 /// Where a training step's weights come from.
@@ -264,40 +273,69 @@ impl Model {
 
     /// One Adam update on the device from `mean` (the group's gradient, written over this
     /// node's own), then the weight hash there: the hash is the only word that comes back.
-    pub fn adam_on_device(
-        &self,
-        gemm: &mut dyn Gemm,
-        mean: &[f32],
-        lr: f32,
-        correction1: f32,
-        correction2: f32,
-    ) -> Result<u32, ComputeError> {
+    pub fn adam_on_device(&self, gemm: &mut dyn Gemm, mean: &[f32], adam: AdamStep) -> Result<u32, ComputeError> {
         assert_eq!(mean.len(), self.layout.len);
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         let (device, program, moments) = Self::resident(&mut cached, gemm)?;
-        let len = u32::try_from(self.layout.len).expect("checked by the run config");
-        let at = |h| lockstep_luts::ops::Span::new(h, 0);
         device.write(program.grads, 0, of_f32s(mean))?;
-        device.run(&[
-            lockstep_luts::ops::Op::Adam(lockstep_luts::ops::Adam {
+        device.run(&self.adam_and_hash(program, moments, adam))?;
+        let mut hash = [0u32];
+        device.read(moments.hash, 0, &mut hash)?;
+        Ok(hash[0])
+    }
+
+    /// The Adam update of the program's weights from its gradient buffer, then the weight hash
+    /// into the moments' hash word.
+    fn adam_and_hash(&self, program: &Program, moments: &Moments, adam: AdamStep) -> [Op; 2] {
+        let len = u32::try_from(self.layout.len).expect("checked by the run config");
+        let at = |h| Span::new(h, 0);
+        [
+            Op::Adam(ops::Adam {
                 len,
                 weights: at(program.weights),
                 grad: at(program.grads),
                 m: at(moments.m),
                 v: at(moments.v),
-                lr,
-                correction1,
-                correction2,
+                lr: adam.lr,
+                correction1: adam.correction1,
+                correction2: adam.correction2,
             }),
-            lockstep_luts::ops::Op::Hash(lockstep_luts::ops::Hash {
-                len,
-                data: at(program.weights),
-                out: at(moments.hash),
-            }),
-        ])?;
-        let mut hash = [0u32];
+            Op::Hash(ops::Hash { len, data: at(program.weights), out: at(moments.hash) }),
+        ]
+    }
+
+    /// A training step and its Adam update in one call on the device that holds the training
+    /// state ([`Model::upload_training_state`]): [`Model::step`] then [`Model::adam_on_device`]
+    /// with the step's own gradient, without the gradient leaving the device — a lone member's
+    /// `every-step` sync, whose mean is its gradient bit for bit. The loss and the new weight
+    /// hash come back. `audit` may pick the update's ops too.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_and_adam_on_device(
+        &self,
+        gemm: &mut dyn Gemm,
+        tokens: &[u8],
+        targets: &[u8],
+        batch: usize,
+        seq: usize,
+        audit: Option<usize>,
+        step: u32,
+        adam: AdamStep,
+    ) -> Result<(f32, u32, Option<Audited>), ComputeError> {
+        self.check(Weights::OnDevice, tokens, batch, seq);
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let (device, program, moments) = Self::resident(&mut cached, gemm)?;
+        if (program.batch, program.seq) != (batch, seq) {
+            return Err(ComputeError::backend(NotOnDevice));
+        }
+        device.write(program.tokens, 0, &token_words(tokens))?;
+        device.write(program.targets, 0, &token_words(targets))?;
+        let mut sequence = program.step().to_vec();
+        sequence.extend(self.adam_and_hash(program, moments, adam));
+        let audited = run_audited(device, &sequence, audit, step)?;
+        let (mut loss, mut hash) = ([0u32], [0u32]);
+        device.read(program.loss, 0, &mut loss)?;
         device.read(moments.hash, 0, &mut hash)?;
-        Ok(hash[0])
+        Ok((f32::from_bits(loss[0]), hash[0], audited))
     }
 
     /// Copies the device's weights into `w` and, when given, Adam's moments into `m` and `v`.

@@ -627,6 +627,14 @@ pub trait Member {
     fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError>;
     /// One optimizer step (Adam) from `grad`.
     fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError>;
+    /// One local step: the gradient of the next batch, applied at once ([`Member::gradient`],
+    /// then [`Member::apply`] — a member whose device holds its state may do both there,
+    /// without moving the gradient). The loss.
+    fn step_alone(&mut self) -> Result<f32, ComputeError> {
+        let (loss, grad) = self.gradient()?;
+        self.apply(&grad)?;
+        Ok(loss)
+    }
     /// The weights, on the host.
     fn weights(&mut self) -> &mut Vec<f32>;
     /// Takes back the step count of `steps` local steps (a sync abandoned half way).
@@ -726,8 +734,7 @@ impl Strategy {
                 let global = member.weights().clone();
                 let mut losses = 0f32;
                 for done in 0..inner_steps {
-                    let inner = member.gradient().and_then(|(loss, grad)| member.apply(&grad).map(|()| loss));
-                    match inner {
+                    match member.step_alone() {
                         Ok(loss) => losses += loss,
                         Err(e) => {
                             member.rewind(done);
@@ -776,8 +783,13 @@ impl Strategy {
         Ok(())
     }
 
-    /// A lone member's sync (a group of one: its contribution is the mean, bit for bit).
+    /// A lone member's sync (a group of one: its contribution is the mean, bit for bit). In
+    /// `every-step` without compression the mean of one gradient is that gradient (`g / 1` is
+    /// `g`), so it is one local step, and the gradient need not leave the member's device.
     pub fn alone(&mut self, member: &mut dyn Member) -> Result<f32, ContributeError> {
+        if self.config.mode == SyncMode::EveryStep && self.config.compression == Compression::None {
+            return Ok(member.step_alone()?);
+        }
         let Contribution { loss, values } = self.contribute(member)?;
         let reduced = reduce_one(values);
         self.finish(member, &reduced.mean, &reduced.grid)?;

@@ -16,9 +16,9 @@
 use crate::adam::{schedule, Adam};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, ModelConfig, RunConfig};
-use crate::data::{heldout_batches, DataSource, Origin};
+use crate::data::{heldout_batches, Batch, DataSource, Origin};
 use crate::gemm::Gemm;
-use crate::model::{Model, Weights};
+use crate::model::{AdamStep, Model, Weights};
 use crate::params::{init, weight_hash, Layout};
 use crate::sync::{Member, Strategy, SyncState};
 
@@ -209,8 +209,9 @@ impl Trainer {
         self.audit_every = every;
     }
 
-    /// Loss and gradient on this node's next batch, at the current weights.
-    pub fn gradient(&mut self) -> Result<(f32, Vec<f32>, Origin), ComputeError> {
+    /// The next batch and the op an audit recomputes in this step (if any), with the training
+    /// state put on the backend's device first when it may live there.
+    fn begin_step(&mut self) -> Result<(Batch, Option<usize>), ComputeError> {
         let seq = self.run.model.context;
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
         let computing = self.step + 1;
@@ -218,7 +219,7 @@ impl Trainer {
         // computes itself).
         let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every))
             .then(|| (computing / self.audit_every) as usize);
-        self.last_origin = origin.clone();
+        self.last_origin = origin;
         let keep_on_device = self.run.sync.state_may_stay_on_device() && self.gemm.device().is_some();
         if keep_on_device && self.on_device.is_none() {
             self.model.upload_training_state(
@@ -231,6 +232,12 @@ impl Trainer {
             )?;
             self.on_device = Some(OnDevice { weights_on_host: true, moments_on_host: true, hash: None });
         }
+        Ok((batch, target))
+    }
+
+    /// Loss and gradient on this node's next batch, at the current weights.
+    pub fn gradient(&mut self) -> Result<(f32, Vec<f32>, Origin), ComputeError> {
+        let (batch, target) = self.begin_step()?;
         let weights = if self.on_device.is_some() { Weights::OnDevice } else { Weights::Host(&self.weights) };
         let (loss, grad, audited) = self.model.step(
             self.gemm.as_mut(),
@@ -238,12 +245,61 @@ impl Trainer {
             &batch.tokens,
             &batch.targets,
             self.run.batch,
-            seq,
+            self.run.model.context,
             target,
-            computing,
+            self.step + 1,
         )?;
         self.last_audited = audited.map(|a| (a.index, a.name));
-        Ok((loss, grad, origin))
+        Ok((loss, grad, self.last_origin.clone()))
+    }
+
+    /// One step on this node's next batch with its own gradient ([`Trainer::gradient`], then
+    /// [`Trainer::apply`]): where the backend's device holds the state, in one call there, the
+    /// gradient never leaving it. The loss.
+    pub fn step_alone(&mut self) -> Result<f32, ComputeError> {
+        let (batch, target) = self.begin_step()?;
+        if self.on_device.is_none() {
+            let (loss, grad, audited) = self.model.step(
+                self.gemm.as_mut(),
+                Weights::Host(&self.weights),
+                &batch.tokens,
+                &batch.targets,
+                self.run.batch,
+                self.run.model.context,
+                target,
+                self.step + 1,
+            )?;
+            self.last_audited = audited.map(|a| (a.index, a.name));
+            self.apply(&grad)?;
+            return Ok(loss);
+        }
+        let adam = self.next_adam_step();
+        let (loss, hash, audited) = self.model.step_and_adam_on_device(
+            self.gemm.as_mut(),
+            &batch.tokens,
+            &batch.targets,
+            self.run.batch,
+            self.run.model.context,
+            target,
+            self.step + 1,
+            adam,
+        )?;
+        self.last_audited = audited.map(|a| (a.index, a.name));
+        self.updated_on_device(hash);
+        Ok(loss)
+    }
+
+    /// The next Adam update's scalars (nothing advances until it is done).
+    fn next_adam_step(&self) -> AdamStep {
+        let (correction1, correction2) = self.adam.next_corrections();
+        AdamStep { lr: schedule(self.run.lr, self.step, self.run.steps), correction1, correction2 }
+    }
+
+    /// The device did an update: count it, and the host's copies are now stale.
+    fn updated_on_device(&mut self, hash: u32) {
+        self.adam.advance();
+        self.on_device = Some(OnDevice { weights_on_host: false, moments_on_host: false, hash: Some(hash) });
+        self.step += 1;
     }
 
     /// The op the last step's audit recomputed (its position in the step and its name), if
@@ -255,18 +311,19 @@ impl Trainer {
     /// One Adam update from `grad`, ending the current step (on the device when it holds the
     /// state). A device that fails it leaves the step unfinished.
     pub fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError> {
-        let lr = schedule(self.run.lr, self.step, self.run.steps);
         match self.on_device {
             Some(_) => {
                 // Counted only once the device has done it: a failed update changes nothing.
-                let (correction1, correction2) = self.adam.next_corrections();
-                let hash = self.model.adam_on_device(self.gemm.as_mut(), grad, lr, correction1, correction2)?;
-                self.adam.advance();
-                self.on_device = Some(OnDevice { weights_on_host: false, moments_on_host: false, hash: Some(hash) });
+                let adam = self.next_adam_step();
+                let hash = self.model.adam_on_device(self.gemm.as_mut(), grad, adam)?;
+                self.updated_on_device(hash);
             }
-            None => self.adam.update(&mut self.weights, grad, lr, self.gemm.threads()),
+            None => {
+                let lr = schedule(self.run.lr, self.step, self.run.steps);
+                self.adam.update(&mut self.weights, grad, lr, self.gemm.threads());
+                self.step += 1;
+            }
         }
-        self.step += 1;
         Ok(())
     }
 
@@ -424,6 +481,10 @@ impl Member for Trainer {
 
     fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError> {
         Trainer::apply(self, grad)
+    }
+
+    fn step_alone(&mut self) -> Result<f32, ComputeError> {
+        Trainer::step_alone(self)
     }
 
     fn weights(&mut self) -> &mut Vec<f32> {

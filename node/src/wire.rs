@@ -40,10 +40,11 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (7: rosters commit only with a quorum,
-/// counted over the members that follow the leader (`-17`), which a version 6 node would not
-/// respect; quitters say so with `-15`, nodes without a quorum with `-16`).
-pub const MESH_PROTOCOL_VERSION: u32 = 7;
+/// The mesh protocol version carried in the run config (8: every sum of the step is a lane sum,
+/// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
+/// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
+/// `-15` for quitters and `-16` for nodes without a quorum).
+pub const MESH_PROTOCOL_VERSION: u32 = 8;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;

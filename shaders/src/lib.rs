@@ -41,7 +41,8 @@ macro_rules! step_kernels {
                 match self { $( StepKernel::$kernel => $entry, )* }
             }
 
-            /// Workgroup width of the entry point: 256, or 1 for the serial ones.
+            /// Workgroup width of the entry point (256 for most; the kernels that run as one
+            /// workgroup, [`StepKernel::single`], may be narrower).
             pub fn workgroup(self) -> u32 {
                 match self { $( StepKernel::$kernel => $workgroup, )* }
             }
@@ -53,21 +54,25 @@ step_kernels! {
     /// A product's operand, quantized on the device for [`Kernel::GemmUnits`].
     Quantize "quantize" STEP_WORKGROUP,
     Embed "embed" STEP_WORKGROUP,
+    /// The embedding gradient's row lists (one workgroup) ...
+    EmbedLists "embed_lists" STEP_WORKGROUP,
+    /// ... and the gradient, one invocation per table word.
     EmbedBackward "embed_backward" STEP_WORKGROUP,
     Gelu "gelu" STEP_WORKGROUP,
     GeluBackward "gelu_backward" STEP_WORKGROUP,
     Adam "adam" STEP_WORKGROUP,
+    /// 32 lanes per row, 8 rows per workgroup (as every row kernel).
     LayerNorm "layer_norm" STEP_WORKGROUP,
-    /// LayerNorm's input gradient, one invocation per row.
+    /// LayerNorm's input gradient.
     LayerNormBackward "layer_norm_backward" STEP_WORKGROUP,
-    /// LayerNorm's gain and bias gradients, one invocation per column.
+    /// LayerNorm's gain and bias gradients, 32 lanes per column, 8 columns per workgroup.
     LayerNormParamGrads "layer_norm_param_grads" STEP_WORKGROUP,
     CausalSoftmax "causal_softmax" STEP_WORKGROUP,
     CausalSoftmaxBackward "causal_softmax_backward" STEP_WORKGROUP,
     /// Cross-entropy per row (losses into the scratch buffer) ...
     CrossEntropy "cross_entropy" STEP_WORKGROUP,
-    /// ... and their mean, in one invocation.
-    CrossEntropyMean "cross_entropy_mean" 1,
+    /// ... and their mean, one workgroup of 32 lanes.
+    CrossEntropyMean "cross_entropy_mean" 32,
     BiasGrad "bias_grad" STEP_WORKGROUP,
     /// The weight hash's chunks, one invocation each (into the scratch buffer) ...
     HashChunks "hash_chunks" STEP_WORKGROUP,
@@ -77,6 +82,29 @@ step_kernels! {
 
 /// Invocations per workgroup of the step's parallel kernels (one dimension).
 pub const STEP_WORKGROUP: u32 = 256;
+
+impl StepKernel {
+    /// The kernels that run as a single workgroup, whatever the op's size.
+    pub fn single(self) -> bool {
+        matches!(self, StepKernel::EmbedLists | StepKernel::CrossEntropyMean | StepKernel::HashFold)
+    }
+
+    /// Whether the kernel runs one invocation per lane of each output row (or column): `LANES`
+    /// (`lockstep_luts::ops::LANES`, the lane sums' 32) invocations an output instead of one.
+    pub fn per_lane(self) -> bool {
+        use StepKernel as K;
+        matches!(
+            self,
+            K::LayerNorm
+                | K::LayerNormBackward
+                | K::LayerNormParamGrads
+                | K::CausalSoftmax
+                | K::CausalSoftmaxBackward
+                | K::CrossEntropy
+                | K::BiasGrad
+        )
+    }
+}
 
 /// The kernels' uniform record (the step kernels' and the unit kernel's): 64 words, one record
 /// per dispatch at a dynamic offset. Words 0 … 23 are the op's ABI params, its buffer offsets

@@ -131,6 +131,7 @@ const LN_EPS: u32 = 0x3727c5acu;
 const ADAM_BETA1: u32 = 0x3f666666u;
 const ADAM_BETA2: u32 = 0x3f733333u;
 const ADAM_EPS: u32 = 0x322bcc77u;
+const LANES: u32 = 32u;
 const HASH_CHUNK: u32 = 4096u;
 const FNV_BASIS: u32 = 0x811c9dc5u;
 const FNV_PRIME: u32 = 0x01000193u;

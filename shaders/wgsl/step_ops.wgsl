@@ -10,11 +10,13 @@
 // call (for `status`), and P_ZERO is always 0 and feeds `opaque_zero` (exact_f32.wgsl).
 //
 // Each kernel computes an output with the reference's operations in the reference's order,
-// through exact_f32.wgsl: one invocation per element for element-wise ops, per row for row
-// ops (LayerNorm, softmax, cross-entropy: their sums run along the row in index order), per
-// column for column sums (bias and LayerNorm parameter gradients: rows in order from +0). The
-// dispatch is 256 invocations wide and, past 65535 workgroups, two-dimensional; invocations past
-// the end return at once.
+// through exact_f32.wgsl: one invocation per element for element-wise ops. Every sum is a lane
+// sum (`lockstep_luts::ops::lane_sum`: value i in lane i mod 32, each lane in order from +0, then
+// the lanes in lane order), and the definition's 32 lanes are 32 invocations here: a row op
+// runs a workgroup of 8 rows × 32 lanes, a column sum one of 8 columns × 32 lanes, and
+// `lane_total` adds a row's (or column's) 32 lane totals in lane order through workgroup memory.
+// The dispatch is 256 invocations wide and, past 65535 workgroups, two-dimensional; invocations
+// past the end return at once, or, in kernels with barriers, stay and compute nothing.
 //
 // `quantize` prepares a product's operand for `gemm_units` (prepended file's unit kernel): for
 // one (batch, row, block) of a strided view it finds the block exponent and packs the 32 quants
@@ -42,6 +44,54 @@ fn begin(gid: vec3<u32>, groups: vec3<u32>) -> u32 {
     return gid.y * groups.x * 256u + gid.x;
 }
 
+// ---- lane sums ----
+
+// Rows (or columns) per workgroup in the lane kernels: 8 × 32 lanes = 256 invocations.
+const SLOTS: u32 = 8u;
+
+var<workgroup> lane_part: array<u32, 256>;
+var<workgroup> slot_total: array<u32, SLOTS>;
+
+// The workgroup's index in a (gx, gy) grid of workgroups.
+fn group_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
+    opaque_zero = pw(P_ZERO);
+    return wid.y * groups.x + wid.x;
+}
+
+// Slot `slot`'s lane `lane` holds its lane total `v`: every lane of the slot gets the slot's
+// lane sum, the 32 totals added in lane order (by lane 0; `lockstep_luts::ops::combine_lanes`).
+// Every invocation of the workgroup must call it (it holds barriers); a slot past the end
+// passes anything and ignores the result.
+fn lane_total(slot: u32, lane: u32, v: u32) -> u32 {
+    lane_part[slot * LANES + lane] = v;
+    workgroupBarrier();
+    if lane == 0u {
+        var sum = lane_part[slot * LANES];
+        for (var l = 1u; l < LANES; l++) {
+            sum = x_add(sum, lane_part[slot * LANES + l]);
+        }
+        slot_total[slot] = sum;
+    }
+    workgroupBarrier();
+    return slot_total[slot];
+}
+
+// `lane_total` for a maximum (`lockstep_luts::ops::lane_max_by`): lane maxima folded in lane
+// order with `x_max`.
+fn lane_max_total(slot: u32, lane: u32, v: u32) -> u32 {
+    lane_part[slot * LANES + lane] = v;
+    workgroupBarrier();
+    if lane == 0u {
+        var mx = lane_part[slot * LANES];
+        for (var l = 1u; l < LANES; l++) {
+            mx = x_max(mx, lane_part[slot * LANES + l]);
+        }
+        slot_total[slot] = mx;
+    }
+    workgroupBarrier();
+    return slot_total[slot];
+}
+
 // ---- products: the operand quantizer ----
 
 // The matmul's parameter `a` names for its A operand (P_PART 0), `b` for its B operand.
@@ -49,7 +99,9 @@ fn operand(a: u32, b: u32) -> u32 {
     return pw(select(a, b, pw(P_PART) == 1u));
 }
 
-// One (batch, row, block) of the matmul's A (P_PART 0) or B (P_PART 1) view.
+// One (batch, row, block) of the matmul's A (P_PART 0) or B (P_PART 1) view; rows vary fastest
+// across invocations, so a transposed view (a column of the buffer per row) is read in runs of
+// neighbouring words.
 @compute @workgroup_size(256)
 fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
@@ -60,9 +112,10 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     if i >= pw(MATMUL_BATCH0) * batch1 * rows * blocks {
         return;
     }
-    let blk = i % blocks;
-    let row = (i / blocks) % rows;
+    let row = i % rows;
+    let blk = (i / rows) % blocks;
     let z = i / (blocks * rows);
+    let unit = (z * rows + row) * blocks + blk;
     let base = operand(MATMUL_A_OFFSET, MATMUL_B_OFFSET)
         + (z / batch1) * operand(MATMUL_A_BATCH_STRIDE0, MATMUL_B_BATCH_STRIDE0)
         + (z % batch1) * operand(MATMUL_A_BATCH_STRIDE1, MATMUL_B_BATCH_STRIDE1)
@@ -90,7 +143,7 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
             ex = ex + 1;
         }
     }
-    e[i] = ex;
+    e[unit] = ex;
     // lockstep_luts::units::quantize_value, four quants to a word (little-endian bytes).
     for (var w = 0u; w < 8u; w++) {
         var word = 0u;
@@ -119,7 +172,7 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
             }
             word = word | ((u32(quant) & 0xffu) << (8u * b));
         }
-        q[i * 8u + w] = word;
+        q[unit * 8u + w] = word;
     }
 }
 
@@ -143,8 +196,59 @@ fn embed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     mem[pw(EMBED_OUT) + i] = x_add(mem[pw(EMBED_TOK) + t * width + j], mem[pw(EMBED_POS) + pos]);
 }
 
-// One invocation per output word of dtok (vocab × width) then dpos (positions × width), each
-// summing its rows in order from +0.
+// The embedding gradient's row lists, one workgroup: scratch[v] becomes the first entry of
+// token v's list and scratch[vocab] their total, and from scratch[vocab + 1] on the lists: for
+// each token, its rows grouped by lane (lane 0's rows first), in row order within a lane — the
+// order in which `embed_backward` adds them.
+@compute @workgroup_size(256)
+fn embed_lists(@builtin(local_invocation_index) li: u32) {
+    opaque_zero = pw(P_ZERO);
+    let rows = pw(EMBED_BACKWARD_ROWS);
+    let vocab = pw(EMBED_BACKWARD_VOCAB);
+    let tokens = pw(EMBED_BACKWARD_TOKENS);
+    for (var v = li; v < vocab; v += 256u) {
+        var count = 0u;
+        for (var r = 0u; r < rows; r++) {
+            count += select(0u, 1u, mem[tokens + r] == v);
+        }
+        scratch[v] = count;
+    }
+    if li == 0u {
+        for (var r = 0u; r < rows; r++) {
+            if mem[tokens + r] >= vocab {
+                fail(STATUS_TOKEN);
+            }
+        }
+    }
+    storageBarrier();
+    workgroupBarrier();
+    if li == 0u {
+        var at = 0u;
+        for (var v = 0u; v < vocab; v++) {
+            let count = scratch[v];
+            scratch[v] = at;
+            at += count;
+        }
+        scratch[vocab] = at;
+    }
+    storageBarrier();
+    workgroupBarrier();
+    for (var v = li; v < vocab; v += 256u) {
+        var at = vocab + 1u + scratch[v];
+        for (var l = 0u; l < LANES; l++) {
+            for (var r = l; r < rows; r += LANES) {
+                if mem[tokens + r] == v {
+                    scratch[at] = r;
+                    at++;
+                }
+            }
+        }
+    }
+}
+
+// One invocation per output word of dtok (vocab × width) then dpos (positions × width): the lane
+// sum of its rows (token v's list from `embed_lists`; rows p, p + seq, … for position p), each
+// lane's rows in order from +0, the lane totals added in lane order.
 @compute @workgroup_size(256)
 fn embed_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = begin(gid, groups);
@@ -160,21 +264,30 @@ fn embed_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     let dy = pw(EMBED_BACKWARD_DY);
     var acc = 0u;
     if v < vocab {
-        for (var r = 0u; r < rows; r++) {
-            let t = mem[pw(EMBED_BACKWARD_TOKENS) + r];
-            if t >= vocab && i == 0u {
-                fail(STATUS_TOKEN);
+        let end = vocab + 1u + scratch[v + 1u];
+        var lane = 0u;
+        var part = 0u;
+        for (var at = vocab + 1u + scratch[v]; at < end; at++) {
+            let r = scratch[at];
+            if r % LANES != lane {
+                acc = x_add(acc, part);
+                part = 0u;
+                lane = r % LANES;
             }
-            if t == v {
-                acc = x_add(acc, mem[dy + r * width + j]);
-            }
+            part = x_add(part, mem[dy + r * width + j]);
         }
-        mem[pw(EMBED_BACKWARD_DTOK) + i] = acc;
+        mem[pw(EMBED_BACKWARD_DTOK) + i] = x_add(acc, part);
     } else {
         let p = v - vocab;
         if p < seq {
-            for (var r = p; r < rows; r += seq) {
-                acc = x_add(acc, mem[dy + r * width + j]);
+            for (var l = 0u; l < LANES; l++) {
+                var part = 0u;
+                for (var r = p; r < rows; r += seq) {
+                    if r % LANES == l {
+                        part = x_add(part, mem[dy + r * width + j]);
+                    }
+                }
+                acc = x_add(acc, part);
             }
         }
         mem[pw(EMBED_BACKWARD_DPOS) + p * width + j] = acc;
@@ -220,63 +333,86 @@ fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     mem[at_v] = v;
 }
 
-// ---- rows ----
+// ---- rows: a workgroup of 8 rows, 32 lanes each ----
 
 @compute @workgroup_size(256)
-fn layer_norm(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let r = begin(gid, groups);
-    if r >= pw(LAYER_NORM_ROWS) {
-        return;
-    }
+fn layer_norm(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li / LANES;
+    let lane = li % LANES;
+    let r = group_index(wid, groups) * SLOTS + slot;
+    let live = r < pw(LAYER_NORM_ROWS);
     let width = pw(LAYER_NORM_WIDTH);
     let c = x_from_u32(width);
     let x = pw(LAYER_NORM_X) + r * width;
-    var sum = 0u;
-    for (var j = 0u; j < width; j++) {
-        sum = x_add(sum, mem[x + j]);
+    var part = 0u;
+    if live {
+        for (var j = lane; j < width; j += LANES) {
+            part = x_add(part, mem[x + j]);
+        }
     }
-    let mean = x_div(sum, c);
-    var var_sum = 0u;
-    for (var j = 0u; j < width; j++) {
-        let d = x_sub(mem[x + j], mean);
-        var_sum = x_add(var_sum, x_mul(d, d));
+    let mean = x_div(lane_total(slot, lane, part), c);
+    part = 0u;
+    if live {
+        for (var j = lane; j < width; j += LANES) {
+            let d = x_sub(mem[x + j], mean);
+            part = x_add(part, x_mul(d, d));
+        }
+    }
+    let var_sum = lane_total(slot, lane, part);
+    if !live {
+        return;
     }
     let s = x_div(F_ONE, x_sqrt(x_add(x_div(var_sum, c), LN_EPS)));
     let y = pw(LAYER_NORM_Y) + r * width;
     let xhat = pw(LAYER_NORM_XHAT) + r * width;
-    for (var j = 0u; j < width; j++) {
+    for (var j = lane; j < width; j += LANES) {
         let h = x_mul(x_sub(mem[x + j], mean), s);
         mem[xhat + j] = h;
         mem[y + j] = x_add(x_mul(h, mem[pw(LAYER_NORM_GAIN) + j]), mem[pw(LAYER_NORM_BIAS) + j]);
     }
-    mem[pw(LAYER_NORM_RSTD) + r] = s;
+    if lane == 0u {
+        mem[pw(LAYER_NORM_RSTD) + r] = s;
+    }
 }
 
-// The input gradient, one invocation per row (`layer_norm_param_grads` then takes the columns).
+// The input gradient (`layer_norm_param_grads` then takes the columns).
 @compute @workgroup_size(256)
-fn layer_norm_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let r = begin(gid, groups);
-    if r >= pw(LAYER_NORM_BACKWARD_ROWS) {
-        return;
-    }
+fn layer_norm_backward(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li / LANES;
+    let lane = li % LANES;
+    let r = group_index(wid, groups) * SLOTS + slot;
+    let live = r < pw(LAYER_NORM_BACKWARD_ROWS);
     let width = pw(LAYER_NORM_BACKWARD_WIDTH);
     let c = x_from_u32(width);
     let dy = pw(LAYER_NORM_BACKWARD_DY) + r * width;
     let h = pw(LAYER_NORM_BACKWARD_XHAT) + r * width;
     let gain = pw(LAYER_NORM_BACKWARD_GAIN);
-    var m1 = 0u;
-    var m2 = 0u;
-    for (var j = 0u; j < width; j++) {
-        let d = x_mul(mem[dy + j], mem[gain + j]);
-        m1 = x_add(m1, d);
-        m2 = x_add(m2, x_mul(d, mem[h + j]));
+    var part1 = 0u;
+    var part2 = 0u;
+    if live {
+        for (var j = lane; j < width; j += LANES) {
+            let d = x_mul(mem[dy + j], mem[gain + j]);
+            part1 = x_add(part1, d);
+            part2 = x_add(part2, x_mul(d, mem[h + j]));
+        }
     }
-    m1 = x_div(m1, c);
-    m2 = x_div(m2, c);
+    let m1 = x_div(lane_total(slot, lane, part1), c);
+    let m2 = x_div(lane_total(slot, lane, part2), c);
+    if !live {
+        return;
+    }
     let s = mem[pw(LAYER_NORM_BACKWARD_RSTD) + r];
     let dx = pw(LAYER_NORM_BACKWARD_DX) + r * width;
     let accumulate = (pw(P_FLAGS) & FLAG_ACCUMULATE) != 0u;
-    for (var j = 0u; j < width; j++) {
+    for (var j = lane; j < width; j += LANES) {
         let d = x_mul(mem[dy + j], mem[gain + j]);
         let v = x_mul(x_sub(x_sub(d, m1), x_mul(mem[h + j], m2)), s);
         if accumulate {
@@ -287,144 +423,203 @@ fn layer_norm_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(n
     }
 }
 
-// In place.
+// In place; row r of the blocks is query i = r mod t.
 @compute @workgroup_size(256)
-fn causal_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let r = begin(gid, groups);
+fn causal_softmax(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li / LANES;
+    let lane = li % LANES;
+    let r = group_index(wid, groups) * SLOTS + slot;
     let t = pw(CAUSAL_SOFTMAX_T);
-    if r >= pw(CAUSAL_SOFTMAX_BLOCKS) * t {
-        return;
-    }
-    let i = r % t;
+    let live = r < pw(CAUSAL_SOFTMAX_BLOCKS) * t;
+    // A slot past the end walks no entries (`i + 1` of them below).
+    let i = select(0u, r % t, live);
+    let n = select(0u, i + 1u, live);
     let row = pw(CAUSAL_SOFTMAX_SCORES) + r * t;
     let scale = pw(CAUSAL_SOFTMAX_SCALE);
     var mx = NEG_INF;
-    for (var j = 0u; j <= i; j++) {
+    for (var j = lane; j < n; j += LANES) {
         let v = x_mul(mem[row + j], scale);
         mem[row + j] = v;
         mx = x_max(mx, v);
     }
-    var sum = 0u;
-    for (var j = 0u; j <= i; j++) {
+    mx = lane_max_total(slot, lane, mx);
+    var part = 0u;
+    for (var j = lane; j < n; j += LANES) {
         let ev = x_exp(x_sub(mem[row + j], mx));
         mem[row + j] = ev;
-        sum = x_add(sum, ev);
+        part = x_add(part, ev);
     }
-    for (var j = 0u; j <= i; j++) {
+    let sum = lane_total(slot, lane, part);
+    if !live {
+        return;
+    }
+    for (var j = lane; j < n; j += LANES) {
         mem[row + j] = x_div(mem[row + j], sum);
     }
-    for (var j = i + 1u; j < t; j++) {
+    for (var j = n + lane; j < t; j += LANES) {
         mem[row + j] = 0u;
     }
 }
 
 @compute @workgroup_size(256)
-fn causal_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let r = begin(gid, groups);
+fn causal_softmax_backward(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li / LANES;
+    let lane = li % LANES;
+    let r = group_index(wid, groups) * SLOTS + slot;
     let t = pw(CAUSAL_SOFTMAX_BACKWARD_T);
-    if r >= pw(CAUSAL_SOFTMAX_BACKWARD_BLOCKS) * t {
-        return;
-    }
-    let i = r % t;
+    let live = r < pw(CAUSAL_SOFTMAX_BACKWARD_BLOCKS) * t;
+    let n = select(0u, r % t + 1u, live);
     let p = pw(CAUSAL_SOFTMAX_BACKWARD_PROBS) + r * t;
     let dp = pw(CAUSAL_SOFTMAX_BACKWARD_DPROBS) + r * t;
     let ds = pw(CAUSAL_SOFTMAX_BACKWARD_DSCORES) + r * t;
     let scale = pw(CAUSAL_SOFTMAX_BACKWARD_SCALE);
-    var dot = 0u;
-    for (var j = 0u; j <= i; j++) {
-        dot = x_add(dot, x_mul(mem[p + j], mem[dp + j]));
+    var part = 0u;
+    for (var j = lane; j < n; j += LANES) {
+        part = x_add(part, x_mul(mem[p + j], mem[dp + j]));
     }
-    for (var j = 0u; j <= i; j++) {
+    let dot = lane_total(slot, lane, part);
+    if !live {
+        return;
+    }
+    for (var j = lane; j < n; j += LANES) {
         mem[ds + j] = x_mul(x_mul(mem[p + j], x_sub(mem[dp + j], dot)), scale);
     }
-    for (var j = i + 1u; j < t; j++) {
+    for (var j = n + lane; j < t; j += LANES) {
         mem[ds + j] = 0u;
     }
 }
 
 // Each row's loss goes to scratch[row]; `cross_entropy_mean` then writes the mean.
 @compute @workgroup_size(256)
-fn cross_entropy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let r = begin(gid, groups);
+fn cross_entropy(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li / LANES;
+    let lane = li % LANES;
+    let r = group_index(wid, groups) * SLOTS + slot;
     let rows = pw(CROSS_ENTROPY_ROWS);
-    if r >= rows {
-        return;
-    }
     let vocab = pw(CROSS_ENTROPY_VOCAB);
-    let goal = mem[pw(CROSS_ENTROPY_TARGETS) + r];
-    if goal >= vocab {
-        fail(STATUS_TOKEN);
-        return;
+    var live = r < rows;
+    var goal = 0u;
+    if live {
+        goal = mem[pw(CROSS_ENTROPY_TARGETS) + r];
+        if goal >= vocab {
+            fail(STATUS_TOKEN);
+            live = false;
+        }
     }
+    let n = select(0u, vocab, live);
     let row = pw(CROSS_ENTROPY_LOGITS) + r * vocab;
     let d = pw(CROSS_ENTROPY_DLOGITS) + r * vocab;
-    let inv_rows = x_div(F_ONE, x_from_u32(rows));
     var mx = NEG_INF;
-    for (var j = 0u; j < vocab; j++) {
+    for (var j = lane; j < n; j += LANES) {
         mx = x_max(mx, mem[row + j]);
     }
-    var sum = 0u;
-    for (var j = 0u; j < vocab; j++) {
+    mx = lane_max_total(slot, lane, mx);
+    var part = 0u;
+    for (var j = lane; j < n; j += LANES) {
         let ev = x_exp(x_sub(mem[row + j], mx));
         mem[d + j] = ev;
-        sum = x_add(sum, ev);
+        part = x_add(part, ev);
     }
-    scratch[r] = x_sub(x_add(x_ln(sum), mx), mem[row + goal]);
-    for (var j = 0u; j < vocab; j++) {
-        mem[d + j] = x_mul(x_div(mem[d + j], sum), inv_rows);
+    let sum = lane_total(slot, lane, part);
+    if !live {
+        return;
     }
-    mem[d + goal] = x_sub(mem[d + goal], inv_rows);
+    let inv_rows = x_div(F_ONE, x_from_u32(rows));
+    if lane == 0u {
+        scratch[r] = x_sub(x_add(x_ln(sum), mx), mem[row + goal]);
+    }
+    for (var j = lane; j < n; j += LANES) {
+        var v = x_mul(x_div(mem[d + j], sum), inv_rows);
+        if j == goal {
+            v = x_sub(v, inv_rows);
+        }
+        mem[d + j] = v;
+    }
 }
 
-// The mean of the rows' losses, rows in order (one invocation).
-@compute @workgroup_size(1)
-fn cross_entropy_mean(@builtin(global_invocation_id) gid: vec3<u32>) {
+// The mean of the rows' losses: their lane sum times 1 / rows (one workgroup of 32 lanes).
+@compute @workgroup_size(32)
+fn cross_entropy_mean(@builtin(local_invocation_index) lane: u32) {
     opaque_zero = pw(P_ZERO);
     let rows = pw(CROSS_ENTROPY_ROWS);
-    var total = 0u;
-    for (var r = 0u; r < rows; r++) {
-        total = x_add(total, scratch[r]);
+    var part = 0u;
+    for (var r = lane; r < rows; r += LANES) {
+        part = x_add(part, scratch[r]);
     }
-    mem[pw(CROSS_ENTROPY_LOSS)] = x_mul(total, x_div(F_ONE, x_from_u32(rows)));
+    let total = lane_total(0u, lane, part);
+    if lane == 0u {
+        mem[pw(CROSS_ENTROPY_LOSS)] = x_mul(total, x_div(F_ONE, x_from_u32(rows)));
+    }
 }
 
-// ---- columns ----
+// ---- columns: a workgroup of 8 columns, 32 lanes each ----
 
+// Invocation li takes column slot li mod 8 and lane li / 8 (neighbouring invocations read
+// neighbouring columns); lane l adds rows l, l + 32, … of its column.
 @compute @workgroup_size(256)
-fn bias_grad(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let j = begin(gid, groups);
+fn bias_grad(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li % SLOTS;
+    let lane = li / SLOTS;
+    let j = group_index(wid, groups) * SLOTS + slot;
     let width = pw(BIAS_GRAD_WIDTH);
-    if j >= width {
-        return;
-    }
+    let live = j < width;
+    let rows = select(0u, pw(BIAS_GRAD_ROWS), live);
     let dy = pw(BIAS_GRAD_DY);
-    var acc = 0u;
-    for (var r = 0u; r < pw(BIAS_GRAD_ROWS); r++) {
-        acc = x_add(acc, mem[dy + r * width + j]);
+    var part = 0u;
+    for (var r = lane; r < rows; r += LANES) {
+        part = x_add(part, mem[dy + r * width + j]);
     }
-    mem[pw(BIAS_GRAD_DB) + j] = acc;
+    let total = lane_total(slot, lane, part);
+    if live && lane == 0u {
+        mem[pw(BIAS_GRAD_DB) + j] = total;
+    }
 }
 
-// LayerNorm's gain and bias gradients, one invocation per column (the layer_norm_backward op's
-// record).
+// LayerNorm's gain and bias gradients (the layer_norm_backward op's record), laid out as
+// `bias_grad`.
 @compute @workgroup_size(256)
-fn layer_norm_param_grads(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let j = begin(gid, groups);
+fn layer_norm_param_grads(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let slot = li % SLOTS;
+    let lane = li / SLOTS;
+    let j = group_index(wid, groups) * SLOTS + slot;
     let width = pw(LAYER_NORM_BACKWARD_WIDTH);
-    if j >= width {
-        return;
-    }
+    let live = j < width;
+    let rows = select(0u, pw(LAYER_NORM_BACKWARD_ROWS), live);
     let dy = pw(LAYER_NORM_BACKWARD_DY);
     let xhat = pw(LAYER_NORM_BACKWARD_XHAT);
     var g = 0u;
     var b = 0u;
-    for (var r = 0u; r < pw(LAYER_NORM_BACKWARD_ROWS); r++) {
+    for (var r = lane; r < rows; r += LANES) {
         let d = mem[dy + r * width + j];
         g = x_add(g, x_mul(d, mem[xhat + r * width + j]));
         b = x_add(b, d);
     }
-    mem[pw(LAYER_NORM_BACKWARD_DGAIN) + j] = g;
-    mem[pw(LAYER_NORM_BACKWARD_DBIAS) + j] = b;
+    let dgain = lane_total(slot, lane, g);
+    let dbias = lane_total(slot, lane, b);
+    if live && lane == 0u {
+        mem[pw(LAYER_NORM_BACKWARD_DGAIN) + j] = dgain;
+        mem[pw(LAYER_NORM_BACKWARD_DBIAS) + j] = dbias;
+    }
 }
 
 // ---- the hash ----

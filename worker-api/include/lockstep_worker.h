@@ -108,6 +108,8 @@
 #define LOCKSTEP_OP_HASH 12
 #define LOCKSTEP_OP_COUNT 13
 #define LOCKSTEP_OPS_ALL ((1ull << LOCKSTEP_OP_COUNT) - 1)
+/* Lanes of every float sum an op makes (docs/VERIFICATION.md §9, "Lane sums"). */
+#define LOCKSTEP_OP_LANES 32
 
 /* LockstepOpCall.flags. */
 #define LOCKSTEP_OP_FLAG_ACCUMULATE 1u /* matmul, layer_norm_backward */

@@ -114,6 +114,7 @@ avx2_dispatch! {
     fn layer_norm_backward_rows => def::layer_norm_backward_rows, (width: usize, dy: &[f32], xhat: &[f32], rstd: &[f32], gain: &[f32], dx: &mut [f32], accumulate: bool);
     fn layer_norm_param_grads => def::layer_norm_param_grads, (width: usize, rows: usize, cols: Range<usize>, dy: &[f32], xhat: &[f32], dgain: &mut [f32], dbias: &mut [f32]);
     fn bias_grad_cols => def::bias_grad_cols, (width: usize, rows: usize, cols: Range<usize>, dy: &[f32], db: &mut [f32]);
+    fn embed_backward_cols => def::embed_backward_cols, (width: usize, seq: usize, cols: Range<usize>, tokens: &[u32], dy: &[f32], dtok: &mut [f32], dpos: &mut [f32]);
     fn gelu_into => def::gelu_into, (x: &[f32], y: &mut [f32]);
     fn gelu_backward_into => def::gelu_backward_into, (dy: &[f32], x: &[f32], dx: &mut [f32]);
     fn causal_softmax_rows => def::causal_softmax_rows, (t: usize, first_row: usize, scale: f32, scores: &mut [f32]);
@@ -229,22 +230,14 @@ impl Buffers {
                 def::check_tokens(name, ids, vocab).map_err(error)?;
                 // SAFETY: the op was checked (every span in bounds) and no output overlaps an input; each thread touches only its own part of the outputs.
                 let dyv = unsafe { dr.f32s(dof, rows * width) };
-                // Columns split across threads; each column sums its rows in order, into
-                // tables of the thread's own (written out once: rows of two threads' columns
-                // share cache lines of the output).
+                // Columns split across threads; each thread forms its columns' lane sums in
+                // tables of its own (written out once: rows of two threads' columns share
+                // cache lines of the output).
                 let (vocab, positions) = (vocab as usize, positions as usize);
                 split(pool, width, 16, |cols| {
                     let n = cols.len();
                     let (mut dt, mut dp) = (vec![0.0f32; vocab * n], vec![0.0f32; positions * n]);
-                    for (r, &t) in ids.iter().enumerate() {
-                        let d = &dyv[r * width..][cols.clone()];
-                        for (acc, &g) in dt[t as usize * n..][..n].iter_mut().zip(d) {
-                            *acc += g;
-                        }
-                        for (acc, &g) in dp[(r % seq) * n..][..n].iter_mut().zip(d) {
-                            *acc += g;
-                        }
-                    }
+                    embed_backward_cols(width, seq, cols.clone(), ids, dyv, &mut dt, &mut dp);
                     for (v, row) in dt.chunks_exact(n).enumerate() {
                         // SAFETY: columns `cols` of both tables belong to this thread; in bounds
                         // (checked).

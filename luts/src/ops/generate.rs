@@ -6,7 +6,7 @@
 //! commit the result. (This module only makes text; the tests do the file I/O.)
 
 use super::define::{FieldKind, OpSpec, FLAGS};
-use super::{ADAM_BETA1, ADAM_BETA2, ADAM_EPS, LN_EPS, OPS};
+use super::{ADAM_BETA1, ADAM_BETA2, ADAM_EPS, LANES, LN_EPS, OPS};
 
 /// Where the generated part of the C header begins and ends.
 pub const C_BEGIN: &str = "/* ---- generated from the op table (luts/src/ops/table.rs): do not edit by hand ---- */";
@@ -48,6 +48,8 @@ pub fn c_header() -> String {
     }
     out.push(format!("#define LOCKSTEP_OP_COUNT {}", OPS.len()));
     out.push("#define LOCKSTEP_OPS_ALL ((1ull << LOCKSTEP_OP_COUNT) - 1)".into());
+    out.push("/* Lanes of every float sum an op makes (docs/VERIFICATION.md §9, \"Lane sums\"). */".into());
+    out.push(format!("#define LOCKSTEP_OP_LANES {LANES}"));
     out.push(String::new());
     out.push("/* LockstepOpCall.flags. */".into());
     for (name, bit) in FLAGS {
@@ -104,6 +106,7 @@ pub fn wgsl_prelude() -> String {
     {
         out.push(format!("const {name}: u32 = {:#010x}u;", value.to_bits()));
     }
+    out.push(format!("const LANES: u32 = {LANES}u;"));
     out.push(format!("const HASH_CHUNK: u32 = {}u;", crate::hash::HASH_CHUNK_WORDS));
     out.push(format!("const FNV_BASIS: u32 = {:#010x}u;", crate::hash::OFFSET_BASIS));
     out.push(format!("const FNV_PRIME: u32 = {:#010x}u;", crate::hash::PRIME));

@@ -20,10 +20,13 @@
 //! Adding an op is: its entry in the table, its reference kernel, one kernel per backend. The
 //! conformance suite and the gate then run its samples on every backend by themselves.
 //!
-//! Reductions run in index order: LayerNorm's sums along a row, softmax sums along a row, the
-//! bias and gain gradients down a column (rows in order), the embedding scatter-add (rows in
-//! order), the loss (rows in order), the hash (bytes in order). Every float operation is one
-//! IEEE-754 binary32 `+ − × ÷ √`, never contracted, in the order written.
+//! Every float sum is a **lane sum** ([`lane_sum`]: 32 lanes, value `i` in lane `i mod 32`, each
+//! lane in index order from +0, then the lanes in order): LayerNorm's and softmax's sums along a
+//! row, the bias and gain gradients down a column, the embedding scatter-add, the loss. Its
+//! shape is part of the definition, so a GPU spreads a sum over 32 invocations and a CPU over
+//! its SIMD lanes, with the same bits. The hash runs over bytes in order within 4096-word
+//! chunks. Every float operation is one IEEE-754 binary32 `+ − × ÷ √`, never contracted, in the
+//! order written.
 
 #[macro_use]
 pub mod define;

@@ -62,17 +62,7 @@ impl io::EmbedBackward<'_> {
         check_tokens("embed_backward", self.tokens, self.vocab)?;
         let (seq, width) = (self.seq as usize, self.width as usize);
         let (dy, dt, dp) = (f32s(self.dy), f32s_mut(self.dtok), f32s_mut(self.dpos));
-        dt.fill(0.0);
-        dp.fill(0.0);
-        for (r, &t) in self.tokens.iter().enumerate() {
-            let d = &dy[r * width..][..width];
-            for j in 0..width {
-                dt[t as usize * width + j] += d[j];
-            }
-            for j in 0..width {
-                dp[(r % seq) * width + j] += d[j];
-            }
-        }
+        embed_backward_cols(width, seq, 0..width, self.tokens, dy, dt, dp);
         Ok(())
     }
 }

@@ -67,9 +67,10 @@ op_table! {
         },
     ]
 
-    /// The embeddings' gradients: `dtok` (`vocab × width`) and `dpos` (`positions × width`) are
-    /// set to +0, then for each row in order `dtok[tokens[r]] += dy[r]` and
-    /// `dpos[r mod seq] += dy[r]`.
+    /// The embeddings' gradients: `dtok[v]` (`vocab × width`) is the lane sum of the rows `dy[r]`
+    /// with `tokens[r] = v`, `dpos[p]` (`positions × width`) of those with `r mod seq = p`, row
+    /// `r` in lane `r mod 32` (see [`super::embed_backward_cols`]); rows no token or position
+    /// reaches are +0.
     2 embed_backward EmbedBackward {
         rows: u32,
         seq: u32,
@@ -184,7 +185,7 @@ op_table! {
         },
     ]
 
-    /// `db[j] = Σ_r dy[r][j]`, rows in order, from +0.
+    /// `db[j] = Σ_r dy[r][j]`, a lane sum down the column (see [`super::bias_grad_cols`]).
     9 bias_grad BiasGrad {
         rows: u32,
         width: u32,

@@ -239,15 +239,22 @@ pub(crate) fn plan(
 ) -> Result<Vec<Dispatch>, GpuError> {
     use StepKernel as K;
     let params = record(arena, op, op_index, 0);
-    let step = |kernel: StepKernel, invocations: u64| -> Result<Dispatch, GpuError> {
-        let groups = if kernel.workgroup() == 1 { [1, 1, 1] } else { grid(invocations)? };
+    // `items`: the kernel's outputs (elements, rows or columns), each one invocation or, for a
+    // lane kernel, one per lane.
+    let step = |kernel: StepKernel, items: u64| -> Result<Dispatch, GpuError> {
+        let lanes = if kernel.per_lane() { def::LANES as u64 } else { 1 };
+        let groups = if kernel.single() { [1, 1, 1] } else { grid(items * lanes)? };
         Ok(Dispatch { kernel: Kernel::Step(kernel), bind: Bind::StepA, params, groups })
     };
     let n = u64::from;
     Ok(match *op {
         Op::Matmul(mm) => plan_matmul(&mm, params, tile_rows, tile_cols, needs)?,
         Op::Embed(o) => vec![step(K::Embed, n(o.rows) * n(o.width))?],
-        Op::EmbedBackward(o) => vec![step(K::EmbedBackward, (n(o.vocab) + n(o.positions)) * n(o.width))?],
+        Op::EmbedBackward(o) => {
+            // The row lists: one start per token, the total, one entry per row.
+            needs.scratch = needs.scratch.max(n(o.vocab) + 1 + n(o.rows));
+            vec![step(K::EmbedLists, 1)?, step(K::EmbedBackward, (n(o.vocab) + n(o.positions)) * n(o.width))?]
+        }
         Op::LayerNorm(o) => vec![step(K::LayerNorm, n(o.rows))?],
         Op::LayerNormBackward(o) => {
             vec![step(K::LayerNormBackward, n(o.rows))?, step(K::LayerNormParamGrads, n(o.width))?]
