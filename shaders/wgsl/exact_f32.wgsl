@@ -323,8 +323,81 @@ fn x_mul(a: u32, b: u32) -> u32 {
     return r;
 }
 
-// a / b by long division of the significands (SoftFloat's f32_div, the 64-by-32 division done
-// one quotient bit at a time).
+// A hardware product whose bits only ever feed an estimate (its rounding cannot change a
+// result), masked like x_mul's so that no compiler fuses it either.
+fn est_mul(a: f32, b: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(a * b) ^ opaque_zero);
+}
+
+// A value's magnitude truncated to an integer, read off its bits (a conversion instruction would
+// bring a float clamp into the SPIR-V); magnitudes past 2^30, infinities and NaNs give 2^30.
+fn trunc_magnitude(x: f32) -> u32 {
+    let bits = bitcast<u32>(x) & 0x7fffffffu;
+    let e = i32(bits >> 23u) - 127;
+    if e < 0 {
+        return 0u;
+    }
+    if e >= 30 {
+        return 1u << 30u;
+    }
+    let m = (bits & MANT) | 0x00800000u;
+    if e >= 23 {
+        return m << u32(e - 23);
+    }
+    return m >> u32(23 - e);
+}
+
+// floor(n · 2^s / d) for 24-bit significands n, d (leading one at bit 23) and s ∈ {25, 26},
+// with the quotient's leading one at bit 25, ORed with 1 << 31 when the division is not exact:
+// an estimate from hardware products (1/d by three Newton steps from a crude seed), then the
+// exact remainder r = n·2^s − q·d in 64-bit integers, one correction from r, and at most four
+// single steps until 0 ≤ r < d. The estimate's accuracy never changes the result, only whether
+// this finds it: an estimate too far off (it cannot be, with IEEE products) gives 0, and the
+// caller takes long division.
+fn quotient_fast(n: u32, d: u32, s: u32) -> u32 {
+    let df = f32(d);
+    var y = bitcast<f32>(0x7ef311c7u - bitcast<u32>(df));
+    for (var i = 0; i < 3; i++) {
+        y = est_mul(y, 2.0 - est_mul(df, y));
+    }
+    let est = est_mul(est_mul(f32(n), y), bitcast<f32>((127u + s) << 23u));
+    var q = min(max(trunc_magnitude(est), 1u << 25u), 1u << 26u);
+    // r = n·2^s − q·d, 64-bit two's complement.
+    let p = mul_wide(q, d);
+    let a_lo = n << s;
+    let a_hi = n >> (32u - s);
+    let lo = a_lo - p.x;
+    let hi = a_hi - p.y - select(0u, 1u, a_lo < p.x);
+    // |r| < 2^29 (an estimate within 32 of q; the Newton steps leave it within about 12), so
+    // the correction c ≈ r / d is at most 64 and c · d cannot wrap.
+    if !((hi == 0u && lo < 0x20000000u) || (hi == 0xffffffffu && lo > 0xe0000000u)) {
+        return 0u;
+    }
+    var r = bitcast<i32>(lo);
+    let correction = est_mul(f32(r), y);
+    let magnitude = trunc_magnitude(correction);
+    if magnitude > 64u {
+        return 0u;
+    }
+    let c = select(1, -1, correction < 0.0) * i32(magnitude);
+    q = u32(i32(q) + c);
+    r = r - c * i32(d);
+    for (var i = 0; i < 4 && r < 0; i++) {
+        q = q - 1u;
+        r = r + i32(d);
+    }
+    for (var i = 0; i < 4 && r >= i32(d); i++) {
+        q = q + 1u;
+        r = r - i32(d);
+    }
+    if r < 0 || r >= i32(d) {
+        return 0u;
+    }
+    return q | select(0u, 0x80000000u, r != 0);
+}
+
+// a / b: the quotient of the significands (`quotient_fast`, or SoftFloat's f32_div long
+// division, one quotient bit at a time, when that declines), rounded by round_pack.
 fn x_div(a: u32, b: u32) -> u32 {
     let sign = (a ^ b) >> 31u;
     if is_nan(a) || is_nan(b) {
@@ -358,6 +431,12 @@ fn x_div(a: u32, b: u32) -> u32 {
     if sig_a < sig_b {
         exp_z = exp_z - 1;
         steps = 31u;
+    }
+    // The same quotient five bits shorter: the bits it drops only decide the sticky bit
+    // below round_pack's rounding bit, as does a non-zero remainder.
+    let fast = quotient_fast(sig_a, sig_b, steps - 5u);
+    if fast != 0u && !SOFT_FLOAT {
+        return round_pack(sign, exp_z, ((fast & 0x7fffffffu) << 5u) | (fast >> 31u));
     }
     var q = 0u;
     var rem = sig_a;
