@@ -17,6 +17,9 @@
 pub enum Kernel {
     /// The verified unit `C = A · Bᵀ` on quantized operands, with the exact epilogue.
     GemmUnits,
+    /// The same unit for few outputs and a long k: a stage's block sums formed in parallel
+    /// (`gemm_split.wgsl`), the same additions in the same order.
+    GemmUnitsSplit,
     /// The raw integer product over the full i8 range, i32 out.
     GemmI8,
     /// One entry point of the step's ops (`step_ops.wgsl`).
@@ -199,6 +202,12 @@ pub const DEFAULT_DP4A_TILE: Tile = TILES[0];
 /// The default tile of the LUT kernel on hardware GPUs.
 pub const DEFAULT_LUT_TILE: Tile = TILES[3];
 
+/// The split unit kernel's output tile (`gemm_split.wgsl`: 16 × 32 outputs a workgroup of 256
+/// invocations, k in stages of 8 blocks, one block a slice of 32 invocations).
+pub const SPLIT_TILE: (u32, u32) = (16, 32);
+/// Blocks of k the split kernel forms at once.
+pub const SPLIT_SLICES: u32 = 8;
+
 /// Workgroup memory every Vulkan 1.3 device offers compute shaders (and wgpu's default).
 pub const PORTABLE_WORKGROUP_BYTES: u32 = 16 * 1024;
 
@@ -218,7 +227,9 @@ pub mod binding {
 
 const PRODUCT_DP4A: &str = include_str!("../wgsl/product_dp4a.wgsl");
 const PRODUCT_LUT: &str = include_str!("../wgsl/product_lut.wgsl");
+const GEMM_COMMON: &str = include_str!("../wgsl/gemm_common.wgsl");
 const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
+const GEMM_SPLIT: &str = include_str!("../wgsl/gemm_split.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
@@ -246,6 +257,7 @@ impl Kernel {
     pub fn entry_point(self) -> &'static str {
         match self {
             Kernel::GemmUnits => "gemm_units",
+            Kernel::GemmUnitsSplit => "gemm_units_split",
             Kernel::GemmI8 => "gemm_i8",
             Kernel::Step(k) => k.entry_point(),
         }
@@ -253,7 +265,7 @@ impl Kernel {
 }
 
 /// The complete WGSL module for `kernel` with `product`; `tile` matters only for
-/// [`Kernel::GemmUnits`], `product` not at all for the step kernels (one module holds them
+/// [`Kernel::GemmUnits`] (the split kernel's shape is fixed: [`SPLIT_TILE`]), `product` not at all for the step kernels (one module holds them
 /// all; each is built from it by its entry point).
 pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     let product_src = match product {
@@ -262,9 +274,12 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     };
     match kernel {
         Kernel::GemmUnits => format!(
-            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{GEMM_UNITS}",
+            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{GEMM_COMMON}\n{GEMM_UNITS}",
             tile.tm, tile.tn, tile.wx, tile.wy, tile.kb, record_prelude()
         ),
+        Kernel::GemmUnitsSplit => {
+            format!("{product_src}\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{GEMM_COMMON}\n{GEMM_SPLIT}", record_prelude())
+        }
         Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
         Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{STEP_OPS}", record_prelude()),
     }
@@ -288,6 +303,13 @@ mod tests {
     fn every_kernel_product_and_tile_validates() {
         for product in [Product::Dp4a, Product::Lut] {
             validate(Kernel::GemmI8, product, TILES[0]);
+            let split = validate(Kernel::GemmUnitsSplit, product, TILES[0]);
+            assert_eq!(split.entry_points[0].name, Kernel::GemmUnitsSplit.entry_point());
+            assert_eq!(split.entry_points[0].workgroup_size, [256, 1, 1]);
+            // Its workgroup memory (tiles, exponents, block sums) fits lavapipe's 32 KiB.
+            let (rows, cols) = SPLIT_TILE;
+            let words = (rows + cols) * (8 + 1) * SPLIT_SLICES + SPLIT_SLICES * rows * cols;
+            assert!(words * 4 <= 32 * 1024, "{words} words");
             assert!(TILES.last().unwrap().workgroup_bytes() <= PORTABLE_WORKGROUP_BYTES);
             for &tile in TILES {
                 assert!(tile.tm % 4 == 0 && tile.tn % 4 == 0, "{tile:?}: the kernel reads 4 rows at a time");
@@ -390,7 +412,9 @@ mod tests {
         // GLSL.std.450 instructions on integers: SAbs, SSign, UMin, SMin, UMax, SMax, UClamp,
         // SClamp, FindILsb, FindSMsb, FindUMsb.
         const INTEGER_EXT: [u32; 11] = [5, 7, 38, 39, 41, 42, 44, 45, 73, 74, 75];
-        for (kernel, product_meets_add) in [(Kernel::Step(StepKernel::Adam), false), (Kernel::GemmUnits, true)] {
+        for (kernel, product_meets_add) in
+            [(Kernel::Step(StepKernel::Adam), false), (Kernel::GemmUnits, true), (Kernel::GemmUnitsSplit, true)]
+        {
             let words = spirv(&source(kernel, Product::Lut, TILES[0]), false);
             let code = instructions(&words);
             let products: std::collections::HashSet<u32> =

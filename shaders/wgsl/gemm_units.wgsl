@@ -20,21 +20,8 @@
 // memory as 16-byte vectors (TM and TN are multiples of 4) and a warp's reads are broadcasts
 // or consecutive vectors. A stage loads KB blocks between barriers. The
 // prepended constants choose TM, TN, WX, WY, KB.
-
-// Where the outputs go: the parameters are a matmul op's record (`lockstep_luts::ops::Matmul`,
-// read by the generated names; `pw` and the record's words are prepended), the C view's
-// offset already an address of `c`. A batch of `batches` products (the workgroup grid's z;
-// batch z is (z / batch1, z % batch1) and its operands are rows z·m … and z·n … of qa and qb,
-// quantized on the device from the A and B views, or by the host for a plain unit call), each
-// element (i, j) of batch (p, q) stored at word `c_offset + p·c_batch_stride0 +
-// q·c_batch_stride1 + i·c_row_stride + j·c_col_stride` of `c`. With FLAG_BIAS the element is
-// `v + c[bias + j]`, with FLAG_ACCUMULATE it is added to what `c` holds, the additions through
-// exact_f32.wgsl (prepended). A plain unit call is one batch, row-major, no flags.
-@group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> ea: array<i32>;
-@group(0) @binding(4) var<storage, read> eb: array<i32>;
-@group(0) @binding(5) var<storage, read_write> c: array<u32>;
+//
+// Bindings, the block term, the flush and the output store: gemm_common.wgsl (prepended).
 
 const BM: u32 = TM * WY;
 const BN: u32 = TN * WX;
@@ -91,41 +78,6 @@ fn stage(side: u32, tid: u32, blk0: u32, blocks: u32, first: u32, tile_row0: u32
         }
         tile_e[exps_at + sb * rows + r] = e;
     }
-}
-
-const EXP_MASK: u32 = 0x7f800000u;
-const CANONICAL_NAN: u32 = 0x7fc00000u;
-
-// `lockstep_luts::units::block_term`: acc · 2^s built on the bits; +0 below the normal range,
-// ±Inf above it. |acc| < 2^24, so f32(acc) is exact.
-fn block_term(acc: i32, s: i32) -> f32 {
-    if acc == 0 {
-        return 0.0;
-    }
-    let bits = bitcast<u32>(f32(acc));
-    let biased = i32((bits >> 23u) & 0xffu) + s;
-    if biased <= 0 {
-        return 0.0;
-    }
-    if biased >= 255 {
-        return bitcast<f32>((bits & 0x80000000u) | EXP_MASK);
-    }
-    return bitcast<f32>((bits & 0x807fffffu) | (u32(biased) << 23u));
-}
-
-// Partial sums of magnitude below 2^-126 (zero or subnormal, either sign) become +0.
-fn flush_partial(x: f32) -> f32 {
-    if (bitcast<u32>(x) & 0x7fffffffu) < 0x00800000u {
-        return 0.0;
-    }
-    return x;
-}
-
-fn canonicalize(x: f32) -> f32 {
-    if (bitcast<u32>(x) & 0x7fffffffu) > EXP_MASK {
-        return bitcast<f32>(CANONICAL_NAN);
-    }
-    return x;
 }
 
 @compute @workgroup_size(WX, WY, 1)
@@ -240,26 +192,12 @@ fn gemm_units(
         workgroupBarrier();
     }
 
-    let batch1 = pw(MATMUL_BATCH1);
-    let base = pw(MATMUL_C_OFFSET) + (wid.z / batch1) * pw(MATMUL_C_BATCH_STRIDE0)
-        + (wid.z % batch1) * pw(MATMUL_C_BATCH_STRIDE1);
-    let c_row = pw(MATMUL_C_ROW_STRIDE);
-    let c_col = pw(MATMUL_C_COL_STRIDE);
-    let flags = pw(P_FLAGS);
     for (var i = 0u; i < TM; i++) {
         let row = row0 + lid.y * TM + i;
         for (var j = 0u; j < TN; j++) {
             let col = col0 + lid.x * TN + j;
             if row < m && col < n {
-                var v = bitcast<u32>(canonicalize(sum[i * TN + j]));
-                let at = base + row * c_row + col * c_col;
-                if (flags & FLAG_BIAS) != 0u {
-                    v = x_add(v, c[pw(MATMUL_BIAS) + col]);
-                }
-                if (flags & FLAG_ACCUMULATE) != 0u {
-                    v = x_add(c[at], v);
-                }
-                c[at] = v;
+                store_output(wid.z, row, col, sum[i * TN + j]);
             }
         }
     }

@@ -219,10 +219,10 @@ fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Resul
     device.write(program.targets, 0, &data.targets.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
     let ops = program.step();
     device.run(ops)?; // warm-up: scratch sized, pages touched
-    // On an accelerator each call costs a submission and a wait, longer than many ops: an op
-    // there is timed as `REPEAT` copies of itself in one call (each copy recomputes the same
-    // outputs from the same inputs; an accumulating product or an in-place softmax changes its
-    // values, not its work).
+                      // On an accelerator each call costs a submission and a wait, longer than many ops: an op
+                      // there is timed as `REPEAT` copies of itself in one call (each copy recomputes the same
+                      // outputs from the same inputs; an accumulating product or an in-place softmax changes its
+                      // values, not its work).
     const REPEAT: usize = 10;
     let repeat = if device.accelerator() { REPEAT } else { 1 };
     let mut totals: Vec<OpTime> = Vec::new();

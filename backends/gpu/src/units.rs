@@ -360,7 +360,7 @@ impl GpuUnits {
         };
         let soft_float = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 })];
         let bind_layout = match kernel {
-            Kernel::GemmUnits => Some(&self.gemm_layout),
+            Kernel::GemmUnits | Kernel::GemmUnitsSplit => Some(&self.gemm_layout),
             Kernel::Step(_) => Some(&self.step_layout),
             Kernel::GemmI8 => None,
         };

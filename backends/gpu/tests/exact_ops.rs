@@ -40,9 +40,9 @@ fn check(soft_float: bool) {
     let (rows, width) = (97u32, 61u32);
     let mut memory = Memory::new();
     let mut handles = Vec::new();
-    for i in 0..11 {
+    for i in 0..12 {
         let h = units.buffer_create(len).unwrap();
-        let mut words = if i < 4 { any_finite(&mut rng, len) } else { moderate(&mut rng, len) };
+        let mut words = if i < 4 || i == 11 { any_finite(&mut rng, len) } else { moderate(&mut rng, len) };
         if i == 3 {
             words.iter_mut().for_each(|w| *w &= 0x7fff_ffff); // second moments
         }
@@ -99,11 +99,24 @@ fn check(soft_float: bool) {
             bias: Some(Span::new(handles[10], 9_000)),
             accumulate: true,
         }),
+        // Few outputs, eleven blocks of k: the split kernel (`gemm_split.wgsl`), on operands of
+        // every exponent (terms past the normal range both ways, infinite sums).
+        Op::Matmul(Matmul {
+            m: 20,
+            n: 36,
+            k: 333,
+            batch: [1, 2],
+            a: MatView::transposed(handles[11], 0, 20).batched([0, 20 * 333]),
+            b: MatView::rows(handles[11], 14_000, 333),
+            c: MatView::rows(handles[10], 12_000, 36).batched([0, 20 * 36]),
+            bias: Some(Span::new(handles[10], 9_100)),
+            accumulate: false,
+        }),
         // Eight chunks, the last one short.
         Op::Hash(ops::Hash { len: len32, data: s(3), out: Span::new(handles[7], 5) }),
     ];
     for (index, op) in ops.iter().enumerate() {
-        // (The product's operands are buffers 8 to 10, which no op before touches: products
+        // (The products' operands are buffers 8 to 11, which no op before touches: products
         // refuse non-finite operands.)
         run_reference(op, &mut memory).unwrap_or_else(|e| panic!("the reference refused op #{index}: {e}"));
         units.run_ops(std::slice::from_ref(op)).unwrap_or_else(|e| panic!("op #{index} {}: {e}", op.name()));

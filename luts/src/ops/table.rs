@@ -45,6 +45,12 @@ op_table! {
             a: MatView::transposed(1, 0, 6), b: MatView::transposed(2, 0, 5), c: MatView::rows(3, 0, 5),
             bias: None, accumulate: false,
         },
+        // A weight gradient's shape: few outputs, a long k (ten blocks, the last short).
+        Matmul {
+            m: 20, n: 40, k: 300, batch: [1, 1],
+            a: MatView::transposed(1, 0, 20), b: MatView::rows(2, 3, 300), c: MatView::rows(3, 1, 40),
+            bias: Some(Span::new(4, 2)), accumulate: true,
+        },
     ]
 
     /// `out[r][j] = tok[tokens[r]][j] + pos[r mod seq][j]` for `rows` rows of `width`; `tok`

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
 use lockstep_luts::units::blocks_for;
-use lockstep_shaders::{step_params, step_status, Kernel, StepKernel, STEP_WORKGROUP};
+use lockstep_shaders::{step_params, step_status, Kernel, StepKernel, SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP};
 
 use super::GpuError;
 
@@ -291,8 +291,17 @@ fn plan_matmul(
         return Ok(Vec::new());
     }
     let blocks = blocks_for(mm.k as usize) as u64;
-    let gemm_groups =
+    let tiled =
         [u64::from(mm.n).div_ceil(u64::from(tile_cols)), u64::from(mm.m).div_ceil(u64::from(tile_rows)), batches];
+    let (kernel, gemm_groups) = if uses_split_kernel(tiled, blocks) {
+        let (rows, cols) = SPLIT_TILE;
+        (
+            Kernel::GemmUnitsSplit,
+            [u64::from(mm.n).div_ceil(u64::from(cols)), u64::from(mm.m).div_ceil(u64::from(rows)), batches],
+        )
+    } else {
+        (Kernel::GemmUnits, tiled)
+    };
     if gemm_groups.iter().any(|&g| g > 65535) {
         return Err(GpuError::Shape(format!(
             "a {}x{}x{} product in {batches} batches needs more than 65535 workgroups in one dimension",
@@ -316,8 +325,19 @@ fn plan_matmul(
             });
         }
     }
-    out.push(Dispatch { kernel: Kernel::GemmUnits, bind: Bind::Gemm, params, groups: gemm_groups.map(|g| g as u32) });
+    out.push(Dispatch { kernel, bind: Bind::Gemm, params, groups: gemm_groups.map(|g| g as u32) });
     Ok(out)
+}
+
+/// Fewer workgroups than this for a product's tiled kernel leave a large GPU mostly idle while
+/// each walks its k (an H200 has 132 multiprocessors).
+const SPLIT_BELOW_GROUPS: u64 = 264;
+
+/// Whether a product whose tiled kernel would run `tiled` workgroups over `blocks` blocks of k
+/// runs on the split kernel instead (`gemm_split.wgsl`): few workgroups and at least one full
+/// stage of blocks. Either kernel gives the same bits; this only decides which is faster.
+pub(crate) fn uses_split_kernel(tiled: [u64; 3], blocks: u64) -> bool {
+    blocks >= u64::from(SPLIT_SLICES) && tiled.iter().product::<u64>() < SPLIT_BELOW_GROUPS
 }
 
 /// The error a status word names (its op index counts from the call's first op).
