@@ -24,6 +24,12 @@ pub trait Device {
     /// A new buffer of `words` 32-bit words (contents unspecified until written).
     fn create_buffer(&mut self, words: usize) -> Result<Handle, ComputeError>;
     fn free_buffer(&mut self, buffer: Handle);
+    /// Says that buffers of `words` words in all are about to be created (a program's), so a
+    /// backend that keeps them in one growing allocation grows it once, to what they need,
+    /// instead of once or more per buffer. Only a hint: nothing is created.
+    fn reserve(&mut self, _words: usize) -> Result<(), ComputeError> {
+        Ok(())
+    }
     fn write(&mut self, buffer: Handle, offset: usize, words: &[u32]) -> Result<(), ComputeError>;
     fn read(&mut self, buffer: Handle, offset: usize, out: &mut [u32]) -> Result<(), ComputeError>;
     /// Runs `ops` in order.

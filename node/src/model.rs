@@ -129,6 +129,18 @@ impl Model {
             device.run(program.forward())
         };
         if let Some(device) = gemm.device() {
+            // The training program's buffers, when this device holds one of this shape: its
+            // forward pass is this one, and a second set of activations would double the
+            // device memory (past what one binding holds on some adapters).
+            let cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = cached.as_ref() {
+                let program = &entry.program;
+                if entry.device == Some(device.instance()) && (program.batch, program.seq) == (batch, seq) {
+                    feed(device, program)?;
+                    return out(device, program);
+                }
+            }
+            drop(cached);
             let program = Program::forward_only(device, &self.layout, batch, seq)?;
             let result = feed(device, &program).and_then(|()| out(device, &program));
             for &b in program.buffers() {
@@ -190,13 +202,15 @@ impl Model {
     }
 
     /// The cached training program for `gemm`'s device (or host memory) and this batch shape,
-    /// built (and the previous one's buffers freed) when there is none; whether it was built now.
+    /// built (and the previous one's buffers freed) when there is none, with room reserved for
+    /// `extra` words more; whether it was built now.
     fn program_for<'a>(
         &self,
         cached: &'a mut Option<Cached>,
         gemm: &mut dyn Gemm,
         batch: usize,
         seq: usize,
+        extra: usize,
     ) -> Result<(&'a mut Cached, bool), ComputeError> {
         let own = gemm.device().map(|d| d.instance());
         let stale = cached.as_ref().is_none_or(|c| c.device != own || c.program.batch != batch || c.program.seq != seq);
@@ -214,7 +228,7 @@ impl Model {
                             }
                         }
                     }
-                    Program::new(device, &self.layout, batch, seq)?
+                    Program::with_room(device, &self.layout, batch, seq, extra)?
                 }
                 None => {
                     Program::new(&mut HostDevice { memory: &mut host, gemm: &mut *gemm }, &self.layout, batch, seq)?
@@ -254,7 +268,9 @@ impl Model {
     ) -> Result<(), ComputeError> {
         assert!(w.len() == self.layout.len && m.len() == w.len() && v.len() == w.len());
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        let (entry, _) = self.program_for(&mut cached, gemm, batch, seq)?;
+        // Room for the moments and the hash word (64-word aligned, as a GPU arena keeps them).
+        let moments_words = 2 * self.layout.len.next_multiple_of(64) + 64;
+        let (entry, _) = self.program_for(&mut cached, gemm, batch, seq, moments_words)?;
         let device = gemm.device().ok_or_else(|| ComputeError::backend(NotOnDevice))?;
         if entry.moments.is_none() {
             let len = self.layout.len;
@@ -372,7 +388,7 @@ impl Model {
     ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
         self.check(w, tokens, batch, seq);
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        let (entry, built) = self.program_for(&mut cached, gemm, batch, seq)?;
+        let (entry, built) = self.program_for(&mut cached, gemm, batch, seq, 0)?;
         if matches!(w, Weights::OnDevice) && (built || entry.moments.is_none() || entry.device.is_none()) {
             return Err(ComputeError::backend(NotOnDevice));
         }

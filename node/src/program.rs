@@ -30,8 +30,8 @@ struct LayerBuffers {
     h2: Handle,
     ln2_xhat: Handle,
     ln2_rstd: Handle,
+    /// The MLP's pre-activation; its GELU is not kept (see `wide` in the program's buffers).
     u: Handle,
-    gelu: Handle,
 }
 
 /// A step's buffers on one device and the op sequences over them.
@@ -52,6 +52,49 @@ pub struct Program {
     buffers: Vec<Handle>,
 }
 
+/// A device that only counts the words a program's buffers take (each padded the way a GPU
+/// arena aligns it), for [`Device::reserve`].
+#[derive(Default)]
+struct Counter {
+    words: usize,
+    next: Handle,
+}
+
+impl Device for Counter {
+    fn create_buffer(&mut self, words: usize) -> Result<Handle, ComputeError> {
+        // 64-word alignment, as `lockstep-gpu`'s arena keeps it.
+        self.words += words.max(1).next_multiple_of(64);
+        self.next += 1;
+        Ok(self.next)
+    }
+
+    fn free_buffer(&mut self, _buffer: Handle) {}
+
+    fn write(&mut self, _buffer: Handle, _offset: usize, _words: &[u32]) -> Result<(), ComputeError> {
+        Ok(())
+    }
+
+    fn read(&mut self, _buffer: Handle, _offset: usize, _out: &mut [u32]) -> Result<(), ComputeError> {
+        Ok(())
+    }
+
+    fn run(&mut self, _ops: &[Op]) -> Result<(), ComputeError> {
+        Ok(())
+    }
+
+    fn computes(&self, _op: &Op) -> bool {
+        false
+    }
+
+    fn label(&self) -> String {
+        "word counter".into()
+    }
+
+    fn instance(&self) -> u64 {
+        0
+    }
+}
+
 fn u(v: usize) -> u32 {
     u32::try_from(v).expect("model shapes fit in 32 bits (checked by the run config)")
 }
@@ -60,6 +103,21 @@ impl Program {
     /// Allocates a training step of `batch` sequences of `seq` tokens on `device` and writes
     /// its ops.
     pub fn new(device: &mut dyn Device, layout: &Layout, batch: usize, seq: usize) -> Result<Program, ComputeError> {
+        Self::with_room(device, layout, batch, seq, 0)
+    }
+
+    /// [`Program::new`], reserving room for `extra` more words the caller creates right after
+    /// (the optimizer's moments), so the device grows once for all of them.
+    pub fn with_room(
+        device: &mut dyn Device,
+        layout: &Layout,
+        batch: usize,
+        seq: usize,
+        extra: usize,
+    ) -> Result<Program, ComputeError> {
+        let mut counter = Counter::default();
+        Self::build(&mut counter, layout, batch, seq, true)?;
+        device.reserve(counter.words + extra)?;
         Self::build(device, layout, batch, seq, true)
     }
 
@@ -71,6 +129,9 @@ impl Program {
         batch: usize,
         seq: usize,
     ) -> Result<Program, ComputeError> {
+        let mut counter = Counter::default();
+        Self::build(&mut counter, layout, batch, seq, false)?;
+        device.reserve(counter.words)?;
         Self::build(device, layout, batch, seq, false)
     }
 
@@ -111,9 +172,12 @@ impl Program {
                 ln2_xhat: alloc(n * c)?,
                 ln2_rstd: alloc(n)?,
                 u: alloc(n * 4 * c)?,
-                gelu: alloc(n * 4 * c)?,
             });
         }
+        // The MLP's wide activation: each layer's GELU output lives here until the next layer
+        // overwrites it; the backward pass computes it again where it needs it (one more GELU a
+        // layer, `4·c` words a row fewer per layer), and then keeps the GELU's input gradient here.
+        let wide = alloc(n * 4 * c)?;
         let hf = alloc(n * c)?;
         let lnf_xhat = alloc(n * c)?;
         let lnf_rstd = alloc(n)?;
@@ -244,8 +308,8 @@ impl Program {
             forward.push(linear(lb.att, c, &lo.proj_w, &lo.proj_b, c, x, true));
             forward.push(layer_norm(&lo.ln2_g, &lo.ln2_b, lb.h2, lb.ln2_xhat, lb.ln2_rstd));
             forward.push(linear(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, lb.u, false));
-            forward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(lb.gelu) }));
-            forward.push(linear(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, x, true));
+            forward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(wide) }));
+            forward.push(linear(wide, 4 * c, &lo.fc2_w, &lo.fc2_b, c, x, true));
         }
         forward.push(layer_norm(&layout.lnf_g, &layout.lnf_b, hf, lnf_xhat, lnf_rstd));
         forward.push(linear(hf, c, &layout.head_w, &layout.head_b, VOCAB, logits, false));
@@ -264,7 +328,6 @@ impl Program {
             let dx = alloc(n * c)?;
             let dh = alloc(n * c)?;
             let dwide = alloc(n * 4 * c)?;
-            let du = alloc(n * 4 * c)?;
             let datt = alloc(n * c)?;
             let dqkv = alloc(n * 3 * c)?;
             let dp = alloc(batch * heads * t * t)?;
@@ -286,16 +349,21 @@ impl Program {
                 })
             };
             backward.push(ln_backward(dh, lnf_xhat, lnf_rstd, &layout.lnf_g, &layout.lnf_b, false));
-            for (lo, lb) in layout.layers.iter().zip(&layers).rev() {
-                // x = x_mid + mlp(ln2(x_mid))
-                linear_backward(lb.gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, dwide, backward);
+            for (i, (lo, lb)) in layout.layers.iter().zip(&layers).enumerate().rev() {
+                // x = x_mid + mlp(ln2(x_mid)). `wide` still holds the last layer's GELU from the
+                // forward pass; the others' are computed again.
+                if i + 1 < layout.layers.len() {
+                    backward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(wide) }));
+                }
+                linear_backward(wide, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, dwide, backward);
+                // The GELU is spent: its input gradient takes its place.
                 backward.push(Op::GeluBackward(ops::GeluBackward {
                     len: u(n * 4 * c),
                     dy: s0(dwide),
                     x: s0(lb.u),
-                    dx: s0(du),
+                    dx: s0(wide),
                 }));
-                linear_backward(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, du, dh, backward);
+                linear_backward(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, wide, dh, backward);
                 backward.push(ln_backward(dh, lb.ln2_xhat, lb.ln2_rstd, &lo.ln2_g, &lo.ln2_b, true));
                 // x_mid = x_in + proj(attn(ln1(x_in)))
                 linear_backward(lb.att, c, &lo.proj_w, &lo.proj_b, c, dx, datt, backward);

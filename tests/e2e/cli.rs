@@ -198,6 +198,27 @@ fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
     }
 }
 
+/// `lockstep train --backend lut` with the default model and batch trains and evaluates on
+/// lavapipe, whose largest storage binding (128 MiB) once held the training program's buffers
+/// but not a second set for the evaluation: the held-out loss now runs on the training
+/// program's buffers. Its bits are the CPU mirror's, step and held-out loss alike. (One step and
+/// one held-out batch: lavapipe takes most of a minute for a step of the default model.)
+#[test]
+fn lut_trains_and_evaluates_the_default_model_within_one_binding_of_lavapipe() {
+    let _phase = crate::common::phase(module_path!());
+    let run = |backend: &str| -> (Vec<String>, String) {
+        let out = lockstep(&["train", "--backend", backend, "--steps", "1", "--eval-batches", "1", "--json"]);
+        assert_eq!(out.status.code(), Some(0), "--backend {backend}: {}", text(&out));
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+        let heldout = lines.iter().find_map(|l| l["heldout_loss_bits"].as_str()).expect("a held-out loss line");
+        (step_hashes(&lines), heldout.to_string())
+    };
+    let cpu = run("cpu");
+    assert_eq!(cpu.0.len(), 1);
+    assert_eq!(run("lut"), cpu);
+}
+
 /// The training state kept on the backend's device (ABI 2: the CPU mirror and the GPU plugins
 /// keep weights and Adam's moments there, run Adam and hash there) gives the bits of the state
 /// kept on the host (an ABI 1 plugin: products only, Adam and the hash on the host), also across

@@ -321,9 +321,16 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             println!("checkpoint: {}", path.display());
         }
     }
-    if args.eval_batches > 0 && !args.json {
+    if args.eval_batches > 0 {
         let heldout = trainer.heldout_loss(args.eval_batches).context("evaluation failed")?;
-        println!("held-out loss: {heldout:.4}");
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"heldout_loss": heldout, "heldout_loss_bits": format!("{:#010x}", heldout.to_bits())})
+            );
+        } else {
+            println!("held-out loss: {heldout:.4}");
+        }
     }
     if !args.json {
         let step = trainer.step_count();

@@ -109,6 +109,8 @@ pub struct GpuUnits {
     mul_lut: Option<wgpu::Buffer>,
     buffers: Buffers,
     arena: step::Arena,
+    /// The most device memory held at once so far ([`GpuUnits::peak_device_bytes`]).
+    peak_bytes: u64,
     host: HostScratch,
     /// Errors wgpu reports outside an error scope, surfaced on the next call.
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -298,6 +300,7 @@ impl GpuUnits {
             pipelines: HashMap::new(),
             gemm_layout,
             step_layout,
+            peak_bytes: 0,
             mul_lut,
             buffers: Buffers::default(),
             arena,
@@ -310,8 +313,13 @@ impl GpuUnits {
         self.tile
     }
 
-    /// Bytes of device buffers this instance holds: the arena, scratch and staging, all
-    /// grow-only, so also the most it has held.
+    /// The most bytes of device buffers this instance has held at once (two arenas while one
+    /// grows into the other included).
+    pub fn peak_device_bytes(&self) -> u64 {
+        self.peak_bytes.max(self.device_bytes())
+    }
+
+    /// Bytes of device buffers this instance holds: the arena, scratch and staging.
     pub fn device_bytes(&self) -> u64 {
         let b = &self.buffers;
         let held =
@@ -325,7 +333,7 @@ impl GpuUnits {
     pub fn describe(&self) -> String {
         let a = &self.adapter;
         format!(
-            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage, {:.1} MiB of device buffers",
+            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage, {:.1} MiB of device buffers (peak {:.1} MiB)",
             a.name,
             a.backend,
             a.device_type,
@@ -335,7 +343,8 @@ impl GpuUnits {
             self.tile.tm,
             self.tile.tn,
             self.tile.kb,
-            self.device_bytes() as f64 / (1024.0 * 1024.0)
+            self.device_bytes() as f64 / (1024.0 * 1024.0),
+            self.peak_device_bytes() as f64 / (1024.0 * 1024.0)
         )
     }
 

@@ -69,6 +69,17 @@ impl Device for Backend {
         Backend::free_buffer(self, buffer)
     }
 
+    /// On an accelerator, a buffer of `words` made and freed at once: a GPU plugin's arena grows
+    /// to hold it and keeps the room for the buffers that follow (the ABI has no call of its own
+    /// for this). A CPU plugin's buffers are separate allocations: nothing to do.
+    fn reserve(&mut self, words: usize) -> Result<(), ComputeError> {
+        if self.accelerator() && words > 0 {
+            let room = Backend::create_buffer(self, words).map_err(ComputeError::backend)?;
+            Backend::free_buffer(self, room);
+        }
+        Ok(())
+    }
+
     fn write(&mut self, buffer: Handle, offset: usize, words: &[u32]) -> Result<(), ComputeError> {
         self.write_buffer(buffer, offset, words).map_err(ComputeError::backend)
     }

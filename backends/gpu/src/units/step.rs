@@ -2,9 +2,11 @@
 //! dispatches of `step_ops.wgsl` and the unit kernel.
 //!
 //! **The arena**: every buffer the host creates is a range of one storage buffer (64-word
-//! aligned, first fit, grown by copying when full), so every kernel binds the same storage and
-//! finds its operands by word offsets in a 256-byte uniform record. The arena is capped by the
-//! adapter's largest storage binding; a creation past it is refused with that limit named.
+//! aligned, first fit, grown by copying to exactly the size needed when full: the host reserves
+//! a program's words before creating its buffers, so a program costs one growth), so every
+//! kernel binds the same storage and finds its operands by word offsets in a 256-byte uniform
+//! record. The arena is capped by the adapter's largest storage binding; a creation past it is
+//! refused with that limit named.
 //!
 //! **A call** (`run_ops`) checks every op (`Op::check` against the arena's lengths), plans each
 //! as one to three dispatches (a product: quantize A, quantize B, the unit kernel; LayerNorm's
@@ -97,7 +99,10 @@ impl Arena {
                     )));
                 }
                 self.top = end;
-                let grow = (end > self.capacity).then(|| (self.capacity * 2).clamp(end, self.limit));
+                // Exactly what is needed: the host announces a program's buffers before it
+                // creates them (`Device::reserve`), so one growth covers them; doubling would
+                // hold up to twice the memory the buffers need.
+                let grow = (end > self.capacity).then_some(end);
                 (start, grow)
             }
         };
@@ -398,6 +403,8 @@ impl super::GpuUnits {
         if let Some(error) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Device(format!("cannot allocate {} bytes for the buffers: {error}", capacity * 4)));
         }
+        // While the copy runs, both are held.
+        self.peak_bytes = self.peak_bytes.max(self.device_bytes() + capacity * 4);
         if let Some(old) = self.arena.buffer.take() {
             let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
             encoder.copy_buffer_to_buffer(&old, 0, &bigger, 0, self.arena.capacity * 4);
