@@ -44,8 +44,15 @@ fn is_nan(a: u32) -> bool {
     return (a & 0x7fffffffu) > EXPM;
 }
 
+// Magnitude bits 1 … 0x007fffff (one unsigned comparison: 0 wraps past the bound).
 fn is_subnormal(a: u32) -> bool {
-    return (a & EXPM) == 0u && (a & MANT) != 0u;
+    return ((a & 0x7fffffffu) - 1u) < 0x007fffffu;
+}
+
+// |r| ≥ 2^-125 (exponent field 2 or more) and r not a NaN; an infinity counts (a correctly
+// rounded overflow). One unsigned comparison: magnitudes below 2^-125 wrap past the bound.
+fn big_enough(r: u32) -> bool {
+    return ((r & 0x7fffffffu) - 0x01000000u) <= (POS_INF - 0x01000000u);
 }
 
 fn nan2(a: u32, b: u32) -> u32 {
@@ -297,12 +304,17 @@ fn soft_mul(a: u32, b: u32) -> u32 {
 // `soft_add`.
 fn x_add(a: u32, b: u32) -> u32 {
     let r = bitcast<u32>(bitcast<f32>(a) + bitcast<f32>(b)) ^ opaque_zero;
-    let exact_zero = (a ^ b) == SIGN || ((a | b) & 0x7fffffffu) == 0u;
-    let tiny = (r & EXPM) < 0x01000000u && !exact_zero;
-    if SOFT_FLOAT || is_subnormal(a) || is_subnormal(b) || tiny || is_nan(r) {
-        return soft_add(a, b);
+    let normal_inputs = !is_subnormal(a) && !is_subnormal(b);
+    if !SOFT_FLOAT && normal_inputs && big_enough(r) {
+        return r;
     }
-    return r;
+    // A sum of opposites or of zeros is an exact zero; anything else this small, a NaN or a
+    // subnormal input takes the integer routine.
+    let exact_zero = (a ^ b) == SIGN || ((a | b) & 0x7fffffffu) == 0u;
+    if !SOFT_FLOAT && normal_inputs && exact_zero {
+        return r;
+    }
+    return soft_add(a, b);
 }
 
 fn x_sub(a: u32, b: u32) -> u32 {
@@ -316,11 +328,16 @@ fn x_sub(a: u32, b: u32) -> u32 {
 // a · b, correctly rounded (see `x_add`).
 fn x_mul(a: u32, b: u32) -> u32 {
     let r = bitcast<u32>(bitcast<f32>(a) * bitcast<f32>(b)) ^ opaque_zero;
-    let tiny = (r & EXPM) < 0x01000000u && (a & 0x7fffffffu) != 0u && (b & 0x7fffffffu) != 0u;
-    if SOFT_FLOAT || is_subnormal(a) || is_subnormal(b) || tiny || is_nan(r) {
-        return soft_mul(a, b);
+    let normal_inputs = !is_subnormal(a) && !is_subnormal(b);
+    if !SOFT_FLOAT && normal_inputs && big_enough(r) {
+        return r;
     }
-    return r;
+    // A product with a zero factor is an exact zero (with an infinity it is a NaN: soft).
+    let zero_factor = (a & 0x7fffffffu) == 0u || (b & 0x7fffffffu) == 0u;
+    if !SOFT_FLOAT && normal_inputs && zero_factor && !is_nan(r) {
+        return r;
+    }
+    return soft_mul(a, b);
 }
 
 // A hardware product whose bits only ever feed an estimate (its rounding cannot change a

@@ -335,8 +335,11 @@ fn plan_matmul(
 }
 
 /// Fewer workgroups than this for a product's tiled kernel leave a large GPU mostly idle while
-/// each walks its k (an H200 has 132 multiprocessors).
-const SPLIT_BELOW_GROUPS: u64 = 264;
+/// each walks its k (an H200 has 132 multiprocessors). Measured on the H200 (docs/PERFORMANCE.md):
+/// the default model's weight gradients (2 to 8 tiled workgroups) ran 2.3× faster on the split
+/// kernel, products of 32 workgroups the same, and the 25.6M configuration's products of 96 to
+/// 256 workgroups 1.5 to 2× slower.
+const SPLIT_BELOW_GROUPS: u64 = 64;
 
 /// Whether a product whose tiled kernel would run `tiled` workgroups over `blocks` blocks of k
 /// runs on the split kernel instead (`gemm_split.wgsl`): few workgroups and at least one full
