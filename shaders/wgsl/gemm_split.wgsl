@@ -6,7 +6,7 @@
 // thousand outputs runs as a handful of workgroups, each walking every block in turn. Here a
 // workgroup owns a tile of SBM × SBN outputs and takes k in stages of SLICES blocks. Within a
 // stage, slice z of the workgroup's invocations forms the exact i32 sums of block z for the
-// whole tile (each of its invocations STM × STN of them, `dot4` from the product snippet), into
+// whole tile (each of its invocations STM × STN of them, `dot4_prepared` from the product snippet), into
 // workgroup memory; after a barrier every invocation adds, for the outputs it owns (output
 // `o · 256 + its index`), the stage's block terms to their running sums in block order. The
 // integer work of one output is spread over SLICES invocations; its additions are not, so the
@@ -114,11 +114,19 @@ fn gemm_units_split(@builtin(local_invocation_index) tid: u32, @builtin(workgrou
             acc[o] = 0;
         }
         for (var w = 0u; w < SWORDS; w++) {
-            let av = split_tiles[((slice * SWORDS + w) * SBM + ly * STM) / 4u];
-            let bv = split_tiles[(S_B_TILE + (slice * SWORDS + w) * SBN + lx * STN) / 4u];
+            let a_words = split_tiles[((slice * SWORDS + w) * SBM + ly * STM) / 4u];
+            let b_words = split_tiles[(S_B_TILE + (slice * SWORDS + w) * SBN + lx * STN) / 4u];
+            var av: array<PreparedA, STM>;
+            var bv: array<PreparedB, STN>;
+            for (var i = 0u; i < STM; i++) {
+                av[i] = prepare_a(a_words[i]);
+            }
+            for (var j = 0u; j < STN; j++) {
+                bv[j] = prepare_b(b_words[j]);
+            }
             for (var i = 0u; i < STM; i++) {
                 for (var j = 0u; j < STN; j++) {
-                    acc[i * STN + j] = dot4(av[i], bv[j]) + acc[i * STN + j];
+                    acc[i * STN + j] = dot4_prepared(av[i], bv[j]) + acc[i * STN + j];
                 }
             }
         }

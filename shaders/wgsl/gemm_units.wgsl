@@ -3,7 +3,7 @@
 // The host quantizes: `qa` holds A's rows as blocks of 32 int8 (8 packed words per block,
 // block order along k, zero-padded), `ea` one power-of-two exponent per (row, block); the
 // same for B. Each invocation owns a TM × TN sub-tile of C and, for every block in order,
-// (1) sums the 32 exact products of each output in i32 (`dot4`, from the product snippet
+// (1) sums the 32 exact products of each output in i32 (`dot4_prepared`, from the product snippet
 // prepended to this file), then (2) adds the block's term `acc · 2^(ea + eb)` to the output's
 // f32 running sum.
 //
@@ -117,25 +117,26 @@ fn gemm_units(
                 acc[o] = 0;
             }
             for (var w = 0u; w < WORDS; w++) {
-                var av: array<u32, TM>;
-                var bv: array<u32, TN>;
+                // Each operand word prepared once for the TM · TN products it takes part in.
+                var av: array<PreparedA, TM>;
+                var bv: array<PreparedB, TN>;
                 for (var q = 0u; q < TM / 4u; q++) {
                     let v = tiles[((sb * WORDS + w) * BM + lid.y * TM) / 4u + q];
-                    av[4u * q] = v.x;
-                    av[4u * q + 1u] = v.y;
-                    av[4u * q + 2u] = v.z;
-                    av[4u * q + 3u] = v.w;
+                    av[4u * q] = prepare_a(v.x);
+                    av[4u * q + 1u] = prepare_a(v.y);
+                    av[4u * q + 2u] = prepare_a(v.z);
+                    av[4u * q + 3u] = prepare_a(v.w);
                 }
                 for (var q = 0u; q < TN / 4u; q++) {
                     let v = tiles[(B_TILE + (sb * WORDS + w) * BN + lid.x * TN) / 4u + q];
-                    bv[4u * q] = v.x;
-                    bv[4u * q + 1u] = v.y;
-                    bv[4u * q + 2u] = v.z;
-                    bv[4u * q + 3u] = v.w;
+                    bv[4u * q] = prepare_b(v.x);
+                    bv[4u * q + 1u] = prepare_b(v.y);
+                    bv[4u * q + 2u] = prepare_b(v.z);
+                    bv[4u * q + 3u] = prepare_b(v.w);
                 }
                 for (var i = 0u; i < TM; i++) {
                     for (var j = 0u; j < TN; j++) {
-                        acc[i * TN + j] = dot4(av[i], bv[j]) + acc[i * TN + j];
+                        acc[i * TN + j] = dot4_prepared(av[i], bv[j]) + acc[i * TN + j];
                     }
                 }
             }
