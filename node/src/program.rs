@@ -30,8 +30,11 @@ struct LayerBuffers {
     h2: Handle,
     ln2_xhat: Handle,
     ln2_rstd: Handle,
-    /// The MLP's pre-activation; its GELU is not kept (see `wide` in the program's buffers).
+    /// The MLP's pre-activation.
     u: Handle,
+    /// Its GELU, kept for the backward pass in host memory; on an accelerator it is computed
+    /// again there instead (see `wide` in [`Program::build`]).
+    gelu: Option<Handle>,
 }
 
 /// A step's buffers on one device and the op sequences over them.
@@ -115,10 +118,11 @@ impl Program {
         seq: usize,
         extra: usize,
     ) -> Result<Program, ComputeError> {
+        let recompute = device.accelerator();
         let mut counter = Counter::default();
-        Self::build(&mut counter, layout, batch, seq, true)?;
+        Self::build(&mut counter, layout, batch, seq, true, recompute)?;
         device.reserve(counter.words + extra)?;
-        Self::build(device, layout, batch, seq, true)
+        Self::build(device, layout, batch, seq, true, recompute)
     }
 
     /// The forward pass and the loss only (evaluation, generation): no gradient and no backward
@@ -129,18 +133,24 @@ impl Program {
         batch: usize,
         seq: usize,
     ) -> Result<Program, ComputeError> {
+        let recompute = device.accelerator();
         let mut counter = Counter::default();
-        Self::build(&mut counter, layout, batch, seq, false)?;
+        Self::build(&mut counter, layout, batch, seq, false, recompute)?;
         device.reserve(counter.words)?;
-        Self::build(device, layout, batch, seq, false)
+        Self::build(device, layout, batch, seq, false, recompute)
     }
 
+    /// The program's buffers and ops. `recompute_gelu` (on accelerators, where device memory
+    /// is what limits the model): the layers' GELU outputs share one buffer and the backward
+    /// pass computes each again where it needs it — one more GELU a layer, `4·c` words a row
+    /// fewer per layer, the same bits.
     fn build(
         device: &mut dyn Device,
         layout: &Layout,
         batch: usize,
         seq: usize,
         training: bool,
+        recompute_gelu: bool,
     ) -> Result<Program, ComputeError> {
         let cfg = layout.config;
         let (c, heads) = (cfg.width, cfg.heads);
@@ -172,11 +182,12 @@ impl Program {
                 ln2_xhat: alloc(n * c)?,
                 ln2_rstd: alloc(n)?,
                 u: alloc(n * 4 * c)?,
+                gelu: if recompute_gelu { None } else { Some(alloc(n * 4 * c)?) },
             });
         }
-        // The MLP's wide activation: each layer's GELU output lives here until the next layer
-        // overwrites it; the backward pass computes it again where it needs it (one more GELU a
-        // layer, `4·c` words a row fewer per layer), and then keeps the GELU's input gradient here.
+        // The MLP's wide buffer. With `recompute_gelu`, each layer's GELU output lives here until
+        // the next layer overwrites it, and the backward pass computes it here again where it
+        // needs it; either way the backward pass then keeps the GELU's input gradient here.
         let wide = alloc(n * 4 * c)?;
         let hf = alloc(n * c)?;
         let lnf_xhat = alloc(n * c)?;
@@ -308,8 +319,9 @@ impl Program {
             forward.push(linear(lb.att, c, &lo.proj_w, &lo.proj_b, c, x, true));
             forward.push(layer_norm(&lo.ln2_g, &lo.ln2_b, lb.h2, lb.ln2_xhat, lb.ln2_rstd));
             forward.push(linear(lb.h2, c, &lo.fc_w, &lo.fc_b, 4 * c, lb.u, false));
-            forward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(wide) }));
-            forward.push(linear(wide, 4 * c, &lo.fc2_w, &lo.fc2_b, c, x, true));
+            let gelu = lb.gelu.unwrap_or(wide);
+            forward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(gelu) }));
+            forward.push(linear(gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, x, true));
         }
         forward.push(layer_norm(&layout.lnf_g, &layout.lnf_b, hf, lnf_xhat, lnf_rstd));
         forward.push(linear(hf, c, &layout.head_w, &layout.head_b, VOCAB, logits, false));
@@ -350,13 +362,14 @@ impl Program {
             };
             backward.push(ln_backward(dh, lnf_xhat, lnf_rstd, &layout.lnf_g, &layout.lnf_b, false));
             for (i, (lo, lb)) in layout.layers.iter().zip(&layers).enumerate().rev() {
-                // x = x_mid + mlp(ln2(x_mid)). `wide` still holds the last layer's GELU from the
-                // forward pass; the others' are computed again.
-                if i + 1 < layout.layers.len() {
+                // x = x_mid + mlp(ln2(x_mid)). A shared `wide` still holds the last layer's GELU
+                // from the forward pass; the others' are computed again.
+                let gelu = lb.gelu.unwrap_or(wide);
+                if lb.gelu.is_none() && i + 1 < layout.layers.len() {
                     backward.push(Op::Gelu(ops::Gelu { len: u(n * 4 * c), x: s0(lb.u), y: s0(wide) }));
                 }
-                linear_backward(wide, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, dwide, backward);
-                // The GELU is spent: its input gradient takes its place.
+                linear_backward(gelu, 4 * c, &lo.fc2_w, &lo.fc2_b, c, dx, dwide, backward);
+                // The GELU's input gradient (over the spent GELU, when it is shared).
                 backward.push(Op::GeluBackward(ops::GeluBackward {
                     len: u(n * 4 * c),
                     dy: s0(dwide),
