@@ -308,10 +308,11 @@ fn x_add(a: u32, b: u32) -> u32 {
     if !SOFT_FLOAT && normal_inputs && big_enough(r) {
         return r;
     }
-    // A sum of opposites or of zeros is an exact zero; anything else this small, a NaN or a
-    // subnormal input takes the integer routine.
+    // A sum of finite opposites or of zeros is an exact zero; anything else this small, any
+    // NaN (∞ − ∞ too: the hardware's NaN is not x86's default NaN) or a subnormal input takes
+    // the integer routine.
     let exact_zero = (a ^ b) == SIGN || ((a | b) & 0x7fffffffu) == 0u;
-    if !SOFT_FLOAT && normal_inputs && exact_zero {
+    if !SOFT_FLOAT && normal_inputs && exact_zero && !is_nan(r) {
         return r;
     }
     return soft_add(a, b);
