@@ -139,12 +139,22 @@ pub mod step_status {
 /// Binding slots of `step_ops.wgsl`.
 pub mod step_binding {
     pub const PARAMS: u32 = 0;
+    /// The arena's first page (the others: [`PAGE_BINDINGS`](super::PAGE_BINDINGS)).
     pub const MEM: u32 = 1;
     pub const Q: u32 = 2;
     pub const E: u32 = 3;
     pub const STATUS: u32 = 4;
     pub const SCRATCH: u32 = 5;
 }
+
+/// The arena's pages after the first (`arena.wgsl`: `page1` … `page3`), in the step kernels'
+/// and the unit kernels' modules alike.
+pub const PAGE_BINDINGS: [u32; 3] = [7, 8, 9];
+/// Pages an arena may have (`page0` and [`PAGE_BINDINGS`]).
+pub const MAX_PAGES: usize = 4;
+/// A word address is `page << PAGE_SHIFT | word` (`arena.wgsl`), so a page holds at most
+/// 2^28 words (1 GiB) and four pages fit in 32-bit addresses.
+pub const PAGE_SHIFT: u32 = 28;
 
 /// How four packed int8 pairs are multiplied and summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -232,6 +242,7 @@ const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
 const GEMM_SPLIT: &str = include_str!("../wgsl/gemm_split.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
+const ARENA: &str = include_str!("../wgsl/arena.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
 /// The op table's parameter slots and the definitions' constants (generated from
 /// `lockstep_luts::ops`; a test keeps it current).
@@ -274,14 +285,14 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     };
     match kernel {
         Kernel::GemmUnits => format!(
-            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{GEMM_COMMON}\n{GEMM_UNITS}",
+            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_UNITS}",
             tile.tm, tile.tn, tile.wx, tile.wy, tile.kb, record_prelude()
         ),
         Kernel::GemmUnitsSplit => {
-            format!("{product_src}\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{GEMM_COMMON}\n{GEMM_SPLIT}", record_prelude())
+            format!("{product_src}\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_SPLIT}", record_prelude())
         }
         Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
-        Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{STEP_OPS}", record_prelude()),
+        Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{STEP_OPS}", record_prelude()),
     }
 }
 
@@ -362,6 +373,37 @@ mod tests {
             assert_eq!(entry.workgroup_size, [kernel.workgroup(), 1, 1], "{name}");
         }
         assert_eq!(module.entry_points.len(), StepKernel::ALL.len());
+    }
+
+    /// The arena's pages as the host lays them out: the page shift, the bindings after `page0`,
+    /// and a `PAGES` override in every module that addresses the arena.
+    #[test]
+    fn the_arena_pages_match_the_host_layout() {
+        let module = validate(Kernel::Step(StepKernel::Gelu), Product::Lut, TILES[0]);
+        let shift = module
+            .constants
+            .iter()
+            .find(|(_, c)| c.name.as_deref() == Some("PAGE_SHIFT"))
+            .map(|(_, c)| match module.global_expressions[c.init] {
+                naga::Expression::Literal(naga::Literal::U32(v)) => v,
+                ref other => panic!("PAGE_SHIFT is {other:?}"),
+            })
+            .expect("PAGE_SHIFT");
+        assert_eq!(shift, PAGE_SHIFT);
+        assert!((MAX_PAGES as u64) << PAGE_SHIFT <= 1 << 32, "every page's words have a 32-bit address");
+        for kernel in [Kernel::Step(StepKernel::Gelu), Kernel::GemmUnits, Kernel::GemmUnitsSplit] {
+            let module = validate(kernel, Product::Dp4a, TILES[0]);
+            let binding_of = |name: &str| {
+                let (_, var) = module.global_variables.iter().find(|(_, v)| v.name.as_deref() == Some(name))?;
+                var.binding.as_ref().map(|b| (b.group, b.binding))
+            };
+            assert!(binding_of("page0").is_some(), "{kernel:?}");
+            for (page, &binding) in PAGE_BINDINGS.iter().enumerate() {
+                assert_eq!(binding_of(&format!("page{}", page + 1)), Some((0, binding)), "{kernel:?}");
+            }
+            assert!(module.overrides.iter().any(|(_, o)| o.name.as_deref() == Some("PAGES")), "{kernel:?}");
+        }
+        assert_eq!(PAGE_BINDINGS.len() + 1, MAX_PAGES);
     }
 
     /// SPIR-V of the module `src`, as naga emits it for Vulkan once the pipeline has set the

@@ -4,18 +4,20 @@
 //
 // Where the outputs go: the parameters are a matmul op's record (`lockstep_luts::ops::Matmul`,
 // read by the generated names; `pw` and the record's words are prepended), the C view's
-// offset already an address of `c`. A batch of `batches` products (the workgroup grid's z;
+// offset already an arena address `c` (`ld`/`st`). A batch of `batches` products (the workgroup grid's z;
 // batch z is (z / batch1, z % batch1) and its operands are rows z·m … and z·n … of qa and qb,
 // quantized on the device from the A and B views, or by the host for a plain unit call), each
 // element (i, j) of batch (p, q) stored at word `c_offset + p·c_batch_stride0 +
-// q·c_batch_stride1 + i·c_row_stride + j·c_col_stride` of `c`. With FLAG_BIAS the element is
+// q·c_batch_stride1 + i·c_row_stride + j·c_col_stride`. With FLAG_BIAS the element is
 // `v + c[bias + j]`, with FLAG_ACCUMULATE it is added to what `c` holds, the additions through
 // exact_f32.wgsl (prepended). A plain unit call is one batch, row-major, no flags.
 @group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> ea: array<i32>;
 @group(0) @binding(4) var<storage, read> eb: array<i32>;
-@group(0) @binding(5) var<storage, read_write> c: array<u32>;
+// The output: the arena's first page (arena.wgsl, prepended, holds the others and `ld`/`st`),
+// or a plain unit call's output buffer (one page).
+@group(0) @binding(5) var<storage, read_write> page0: array<u32>;
 
 const EXP_MASK: u32 = 0x7f800000u;
 const CANONICAL_NAN: u32 = 0x7fc00000u;
@@ -61,10 +63,10 @@ fn store_output(z: u32, row: u32, col: u32, sum: f32) {
     let flags = pw(P_FLAGS);
     var v = bitcast<u32>(canonicalize(sum));
     if (flags & FLAG_BIAS) != 0u {
-        v = x_add(v, c[pw(MATMUL_BIAS) + col]);
+        v = x_add(v, ld(pw(MATMUL_BIAS) + col));
     }
     if (flags & FLAG_ACCUMULATE) != 0u {
-        v = x_add(c[at], v);
+        v = x_add(ld(at), v);
     }
-    c[at] = v;
+    st(at, v);
 }

@@ -1,8 +1,9 @@
 // The training step's ops (ABI 2, `lockstep_luts::ops`) on plugin-owned buffers.
 //
-// Every buffer of an instance is a range of one arena, `mem` (32-bit words: f32 bits, token
-// ids, hashes), so every kernel binds the same storage and finds its operands by word
-// addresses in its parameters. Parameters come as 64 words of a uniform record (one per
+// Every buffer of an instance is a range of the arena (32-bit words: f32 bits, token ids,
+// hashes): up to four pages, `page0` here and `page1` … `page3` in arena.wgsl (prepended), each
+// a storage binding, so every kernel binds the same storage and finds its operands by word
+// addresses in its parameters, read and written through `ld` and `st` (arena.wgsl). Parameters come as 64 words of a uniform record (one per
 // dispatch, at a dynamic offset, `params` and `pw` prepended): words 0 … 23 are the op's ABI
 // params with every buffer offset turned into its arena address, read by the names the op
 // table generates (generated_ops.wgsl, prepended: `pw(LAYER_NORM_WIDTH)`); P_FLAGS holds the
@@ -25,7 +26,7 @@
 // A kernel that meets a non-finite operand or a token id past the vocabulary records
 // `(op << 4) | kind` with atomicMin in `status[0]`, so the host learns the first op that failed.
 
-@group(0) @binding(1) var<storage, read_write> mem: array<u32>;
+@group(0) @binding(1) var<storage, read_write> page0: array<u32>;
 @group(0) @binding(2) var<storage, read_write> q: array<u32>;
 @group(0) @binding(3) var<storage, read_write> e: array<i32>;
 @group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;
@@ -126,7 +127,7 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     var amax = 0u;
     var finite = true;
     for (var l = start; l < end; l++) {
-        let bits = mem[base + l * col_stride];
+        let bits = ld(base + l * col_stride);
         finite = finite && (bits & EXPM) != EXPM;
         amax = max(amax, bits & 0x7fffffffu);
     }
@@ -151,7 +152,7 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
             let l = start + w * 4u + b;
             var quant = 0;
             if l < end {
-                let bits = mem[base + l * col_stride];
+                let bits = ld(base + l * col_stride);
                 let be = i32((bits >> 23u) & 0xffu);
                 if be != 0 {
                     let mant = (bits & MANT) | 0x00800000u;
@@ -187,13 +188,13 @@ fn embed(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     }
     let r = i / width;
     let j = i % width;
-    let t = mem[pw(EMBED_TOKENS) + r];
+    let t = ld(pw(EMBED_TOKENS) + r);
     if t >= pw(EMBED_VOCAB) {
         fail(STATUS_TOKEN);
         return;
     }
     let pos = (r % pw(EMBED_SEQ)) * width + j;
-    mem[pw(EMBED_OUT) + i] = x_add(mem[pw(EMBED_TOK) + t * width + j], mem[pw(EMBED_POS) + pos]);
+    st(pw(EMBED_OUT) + i, x_add(ld(pw(EMBED_TOK) + t * width + j), ld(pw(EMBED_POS) + pos)));
 }
 
 // The embedding gradient's row lists, one workgroup: scratch[v] becomes the first entry of
@@ -209,13 +210,13 @@ fn embed_lists(@builtin(local_invocation_index) li: u32) {
     for (var v = li; v < vocab; v += 256u) {
         var count = 0u;
         for (var r = 0u; r < rows; r++) {
-            count += select(0u, 1u, mem[tokens + r] == v);
+            count += select(0u, 1u, ld(tokens + r) == v);
         }
         scratch[v] = count;
     }
     if li == 0u {
         for (var r = 0u; r < rows; r++) {
-            if mem[tokens + r] >= vocab {
+            if ld(tokens + r) >= vocab {
                 fail(STATUS_TOKEN);
             }
         }
@@ -237,7 +238,7 @@ fn embed_lists(@builtin(local_invocation_index) li: u32) {
         var at = vocab + 1u + scratch[v];
         for (var l = 0u; l < LANES; l++) {
             for (var r = l; r < rows; r += LANES) {
-                if mem[tokens + r] == v {
+                if ld(tokens + r) == v {
                     scratch[at] = r;
                     at++;
                 }
@@ -274,9 +275,9 @@ fn embed_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
                 part = 0u;
                 lane = r % LANES;
             }
-            part = x_add(part, mem[dy + r * width + j]);
+            part = x_add(part, ld(dy + r * width + j));
         }
-        mem[pw(EMBED_BACKWARD_DTOK) + i] = x_add(acc, part);
+        st(pw(EMBED_BACKWARD_DTOK) + i, x_add(acc, part));
     } else {
         let p = v - vocab;
         if p < seq {
@@ -284,13 +285,13 @@ fn embed_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
                 var part = 0u;
                 for (var r = p; r < rows; r += seq) {
                     if r % LANES == l {
-                        part = x_add(part, mem[dy + r * width + j]);
+                        part = x_add(part, ld(dy + r * width + j));
                     }
                 }
                 acc = x_add(acc, part);
             }
         }
-        mem[pw(EMBED_BACKWARD_DPOS) + p * width + j] = acc;
+        st(pw(EMBED_BACKWARD_DPOS) + p * width + j, acc);
     }
 }
 
@@ -300,7 +301,7 @@ fn gelu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if i >= pw(GELU_LEN) {
         return;
     }
-    mem[pw(GELU_Y) + i] = x_gelu(mem[pw(GELU_X) + i]);
+    st(pw(GELU_Y) + i, x_gelu(ld(pw(GELU_X) + i)));
 }
 
 @compute @workgroup_size(256)
@@ -309,8 +310,8 @@ fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
     if i >= pw(GELU_BACKWARD_LEN) {
         return;
     }
-    let x = mem[pw(GELU_BACKWARD_X) + i];
-    mem[pw(GELU_BACKWARD_DX) + i] = x_mul(mem[pw(GELU_BACKWARD_DY) + i], x_gelu_grad(x));
+    let x = ld(pw(GELU_BACKWARD_X) + i);
+    st(pw(GELU_BACKWARD_DX) + i, x_mul(ld(pw(GELU_BACKWARD_DY) + i), x_gelu_grad(x)));
 }
 
 @compute @workgroup_size(256)
@@ -322,15 +323,15 @@ fn adam(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let w = pw(ADAM_WEIGHTS) + i;
     let at_m = pw(ADAM_M) + i;
     let at_v = pw(ADAM_V) + i;
-    let g = mem[pw(ADAM_GRAD) + i];
-    let m = x_add(x_mul(ADAM_BETA1, mem[at_m]), x_mul(x_sub(F_ONE, ADAM_BETA1), g));
-    let v = x_add(x_mul(ADAM_BETA2, mem[at_v]), x_mul(x_sub(F_ONE, ADAM_BETA2), x_mul(g, g)));
+    let g = ld(pw(ADAM_GRAD) + i);
+    let m = x_add(x_mul(ADAM_BETA1, ld(at_m)), x_mul(x_sub(F_ONE, ADAM_BETA1), g));
+    let v = x_add(x_mul(ADAM_BETA2, ld(at_v)), x_mul(x_sub(F_ONE, ADAM_BETA2), x_mul(g, g)));
     let m_hat = x_div(m, pw(ADAM_CORRECTION1));
     let v_hat = x_div(v, pw(ADAM_CORRECTION2));
     let step = x_div(x_mul(pw(ADAM_LR), m_hat), x_add(x_sqrt(v_hat), ADAM_EPS));
-    mem[w] = x_sub(mem[w], step);
-    mem[at_m] = m;
-    mem[at_v] = v;
+    st(w, x_sub(ld(w), step));
+    st(at_m, m);
+    st(at_v, v);
 }
 
 // ---- rows: a workgroup of 8 rows, 32 lanes each ----
@@ -351,14 +352,14 @@ fn layer_norm(
     var part = 0u;
     if live {
         for (var j = lane; j < width; j += LANES) {
-            part = x_add(part, mem[x + j]);
+            part = x_add(part, ld(x + j));
         }
     }
     let mean = x_div(lane_total(slot, lane, part), c);
     part = 0u;
     if live {
         for (var j = lane; j < width; j += LANES) {
-            let d = x_sub(mem[x + j], mean);
+            let d = x_sub(ld(x + j), mean);
             part = x_add(part, x_mul(d, d));
         }
     }
@@ -370,12 +371,12 @@ fn layer_norm(
     let y = pw(LAYER_NORM_Y) + r * width;
     let xhat = pw(LAYER_NORM_XHAT) + r * width;
     for (var j = lane; j < width; j += LANES) {
-        let h = x_mul(x_sub(mem[x + j], mean), s);
-        mem[xhat + j] = h;
-        mem[y + j] = x_add(x_mul(h, mem[pw(LAYER_NORM_GAIN) + j]), mem[pw(LAYER_NORM_BIAS) + j]);
+        let h = x_mul(x_sub(ld(x + j), mean), s);
+        st(xhat + j, h);
+        st(y + j, x_add(x_mul(h, ld(pw(LAYER_NORM_GAIN) + j)), ld(pw(LAYER_NORM_BIAS) + j)));
     }
     if lane == 0u {
-        mem[pw(LAYER_NORM_RSTD) + r] = s;
+        st(pw(LAYER_NORM_RSTD) + r, s);
     }
 }
 
@@ -399,9 +400,9 @@ fn layer_norm_backward(
     var part2 = 0u;
     if live {
         for (var j = lane; j < width; j += LANES) {
-            let d = x_mul(mem[dy + j], mem[gain + j]);
+            let d = x_mul(ld(dy + j), ld(gain + j));
             part1 = x_add(part1, d);
-            part2 = x_add(part2, x_mul(d, mem[h + j]));
+            part2 = x_add(part2, x_mul(d, ld(h + j)));
         }
     }
     let m1 = x_div(lane_total(slot, lane, part1), c);
@@ -409,16 +410,16 @@ fn layer_norm_backward(
     if !live {
         return;
     }
-    let s = mem[pw(LAYER_NORM_BACKWARD_RSTD) + r];
+    let s = ld(pw(LAYER_NORM_BACKWARD_RSTD) + r);
     let dx = pw(LAYER_NORM_BACKWARD_DX) + r * width;
     let accumulate = (pw(P_FLAGS) & FLAG_ACCUMULATE) != 0u;
     for (var j = lane; j < width; j += LANES) {
-        let d = x_mul(mem[dy + j], mem[gain + j]);
-        let v = x_mul(x_sub(x_sub(d, m1), x_mul(mem[h + j], m2)), s);
+        let d = x_mul(ld(dy + j), ld(gain + j));
+        let v = x_mul(x_sub(x_sub(d, m1), x_mul(ld(h + j), m2)), s);
         if accumulate {
-            mem[dx + j] = x_add(mem[dx + j], v);
+            st(dx + j, x_add(ld(dx + j), v));
         } else {
-            mem[dx + j] = v;
+            st(dx + j, v);
         }
     }
 }
@@ -442,15 +443,15 @@ fn causal_softmax(
     let scale = pw(CAUSAL_SOFTMAX_SCALE);
     var mx = NEG_INF;
     for (var j = lane; j < n; j += LANES) {
-        let v = x_mul(mem[row + j], scale);
-        mem[row + j] = v;
+        let v = x_mul(ld(row + j), scale);
+        st(row + j, v);
         mx = x_max(mx, v);
     }
     mx = lane_max_total(slot, lane, mx);
     var part = 0u;
     for (var j = lane; j < n; j += LANES) {
-        let ev = x_exp(x_sub(mem[row + j], mx));
-        mem[row + j] = ev;
+        let ev = x_exp(x_sub(ld(row + j), mx));
+        st(row + j, ev);
         part = x_add(part, ev);
     }
     let sum = lane_total(slot, lane, part);
@@ -458,10 +459,10 @@ fn causal_softmax(
         return;
     }
     for (var j = lane; j < n; j += LANES) {
-        mem[row + j] = x_div(mem[row + j], sum);
+        st(row + j, x_div(ld(row + j), sum));
     }
     for (var j = n + lane; j < t; j += LANES) {
-        mem[row + j] = 0u;
+        st(row + j, 0u);
     }
 }
 
@@ -483,17 +484,17 @@ fn causal_softmax_backward(
     let scale = pw(CAUSAL_SOFTMAX_BACKWARD_SCALE);
     var part = 0u;
     for (var j = lane; j < n; j += LANES) {
-        part = x_add(part, x_mul(mem[p + j], mem[dp + j]));
+        part = x_add(part, x_mul(ld(p + j), ld(dp + j)));
     }
     let dot = lane_total(slot, lane, part);
     if !live {
         return;
     }
     for (var j = lane; j < n; j += LANES) {
-        mem[ds + j] = x_mul(x_mul(mem[p + j], x_sub(mem[dp + j], dot)), scale);
+        st(ds + j, x_mul(x_mul(ld(p + j), x_sub(ld(dp + j), dot)), scale));
     }
     for (var j = n + lane; j < t; j += LANES) {
-        mem[ds + j] = 0u;
+        st(ds + j, 0u);
     }
 }
 
@@ -512,7 +513,7 @@ fn cross_entropy(
     var live = r < rows;
     var goal = 0u;
     if live {
-        goal = mem[pw(CROSS_ENTROPY_TARGETS) + r];
+        goal = ld(pw(CROSS_ENTROPY_TARGETS) + r);
         if goal >= vocab {
             fail(STATUS_TOKEN);
             live = false;
@@ -523,13 +524,13 @@ fn cross_entropy(
     let d = pw(CROSS_ENTROPY_DLOGITS) + r * vocab;
     var mx = NEG_INF;
     for (var j = lane; j < n; j += LANES) {
-        mx = x_max(mx, mem[row + j]);
+        mx = x_max(mx, ld(row + j));
     }
     mx = lane_max_total(slot, lane, mx);
     var part = 0u;
     for (var j = lane; j < n; j += LANES) {
-        let ev = x_exp(x_sub(mem[row + j], mx));
-        mem[d + j] = ev;
+        let ev = x_exp(x_sub(ld(row + j), mx));
+        st(d + j, ev);
         part = x_add(part, ev);
     }
     let sum = lane_total(slot, lane, part);
@@ -538,14 +539,14 @@ fn cross_entropy(
     }
     let inv_rows = x_div(F_ONE, x_from_u32(rows));
     if lane == 0u {
-        scratch[r] = x_sub(x_add(x_ln(sum), mx), mem[row + goal]);
+        scratch[r] = x_sub(x_add(x_ln(sum), mx), ld(row + goal));
     }
     for (var j = lane; j < n; j += LANES) {
-        var v = x_mul(x_div(mem[d + j], sum), inv_rows);
+        var v = x_mul(x_div(ld(d + j), sum), inv_rows);
         if j == goal {
             v = x_sub(v, inv_rows);
         }
-        mem[d + j] = v;
+        st(d + j, v);
     }
 }
 
@@ -560,7 +561,7 @@ fn cross_entropy_mean(@builtin(local_invocation_index) lane: u32) {
     }
     let total = lane_total(0u, lane, part);
     if lane == 0u {
-        mem[pw(CROSS_ENTROPY_LOSS)] = x_mul(total, x_div(F_ONE, x_from_u32(rows)));
+        st(pw(CROSS_ENTROPY_LOSS), x_mul(total, x_div(F_ONE, x_from_u32(rows))));
     }
 }
 
@@ -583,11 +584,11 @@ fn bias_grad(
     let dy = pw(BIAS_GRAD_DY);
     var part = 0u;
     for (var r = lane; r < rows; r += LANES) {
-        part = x_add(part, mem[dy + r * width + j]);
+        part = x_add(part, ld(dy + r * width + j));
     }
     let total = lane_total(slot, lane, part);
     if live && lane == 0u {
-        mem[pw(BIAS_GRAD_DB) + j] = total;
+        st(pw(BIAS_GRAD_DB) + j, total);
     }
 }
 
@@ -610,15 +611,15 @@ fn layer_norm_param_grads(
     var g = 0u;
     var b = 0u;
     for (var r = lane; r < rows; r += LANES) {
-        let d = mem[dy + r * width + j];
-        g = x_add(g, x_mul(d, mem[xhat + r * width + j]));
+        let d = ld(dy + r * width + j);
+        g = x_add(g, x_mul(d, ld(xhat + r * width + j)));
         b = x_add(b, d);
     }
     let dgain = lane_total(slot, lane, g);
     let dbias = lane_total(slot, lane, b);
     if live && lane == 0u {
-        mem[pw(LAYER_NORM_BACKWARD_DGAIN) + j] = dgain;
-        mem[pw(LAYER_NORM_BACKWARD_DBIAS) + j] = dbias;
+        st(pw(LAYER_NORM_BACKWARD_DGAIN) + j, dgain);
+        st(pw(LAYER_NORM_BACKWARD_DBIAS) + j, dbias);
     }
 }
 
@@ -644,7 +645,7 @@ fn hash_chunks(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
     var h = FNV_BASIS;
     let end = min(len, (i + 1u) * HASH_CHUNK);
     for (var at = i * HASH_CHUNK; at < end; at++) {
-        h = fnv_word(h, mem[pw(HASH_DATA) + at]);
+        h = fnv_word(h, ld(pw(HASH_DATA) + at));
     }
     scratch[i] = h;
 }
@@ -657,5 +658,5 @@ fn hash_fold(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var i = 0u; i < chunks; i++) {
         h = fnv_word(h, scratch[i]);
     }
-    mem[pw(HASH_OUT)] = h;
+    st(pw(HASH_OUT), h);
 }

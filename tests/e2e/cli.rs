@@ -206,17 +206,35 @@ fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
 #[test]
 fn lut_trains_and_evaluates_the_default_model_within_one_binding_of_lavapipe() {
     let _phase = crate::common::phase(module_path!());
-    let run = |backend: &str| -> (Vec<String>, String) {
-        let out = lockstep(&["train", "--backend", backend, "--steps", "1", "--eval-batches", "1", "--json"]);
-        assert_eq!(out.status.code(), Some(0), "--backend {backend}: {}", text(&out));
-        let lines: Vec<serde_json::Value> =
-            String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
-        let heldout = lines.iter().find_map(|l| l["heldout_loss_bits"].as_str()).expect("a held-out loss line");
-        (step_hashes(&lines), heldout.to_string())
-    };
-    let cpu = run("cpu");
+    let cpu = one_step_and_heldout("cpu", &[]);
     assert_eq!(cpu.0.len(), 1);
-    assert_eq!(run("lut"), cpu);
+    assert_eq!(one_step_and_heldout("lut", &[]), cpu);
+}
+
+/// A model whose step needs more than one storage binding of lavapipe (c=64, t=256, 16 heads,
+/// b=8: 40.6 M words of buffers, the attention probabilities alone 8.4 M a layer, against
+/// 33.5 M words in lavapipe's largest binding) trains and evaluates on `lut` with cpu's bits:
+/// its buffers spread over the arena's pages (`arena.wgsl`).
+#[test]
+fn lut_trains_a_model_larger_than_one_binding_of_lavapipe() {
+    let _phase = crate::common::phase(module_path!());
+    let model = ["--width", "64", "--context", "256", "--layers", "2", "--heads", "16", "--batch", "8"];
+    let cpu = one_step_and_heldout("cpu", &model);
+    assert_eq!(cpu.0.len(), 1);
+    assert_eq!(one_step_and_heldout("lut", &model), cpu);
+}
+
+/// One step of `lockstep train` with `model`'s flags on `backend`, and one held-out batch: the
+/// step's weight hash and the held-out loss's bits.
+fn one_step_and_heldout(backend: &str, model: &[&str]) -> (Vec<String>, String) {
+    let mut args = vec!["train", "--backend", backend, "--steps", "1", "--eval-batches", "1", "--json"];
+    args.extend_from_slice(model);
+    let out = lockstep(&args);
+    assert_eq!(out.status.code(), Some(0), "--backend {backend}: {}", text(&out));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let heldout = lines.iter().find_map(|l| l["heldout_loss_bits"].as_str()).expect("a held-out loss line");
+    (step_hashes(&lines), heldout.to_string())
 }
 
 /// The training state kept on the backend's device (ABI 2: the CPU mirror and the GPU plugins

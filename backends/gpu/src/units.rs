@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockstep_luts::units::{blocks_for, UnitError, BLOCK};
-use lockstep_shaders::{binding, step_binding, step_params, Kernel, Product, Tile, GEMM_I8_WORKGROUP, TILES};
+use lockstep_shaders::{
+    binding, step_binding, step_params, Kernel, Product, Tile, GEMM_I8_WORKGROUP, PAGE_BINDINGS, TILES,
+};
 use wgpu::util::DeviceExt;
 
 mod step;
@@ -54,6 +56,9 @@ pub struct GpuOptions {
     /// hardware where it is exact (same bits, slower): how tests check those routines on every
     /// input, not only the subnormal ones the hardware path hands them.
     pub soft_float: bool,
+    /// Hold arena pages to this many words, below the device's largest binding (tests make
+    /// a small model take several pages); `None`: the binding's size.
+    pub page_words: Option<u64>,
 }
 
 /// What the chosen adapter is.
@@ -79,6 +84,8 @@ struct Buffers {
     /// ABI 2's quantized operands (the unit kernel reads `a`, `b`, `a_exp`, `b_exp` for both
     /// paths), the cross-entropy's per-row losses, and the status word with its read-back.
     scratch: Option<wgpu::Buffer>,
+    /// Bound where the arena has no page (the kernels never address it).
+    page_stand_in: Option<wgpu::Buffer>,
     status: Option<wgpu::Buffer>,
     status_staging: Option<wgpu::Buffer>,
 }
@@ -102,7 +109,8 @@ pub struct GpuUnits {
     device: wgpu::Device,
     queue: wgpu::Queue,
     /// The pipeline cache: one compute pipeline per kernel family, built on first use.
-    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+    /// Built pipelines by kernel and whether it chooses among several arena pages.
+    pipelines: HashMap<(Kernel, bool), wgpu::ComputePipeline>,
     /// Explicit layouts (dynamic parameter offsets) of the unit kernel and the step kernels.
     gemm_layout: wgpu::BindGroupLayout,
     step_layout: wgpu::BindGroupLayout,
@@ -256,7 +264,19 @@ impl GpuUnits {
                 tile.workgroup_bytes()
             )));
         }
+        // The unit kernel binds nine storage buffers with the product table (the operands and
+        // their exponents, the table, four arena pages); every desktop driver offers far more
+        // than WebGPU's default eight (lavapipe 32).
+        const STORAGE_BUFFERS: u32 = 9;
+        if adapter.limits().max_storage_buffers_per_shader_stage < STORAGE_BUFFERS {
+            return Err(GpuError::Unavailable(format!(
+                "{}: the kernels bind {STORAGE_BUFFERS} storage buffers, the device offers {}",
+                summary.name,
+                adapter.limits().max_storage_buffers_per_shader_stage
+            )));
+        }
         let needed = wgpu::Limits {
+            max_storage_buffers_per_shader_stage: STORAGE_BUFFERS,
             max_storage_buffer_binding_size: adapter.limits().max_storage_buffer_binding_size,
             max_buffer_size: adapter.limits().max_buffer_size,
             max_compute_workgroup_storage_size: adapter.limits().max_compute_workgroup_storage_size,
@@ -287,8 +307,8 @@ impl GpuUnits {
             n => n,
         };
         let (gemm_layout, step_layout) = layouts(&device, product);
-        let arena =
-            step::Arena::new(device.limits().max_storage_buffer_binding_size.min(device.limits().max_buffer_size));
+        let binding = device.limits().max_storage_buffer_binding_size.min(device.limits().max_buffer_size);
+        let arena = step::Arena::new(options.page_words.map_or(binding, |words| binding.min(words * 4)));
         Ok(Self {
             product,
             tile,
@@ -325,7 +345,7 @@ impl GpuUnits {
         let held =
             [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out, &b.staging, &b.scratch, &b.status, &b.status_staging];
         held.iter().filter_map(|x| x.as_ref()).map(|x| x.size()).sum::<u64>()
-            + self.arena.buffer.as_ref().map_or(0, |x| x.size())
+            + self.arena.pages.iter().filter_map(|p| p.buffer.as_ref()).map(|x| x.size()).sum::<u64>()
             + self.mul_lut.as_ref().map_or(0, |x| x.size())
     }
 
@@ -348,8 +368,10 @@ impl GpuUnits {
         )
     }
 
-    fn pipeline(&mut self, kernel: Kernel) -> Result<wgpu::ComputePipeline, GpuError> {
-        if let Some(p) = self.pipelines.get(&kernel) {
+    /// The pipeline of `kernel`; `paged`: its `ld`/`st` choose among four arena pages
+    /// (`arena.wgsl`'s `PAGES`), else they read the first page alone.
+    fn pipeline(&mut self, kernel: Kernel, paged: bool) -> Result<wgpu::ComputePipeline, GpuError> {
+        if let Some(p) = self.pipelines.get(&(kernel, paged)) {
             return Ok(p.clone());
         }
         let source = lockstep_shaders::source(kernel, self.product, self.tile);
@@ -367,7 +389,8 @@ impl GpuUnits {
                 wgpu::ShaderRuntimeChecks::unchecked(),
             )
         };
-        let soft_float = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 })];
+        let pages = if paged { lockstep_shaders::MAX_PAGES as f64 } else { 1.0 };
+        let overrides = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 }), ("PAGES", pages)];
         let bind_layout = match kernel {
             Kernel::GemmUnits | Kernel::GemmUnitsSplit => Some(&self.gemm_layout),
             Kernel::Step(_) => Some(&self.step_layout),
@@ -386,8 +409,8 @@ impl GpuUnits {
             module: &module,
             entry_point: Some(kernel.entry_point()),
             compilation_options: wgpu::PipelineCompilationOptions {
-                // Only the modules with the exact arithmetic declare the override.
-                constants: if kernel == Kernel::GemmI8 { &[] } else { &soft_float },
+                // Only the modules with the exact arithmetic and the arena declare the overrides.
+                constants: if kernel == Kernel::GemmI8 { &[] } else { &overrides },
                 ..Default::default()
             },
             cache: None,
@@ -395,7 +418,7 @@ impl GpuUnits {
         if let Some(error) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Device(format!("cannot build the {} kernel: {error}", kernel.entry_point())));
         }
-        self.pipelines.insert(kernel, pipeline.clone());
+        self.pipelines.insert((kernel, paged), pipeline.clone());
         Ok(pipeline)
     }
 
@@ -504,6 +527,7 @@ impl GpuUnits {
         let be = ensure(d, &mut b.b_exp, "b_exp", h.b_exp.len() as u64 * 4, input);
         ensure(d, &mut b.out, "out", out_bytes, U::STORAGE | U::COPY_SRC);
         ensure(d, &mut b.staging, "staging", out_bytes, U::MAP_READ | U::COPY_DST);
+        ensure(d, &mut b.page_stand_in, "absent page", 256, U::STORAGE);
         self.queue.write_buffer(&params_buf, 0, bytemuck::cast_slice(params));
         let write = |buf: &wgpu::Buffer, bytes: &[u8]| {
             // Quantized rows are whole blocks and integer rows whole words, so every length is
@@ -524,8 +548,13 @@ impl GpuUnits {
         let b = &self.buffers;
         let get = |buf: &Option<wgpu::Buffer>| buf.clone().expect("uploaded");
         if kernel_uses_exponents {
-            let [params, qa, qb, ea, eb, out] = [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out].map(get);
-            return self.unit_group(&params, [&qa, &qb, &ea, &eb], &out);
+            let [params, qa, qb, ea, eb, out, stand_in] =
+                [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out, &b.page_stand_in].map(get);
+            return self.unit_group(
+                &params,
+                [&qa, &qb, &ea, &eb],
+                &[out, stand_in.clone(), stand_in.clone(), stand_in],
+            );
         }
         fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
             buf.as_ref().expect("uploaded").as_entire_binding()
@@ -544,9 +573,15 @@ impl GpuUnits {
     }
 
     /// The unit kernel's bind group: its parameter record (at dynamic offsets of `params`), the
-    /// quantized operands and exponents `[qa, qb, ea, eb]`, the output, and the product table.
-    /// One for both paths: an ABI 1 call (`out` is the call's output) and ABI 2's (the arena).
-    fn unit_group(&self, params: &wgpu::Buffer, operands: [&wgpu::Buffer; 4], out: &wgpu::Buffer) -> wgpu::BindGroup {
+    /// quantized operands and exponents `[qa, qb, ea, eb]`, the output's pages, and the product
+    /// table. One for both paths: an ABI 1 call (the call's output, and stand-ins for the other
+    /// pages) and ABI 2's (the arena's pages).
+    fn unit_group(
+        &self,
+        params: &wgpu::Buffer,
+        operands: [&wgpu::Buffer; 4],
+        pages: &[wgpu::Buffer; lockstep_shaders::MAX_PAGES],
+    ) -> wgpu::BindGroup {
         let [qa, qb, ea, eb] = operands;
         let mut entries = vec![
             wgpu::BindGroupEntry { binding: binding::PARAMS, resource: record(params, step_params::BYTES) },
@@ -554,7 +589,10 @@ impl GpuUnits {
             wgpu::BindGroupEntry { binding: binding::B, resource: qb.as_entire_binding() },
             wgpu::BindGroupEntry { binding: binding::A_EXP, resource: ea.as_entire_binding() },
             wgpu::BindGroupEntry { binding: binding::B_EXP, resource: eb.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: binding::OUT, resource: out.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: binding::OUT, resource: pages[0].as_entire_binding() },
+            wgpu::BindGroupEntry { binding: PAGE_BINDINGS[0], resource: pages[1].as_entire_binding() },
+            wgpu::BindGroupEntry { binding: PAGE_BINDINGS[1], resource: pages[2].as_entire_binding() },
+            wgpu::BindGroupEntry { binding: PAGE_BINDINGS[2], resource: pages[3].as_entire_binding() },
         ];
         if let Some(table) = &self.mul_lut {
             entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
@@ -577,7 +615,7 @@ impl GpuUnits {
         out: &mut [u8],
     ) -> Result<(), GpuError> {
         self.take_uncaptured()?;
-        let pipeline = &self.pipeline(kernel)?;
+        let pipeline = &self.pipeline(kernel, false)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let bind_group = self.bind_group(pipeline, kernel == Kernel::GemmUnits);
@@ -650,9 +688,10 @@ impl GpuUnits {
     /// Encodes `dispatches` in one compute pass, submits them, and returns the status word.
     fn run_dispatches(&mut self, dispatches: &[step::Dispatch], needs: step::Needs) -> Result<u32, GpuError> {
         use wgpu::BufferUsages as U;
+        let paged = self.arena.paged();
         let mut pipelines = Vec::with_capacity(dispatches.len());
         for d in dispatches {
-            pipelines.push(self.pipeline(d.kernel)?);
+            pipelines.push(self.pipeline(d.kernel, paged)?);
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -673,7 +712,13 @@ impl GpuUnits {
         let scratch = ensure(dev, &mut b.scratch, "scratch", needs.scratch * 4, rw);
         let status = ensure(dev, &mut b.status, "status", 16, rw);
         let status_staging = ensure(dev, &mut b.status_staging, "status staging", 16, U::MAP_READ | U::COPY_DST);
-        let arena = self.arena.buffer.clone().ok_or_else(|| GpuError::Shape("no buffers exist yet".into()))?;
+        let stand_in = ensure(dev, &mut b.page_stand_in, "absent page", 256, rw);
+        if self.arena.pages.is_empty() {
+            return Err(GpuError::Shape("no buffers exist yet".into()));
+        }
+        let pages: [wgpu::Buffer; lockstep_shaders::MAX_PAGES] = std::array::from_fn(|i| {
+            self.arena.pages.get(i).and_then(|p| p.buffer.clone()).unwrap_or_else(|| stand_in.clone())
+        });
 
         let mut records = Vec::with_capacity(dispatches.len() * step_params::WORDS);
         for d in dispatches {
@@ -689,17 +734,20 @@ impl GpuUnits {
                 layout: &self.step_layout,
                 entries: &[
                     wgpu::BindGroupEntry { binding: s::PARAMS, resource: record(&params, step_params::BYTES) },
-                    wgpu::BindGroupEntry { binding: s::MEM, resource: arena.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: s::MEM, resource: pages[0].as_entire_binding() },
                     wgpu::BindGroupEntry { binding: s::Q, resource: q.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: s::E, resource: e.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: s::STATUS, resource: status.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: s::SCRATCH, resource: scratch.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: PAGE_BINDINGS[0], resource: pages[1].as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: PAGE_BINDINGS[1], resource: pages[2].as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: PAGE_BINDINGS[2], resource: pages[3].as_entire_binding() },
                 ],
             })
         };
         let group_a = step_group(&q_a, &e_a);
         let group_b = step_group(&q_b, &e_b);
-        let group_gemm = self.unit_group(&params, [&q_a, &q_b, &e_a, &e_b], &arena);
+        let group_gemm = self.unit_group(&params, [&q_a, &q_b, &e_a, &e_b], &pages);
 
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
@@ -789,6 +837,7 @@ fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, w
         entry(binding::B_EXP, read, None),
         entry(binding::OUT, rw, None),
     ];
+    gemm.extend(PAGE_BINDINGS.map(|b| entry(b, rw, None)));
     if product == Product::Lut {
         gemm.push(entry(binding::MUL_LUT, read, None));
     }
@@ -800,6 +849,9 @@ fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, w
         entry(s::E, rw, None),
         entry(s::STATUS, rw, None),
         entry(s::SCRATCH, rw, None),
+        entry(PAGE_BINDINGS[0], rw, None),
+        entry(PAGE_BINDINGS[1], rw, None),
+        entry(PAGE_BINDINGS[2], rw, None),
     ];
     let make = |label: &str, entries: &[wgpu::BindGroupLayoutEntry]| {
         device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries })
@@ -834,6 +886,7 @@ pub fn create_for_plugin(
         adapter: requested_adapter(options)?,
         threads: options.threads as usize,
         soft_float: false,
+        page_words: None,
     };
     GpuUnits::new(product, &gpu_options).map_err(worker_error)
 }

@@ -32,8 +32,9 @@ fn moderate(rng: &mut SplitMix64, len: usize) -> Vec<u32> {
         .collect()
 }
 
-fn check(soft_float: bool) {
-    let options = GpuOptions { soft_float, ..GpuOptions::default() };
+/// `page_words`: hold arena pages to that many words (`None`: one page holds everything).
+fn check(soft_float: bool, page_words: Option<u64>) {
+    let options = GpuOptions { soft_float, page_words, ..GpuOptions::default() };
     let mut units = GpuUnits::new(Product::Lut, &options).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = SplitMix64::new(0xe8ac7 + u64::from(soft_float));
     let len = 30_011usize;
@@ -139,12 +140,30 @@ fn check(soft_float: bool) {
 
 #[test]
 fn step_ops_match_the_reference_on_the_hardware_path() {
-    check(false);
+    check(false, None);
 }
 
 #[test]
 fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routines() {
-    check(true);
+    check(true, None);
+}
+
+/// Pages of 100,000 words hold three of the twelve buffers each: the arena takes all four
+/// pages, and the ops read and write across them (the products' operands and outputs lie in
+/// pages 2 and 3, LayerNorm's input in page 1 and its outputs in page 2) through the kernels'
+/// page choice, with the reference's bits; a thirteenth buffer fits in no page and is refused.
+#[test]
+fn step_ops_match_the_reference_across_four_arena_pages() {
+    check(false, Some(100_000));
+    let mut units = GpuUnits::new(Product::Dp4a, &GpuOptions { page_words: Some(1024), ..GpuOptions::default() })
+        .unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..4 {
+        units.buffer_create(900).unwrap();
+    }
+    let refused = units.buffer_create(900).unwrap_err().to_string();
+    assert!(refused.contains("4 pages of 1024 words"), "{refused}");
+    let too_big = units.buffer_create(1100).unwrap_err().to_string();
+    assert!(too_big.contains("largest storage binding holds 1024 words"), "{too_big}");
 }
 
 /// An op whose output overlaps its input (an in-place GELU, a product written over its own

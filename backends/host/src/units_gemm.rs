@@ -69,13 +69,17 @@ impl Device for Backend {
         Backend::free_buffer(self, buffer)
     }
 
-    /// On an accelerator, a buffer of `words` made and freed at once: a GPU plugin's arena grows
-    /// to hold it and keeps the room for the buffers that follow (the ABI has no call of its own
-    /// for this). A CPU plugin's buffers are separate allocations: nothing to do.
+    /// On an accelerator, a buffer of `words` made and freed at once: a GPU plugin's arena page
+    /// grows to hold it and keeps the room for the buffers that follow (the ABI has no call of
+    /// its own for this). A program larger than one page cannot be announced that way: the
+    /// refusal is ignored and its buffers open pages as they come (a real shortage of memory
+    /// is reported by the creation that meets it). A CPU plugin's buffers are separate
+    /// allocations: nothing to do.
     fn reserve(&mut self, words: usize) -> Result<(), ComputeError> {
         if self.accelerator() && words > 0 {
-            let room = Backend::create_buffer(self, words).map_err(ComputeError::backend)?;
-            Backend::free_buffer(self, room);
+            if let Ok(room) = Backend::create_buffer(self, words) {
+                Backend::free_buffer(self, room);
+            }
         }
         Ok(())
     }

@@ -1,12 +1,13 @@
 //! ABI 2 on the GPU: plugin-owned buffers in one device arena and the training step's ops as
 //! dispatches of `step_ops.wgsl` and the unit kernel.
 //!
-//! **The arena**: every buffer the host creates is a range of one storage buffer (64-word
-//! aligned, first fit, grown by copying to exactly the size needed when full: the host reserves
-//! a program's words before creating its buffers, so a program costs one growth), so every
-//! kernel binds the same storage and finds its operands by word offsets in a 256-byte uniform
-//! record. The arena is capped by the adapter's largest storage binding; a creation past it is
-//! refused with that limit named.
+//! **The arena**: every buffer the host creates is a range of one of up to four pages, each a
+//! storage buffer no larger than the adapter's largest binding (64-word aligned, first fit, a
+//! page grown by copying to exactly the size needed: the host reserves a program's words before
+//! creating its buffers, so a program that fits one page costs one growth; one that does not
+//! opens the next page), so every kernel binds the same storage and finds its operands by word
+//! addresses (`page << 28 | word`, `arena.wgsl`) in a 256-byte uniform record. A buffer larger
+//! than one binding, or one that fits in none of four pages, is refused with the limit named.
 //!
 //! **A call** (`run_ops`) checks every op (`Op::check` against the arena's lengths), plans each
 //! as one to three dispatches (a product: quantize A, quantize B, the unit kernel; LayerNorm's
@@ -21,7 +22,9 @@ use std::collections::BTreeMap;
 
 use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
 use lockstep_luts::units::blocks_for;
-use lockstep_shaders::{step_params, step_status, Kernel, StepKernel, SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP};
+use lockstep_shaders::{
+    step_params, step_status, Kernel, StepKernel, MAX_PAGES, PAGE_SHIFT, SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP,
+};
 
 use super::GpuError;
 
@@ -33,111 +36,143 @@ fn reserved(words: u64) -> u64 {
     words.max(1).next_multiple_of(ALIGN_WORDS)
 }
 
-/// One buffer's range of the arena, in words.
+/// One buffer's range of the arena: its page and words there.
 #[derive(Clone, Copy, Debug)]
 struct Region {
+    page: usize,
     start: u64,
     len: u64,
 }
 
-/// The host's buffers as ranges of one device buffer.
-pub(crate) struct Arena {
+/// One page of the arena: a device buffer and the ranges of it in use.
+#[derive(Default)]
+pub(crate) struct Page {
     pub(crate) buffer: Option<wgpu::Buffer>,
     /// Words the device buffer holds.
-    capacity: u64,
-    /// The most words the device allows in one binding.
-    limit: u64,
-    regions: BTreeMap<Handle, Region>,
+    pub(crate) capacity: u64,
     /// Free ranges below `top`: start → length.
     free: BTreeMap<u64, u64>,
     top: u64,
+}
+
+/// The host's buffers as ranges of up to [`MAX_PAGES`] device buffers, each no larger than one
+/// binding (`arena.wgsl`: a word address is `page << PAGE_SHIFT | word`).
+pub(crate) struct Arena {
+    pub(crate) pages: Vec<Page>,
+    /// The most words one page may hold: the device's largest binding, at most 2^PAGE_SHIFT.
+    limit: u64,
+    regions: BTreeMap<Handle, Region>,
     next_handle: Handle,
+}
+
+/// Where a reservation went, and what must happen to the device first.
+pub(crate) struct Placed {
+    pub(crate) handle: Handle,
+    page: usize,
+    start: u64,
+    len: u64,
+    /// The page's device buffer must first grow to this many words (a new page: be made).
+    pub(crate) grow: Option<u64>,
 }
 
 impl Arena {
     pub(crate) fn new(limit_bytes: u64) -> Self {
-        Self {
-            buffer: None,
-            capacity: 0,
-            limit: limit_bytes / 4 / ALIGN_WORDS * ALIGN_WORDS,
-            regions: BTreeMap::new(),
-            free: BTreeMap::new(),
-            top: 0,
-            next_handle: 1,
-        }
+        let limit = (limit_bytes / 4).min(1 << PAGE_SHIFT) / ALIGN_WORDS * ALIGN_WORDS;
+        Self { pages: Vec::new(), limit, regions: BTreeMap::new(), next_handle: 1 }
     }
 
     pub(crate) fn len_of(&self, handle: Handle) -> Option<u64> {
         self.regions.get(&handle).map(|r| r.len)
     }
 
-    /// The word address of a span.
+    /// The word address of a span (`page << PAGE_SHIFT | word`).
     fn at(&self, span: Span) -> u32 {
-        (self.regions[&span.buffer].start + u64::from(span.offset)) as u32
+        let r = &self.regions[&span.buffer];
+        ((r.page as u64) << PAGE_SHIFT | (r.start + u64::from(span.offset))) as u32
     }
 
-    /// Reserves `words` (a range of at least one alignment unit): the handle, the range, and
-    /// the capacity the device buffer must first grow to, if it must.
-    fn reserve(&mut self, words: u64) -> Result<(Handle, Region, Option<u64>), GpuError> {
+    /// Whether the kernels must choose pages (the arena has more than one).
+    pub(crate) fn paged(&self) -> bool {
+        self.pages.len() > 1
+    }
+
+    /// Reserves `words` (a range of at least one alignment unit) in the first page with room
+    /// (a free range, or room below the page limit past its top), or in a new page.
+    fn reserve(&mut self, words: u64) -> Result<Placed, GpuError> {
         let rounded = reserved(words);
-        let fit = self.free.iter().find(|(_, &len)| len >= rounded).map(|(&s, &l)| (s, l));
-        let (start, grow) = match fit {
-            Some((start, len)) => {
-                self.free.remove(&start);
+        if rounded > self.limit {
+            return Err(GpuError::Device(format!(
+                "a buffer of {words} words does not fit: the device's largest storage binding holds {} words",
+                self.limit
+            )));
+        }
+        let mut placed = None;
+        for (index, page) in self.pages.iter_mut().enumerate() {
+            if let Some((start, len)) = page.free.iter().find(|(_, &len)| len >= rounded).map(|(&s, &l)| (s, l)) {
+                page.free.remove(&start);
                 if len > rounded {
-                    self.free.insert(start + rounded, len - rounded);
+                    page.free.insert(start + rounded, len - rounded);
                 }
-                (start, None)
+                placed = Some((index, start, None));
+                break;
             }
-            None => {
-                let start = self.top;
-                let end = start + rounded;
-                if end > self.limit {
-                    return Err(GpuError::Device(format!(
-                        "a buffer of {words} words does not fit: the device's largest storage binding holds {} words and {} are in use",
-                        self.limit, self.top
-                    )));
-                }
-                self.top = end;
+            if page.top + rounded <= self.limit {
+                let start = page.top;
+                page.top += rounded;
                 // Exactly what is needed: the host announces a program's buffers before it
                 // creates them (`Device::reserve`), so one growth covers them; doubling would
                 // hold up to twice the memory the buffers need.
-                let grow = (end > self.capacity).then_some(end);
-                (start, grow)
+                placed = Some((index, start, (page.top > page.capacity).then_some(page.top)));
+                break;
+            }
+        }
+        let (page, start, grow) = match placed {
+            Some(p) => p,
+            None if self.pages.len() < MAX_PAGES => {
+                self.pages.push(Page { top: rounded, ..Page::default() });
+                (self.pages.len() - 1, 0, Some(rounded))
+            }
+            None => {
+                let used: u64 = self.pages.iter().map(|p| p.top).sum();
+                return Err(GpuError::Device(format!(
+                    "a buffer of {words} words does not fit: {MAX_PAGES} pages of {} words (the device's largest storage binding) hold {used} words in use",
+                    self.limit
+                )));
             }
         };
         let handle = self.next_handle;
         self.next_handle += 1;
-        let region = Region { start, len: words };
-        self.regions.insert(handle, region);
-        Ok((handle, region, grow))
+        self.regions.insert(handle, Region { page, start, len: words });
+        Ok(Placed { handle, page, start, len: words, grow })
     }
 
     fn release(&mut self, handle: Handle) {
         if let Some(r) = self.regions.remove(&handle) {
+            let page = &mut self.pages[r.page];
             let mut start = r.start;
             let mut len = reserved(r.len);
             // Merge with the free ranges on either side.
-            if let Some((&s, &l)) = self.free.range(..start).next_back() {
+            if let Some((&s, &l)) = page.free.range(..start).next_back() {
                 if s + l == start {
-                    self.free.remove(&s);
+                    page.free.remove(&s);
                     start = s;
                     len += l;
                 }
             }
-            if let Some(l) = self.free.remove(&(start + len)) {
+            if let Some(l) = page.free.remove(&(start + len)) {
                 len += l;
             }
-            if start + len == self.top {
-                self.top = start;
+            if start + len == page.top {
+                page.top = start;
             } else {
-                self.free.insert(start, len);
+                page.free.insert(start, len);
             }
         }
     }
 
-    /// Checks that words `offset .. offset + len` lie inside the buffer; the byte address.
-    fn range(&self, handle: Handle, offset: usize, len: usize) -> Result<u64, GpuError> {
+    /// Checks that words `offset .. offset + len` lie inside the buffer; its page and the byte
+    /// address there.
+    fn range(&self, handle: Handle, offset: usize, len: usize) -> Result<(usize, u64), GpuError> {
         let r = self
             .regions
             .get(&handle)
@@ -149,7 +184,7 @@ impl Arena {
                 r.len
             )));
         }
-        Ok((r.start + offset as u64) * 4)
+        Ok((r.page, (r.start + offset as u64) * 4))
     }
 }
 
@@ -375,30 +410,35 @@ impl super::GpuUnits {
     /// A buffer of `words` words (zeroed), its handle.
     pub fn buffer_create(&mut self, words: usize) -> Result<Handle, GpuError> {
         self.take_uncaptured()?;
-        let (handle, region, grow) = self.arena.reserve(words as u64)?;
-        if let Some(capacity) = grow {
-            if let Err(e) = self.grow_arena(capacity) {
-                self.arena.release(handle);
+        let placed = self.arena.reserve(words as u64)?;
+        if let Some(capacity) = placed.grow {
+            if let Err(e) = self.grow_page(placed.page, capacity) {
+                self.arena.release(placed.handle);
+                if self.arena.pages[placed.page].buffer.is_none() {
+                    self.arena.pages.pop();
+                }
                 return Err(e);
             }
         }
         // Fresh words read as zeros, as a new plugin buffer promises (a reused range may hold
         // an old buffer's words).
-        let bytes = region.len * 4;
+        let bytes = placed.len * 4;
         if bytes > 0 {
             let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-            encoder.clear_buffer(self.arena.buffer.as_ref().expect("reserved"), region.start * 4, Some(bytes));
+            let buffer = self.arena.pages[placed.page].buffer.as_ref().expect("reserved");
+            encoder.clear_buffer(buffer, placed.start * 4, Some(bytes));
             self.queue.submit([encoder.finish()]);
         }
-        Ok(handle)
+        Ok(placed.handle)
     }
 
-    /// Moves the arena into a device buffer of `capacity` words, contents kept.
-    fn grow_arena(&mut self, capacity: u64) -> Result<(), GpuError> {
+    /// Moves page `page` into a device buffer of `capacity` words, contents kept (a new page:
+    /// makes its buffer).
+    fn grow_page(&mut self, page: usize, capacity: u64) -> Result<(), GpuError> {
         use wgpu::BufferUsages as U;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let bigger = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("arena"),
+            label: Some("arena page"),
             size: capacity * 4,
             usage: U::STORAGE | U::COPY_SRC | U::COPY_DST,
             mapped_at_creation: false,
@@ -408,13 +448,14 @@ impl super::GpuUnits {
         }
         // While the copy runs, both are held.
         self.peak_bytes = self.peak_bytes.max(self.device_bytes() + capacity * 4);
-        if let Some(old) = self.arena.buffer.take() {
+        let held = &mut self.arena.pages[page];
+        if let Some(old) = held.buffer.take() {
             let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-            encoder.copy_buffer_to_buffer(&old, 0, &bigger, 0, self.arena.capacity * 4);
+            encoder.copy_buffer_to_buffer(&old, 0, &bigger, 0, held.capacity * 4);
             self.queue.submit([encoder.finish()]);
         }
-        self.arena.buffer = Some(bigger);
-        self.arena.capacity = capacity;
+        held.buffer = Some(bigger);
+        held.capacity = capacity;
         Ok(())
     }
 
@@ -424,25 +465,22 @@ impl super::GpuUnits {
 
     pub fn buffer_write(&mut self, handle: Handle, offset: usize, data: &[u32]) -> Result<(), GpuError> {
         self.take_uncaptured()?;
-        let at = self.arena.range(handle, offset, data.len())?;
+        let (page, at) = self.arena.range(handle, offset, data.len())?;
         if !data.is_empty() {
-            self.queue.write_buffer(
-                self.arena.buffer.as_ref().expect("a buffer exists"),
-                at,
-                bytemuck::cast_slice(data),
-            );
+            let buffer = self.arena.pages[page].buffer.as_ref().expect("a buffer exists");
+            self.queue.write_buffer(buffer, at, bytemuck::cast_slice(data));
         }
         Ok(())
     }
 
     pub fn buffer_read(&mut self, handle: Handle, offset: usize, out: &mut [u32]) -> Result<(), GpuError> {
         self.take_uncaptured()?;
-        let at = self.arena.range(handle, offset, out.len())?;
+        let (page, at) = self.arena.range(handle, offset, out.len())?;
         if out.is_empty() {
             return Ok(());
         }
-        let arena = self.arena.buffer.clone().expect("a buffer exists");
-        self.read_back(&arena, at, bytemuck::cast_slice_mut(out))
+        let buffer = self.arena.pages[page].buffer.clone().expect("a buffer exists");
+        self.read_back(&buffer, at, bytemuck::cast_slice_mut(out))
     }
 
     /// Runs `ops` in order (see the module docs).
