@@ -153,8 +153,9 @@ pub const PAGE_BINDINGS: [u32; 3] = [7, 8, 9];
 /// Pages an arena may have (`page0` and [`PAGE_BINDINGS`]).
 pub const MAX_PAGES: usize = 4;
 /// A word address is `page << PAGE_SHIFT | word` (`arena.wgsl`), so a page holds at most
-/// 2^28 words (1 GiB) and four pages fit in 32-bit addresses.
-pub const PAGE_SHIFT: u32 = 28;
+/// 2^30 words (4 GiB, as large as any device's binding: NVIDIA's is 4 GiB − 1 byte) and four
+/// pages fill the 32-bit address.
+pub const PAGE_SHIFT: u32 = 30;
 
 /// How four packed int8 pairs are multiplied and summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,8 +197,11 @@ impl Tile {
 
 /// Tiles a plugin may pick from. Large tiles suit discrete GPUs; small ones keep shader
 /// compilation and register use modest on software rasterizers such as lavapipe.
-/// The first is the default on hardware GPUs, the last on software adapters.
+/// The first is the default on hardware GPUs (the second its narrow companion), the last on
+/// software adapters.
 pub const TILES: &[Tile] = &[
+    Tile { tm: 4, tn: 4, wx: 16, wy: 16, kb: 2 },
+    Tile { tm: 4, tn: 4, wx: 8, wy: 16, kb: 2 },
     Tile { tm: 8, tn: 4, wx: 16, wy: 16, kb: 2 },
     Tile { tm: 8, tn: 8, wx: 16, wy: 16, kb: 1 },
     Tile { tm: 8, tn: 8, wx: 16, wy: 16, kb: 3 },
@@ -207,10 +211,20 @@ pub const TILES: &[Tile] = &[
     Tile { tm: 4, tn: 4, wx: 8, wy: 8, kb: 1 },
 ];
 
-/// The default tile of the DP4A kernel on hardware GPUs.
-pub const DEFAULT_DP4A_TILE: Tile = TILES[0];
-/// The default tile of the LUT kernel on hardware GPUs.
-pub const DEFAULT_LUT_TILE: Tile = TILES[3];
+/// The default tile of both products on hardware GPUs: 64 × 64 outputs a workgroup, 4 × 4 an
+/// invocation, two blocks a stage. Measured on the H200 (2026-12-04, `docs/PERFORMANCE.md`) at
+/// every product shape of the 25.6M configuration, for DP4A and the LUT alike: as fast as or
+/// faster than 128 × 64 (the previous default), 4 × 8 outputs and one block a stage.
+pub const DEFAULT_TILE: Tile = TILES[0];
+/// The tile for products the default tile would cover with few workgroups
+/// ([`NARROW_BELOW_GROUPS`]): 64 × 32 outputs a workgroup of 128 invocations, so twice the
+/// workgroups. Measured on the H200: the weight gradients with 512 output rows and k = 4096
+/// 16 to 22% faster than on the default tile.
+pub const NARROW_TILE: Tile = TILES[1];
+/// A product the default tile covers with fewer workgroups than this runs on [`NARROW_TILE`]
+/// (on hardware GPUs, unless a tile is forced). Which tile computes an output never changes a
+/// bit.
+pub const NARROW_BELOW_GROUPS: u64 = 256;
 
 /// The split unit kernel's output tile (`gemm_split.wgsl`: 16 × 32 outputs a workgroup of 256
 /// invocations, k in stages of 8 blocks, one block a slice of 32 invocations).

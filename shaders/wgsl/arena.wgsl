@@ -7,7 +7,7 @@
 
 override PAGES: u32 = 1u;
 
-const PAGE_SHIFT: u32 = 28u;
+const PAGE_SHIFT: u32 = 30u;
 const PAGE_MASK: u32 = (1u << PAGE_SHIFT) - 1u;
 
 @group(0) @binding(7) var<storage, read_write> page1: array<u32>;

@@ -48,6 +48,10 @@ pub struct GpuOptions {
     pub hardware_only: bool,
     /// Force a tile (benchmarks sweep them); `None` picks by adapter type.
     pub tile: Option<Tile>,
+    /// With `tile` forced, the narrow tile for products `tile` would cover with fewer than
+    /// `NARROW_BELOW_GROUPS` workgroups (tests run the choice on any adapter); `None`: `tile`
+    /// for every product. Without `tile`, the adapter type decides both.
+    pub narrow: Option<Tile>,
     /// Use the adapter whose name contains this (case-insensitive); `None`: the best one.
     pub adapter: Option<String>,
     /// Quantizer threads; 0 means all available.
@@ -103,14 +107,17 @@ struct HostScratch {
 pub struct GpuUnits {
     product: Product,
     tile: Tile,
+    /// The tile for products `tile` would cover with few workgroups (`None`: `tile` for all;
+    /// a forced tile and software adapters have none).
+    narrow: Option<Tile>,
     threads: usize,
     soft_float: bool,
     adapter: AdapterSummary,
     device: wgpu::Device,
     queue: wgpu::Queue,
-    /// The pipeline cache: one compute pipeline per kernel family, built on first use.
-    /// Built pipelines by kernel and whether it chooses among several arena pages.
-    pipelines: HashMap<(Kernel, bool), wgpu::ComputePipeline>,
+    /// The pipeline cache, built on first use: by kernel, tile (the unit kernel's; the others
+    /// are built with the instance's) and whether it chooses among several arena pages.
+    pipelines: HashMap<(Kernel, Tile, bool), wgpu::ComputePipeline>,
     /// Explicit layouts (dynamic parameter offsets) of the unit kernel and the step kernels.
     gemm_layout: wgpu::BindGroupLayout,
     step_layout: wgpu::BindGroupLayout,
@@ -238,26 +245,21 @@ impl GpuUnits {
         };
         let summary = summarize(&adapter);
         let workgroup_limit = adapter.limits().max_compute_workgroup_storage_size;
-        let tile = match options.tile {
-            Some(tile) => tile,
-            None if summary.software => *TILES.last().expect("tiles"),
+        let (tile, narrow) = match options.tile {
+            Some(tile) => (tile, options.narrow),
+            None if summary.software => (*TILES.last().expect("tiles"), None),
             None => {
-                // The product decides the best shape (measured on an H200, docs/PERFORMANCE.md).
-                let preferred = match product {
-                    Product::Dp4a => lockstep_shaders::DEFAULT_DP4A_TILE,
-                    Product::Lut => lockstep_shaders::DEFAULT_LUT_TILE,
-                };
-                if preferred.workgroup_bytes() <= workgroup_limit {
-                    preferred
+                // Measured on an H200 (docs/PERFORMANCE.md); both products prefer the same.
+                let fits = |t: &Tile| t.workgroup_bytes() <= workgroup_limit;
+                let narrow = Some(lockstep_shaders::NARROW_TILE).filter(fits);
+                if fits(&lockstep_shaders::DEFAULT_TILE) {
+                    (lockstep_shaders::DEFAULT_TILE, narrow)
                 } else {
-                    *TILES
-                        .iter()
-                        .find(|t| t.workgroup_bytes() <= workgroup_limit)
-                        .unwrap_or(TILES.last().expect("tiles"))
+                    (*TILES.iter().find(|t| fits(t)).unwrap_or(TILES.last().expect("tiles")), None)
                 }
             }
         };
-        if tile.workgroup_bytes() > workgroup_limit {
+        if let Some(tile) = [Some(tile), narrow].into_iter().flatten().find(|t| t.workgroup_bytes() > workgroup_limit) {
             return Err(GpuError::Unavailable(format!(
                 "{}: tile {tile:?} needs {} bytes of workgroup memory, the device offers {workgroup_limit}",
                 summary.name,
@@ -312,6 +314,7 @@ impl GpuUnits {
         Ok(Self {
             product,
             tile,
+            narrow,
             threads,
             soft_float: options.soft_float,
             adapter: summary,
@@ -331,6 +334,11 @@ impl GpuUnits {
 
     pub fn tile(&self) -> Tile {
         self.tile
+    }
+
+    /// The tile for products the default tile covers with few workgroups, if any.
+    pub fn narrow_tile(&self) -> Option<Tile> {
+        self.narrow
     }
 
     /// The most bytes of device buffers this instance has held at once (two arenas while one
@@ -353,7 +361,7 @@ impl GpuUnits {
     pub fn describe(&self) -> String {
         let a = &self.adapter;
         format!(
-            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage, {:.1} MiB of device buffers (peak {:.1} MiB)",
+            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage{}, {:.1} MiB of device buffers (peak {:.1} MiB)",
             a.name,
             a.backend,
             a.device_type,
@@ -363,18 +371,25 @@ impl GpuUnits {
             self.tile.tm,
             self.tile.tn,
             self.tile.kb,
+            self.narrow.map_or(String::new(), |t| format!(
+                " ({}x{} below {} workgroups)",
+                t.rows(),
+                t.cols(),
+                lockstep_shaders::NARROW_BELOW_GROUPS
+            )),
             self.device_bytes() as f64 / (1024.0 * 1024.0),
             self.peak_device_bytes() as f64 / (1024.0 * 1024.0)
         )
     }
 
-    /// The pipeline of `kernel`; `paged`: its `ld`/`st` choose among four arena pages
-    /// (`arena.wgsl`'s `PAGES`), else they read the first page alone.
-    fn pipeline(&mut self, kernel: Kernel, paged: bool) -> Result<wgpu::ComputePipeline, GpuError> {
-        if let Some(p) = self.pipelines.get(&(kernel, paged)) {
+    /// The pipeline of `kernel` (a unit kernel: on `tile`); `paged`: its `ld`/`st` choose among
+    /// four arena pages (`arena.wgsl`'s `PAGES`), else they read the first page alone.
+    fn pipeline(&mut self, kernel: Kernel, tile: Tile, paged: bool) -> Result<wgpu::ComputePipeline, GpuError> {
+        let tile = if kernel == Kernel::GemmUnits { tile } else { self.tile };
+        if let Some(p) = self.pipelines.get(&(kernel, tile, paged)) {
             return Ok(p.clone());
         }
-        let source = lockstep_shaders::source(kernel, self.product, self.tile);
+        let source = lockstep_shaders::source(kernel, self.product, tile);
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         // SAFETY: runtime bounds checks are off. Every index the kernels compute is in range by
         // construction: rows and columns are guarded against m and n, words stay inside a row
@@ -418,7 +433,7 @@ impl GpuUnits {
         if let Some(error) = pollster::block_on(scope.pop()) {
             return Err(GpuError::Device(format!("cannot build the {} kernel: {error}", kernel.entry_point())));
         }
-        self.pipelines.insert((kernel, paged), pipeline.clone());
+        self.pipelines.insert((kernel, tile, paged), pipeline.clone());
         Ok(pipeline)
     }
 
@@ -615,7 +630,7 @@ impl GpuUnits {
         out: &mut [u8],
     ) -> Result<(), GpuError> {
         self.take_uncaptured()?;
-        let pipeline = &self.pipeline(kernel, false)?;
+        let pipeline = &self.pipeline(kernel, self.tile, false)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let bind_group = self.bind_group(pipeline, kernel == Kernel::GemmUnits);
@@ -691,7 +706,7 @@ impl GpuUnits {
         let paged = self.arena.paged();
         let mut pipelines = Vec::with_capacity(dispatches.len());
         for d in dispatches {
-            pipelines.push(self.pipeline(d.kernel, paged)?);
+            pipelines.push(self.pipeline(d.kernel, d.tile.unwrap_or(self.tile), paged)?);
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -887,6 +902,7 @@ pub fn create_for_plugin(
         threads: options.threads as usize,
         soft_float: false,
         page_words: None,
+        narrow: None,
     };
     GpuUnits::new(product, &gpu_options).map_err(worker_error)
 }

@@ -7,7 +7,7 @@
 use lockstep_gpu::{GpuOptions, GpuUnits};
 use lockstep_luts::ops::{self, run_reference, MatView, Matmul, Memory, Op, Span};
 use lockstep_luts::rng::SplitMix64;
-use lockstep_shaders::Product;
+use lockstep_shaders::{Product, Tile, DEFAULT_TILE, NARROW_TILE};
 
 /// Finite values whose bit patterns are uniform: every exponent equally likely, subnormals and
 /// zeros included.
@@ -32,9 +32,16 @@ fn moderate(rng: &mut SplitMix64, len: usize) -> Vec<u32> {
         .collect()
 }
 
-/// `page_words`: hold arena pages to that many words (`None`: one page holds everything).
-fn check(soft_float: bool, page_words: Option<u64>) {
-    let options = GpuOptions { soft_float, page_words, ..GpuOptions::default() };
+/// `page_words`: hold arena pages to that many words (`None`: one page holds everything);
+/// `tiles`: the unit kernel's tile and narrow tile (`None`: the adapter's choice).
+fn check(soft_float: bool, page_words: Option<u64>, tiles: Option<(Tile, Tile)>) {
+    let options = GpuOptions {
+        soft_float,
+        page_words,
+        tile: tiles.map(|t| t.0),
+        narrow: tiles.map(|t| t.1),
+        ..GpuOptions::default()
+    };
     let mut units = GpuUnits::new(Product::Lut, &options).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = SplitMix64::new(0xe8ac7 + u64::from(soft_float));
     let len = 30_011usize;
@@ -138,14 +145,16 @@ fn check(soft_float: bool, page_words: Option<u64>) {
     }
 }
 
+/// With a hardware GPU's tiles: the products (6 and 2 workgroups of the default tile) run on
+/// the narrow tile, the first on the tiled kernel, the second then on the split kernel.
 #[test]
 fn step_ops_match_the_reference_on_the_hardware_path() {
-    check(false, None);
+    check(false, None, Some((DEFAULT_TILE, NARROW_TILE)));
 }
 
 #[test]
 fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routines() {
-    check(true, None);
+    check(true, None, None);
 }
 
 /// Pages of 100,000 words hold three of the twelve buffers each: the arena takes all four
@@ -154,7 +163,7 @@ fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routi
 /// page choice, with the reference's bits; a thirteenth buffer fits in no page and is refused.
 #[test]
 fn step_ops_match_the_reference_across_four_arena_pages() {
-    check(false, Some(100_000));
+    check(false, Some(100_000), None);
     let mut units = GpuUnits::new(Product::Dp4a, &GpuOptions { page_words: Some(1024), ..GpuOptions::default() })
         .unwrap_or_else(|e| panic!("{e}"));
     for _ in 0..4 {

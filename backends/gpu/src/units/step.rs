@@ -6,7 +6,7 @@
 //! page grown by copying to exactly the size needed: the host reserves a program's words before
 //! creating its buffers, so a program that fits one page costs one growth; one that does not
 //! opens the next page), so every kernel binds the same storage and finds its operands by word
-//! addresses (`page << 28 | word`, `arena.wgsl`) in a 256-byte uniform record. A buffer larger
+//! addresses (`page << 30 | word`, `arena.wgsl`) in a 256-byte uniform record. A buffer larger
 //! than one binding, or one that fits in none of four pages, is refused with the limit named.
 //!
 //! **A call** (`run_ops`) checks every op (`Op::check` against the arena's lengths), plans each
@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
 use lockstep_luts::units::blocks_for;
 use lockstep_shaders::{
-    step_params, step_status, Kernel, StepKernel, MAX_PAGES, PAGE_SHIFT, SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP,
+    step_params, step_status, Kernel, StepKernel, Tile, MAX_PAGES, NARROW_BELOW_GROUPS, PAGE_SHIFT, SPLIT_SLICES,
+    SPLIT_TILE, STEP_WORKGROUP,
 };
 
 use super::GpuError;
@@ -188,6 +189,14 @@ impl Arena {
     }
 }
 
+/// The unit kernel's tiles of an instance: `main`, and `narrow` for products `main` would
+/// cover with fewer than [`NARROW_BELOW_GROUPS`] workgroups.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tiles {
+    pub(crate) main: Tile,
+    pub(crate) narrow: Option<Tile>,
+}
+
 /// Which bind group a dispatch uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Bind {
@@ -202,6 +211,8 @@ pub(crate) enum Bind {
 /// One planned dispatch.
 pub(crate) struct Dispatch {
     pub(crate) kernel: Kernel,
+    /// The unit kernel's tile (`None`: the instance's).
+    pub(crate) tile: Option<Tile>,
     pub(crate) bind: Bind,
     pub(crate) params: [u32; step_params::WORDS],
     pub(crate) groups: [u32; 3],
@@ -273,8 +284,7 @@ pub(crate) fn plan(
     arena: &Arena,
     op: &Op,
     op_index: u32,
-    tile_rows: u32,
-    tile_cols: u32,
+    tiles: Tiles,
     needs: &mut Needs,
 ) -> Result<Vec<Dispatch>, GpuError> {
     use StepKernel as K;
@@ -284,11 +294,11 @@ pub(crate) fn plan(
     let step = |kernel: StepKernel, items: u64| -> Result<Dispatch, GpuError> {
         let lanes = if kernel.per_lane() { def::LANES as u64 } else { 1 };
         let groups = if kernel.single() { [1, 1, 1] } else { grid(items * lanes)? };
-        Ok(Dispatch { kernel: Kernel::Step(kernel), bind: Bind::StepA, params, groups })
+        Ok(Dispatch { kernel: Kernel::Step(kernel), tile: None, bind: Bind::StepA, params, groups })
     };
     let n = u64::from;
     Ok(match *op {
-        Op::Matmul(mm) => plan_matmul(&mm, params, tile_rows, tile_cols, needs)?,
+        Op::Matmul(mm) => plan_matmul(&mm, params, tiles, needs)?,
         Op::Embed(o) => vec![step(K::Embed, n(o.rows) * n(o.width))?],
         Op::EmbedBackward(o) => {
             // The row lists: one start per token, the total, one entry per row.
@@ -322,8 +332,7 @@ pub(crate) fn plan(
 fn plan_matmul(
     mm: &Matmul,
     params: [u32; step_params::WORDS],
-    tile_rows: u32,
-    tile_cols: u32,
+    tiles: Tiles,
     needs: &mut Needs,
 ) -> Result<Vec<Dispatch>, GpuError> {
     let batches = u64::from(mm.batch[0]) * u64::from(mm.batch[1]);
@@ -331,14 +340,17 @@ fn plan_matmul(
         return Ok(Vec::new());
     }
     let blocks = blocks_for(mm.k as usize) as u64;
-    let tiled =
-        [u64::from(mm.n).div_ceil(u64::from(tile_cols)), u64::from(mm.m).div_ceil(u64::from(tile_rows)), batches];
+    let groups_of = |(rows, cols): (u32, u32)| {
+        [u64::from(mm.n).div_ceil(u64::from(cols)), u64::from(mm.m).div_ceil(u64::from(rows)), batches]
+    };
+    let on = |tile: Tile| groups_of((tile.rows(), tile.cols()));
+    let tile = match tiles.narrow {
+        Some(narrow) if on(tiles.main).iter().product::<u64>() < NARROW_BELOW_GROUPS => narrow,
+        _ => tiles.main,
+    };
+    let tiled = on(tile);
     let (kernel, gemm_groups) = if uses_split_kernel(tiled, blocks) {
-        let (rows, cols) = SPLIT_TILE;
-        (
-            Kernel::GemmUnitsSplit,
-            [u64::from(mm.n).div_ceil(u64::from(cols)), u64::from(mm.m).div_ceil(u64::from(rows)), batches],
-        )
+        (Kernel::GemmUnitsSplit, groups_of(SPLIT_TILE))
     } else {
         (Kernel::GemmUnits, tiled)
     };
@@ -359,13 +371,14 @@ fn plan_matmul(
             record[step_params::PART] = part;
             out.push(Dispatch {
                 kernel: Kernel::Step(StepKernel::Quantize),
+                tile: None,
                 bind,
                 params: record,
                 groups: grid(units)?,
             });
         }
     }
-    out.push(Dispatch { kernel, bind: Bind::Gemm, params, groups: gemm_groups.map(|g| g as u32) });
+    out.push(Dispatch { kernel, tile: Some(tile), bind: Bind::Gemm, params, groups: gemm_groups.map(|g| g as u32) });
     Ok(out)
 }
 
@@ -518,9 +531,9 @@ impl super::GpuUnits {
     fn dispatch_ops(&mut self, ops: &[Op], range: std::ops::Range<usize>) -> Result<(), GpuError> {
         let mut needs = Needs::default();
         let mut dispatches = Vec::new();
-        let (rows, cols) = (self.tile.rows(), self.tile.cols());
+        let tiles = Tiles { main: self.tile, narrow: self.narrow };
         for i in range {
-            dispatches.extend(plan(&self.arena, &ops[i], i as u32, rows, cols, &mut needs)?);
+            dispatches.extend(plan(&self.arena, &ops[i], i as u32, tiles, &mut needs)?);
         }
         if dispatches.is_empty() {
             return Ok(());
@@ -530,5 +543,55 @@ impl super::GpuUnits {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_shaders::{DEFAULT_TILE, NARROW_TILE};
+
+    /// The kernel and tile a product of `m × n` outputs over k in `batches` runs on.
+    fn chosen(m: u32, n: u32, k: u32, batches: u32) -> (Kernel, Tile, [u32; 3]) {
+        let mm = Matmul {
+            m,
+            n,
+            k,
+            batch: [1, batches],
+            a: MatView::rows(1, 0, k),
+            b: MatView::rows(2, 0, n),
+            c: MatView::rows(3, 0, n),
+            bias: None,
+            accumulate: false,
+        };
+        let tiles = Tiles { main: DEFAULT_TILE, narrow: Some(NARROW_TILE) };
+        let plan = plan_matmul(&mm, [0; step_params::WORDS], tiles, &mut Needs::default()).unwrap();
+        let gemm = plan.last().unwrap();
+        (gemm.kernel, gemm.tile.unwrap(), gemm.groups)
+    }
+
+    /// The 25.6M configuration's products (c = 512, 4096 rows, 8 heads of 64 over t = 256, in
+    /// 128 batches) and the default model's weight gradients (c = 128, 2048 rows).
+    #[test]
+    fn each_product_shape_gets_its_tile() {
+        use Kernel::{GemmUnits as Tiled, GemmUnitsSplit as Split};
+        let (main, narrow) = (DEFAULT_TILE, NARROW_TILE);
+        // Forward and input gradients: 256 to 1024 workgroups of 64 × 64.
+        assert_eq!(chosen(4096, 1536, 512, 1), (Tiled, main, [24, 64, 1]));
+        assert_eq!(chosen(4096, 512, 2048, 1), (Tiled, main, [8, 64, 1]));
+        assert_eq!(chosen(4096, 256, 512, 1), (Tiled, main, [4, 64, 1]));
+        // Weight gradients: 512 output rows, k = 4096.
+        assert_eq!(chosen(512, 1536, 4096, 1), (Tiled, narrow, [48, 8, 1]));
+        assert_eq!(chosen(512, 512, 4096, 1), (Tiled, narrow, [16, 8, 1]));
+        assert_eq!(chosen(512, 256, 4096, 1), (Tiled, narrow, [8, 8, 1]));
+        assert_eq!(chosen(2048, 512, 4096, 1), (Tiled, main, [8, 32, 1]));
+        // Attention: batched, k of 64 and 256.
+        assert_eq!(chosen(256, 256, 64, 128), (Tiled, main, [4, 4, 128]));
+        assert_eq!(chosen(256, 64, 256, 128), (Tiled, main, [1, 4, 128]));
+        // The default model's weight gradients: still too few workgroups even when narrow.
+        assert_eq!(chosen(128, 384, 2048, 1).0, Split);
+        assert_eq!(chosen(128, 384, 2048, 1).2, [12, 8, 1]);
+        // Too few blocks of k for the split kernel: narrow and tiled.
+        assert_eq!(chosen(40, 24, 70, 6), (Tiled, narrow, [1, 1, 6]));
     }
 }
