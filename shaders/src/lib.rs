@@ -231,6 +231,9 @@ pub const NARROW_BELOW_GROUPS: u64 = 256;
 pub const SPLIT_TILE: (u32, u32) = (16, 32);
 /// Blocks of k the split kernel forms at once.
 pub const SPLIT_SLICES: u32 = 8;
+/// Rows of an operand one workgroup of the step's quantizer takes, one block of k each
+/// (`step_ops.wgsl`: `QUANT_ROWS`).
+pub const QUANT_ROWS: u32 = 32;
 
 /// Workgroup memory every Vulkan 1.3 device offers compute shaders (and wgpu's default).
 pub const PORTABLE_WORKGROUP_BYTES: u32 = 16 * 1024;
@@ -390,9 +393,10 @@ mod tests {
     }
 
     /// The arena's pages as the host lays them out: the page shift, the bindings after `page0`,
-    /// and a `PAGES` override in every module that addresses the arena.
+    /// and a `PAGES` override in every module that addresses the arena; and the quantizer's
+    /// rows per workgroup, which the host's grid counts on.
     #[test]
-    fn the_arena_pages_match_the_host_layout() {
+    fn the_kernels_constants_match_the_host_layout() {
         let module = validate(Kernel::Step(StepKernel::Gelu), Product::Lut, TILES[0]);
         let shift = module
             .constants
@@ -404,6 +408,12 @@ mod tests {
             })
             .expect("PAGE_SHIFT");
         assert_eq!(shift, PAGE_SHIFT);
+        let quant_rows = module.constants.iter().find(|(_, c)| c.name.as_deref() == Some("QUANT_ROWS"));
+        let quant_rows = quant_rows.map(|(_, c)| &module.global_expressions[c.init]);
+        assert!(
+            matches!(quant_rows, Some(naga::Expression::Literal(naga::Literal::U32(QUANT_ROWS)))),
+            "{quant_rows:?}"
+        );
         assert!((MAX_PAGES as u64) << PAGE_SHIFT <= 1 << 32, "every page's words have a 32-bit address");
         for kernel in [Kernel::Step(StepKernel::Gelu), Kernel::GemmUnits, Kernel::GemmUnitsSplit] {
             let module = validate(kernel, Product::Dp4a, TILES[0]);

@@ -20,8 +20,9 @@
 // past the end return at once, or, in kernels with barriers, stay and compute nothing.
 //
 // `quantize` prepares a product's operand for `gemm_units` (prepended file's unit kernel): for
-// one (batch, row, block) of a strided view it finds the block exponent and packs the 32 quants
-// exactly as `lockstep_luts::units::quantize_rows` does, into `q` (8 words per block) and `e`.
+// one (batch, 32 rows, block) of a strided view, read in runs of neighbouring words, it finds
+// each row's block exponent and packs its 32 quants exactly as `lockstep_luts::units::quantize_rows`
+// does, into `q` (8 words per block) and `e`.
 //
 // A kernel that meets a non-finite operand or a token id past the vocabulary records
 // `(op << 4) | kind` with atomicMin in `status[0]`, so the host learns the first op that failed.
@@ -100,34 +101,70 @@ fn operand(a: u32, b: u32) -> u32 {
     return pw(select(a, b, pw(P_PART) == 1u));
 }
 
-// One (batch, row, block) of the matmul's A (P_PART 0) or B (P_PART 1) view; rows vary fastest
-// across invocations, so a transposed view (a column of the buffer per row) is read in runs of
-// neighbouring words.
+// Rows of a view one quantizer workgroup takes (one block of k each).
+const QUANT_ROWS: u32 = 32u;
+
+// The workgroup's 32 rows × 32 values of one block, staged so that the arena is read in runs
+// of neighbouring words whichever way the view runs (row `r`, value `c` at `r * 33 + c`: the
+// padding word keeps a column's reads on distinct banks).
+var<workgroup> quant_tile: array<u32, 1056>;
+
+// One (batch, 32 rows, block) of the matmul's A (P_PART 0) or B (P_PART 1) view. The values
+// are read four per invocation: along the block when the view's values are contiguous there
+// (`col_stride` 1: a row of the buffer per row), else across the rows (a transposed view: a
+// column of the buffer per row), so neighbouring invocations read neighbouring words. Then
+// each invocation packs one word of one row: the row's block exponent from its 32 values, its
+// four quants — exactly `lockstep_luts::units::quantize_rows`, which does not depend on how the
+// values were read.
 @compute @workgroup_size(256)
-fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = begin(gid, groups);
+fn quantize(
+    @builtin(local_invocation_index) t: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+) {
+    let g = group_index(wid, groups);
     let rows = operand(MATMUL_M, MATMUL_N);
     let k = pw(MATMUL_K);
     let blocks = (k + 31u) / 32u;
     let batch1 = pw(MATMUL_BATCH1);
-    if i >= pw(MATMUL_BATCH0) * batch1 * rows * blocks {
-        return;
-    }
-    let row = i % rows;
-    let blk = (i / rows) % blocks;
-    let z = i / (blocks * rows);
-    let unit = (z * rows + row) * blocks + blk;
+    let tiles = (rows + QUANT_ROWS - 1u) / QUANT_ROWS;
+    // Workgroups past the end stay for the barrier and compute nothing.
+    let live = g < pw(MATMUL_BATCH0) * batch1 * tiles * blocks;
+    let first_row = (g % tiles) * QUANT_ROWS;
+    let blk = (g / tiles) % blocks;
+    let z = g / (tiles * blocks);
     let base = operand(MATMUL_A_OFFSET, MATMUL_B_OFFSET)
         + (z / batch1) * operand(MATMUL_A_BATCH_STRIDE0, MATMUL_B_BATCH_STRIDE0)
-        + (z % batch1) * operand(MATMUL_A_BATCH_STRIDE1, MATMUL_B_BATCH_STRIDE1)
-        + row * operand(MATMUL_A_ROW_STRIDE, MATMUL_B_ROW_STRIDE);
+        + (z % batch1) * operand(MATMUL_A_BATCH_STRIDE1, MATMUL_B_BATCH_STRIDE1);
+    let row_stride = operand(MATMUL_A_ROW_STRIDE, MATMUL_B_ROW_STRIDE);
     let col_stride = operand(MATMUL_A_COL_STRIDE, MATMUL_B_COL_STRIDE);
     let start = blk * 32u;
-    let end = min(start + 32u, k);
+    let along_block = col_stride == 1u;
+    for (var j = 0u; j < 4u; j++) {
+        var r = t % 32u;
+        var c = t / 32u + 8u * j;
+        if along_block {
+            r = t / 32u + 8u * j;
+            c = t % 32u;
+        }
+        var bits = 0u;
+        if live && first_row + r < rows && start + c < k {
+            bits = ld(base + (first_row + r) * row_stride + (start + c) * col_stride);
+        }
+        quant_tile[r * 33u + c] = bits;
+    }
+    workgroupBarrier();
+    let r = t / 8u;
+    let w = t % 8u;
+    let row = first_row + r;
+    if !live || row >= rows {
+        return;
+    }
+    // Values past k read as +0: no effect on the maximum, a quant of 0.
     var amax = 0u;
     var finite = true;
-    for (var l = start; l < end; l++) {
-        let bits = ld(base + l * col_stride);
+    for (var c = 0u; c < 32u; c++) {
+        let bits = quant_tile[r * 33u + c];
         finite = finite && (bits & EXPM) != EXPM;
         amax = max(amax, bits & 0x7fffffffu);
     }
@@ -144,37 +181,35 @@ fn quantize(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
             ex = ex + 1;
         }
     }
-    e[unit] = ex;
+    let unit = (z * rows + row) * blocks + blk;
+    if w == 0u {
+        e[unit] = ex;
+    }
     // lockstep_luts::units::quantize_value, four quants to a word (little-endian bytes).
-    for (var w = 0u; w < 8u; w++) {
-        var word = 0u;
-        for (var b = 0u; b < 4u; b++) {
-            let l = start + w * 4u + b;
-            var quant = 0;
-            if l < end {
-                let bits = ld(base + l * col_stride);
-                let be = i32((bits >> 23u) & 0xffu);
-                if be != 0 {
-                    let mant = (bits & MANT) | 0x00800000u;
-                    let shift = 150 + ex - be;
-                    var magnitude = 0u;
-                    if shift <= 24 {
-                        let s = u32(shift);
-                        let truncated = mant >> s;
-                        let remainder = mant & ((1u << s) - 1u);
-                        let half = 1u << (s - 1u);
-                        magnitude = truncated;
-                        if remainder > half || (remainder == half && (truncated & 1u) == 1u) {
-                            magnitude = truncated + 1u;
-                        }
-                    }
-                    quant = select(i32(magnitude), -i32(magnitude), (bits >> 31u) == 1u);
+    var word = 0u;
+    for (var b = 0u; b < 4u; b++) {
+        let bits = quant_tile[r * 33u + w * 4u + b];
+        var quant = 0;
+        let be = i32((bits >> 23u) & 0xffu);
+        if be != 0 {
+            let mant = (bits & MANT) | 0x00800000u;
+            let shift = 150 + ex - be;
+            var magnitude = 0u;
+            if shift <= 24 {
+                let s = u32(shift);
+                let truncated = mant >> s;
+                let remainder = mant & ((1u << s) - 1u);
+                let half = 1u << (s - 1u);
+                magnitude = truncated;
+                if remainder > half || (remainder == half && (truncated & 1u) == 1u) {
+                    magnitude = truncated + 1u;
                 }
             }
-            word = word | ((u32(quant) & 0xffu) << (8u * b));
+            quant = select(i32(magnitude), -i32(magnitude), (bits >> 31u) == 1u);
         }
-        q[unit * 8u + w] = word;
+        word = word | ((u32(quant) & 0xffu) << (8u * b));
     }
+    q[unit * 8u + w] = word;
 }
 
 // ---- element-wise ----

@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
 use lockstep_luts::units::blocks_for;
 use lockstep_shaders::{
-    step_params, step_status, Kernel, StepKernel, Tile, MAX_PAGES, NARROW_BELOW_GROUPS, PAGE_SHIFT, SPLIT_SLICES,
-    SPLIT_TILE, STEP_WORKGROUP,
+    step_params, step_status, Kernel, StepKernel, Tile, MAX_PAGES, NARROW_BELOW_GROUPS, PAGE_SHIFT, QUANT_ROWS,
+    SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP,
 };
 
 use super::GpuError;
@@ -364,6 +364,8 @@ fn plan_matmul(
     if blocks > 0 {
         for (part, rows, bind) in [(0u32, mm.m, Bind::StepA), (1, mm.n, Bind::StepB)] {
             let units = batches * u64::from(rows) * blocks;
+            // A workgroup of `STEP_WORKGROUP` invocations per 32 rows of one block.
+            let workgroups = batches * u64::from(rows).div_ceil(u64::from(QUANT_ROWS)) * blocks;
             let (q, e) = if part == 0 { (&mut needs.q_a, &mut needs.e_a) } else { (&mut needs.q_b, &mut needs.e_b) };
             *q = (*q).max(units * 8);
             *e = (*e).max(units);
@@ -374,7 +376,7 @@ fn plan_matmul(
                 tile: None,
                 bind,
                 params: record,
-                groups: grid(units)?,
+                groups: grid(workgroups * u64::from(STEP_WORKGROUP))?,
             });
         }
     }
