@@ -108,6 +108,9 @@ const QUANT_ROWS: u32 = 32u;
 // of neighbouring words whichever way the view runs (row `r`, value `c` at `r * 33 + c`: the
 // padding word keeps a column's reads on distinct banks).
 var<workgroup> quant_tile: array<u32, 1056>;
+// Each row's eight partial maxima of magnitude bits (one per word), non-finite values as
+// `EXPM` or more: a maximum is the same whichever way it is folded.
+var<workgroup> quant_max: array<u32, 256>;
 
 // One (batch, 32 rows, block) of the matmul's A (P_PART 0) or B (P_PART 1) view. The values
 // are read four per invocation: along the block when the view's values are contiguous there
@@ -157,18 +160,22 @@ fn quantize(
     let r = t / 8u;
     let w = t % 8u;
     let row = first_row + r;
+    // Values past k read as +0: no effect on the maximum, a quant of 0. A magnitude of EXPM or
+    // more is an infinity or a NaN.
+    var part = 0u;
+    for (var b = 0u; b < 4u; b++) {
+        part = max(part, quant_tile[r * 33u + w * 4u + b] & 0x7fffffffu);
+    }
+    quant_max[t] = part;
+    workgroupBarrier();
     if !live || row >= rows {
         return;
     }
-    // Values past k read as +0: no effect on the maximum, a quant of 0.
     var amax = 0u;
-    var finite = true;
-    for (var c = 0u; c < 32u; c++) {
-        let bits = quant_tile[r * 33u + c];
-        finite = finite && (bits & EXPM) != EXPM;
-        amax = max(amax, bits & 0x7fffffffu);
+    for (var p = 0u; p < 8u; p++) {
+        amax = max(amax, quant_max[r * 8u + p]);
     }
-    if !finite {
+    if amax >= EXPM {
         fail(STATUS_NON_FINITE);
         return;
     }
@@ -602,6 +609,9 @@ fn cross_entropy_mean(@builtin(local_invocation_index) lane: u32) {
 
 // ---- columns: a workgroup of 8 columns, 32 lanes each ----
 
+// A column lane's values loaded ahead of its adds (a lane of 4096 rows adds 128 in a chain).
+const COL_AHEAD: u32 = 8u;
+
 // Invocation li takes column slot li mod 8 and lane li / 8 (neighbouring invocations read
 // neighbouring columns); lane l adds rows l, l + 32, … of its column.
 @compute @workgroup_size(256)
@@ -618,7 +628,19 @@ fn bias_grad(
     let rows = select(0u, pw(BIAS_GRAD_ROWS), live);
     let dy = pw(BIAS_GRAD_DY);
     var part = 0u;
-    for (var r = lane; r < rows; r += LANES) {
+    var r = lane;
+    // COL_AHEAD of the lane's values loaded at once, then added in order: one memory latency
+    // per COL_AHEAD adds instead of one per add.
+    for (; r + (COL_AHEAD - 1u) * LANES < rows; r += COL_AHEAD * LANES) {
+        var v: array<u32, COL_AHEAD>;
+        for (var u = 0u; u < COL_AHEAD; u++) {
+            v[u] = ld(dy + (r + u * LANES) * width + j);
+        }
+        for (var u = 0u; u < COL_AHEAD; u++) {
+            part = x_add(part, v[u]);
+        }
+    }
+    for (; r < rows; r += LANES) {
         part = x_add(part, ld(dy + r * width + j));
     }
     let total = lane_total(slot, lane, part);
@@ -645,7 +667,20 @@ fn layer_norm_param_grads(
     let xhat = pw(LAYER_NORM_BACKWARD_XHAT);
     var g = 0u;
     var b = 0u;
-    for (var r = lane; r < rows; r += LANES) {
+    var r = lane;
+    for (; r + (COL_AHEAD - 1u) * LANES < rows; r += COL_AHEAD * LANES) {
+        var d: array<u32, COL_AHEAD>;
+        var x: array<u32, COL_AHEAD>;
+        for (var u = 0u; u < COL_AHEAD; u++) {
+            d[u] = ld(dy + (r + u * LANES) * width + j);
+            x[u] = ld(xhat + (r + u * LANES) * width + j);
+        }
+        for (var u = 0u; u < COL_AHEAD; u++) {
+            g = x_add(g, x_mul(d[u], x[u]));
+            b = x_add(b, d[u]);
+        }
+    }
+    for (; r < rows; r += LANES) {
         let d = ld(dy + r * width + j);
         g = x_add(g, x_mul(d, ld(xhat + r * width + j)));
         b = x_add(b, d);

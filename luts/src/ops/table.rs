@@ -138,6 +138,11 @@ op_table! {
     refuse { width == 0 => "width 0" }
     samples [
         LayerNormBackward {
+            rows: 300, width: 10,
+            dy: Span::new(1, 0), xhat: Span::new(2, 0), rstd: Span::new(3, 0), gain: Span::new(4, 0),
+            dx: Span::new(5, 0), dgain: Span::new(6, 0), dbias: Span::new(6, 10), accumulate: false,
+        },
+        LayerNormBackward {
             rows: 12, width: 37,
             dy: Span::new(1, 0), xhat: Span::new(2, 0), rstd: Span::new(3, 0), gain: Span::new(4, 0),
             dx: Span::new(5, 0), dgain: Span::new(6, 0), dbias: Span::new(6, 37), accumulate: true,
@@ -198,7 +203,13 @@ op_table! {
         dy: Span => read(w(rows) * w(width)),
         db: Span => write(w(width)),
     }
-    samples [BiasGrad { rows: 13, width: 37, dy: Span::new(1, 0), db: Span::new(2, 7) }]
+    samples [
+        BiasGrad { rows: 13, width: 37, dy: Span::new(1, 0), db: Span::new(2, 7) },
+        // Past 8 values a lane (GPU kernels load a lane's values ahead of its adds); a width of
+        // 10 keeps the test values' extremes (every fifth word) in columns 0 and 5, so that the
+        // other columns' sums depend on their order.
+        BiasGrad { rows: 300, width: 10, dy: Span::new(1, 0), db: Span::new(2, 0) },
+    ]
 
     /// Mean cross-entropy of `rows` rows of `vocab` logits against `targets` (see
     /// [`super::cross_entropy_rows`]): `dlogits` and one word, `loss`.
