@@ -60,6 +60,14 @@ struct Row {
     note: String,
 }
 
+/// The device memory a GPU plugin held at most, in MiB, read off its description (the
+/// lockstep GPU plugins end it with "… MiB of device buffers (peak X MiB)"; the plugin ABI
+/// carries descriptions as text). `None` for other rows.
+fn device_peak_mib(note: &str) -> Option<f64> {
+    let (_, tail) = note.rsplit_once("(peak ")?;
+    tail.strip_suffix(" MiB)")?.parse().ok()
+}
+
 /// Resets this process's peak resident set (Linux `clear_refs` 5), so the next reading of
 /// [`peak_rss_bytes`] covers what ran since.
 fn reset_peak_rss() {
@@ -396,7 +404,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
             println!(
                 "{}",
                 serde_json::json!({"trainer": r.trainer, "threads": r.threads, "tokens_per_s": r.tokens_per_s, "loss": r.loss, "note": r.note,
-                    "peak_memory_bytes": r.peak_memory_bytes, "vs_torch_cpu_same_threads": peer(r.threads).filter(|_| r.tokens_per_s.is_finite()).map(|p| r.tokens_per_s / p),
+                    "peak_memory_bytes": r.peak_memory_bytes, "device_peak_mib": device_peak_mib(&r.note), "vs_torch_cpu_same_threads": peer(r.threads).filter(|_| r.tokens_per_s.is_finite()).map(|p| r.tokens_per_s / p),
                     "config": config})
             );
         }
@@ -444,4 +452,17 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
         print_breakdown(&args, run.tokens_per_step(), on_gpu)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::device_peak_mib;
+
+    #[test]
+    fn the_device_peak_is_read_off_a_gpu_plugins_description() {
+        let note = "NVIDIA H200 (Vulkan, DiscreteGpu, NVIDIA 580.159.04), tile 64x64 of 4x4 outputs, 2 block(s) per stage (64x32 below 256 workgroups), 1641.3 MiB of device buffers (peak 1641.4 MiB)";
+        assert_eq!(device_peak_mib(note), Some(1641.4));
+        assert_eq!(device_peak_mib("torch 2.11.0+cu130"), None);
+        assert_eq!(device_peak_mib(""), None);
+    }
 }
