@@ -54,6 +54,51 @@ fn gate_rejects_a_wrong_plugin_by_path() {
     assert!(shown.contains("REJECTED: backend `flaw-round-half-away`"), "{shown}");
 }
 
+/// The gate proved by mutants (`docs/VERIFICATION.md` §11): every mutant of the reference
+/// (`lockstep_faulty_plugins::mutants::MUTANTS`: the units' rounding points, flushes, sign and
+/// NaN rules, block scales and shapes, accumulation widths and orders; each op's sums, constants
+/// and formulas), each a plugin process of its own, is rejected by `lockstep gate` — at the case
+/// §11 names for it under the fixed phase 0x1, and under a fresh random phase too — while the
+/// same plugin with no mutation is admitted (so the rejections are the mutations').
+#[test]
+fn the_gate_rejects_every_mutant_of_the_reference() {
+    let _phase = crate::common::phase(module_path!());
+    let plugin = fixture("mutant");
+    let gate = |mutant: &str, phase: Option<&str>| {
+        let mut args = vec!["gate", plugin.as_str()];
+        args.extend(phase.map(|p| ["--phase", p]).into_iter().flatten());
+        let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .args(&args)
+            .env("LOCKSTEP_MUTANT", mutant)
+            .output()
+            .expect("lockstep runs");
+        (out.status.code(), text(&out))
+    };
+    let (code, shown) = gate("none", Some("0x1"));
+    assert_eq!(code, Some(0), "the unmutated control: {shown}");
+    assert!(shown.contains("ADMITTED: backend `mutant`"), "{shown}");
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/VERIFICATION.md"))
+        .expect("docs/VERIFICATION.md");
+    let mutants = lockstep_faulty_plugins::mutants::MUTANTS;
+    assert!(mutants.len() >= 30, "{} mutants", mutants.len());
+    let mut undocumented = Vec::new();
+    for mutant in mutants {
+        let (code, shown) = gate(mutant.name, Some("0x1"));
+        assert_eq!(code, Some(1), "{}: {shown}", mutant.name);
+        let verdict =
+            shown.lines().find(|l| l.starts_with("REJECTED")).unwrap_or_else(|| panic!("{}: {shown}", mutant.name));
+        let case = verdict.split('`').nth(3).unwrap_or_else(|| panic!("{verdict}"));
+        let case = case.replace(", phase 0x1)", ")").replace(" (phase 0x1)", "");
+        let row = format!("| `{}` | {} | `{case}` |", mutant.name, mutant.what);
+        if !doc.contains(&row) {
+            undocumented.push(row);
+        }
+        let (code, shown) = gate(mutant.name, None);
+        assert_eq!(code, Some(1), "{} under a fresh phase: {shown}", mutant.name);
+    }
+    assert!(undocumented.is_empty(), "docs/VERIFICATION.md §11 lacks these rows:\n{}", undocumented.join("\n"));
+}
+
 /// The fault-plugin suite: plugins that segfault, abort, write past their output or hang
 /// while gated each get a REJECTED verdict naming what happened, from `lockstep gate` (exit 1,
 /// never a crash of its own) and from `lockstep train`, which refuses the backend and says why

@@ -4,6 +4,8 @@
 //!
 //! Nothing here is used by the product.
 
+pub mod mutants;
+
 use lockstep_luts::units::{block_exponent, block_term, canonicalize, flush_partial, quantize_value, BLOCK};
 
 /// The bug a flawed plugin carries.
@@ -30,11 +32,96 @@ pub enum Flaw {
     /// Flushes only the final sum, not each partial sum: a subnormal partial sum survives into
     /// the next addition.
     FlushAtEnd,
+    /// Never flushes: subnormal partial sums and results survive.
+    NoFlush,
+    /// Flushes a subnormal partial sum to a zero of its own sign (−0 stays −0).
+    FlushKeepsSign,
+    /// Leaves NaN results as the hardware made them (x86: `0xffc00000`), not canonical.
+    NanNotCanonical,
+    /// Quantizes by truncation toward zero instead of rounding half to even.
+    RoundTowardZero,
+    /// Rounds halves up (toward +∞) instead of to even.
+    RoundHalfUp,
+    /// Takes one more than the definition's block exponent: a coarser scale, every block.
+    ExponentPlusOne,
+    /// Takes the block exponent from the block's first value instead of its largest magnitude
+    /// (quants past ±127 saturate).
+    ExponentOfFirst,
+    /// Never carries the block exponent up when the largest magnitude rounds past 127 · 2^e
+    /// (such quants saturate at ±127).
+    NoExponentCarry,
+    /// One exponent per row (the row's largest magnitude), every block scaled by it.
+    RowExponent,
+    /// Blocks of 16 values instead of 32.
+    Blocks16,
+    /// Drops a last block shorter than 32 values.
+    TailDropped,
+    /// Accumulates a block's products in wrapping i16.
+    WrapI16Sums,
+    /// Builds a block term by a float multiply `acc · 2^e` (its own rounding of subnormal and
+    /// overflowing terms) instead of on the bits.
+    TermByMultiply,
+    /// A block term past the largest finite value becomes ±f32::MAX instead of ±∞.
+    TermSaturates,
+    /// Adds the block terms pairwise (a tree) instead of in block order.
+    PairwiseBlocks,
+    /// Adds the block terms in f64 and rounds once (more accurate, other bits).
+    TermsInF64,
+}
+
+impl Flaw {
+    /// Every unit flaw, in the order `docs/VERIFICATION.md` lists them.
+    pub const ALL: &'static [Flaw] = &[
+        Flaw::F32Accumulation,
+        Flaw::SaturatingPairs,
+        Flaw::RoundHalfAway,
+        Flaw::ReversedBlocks,
+        Flaw::BoundaryExponent,
+        Flaw::IntegerSumsInF32,
+        Flaw::CacheByAddress,
+        Flaw::FlushAtEnd,
+        Flaw::NoFlush,
+        Flaw::FlushKeepsSign,
+        Flaw::NanNotCanonical,
+        Flaw::RoundTowardZero,
+        Flaw::RoundHalfUp,
+        Flaw::ExponentPlusOne,
+        Flaw::ExponentOfFirst,
+        Flaw::NoExponentCarry,
+        Flaw::RowExponent,
+        Flaw::Blocks16,
+        Flaw::TailDropped,
+        Flaw::WrapI16Sums,
+        Flaw::TermByMultiply,
+        Flaw::TermSaturates,
+        Flaw::PairwiseBlocks,
+        Flaw::TermsInF64,
+    ];
+}
+
+/// `round_half_even(x / 2^e)` with `flaw`'s rounding rule, saturated to ±127 (the flaws whose
+/// exponent can be too small need it; for the others it never acts).
+fn quantize_with(flaw: Flaw, bits: u32, e: i32) -> i8 {
+    if (bits >> 23) & 0xff == 0 {
+        return 0;
+    }
+    let x = f64::from(f32::from_bits(bits)) * 2f64.powi(-e);
+    let r = match flaw {
+        Flaw::RoundTowardZero => x.trunc(),
+        Flaw::RoundHalfUp => (x + 0.5).floor(),
+        _ => x.round_ties_even(),
+    };
+    r.clamp(-127.0, 127.0) as i8
 }
 
 fn quantize(flaw: Flaw, values: &[f32]) -> (Vec<i8>, i32) {
     let amax_bits = values.iter().map(|v| v.to_bits() & 0x7fff_ffff).max().unwrap_or(0);
     let mut e = block_exponent(amax_bits);
+    if let Some(row_exponent) = ROW_EXPONENT.with(|r| r.get()) {
+        e = row_exponent;
+        let q = values.iter().map(|v| quantize_with(flaw, v.to_bits(), e)).collect();
+        return (q, e);
+    }
     if flaw == Flaw::BoundaryExponent && amax_bits >> 23 != 0 && (amax_bits & 0x007f_ffff) | 0x0080_0000 == 127 << 17 {
         e += 1;
     }
@@ -56,13 +143,34 @@ fn quantize(flaw: Flaw, values: &[f32]) -> (Vec<i8>, i32) {
             .iter()
             .map(|v| if v.abs() < f32::MIN_POSITIVE { 0 } else { (f64::from(*v) * 2f64.powi(-e)).round() as i8 })
             .collect(),
+        Flaw::RoundTowardZero | Flaw::RoundHalfUp => {
+            values.iter().map(|v| quantize_with(flaw, v.to_bits(), e)).collect()
+        }
+        Flaw::ExponentPlusOne | Flaw::NoExponentCarry | Flaw::ExponentOfFirst => {
+            if amax_bits >> 23 != 0 {
+                e = match flaw {
+                    Flaw::ExponentPlusOne => e + 1,
+                    Flaw::NoExponentCarry => (amax_bits >> 23) as i32 - 133,
+                    _ => block_exponent(values.first().map_or(0, |v| v.to_bits() & 0x7fff_ffff)),
+                };
+            }
+            values.iter().map(|v| quantize_with(flaw, v.to_bits(), e)).collect()
+        }
         _ => values.iter().map(|v| quantize_value(v.to_bits(), e)).collect(),
     };
     (q, e)
 }
 
+thread_local! {
+    /// [`Flaw::RowExponent`]: the exponent of the row being quantized, for every block of it.
+    static ROW_EXPONENT: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
 fn dot(flaw: Flaw, a: &[i8], b: &[i8]) -> i32 {
     match flaw {
+        Flaw::WrapI16Sums => {
+            a.iter().zip(b).fold(0i16, |s, (x, y)| s.wrapping_add(i16::from(*x).wrapping_mul(i16::from(*y)))).into()
+        }
         Flaw::SaturatingPairs => a
             .chunks(2)
             .zip(b.chunks(2))
@@ -100,13 +208,19 @@ pub fn flawed_gemm(
             }
         }
     }
-    let blocks = k.div_ceil(BLOCK);
+    let width = if flaw == Flaw::Blocks16 { BLOCK / 2 } else { BLOCK };
+    let blocks = if flaw == Flaw::TailDropped { k / width } else { k.div_ceil(width) };
     let rows = |values: &[f32], count: usize| -> Vec<Vec<(Vec<i8>, i32)>> {
         (0..count)
             .map(|r| {
-                (0..blocks)
-                    .map(|blk| quantize(flaw, &values[r * k + blk * BLOCK..(r * k + k).min(r * k + (blk + 1) * BLOCK)]))
-                    .collect()
+                let row = &values[r * k..r * k + k];
+                if flaw == Flaw::RowExponent {
+                    let amax = row.iter().map(|v| v.to_bits() & 0x7fff_ffff).max().unwrap_or(0);
+                    ROW_EXPONENT.with(|e| e.set(Some(block_exponent(amax))));
+                }
+                let out = (0..blocks).map(|blk| quantize(flaw, &row[blk * width..k.min((blk + 1) * width)])).collect();
+                ROW_EXPONENT.with(|e| e.set(None));
+                out
             })
             .collect()
     };
@@ -124,18 +238,30 @@ pub fn flawed_gemm(
                         f32_sum += (f32::from(*p) * sa) * (f32::from(*q) * sb);
                     }
                 } else {
-                    terms.push(block_term(dot(flaw, xa, xb), ea + eb));
+                    terms.push(term(flaw, dot(flaw, xa, xb), ea + eb));
                 }
             }
             if flaw == Flaw::ReversedBlocks {
                 terms.reverse();
             }
-            c[i * n + j] = if flaw == Flaw::F32Accumulation {
-                canonicalize(f32_sum)
-            } else if flaw == Flaw::FlushAtEnd {
-                canonicalize(flush_partial(terms.into_iter().fold(0.0, |s, t| s + t)))
-            } else {
-                canonicalize(terms.into_iter().fold(0.0, |s, t| flush_partial(s + t)))
+            c[i * n + j] = match flaw {
+                Flaw::F32Accumulation => canonicalize(f32_sum),
+                Flaw::FlushAtEnd => canonicalize(flush_partial(terms.into_iter().fold(0.0, |s, t| s + t))),
+                Flaw::NoFlush => canonicalize(terms.into_iter().fold(0.0, |s, t| s + t)),
+                Flaw::FlushKeepsSign => canonicalize(terms.into_iter().fold(0.0, |s, t| {
+                    let x: f32 = s + t;
+                    if x.to_bits() & 0x7fff_ffff < 0x0080_0000 {
+                        0.0f32.copysign(x)
+                    } else {
+                        x
+                    }
+                })),
+                Flaw::NanNotCanonical => terms.into_iter().fold(0.0, |s, t| flush_partial(s + t)),
+                Flaw::PairwiseBlocks => canonicalize(pairwise(&terms)),
+                Flaw::TermsInF64 => {
+                    canonicalize(flush_partial(terms.iter().map(|&t| f64::from(t)).sum::<f64>() as f32))
+                }
+                _ => canonicalize(terms.into_iter().fold(0.0, |s, t| flush_partial(s + t))),
             };
         }
     }
@@ -143,6 +269,31 @@ pub fn flawed_gemm(
         *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, c.to_vec()));
     }
     Ok(())
+}
+
+/// A block's term `acc · 2^e` with `flaw`'s construction.
+fn term(flaw: Flaw, acc: i32, e: i32) -> f32 {
+    match flaw {
+        Flaw::TermByMultiply => (f64::from(acc) * 2f64.powi(e)) as f32,
+        Flaw::TermSaturates => {
+            let t = block_term(acc, e);
+            if t.is_infinite() {
+                f32::MAX.copysign(t)
+            } else {
+                t
+            }
+        }
+        _ => block_term(acc, e),
+    }
+}
+
+/// Terms added as a balanced tree, partial sums flushed.
+fn pairwise(terms: &[f32]) -> f32 {
+    match terms.len() {
+        0 => 0.0,
+        1 => flush_partial(terms[0]),
+        n => flush_partial(pairwise(&terms[..n / 2]) + pairwise(&terms[n / 2..])),
+    }
 }
 
 /// The raw integer product with `flaw` (only [`Flaw::IntegerSumsInF32`] changes it).

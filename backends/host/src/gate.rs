@@ -372,6 +372,22 @@ pub fn battery() -> Vec<Case> {
     }
     cases.push(f32_case("subnormal-partial-sums", m, n, k, a, b));
 
+    // The last addition's rules, each block one pair of quants 96 × q (terms exact, `±96·q ·
+    // 2^(ea+eb)`). Output 0: −9216·2^-139 (a normal) then 9120·2^-139, so the final sum is the
+    // negative subnormal −96·2^-139, which the flush makes +0 (not −0: no later term can hide
+    // the sign). Output 1: 9216·2^-139, then a term of 9216·2^-145, below the normal range, which
+    // the definition drops; kept (a term made by a float multiply), it would change the sum.
+    let (m, n, k) = (1, 2, 64);
+    let mut a = vec![0.0f32; m * k];
+    a[0] = 96.0 * pow2(-70);
+    a[32] = 96.0 * pow2(-70);
+    let mut b = vec![0.0f32; n * k];
+    b[0] = -96.0 * pow2(-69);
+    b[32] = 95.0 * pow2(-69);
+    b[k] = 96.0 * pow2(-69);
+    b[k + 32] = 96.0 * pow2(-75);
+    cases.push(f32_case("last-addition-flush-and-dropped-terms", m, n, k, a, b));
+
     // The integer product past 2^24: equal large values over a long k (an f32 accumulator would
     // round), and the full range at k = 70000 (sums wrap nowhere, but pass 2^24 and 2^31/2).
     let (m, n, k) = (2, 3, 70_000);
@@ -587,10 +603,15 @@ fn gate_guarded(backend: &mut Backend, phase_seed: u64, progress: &mut dyn FnMut
 }
 
 /// The tiny models whose training steps the gate runs op by op: a width that is one block and
-/// one that crosses blocks, heads of 8 and of 16, and weights scaled up so exponentials clamp
-/// and products take the slow tiles.
+/// one that crosses blocks and is no power of two (so `x / c` and `x · (1/c)` differ), heads
+/// of 8 and of 12, and weights scaled up so exponentials clamp and products take the slow
+/// tiles.
 const STEP_CASES: [(usize, usize, usize, usize, usize, f32); 3] =
-    [(16, 8, 2, 2, 2, 1.0), (64, 40, 1, 4, 3, 1.0), (32, 16, 1, 2, 2, 300.0)];
+    [(16, 8, 2, 2, 2, 1.0), (48, 40, 1, 4, 3, 1.0), (32, 16, 1, 2, 2, 300.0)];
+
+/// The fixed cross-entropy case of [`op_cases`]: rows and vocabulary.
+const CE_FIXED_ROWS: usize = 7;
+const CE_FIXED_VOCAB: usize = 5;
 
 /// A named op sequence and the words every buffer it touches starts with.
 type OpCase = (String, Vec<lockstep_luts::ops::Op>, std::collections::BTreeMap<u64, Vec<u32>>);
@@ -699,6 +720,32 @@ fn op_cases(backend: &mut Backend, phase_seed: u64, frees: &mut Vec<u64>) -> Res
         Op::Hash(ops::Hash { len: len as u32, data: s0(handles[0]), out: Span::new(handles[4], 7) }),
     ];
     cases.push((format!("adam-and-hash (phase {phase_seed:#x})"), ops, memory));
+    // The mean loss's last operation, on fixed words: 7 rows of 5 equal logits give 7 equal
+    // losses whose lane sum times 1/7 and divided by 7 differ in the last bit (no random phase
+    // reaches that reliably: a random sum tells the two apart a third to two thirds of the time).
+    let (rows, vocab) = (CE_FIXED_ROWS, CE_FIXED_VOCAB);
+    let mut handles = Vec::new();
+    for len in [rows * vocab, rows, rows * vocab, 1] {
+        let h =
+            backend.create_buffer(len).map_err(|e| ("cross-entropy buffers".to_string(), Failure::CallFailed(e)))?;
+        frees.push(h);
+        handles.push(h);
+    }
+    let memory: BTreeMap<u64, Vec<u32>> = BTreeMap::from([
+        (handles[0], vec![0; rows * vocab]),
+        (handles[1], vec![0; rows]),
+        (handles[2], vec![0; rows * vocab]),
+        (handles[3], vec![0; 1]),
+    ]);
+    let ops = vec![Op::CrossEntropy(ops::CrossEntropy {
+        rows: rows as u32,
+        vocab: vocab as u32,
+        logits: Span::new(handles[0], 0),
+        targets: Span::new(handles[1], 0),
+        dlogits: Span::new(handles[2], 0),
+        loss: Span::new(handles[3], 0),
+    })];
+    cases.push(("cross-entropy-equal-logits".to_string(), ops, memory));
     // Every op table sample (`lockstep_luts::ops::samples`), on the hardest finite values: a new
     // op is gated by its entry alone.
     for (i, sample) in ops::samples().into_iter().enumerate() {
@@ -771,6 +818,7 @@ mod tests {
             "block-scale-boundaries",
             "long-rows-one-exponent",
             "subnormal-partial-sums",
+            "last-addition-flush-and-dropped-terms",
             "int8-sums-past-2^24",
             "repeated-call",
             "buffers-reused-in-place",
@@ -804,6 +852,27 @@ mod tests {
             }
         }
         assert!(tiny_partials > 0 && negative_tiny > 0, "{tiny_partials} tiny partial sums, {negative_tiny} negative");
+        // The last addition's case ends on +0 (a flushed −96·2^-139) and on 9216·2^-139 =
+        // 1.125·2^-126 (the term of 9216·2^-145 dropped), as its comment works out.
+        let Input::F32 { m, n, k, a, b } =
+            &cases.iter().find(|c| c.name == "last-addition-flush-and-dropped-terms").expect("present").input
+        else {
+            panic!()
+        };
+        assert_eq!(bits(&gemm_nt(*m, *n, *k, a, b).unwrap()), [0x0000_0000, 0x0090_0000]);
+        // The fixed cross-entropy case tells `sum · (1/rows)` from `sum / rows`.
+        let (rows, vocab) = (CE_FIXED_ROWS, CE_FIXED_VOCAB);
+        let (mut d, mut losses) = (vec![0.0f32; rows * vocab], vec![0.0f32; rows]);
+        lockstep_luts::ops::cross_entropy_rows(
+            vocab,
+            &vec![0.0; rows * vocab],
+            &vec![0; rows],
+            1.0,
+            &mut d,
+            &mut losses,
+        );
+        let sum = lockstep_luts::ops::lane_sum(&losses);
+        assert_ne!((sum * (1.0 / rows as f32)).to_bits(), (sum / rows as f32).to_bits());
         // The random phase: a seed decides it, and another seed gives other cases.
         let names_of = |seed| random_phase(seed).iter().map(|c| c.name.clone()).collect::<Vec<_>>();
         assert_eq!(names_of(7), names_of(7));
