@@ -86,33 +86,61 @@ fn snapshot(device: &mut dyn Device, op: &Op) -> Result<BTreeMap<Handle, Vec<u32
     Ok(copies)
 }
 
+/// Which ops of a sequence the reference recomputes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Audit {
+    /// The `n`-th of the ops the device computes itself (modulo their number): the live audit.
+    One(usize),
+    /// Every op the device computes itself, each checked before the next runs: the first op
+    /// where a backend departs from the definition (`lockstep bisect`).
+    Every,
+}
+
 /// What an audited sequence recomputed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Audited {
-    /// The op's position in the sequence and its name.
+    /// The (last) op's position in the sequence and its name.
     pub index: usize,
     pub name: &'static str,
+    /// How many ops were recomputed.
+    pub ops: usize,
 }
 
-/// Runs `ops` on `device`; when `target` is given, the `target`-th op (counting only ops the
-/// device computes itself, modulo their number) is recomputed by the reference from copies of
-/// everything it touches, and every word it wrote is compared. A difference fails the step.
+/// Runs `ops` on `device`; with `audit`, the op it picks (or every op the device computes
+/// itself) is recomputed by the reference from copies of everything it touches, and every word
+/// it wrote is compared. A difference fails the step, naming the op.
 pub fn run_audited(
     device: &mut dyn Device,
     ops: &[Op],
-    target: Option<usize>,
+    audit: Option<Audit>,
     step: u32,
 ) -> Result<Option<Audited>, ComputeError> {
-    let index = target.and_then(|t| {
-        let auditable: Vec<usize> = (0..ops.len()).filter(|&i| device.computes(&ops[i])).collect();
-        (!auditable.is_empty()).then(|| auditable[t % auditable.len()])
-    });
-    let Some(index) = index else {
+    let auditable: Vec<usize> = match audit {
+        None => Vec::new(),
+        Some(_) => (0..ops.len()).filter(|&i| device.computes(&ops[i])).collect(),
+    };
+    let picked: Vec<usize> = match audit {
+        Some(Audit::One(t)) if !auditable.is_empty() => vec![auditable[t % auditable.len()]],
+        Some(Audit::Every) => auditable,
+        _ => Vec::new(),
+    };
+    let Some(&last) = picked.last() else {
         device.run(ops)?;
         return Ok(None);
     };
-    let op = &ops[index];
-    device.run(&ops[..index])?;
+    let mut next = 0;
+    for &index in &picked {
+        device.run(&ops[next..index])?;
+        check_op(device, &ops[index], index, step)?;
+        next = index + 1;
+    }
+    device.run(&ops[next..])?;
+    Ok(Some(Audited { index: last, name: ops[last].name(), ops: picked.len() }))
+}
+
+/// Runs `op` (the `index`-th of its sequence) on `device` and compares every word it may have
+/// written with the reference's, computed from copies of what it touched just before.
+fn check_op(device: &mut dyn Device, op: &Op, index: usize, step: u32) -> Result<(), ComputeError> {
     let mut expected = snapshot(device, op)?;
     device.run(std::slice::from_ref(op))?;
     ops::run_reference(op, &mut expected).map_err(op_error)?;
@@ -133,6 +161,5 @@ pub fn run_audited(
             return Err(ComputeError::Audit(AuditFailure { step, mismatch, backend: device.label() }));
         }
     }
-    device.run(&ops[index + 1..])?;
-    Ok(Some(Audited { index, name: op.name() }))
+    Ok(())
 }

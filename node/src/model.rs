@@ -21,7 +21,7 @@ use lockstep_luts::ops::{self, Handle, Op, Span};
 use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
 use crate::compute_error::ComputeError;
-use crate::device::{run_audited, Audited, Device};
+use crate::device::{run_audited, Audit, Audited, Device};
 use crate::gemm::Gemm;
 use crate::host_device::{HostDevice, HostMemory};
 use crate::params::Layout;
@@ -333,7 +333,7 @@ impl Model {
         targets: &[u8],
         batch: usize,
         seq: usize,
-        audit: Option<usize>,
+        audit: Option<Audit>,
         step: u32,
         adam: AdamStep,
     ) -> Result<(f32, u32, Option<Audited>), ComputeError> {
@@ -383,7 +383,7 @@ impl Model {
         targets: &[u8],
         batch: usize,
         seq: usize,
-        audit: Option<usize>,
+        audit: Option<Audit>,
         step: u32,
     ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
         self.check(w, tokens, batch, seq);

@@ -17,6 +17,7 @@ use crate::adam::{schedule, Adam};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{heldout_batches, Batch, DataSource, Origin};
+use crate::device::Audit;
 use crate::gemm::Gemm;
 use crate::model::{AdamStep, Model, Weights};
 use crate::params::{init, weight_hash, Layout};
@@ -75,6 +76,8 @@ pub struct Trainer {
     data: Box<dyn DataSource>,
     /// Live audit period in steps (0: off).
     audit_every: u32,
+    /// Every op of every step recomputed by the reference (`lockstep bisect`).
+    audit_all: bool,
     last_audited: Option<(usize, &'static str)>,
     /// This node's side of every sync (the mode's own state with it).
     sync: Strategy,
@@ -103,6 +106,7 @@ impl Trainer {
             gemm,
             data,
             audit_every: 0,
+            audit_all: false,
             last_audited: None,
             on_device: None,
         })
@@ -209,16 +213,28 @@ impl Trainer {
         self.audit_every = every;
     }
 
+    /// Recompute every op of every step by the reference, each before the next runs (slow: the
+    /// reference's speed), so a step fails at the first op where the backend departs from the
+    /// definition, naming it with the bits (`lockstep bisect`). An ABI 1 backend's element-wise
+    /// ops run on the reference already: its products are checked.
+    pub fn set_audit_all(&mut self, all: bool) {
+        self.audit_all = all;
+    }
+
     /// The next batch and the op an audit recomputes in this step (if any), with the training
     /// state put on the backend's device first when it may live there.
-    fn begin_step(&mut self) -> Result<(Batch, Option<usize>), ComputeError> {
+    fn begin_step(&mut self) -> Result<(Batch, Option<Audit>), ComputeError> {
         let seq = self.run.model.context;
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
         let computing = self.step + 1;
         // Rotate through the step's ops: the n-th audit checks op n (mod the ops the backend
         // computes itself).
-        let target = (self.audit_every != 0 && computing.is_multiple_of(self.audit_every))
-            .then(|| (computing / self.audit_every) as usize);
+        let target = if self.audit_all {
+            Some(Audit::Every)
+        } else {
+            (self.audit_every != 0 && computing.is_multiple_of(self.audit_every))
+                .then(|| Audit::One((computing / self.audit_every) as usize))
+        };
         self.last_origin = origin;
         let keep_on_device = self.run.sync.state_may_stay_on_device() && self.gemm.device().is_some();
         if keep_on_device && self.on_device.is_none() {

@@ -232,6 +232,56 @@ fn step_hashes(lines: &[serde_json::Value]) -> Vec<String> {
     lines.iter().filter_map(|l| l["whash"].as_str().map(str::to_string)).collect()
 }
 
+/// Divergence localisation (`lockstep bisect`): from a checkpoint, each backend replays the
+/// next steps with every op recomputed by the reference. The CPU mirror follows the definition
+/// and lands on the hashes a plain resumed run gives; a plugin whose softmax uses the platform's
+/// `exp` is named at the first softmax of the first step, with both words' bits; a plugin that
+/// goes wrong after 200 calls (admitted by the gate) is named at a product several steps later;
+/// one that crashes in its gate is refused, and bisect says so.
+#[test]
+fn bisect_names_the_first_op_where_a_backend_departs() {
+    let _phase = crate::common::phase(module_path!());
+    let dir = std::env::temp_dir().join(format!("lockstep-bisect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let ckpt = dir.join("agreed.ckpt");
+    let ckpt_arg = ckpt.to_str().expect("a UTF-8 path");
+    train_json(&["--steps", "20", "--until", "2", "--backend", "cpu", "--ckpt-out", ckpt_arg]);
+    let resumed = step_hashes(&train_json(&["--resume", ckpt_arg, "--until", "14", "--backend", "cpu"]));
+    assert_eq!(resumed.len(), 12);
+    let (softmax, drift) = (fixture("flaw_op_softmax"), fixture("drift_after_admission"));
+    let args = ["bisect", "--ckpt", ckpt_arg, "--replay", "12", "--json", "--backend", "cpu", "--backend"];
+    let out = lockstep(&[&args[..], &[softmax.as_str(), "--backend", drift.as_str()]].concat());
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(lines.len(), 3, "{shown}");
+    assert_eq!(lines[0]["followed"], true, "{shown}");
+    let replayed: Vec<String> =
+        lines[0]["steps"].as_array().unwrap().iter().map(|s| s["whash"].as_str().unwrap().to_string()).collect();
+    assert_eq!(replayed, resumed);
+    let departed = &lines[1];
+    assert_eq!((departed["followed"].as_bool(), departed["step"].as_u64()), (Some(false), Some(3)), "{shown}");
+    assert_eq!(departed["op"], "causal_softmax", "{shown}");
+    assert_ne!(departed["expected_bits"], departed["actual_bits"]);
+    assert!(departed["differing"].as_u64().unwrap() >= 1);
+    let late = &lines[2];
+    assert_eq!((late["followed"].as_bool(), late["op"].as_str()), (Some(false), Some("matmul")), "{shown}");
+    assert!(late["step"].as_u64().unwrap() > 3, "{shown}");
+    // Text: the departing op named with both values.
+    let out = lockstep(&["bisect", "--ckpt", ckpt_arg, "--backend", &softmax]);
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out);
+    assert!(shown.contains("DEPARTS at step 3, op #") && shown.contains("(causal_softmax)"), "{shown}");
+    assert!(shown.contains("the definition gives 0x") && shown.contains("the backend 0x"), "{shown}");
+    // A plugin that crashed in its gate is not loaded here: a clear refusal, exit 2.
+    let out = lockstep(&["bisect", "--ckpt", ckpt_arg, "--backend", &fixture("crash_segfault")]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("is not examined in this process") && shown.contains("SIGSEGV"), "{shown}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
     let _phase = crate::common::phase(module_path!());

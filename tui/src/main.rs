@@ -11,6 +11,7 @@ mod bench;
 mod bench_exchange;
 mod bench_train;
 mod bench_wan;
+mod bisect;
 mod chaos;
 mod console;
 mod demo;
@@ -56,6 +57,9 @@ enum Command {
     Gate(gate::GateArgs),
     /// Train on this machine alone (no network).
     Train(train::TrainArgs),
+    /// Replay steps on backends with every op recomputed by the reference: the first op where
+    /// a backend departs from the definition, with the bits (divergence localisation).
+    Bisect(bisect::BisectArgs),
     /// Join a training group as one mesh node, with the console (`--headless`: JSON lines on
     /// stdin/stdout).
     Node(node::NodeArgs),
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Bench { what } => bench::run(what),
         Command::Chaos(args) => chaos::run(args),
         Command::Train(args) => train::run(args),
+        Command::Bisect(args) => bisect::run(args),
         Command::Generate(args) => infer::generate_command(args),
         Command::Signal(args) => signal::run(args),
         Command::Node(args) => node::run(args),

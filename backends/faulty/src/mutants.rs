@@ -5,7 +5,7 @@
 //!
 //! Two families: the units ([`Flaw`]: rounding points, flushes, sign and NaN rules, the block
 //! scale, the block and tail shapes, accumulation width and order), computed by
-//! [`crate::flawed_gemm`] for products and for the step's products alike; and the step's ops
+//! [`crate::flaws::flawed_gemm`] for products and for the step's products alike; and the step's ops
 //! ([`OpMutation`]: each op's sums, constants, orders and formulas), where the plugin runs the
 //! reference for every op and then redoes the mutated op's outputs its own way.
 
@@ -13,7 +13,7 @@ use lockstep_luts::ops;
 use lockstep_luts::ops::{self as kernels, run_reference, Memory, Op, Span};
 use lockstep_luts::{hash, mathf};
 
-use crate::Flaw;
+use crate::flaws::Flaw;
 
 /// One departure of an op from its definition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,7 +135,7 @@ pub fn run_matmul(flaw: Flaw, mm: &ops::Matmul, mem: &mut Memory) -> Result<(), 
             };
             let (a, b) = (gather(&mm.a, m), gather(&mm.b, n));
             let mut c = vec![0.0f32; m * n];
-            crate::flawed_gemm(flaw, m, n, k, &a, &b, &mut c)?;
+            crate::flaws::flawed_gemm(flaw, m, n, k, &a, &b, &mut c)?;
             let out = mem.get_mut(&mm.c.buffer).expect("a checked buffer");
             for i in 0..m {
                 for j in 0..n {
