@@ -107,8 +107,15 @@ impl Worker for CpuWorker {
         self.buffers.read(handle, offset, out)
     }
 
+    /// The whole sequence runs inside the pool, on one of its threads: each op's parallel parts
+    /// are then joined from a worker, which takes part in them, instead of from the caller's
+    /// thread, which would wake the workers and sleep once per op.
     fn run_ops(&mut self, ops: &[lockstep_luts::ops::Op]) -> Result<(), WorkerError> {
-        self.buffers.run(self.path, self.pool.as_ref(), ops)
+        let Self { buffers, pool, path, .. } = self;
+        match pool {
+            Some(pool) => pool.install(|| buffers.run(*path, Some(pool), ops)),
+            None => buffers.run(*path, None, ops),
+        }
     }
 }
 
