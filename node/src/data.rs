@@ -38,6 +38,12 @@ pub trait DataSource: Send {
     /// The sampler state to store in a checkpoint.
     fn state(&self) -> u64;
     fn restore(&mut self, state: u64);
+    /// Puts the stream where it would be after `batches` batches drawn from its start, if the
+    /// source can (the built-in corpus: its batches are a function of (seed, position)); a
+    /// source that cannot keeps its own stream (a remote one: whatever the server sends next).
+    /// A member that joins a group at step `s` calls it with `s`, so its batches are the ones
+    /// it would have drawn had it trained from the start (`docs/TRUST.md`).
+    fn seek(&mut self, _batches: u64) {}
     fn describe(&self) -> String;
 }
 
@@ -84,31 +90,47 @@ pub fn node_data_seed(run_seed: u64, peer: u64) -> u64 {
     run_seed ^ peer.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-/// Batches from the built-in corpus's training text.
+/// Batches from the built-in corpus's training text. Batch `i` of a stream is drawn by a
+/// sampler seeded from (the stream's seed, `i`) alone (decided 2026-12-04, `docs/TRUST.md`):
+/// it does not depend on what the stream drew before, so anyone who knows a member's seed can
+/// draw that member's batch for any step, and a member that joins late draws what it would
+/// have drawn from the start. The state a checkpoint carries is the position.
 pub struct BuiltinSource {
     corpus: Corpus,
-    /// The sampler; its state is the source's (what a checkpoint carries).
-    rng: SplitMix64,
+    seed: u64,
+    /// Batches drawn so far.
+    position: u64,
 }
 
 impl BuiltinSource {
     pub fn new(seed: u64) -> Self {
-        Self { corpus: Corpus::builtin(), rng: SplitMix64::new(seed ^ 0x6461_7461_0000_0000) }
+        Self { corpus: Corpus::builtin(), seed: seed ^ 0x6461_7461_0000_0000, position: 0 }
+    }
+
+    /// The sampler of batch `position`.
+    fn sampler(&self, position: u64) -> SplitMix64 {
+        let mut mix = SplitMix64::new(self.seed ^ position.wrapping_mul(0xd1b5_4a32_d192_ed03));
+        SplitMix64::new(mix.next_u64())
     }
 }
 
 impl DataSource for BuiltinSource {
     fn next_batch(&mut self, batch: usize, seq: usize) -> (Batch, Origin) {
-        let out = sample(&self.corpus.train, &mut self.rng, batch, seq);
-        (out, Origin::Builtin)
+        let mut rng = self.sampler(self.position);
+        self.position += 1;
+        (sample(&self.corpus.train, &mut rng, batch, seq), Origin::Builtin)
     }
 
     fn state(&self) -> u64 {
-        self.rng.state()
+        self.position
     }
 
     fn restore(&mut self, state: u64) {
-        self.rng = SplitMix64::new(state);
+        self.position = state;
+    }
+
+    fn seek(&mut self, batches: u64) {
+        self.position = batches;
     }
 
     fn describe(&self) -> String {
@@ -146,9 +168,26 @@ mod tests {
         assert_eq!(&first.tokens[1..16], &first.targets[..15]);
         let saved = source.state();
         let (second, _) = source.next_batch(3, 16);
-        let mut resumed = BuiltinSource::new(999);
+        let mut resumed = BuiltinSource::new(5);
         resumed.restore(saved);
         assert_eq!(resumed.next_batch(3, 16).0, second);
         assert_eq!(heldout_batches(2, 2, 8), heldout_batches(2, 2, 8));
+    }
+
+    /// Batch `i` of a stream is a function of (seed, i): a stream that starts at position 5
+    /// draws what one that drew five batches draws next; another seed draws other batches.
+    #[test]
+    fn a_batch_depends_on_the_seed_and_its_position_alone() {
+        let mut from_start = BuiltinSource::new(7);
+        let drawn: Vec<Batch> = (0..8).map(|_| from_start.next_batch(2, 16).0).collect();
+        let mut late = BuiltinSource::new(7);
+        late.seek(5);
+        assert_eq!(late.next_batch(2, 16).0, drawn[5]);
+        assert_eq!(late.next_batch(2, 16).0, drawn[6]);
+        assert_eq!(late.state(), 7);
+        let mut other = BuiltinSource::new(8);
+        other.seek(5);
+        assert_ne!(other.next_batch(2, 16).0, drawn[5]);
+        assert_ne!(drawn[0], drawn[1]);
     }
 }

@@ -373,15 +373,18 @@ impl Replica for TrainerReplica {
         let mut state =
             checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(ReplicaError::Checkpoint)?;
         // Weights, step and optimizer come from the checkpoint; this node keeps its own data
-        // stream (its batches are its own in a data-parallel group), and its residual starts
-        // at zero (a residual is what one node's own contributions left untaken: never
-        // another's, and nothing of this node's past survives a restore).
+        // stream (its batches are its own in a data-parallel group), moved to the checkpoint's
+        // step, so its batch at each step is what its seed gives there whatever it joined
+        // (`DataSource::seek`), and its residual starts at zero (a residual is what one node's
+        // own contributions left untaken: never another's, and nothing of this node's past
+        // survives a restore).
         state.data_state = trainer.data_state();
         state.sync.residual = Vec::new();
         // A group goes on as one run: a checkpoint that trains another way is refused here,
         // on every node, with the reason.
         trainer.check_continues(&state.run).map_err(ReplicaError::Restore)?;
         trainer.restore(state).map_err(ReplicaError::Restore)?;
+        trainer.seek_data_to_step();
         let step = syncs_done(trainer);
         let weights = trainer.parameter_count();
         self.failed = None;

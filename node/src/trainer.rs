@@ -121,6 +121,13 @@ impl Trainer {
         self.data.state()
     }
 
+    /// Puts the data stream where it would be had this trainer drawn every batch of the run so
+    /// far ([`DataSource::seek`]): a member that joins a group mid-run trains on the batches
+    /// its seed gives for these steps, whatever it joined.
+    pub fn seek_data_to_step(&mut self) {
+        self.data.seek(u64::from(self.step));
+    }
+
     pub fn model(&self) -> &Model {
         &self.model
     }
