@@ -487,6 +487,28 @@ mod tests {
         assert_eq!(replica.take_backend_change(), None);
     }
 
+    /// A member resumed from a checkpoint at step 3 computes, at step 4, the gradient a member
+    /// that trained from the start computes there: its batch depends on its seed and the step,
+    /// not on when it joined (`docs/TRUST.md`, batches by position).
+    #[test]
+    fn a_member_resumed_mid_run_draws_the_batch_of_the_step() {
+        let replica = || TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+        let mut from_start = replica();
+        from_start.configure(&tiny()).expect("a run");
+        for step in 1..=3 {
+            let gradient = from_start.compute(step).expect("a step");
+            from_start.apply(as_f32(&gradient), &[]);
+        }
+        let checkpoint = from_start.snapshot();
+        let mut joiner = replica();
+        joiner.configure(&tiny()).expect("a run");
+        // The joiner has drawn a batch of its own before it is resumed.
+        let early = joiner.compute(1).expect("a step");
+        joiner.apply(as_f32(&early), &[]);
+        assert_eq!(joiner.restore(&checkpoint).expect("a resume").0, 3);
+        assert_eq!(joiner.compute(4).expect("a step"), from_start.compute(4).expect("a step"));
+    }
+
     #[test]
     fn errors_stay_typed() {
         let mut replica = TrainerReplica::new("none", Box::new(FloatOnly), None);
