@@ -708,6 +708,8 @@ fn a_leader_asleep_for_45_s_in_a_group_of_four_is_replaced_and_resumed_equal() {
     let from = resumed["step"].as_u64().unwrap();
     a.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
     assert_eq!(applied_while_standing_by(&a, &kind), Vec::<Value>::new(), "a trained alone");
+    // b reports those steps too (its events may trail a's by a step under load).
+    b.wait_for("b at the same step", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
     let (ha, hb) = (a.hashes_since_restore(), b.hashes());
     assert!(ha.len() >= 10 && ha.iter().all(|(step, hash)| hb.get(step) == Some(hash)), "{ha:?}");
     for node in [&c, &d] {
