@@ -107,9 +107,9 @@ pub fn ln(x: f32) -> f32 {
 }
 
 /// `√(2/π)`, GELU's tanh-approximation constant.
-const GELU_C: f32 = f32::from_bits(0x3f4c_422a);
+pub const GELU_C: f32 = f32::from_bits(0x3f4c_422a);
 /// 0.044715.
-const GELU_A: f32 = f32::from_bits(0x3d37_2713);
+pub const GELU_A: f32 = f32::from_bits(0x3d37_2713);
 
 /// GELU, tanh approximation: `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`.
 #[inline(always)]

@@ -1,7 +1,8 @@
 //! The mutant catalogue: small, plausible departures from the reference, each a whole plugin
-//! (`examples/mutant.rs`, the mutation named by `LOCKSTEP_MUTANT` when the plugin is created)
-//! that the exact gate must reject. `tests/e2e/mutants.rs` gates every one and checks the case
-//! that kills it against `docs/VERIFICATION.md` §11, which lists them.
+//! (`examples/mutant.rs`, the mutation named by `LOCKSTEP_MUTANT` when the plugin is created;
+//! `examples/flaw_op_softmax.rs`, one of them fixed) that the exact gate must reject.
+//! `tests/e2e/cli.rs` (`the_gate_rejects_every_mutant_of_the_reference`) gates every one and
+//! checks the case that kills it against `docs/VERIFICATION.md` §11, which lists them.
 //!
 //! Two families: the units ([`Flaw`]: rounding points, flushes, sign and NaN rules, the block
 //! scale, the block and tail shapes, accumulation width and order), computed by
@@ -12,6 +13,8 @@
 use lockstep_luts::ops;
 use lockstep_luts::ops::{self as kernels, run_reference, Memory, Op, Span};
 use lockstep_luts::{hash, mathf};
+use lockstep_worker_api::plugin::{Worker, WorkerError};
+use lockstep_worker_api::status;
 
 use crate::flaws::Flaw;
 
@@ -293,7 +296,7 @@ pub fn run_op(mutation: OpMutation, op: &Op, mem: &mut Memory) -> Result<(), ops
         }
         (M::GeluLibmTanh | M::GeluSigmoid, Op::Gelu(o)) => {
             let x = floats(mem, o.x, o.len as usize);
-            let (c, a) = (f32::from_bits(0x3f4c_422a), f32::from_bits(0x3d37_2713));
+            let (c, a) = (mathf::GELU_C, mathf::GELU_A);
             let y: Vec<f32> = x
                 .iter()
                 .map(|&v| match mutation {
@@ -305,7 +308,7 @@ pub fn run_op(mutation: OpMutation, op: &Op, mem: &mut Memory) -> Result<(), ops
         }
         (M::GeluBackwardHalfTerm, Op::GeluBackward(o)) => {
             let (dy, x) = (floats(mem, o.dy, o.len as usize), floats(mem, o.x, o.len as usize));
-            let (c, a) = (f32::from_bits(0x3f4c_422a), f32::from_bits(0x3d37_2713));
+            let (c, a) = (mathf::GELU_C, mathf::GELU_A);
             let dx: Vec<f32> =
                 dy.iter().zip(&x).map(|(&d, &v)| d * (0.5 * (1.0 + mathf::tanh(c * (v + a * (v * v * v)))))).collect();
             put(mem, o.dx, &dx);
@@ -332,26 +335,27 @@ pub fn run_op(mutation: OpMutation, op: &Op, mem: &mut Memory) -> Result<(), ops
             }
             put(mem, o.dscores, &ds);
         }
-        (M::CrossEntropyDividesTwice | M::CrossEntropyMeanDivides, Op::CrossEntropy(o)) => {
+        (M::CrossEntropyDividesTwice, Op::CrossEntropy(o)) => {
             let (rows, vocab) = (o.rows as usize, o.vocab as usize);
             let (logits, targets) = (floats(mem, o.logits, rows * vocab), words(mem, o.targets, rows));
             let mut dlogits = vec![0.0f32; rows * vocab];
-            let mut losses = vec![0.0f32; rows];
-            kernels::cross_entropy_rows(vocab, &logits, &targets, 1.0 / rows as f32, &mut dlogits, &mut losses);
-            if mutation == M::CrossEntropyDividesTwice {
-                for (r, row) in logits.chunks_exact(vocab).enumerate() {
-                    let max = kernels::lane_max_by(vocab, |j| row[j]);
-                    let e: Vec<f32> = row.iter().map(|&v| mathf::exp(v - max)).collect();
-                    let sum = kernels::lane_sum(&e);
-                    for j in 0..vocab {
-                        dlogits[r * vocab + j] = e[j] / sum / rows as f32;
-                    }
-                    dlogits[r * vocab + targets[r] as usize] -= 1.0 / rows as f32;
+            for (r, row) in logits.chunks_exact(vocab).enumerate() {
+                let max = kernels::lane_max_by(vocab, |j| row[j]);
+                let e: Vec<f32> = row.iter().map(|&v| mathf::exp(v - max)).collect();
+                let sum = kernels::lane_sum(&e);
+                for j in 0..vocab {
+                    dlogits[r * vocab + j] = e[j] / sum / rows as f32;
                 }
-                put(mem, o.dlogits, &dlogits);
-            } else {
-                put(mem, o.loss, &[kernels::lane_sum(&losses) / rows as f32]);
+                dlogits[r * vocab + targets[r] as usize] -= 1.0 / rows as f32;
             }
+            put(mem, o.dlogits, &dlogits);
+        }
+        (M::CrossEntropyMeanDivides, Op::CrossEntropy(o)) => {
+            let (rows, vocab) = (o.rows as usize, o.vocab as usize);
+            let (logits, targets) = (floats(mem, o.logits, rows * vocab), words(mem, o.targets, rows));
+            let (mut dlogits, mut losses) = (vec![0.0f32; rows * vocab], vec![0.0f32; rows]);
+            kernels::cross_entropy_rows(vocab, &logits, &targets, 1.0 / rows as f32, &mut dlogits, &mut losses);
+            put(mem, o.loss, &[kernels::lane_sum(&losses) / rows as f32]);
         }
         (M::HashUnchunked, Op::Hash(o)) => {
             let data = words(mem, o.data, o.len as usize);
@@ -435,4 +439,180 @@ fn run_in_place(mutation: OpMutation, op: &Op, mem: &mut Memory) -> Option<Resul
         }
         _ => None,
     }
+}
+
+/// What `LOCKSTEP_MUTANT` names: a mutant of [`MUTANTS`], or `none` (no mutation: the
+/// harness's control). Anything else, or nothing, is refused.
+pub fn from_env() -> Result<Option<Mutation>, WorkerError> {
+    let name = std::env::var("LOCKSTEP_MUTANT").unwrap_or_default();
+    match name.as_str() {
+        "none" => Ok(None),
+        other => find(other)
+            .map(|m| Some(m.mutation))
+            .ok_or_else(|| invalid(format!("LOCKSTEP_MUTANT={other:?} names no mutant (or `none`)"))),
+    }
+}
+
+fn invalid(message: String) -> WorkerError {
+    WorkerError::new(status::INVALID_ARGUMENT, message)
+}
+
+/// An ABI 2 plugin's state: buffers in host memory and the reference's units and ops with at
+/// most one mutation. [`crate::mutant_plugin!`] exports it.
+pub struct MutantState {
+    pub mutation: Option<Mutation>,
+    buffers: Memory,
+    next: u64,
+}
+
+impl MutantState {
+    pub fn new(mutation: Option<Mutation>) -> Self {
+        Self { mutation, buffers: Memory::new(), next: 0 }
+    }
+
+    pub fn gemm_f32(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), WorkerError> {
+        match self.mutation {
+            Some(Mutation::Units(flaw)) => crate::flaws::flawed_gemm(flaw, m, n, k, a, b, c)
+                .map_err(|e| WorkerError::new(status::NON_FINITE_INPUT, e)),
+            _ => crate::ReferenceWorker.gemm_f32(m, n, k, a, b, c),
+        }
+    }
+
+    pub fn gemm_i8(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[i8],
+        b: &[i8],
+        c: &mut [i32],
+    ) -> Result<(), WorkerError> {
+        match self.mutation {
+            Some(Mutation::Units(flaw)) => {
+                crate::flaws::flawed_gemm_i8(flaw, m, n, k, a, b, c);
+                Ok(())
+            }
+            _ => crate::ReferenceWorker.gemm_i8(m, n, k, a, b, c),
+        }
+    }
+
+    pub fn buffer_create(&mut self, words: usize) -> Result<u64, WorkerError> {
+        self.next += 1;
+        self.buffers.insert(self.next, vec![0; words]);
+        Ok(self.next)
+    }
+
+    pub fn buffer_free(&mut self, handle: u64) {
+        self.buffers.remove(&handle);
+    }
+
+    pub fn buffer_write(&mut self, handle: u64, offset: usize, data: &[u32]) -> Result<(), WorkerError> {
+        let b = self.buffers.get_mut(&handle).and_then(|b| b.get_mut(offset..offset + data.len()));
+        b.ok_or_else(|| invalid(format!("buffer {handle}: out of bounds")))?.copy_from_slice(data);
+        Ok(())
+    }
+
+    pub fn buffer_read(&mut self, handle: u64, offset: usize, out: &mut [u32]) -> Result<(), WorkerError> {
+        let b = self.buffers.get(&handle).and_then(|b| b.get(offset..offset + out.len()));
+        out.copy_from_slice(b.ok_or_else(|| invalid(format!("buffer {handle}: out of bounds")))?);
+        Ok(())
+    }
+
+    pub fn run_ops(&mut self, ops: &[Op]) -> Result<(), WorkerError> {
+        for op in ops {
+            op.check(|h| self.buffers.get(&h).map(|b| b.len() as u64)).map_err(|e| invalid(e.to_string()))?;
+            match (self.mutation, op) {
+                (Some(Mutation::Units(flaw)), Op::Matmul(mm)) => run_matmul(flaw, mm, &mut self.buffers)
+                    .map_err(|e| WorkerError::new(status::NON_FINITE_INPUT, e))?,
+                (Some(Mutation::Op(mutation)), _) => {
+                    run_op(mutation, op, &mut self.buffers).map_err(|e| invalid(e.to_string()))?
+                }
+                _ => run_reference(op, &mut self.buffers).map_err(|e| invalid(e.to_string()))?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Defines and exports an ABI 2 plugin named `$name` computing the reference with the mutation
+/// `$mutation` gives when an instance is created (a `Result<Option<Mutation>, WorkerError>`).
+#[macro_export]
+macro_rules! mutant_plugin {
+    ($name:literal, $description:literal, $mutation:expr) => {
+        use lockstep_luts::ops::Op;
+        use lockstep_worker_api::plugin::{Worker, WorkerError};
+        use lockstep_worker_api::{caps, CreateOptions};
+        use $crate::mutants::MutantState;
+
+        struct Plugin(MutantState);
+
+        impl Worker for Plugin {
+            const NAME: &'static std::ffi::CStr = $name;
+            const DESCRIPTION: &'static std::ffi::CStr = $description;
+            const CAPABILITIES: u64 = caps::REQUIRED;
+            const OPS: u64 = lockstep_worker_api::ops::ALL;
+
+            fn create(_: &CreateOptions) -> Result<Self, WorkerError> {
+                Ok(Plugin(MutantState::new($mutation?)))
+            }
+
+            fn describe(&self) -> String {
+                format!("mutation {:?} (test fixture)", self.0.mutation)
+            }
+
+            fn gemm_f32(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[f32],
+                b: &[f32],
+                c: &mut [f32],
+            ) -> Result<(), WorkerError> {
+                self.0.gemm_f32(m, n, k, a, b, c)
+            }
+
+            fn gemm_i8(
+                &mut self,
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[i8],
+                b: &[i8],
+                c: &mut [i32],
+            ) -> Result<(), WorkerError> {
+                self.0.gemm_i8(m, n, k, a, b, c)
+            }
+
+            fn buffer_create(&mut self, words: usize) -> Result<u64, WorkerError> {
+                self.0.buffer_create(words)
+            }
+
+            fn buffer_free(&mut self, handle: u64) {
+                self.0.buffer_free(handle)
+            }
+
+            fn buffer_write(&mut self, handle: u64, offset: usize, data: &[u32]) -> Result<(), WorkerError> {
+                self.0.buffer_write(handle, offset, data)
+            }
+
+            fn buffer_read(&mut self, handle: u64, offset: usize, out: &mut [u32]) -> Result<(), WorkerError> {
+                self.0.buffer_read(handle, offset, out)
+            }
+
+            fn run_ops(&mut self, ops: &[Op]) -> Result<(), WorkerError> {
+                self.0.run_ops(ops)
+            }
+        }
+
+        lockstep_worker_api::export_worker!(Plugin);
+    };
 }
