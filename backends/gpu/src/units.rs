@@ -336,11 +336,6 @@ impl GpuUnits {
         self.tile
     }
 
-    /// The tile for products the default tile covers with few workgroups, if any.
-    pub fn narrow_tile(&self) -> Option<Tile> {
-        self.narrow
-    }
-
     /// The most bytes of device buffers this instance has held at once (two arenas while one
     /// grows into the other included).
     pub fn peak_device_bytes(&self) -> u64 {
