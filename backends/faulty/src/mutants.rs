@@ -13,7 +13,7 @@
 use lockstep_luts::ops;
 use lockstep_luts::ops::{self as kernels, run_reference, Memory, Op, Span};
 use lockstep_luts::{hash, mathf};
-use lockstep_worker_api::plugin::{Worker, WorkerError};
+use lockstep_worker_api::plugin::WorkerError;
 use lockstep_worker_api::status;
 
 use crate::flaws::Flaw;
@@ -482,7 +482,12 @@ impl MutantState {
         match self.mutation {
             Some(Mutation::Units(flaw)) => crate::flaws::flawed_gemm(flaw, m, n, k, a, b, c)
                 .map_err(|e| WorkerError::new(status::NON_FINITE_INPUT, e)),
-            _ => crate::ReferenceWorker.gemm_f32(m, n, k, a, b, c),
+            _ => {
+                let out = lockstep_luts::gemm_nt(m, n, k, a, b)
+                    .map_err(|e| WorkerError::new(status::NON_FINITE_INPUT, e.to_string()))?;
+                c.copy_from_slice(&out);
+                Ok(())
+            }
         }
     }
 
@@ -500,7 +505,10 @@ impl MutantState {
                 crate::flaws::flawed_gemm_i8(flaw, m, n, k, a, b, c);
                 Ok(())
             }
-            _ => crate::ReferenceWorker.gemm_i8(m, n, k, a, b, c),
+            _ => {
+                c.copy_from_slice(&lockstep_luts::gemm_i8_nt(m, n, k, a, b));
+                Ok(())
+            }
         }
     }
 
