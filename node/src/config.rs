@@ -131,6 +131,14 @@ impl RunConfig {
         if h == 0 || !self.steps.is_multiple_of(h) {
             return Err(ConfigError::StepsPerSync { steps: self.steps, sync: self.sync.mode });
         }
+        let overlap = self.sync.overlap;
+        let overlap_fits = match self.sync.mode {
+            SyncMode::EveryStep => overlap == 0,
+            SyncMode::Outer { inner_steps } => overlap < inner_steps && overlap <= SyncConfig::MAX_OVERLAP,
+        };
+        if !overlap_fits {
+            return Err(ConfigError::Overlap { overlap, sync: self.sync.mode });
+        }
         let outer = self.sync.outer;
         if !(outer.lr.is_finite()
             && outer.lr > 0.0
@@ -163,6 +171,11 @@ pub enum ConfigError {
         lr: f32,
         momentum: f32,
     },
+    /// An overlap with `every-step`, or not below `H` (or past what the encoding carries).
+    Overlap {
+        overlap: u32,
+        sync: SyncMode,
+    },
 }
 
 impl std::fmt::Display for ConfigError {
@@ -183,6 +196,11 @@ impl std::fmt::Display for ConfigError {
             ConfigError::StepsPerSync { steps, sync } => {
                 write!(f, "{steps} steps are not a whole number of syncs of {sync}")
             }
+            ConfigError::Overlap { overlap, sync } => write!(
+                f,
+                "overlap {overlap} with sync {sync}: an overlap needs outer:H, below H and at most {}",
+                SyncConfig::MAX_OVERLAP
+            ),
             ConfigError::Outer { lr, momentum } => {
                 write!(f, "outer learning rate {lr} must be positive and finite, outer momentum {momentum} in [0, 1)")
             }
@@ -209,6 +227,7 @@ pub(crate) mod tests {
                 mode: SyncMode::Outer { inner_steps: 8 },
                 compression: Compression::Int8,
                 outer: OuterOptimizer { lr: 0.75, momentum: 0.5 },
+                overlap: 3,
             },
         }
     }
@@ -228,15 +247,23 @@ pub(crate) mod tests {
             &96u32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
             &[8, 7, 6, 5, 4, 3, 2, 1],
-            &[1, 8, 0, 0, 0, 1],
+            &[4, 8, 0, 0, 0, 1],
             &0.75f32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
         ]
         .concat();
         assert_eq!(bytes.to_vec(), golden);
         assert_eq!(RunConfig::decode(&bytes), Ok(run));
-        let mut bad = bytes;
-        bad[36] = 9;
-        assert_eq!(RunConfig::decode(&bad), Err(SyncError::ModeByte(9)));
+        // The mode byte is 1 + the overlap for outer:H: every byte is some setting, and
+        // `RunConfig::validate` says which are runs.
+        let mut other = bytes;
+        other[36] = 1;
+        let read = RunConfig::decode(&other).expect("outer:8 without overlap");
+        assert_eq!(read.sync.overlap, 0);
+        read.validate().expect("a run");
+        other[36] = 9;
+        let read = RunConfig::decode(&other).expect("outer:8 with overlap 8");
+        assert_eq!(read.sync.overlap, 8);
+        assert_eq!(read.validate(), Err(ConfigError::Overlap { overlap: 8, sync: SyncMode::Outer { inner_steps: 8 } }));
     }
 }

@@ -177,6 +177,17 @@ pub struct TrainerReplica {
     failed: Option<ComputeError>,
     /// Fault injection: the value every contribution carries instead of the honest ones.
     poison: Option<f32>,
+    /// `outer:H` with an overlap: the trainer, on a thread of its own, running the next
+    /// window's first steps while the group sums the contribution just made; joined by
+    /// whatever needs the trainer next (the mean's `apply`, usually).
+    ahead: Option<RunningAhead>,
+}
+
+/// The trainer away on the thread running ahead.
+struct RunningAhead {
+    thread: std::thread::JoinHandle<(Trainer, Result<(), ComputeError>)>,
+    /// Syncs its weights were the result of when it left (running ahead adds none).
+    syncs_done: u32,
 }
 
 /// The current weights' hash, or the thread computing it.
@@ -203,6 +214,7 @@ impl TrainerReplica {
             hash_seconds: 0.0,
             failed: None,
             poison: None,
+            ahead: None,
         }
     }
 
@@ -210,6 +222,7 @@ impl TrainerReplica {
     /// runs).
     pub fn stage(&mut self, name: String, verdict: Verdict, gemm: Box<dyn Gemm + Send>) {
         let staged = Staged { name, verdict, gemm };
+        self.settle();
         if self.trainer.is_none() {
             // No run to wait for: it is in use from now (the first run takes it).
             self.admitted = Some(self.take_up(staged, 1));
@@ -227,7 +240,51 @@ impl TrainerReplica {
     }
 
     fn trainer(&mut self) -> Result<&mut Trainer, ReplicaError> {
+        self.settle();
         self.trainer.as_mut().ok_or(ReplicaError::NoRun)
+    }
+
+    /// Takes the trainer back from the thread running ahead, if one is (waiting for it); a
+    /// step that failed there is reported by the next `compute`.
+    fn settle(&mut self) {
+        if let Some(RunningAhead { thread, .. }) = self.ahead.take() {
+            match thread.join() {
+                Ok((trainer, result)) => {
+                    self.trainer = Some(trainer);
+                    if let Err(e) = result {
+                        self.failed = Some(e);
+                    }
+                }
+                // The trainer is lost with the thread: the run must be configured again.
+                Err(_) => {
+                    self.failed =
+                        Some(ComputeError::backend(std::io::Error::other("the thread running ahead panicked")))
+                }
+            }
+        }
+    }
+
+    /// Starts the next window's first steps on a thread of its own when the run overlaps
+    /// (`docs/VERIFICATION.md`, overlapped outer steps).
+    fn start_ahead(&mut self) {
+        let overlapped = self.trainer.as_ref().is_some_and(|t| t.run_config().sync.overlap > 0);
+        if !overlapped {
+            return;
+        }
+        let Some(mut trainer) = self.trainer.take() else { return };
+        let syncs = syncs_done(&trainer);
+        let spawned = std::thread::Builder::new().name("run-ahead".into()).spawn(move || {
+            let result = trainer.run_ahead();
+            (trainer, result)
+        });
+        match spawned {
+            Ok(thread) => self.ahead = Some(RunningAhead { thread, syncs_done: syncs }),
+            // No thread: the trainer went with the closure; the next compute says so.
+            Err(e) => {
+                self.failed =
+                    Some(ComputeError::backend(std::io::Error::other(format!("no thread to run ahead on: {e}"))))
+            }
+        }
     }
 
     /// Hashes the current weights once and keeps the hash.
@@ -266,6 +323,7 @@ impl Replica for TrainerReplica {
     fn configure(&mut self, run: &RunConfig) -> Result<usize, ReplicaError> {
         let run = *run;
         run.validate().map_err(ReplicaError::Config)?;
+        self.settle();
         let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
         // The backend: a swap staged during the last run, else the one admitted at start-up,
         // else the last run's (a path-loaded or swapped-in plugin stays), else open one.
@@ -288,6 +346,7 @@ impl Replica for TrainerReplica {
     }
 
     fn compute(&mut self, step: u32) -> Result<Gradient, ReplicaError> {
+        self.settle();
         // A staged hot-swap takes over here, at the step boundary.
         if let Some(staged) = self.staged.take().filter(|_| self.trainer.is_some()) {
             let gemm = self.take_up(staged, step);
@@ -319,10 +378,12 @@ impl Replica for TrainerReplica {
         self.hash_seconds += probe_seconds;
         // The hash of the weights this sync started from (computed alongside, see `apply`).
         let whash = self.resolve_hash();
+        self.start_ahead();
         Ok(Gradient { step, whash, phash, loss: contribution.loss, values: contribution.values })
     }
 
     fn apply(&mut self, mean: &[f32], grid: &[u8]) {
+        self.settle();
         let Some(trainer) = self.trainer.as_mut() else { return };
         if let Err(e) = trainer.finish_sync(mean, grid) {
             self.failed = Some(e);
@@ -354,6 +415,7 @@ impl Replica for TrainerReplica {
     }
 
     fn snapshot(&mut self) -> Vec<u8> {
+        self.settle();
         match self.trainer.as_mut().map(Trainer::state) {
             Some(Ok(state)) => checkpoint::encode(&state),
             Some(Err(e)) => {
@@ -365,7 +427,10 @@ impl Replica for TrainerReplica {
     }
 
     fn steps_done(&self) -> u32 {
-        self.trainer.as_ref().map_or(0, syncs_done)
+        match &self.ahead {
+            Some(away) => away.syncs_done,
+            None => self.trainer.as_ref().map_or(0, syncs_done),
+        }
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError> {
@@ -393,6 +458,7 @@ impl Replica for TrainerReplica {
     }
 
     fn weight_hash(&mut self) -> u32 {
+        self.settle();
         self.resolve_hash()
     }
 
@@ -409,6 +475,7 @@ impl Replica for TrainerReplica {
     }
 
     fn flip_weight_bit(&mut self) {
+        self.settle();
         if let Some(Ok(mut state)) = self.trainer.as_mut().map(Trainer::state) {
             state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
             if let Some(trainer) = self.trainer.as_mut() {
@@ -507,6 +574,51 @@ mod tests {
         joiner.apply(as_f32(&early), &[]);
         assert_eq!(joiner.restore(&checkpoint).expect("a resume").0, 3);
         assert_eq!(joiner.compute(4).expect("a step"), from_start.compute(4).expect("a step"));
+    }
+
+    /// `outer:4` with an overlap of 2: the replica runs the next window's first steps on a
+    /// thread of its own after each contribution and gives the bits of a trainer driven by
+    /// hand (contribute, run ahead, finish); its hash and checkpoint are the group's state at
+    /// the sync, and a member resumed from that checkpoint contributes from the same weights.
+    #[test]
+    fn an_overlapped_replica_runs_ahead_and_checkpoints_the_groups_state() {
+        let mut run = tiny();
+        run.steps = 12;
+        run.sync = crate::sync::SyncConfig {
+            mode: crate::sync::SyncMode::Outer { inner_steps: 4 },
+            overlap: 2,
+            ..crate::sync::SyncConfig::SEED
+        };
+        let replica = || TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+        let mut member = replica();
+        member.configure(&run).expect("a run");
+        let mut by_hand =
+            Trainer::new(run, Box::new(FloatGemm::new(1)), Box::new(BuiltinSource::new(node_data_seed(run.seed, 0))))
+                .expect("a run");
+        let halved = |g: &Gradient| as_f32(g).iter().map(|v| v * 0.5).collect::<Vec<f32>>();
+        for step in 1..=2 {
+            let gradient = member.compute(step).expect("a sync");
+            assert_eq!(member.steps_done(), step, "running ahead adds no sync");
+            let contribution = by_hand.contribute().expect("a sync");
+            assert_eq!(Values::F32(as_f32(&gradient).to_vec()), contribution.values);
+            by_hand.run_ahead().expect("steps ahead");
+            // Any mean will do: half the contribution.
+            member.apply(&halved(&gradient), &[]);
+            by_hand.finish_sync(&halved(&gradient), &[]).expect("the mean");
+            assert_eq!(member.weight_hash(), by_hand.weight_hash());
+            assert_eq!(by_hand.step_count(), 4 * step + 2, "two steps ahead");
+        }
+        let checkpoint = member.snapshot();
+        let state = checkpoint::decode(&checkpoint, Some(run.model)).expect("a checkpoint");
+        assert_eq!(state.step, 8, "the sync's step, not the steps run ahead");
+        assert_eq!(crate::params::weight_hash(&state.weights), by_hand.weight_hash());
+        let mut joiner = replica();
+        joiner.configure(&run).expect("a run");
+        assert_eq!(joiner.restore(&checkpoint).expect("a resume").0, 2);
+        let from_start = member.compute(3).expect("the last sync");
+        let joined = joiner.compute(3).expect("the last sync");
+        assert_eq!(joined.whash, from_start.whash, "both contribute from the group's weights");
+        assert_ne!(joined.values, from_start.values, "the joiner has no steps ahead");
     }
 
     #[test]

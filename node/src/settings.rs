@@ -96,6 +96,10 @@ settings! {
     "outer-lr" => sync.outer.lr: f32,
     /// The outer optimizer's Nesterov momentum (`outer:H`).
     "outer-momentum" => sync.outer.momentum: f32,
+    /// `outer:H`: inner steps of the next window each member runs while the group sums the last
+    /// one; the group's mean is applied after them, with the member's progress kept (0: wait
+    /// for the mean; below H).
+    "overlap" => sync.overlap: u32,
 }
 
 /// The setting called `name` (`-` or `_` between words).

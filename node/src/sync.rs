@@ -142,6 +142,10 @@ pub struct SyncConfig {
     pub compression: Compression,
     /// Used by `outer:H` only.
     pub outer: OuterOptimizer,
+    /// `outer:H` only: inner steps of the next window a member runs from its own weights while
+    /// the group sums the last one, before it applies the group's mean ([`Strategy::run_ahead`]);
+    /// 0 waits for the mean (no overlap).
+    pub overlap: u32,
 }
 
 impl SyncConfig {
@@ -153,8 +157,15 @@ impl SyncConfig {
     }
 
     /// The seed's exchange: every step, f32.
-    pub const SEED: SyncConfig =
-        SyncConfig { mode: SyncMode::EveryStep, compression: Compression::None, outer: OuterOptimizer::DEFAULT };
+    pub const SEED: SyncConfig = SyncConfig {
+        mode: SyncMode::EveryStep,
+        compression: Compression::None,
+        outer: OuterOptimizer::DEFAULT,
+        overlap: 0,
+    };
+
+    /// The largest overlap the encoding carries (the mode byte is `1 + overlap`).
+    pub const MAX_OVERLAP: u32 = 254;
 }
 
 impl SyncConfig {
@@ -162,12 +173,14 @@ impl SyncConfig {
     pub const ENCODED_LEN: usize = 14;
 
     /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
-    /// `[u8 mode (0 every-step, 1 outer)][u32 H (1 for every-step)][u8 compression (0 none,
-    /// 1 int8)][f32 outer lr][f32 outer momentum]`.
+    /// `[u8 mode (0 every-step, 1 + overlap for outer)][u32 H (1 for every-step)][u8
+    /// compression (0 none, 1 int8)][f32 outer lr][f32 outer momentum]`. An overlap past
+    /// [`SyncConfig::MAX_OVERLAP`], or one with `every-step`, is not a valid run
+    /// (`RunConfig::validate`) and is not encoded.
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let (mode, h) = match self.mode {
             SyncMode::EveryStep => (0u8, 1u32),
-            SyncMode::Outer { inner_steps } => (1, inner_steps),
+            SyncMode::Outer { inner_steps } => (1 + self.overlap.min(Self::MAX_OVERLAP) as u8, inner_steps),
         };
         let compression = match self.compression {
             Compression::None => 0u8,
@@ -185,10 +198,9 @@ impl SyncConfig {
     /// Reads [`SyncConfig::encode`]'s bytes; an unknown mode or compression is named.
     pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<SyncConfig, SyncError> {
         let word = |at: usize| [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
-        let mode = match bytes[0] {
-            0 => SyncMode::EveryStep,
-            1 => SyncMode::Outer { inner_steps: u32::from_le_bytes(word(1)) },
-            other => return Err(SyncError::ModeByte(other)),
+        let (mode, overlap) = match bytes[0] {
+            0 => (SyncMode::EveryStep, 0),
+            b => (SyncMode::Outer { inner_steps: u32::from_le_bytes(word(1)) }, u32::from(b) - 1),
         };
         let compression = match bytes[5] {
             0 => Compression::None,
@@ -196,13 +208,17 @@ impl SyncConfig {
             other => return Err(SyncError::CompressionByte(other)),
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
-        Ok(SyncConfig { mode, compression, outer })
+        Ok(SyncConfig { mode, compression, outer, overlap })
     }
 }
 
 impl std::fmt::Display for SyncConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.mode, self.compression)
+        write!(f, "{} {}", self.mode, self.compression)?;
+        if self.overlap > 0 {
+            write!(f, " overlap {}", self.overlap)?;
+        }
+        Ok(())
     }
 }
 
@@ -213,8 +229,6 @@ pub enum SyncError {
     ModeText(String),
     /// Text that is not a compression.
     CompressionText(String),
-    /// A sync mode byte this version does not know.
-    ModeByte(u8),
     /// A compression byte this version does not know.
     CompressionByte(u8),
     /// A packed contribution without one block byte per block.
@@ -236,7 +250,6 @@ impl std::fmt::Display for SyncError {
                 write!(f, "`{s}` is not a sync mode: every-step or outer:H with H from 1 to 100000")
             }
             SyncError::CompressionText(s) => write!(f, "`{s}` is not a compression: none or int8"),
-            SyncError::ModeByte(b) => write!(f, "sync mode {b}"),
             SyncError::CompressionByte(b) => write!(f, "compression {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),
             SyncError::QuantMinus128 { index } => write!(f, "quant -128 at {index} (quants lie in [-127, 127])"),
@@ -639,6 +652,8 @@ pub trait Member {
     fn weights(&mut self) -> &mut Vec<f32>;
     /// Takes back the step count of `steps` local steps (a sync abandoned half way).
     fn rewind(&mut self, steps: u32);
+    /// Optimizer steps the run has left.
+    fn steps_left(&self) -> u32;
 }
 
 /// One member's contribution to a sync.
@@ -690,14 +705,43 @@ struct InFlight {
     packed: Option<(Vec<f32>, Packed)>,
 }
 
+/// `outer:H` with an overlap: the next window's first steps, run before the group's mean came.
+#[derive(Clone, Debug)]
+struct Ahead {
+    /// The member's weights when they began (the end of the window it contributed).
+    anchor: Vec<f32>,
+    steps: u32,
+    losses: f32,
+}
+
+/// `outer:H` with an overlap, after the mean: the window's steps so far sit on the new global
+/// weights, which the window's contribution is measured from.
+#[derive(Clone, Debug)]
+struct Rebased {
+    global: Vec<f32>,
+    steps: u32,
+    losses: f32,
+}
+
 /// One member's side of every sync, for every mode: what it contributes, and what it does with
 /// the group's mean. A new sync mode is a new [`SyncMode`] and its arms here; the trainer has no
 /// mode of its own.
+///
+/// With an overlap `D` (`outer:H`, [`SyncConfig::overlap`]) a window's steps are split: after
+/// contributing window `k`, the member runs the first `D` steps of window `k + 1` from its own
+/// weights `L` ([`Strategy::run_ahead`]) while the group sums window `k`; then the group's mean
+/// gives the new global weights `G`, and the member's weights become `G − (L − W)`, where `W` is
+/// where the `D` steps ended: its progress moved onto the group's weights, element by element,
+/// each subtraction one f32 rounding. Window `k + 1` contributes `G` minus its weights after its
+/// remaining `H − D` steps. Every member's global weights (what the guard hashes) stay
+/// bit-identical; with `D = 0` the arithmetic is exactly the plain `outer:H`.
 #[derive(Clone, Debug, Default)]
 pub struct Strategy {
     config: SyncConfig,
     state: SyncState,
     in_flight: Option<InFlight>,
+    ahead: Option<Ahead>,
+    rebased: Option<Rebased>,
 }
 
 impl Default for SyncConfig {
@@ -708,7 +752,7 @@ impl Default for SyncConfig {
 
 impl Strategy {
     pub fn new(config: SyncConfig, state: SyncState) -> Strategy {
-        Strategy { config, state, in_flight: None }
+        Strategy { config, state, in_flight: None, ahead: None, rebased: None }
     }
 
     pub fn config(&self) -> &SyncConfig {
@@ -719,11 +763,18 @@ impl Strategy {
         &self.state
     }
 
+    /// The group's weights while the member's own differ from them (an overlapped window after
+    /// the mean came), with the steps of the window already taken; `None` when the member's
+    /// weights are the group's.
+    pub fn global(&self) -> Option<(&[f32], u32)> {
+        self.rebased.as_ref().map(|r| (&r.global[..], r.steps))
+    }
+
     /// The member's contribution to the next sync: `every-step`, the gradient of one batch;
-    /// `outer:H`, the global weights minus the weights after `H` local steps. With `int8`, the
-    /// residual is added and the sum packed. Until [`Strategy::finish`], the weights are local
-    /// (`outer:H`). A failed inner step puts the weights and the step count back to the sync's
-    /// start.
+    /// `outer:H`, the global weights minus the weights after `H` local steps (fewer when some
+    /// ran ahead of the last mean). With `int8`, the residual is added and the sum packed.
+    /// Until [`Strategy::finish`], the weights are local (`outer:H`). A failed inner step puts
+    /// the weights and the step count back to the window's start.
     pub fn contribute(&mut self, member: &mut dyn Member) -> Result<Contribution, ContributeError> {
         let (loss, mut x, global) = match self.config.mode {
             SyncMode::EveryStep => {
@@ -731,9 +782,11 @@ impl Strategy {
                 (loss, grad, None)
             }
             SyncMode::Outer { inner_steps } => {
-                let global = member.weights().clone();
-                let mut losses = 0f32;
-                for done in 0..inner_steps {
+                let (global, taken, mut losses) = match self.rebased.take() {
+                    Some(Rebased { global, steps, losses }) => (global, steps, losses),
+                    None => (member.weights().clone(), 0, 0f32),
+                };
+                for done in taken..inner_steps {
                     match member.step_alone() {
                         Ok(loss) => losses += loss,
                         Err(e) => {
@@ -761,9 +814,35 @@ impl Strategy {
         Ok(Contribution { loss, values })
     }
 
+    /// `outer:H` with an overlap, between [`Strategy::contribute`] and [`Strategy::finish`]:
+    /// the next window's first [`SyncConfig::overlap`] steps, from the member's own weights (a
+    /// member runs this while the group sums what it sent). Nothing to do in other modes, and
+    /// after the run's last window. A failed step puts the weights and step count back.
+    pub fn run_ahead(&mut self, member: &mut dyn Member) -> Result<(), ComputeError> {
+        let steps = self.config.overlap.min(member.steps_left());
+        if steps == 0 || !matches!(self.config.mode, SyncMode::Outer { .. }) || self.ahead.is_some() {
+            return Ok(());
+        }
+        let anchor = member.weights().clone();
+        let mut losses = 0f32;
+        for done in 0..steps {
+            match member.step_alone() {
+                Ok(loss) => losses += loss,
+                Err(e) => {
+                    member.rewind(done);
+                    *member.weights() = anchor;
+                    return Err(e);
+                }
+            }
+        }
+        self.ahead = Some(Ahead { anchor, steps, losses });
+        Ok(())
+    }
+
     /// Ends a sync with the group's mean (`grid`: the group's block grid, `int8` only):
-    /// `every-step` takes one optimizer step with it; `outer:H` puts the global weights back
-    /// and takes one outer step. A member that made no contribution this sync (a fresh joiner)
+    /// `every-step` takes one optimizer step with it; `outer:H` takes one outer step on the
+    /// global weights, and the member's weights become them (plus the progress of the steps it
+    /// ran ahead, if it did). A member that made no contribution this sync (a fresh joiner)
     /// only needs the mean, never the grid.
     pub fn finish(&mut self, member: &mut dyn Member, mean: &[f32], grid: &[u8]) -> Result<(), ComputeError> {
         let in_flight = self.in_flight.take().unwrap_or_default();
@@ -772,13 +851,22 @@ impl Strategy {
         }
         match self.config.mode {
             SyncMode::EveryStep => member.apply(mean)?,
-            SyncMode::Outer { .. } => {
-                let weights = member.weights();
-                if let Some(global) = in_flight.global {
-                    *weights = global;
+            SyncMode::Outer { .. } => match (in_flight.global, self.ahead.take()) {
+                (Some(mut global), Some(Ahead { anchor, steps, losses })) => {
+                    self.config.outer.step(&mut global, &mut self.state.outer_momentum, mean);
+                    for ((w, &g), &a) in member.weights().iter_mut().zip(&global).zip(&anchor) {
+                        *w = g - (a - *w);
+                    }
+                    self.rebased = Some(Rebased { global, steps, losses });
                 }
-                self.config.outer.step(weights, &mut self.state.outer_momentum, mean);
-            }
+                (global, _) => {
+                    let weights = member.weights();
+                    if let Some(global) = global {
+                        *weights = global;
+                    }
+                    self.config.outer.step(weights, &mut self.state.outer_momentum, mean);
+                }
+            },
         }
         Ok(())
     }
@@ -791,6 +879,7 @@ impl Strategy {
             return Ok(member.step_alone()?);
         }
         let Contribution { loss, values } = self.contribute(member)?;
+        self.run_ahead(member)?;
         let reduced = reduce_one(values);
         self.finish(member, &reduced.mean, &reduced.grid)?;
         Ok(loss)
@@ -1007,5 +1096,164 @@ mod tests {
         // m = 0.5·1 − 1 = −0.5, w = 2 − 0.5·(−1 − 0.25) = 2.625.
         assert_eq!(m, vec![0.5, -0.5]);
         assert_eq!(w, vec![0.625, 2.625]);
+    }
+
+    /// A member whose step is plain arithmetic on its weights: cheap, deterministic, and
+    /// different at every step (step `k` of weight `i`: `w·0.9375 + (k + i)/64`). Step
+    /// `fail_at` fails instead.
+    struct Toy {
+        weights: Vec<f32>,
+        step: u32,
+        steps: u32,
+        fail_at: Option<u32>,
+    }
+
+    impl Toy {
+        fn new(steps: u32) -> Toy {
+            Toy { weights: (0..40).map(|i| 0.25 + i as f32 / 8.0).collect(), step: 0, steps, fail_at: None }
+        }
+    }
+
+    /// What one toy step does to `w` at step `k` (the statement the test compares with).
+    fn toy_step(w: &mut [f32], k: u32) {
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = *w * 0.9375 + (k as usize + i) as f32 / 64.0;
+        }
+    }
+
+    impl Member for Toy {
+        fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError> {
+            unreachable!("outer:H asks for steps, not gradients")
+        }
+        fn apply(&mut self, _grad: &[f32]) -> Result<(), ComputeError> {
+            unreachable!("outer:H asks for steps, not updates")
+        }
+        fn step_alone(&mut self) -> Result<f32, ComputeError> {
+            if self.fail_at == Some(self.step + 1) {
+                return Err(ComputeError::backend(std::io::Error::other("the toy's step fails")));
+            }
+            self.step += 1;
+            toy_step(&mut self.weights, self.step);
+            Ok(self.step as f32)
+        }
+        fn weights(&mut self) -> &mut Vec<f32> {
+            &mut self.weights
+        }
+        fn rewind(&mut self, steps: u32) {
+            self.step -= steps;
+        }
+        fn steps_left(&self) -> u32 {
+            self.steps - self.step
+        }
+    }
+
+    fn outer(h: u32, overlap: u32) -> SyncConfig {
+        let outer = OuterOptimizer { lr: 0.75, momentum: 0.5 };
+        SyncConfig { mode: SyncMode::Outer { inner_steps: h }, compression: Compression::None, outer, overlap }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// `outer:4` with an overlap of 2, a group of one for three windows, against the
+    /// arithmetic `Strategy`'s docs state, written out here: the first window is 4 steps from
+    /// the start; each later one is 2 steps run ahead from where the last ended, then moved
+    /// onto the new global weights (`G − (L − W)`), then 2 more; its contribution is `G` minus
+    /// where it ends. The last window runs nothing ahead.
+    #[test]
+    fn an_overlapped_window_moves_its_early_steps_onto_the_groups_weights() {
+        let config = outer(4, 2);
+        let mut strategy = Strategy::new(config, SyncState::new(&config, 40));
+        let mut toy = Toy::new(12);
+        let mut global = toy.weights.clone();
+        let mut momentum = vec![0f32; 40];
+        let mut local = global.clone();
+        let mut k = 0;
+        for window in 0..3 {
+            let begin = k;
+            while k < begin + 4 - if window == 0 { 0 } else { 2 } {
+                k += 1;
+                toy_step(&mut local, k);
+            }
+            let delta: Vec<f32> = global.iter().zip(&local).map(|(g, l)| g - l).collect();
+            let contribution = strategy.contribute(&mut toy).unwrap();
+            assert_eq!(contribution.values, Values::F32(delta.clone()), "window {window}");
+            // The mean of a group of one is its contribution (`x / 1` is `x`).
+            strategy.run_ahead(&mut toy).unwrap();
+            strategy.finish(&mut toy, &delta, &[]).unwrap();
+            for ((w, m), d) in global.iter_mut().zip(&mut momentum).zip(&delta) {
+                *m = 0.5 * *m + d;
+                *w -= 0.75 * (d + 0.5 * *m);
+            }
+            if window < 2 {
+                let anchor = local.clone();
+                for _ in 0..2 {
+                    k += 1;
+                    toy_step(&mut local, k);
+                }
+                for ((l, g), a) in local.iter_mut().zip(&global).zip(&anchor) {
+                    *l = g - (a - *l);
+                }
+                let (held, ahead) = strategy.global().expect("the group's weights, kept apart");
+                assert_eq!((bits(held), ahead), (bits(&global), 2));
+            } else {
+                local = global.clone();
+                assert!(strategy.global().is_none(), "the run's last window runs nothing ahead");
+            }
+            assert_eq!(bits(&toy.weights), bits(&local), "window {window}");
+            assert_eq!(toy.step, k);
+        }
+        assert_eq!(toy.step, 12);
+    }
+
+    /// With no overlap, running ahead does nothing: the windows are plain `outer:H`'s, bit for
+    /// bit; `alone` with an overlap is `contribute`, `run_ahead`, `finish`.
+    #[test]
+    fn no_overlap_is_plain_outer_and_alone_runs_ahead_too() {
+        let (plain, ahead) = (outer(4, 0), outer(4, 3));
+        let mut a = Strategy::new(plain, SyncState::new(&plain, 40));
+        let mut toy_a = Toy::new(12);
+        let mut b = Strategy::new(ahead, SyncState::new(&ahead, 40));
+        let mut toy_b = Toy::new(12);
+        let mut c = Strategy::new(ahead, SyncState::new(&ahead, 40));
+        let mut toy_c = Toy::new(12);
+        for _ in 0..3 {
+            let Contribution { values, .. } = a.contribute(&mut toy_a).unwrap();
+            a.run_ahead(&mut toy_a).unwrap();
+            let mean = reduce_one(values).mean;
+            a.finish(&mut toy_a, &mean, &[]).unwrap();
+            b.alone(&mut toy_b).unwrap();
+            let Contribution { values, .. } = c.contribute(&mut toy_c).unwrap();
+            c.run_ahead(&mut toy_c).unwrap();
+            let mean = reduce_one(values).mean;
+            c.finish(&mut toy_c, &mean, &[]).unwrap();
+        }
+        assert_eq!(bits(&toy_b.weights), bits(&toy_c.weights));
+        assert_eq!(toy_a.step, 12);
+        // Three windows of the same toy: the overlap changed the arithmetic.
+        assert_ne!(bits(&toy_a.weights), bits(&toy_b.weights));
+    }
+
+    /// A step that fails while running ahead puts the member back where it contributed from;
+    /// one that fails after the mean puts it back to the group's weights and the sync's step.
+    #[test]
+    fn a_failed_step_ahead_or_after_the_mean_rewinds_to_the_sync() {
+        let config = outer(4, 2);
+        let mut strategy = Strategy::new(config, SyncState::new(&config, 40));
+        let mut toy = Toy::new(12);
+        let Contribution { values, .. } = strategy.contribute(&mut toy).unwrap();
+        let ended = toy.weights.clone();
+        toy.fail_at = Some(6);
+        assert!(strategy.run_ahead(&mut toy).is_err());
+        assert_eq!((toy.step, bits(&toy.weights)), (4, bits(&ended)));
+        toy.fail_at = None;
+        strategy.run_ahead(&mut toy).unwrap();
+        let mean = reduce_one(values).mean;
+        strategy.finish(&mut toy, &mean, &[]).unwrap();
+        let group = strategy.global().unwrap().0.to_vec();
+        toy.fail_at = Some(7);
+        assert!(strategy.contribute(&mut toy).is_err());
+        assert_eq!((toy.step, bits(&toy.weights)), (4, bits(&group)));
     }
 }

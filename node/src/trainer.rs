@@ -85,6 +85,9 @@ pub struct Trainer {
     last_origin: Origin,
     /// `Some` while the backend's device holds the weights and the moments.
     on_device: Option<OnDevice>,
+    /// The data state at the last sync, while the steps run ahead of it are not in the
+    /// group's state (an overlapped window).
+    data_at_sync: Option<u64>,
 }
 
 impl Trainer {
@@ -109,6 +112,7 @@ impl Trainer {
             audit_all: false,
             last_audited: None,
             on_device: None,
+            data_at_sync: None,
         })
     }
 
@@ -132,10 +136,16 @@ impl Trainer {
         &self.model
     }
 
-    /// The current weights (downloaded first when the backend's device holds newer ones).
+    /// The group's current weights (downloaded first when the backend's device holds newer
+    /// ones): this member's own, except in an overlapped window after the mean came, where its
+    /// own carry the steps it ran ahead ([`Strategy::run_ahead`]).
     pub fn weights(&mut self) -> Result<&[f32], ComputeError> {
         self.bring_home(false)?;
-        Ok(&self.weights)
+        Ok(self.group_weights())
+    }
+
+    fn group_weights(&self) -> &[f32] {
+        self.sync.global().map_or(&self.weights[..], |(global, _)| global)
     }
 
     /// Parameters of the model.
@@ -163,11 +173,12 @@ impl Trainer {
         self.step
     }
 
-    /// The current weights' hash (the device's, when it holds them and updated them last).
+    /// The group's current weights' hash (the device's, when it holds them and updated them
+    /// last).
     pub fn weight_hash(&self) -> u32 {
         match self.on_device {
             Some(OnDevice { hash: Some(hash), .. }) => hash,
-            _ => weight_hash(&self.weights),
+            _ => weight_hash(self.group_weights()),
         }
     }
 
@@ -353,7 +364,20 @@ impl Trainer {
     /// This node's contribution to the next sync (what the run's sync mode makes of its
     /// training: [`Strategy::contribute`]).
     pub fn contribute(&mut self) -> Result<Contribution, ContributeError> {
+        self.data_at_sync = None;
         self.with_strategy(|strategy, me| strategy.contribute(me))
+    }
+
+    /// `outer:H` with an overlap, after [`Trainer::contribute`]: the next window's first steps,
+    /// run while the group sums this one ([`Strategy::run_ahead`]); nothing in other modes.
+    pub fn run_ahead(&mut self) -> Result<(), ComputeError> {
+        let at_sync = self.data_state();
+        let step = self.step;
+        self.with_strategy(|strategy, me| strategy.run_ahead(me))?;
+        if self.step != step {
+            self.data_at_sync = Some(at_sync);
+        }
+        Ok(())
     }
 
     /// Ends a sync with the group's mean ([`Strategy::finish`]).
@@ -388,29 +412,27 @@ impl Trainer {
         self.bring_home(false)?;
         let seq = self.run.model.context;
         let mut total = 0.0f32;
+        let weights = self.sync.global().map_or(&self.weights[..], |(global, _)| global);
         for batch in heldout_batches(batches, self.run.batch, seq) {
-            total += self.model.loss(
-                self.gemm.as_mut(),
-                &self.weights,
-                &batch.tokens,
-                &batch.targets,
-                self.run.batch,
-                seq,
-            )?;
+            total +=
+                self.model.loss(self.gemm.as_mut(), weights, &batch.tokens, &batch.targets, self.run.batch, seq)?;
         }
         Ok(total / batches as f32)
     }
 
     /// Everything needed to continue bit-identically (downloaded first when the backend's
-    /// device holds newer state).
+    /// device holds newer state). In an overlapped window after the mean came, the group's
+    /// state at the sync: its weights and step count, without the steps this member ran ahead
+    /// (Adam's moments are this member's, as they are in every `outer:H` window).
     pub fn state(&mut self) -> Result<TrainState, ComputeError> {
         self.bring_home(true)?;
+        let (weights, ahead) = self.sync.global().map_or((&self.weights[..], 0), |(g, steps)| (g, steps));
         Ok(TrainState {
             run: self.run,
-            step: self.step,
-            weights: self.weights.clone(),
+            step: self.step - ahead,
+            weights: weights.to_vec(),
             adam: self.adam.clone(),
-            data_state: self.data_state(),
+            data_state: if ahead > 0 { self.data_at_sync.unwrap_or(self.data_state()) } else { self.data_state() },
             sync: self.sync.state().clone(),
         })
     }
@@ -459,6 +481,7 @@ impl Trainer {
         self.weights = state.weights;
         self.adam = state.adam;
         self.sync = Strategy::new(state.run.sync, sync);
+        self.data_at_sync = None;
         // The next step uploads the restored state to the device.
         self.on_device = None;
         self.data.restore(state.data_state);
@@ -515,6 +538,10 @@ impl Member for Trainer {
         // only mode that asks for the weights here.
         debug_assert!(self.on_device.is_none(), "the weights are asked for while the device holds them");
         &mut self.weights
+    }
+
+    fn steps_left(&self) -> u32 {
+        self.run.steps.saturating_sub(self.step)
     }
 
     fn rewind(&mut self, steps: u32) {

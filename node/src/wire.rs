@@ -759,6 +759,7 @@ mod tests {
                     mode: SyncMode::Outer { inner_steps: 50 },
                     compression: Compression::Int8,
                     outer: OuterOptimizer::DEFAULT,
+                    overlap: 0,
                 },
                 ..RunConfig::DEFAULT
             },

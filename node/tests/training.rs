@@ -276,6 +276,7 @@ fn outer_steps_with_int8_are_thread_count_free_and_resume_exactly() {
         mode: SyncMode::Outer { inner_steps: 4 },
         compression: Compression::Int8,
         outer: OuterOptimizer::DEFAULT,
+        overlap: 0,
     };
     let run = RunConfig { sync, ..small_run(24) };
     let outer_hashes =

@@ -146,6 +146,28 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let f32_sent =
         a.events().iter().find(|e| e["event"] == "weights" && e["step"] == 10).unwrap()["sent_bytes"].as_u64().unwrap();
     assert!(sent[sent.len() / 2] * 3 < f32_sent, "int8 {sent:?} vs f32 {f32_sent}");
+
+    // Overlapped: each member runs 2 steps of the next window while the group sums the last.
+    let mut overlapped = tiny_outer_int8(24, 4);
+    overlapped["overlap"] = 2.into();
+    a.command(overlapped);
+    let started = a.wait_for("the third run", |e| e["event"] == "run-started" && e["overlap"] == 2, 30);
+    for node in [&a, &b, &c] {
+        let began = Instant::now();
+        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < 3 {
+            assert!(began.elapsed() < Duration::from_secs(180), "the third run never ended");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_eq!(started["sync"].as_str(), Some("outer:4"));
+    let overlapped_hashes = a.hashes_of_last_run();
+    assert_eq!(overlapped_hashes.len(), 6, "one hash per outer step");
+    assert_eq!(b.hashes_of_last_run(), overlapped_hashes);
+    assert_eq!(c.hashes_of_last_run(), overlapped_hashes);
+    let replayed =
+        replay(&[&a, &b, &c], &["--steps", "24", "--sync", "outer:4", "--compress", "int8", "--overlap", "2"]);
+    assert_eq!(replayed, overlapped_hashes);
+    assert_ne!(overlapped_hashes, outer_hashes, "the overlap changes the arithmetic");
 }
 
 #[test]
@@ -615,9 +637,9 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
     }
 }
 
-/// `outer:4` with int8, for real: a member joins in the middle of an outer step (it is resumed
-/// at the next sync with the group's weights, outer momentum and the leader's inner Adam
-/// state), then the leader leaves; the survivors finish bit-identical, the joiner equal to the
+/// `outer:4` with int8 and an overlap of 2, for real: a member joins in the middle of an outer
+/// step (it is resumed at the next sync with the group's weights, outer momentum and the
+/// leader's inner Adam state, and runs nothing ahead of its first sync), then the leader leaves; the survivors finish bit-identical, the joiner equal to the
 /// old leader at every sync both applied.
 #[test]
 fn outer_steps_survive_a_join_and_the_leader_leaving() {
@@ -627,7 +649,9 @@ fn outer_steps_survive_a_join_and_the_leader_leaving() {
     let b = Node::spawn(&signal, "cpu");
     let c = Node::spawn(&signal, "cpu");
     channels_open(&[&a, &b, &c]);
-    a.command(tiny_outer_int8(600, 4));
+    let mut start = tiny_outer_int8(600, 4);
+    start["overlap"] = 2.into();
+    a.command(start);
     b.wait_for("sync 10", |e| e["event"] == "weights" && e["step"] == 10, 60);
     let d = Node::spawn(&signal, "cpu");
     let resumed = d.wait_for("a resume into the run", |e| e["event"] == "restored", 60);

@@ -99,6 +99,11 @@ impl GroupReplay {
         for replica in &mut self.replicas {
             contributions.push(replica.contribute().context("training step failed")?.values);
         }
+        // An overlapped run's members run ahead while the group sums (in the mesh, on a thread
+        // of their own).
+        for replica in &mut self.replicas {
+            replica.run_ahead().context("training step failed")?;
+        }
         let n = self.replicas.len();
         let (mean, grid) = match &contributions[0] {
             Values::F32(first) => {

@@ -48,6 +48,7 @@ fn running_outer() -> State {
         mode: SyncMode::Outer { inner_steps: 20 },
         compression: Compression::Int8,
         outer: OuterOptimizer::DEFAULT,
+        overlap: 0,
     };
     let settings = RunConfig { steps: 2400, sync, ..RunConfig::DEFAULT };
     running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))
