@@ -610,30 +610,31 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
     assert!(!a.events().iter().any(|e| e["event"] == "readmitted" && e["peer"] == b.id));
 }
 
-/// `lockstep bench wan` at a tiny size, for real: three nodes in network namespaces of their
-/// own behind a bridge, each uplink shaped by `tc tbf`, latency from the socket shim. Every
-/// mode ends bit-identical on every node (the bench checks it), and `outer:8` with int8 sends
-/// less than a twentieth of the seed's bytes per token.
+/// `lockstep bench wan --quick`, for real: four nodes in network namespaces of their own behind
+/// a bridge, each uplink shaped by `tc tbf`, latency from the socket shim, a small model. Every
+/// mode ends bit-identical on every node and equal to a one-process replay (the bench checks
+/// it, and fails otherwise); `outer:8` with int8 sends less than a twentieth of the seed's
+/// bytes per token, with or without an overlap; every row carries the time-to-loss fields.
 #[test]
 fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes() {
     let _phase = crate::common::phase(module_path!());
-    let out = Command::new(BIN)
-        .args(["bench", "wan", "--nodes", "3", "--steps", "16", "--outer", "8", "--sample-steps", "0"])
-        .args(["--rate-mbit", "20", "--rtt-ms", "20", "--modes", "every-step/none,outer/int8", "--json"])
-        .args(["--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"])
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).args(["bench", "wan", "--quick", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    let (seed, outer) = (&rows[0], &rows[1]);
-    assert_eq!((seed["mode"].as_str(), outer["mode"].as_str()), (Some("every-step none"), Some("outer:8 int8")));
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["every-step none", "every-step int8", "outer:8 int8", "outer:8 int8 overlap 2"]);
     let bytes = |row: &Value| row["bytes_per_token"].as_f64().unwrap();
-    assert!(bytes(outer) * 20.0 < bytes(seed), "outer {} vs seed {} bytes per token", bytes(outer), bytes(seed));
+    for outer in &rows[2..] {
+        assert!(bytes(outer) * 20.0 < bytes(&rows[0]), "{} vs seed {} bytes per token", bytes(outer), bytes(&rows[0]));
+    }
+    assert_eq!(rows.iter().map(|r| r["overlap"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 0, 0, 2]);
     for row in &rows {
         assert!(row["heldout_loss"].as_f64().unwrap().is_finite() && row["tokens_per_s"].as_f64().unwrap() > 0.0);
         assert!(row["utilization"].as_f64().unwrap() > 0.0);
+        assert!(row["solo_time_to_loss_s"].as_f64().unwrap() > 0.0, "{row}");
+        // Seconds, or null where the group never reached the member alone's loss.
+        assert!(row["time_to_loss_s"].is_null() || row["time_to_loss_s"].as_f64().unwrap() > 0.0, "{row}");
     }
 }
 

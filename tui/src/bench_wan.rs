@@ -31,7 +31,7 @@ use crate::train::GroupReplay;
 #[derive(clap::Args)]
 pub struct WanArgs {
     /// Nodes in the group.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, alias = "members", default_value_t = 4)]
     nodes: usize,
     /// Each node's uplink, Mbit/s (kernel `tbf`).
     #[arg(long, default_value_t = 50.0)]
@@ -47,15 +47,23 @@ pub struct WanArgs {
     loss_per_mille: u32,
     /// Every-step modes run this many steps on the network (their throughput) and the whole
     /// run in one process (their loss: the group's arithmetic, bit-identical, checked against
-    /// the network's hashes at every step it ran); 0 runs them whole on the network.
-    #[arg(long, default_value_t = 12)]
-    sample_steps: u32,
-    /// `H` of the outer mode.
-    #[arg(long, default_value_t = 30)]
-    outer: u32,
-    /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`).
-    #[arg(long, value_delimiter = ',', default_value = "every-step/none,every-step/int8,outer/int8")]
+    /// the network's hashes at every step it ran); 0 runs them whole on the network. [default:
+    /// 12]
+    #[arg(long)]
+    sample_steps: Option<u32>,
+    /// `H` of the outer mode. [default: 30]
+    #[arg(long)]
+    outer: Option<u32>,
+    /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`; `outer+` is `outer` with the
+    /// run setting `--overlap`, 3 unless given, `outer:H+D` names both; other modes run with no
+    /// overlap).
+    #[arg(long, value_delimiter = ',', default_value = "every-step/none,every-step/int8,outer/int8,outer+/int8")]
     modes: Vec<String>,
+    /// A run of a few minutes (the one CI runs): a model of 64 wide, 2 layers, context 64,
+    /// batch 8, 48 steps per node, `--outer 8`, an overlap of 2, every-step modes sampled for 6
+    /// steps; settings and flags given on the command line still win.
+    #[arg(long)]
+    quick: bool,
     /// The run every mode trains (the table of run settings; `--sync` and `--compress` come from
     /// `--modes`). The bench's own defaults: 120 steps per node (the same tokens for every mode),
     /// and plain averaging for the outer step (`--outer-lr 1 --outer-momentum 0` rather than
@@ -209,6 +217,7 @@ impl Drop for Headless {
 /// One mode's figures.
 struct Measured {
     mode: String,
+    overlap: u32,
     tokens_per_s: f64,
     bytes_per_token: f64,
     heldout_loss: f32,
@@ -218,6 +227,10 @@ struct Measured {
     sampled: bool,
     /// Mean per node and sync: compute, exchange, hash and guard seconds.
     breakdown: [f64; 3],
+    /// Seconds from the first roster until the group's held-out loss was first at most the
+    /// solo member's final one (`None`: not within the run), and whether that time is an
+    /// estimate (a sampled run: the sync's number times the measured seconds per sync).
+    time_to_loss: Option<(f64, bool)>,
 }
 
 /// The bench's defaults for the run (see `WanArgs::run`).
@@ -231,12 +244,20 @@ impl Defaults for WanDefaults {
     }
 }
 
-/// `every-step/none`, `outer/int8` (H from `--outer`), `outer:20/int8` → the run of that mode:
-/// the sync and compression settings read by the table of run settings.
-fn mode_run(base: RunConfig, text: &str, h: u32) -> anyhow::Result<RunConfig> {
+/// `every-step/none`, `outer/int8` (H from `--outer`), `outer:20/int8`, `outer+/int8` (the
+/// overlap from `--overlap`), `outer:20+2/int8` → the run of that mode: the sync, compression
+/// and overlap settings read by the table of run settings.
+fn mode_run(base: RunConfig, text: &str, h: u32, overlap: u32) -> anyhow::Result<RunConfig> {
     let (sync, compression) = text.split_once('/').with_context(|| format!("mode `{text}` is not SYNC/COMPRESSION"))?;
+    let (sync, overlap) = match sync.split_once('+') {
+        Some((sync, "")) => (sync, overlap.to_string()),
+        Some((sync, d)) => (sync, d.to_string()),
+        None => (sync, "0".to_string()),
+    };
     let sync = if sync == "outer" { format!("outer:{h}") } else { sync.to_string() };
-    let run = settings::with(base, [("sync", sync.as_str()), ("compress", compression)])?;
+    let run =
+        settings::with(base, [("sync", sync.as_str()), ("compress", compression), ("overlap", overlap.as_str())])?;
+    run.validate().with_context(|| format!("mode `{text}`"))?;
     ensure!(
         run.steps.is_multiple_of(run.steps_per_sync()),
         "--steps {} is not a whole number of {} syncs",
@@ -257,10 +278,16 @@ fn run_mode(
     url: &str,
     run: RunConfig,
     dir: &Path,
+    solo_loss: f32,
 ) -> anyhow::Result<Measured> {
     let label = run.sync.to_string();
     // A room of its own per mode (the last mode's members may still be leaving the server).
-    let room = format!("{url}?room=wan-{}-{}", run.sync.mode.to_string().replace(':', ""), run.sync.compression);
+    let room = format!(
+        "{url}?room=wan-{}-{}-o{}",
+        run.sync.mode.to_string().replace(':', ""),
+        run.sync.compression,
+        run.sync.overlap
+    );
     let bin = std::env::current_exe().context("the lockstep binary")?;
     let mut nodes: Vec<Headless> = Vec::new();
     let mut ids = Vec::new();
@@ -288,7 +315,8 @@ fn run_mode(
             node.wait_for("an open channel", 60, |e| e["event"] == "channel-open" && e["peer"] == *other)?;
         }
     }
-    let sampled = run.steps_per_sync() == 1 && args.sample_steps > 0 && args.sample_steps < run.steps;
+    let sample_steps = args.sample_steps.unwrap_or(if args.quick { 6 } else { 12 });
+    let sampled = run.steps_per_sync() == 1 && sample_steps > 0 && sample_steps < run.steps;
     let mut start = serde_json::Map::new();
     start.insert("cmd".into(), json!("start"));
     for (setting, value) in settings::describe(&run) {
@@ -296,7 +324,7 @@ fn run_mode(
     }
     nodes[0].command(&Value::Object(start))?;
     // A sampled run is the whole run's first syncs (the learning-rate schedule spans the run).
-    let syncs = if sampled { args.sample_steps.max(2) } else { run.syncs() };
+    let syncs = if sampled { sample_steps.max(2) } else { run.syncs() };
     let ended_run = |e: &Value| {
         (e["event"] == "step" && e["step"].as_u64() == Some(u64::from(syncs))) || e["event"] == "run-finished"
     };
@@ -321,6 +349,15 @@ fn run_mode(
         ended = ended.max(at);
     }
     let seconds = ended.duration_since(first).as_secs_f64();
+    // When each sync had ended on every node, from the first roster.
+    let sync_ended: Vec<f64> = (1..=u64::from(syncs))
+        .map(|k| {
+            let at = |node: &Headless| {
+                node.events().into_iter().find(|(_, e)| e["event"] == "step" && e["step"].as_u64() == Some(k))
+            };
+            nodes.iter().filter_map(|n| at(n).map(|(t, _)| t.duration_since(began).as_secs_f64())).fold(0.0, f64::max)
+        })
+        .collect();
     // Every node's last step is reported once its hash is known; wait for those.
     for node in &nodes {
         node.wait_for("the last step's hash", 60, |e| e["event"] == "weights" && e["step"] == syncs)?;
@@ -364,15 +401,30 @@ fn run_mode(
     eprintln!("bench wan: {label}: replaying the whole run for members 1..={} for its loss", args.nodes);
     let fixed: Vec<u64> = (1..=args.nodes as u64).collect();
     let mut replay = GroupReplay::new(run, &fixed, "cpu", 0)?;
+    // The held-out loss after every `stride`-th sync (about 24 of them), for the time to loss.
+    let stride = run.syncs().div_ceil(24).max(1);
+    let mut reached = None;
     while replay.step_count() < run.steps {
         replay.sync()?;
+        let sync = replay.step_count() / run.steps_per_sync();
+        let evaluated = sync.is_multiple_of(stride) || sync == run.syncs();
+        if reached.is_none() && evaluated && replay.heldout_loss(args.eval_batches)? <= solo_loss {
+            reached = Some(sync);
+        }
     }
     let heldout_loss = replay.heldout_loss(args.eval_batches)?;
+    let per_sync = seconds / f64::from(syncs - 1).max(1.0);
+    let time_to_loss = reached.map(|k| match sync_ended.get(k as usize - 1) {
+        Some(&at) if !sampled => (at, false),
+        _ => (sync_ended.first().copied().unwrap_or(0.0) + f64::from(k - 1) * per_sync, true),
+    });
     // Syncs 2.. were timed and counted.
     let timed = f64::from(syncs - 1) * f64::from(run.steps_per_sync());
     let tokens = timed * run.tokens_per_step() as f64 * args.nodes as f64;
     Ok(Measured {
         mode: label,
+        overlap: run.sync.overlap,
+        time_to_loss,
         tokens_per_s: tokens / seconds,
         bytes_per_token: sent as f64 / tokens,
         heldout_loss,
@@ -409,11 +461,24 @@ fn side_by_side(args: &WanArgs, run: RunConfig) -> anyhow::Result<f64> {
     Ok(total)
 }
 
+/// `--quick`'s run settings, for those not given on the command line.
+const QUICK: [(&str, &str); 6] =
+    [("width", "64"), ("context", "64"), ("layers", "2"), ("heads", "2"), ("batch", "8"), ("steps", "48")];
+
 pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     ensure!(args.nodes >= 2, "a group needs at least 2 nodes");
-    let base = args.run.run_config()?;
+    let mut base = args.run.run_config()?;
+    if args.quick {
+        base = settings::with(base, QUICK.into_iter().filter(|(name, _)| args.run.given(name).is_none()))?;
+    }
+    let outer = args.outer.unwrap_or(if args.quick { 8 } else { 30 });
+    let overlap = match args.run.given("overlap") {
+        Some(given) => given.parse().context("--overlap")?,
+        None if args.quick => 2,
+        None => 3,
+    };
     let modes: Vec<RunConfig> =
-        args.modes.iter().map(|m| mode_run(base, m, args.outer)).collect::<anyhow::Result<_>>()?;
+        args.modes.iter().map(|m| mode_run(base, m, outer, overlap)).collect::<anyhow::Result<_>>()?;
     let dir: PathBuf = std::env::temp_dir().join(format!("lockstep-wan-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let network = ShapedNetwork::new(args.nodes, args.rate_mbit, args.queue_ms)?;
@@ -432,9 +497,19 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     ensure!(first.contains("listening"), "the signaling server did not start: {first:?}");
     let url = format!("ws://{address}/ws");
     let alone = side_by_side(&args, base)?;
+    // One member alone: its final held-out loss (a one-process run of member 1's stream for the
+    // whole run), and its wall time for the run at the rate each of the side-by-side trainers
+    // had (the share of this machine a group member has).
+    eprintln!("bench wan: one member alone for {} steps, for the loss to reach", base.steps);
+    let mut solo = GroupReplay::new(RunConfig { sync: SyncConfig::SEED, ..base }, &[1], "cpu", 0)?;
+    while solo.step_count() < base.steps {
+        solo.sync()?;
+    }
+    let solo_loss = solo.heldout_loss(args.eval_batches)?;
+    let solo_seconds = f64::from(base.steps) * base.tokens_per_step() as f64 / (alone / args.nodes as f64);
     let mut measured = Vec::new();
     for mode in &modes {
-        let result = run_mode(&args, &network, &url, *mode, &dir);
+        let result = run_mode(&args, &network, &url, *mode, &dir, solo_loss);
         match result {
             Ok(m) => measured.push(m),
             Err(e) => {
@@ -467,14 +542,29 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             alone
         );
         println!(
-            "{:<18} {:>6} {:>10} {:>12} {:>9} {:>6} {:>9} {:>9} {:>7}",
-            "mode", "syncs", "tok/s", "bytes/token", "vs first", "util", "loss", "vs first", "secs"
+            "one member alone: held-out loss {solo_loss:.4} after {} steps, {solo_seconds:.0} s at its side-by-side rate",
+            run.steps
+        );
+        println!(
+            "{:<26} {:>6} {:>10} {:>12} {:>9} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8}",
+            "mode",
+            "syncs",
+            "tok/s",
+            "bytes/token",
+            "vs first",
+            "util",
+            "loss",
+            "vs first",
+            "secs",
+            "to loss",
+            "vs solo"
         );
     }
     for m in &measured {
         let utilization = m.tokens_per_s / alone;
         let fewer = seed_bytes / m.bytes_per_token;
         let loss_gap = f64::from(m.heldout_loss / seed_loss - 1.0);
+        let to_loss = m.time_to_loss.map(|(at, _)| at);
         if args.json {
             println!(
                 "{}",
@@ -482,13 +572,23 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "utilization": utilization, "heldout_loss": m.heldout_loss, "syncs": m.syncs,
                     "bytes_fewer_than_first": fewer, "loss_vs_first": loss_gap, "seconds": m.seconds,
                     "no_exchange_tokens_per_s": alone, "nodes": args.nodes, "rate_mbit": args.rate_mbit,
-                    "rtt_ms": args.rtt_ms, "steps": run.steps, "outer": args.outer, "sampled": m.sampled,
+                    "rtt_ms": args.rtt_ms, "steps": run.steps, "outer": outer, "overlap": m.overlap,
+                    "sampled": m.sampled, "time_to_loss_s": to_loss, "solo_time_to_loss_s": solo_seconds,
+                    "time_to_loss_estimated": m.time_to_loss.is_some_and(|(_, estimated)| estimated),
+                    "solo_heldout_loss": solo_loss,
                     "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
                     "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum})
             );
         } else {
+            let (to_loss, vs_solo) = match m.time_to_loss {
+                Some((at, estimated)) => (
+                    format!("{at:.0}{}", if estimated { "~" } else { "" }),
+                    format!("{:.0}%", at / solo_seconds * 100.0),
+                ),
+                None => ("—".to_string(), "—".to_string()),
+            };
             println!(
-                "{:<18} {:>6} {:>10.0} {:>12.2} {:>8.1}x {:>5.0}% {:>9.4} {:>+8.2}% {:>7.1}",
+                "{:<26} {:>6} {:>10.0} {:>12.2} {:>8.1}x {:>5.0}% {:>9.4} {:>+8.2}% {:>7.1} {:>9} {:>8}",
                 m.mode,
                 if m.sampled { format!("{}*", m.syncs) } else { m.syncs.to_string() },
                 m.tokens_per_s,
@@ -497,7 +597,9 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                 utilization * 100.0,
                 m.heldout_loss,
                 loss_gap * 100.0,
-                m.seconds
+                m.seconds,
+                to_loss,
+                vs_solo
             );
         }
     }
@@ -505,11 +607,18 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         println!("per node and sync, syncs after the first: compute / waiting for the exchange / hash and guard");
         for m in &measured {
             let [compute, exchange, hash] = m.breakdown;
-            println!("{:<18} {compute:>8.2} s {exchange:>8.2} s {hash:>8.3} s", m.mode);
+            println!("{:<26} {compute:>8.2} s {exchange:>8.2} s {hash:>8.3} s", m.mode);
         }
     }
     if !args.json && measured.iter().any(|m| m.sampled) {
         println!("* ran these syncs on the network (throughput, bytes), checked bit-identical to a one-process replay");
+        println!("~ the sync that reached the loss times the measured seconds per sync (the run was sampled)");
+    }
+    if !args.json {
+        println!(
+            "to loss: seconds from the first roster until the group's held-out loss was at most the member alone's \
+             final one (— not within the run); vs solo: of the member alone's time"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
