@@ -373,6 +373,11 @@ impl Replica for TrainerReplica {
                     p.q.iter_mut().for_each(|q| *q = 127);
                     Values::Int8(p)
                 }
+                Values::Int4(mut p) => {
+                    p.exponents.iter_mut().for_each(|e| *e = u8::MAX);
+                    p.q.iter_mut().for_each(|q| *q = crate::sync::INT4_LIMIT);
+                    Values::Int4(p)
+                }
             };
         }
         self.hash_seconds += probe_seconds;
@@ -513,7 +518,7 @@ mod tests {
     fn as_f32(gradient: &Gradient) -> &[f32] {
         match &gradient.values {
             crate::sync::Values::F32(v) => v,
-            crate::sync::Values::Int8(_) => panic!("an uncompressed run sends f32"),
+            crate::sync::Values::Int8(_) | crate::sync::Values::Int4(_) => panic!("an uncompressed run sends f32"),
         }
     }
 

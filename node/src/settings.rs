@@ -89,8 +89,9 @@ settings! {
     /// local Adam steps, then the mean pseudo-gradient feeds a Nesterov outer step); the run
     /// length must be a multiple of H.
     "sync" => sync.mode: SyncMode,
-    /// What contributions are sent as: `none` (f32, averaged in roster order) or `int8`
-    /// (power-of-two block scales, error feedback, summed exactly).
+    /// What contributions are sent as: `none` (f32, averaged in roster order), `int8`
+    /// (power-of-two block scales, error feedback, summed exactly) or `int4` (the same in half
+    /// the bytes).
     "compress" => sync.compression: Compression,
     /// The outer optimizer's learning rate (`outer:H`).
     "outer-lr" => sync.outer.lr: f32,

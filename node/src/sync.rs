@@ -80,6 +80,8 @@ pub enum Compression {
     None,
     /// int8 blocks with power-of-two scales and error feedback, summed exactly.
     Int8,
+    /// The same with quants in `[-7, 7]` (two to a byte on the wire): half the bytes.
+    Int4,
 }
 
 impl std::fmt::Display for Compression {
@@ -87,6 +89,7 @@ impl std::fmt::Display for Compression {
         f.write_str(match self {
             Compression::None => "none",
             Compression::Int8 => "int8",
+            Compression::Int4 => "int4",
         })
     }
 }
@@ -98,6 +101,7 @@ impl std::str::FromStr for Compression {
         match s {
             "none" => Ok(Compression::None),
             "int8" => Ok(Compression::Int8),
+            "int4" => Ok(Compression::Int4),
             _ => Err(SyncError::CompressionText(s.to_string())),
         }
     }
@@ -174,7 +178,7 @@ impl SyncConfig {
 
     /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
     /// `[u8 mode (0 every-step, 1 + overlap for outer)][u32 H (1 for every-step)][u8
-    /// compression (0 none, 1 int8)][f32 outer lr][f32 outer momentum]`. An overlap past
+    /// compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. An overlap past
     /// [`SyncConfig::MAX_OVERLAP`], or one with `every-step`, is not a valid run
     /// (`RunConfig::validate`) and is not encoded.
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
@@ -185,6 +189,7 @@ impl SyncConfig {
         let compression = match self.compression {
             Compression::None => 0u8,
             Compression::Int8 => 1,
+            Compression::Int4 => 2,
         };
         let mut out = [0u8; Self::ENCODED_LEN];
         out[0] = mode;
@@ -205,6 +210,7 @@ impl SyncConfig {
         let compression = match bytes[5] {
             0 => Compression::None,
             1 => Compression::Int8,
+            2 => Compression::Int4,
             other => return Err(SyncError::CompressionByte(other)),
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
@@ -233,8 +239,8 @@ pub enum SyncError {
     CompressionByte(u8),
     /// A packed contribution without one block byte per block.
     BlockBytes { bytes: usize, values: usize },
-    /// A quant of -128 (the quantizer never makes one).
-    QuantMinus128 { index: usize },
+    /// A quant outside `[-127, 127]` (`[-7, 7]` for int4): the quantizer never makes one.
+    QuantRange { index: usize, quant: i8 },
     /// A block marked empty that holds values.
     EmptyBlockNotEmpty { block: usize },
     /// More sync tensors than this version knows.
@@ -249,10 +255,12 @@ impl std::fmt::Display for SyncError {
             SyncError::ModeText(s) => {
                 write!(f, "`{s}` is not a sync mode: every-step or outer:H with H from 1 to 100000")
             }
-            SyncError::CompressionText(s) => write!(f, "`{s}` is not a compression: none or int8"),
+            SyncError::CompressionText(s) => write!(f, "`{s}` is not a compression: none, int8 or int4"),
             SyncError::CompressionByte(b) => write!(f, "compression {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),
-            SyncError::QuantMinus128 { index } => write!(f, "quant -128 at {index} (quants lie in [-127, 127])"),
+            SyncError::QuantRange { index, quant } => {
+                write!(f, "quant {quant} at {index} (int8 quants lie in [-127, 127], int4 ones in [-7, 7])")
+            }
             SyncError::EmptyBlockNotEmpty { block } => {
                 write!(f, "block {block} is marked empty but has non-zero quants")
             }
@@ -290,14 +298,14 @@ impl Packed {
         self.q.is_empty()
     }
 
-    /// Checks the shape and ranges a decoder cannot (a block byte per block, quants in range,
-    /// an empty block all zeros).
-    pub fn validate(&self) -> Result<(), SyncError> {
+    /// Checks the shape and ranges a decoder cannot (a block byte per block, quants within
+    /// `±limit`, an empty block all zeros).
+    pub fn validate(&self, limit: i8) -> Result<(), SyncError> {
         if self.exponents.len() != self.q.len().div_ceil(BLOCK) {
             return Err(SyncError::BlockBytes { bytes: self.exponents.len(), values: self.q.len() });
         }
-        if let Some(index) = self.q.iter().position(|&q| q == i8::MIN) {
-            return Err(SyncError::QuantMinus128 { index });
+        if let Some(index) = self.q.iter().position(|&q| q == i8::MIN || q.abs() > limit) {
+            return Err(SyncError::QuantRange { index, quant: self.q[index] });
         }
         for (block, &e) in self.exponents.iter().enumerate() {
             let quants = &self.q[block * BLOCK..((block + 1) * BLOCK).min(self.q.len())];
@@ -343,6 +351,30 @@ pub fn pack(x: &[f32]) -> Result<Packed, NonFinite> {
         q.extend(block.iter().map(|v| quantize_value(v.to_bits(), e)));
     }
     Ok(Packed { exponents, q })
+}
+
+/// The largest int4 quant.
+pub const INT4_LIMIT: i8 = 7;
+
+/// [`pack`] with 4-bit quants: each block's int8 quants rounded to a grid 16 times coarser
+/// (exponent `e + 4`, at most the largest block exponent 122), half to even, and clamped to
+/// `[-7, 7]` (an int8 quant of 120 or more rounds to 8). What rounding and clamping leave is
+/// carried by the member's residual like any other part of its value the group did not take.
+pub fn pack4(x: &[f32]) -> Result<Packed, NonFinite> {
+    let mut packed = pack(x)?;
+    for (block, e) in packed.exponents.iter_mut().enumerate() {
+        if *e == EMPTY_BLOCK {
+            continue;
+        }
+        let coarse = (*e).saturating_add(4);
+        let shift = u32::from(coarse - *e);
+        *e = coarse;
+        let end = ((block + 1) * BLOCK).min(packed.q.len());
+        for q in &mut packed.q[block * BLOCK..end] {
+            *q = shift_round_half_even(*q, shift).clamp(-i32::from(INT4_LIMIT), i32::from(INT4_LIMIT)) as i8;
+        }
+    }
+    Ok(packed)
 }
 
 /// The group's grid: per block, the largest exponent byte among the non-empty blocks
@@ -453,13 +485,15 @@ pub fn residual(x: &[f32], own: &Packed, grid: &[u8]) -> Vec<f32> {
 pub enum Values {
     F32(Vec<f32>),
     Int8(Packed),
+    /// Quants in `[-7, 7]`.
+    Int4(Packed),
 }
 
 impl Values {
     pub fn len(&self) -> usize {
         match self {
             Values::F32(v) => v.len(),
-            Values::Int8(p) => p.len(),
+            Values::Int8(p) | Values::Int4(p) => p.len(),
         }
     }
 
@@ -471,6 +505,15 @@ impl Values {
         match self {
             Values::F32(_) => Compression::None,
             Values::Int8(_) => Compression::Int8,
+            Values::Int4(_) => Compression::Int4,
+        }
+    }
+
+    /// The blocks of an int8 or int4 contribution.
+    pub fn packed(&self) -> Option<&Packed> {
+        match self {
+            Values::F32(_) => None,
+            Values::Int8(p) | Values::Int4(p) => Some(p),
         }
     }
 
@@ -484,7 +527,7 @@ impl Values {
                 Some(index) => Err(OutOfBounds { index, value: v[index] }),
                 None => Ok(()),
             },
-            Values::Int8(p) => {
+            Values::Int8(p) | Values::Int4(p) => {
                 // A value is q · 2^(b − 133); only blocks with b − 133 > 25 can pass 2^32
                 // (127 · 2^25 < 2^32), and there the largest quant decides.
                 for (block, &b) in p.exponents.iter().enumerate() {
@@ -554,12 +597,12 @@ pub fn reduce(contributions: &[&Values]) -> Reduced {
             }
             Reduced { mean: mean_f32(sum, n), grid: Vec::new() }
         }
-        Some(Values::Int8(_)) => {
+        Some(first) => {
             let packed: Vec<&Packed> = contributions
                 .iter()
-                .map(|v| match v {
-                    Values::Int8(p) => p,
-                    Values::F32(_) => panic!("mixed encodings in one sync"),
+                .map(|v| match v.packed() {
+                    Some(p) if v.compression() == first.compression() => p,
+                    _ => panic!("mixed encodings in one sync"),
                 })
                 .collect();
             let (grid, sum) = sum_direct(&packed);
@@ -628,7 +671,7 @@ impl SyncState {
             (false, _) => Vec::new(),
         };
         let outer_momentum = take(matches!(config.mode, SyncMode::Outer { .. }));
-        let residual = take(config.compression == Compression::Int8);
+        let residual = take(config.compression != Compression::None);
         Ok(SyncState { outer_momentum, residual })
     }
 }
@@ -802,12 +845,18 @@ impl Strategy {
         };
         let (values, packed) = match self.config.compression {
             Compression::None => (Values::F32(x), None),
-            Compression::Int8 => {
+            compression @ (Compression::Int8 | Compression::Int4) => {
                 for (v, r) in x.iter_mut().zip(&self.state.residual) {
                     *v += r;
                 }
-                let packed = pack(&x).map_err(ContributeError::NonFinite)?;
-                (Values::Int8(packed.clone()), Some((x, packed)))
+                let (values, packed) = if compression == Compression::Int8 {
+                    let packed = pack(&x).map_err(ContributeError::NonFinite)?;
+                    (Values::Int8(packed.clone()), packed)
+                } else {
+                    let packed = pack4(&x).map_err(ContributeError::NonFinite)?;
+                    (Values::Int4(packed.clone()), packed)
+                };
+                (values, Some((x, packed)))
             }
         };
         self.in_flight = Some(InFlight { global, packed });
@@ -986,7 +1035,7 @@ mod tests {
         for mode in [SyncMode::EveryStep, SyncMode::Outer { inner_steps: 32 }] {
             assert_eq!(mode.to_string().parse::<SyncMode>(), Ok(mode));
         }
-        for c in [Compression::None, Compression::Int8] {
+        for c in [Compression::None, Compression::Int8, Compression::Int4] {
             assert_eq!(c.to_string().parse::<Compression>(), Ok(c));
         }
         assert!("outer:0".parse::<SyncMode>().is_err());
@@ -1005,10 +1054,14 @@ mod tests {
         assert_eq!(zeros.exponents, vec![EMPTY_BLOCK]);
         assert_eq!(zeros.q, vec![0, 0, 0]);
         assert_eq!(pack(&[1.0, f32::NAN]), Err(NonFinite { index: 1 }));
-        assert!(p.validate().is_ok());
+        assert!(p.validate(127).is_ok());
         let bad = Packed { exponents: vec![EMPTY_BLOCK], q: vec![3] };
-        assert_eq!(bad.validate(), Err(SyncError::EmptyBlockNotEmpty { block: 0 }));
-        assert!(Packed { exponents: vec![1], q: vec![i8::MIN] }.validate().is_err());
+        assert_eq!(bad.validate(127), Err(SyncError::EmptyBlockNotEmpty { block: 0 }));
+        assert!(Packed { exponents: vec![1], q: vec![i8::MIN] }.validate(127).is_err());
+        assert_eq!(
+            Packed { exponents: vec![1], q: vec![7, -8] }.validate(INT4_LIMIT),
+            Err(SyncError::QuantRange { index: 1, quant: -8 })
+        );
     }
 
     #[test]
@@ -1071,6 +1124,50 @@ mod tests {
             r = residual(&x, &p, &grid);
         }
         assert!((taken_total - 300.0).abs() <= 1.0, "{taken_total}");
+    }
+
+    /// int4 is int8's quants on a grid 16 times coarser, rounded half to even and clamped to
+    /// `[-7, 7]`; every schedule sums it to the same bits; error feedback carries what it drops
+    /// (a value of 0.3 in a block of 100s is taken in full over many syncs).
+    #[test]
+    fn int4_is_int8_on_a_coarser_grid_and_error_feedback_keeps_what_it_drops() {
+        let len = 7 * BLOCK * 3 + 5;
+        let x = contribution(2, len);
+        let (p8, p4) = (pack(&x).unwrap(), pack4(&x).unwrap());
+        p4.validate(INT4_LIMIT).expect("int4 quants");
+        for (block, (&e8, &e4)) in p8.exponents.iter().zip(&p4.exponents).enumerate() {
+            let end = ((block + 1) * BLOCK).min(len);
+            if e8 == EMPTY_BLOCK {
+                assert_eq!(e4, EMPTY_BLOCK);
+                continue;
+            }
+            assert_eq!(e4, e8 + 4);
+            for (&q8, &q4) in p8.q[block * BLOCK..end].iter().zip(&p4.q[block * BLOCK..end]) {
+                // Written out: nearest multiple of 16, ties to the even multiple, then clamped.
+                let (low, rem) = (i32::from(q8).div_euclid(16), i32::from(q8).rem_euclid(16));
+                let nearest = if rem > 8 || (rem == 8 && low % 2 != 0) { low + 1 } else { low };
+                assert_eq!(i32::from(q4), nearest.clamp(-7, 7), "q8 {q8}");
+            }
+        }
+        let xs: Vec<Vec<f32>> = (0..4).map(|s| contribution(s, len)).collect();
+        let packed: Vec<Packed> = xs.iter().map(|x| pack4(x).unwrap()).collect();
+        let refs: Vec<&Packed> = packed.iter().collect();
+        let direct = sum_direct(&refs);
+        assert_eq!(schedules::sum_by_owners(&refs), direct);
+        assert_eq!(schedules::sum_ring(&refs, 2), direct);
+        let (big, small) = ([100.0f32; BLOCK], [0.3f32; BLOCK]);
+        let mut r = vec![0f32; BLOCK];
+        let mut taken_total = 0f64;
+        for _ in 0..1000 {
+            let x: Vec<f32> = small.iter().zip(&r).map(|(a, b)| a + b).collect();
+            let (p, q_big) = (pack4(&x).unwrap(), pack4(&big).unwrap());
+            let grid = group_grid([&q_big, &p]);
+            let mut mine = vec![0i32; BLOCK];
+            on_grid(&p, &grid, 0..BLOCK, &mut mine);
+            taken_total += f64::from(mine[0]) * pow2(i32::from(grid[0]) - EXPONENT_BIAS);
+            r = residual(&x, &p, &grid);
+        }
+        assert!((taken_total - 300.0).abs() <= 8.0, "{taken_total}");
     }
 
     /// A group of one reduced by value is the group reduced by reference, bit for bit.

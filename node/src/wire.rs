@@ -19,13 +19,14 @@
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
 //! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` |
+//! | `-18` | packed gradient (`int4`): as `-14`, with the quants two to a byte: `[u8 (q[2i] & 15) \| (q[2i+1] << 4)] × ⌈len/2⌉` (4-bit two's complement, each in `[-7, 7]`; an odd length's last high nibble is 0) |
 //! | `-15` | leaving: nothing more (the sender quits on purpose: it no longer counts toward a quorum) |
 //! | `-17` | follow: `[u64 leader]` (the sender follows `leader` from now on; sent to every member on each change of leader and to each new channel — a leader names itself) |
 //! | `-16` | standing by: `[u32 applied]` (the sender leads and applies nothing until a leader of the run resumes it; `applied`: the steps it holds) |
 //!
 //! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step, 1
-//! outer)][u32 H][u8 compression (0 none, 1 int8)][f32 outer lr][f32 outer momentum]`. A
-//! gradient message is `≥ 0` or `-14` wherever one is embedded (`-8`).
+//! + overlap for outer)][u32 H][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. A
+//! gradient message is `≥ 0`, `-14` or `-18` wherever one is embedded (`-8`).
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
 //! console, round-trip time); they never reach the training session and never change a weight.
@@ -67,6 +68,7 @@ const PACKED_GRADIENT: i32 = -14;
 const LEAVING: i32 = -15;
 const STANDING_BY: i32 = -16;
 const FOLLOW: i32 = -17;
+const PACKED4_GRADIENT: i32 = -18;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -287,8 +289,12 @@ impl<'a> Reader<'a> {
 
 fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
-    if let Values::Int8(_) = g.values {
-        out.extend_from_slice(&PACKED_GRADIENT.to_le_bytes());
+    match g.values {
+        Values::Int8(_) => out.extend_from_slice(&PACKED_GRADIENT.to_le_bytes()),
+        Values::Int4(_) => out.extend_from_slice(&PACKED4_GRADIENT.to_le_bytes()),
+        Values::F32(_) => {}
+    }
+    if g.values.packed().is_some() {
         out.extend_from_slice(&g.step.to_le_bytes());
     } else {
         out.extend_from_slice(&(g.step as i32).to_le_bytes());
@@ -303,13 +309,21 @@ fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
             out.extend_from_slice(&p.exponents);
             out.extend(p.q.iter().map(|&q| q as u8));
         }
+        Values::Int4(p) => {
+            out.extend_from_slice(&(p.q.len() as u32).to_le_bytes());
+            out.extend_from_slice(&p.exponents);
+            out.extend(p.q.chunks(2).map(|pair| {
+                let high = pair.get(1).copied().unwrap_or(0);
+                (pair[0] as u8 & 15) | ((high as u8) << 4)
+            }));
+        }
     }
 }
 
 /// A gradient message, either form, from its first word on.
 fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
     let first = r.i32()?;
-    let packed = first == PACKED_GRADIENT;
+    let packed = first == PACKED_GRADIENT || first == PACKED4_GRADIENT;
     let step = if packed { r.u32()? } else { first as u32 };
     if !packed && first < 0 {
         return Err(WireError::Invalid(format!("gradient step {first} is negative")));
@@ -326,10 +340,22 @@ fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
             return Err(WireError::Invalid(format!("a packed gradient of {len} values")));
         }
         let exponents = r.take(len.div_ceil(lockstep_luts::units::BLOCK))?.to_vec();
-        let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
-        let packed = Packed { exponents, q };
-        packed.validate().map_err(WireError::Sync)?;
-        Values::Int8(packed)
+        if first == PACKED_GRADIENT {
+            let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
+            let packed = Packed { exponents, q };
+            packed.validate(i8::MAX).map_err(WireError::Sync)?;
+            Values::Int8(packed)
+        } else {
+            // Each nibble sign-extended: shift it to the top of an i8 and back.
+            let bytes = r.take(len.div_ceil(2))?;
+            if len % 2 == 1 && bytes[len / 2] >> 4 != 0 {
+                return Err(WireError::Invalid("an int4 gradient's last high nibble is not 0".into()));
+            }
+            let q: Vec<i8> = (0..len).map(|i| ((bytes[i / 2] >> (4 * (i % 2))) << 4) as i8 >> 4).collect();
+            let packed = Packed { exponents, q };
+            packed.validate(crate::sync::INT4_LIMIT).map_err(WireError::Sync)?;
+            Values::Int4(packed)
+        }
     } else {
         let body = r.rest();
         if !body.len().is_multiple_of(4) {
@@ -437,7 +463,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
     let mut r = Reader { bytes, at: 0 };
     let first = i32::from_le_bytes(Reader { bytes, at: 0 }.array()?);
-    if first >= 0 || first == PACKED_GRADIENT {
+    if first >= 0 || first == PACKED_GRADIENT || first == PACKED4_GRADIENT {
         let gradient = read_gradient(&mut r)?;
         r.finish()?;
         return Ok(Message::Gradient(gradient));
@@ -679,6 +705,20 @@ mod tests {
         );
         let response = encode(&Message::RepairResponse { peer: 4, gradient: p.clone() });
         assert_eq!(&response[12..], &encode(&Message::Gradient(p))[..]);
+        // int4: 127, -1, -112 on the grid 16 times coarser (block byte 137): 127/16 rounds to
+        // 8, clamped to 7; -1/16 to 0; -112/16 is -7 (nibble 9). Two to a byte, low first.
+        let p4 = Gradient { values: Values::Int4(crate::sync::pack4(&[127.0, -1.0, -112.0]).unwrap()), ..g.clone() };
+        let bytes = encode(&Message::Gradient(p4.clone()));
+        assert_eq!(
+            bytes,
+            vec![
+                0xee, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 3, 0, 0, 0,
+                0x89, 0x07, 0x09
+            ]
+        );
+        assert_eq!(decode(&bytes), Ok(Message::Gradient(p4.clone())));
+        let response = encode(&Message::RepairResponse { peer: 4, gradient: p4.clone() });
+        assert_eq!(&response[12..], &encode(&Message::Gradient(p4))[..]);
         // The run's bytes are `RunConfig::encode`'s (pinned in config.rs), after the protocol.
         let run = crate::config::tests::unlike_the_default();
         let config = encode(&Message::RunConfig { protocol: 4, run });
@@ -708,7 +748,7 @@ mod tests {
         // Quant -128 (never produced by the quantizer).
         let mut minus_128 = good.clone();
         *minus_128.last_mut().unwrap() = 0x80;
-        assert!(matches!(decode(&minus_128), Err(WireError::Sync(SyncError::QuantMinus128 { .. }))));
+        assert!(matches!(decode(&minus_128), Err(WireError::Sync(SyncError::QuantRange { quant: -128, .. }))));
         // A block marked empty with values in it.
         let mut empty = good.clone();
         empty[24] = crate::sync::EMPTY_BLOCK;
@@ -717,6 +757,24 @@ mod tests {
         let mut long = good;
         long.push(0);
         assert_eq!(decode(&long), Err(WireError::Trailing(1)));
+    }
+
+    #[test]
+    fn int4_gradients_are_checked_on_arrival() {
+        let values: Vec<f32> = (0..41).map(|i| (i as f32 - 20.0) * 0.125).collect();
+        let g = Gradient { values: Values::Int4(crate::sync::pack4(&values).unwrap()), ..gradient(0) };
+        let good = encode(&Message::Gradient(g.clone()));
+        assert_eq!(decode(&good), Ok(Message::Gradient(g)));
+        // 41 values: 2 block bytes, 21 bytes of nibbles, the last high nibble empty.
+        assert_eq!(good.len(), 24 + 2 + 21);
+        let mut high = good.clone();
+        *high.last_mut().unwrap() |= 0x10;
+        assert!(matches!(decode(&high), Err(WireError::Invalid(_))), "a nibble past the length");
+        // Nibble 8 is -8, which the quantizer never makes.
+        let mut eight = good.clone();
+        eight[26] = (eight[26] & 0xf0) | 8;
+        assert!(matches!(decode(&eight), Err(WireError::Sync(SyncError::QuantRange { index: 0, quant: -8 }))));
+        assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
     }
 
     #[test]

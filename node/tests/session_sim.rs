@@ -266,6 +266,12 @@ impl Net {
                                 node.packed = Some((x, packed.clone()));
                                 Values::Int8(packed)
                             }
+                            Some(Compression::Int4) => {
+                                let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
+                                let packed = sync::pack4(&x).unwrap();
+                                node.packed = Some((x, packed.clone()));
+                                Values::Int4(packed)
+                            }
                             _ => Values::F32(grad),
                         };
                         let gradient = Gradient {
@@ -487,6 +493,19 @@ fn single_process(peers: &[PeerId], steps: u32) -> Vec<u32> {
 /// The same with int8 contributions: each peer packs its gradient plus its residual, the group
 /// sums exactly, each peer keeps what was not taken. Written out here, apart from the session.
 fn single_process_int8(peers: &[PeerId], steps: u32) -> Vec<u32> {
+    single_process_packed(peers, steps, sync::pack)
+}
+
+/// The same with int4 blocks.
+fn single_process_int4(peers: &[PeerId], steps: u32) -> Vec<u32> {
+    single_process_packed(peers, steps, sync::pack4)
+}
+
+fn single_process_packed(
+    peers: &[PeerId],
+    steps: u32,
+    pack: fn(&[f32]) -> Result<Packed, sync::NonFinite>,
+) -> Vec<u32> {
     let mut toy = Toy::fresh(settings(steps).seed);
     let mut residuals = vec![vec![0f32; LEN]; peers.len()];
     let mut hashes = Vec::new();
@@ -496,7 +515,7 @@ fn single_process_int8(peers: &[PeerId], steps: u32) -> Vec<u32> {
             .zip(&residuals)
             .map(|(p, r)| toy.gradient(*p, step).iter().zip(r).map(|(g, r)| g + r).collect())
             .collect();
-        let packed: Vec<Packed> = xs.iter().map(|x| sync::pack(x).unwrap()).collect();
+        let packed: Vec<Packed> = xs.iter().map(|x| pack(x).unwrap()).collect();
         let refs: Vec<&Packed> = packed.iter().collect();
         let (grid, sum) = sync::sum_direct(&refs);
         for ((r, x), p) in residuals.iter_mut().zip(&xs).zip(&packed) {
@@ -524,7 +543,8 @@ fn hashes_of(net: &Net, id: PeerId) -> Vec<u32> {
 
 #[test]
 fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
-    for (sync, seeds) in [(SyncConfig::SEED, 0..25), (int8(), 0..10)] {
+    let int4 = SyncConfig { compression: Compression::Int4, ..SyncConfig::SEED };
+    for (sync, seeds) in [(SyncConfig::SEED, 0..25), (int8(), 0..10), (int4, 0..10)] {
         for seed in seeds {
             let mut net = Net::new(seed);
             net.sync = sync;
@@ -537,6 +557,7 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
             let expected = match sync.compression {
                 Compression::None => single_process(&[10, 20, 30], 12),
                 Compression::Int8 => single_process_int8(&[10, 20, 30], 12),
+                Compression::Int4 => single_process_int4(&[10, 20, 30], 12),
             };
             for id in [10, 20, 30] {
                 assert_eq!(hashes_of(&net, id), expected, "{sync} seed {seed} node {id}");
@@ -546,6 +567,7 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
     }
     // The two encodings really are different arithmetic.
     assert_ne!(single_process(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
+    assert_ne!(single_process_int4(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
 }
 
 #[test]

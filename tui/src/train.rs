@@ -114,14 +114,8 @@ impl GroupReplay {
                 }
                 (sum.iter().map(|v| v / n as f32).collect(), Vec::new())
             }
-            Values::Int8(_) => {
-                let packed: Vec<&sync::Packed> = contributions
-                    .iter()
-                    .filter_map(|v| match v {
-                        Values::Int8(p) => Some(p),
-                        Values::F32(_) => None,
-                    })
-                    .collect();
+            Values::Int8(_) | Values::Int4(_) => {
+                let packed: Vec<&sync::Packed> = contributions.iter().filter_map(Values::packed).collect();
                 let (grid, sum) = sync::sum_direct(&packed);
                 (sync::mean(&sum, &grid, n), grid)
             }

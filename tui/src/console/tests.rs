@@ -42,15 +42,16 @@ fn running() -> State {
     running_with(fresh())
 }
 
-/// The same in `outer:20` with int8 (the session's steps are outer steps).
+/// The same in `outer:20` with int8 and an overlap of 3 (the session's steps are outer steps;
+/// the one in flight is summed while the next window runs).
 fn running_outer() -> State {
     let sync = SyncConfig {
         mode: SyncMode::Outer { inner_steps: 20 },
         compression: Compression::Int8,
         outer: OuterOptimizer::DEFAULT,
-        overlap: 0,
+        overlap: 3,
     };
-    let settings = RunConfig { steps: 2400, sync, ..RunConfig::DEFAULT };
+    let settings = RunConfig { steps: 4800, sync, ..RunConfig::DEFAULT };
     running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))
 }
 

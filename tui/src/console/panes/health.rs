@@ -125,7 +125,12 @@ impl Pane for Health {
                 self.exchange_ms
             )),
             Line::from(format!("hash+guard {:.1}ms  sent {}/step", self.hash_guard_ms, human_bytes(self.sent_bytes))),
-            Line::from(format!("sync {sync}")),
+            Line::from(match node.run.as_ref().filter(|r| r.sync.overlap > 0 && node.step < r.syncs()) {
+                // An overlapped run: the sync in flight is summed while the next window runs
+                // (its mean lands `overlap` steps into it).
+                Some(_) => format!("sync {sync} · {} in flight", node.step + 1),
+                None => format!("sync {sync}"),
+            }),
             Line::from(guard),
             Line::from(format!("{loss}  whash {whash}")),
         ];
