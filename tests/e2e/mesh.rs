@@ -147,9 +147,11 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
         a.events().iter().find(|e| e["event"] == "weights" && e["step"] == 10).unwrap()["sent_bytes"].as_u64().unwrap();
     assert!(sent[sent.len() / 2] * 3 < f32_sent, "int8 {sent:?} vs f32 {f32_sent}");
 
-    // Overlapped: each member runs 2 steps of the next window while the group sums the last.
+    // Overlapped, in int4: each member runs 2 steps of the next window while the group sums
+    // the last, sending half int8's bytes.
     let mut overlapped = tiny_outer_int8(24, 4);
     overlapped["overlap"] = 2.into();
+    overlapped["compress"] = "int4".into();
     a.command(overlapped);
     let started = a.wait_for("the third run", |e| e["event"] == "run-started" && e["overlap"] == 2, 30);
     for node in [&a, &b, &c] {
@@ -159,15 +161,20 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    assert_eq!(started["sync"].as_str(), Some("outer:4"));
+    assert_eq!((started["sync"].as_str(), started["compress"].as_str()), (Some("outer:4"), Some("int4")));
     let overlapped_hashes = a.hashes_of_last_run();
     assert_eq!(overlapped_hashes.len(), 6, "one hash per outer step");
     assert_eq!(b.hashes_of_last_run(), overlapped_hashes);
     assert_eq!(c.hashes_of_last_run(), overlapped_hashes);
     let replayed =
-        replay(&[&a, &b, &c], &["--steps", "24", "--sync", "outer:4", "--compress", "int8", "--overlap", "2"]);
+        replay(&[&a, &b, &c], &["--steps", "24", "--sync", "outer:4", "--compress", "int4", "--overlap", "2"]);
     assert_eq!(replayed, overlapped_hashes);
-    assert_ne!(overlapped_hashes, outer_hashes, "the overlap changes the arithmetic");
+    assert_ne!(overlapped_hashes, outer_hashes, "the overlap and int4 change the arithmetic");
+    // int4 sends about half of int8's bytes (a nibble a weight against a byte).
+    let mut sent4: Vec<u64> =
+        a.events_of_last_run("weights").iter().skip(1).map(|e| e["sent_bytes"].as_u64().unwrap()).collect();
+    sent4.sort_unstable();
+    assert!(sent4[sent4.len() / 2] * 10 < sent[sent.len() / 2] * 6, "int4 {sent4:?} vs int8 {sent:?}");
 }
 
 #[test]
@@ -614,7 +621,8 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
 /// a bridge, each uplink shaped by `tc tbf`, latency from the socket shim, a small model. Every
 /// mode ends bit-identical on every node and equal to a one-process replay (the bench checks
 /// it, and fails otherwise); `outer:8` with int8 sends less than a twentieth of the seed's
-/// bytes per token, with or without an overlap; every row carries the time-to-loss fields.
+/// bytes per token, with or without an overlap, and int4 well under int8's; every row carries
+/// the time-to-loss fields.
 #[test]
 fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes() {
     let _phase = crate::common::phase(module_path!());
@@ -623,12 +631,16 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
     let rows: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
-    assert_eq!(modes, ["every-step none", "every-step int8", "outer:8 int8", "outer:8 int8 overlap 2"]);
+    assert_eq!(
+        modes,
+        ["every-step none", "every-step int8", "outer:8 int8", "outer:8 int8 overlap 2", "outer:8 int4 overlap 2"]
+    );
     let bytes = |row: &Value| row["bytes_per_token"].as_f64().unwrap();
     for outer in &rows[2..] {
         assert!(bytes(outer) * 20.0 < bytes(&rows[0]), "{} vs seed {} bytes per token", bytes(outer), bytes(&rows[0]));
     }
-    assert_eq!(rows.iter().map(|r| r["overlap"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 0, 0, 2]);
+    assert_eq!(rows.iter().map(|r| r["overlap"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 0, 0, 2, 2]);
+    assert!(bytes(&rows[4]) < 0.7 * bytes(&rows[3]), "int4 {} vs int8 {}", bytes(&rows[4]), bytes(&rows[3]));
     for row in &rows {
         assert!(row["heldout_loss"].as_f64().unwrap().is_finite() && row["tokens_per_s"].as_f64().unwrap() > 0.0);
         assert!(row["utilization"].as_f64().unwrap() > 0.0);

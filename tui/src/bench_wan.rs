@@ -57,7 +57,11 @@ pub struct WanArgs {
     /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`; `outer+` is `outer` with the
     /// run setting `--overlap`, 3 unless given, `outer:H+D` names both; other modes run with no
     /// overlap).
-    #[arg(long, value_delimiter = ',', default_value = "every-step/none,every-step/int8,outer/int8,outer+/int8")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "every-step/none,every-step/int8,outer/int8,outer+/int8,outer+/int4"
+    )]
     modes: Vec<String>,
     /// A run of a few minutes (the one CI runs): a model of 64 wide, 2 layers, context 64,
     /// batch 8, 48 steps per node, `--outer 8`, an overlap of 2, every-step modes sampled for 6
