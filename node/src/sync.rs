@@ -813,6 +813,11 @@ impl Strategy {
         self.rebased.as_ref().map(|r| (&r.global[..], r.steps))
     }
 
+    /// The group's weights, given the member's own: [`Strategy::global`]'s, or `own`.
+    pub fn group_weights<'a>(&'a self, own: &'a [f32]) -> &'a [f32] {
+        self.global().map_or(own, |(global, _)| global)
+    }
+
     /// The member's contribution to the next sync: `every-step`, the gradient of one batch;
     /// `outer:H`, the global weights minus the weights after `H` local steps (fewer when some
     /// ran ahead of the last mean). With `int8`, the residual is added and the sum packed.
@@ -1109,21 +1114,27 @@ mod tests {
         // A member whose values sit far below the others' grid contributes nothing at once, but
         // its residual grows until the group takes it: over many syncs the sum of what was taken
         // tracks the sum of what was offered.
-        let big = [100.0f32; BLOCK];
-        let small = [0.3f32; BLOCK];
+        let taken_total = taken_from_a_small_member(pack);
+        assert!((taken_total - 300.0).abs() <= 1.0, "{taken_total}");
+    }
+
+    /// Over 1000 syncs with a member of 100s, what the group took of a member offering 0.3 a
+    /// sync (its first value), each packed by `pack` with error feedback.
+    fn taken_from_a_small_member(pack: fn(&[f32]) -> Result<Packed, NonFinite>) -> f64 {
+        let (big, small) = ([100.0f32; BLOCK], [0.3f32; BLOCK]);
+        let q_big = pack(&big).unwrap();
         let mut r = vec![0f32; BLOCK];
         let mut taken_total = 0f64;
         for _ in 0..1000 {
             let x: Vec<f32> = small.iter().zip(&r).map(|(a, b)| a + b).collect();
             let p = pack(&x).unwrap();
-            let q_big = pack(&big).unwrap();
             let grid = group_grid([&q_big, &p]);
             let mut mine = vec![0i32; BLOCK];
             on_grid(&p, &grid, 0..BLOCK, &mut mine);
             taken_total += f64::from(mine[0]) * pow2(i32::from(grid[0]) - EXPONENT_BIAS);
             r = residual(&x, &p, &grid);
         }
-        assert!((taken_total - 300.0).abs() <= 1.0, "{taken_total}");
+        taken_total
     }
 
     /// int4 is int8's quants on a grid 16 times coarser, rounded half to even and clamped to
@@ -1155,18 +1166,7 @@ mod tests {
         let direct = sum_direct(&refs);
         assert_eq!(schedules::sum_by_owners(&refs), direct);
         assert_eq!(schedules::sum_ring(&refs, 2), direct);
-        let (big, small) = ([100.0f32; BLOCK], [0.3f32; BLOCK]);
-        let mut r = vec![0f32; BLOCK];
-        let mut taken_total = 0f64;
-        for _ in 0..1000 {
-            let x: Vec<f32> = small.iter().zip(&r).map(|(a, b)| a + b).collect();
-            let (p, q_big) = (pack4(&x).unwrap(), pack4(&big).unwrap());
-            let grid = group_grid([&q_big, &p]);
-            let mut mine = vec![0i32; BLOCK];
-            on_grid(&p, &grid, 0..BLOCK, &mut mine);
-            taken_total += f64::from(mine[0]) * pow2(i32::from(grid[0]) - EXPONENT_BIAS);
-            r = residual(&x, &p, &grid);
-        }
+        let taken_total = taken_from_a_small_member(pack4);
         assert!((taken_total - 300.0).abs() <= 8.0, "{taken_total}");
     }
 
@@ -1304,30 +1304,36 @@ mod tests {
         assert_eq!(toy.step, 12);
     }
 
-    /// With no overlap, running ahead does nothing: the windows are plain `outer:H`'s, bit for
-    /// bit; `alone` with an overlap is `contribute`, `run_ahead`, `finish`.
+    /// One sync of a group of one, step by step: contribute, (run ahead,) finish with the
+    /// contribution as the mean.
+    fn sync_by_hand(strategy: &mut Strategy, toy: &mut Toy, run_ahead: bool) {
+        let Contribution { values, .. } = strategy.contribute(toy).unwrap();
+        if run_ahead {
+            strategy.run_ahead(toy).unwrap();
+        }
+        let mean = reduce_one(values).mean;
+        strategy.finish(toy, &mean, &[]).unwrap();
+    }
+
+    /// With no overlap, running ahead does nothing: the windows are plain `outer:H`'s (never
+    /// run ahead), bit for bit; `alone` with an overlap is `contribute`, `run_ahead`, `finish`.
     #[test]
     fn no_overlap_is_plain_outer_and_alone_runs_ahead_too() {
         let (plain, ahead) = (outer(4, 0), outer(4, 3));
-        let mut a = Strategy::new(plain, SyncState::new(&plain, 40));
-        let mut toy_a = Toy::new(12);
-        let mut b = Strategy::new(ahead, SyncState::new(&ahead, 40));
-        let mut toy_b = Toy::new(12);
-        let mut c = Strategy::new(ahead, SyncState::new(&ahead, 40));
-        let mut toy_c = Toy::new(12);
+        let strategy = |config: SyncConfig| (Strategy::new(config, SyncState::new(&config, 40)), Toy::new(12));
+        let (mut never, mut toy_never) = strategy(plain);
+        let (mut a, mut toy_a) = strategy(plain);
+        let (mut b, mut toy_b) = strategy(ahead);
+        let (mut c, mut toy_c) = strategy(ahead);
         for _ in 0..3 {
-            let Contribution { values, .. } = a.contribute(&mut toy_a).unwrap();
-            a.run_ahead(&mut toy_a).unwrap();
-            let mean = reduce_one(values).mean;
-            a.finish(&mut toy_a, &mean, &[]).unwrap();
+            sync_by_hand(&mut never, &mut toy_never, false);
+            sync_by_hand(&mut a, &mut toy_a, true);
             b.alone(&mut toy_b).unwrap();
-            let Contribution { values, .. } = c.contribute(&mut toy_c).unwrap();
-            c.run_ahead(&mut toy_c).unwrap();
-            let mean = reduce_one(values).mean;
-            c.finish(&mut toy_c, &mean, &[]).unwrap();
+            sync_by_hand(&mut c, &mut toy_c, true);
         }
+        assert_eq!(bits(&toy_a.weights), bits(&toy_never.weights));
+        assert_eq!((toy_a.step, toy_never.step), (12, 12));
         assert_eq!(bits(&toy_b.weights), bits(&toy_c.weights));
-        assert_eq!(toy_a.step, 12);
         // Three windows of the same toy: the overlap changed the arithmetic.
         assert_ne!(bits(&toy_a.weights), bits(&toy_b.weights));
     }
@@ -1346,8 +1352,7 @@ mod tests {
         assert_eq!((toy.step, bits(&toy.weights)), (4, bits(&ended)));
         toy.fail_at = None;
         strategy.run_ahead(&mut toy).unwrap();
-        let mean = reduce_one(values).mean;
-        strategy.finish(&mut toy, &mean, &[]).unwrap();
+        strategy.finish(&mut toy, &reduce_one(values).mean, &[]).unwrap();
         let group = strategy.global().unwrap().0.to_vec();
         toy.fail_at = Some(7);
         assert!(strategy.contribute(&mut toy).is_err());

@@ -141,11 +141,7 @@ impl Trainer {
     /// own carry the steps it ran ahead ([`Strategy::run_ahead`]).
     pub fn weights(&mut self) -> Result<&[f32], ComputeError> {
         self.bring_home(false)?;
-        Ok(self.group_weights())
-    }
-
-    fn group_weights(&self) -> &[f32] {
-        self.sync.global().map_or(&self.weights[..], |(global, _)| global)
+        Ok(self.sync.group_weights(&self.weights))
     }
 
     /// Parameters of the model.
@@ -178,7 +174,7 @@ impl Trainer {
     pub fn weight_hash(&self) -> u32 {
         match self.on_device {
             Some(OnDevice { hash: Some(hash), .. }) => hash,
-            _ => weight_hash(self.group_weights()),
+            _ => weight_hash(self.sync.group_weights(&self.weights)),
         }
     }
 
@@ -412,7 +408,7 @@ impl Trainer {
         self.bring_home(false)?;
         let seq = self.run.model.context;
         let mut total = 0.0f32;
-        let weights = self.sync.global().map_or(&self.weights[..], |(global, _)| global);
+        let weights = self.sync.group_weights(&self.weights);
         for batch in heldout_batches(batches, self.run.batch, seq) {
             total +=
                 self.model.loss(self.gemm.as_mut(), weights, &batch.tokens, &batch.targets, self.run.batch, seq)?;
@@ -426,13 +422,13 @@ impl Trainer {
     /// (Adam's moments are this member's, as they are in every `outer:H` window).
     pub fn state(&mut self) -> Result<TrainState, ComputeError> {
         self.bring_home(true)?;
-        let (weights, ahead) = self.sync.global().map_or((&self.weights[..], 0), |(g, steps)| (g, steps));
+        let ahead = self.sync.global().map_or(0, |(_, steps)| steps);
         Ok(TrainState {
             run: self.run,
             step: self.step - ahead,
-            weights: weights.to_vec(),
+            weights: self.sync.group_weights(&self.weights).to_vec(),
             adam: self.adam.clone(),
-            data_state: if ahead > 0 { self.data_at_sync.unwrap_or(self.data_state()) } else { self.data_state() },
+            data_state: self.data_at_sync.filter(|_| ahead > 0).unwrap_or_else(|| self.data_state()),
             sync: self.sync.state().clone(),
         })
     }

@@ -289,15 +289,17 @@ impl<'a> Reader<'a> {
 
 fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
-    match g.values {
-        Values::Int8(_) => out.extend_from_slice(&PACKED_GRADIENT.to_le_bytes()),
-        Values::Int4(_) => out.extend_from_slice(&PACKED4_GRADIENT.to_le_bytes()),
-        Values::F32(_) => {}
-    }
-    if g.values.packed().is_some() {
-        out.extend_from_slice(&g.step.to_le_bytes());
-    } else {
-        out.extend_from_slice(&(g.step as i32).to_le_bytes());
+    let sentinel = match g.values {
+        Values::F32(_) => None,
+        Values::Int8(_) => Some(PACKED_GRADIENT),
+        Values::Int4(_) => Some(PACKED4_GRADIENT),
+    };
+    match sentinel {
+        Some(sentinel) => {
+            out.extend_from_slice(&sentinel.to_le_bytes());
+            out.extend_from_slice(&g.step.to_le_bytes());
+        }
+        None => out.extend_from_slice(&(g.step as i32).to_le_bytes()),
     }
     out.extend_from_slice(&g.whash.to_le_bytes());
     out.extend_from_slice(&g.phash.to_le_bytes());
@@ -320,10 +322,15 @@ fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     }
 }
 
-/// A gradient message, either form, from its first word on.
+/// Whether a message's first word starts a packed (int8 or int4) gradient.
+fn is_packed_sentinel(first: i32) -> bool {
+    first == PACKED_GRADIENT || first == PACKED4_GRADIENT
+}
+
+/// A gradient message, any form, from its first word on.
 fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
     let first = r.i32()?;
-    let packed = first == PACKED_GRADIENT || first == PACKED4_GRADIENT;
+    let packed = is_packed_sentinel(first);
     let step = if packed { r.u32()? } else { first as u32 };
     if !packed && first < 0 {
         return Err(WireError::Invalid(format!("gradient step {first} is negative")));
@@ -463,7 +470,7 @@ pub fn encode(message: &Message) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
     let mut r = Reader { bytes, at: 0 };
     let first = i32::from_le_bytes(Reader { bytes, at: 0 }.array()?);
-    if first >= 0 || first == PACKED_GRADIENT || first == PACKED4_GRADIENT {
+    if first >= 0 || is_packed_sentinel(first) {
         let gradient = read_gradient(&mut r)?;
         r.finish()?;
         return Ok(Message::Gradient(gradient));

@@ -354,14 +354,15 @@ fn run_mode(
     }
     let seconds = ended.duration_since(first).as_secs_f64();
     // When each sync had ended on every node, from the first roster.
-    let sync_ended: Vec<f64> = (1..=u64::from(syncs))
-        .map(|k| {
-            let at = |node: &Headless| {
-                node.events().into_iter().find(|(_, e)| e["event"] == "step" && e["step"].as_u64() == Some(k))
-            };
-            nodes.iter().filter_map(|n| at(n).map(|(t, _)| t.duration_since(began).as_secs_f64())).fold(0.0, f64::max)
-        })
-        .collect();
+    let mut sync_ended = vec![0f64; syncs as usize];
+    for node in &nodes {
+        for (at, e) in node.events() {
+            let k = e["step"].as_u64().unwrap_or(0) as usize;
+            if e["event"] == "step" && (1..=sync_ended.len()).contains(&k) {
+                sync_ended[k - 1] = sync_ended[k - 1].max(at.duration_since(began).as_secs_f64());
+            }
+        }
+    }
     // Every node's last step is reported once its hash is known; wait for those.
     for node in &nodes {
         node.wait_for("the last step's hash", 60, |e| e["event"] == "weights" && e["step"] == syncs)?;
@@ -408,15 +409,23 @@ fn run_mode(
     // The held-out loss after every `stride`-th sync (about 24 of them), for the time to loss.
     let stride = run.syncs().div_ceil(24).max(1);
     let mut reached = None;
+    // The last sync evaluated, and its loss (the run's own when it is the last sync).
+    let mut evaluated = None;
     while replay.step_count() < run.steps {
         replay.sync()?;
         let sync = replay.step_count() / run.steps_per_sync();
-        let evaluated = sync.is_multiple_of(stride) || sync == run.syncs();
-        if reached.is_none() && evaluated && replay.heldout_loss(args.eval_batches)? <= solo_loss {
-            reached = Some(sync);
+        if reached.is_none() && (sync.is_multiple_of(stride) || sync == run.syncs()) {
+            let loss = replay.heldout_loss(args.eval_batches)?;
+            if loss <= solo_loss {
+                reached = Some(sync);
+            }
+            evaluated = Some((sync, loss));
         }
     }
-    let heldout_loss = replay.heldout_loss(args.eval_batches)?;
+    let heldout_loss = match evaluated {
+        Some((sync, loss)) if sync == run.syncs() => loss,
+        _ => replay.heldout_loss(args.eval_batches)?,
+    };
     let per_sync = seconds / f64::from(syncs - 1).max(1.0);
     let time_to_loss = reached.map(|k| match sync_ended.get(k as usize - 1) {
         Some(&at) if !sampled => (at, false),
