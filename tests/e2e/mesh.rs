@@ -699,6 +699,20 @@ fn applied_while_standing_by(node: &Node, kind: &str) -> Vec<Value> {
     after.filter(|e| e["event"] == "weights" && e["step"].as_u64() > Some(held)).cloned().collect()
 }
 
+/// `a`, resumed at step `from`, applied the run's next `n` steps with `b`'s hashes; returns
+/// `b`'s hashes. Only steps up to `from + n` are compared: both nodes have reported those, while
+/// a step after them may be in `a`'s events and still on its way to `b`'s (the `weights` of a
+/// step wait for the next step's compute).
+fn resumed_as_the_run(a: &Node, b: &Node, from: u64, n: u64) -> BTreeMap<u64, String> {
+    b.wait_for("b at the same step", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + n), 60);
+    let hb = b.hashes();
+    let ha: BTreeMap<_, _> = a.hashes_since_restore().into_iter().filter(|(s, _)| *s <= from + n).collect();
+    let b_then: BTreeMap<_, _> = hb.iter().filter(|(s, _)| ha.contains_key(s)).collect();
+    assert!(ha.keys().copied().eq(from + 1..=from + n), "a's steps since its resume at {from}: {ha:?}");
+    assert!(ha.iter().all(|(step, hash)| hb.get(step) == Some(hash)), "a's {ha:?} against b's {b_then:?}");
+    hb
+}
+
 fn signal_proc(node: &Node, signal: &str) {
     let status = Command::new("kill").args([signal, &node.pid().to_string()]).status().unwrap();
     assert!(status.success(), "kill {signal}");
@@ -745,10 +759,7 @@ fn a_leader_asleep_for_45_s_in_a_group_of_four_is_replaced_and_resumed_equal() {
     let from = resumed["step"].as_u64().unwrap();
     a.wait_for("ten steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
     assert_eq!(applied_while_standing_by(&a, &kind), Vec::<Value>::new(), "a trained alone");
-    // b reports those steps too (its events may trail a's by a step under load).
-    b.wait_for("b at the same step", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 10), 60);
-    let (ha, hb) = (a.hashes_since_restore(), b.hashes());
-    assert!(ha.len() >= 10 && ha.iter().all(|(step, hash)| hb.get(step) == Some(hash)), "{ha:?}");
+    let hb = resumed_as_the_run(&a, &b, from, 10);
     for node in [&c, &d] {
         let common: Vec<_> = node.hashes().into_iter().filter(|(s, _)| hb.contains_key(s)).collect();
         assert!(common.iter().all(|(s, h)| &hb[s] == h), "node {} forked from b", node.id);
@@ -779,11 +790,7 @@ fn a_hung_leader_is_deposed_within_two_deadlines() {
     let from = a.events().iter().rev().find(|e| e["event"] == "restored").unwrap()["step"].as_u64().unwrap();
     a.wait_for("steps in the group", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 5), 60);
     assert_eq!(applied_while_standing_by(&a, "deposed"), Vec::<Value>::new(), "a trained alone");
-    // b reports those steps too (its events may trail a's by a step under load).
-    b.wait_for("b at the same step", |e| e["event"] == "weights" && e["step"].as_u64() == Some(from + 5), 60);
-    let (ha, hb) = (a.hashes_since_restore(), b.hashes());
-    let b_then: BTreeMap<_, _> = hb.iter().filter(|(s, _)| ha.contains_key(s)).collect();
-    assert!(ha.iter().all(|(step, hash)| hb.get(step) == Some(hash)), "a's {ha:?} against b's {b_then:?}");
+    resumed_as_the_run(&a, &b, from, 5);
     println!("hung leader: deposed {:.1} s after the stop ({silent} ms silent)", took.as_secs_f64());
 }
 
