@@ -1,6 +1,6 @@
 //! Model and run configuration.
 
-use crate::sync::{SyncConfig, SyncError, SyncMode};
+use crate::sync::{Compression, SyncConfig, SyncError, SyncMode};
 
 /// The byte-level tokenizer: every byte is a token. Checkpoints record its name and size.
 pub const TOKENIZER_NAME: &str = "byte-level";
@@ -139,6 +139,10 @@ impl RunConfig {
         if !overlap_fits {
             return Err(ConfigError::Overlap { overlap, sync: self.sync.mode });
         }
+        let (sync, compression) = (self.sync.mode, self.sync.compression);
+        if self.sync.elastic && (sync == SyncMode::EveryStep || compression == Compression::None) {
+            return Err(ConfigError::Elastic { sync, compression });
+        }
         let outer = self.sync.outer;
         if !(outer.lr.is_finite()
             && outer.lr > 0.0
@@ -176,6 +180,12 @@ pub enum ConfigError {
         overlap: u32,
         sync: SyncMode,
     },
+    /// Elastic windows without `outer:H`, or with f32 contributions (a weighted f32 mean would
+    /// round differently from the plain one; the packed sums are exact).
+    Elastic {
+        sync: SyncMode,
+        compression: Compression,
+    },
 }
 
 impl std::fmt::Display for ConfigError {
@@ -204,6 +214,10 @@ impl std::fmt::Display for ConfigError {
             ConfigError::Outer { lr, momentum } => {
                 write!(f, "outer learning rate {lr} must be positive and finite, outer momentum {momentum} in [0, 1)")
             }
+            ConfigError::Elastic { sync, compression } => write!(
+                f,
+                "elastic windows with sync {sync} and compression {compression}: they need outer:H and int8 or int4"
+            ),
         }
     }
 }
@@ -213,7 +227,7 @@ impl std::error::Error for ConfigError {}
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::sync::{Compression, OuterOptimizer};
+    use crate::sync::OuterOptimizer;
 
     /// A run unlike the default in every setting (for the codecs' tests).
     pub(crate) fn unlike_the_default() -> RunConfig {
@@ -228,6 +242,7 @@ pub(crate) mod tests {
                 compression: Compression::Int8,
                 outer: OuterOptimizer { lr: 0.75, momentum: 0.5 },
                 overlap: 3,
+                elastic: true,
             },
         }
     }
@@ -247,23 +262,35 @@ pub(crate) mod tests {
             &96u32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
             &[8, 7, 6, 5, 4, 3, 2, 1],
-            &[4, 8, 0, 0, 0, 1],
+            &[128 + 4, 8, 0, 0, 0, 1],
             &0.75f32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
         ]
         .concat();
         assert_eq!(bytes.to_vec(), golden);
         assert_eq!(RunConfig::decode(&bytes), Ok(run));
-        // The mode byte is 1 + the overlap for outer:H: every byte is some setting, and
-        // `RunConfig::validate` says which are runs.
+        // The mode byte is 1 + the overlap for outer:H, plus 128 for elastic windows: every
+        // byte but 128 is some setting, and `RunConfig::validate` says which are runs.
         let mut other = bytes;
         other[36] = 1;
         let read = RunConfig::decode(&other).expect("outer:8 without overlap");
-        assert_eq!(read.sync.overlap, 0);
+        assert_eq!((read.sync.overlap, read.sync.elastic), (0, false));
         read.validate().expect("a run");
         other[36] = 9;
         let read = RunConfig::decode(&other).expect("outer:8 with overlap 8");
-        assert_eq!(read.sync.overlap, 8);
+        assert_eq!((read.sync.overlap, read.sync.elastic), (8, false));
         assert_eq!(read.validate(), Err(ConfigError::Overlap { overlap: 8, sync: SyncMode::Outer { inner_steps: 8 } }));
+        other[36] = 129;
+        let read = RunConfig::decode(&other).expect("outer:8, elastic");
+        assert_eq!((read.sync.overlap, read.sync.elastic), (0, true));
+        read.validate().expect("a run");
+        other[36] = 128;
+        assert_eq!(RunConfig::decode(&other), Err(SyncError::ModeByte(128)));
+        // Elastic windows need outer:H and a packed compression.
+        let f32_run = RunConfig { sync: SyncConfig { compression: Compression::None, ..run.sync }, ..run };
+        assert_eq!(
+            f32_run.validate(),
+            Err(ConfigError::Elastic { sync: SyncMode::Outer { inner_steps: 8 }, compression: Compression::None })
+        );
     }
 }

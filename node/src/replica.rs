@@ -9,6 +9,7 @@
 //! its own while the next step computes (FNV-1a is byte-serial, ~0.8 GB/s).
 
 use std::error::Error;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use crate::checkpoint::{self, CheckpointError};
@@ -130,6 +131,12 @@ pub trait Replica: Send + 'static {
     fn take_backend_change(&mut self) -> Option<BackendChange> {
         None
     }
+    /// Elastic windows: where the adapter tells the window under way to end
+    /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run in
+    /// hand; `None` before a run.
+    fn hurry(&self) -> Option<Arc<AtomicU32>> {
+        None
+    }
 }
 
 /// A hot-swap that took effect.
@@ -181,6 +188,9 @@ pub struct TrainerReplica {
     /// window's first steps while the group sums the contribution just made; joined by
     /// whatever needs the trainer next (the mean's `apply`, usually).
     ahead: Option<RunningAhead>,
+    /// Elastic windows: the trainer's [`Trainer::hurry`], kept here so that the adapter can
+    /// end a window while the trainer computes it.
+    hurry: Option<Arc<AtomicU32>>,
 }
 
 /// The trainer away on the thread running ahead.
@@ -215,6 +225,7 @@ impl TrainerReplica {
             failed: None,
             poison: None,
             ahead: None,
+            hurry: None,
         }
     }
 
@@ -339,6 +350,7 @@ impl Replica for TrainerReplica {
         };
         let trainer = Trainer::new(run, gemm, data).map_err(ReplicaError::Config)?;
         let weights = trainer.parameter_count();
+        self.hurry = Some(trainer.hurry());
         self.failed = None;
         self.trainer = Some(trainer);
         self.rehash();
@@ -384,7 +396,14 @@ impl Replica for TrainerReplica {
         // The hash of the weights this sync started from (computed alongside, see `apply`).
         let whash = self.resolve_hash();
         self.start_ahead();
-        Ok(Gradient { step, whash, phash, loss: contribution.loss, values: contribution.values })
+        Ok(Gradient {
+            step,
+            whash,
+            phash,
+            loss: contribution.loss,
+            values: contribution.values,
+            weight: contribution.weight,
+        })
     }
 
     fn apply(&mut self, mean: &[f32], grid: &[u8]) {
@@ -492,6 +511,10 @@ impl Replica for TrainerReplica {
 
     fn take_backend_change(&mut self) -> Option<BackendChange> {
         self.change.take()
+    }
+
+    fn hurry(&self) -> Option<Arc<AtomicU32>> {
+        self.hurry.clone()
     }
 }
 

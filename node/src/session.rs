@@ -80,7 +80,7 @@ use std::sync::Arc;
 
 use crate::config::RunConfig;
 use crate::step::{GuardFailure, Offer, RepairStore, StepCollector};
-use crate::sync::{Compression, OutOfBounds};
+use crate::sync::{OutOfBounds, SyncConfig};
 use crate::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
 
 /// Step messages held per member from an epoch this node has not reached (a roster, gradients
@@ -161,6 +161,12 @@ pub enum Output {
     Restore {
         bytes: Vec<u8>,
     },
+    /// Elastic windows: another member finished its window of `step` first, so ours ends after
+    /// the inner step under way (`Compute { step }` is still answered, with the steps done).
+    /// Nothing to answer; a `Compute` already answered ignores it.
+    Hurry {
+        step: u32,
+    },
     Event(Event),
 }
 
@@ -183,6 +189,9 @@ pub enum Event {
         loss: f32,
         peers: usize,
         whash: u32,
+        /// Elastic windows: each roster member's weight in the mean (the inner steps its
+        /// contribution stands for), in roster order; empty otherwise.
+        weights: Vec<(PeerId, u32)>,
     },
     RepairRequested {
         step: u32,
@@ -510,6 +519,8 @@ pub struct Session {
     commit: Option<Vec<PeerId>>,
     /// Gradients for `applied + 2` that arrived before its roster.
     early: BTreeMap<PeerId, Gradient>,
+    /// Elastic windows: the last step whose window we were told to end ([`Output::Hurry`]).
+    hurried: Option<u32>,
     /// Leader: everyone's gradients of the last steps, and those steps' final rosters.
     repairs: RepairStore,
     /// Leader: members in step with the run (they get rosters).
@@ -586,6 +597,7 @@ impl Session {
             last_repair_ms: None,
             commit: None,
             early: BTreeMap::new(),
+            hurried: None,
             repairs: RepairStore::default(),
             synced: BTreeSet::new(),
             joiners: BTreeSet::new(),
@@ -1315,8 +1327,9 @@ impl Session {
                 }
             }
             _ => {
-                let compression = self.run.as_ref().map_or(Compression::None, |r| r.sync.compression);
-                self.collector = Some(StepCollector::new(step, peers.clone(), self.weights, compression));
+                let sync = self.run.as_ref().map_or(SyncConfig::SEED, |r| r.sync);
+                self.collector = Some(StepCollector::new(step, peers.clone(), self.weights, &sync));
+                self.hurried = None;
                 self.collector_since_ms = self.now_ms;
                 self.own_ready_ms = None;
                 self.repaired_in_step = false;
@@ -1326,6 +1339,7 @@ impl Session {
                 }
                 if peers.contains(&self.config.me) {
                     self.out.push(Output::Compute { step });
+                    self.hurry_if_beaten();
                 }
             }
         }
@@ -1367,7 +1381,15 @@ impl Session {
             return;
         }
         let why = match collector.offer(from, gradient) {
-            Offer::Accepted => return,
+            Offer::Accepted => {
+                if from != self.config.me {
+                    self.hurry_if_beaten();
+                }
+                return;
+            }
+            Offer::WrongWeight { weight, allowed } => {
+                format!("a gradient of weight {weight}, the run allows {}..={}", allowed.start(), allowed.end())
+            }
             Offer::Duplicate => format!("a duplicate gradient for step {step}"),
             Offer::WrongStep { step } => format!("a gradient for step {step}, not the current one"),
             Offer::NotInRoster => format!("a gradient for step {step} from outside its roster"),
@@ -1389,6 +1411,20 @@ impl Session {
             }
         };
         self.ignore(from, &why);
+    }
+
+    /// Elastic windows: once another member's contribution to the step we compute is here, our
+    /// window ends after its inner step under way (once a step).
+    fn hurry_if_beaten(&mut self) {
+        let elastic = self.run.as_ref().is_some_and(|r| r.sync.elastic);
+        let Some(collector) = &self.collector else { return };
+        let me = self.config.me;
+        let computing = collector.roster().contains(&me) && collector.get(me).is_none();
+        let beaten = collector.roster().iter().any(|&p| p != me && collector.get(p).is_some());
+        if elastic && computing && beaten && self.hurried != Some(collector.step) {
+            self.hurried = Some(collector.step);
+            self.out.push(Output::Hurry { step: collector.step });
+        }
     }
 
     fn after_offer(&mut self) {
@@ -1471,6 +1507,7 @@ impl Session {
         let loss = collector.mean_loss().unwrap_or(f32::NAN);
         let peers = collector.roster().len();
         let step = collector.step;
+        let weights = if self.run.as_ref().is_some_and(|r| r.sync.elastic) { collector.weights() } else { Vec::new() };
         self.base = collector.roster().to_vec();
         // Every node times its steps: the leader for its deadline, followers for how long a
         // silent leader may be silent.
@@ -1493,7 +1530,7 @@ impl Session {
         }
         self.applied = step;
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss });
-        self.event(Event::StepApplied { step, loss, peers, whash: ours });
+        self.event(Event::StepApplied { step, loss, peers, whash: ours, weights });
         true
     }
 

@@ -101,6 +101,11 @@ settings! {
     /// one; the group's mean is applied after them, with the member's progress kept (0: wait
     /// for the mean; below H).
     "overlap" => sync.overlap: u32,
+    /// `outer:H` with int8 or int4: elastic windows (`true`): a window ends when the first
+    /// member has done its H inner steps; each member contributes the steps it finished by
+    /// then, and the group's mean weighs each by them (members of different speeds each do
+    /// their share instead of waiting for the slowest).
+    "elastic" => sync.elastic: bool,
 }
 
 /// The setting called `name` (`-` or `_` between words).

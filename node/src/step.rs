@@ -4,12 +4,13 @@
 //!
 //! Averaging is `crate::sync::reduce` over the roster's contributions in roster order: f32
 //! contributions are summed in that order, each addition an f32 rounding, then divided by `n`
-//! (float addition is not associative, so the order is part of the protocol); `int8` ones are
-//! summed exactly in integers, where the order cannot matter.
+//! (float addition is not associative, so the order is part of the protocol); `int8` and `int4`
+//! ones are summed exactly in integers, where the order cannot matter — weighted by the inner
+//! steps each stands for in elastic windows.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::sync::{self, Compression, Reduced};
+use crate::sync::{self, Compression, Reduced, SyncConfig};
 use crate::wire::{Gradient, PeerId};
 
 /// Steps of everyone's gradients the leader keeps for repairs.
@@ -27,6 +28,11 @@ pub enum Offer {
     },
     /// From a peer not in this step's roster.
     NotInRoster,
+    /// A weight the run does not allow (`SyncConfig::weights_allowed`).
+    WrongWeight {
+        weight: u32,
+        allowed: std::ops::RangeInclusive<u32>,
+    },
     /// The gradient's length is not the model's.
     WrongLength {
         expected: usize,
@@ -72,14 +78,17 @@ pub struct StepCollector {
     roster: Vec<PeerId>,
     len: usize,
     compression: Compression,
+    /// The weights a contribution may carry.
+    weights: std::ops::RangeInclusive<u32>,
     gradients: HashMap<PeerId, Gradient>,
 }
 
 impl StepCollector {
-    /// `roster` in the order the leader announced; `len` the model's weight count;
-    /// `compression` the run's.
-    pub fn new(step: u32, roster: Vec<PeerId>, len: usize, compression: Compression) -> Self {
-        StepCollector { step, roster, len, compression, gradients: HashMap::new() }
+    /// `roster` in the order the leader announced; `len` the model's weight count; `sync` the
+    /// run's settings (the compression and the weights contributions may carry).
+    pub fn new(step: u32, roster: Vec<PeerId>, len: usize, sync: &SyncConfig) -> Self {
+        let (compression, weights) = (sync.compression, sync.weights_allowed());
+        StepCollector { step, roster, len, compression, weights, gradients: HashMap::new() }
     }
 
     pub fn roster(&self) -> &[PeerId] {
@@ -100,6 +109,8 @@ impl StepCollector {
             Offer::NotInRoster
         } else if gradient.values.compression() != self.compression {
             Offer::WrongEncoding { expected: self.compression, actual: gradient.values.compression() }
+        } else if !self.weights.contains(&gradient.weight) {
+            Offer::WrongWeight { weight: gradient.weight, allowed: self.weights.clone() }
         } else if gradient.values.len() != self.len {
             Offer::WrongLength { expected: self.len, actual: gradient.values.len() }
         } else if let Err(e) = gradient.values.check_bounds() {
@@ -155,7 +166,13 @@ impl StepCollector {
             return None;
         }
         let values: Vec<&sync::Values> = self.roster.iter().map(|p| &self.gradients[p].values).collect();
-        Some(sync::reduce(&values))
+        let weights: Vec<u32> = self.roster.iter().map(|p| self.gradients[p].weight).collect();
+        Some(sync::reduce(&values, &weights))
+    }
+
+    /// Each roster member's weight, in roster order (those whose gradient is here).
+    pub fn weights(&self) -> Vec<(PeerId, u32)> {
+        self.roster.iter().filter_map(|p| self.gradients.get(p).map(|g| (*p, g.weight))).collect()
     }
 
     /// The mean loss in roster order, for reports.
@@ -205,7 +222,7 @@ mod tests {
     use crate::sync::Values;
 
     fn g(step: u32, whash: u32, values: &[f32]) -> Gradient {
-        Gradient { step, whash, phash: 7, loss: 1.0, values: Values::F32(values.to_vec()) }
+        Gradient { step, whash, phash: 7, loss: 1.0, values: Values::F32(values.to_vec()), weight: 1 }
     }
 
     fn mean(c: &StepCollector) -> Option<Vec<f32>> {
@@ -217,8 +234,8 @@ mod tests {
         // 1e8 + 1 - 1e8 rounds differently depending on order: the roster decides.
         let big = 1.0e8f32;
         let grads = [(10u64, [big]), (20, [1.0]), (30, [-big])];
-        let mut forward = StepCollector::new(5, vec![10, 20, 30], 1, Compression::None);
-        let mut reversed = StepCollector::new(5, vec![10, 20, 30], 1, Compression::None);
+        let mut forward = StepCollector::new(5, vec![10, 20, 30], 1, &SyncConfig::SEED);
+        let mut reversed = StepCollector::new(5, vec![10, 20, 30], 1, &SyncConfig::SEED);
         for (p, v) in grads {
             assert_eq!(forward.offer(p, g(5, 1, &v)), Offer::Accepted);
         }
@@ -229,7 +246,7 @@ mod tests {
         assert_eq!(a[0].to_bits(), mean(&reversed).unwrap()[0].to_bits());
         assert_eq!(a[0], ((big + 1.0) - big) / 3.0);
         // A different roster order is a different (documented) result.
-        let mut other = StepCollector::new(5, vec![10, 30, 20], 1, Compression::None);
+        let mut other = StepCollector::new(5, vec![10, 30, 20], 1, &SyncConfig::SEED);
         for (p, v) in grads {
             other.offer(p, g(5, 1, &v));
         }
@@ -238,7 +255,7 @@ mod tests {
 
     #[test]
     fn duplicates_late_and_outsiders_are_refused_with_the_reason() {
-        let mut c = StepCollector::new(3, vec![1, 2], 2, Compression::None);
+        let mut c = StepCollector::new(3, vec![1, 2], 2, &SyncConfig::SEED);
         assert_eq!(c.offer(1, g(3, 9, &[1.0, 2.0])), Offer::Accepted);
         assert_eq!(c.offer(1, g(3, 9, &[5.0, 5.0])), Offer::Duplicate);
         assert_eq!(c.offer(2, g(2, 9, &[1.0, 2.0])), Offer::WrongStep { step: 2 });
@@ -248,7 +265,7 @@ mod tests {
         let packed = Gradient { values: Values::Int8(crate::sync::pack(&[1.0, 2.0]).unwrap()), ..g(3, 9, &[]) };
         assert_eq!(c.offer(2, packed), Offer::WrongEncoding { expected: Compression::None, actual: Compression::Int8 });
         // Not finite, or past 2^32: refused before any sum, with the place and the value.
-        let mut d = StepCollector::new(3, vec![1, 2], 2, Compression::None);
+        let mut d = StepCollector::new(3, vec![1, 2], 2, &SyncConfig::SEED);
         let bound = crate::sync::CONTRIBUTION_BOUND;
         for (values, index) in [([1.0, f32::NAN], 1), ([f32::NEG_INFINITY, 0.0], 0), ([0.0, bound * 2.0], 1)] {
             match d.offer(2, g(3, 9, &values)) {
@@ -266,14 +283,14 @@ mod tests {
 
     #[test]
     fn the_guard_names_step_and_peers() {
-        let mut c = StepCollector::new(8, vec![1, 2, 3], 1, Compression::None);
+        let mut c = StepCollector::new(8, vec![1, 2, 3], 1, &SyncConfig::SEED);
         c.offer(1, g(8, 0xaa, &[0.0]));
         c.offer(2, Gradient { phash: 6, ..g(8, 0xab, &[0.0]) });
         c.offer(3, g(8, 0xaa, &[0.0]));
         let failure = c.guard(0xaa, 7).unwrap_err();
         assert_eq!(failure, GuardFailure { step: 8, weight_mismatch: vec![2], probe_mismatch: vec![2] });
         assert!(failure.to_string().contains("step 8") && failure.to_string().contains("[2]"));
-        let mut ok = StepCollector::new(8, vec![1], 1, Compression::None);
+        let mut ok = StepCollector::new(8, vec![1], 1, &SyncConfig::SEED);
         ok.offer(1, g(8, 0xaa, &[0.0]));
         assert_eq!(ok.guard(0xaa, 7), Ok(()));
     }
@@ -282,7 +299,7 @@ mod tests {
     fn the_repair_store_keeps_eight_steps() {
         let mut store = RepairStore::default();
         for step in 0..12 {
-            let mut c = StepCollector::new(step, vec![1, 2], 1, Compression::None);
+            let mut c = StepCollector::new(step, vec![1, 2], 1, &SyncConfig::SEED);
             c.offer(1, g(step, 0, &[step as f32]));
             c.offer(2, g(step, 0, &[-(step as f32)]));
             store.retain(c);

@@ -150,6 +150,12 @@ pub struct SyncConfig {
     /// the group sums the last one, before it applies the group's mean ([`Strategy::run_ahead`]);
     /// 0 waits for the mean (no overlap).
     pub overlap: u32,
+    /// `outer:H` with `int8` or `int4` only: *elastic windows*. A window ends for everyone when
+    /// the first member has finished its `H` inner steps; each member contributes the steps it
+    /// finished by then (at least one), and the group's mean weighs each contribution by them
+    /// ([`reduce`]). Members of different speeds each do their share; without it a window waits
+    /// for the slowest member's `H` steps.
+    pub elastic: bool,
 }
 
 impl SyncConfig {
@@ -166,10 +172,21 @@ impl SyncConfig {
         compression: Compression::None,
         outer: OuterOptimizer::DEFAULT,
         overlap: 0,
+        elastic: false,
     };
 
-    /// The largest overlap the encoding carries (the mode byte is `1 + overlap`).
-    pub const MAX_OVERLAP: u32 = 254;
+    /// The largest overlap the encoding carries (the mode byte's low 7 bits are `1 + overlap`).
+    pub const MAX_OVERLAP: u32 = 126;
+
+    /// A contribution's weight in the group's mean, as its wire message carries it: in elastic
+    /// windows the inner steps it stands for (`1..=H`); otherwise always 1.
+    pub fn weights_allowed(&self) -> std::ops::RangeInclusive<u32> {
+        if self.elastic {
+            1..=self.mode.steps_per_sync()
+        } else {
+            1..=1
+        }
+    }
 }
 
 impl SyncConfig {
@@ -177,14 +194,16 @@ impl SyncConfig {
     pub const ENCODED_LEN: usize = 14;
 
     /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
-    /// `[u8 mode (0 every-step, 1 + overlap for outer)][u32 H (1 for every-step)][u8
-    /// compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. An overlap past
-    /// [`SyncConfig::MAX_OVERLAP`], or one with `every-step`, is not a valid run
-    /// (`RunConfig::validate`) and is not encoded.
+    /// `[u8 mode (0 every-step; for outer, 1 + overlap, plus 128 for elastic windows)][u32 H (1
+    /// for every-step)][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer
+    /// momentum]`. An overlap past [`SyncConfig::MAX_OVERLAP`], or an overlap or elastic windows
+    /// with `every-step`, is not a valid run (`RunConfig::validate`) and is not encoded.
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let (mode, h) = match self.mode {
             SyncMode::EveryStep => (0u8, 1u32),
-            SyncMode::Outer { inner_steps } => (1 + self.overlap.min(Self::MAX_OVERLAP) as u8, inner_steps),
+            SyncMode::Outer { inner_steps } => {
+                (1 + self.overlap.min(Self::MAX_OVERLAP) as u8 + if self.elastic { 128 } else { 0 }, inner_steps)
+            }
         };
         let compression = match self.compression {
             Compression::None => 0u8,
@@ -203,9 +222,11 @@ impl SyncConfig {
     /// Reads [`SyncConfig::encode`]'s bytes; an unknown mode or compression is named.
     pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<SyncConfig, SyncError> {
         let word = |at: usize| [bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]];
-        let (mode, overlap) = match bytes[0] {
-            0 => (SyncMode::EveryStep, 0),
-            b => (SyncMode::Outer { inner_steps: u32::from_le_bytes(word(1)) }, u32::from(b) - 1),
+        let (mode, overlap, elastic) = match bytes[0] {
+            0 => (SyncMode::EveryStep, 0, false),
+            // 128 alone (elastic, overlap −1) is no setting.
+            128 => return Err(SyncError::ModeByte(128)),
+            b => (SyncMode::Outer { inner_steps: u32::from_le_bytes(word(1)) }, u32::from(b & 127) - 1, b >= 128),
         };
         let compression = match bytes[5] {
             0 => Compression::None,
@@ -214,7 +235,7 @@ impl SyncConfig {
             other => return Err(SyncError::CompressionByte(other)),
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
-        Ok(SyncConfig { mode, compression, outer, overlap })
+        Ok(SyncConfig { mode, compression, outer, overlap, elastic })
     }
 }
 
@@ -223,6 +244,9 @@ impl std::fmt::Display for SyncConfig {
         write!(f, "{} {}", self.mode, self.compression)?;
         if self.overlap > 0 {
             write!(f, " overlap {}", self.overlap)?;
+        }
+        if self.elastic {
+            f.write_str(" elastic")?;
         }
         Ok(())
     }
@@ -237,6 +261,8 @@ pub enum SyncError {
     CompressionText(String),
     /// A compression byte this version does not know.
     CompressionByte(u8),
+    /// A mode byte that is no setting (128: elastic windows without a mode).
+    ModeByte(u8),
     /// A packed contribution without one block byte per block.
     BlockBytes { bytes: usize, values: usize },
     /// A quant outside `[-127, 127]` (`[-7, 7]` for int4): the quantizer never makes one.
@@ -257,6 +283,7 @@ impl std::fmt::Display for SyncError {
             }
             SyncError::CompressionText(s) => write!(f, "`{s}` is not a compression: none, int8 or int4"),
             SyncError::CompressionByte(b) => write!(f, "compression {b}"),
+            SyncError::ModeByte(b) => write!(f, "sync mode byte {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),
             SyncError::QuantRange { index, quant } => {
                 write!(f, "quant {quant} at {index} (int8 quants lie in [-127, 127], int4 ones in [-7, 7])")
@@ -442,14 +469,57 @@ fn pow2(e: i32) -> f64 {
 /// `f32(f64(S) · 2^E / f64(n))` — the product is exact in f64, the division and the final
 /// conversion round to nearest, ties to even. Values of empty blocks are +0.
 pub fn mean(sum: &[i32], grid: &[u8], n: usize) -> Vec<f32> {
-    let n = n as f64;
+    scaled_mean(sum, grid, n as f64, f64::from)
+}
+
+/// The weighted mean of contributions whose weighted sum on `grid` is `sum` and whose weights
+/// (in lowest terms) add up to `total`: `f32(f64(S) · 2^E / f64(total))`, as [`mean`] (`S` and
+/// `total` are far below 2^53, so both convert exactly).
+pub fn weighted_mean(sum: &[i64], grid: &[u8], total: u64) -> Vec<f32> {
+    scaled_mean(sum, grid, total as f64, |s| s as f64)
+}
+
+fn scaled_mean<T: Copy + Default + PartialEq>(sum: &[T], grid: &[u8], divisor: f64, to_f64: fn(T) -> f64) -> Vec<f32> {
     sum.chunks(BLOCK)
         .zip(grid)
         .flat_map(|(chunk, &g)| {
             let scale = if g == EMPTY_BLOCK { 0.0 } else { pow2(i32::from(g) - EXPONENT_BIAS) };
-            chunk.iter().map(move |&s| if s == 0 { 0.0 } else { ((f64::from(s) * scale) / n) as f32 })
+            chunk.iter().map(move |&s| if s == T::default() { 0.0 } else { ((to_f64(s) * scale) / divisor) as f32 })
         })
         .collect()
+}
+
+/// Weights over their greatest common divisor: equal weights become all 1, so a weighted mean
+/// of equal weights is the plain mean, bit for bit.
+pub fn lowest_terms(weights: &[u32]) -> Vec<u32> {
+    fn gcd(a: u32, b: u32) -> u32 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    let divisor = weights.iter().copied().fold(0, gcd).max(1);
+    weights.iter().map(|w| w / divisor).collect()
+}
+
+/// The weighted sum on the group's grid: `Σ wᵢ · round(qᵢ · 2^(eᵢ − E))` per value, in 64-bit
+/// integers — each term put on the grid on its own, so any order of addition gives these
+/// integers.
+pub fn sum_weighted(contributions: &[&Packed], weights: &[u32]) -> (Vec<u8>, Vec<i64>) {
+    assert_eq!(contributions.len(), weights.len(), "one weight per contribution");
+    let grid = group_grid(contributions.iter().copied());
+    let len = contributions.first().map_or(0, |p| p.len());
+    let mut sum = vec![0i64; len];
+    let mut terms = vec![0i32; len];
+    for (p, &w) in contributions.iter().zip(weights) {
+        terms.fill(0);
+        on_grid(p, &grid, 0..len, &mut terms);
+        for (s, &t) in sum.iter_mut().zip(&terms) {
+            *s += i64::from(w) * i64::from(t);
+        }
+    }
+    (grid, sum)
 }
 
 /// The group sum as one member computes it when it holds every contribution (the mesh's
@@ -581,21 +651,32 @@ pub struct Reduced {
 }
 
 /// The group's mean of `contributions`, given in roster order, all of one encoding and length
-/// (the caller checks): f32 ones summed in that order, each addition an f32 rounding, then
-/// divided by `n`; int8 ones summed exactly ([`sum_direct`]) and averaged by [`mean`].
-pub fn reduce(contributions: &[&Values]) -> Reduced {
-    let n = contributions.len();
+/// (the caller checks), each with its weight (`weights`, the inner steps it stands for in
+/// elastic windows, else 1), taken in lowest terms ([`lowest_terms`]). f32 ones: summed in
+/// roster order, each addition an f32 rounding (a weight other than 1 multiplies its values
+/// first, one rounding each), then divided by the weights' total. int8 and int4 ones: summed
+/// exactly ([`sum_direct`], or [`sum_weighted`] when the weights differ) and averaged by
+/// [`mean`] or [`weighted_mean`]. Equal weights give the unweighted mean's bits.
+pub fn reduce(contributions: &[&Values], weights: &[u32]) -> Reduced {
+    assert_eq!(contributions.len(), weights.len(), "one weight per contribution");
+    let weights = lowest_terms(weights);
+    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+    let plain = weights.iter().all(|&w| w == 1);
     match contributions.first() {
         None => Reduced { mean: Vec::new(), grid: Vec::new() },
-        Some(Values::F32(first)) => {
-            let mut sum = first.clone();
-            for values in &contributions[1..] {
+        Some(Values::F32(_)) => {
+            let mut sum = vec![0f32; contributions[0].len()];
+            for (i, (values, &w)) in contributions.iter().zip(&weights).enumerate() {
                 let Values::F32(v) = values else { panic!("mixed encodings in one sync") };
-                for (s, g) in sum.iter_mut().zip(v) {
-                    *s += g;
+                let w = w as f32;
+                match (i, w == 1.0) {
+                    (0, true) => sum.copy_from_slice(v),
+                    (0, false) => sum.iter_mut().zip(v).for_each(|(s, g)| *s = g * w),
+                    (_, true) => sum.iter_mut().zip(v).for_each(|(s, g)| *s += g),
+                    (_, false) => sum.iter_mut().zip(v).for_each(|(s, g)| *s += g * w),
                 }
             }
-            Reduced { mean: mean_f32(sum, n), grid: Vec::new() }
+            Reduced { mean: mean_f32(sum, total as usize), grid: Vec::new() }
         }
         Some(first) => {
             let packed: Vec<&Packed> = contributions
@@ -605,8 +686,13 @@ pub fn reduce(contributions: &[&Values]) -> Reduced {
                     _ => panic!("mixed encodings in one sync"),
                 })
                 .collect();
-            let (grid, sum) = sum_direct(&packed);
-            Reduced { mean: mean(&sum, &grid, n), grid }
+            if plain {
+                let (grid, sum) = sum_direct(&packed);
+                Reduced { mean: mean(&sum, &grid, packed.len()), grid }
+            } else {
+                let (grid, sum) = sum_weighted(&packed, &weights);
+                Reduced { mean: weighted_mean(&sum, &grid, total), grid }
+            }
         }
     }
 }
@@ -625,7 +711,7 @@ fn mean_f32(mut sum: Vec<f32>, n: usize) -> Vec<f32> {
 pub fn reduce_one(values: Values) -> Reduced {
     match values {
         Values::F32(x) => Reduced { mean: mean_f32(x, 1), grid: Vec::new() },
-        int8 => reduce(&[&int8]),
+        packed => reduce(&[&packed], &[1]),
     }
 }
 
@@ -697,6 +783,15 @@ pub trait Member {
     fn rewind(&mut self, steps: u32);
     /// Optimizer steps the run has left.
     fn steps_left(&self) -> u32;
+    /// Elastic windows: whether the window should end after `done` of its inner steps (another
+    /// member finished its `H`). Asked after each inner step but the window's last.
+    fn hurried(&self, _done: u32) -> bool {
+        false
+    }
+    /// Elastic windows: passes over `steps` optimizer steps of a window ended early, as if they
+    /// were taken — the step count (the learning-rate schedule's position) and the data stream
+    /// move on to the next window's start, the weights and the optimizer's moments stay.
+    fn skip(&mut self, steps: u32);
 }
 
 /// One member's contribution to a sync.
@@ -705,6 +800,9 @@ pub struct Contribution {
     /// The loss of the step (`every-step`) or the mean of the inner steps' losses, in order.
     pub loss: f32,
     pub values: Values,
+    /// Its weight in the group's mean ([`SyncConfig::weights_allowed`]): in elastic windows the
+    /// inner steps it stands for, else 1.
+    pub weight: u32,
 }
 
 /// Why a contribution could not be made.
@@ -824,17 +922,18 @@ impl Strategy {
     /// Until [`Strategy::finish`], the weights are local (`outer:H`). A failed inner step puts
     /// the weights and the step count back to the window's start.
     pub fn contribute(&mut self, member: &mut dyn Member) -> Result<Contribution, ContributeError> {
-        let (loss, mut x, global) = match self.config.mode {
+        let (loss, mut x, global, weight) = match self.config.mode {
             SyncMode::EveryStep => {
                 let (loss, grad) = member.gradient()?;
-                (loss, grad, None)
+                (loss, grad, None, 1)
             }
             SyncMode::Outer { inner_steps } => {
                 let (global, taken, mut losses) = match self.rebased.take() {
                     Some(Rebased { global, steps, losses }) => (global, steps, losses),
                     None => (member.weights().clone(), 0, 0f32),
                 };
-                for done in taken..inner_steps {
+                let mut done = taken;
+                while done < inner_steps {
                     match member.step_alone() {
                         Ok(loss) => losses += loss,
                         Err(e) => {
@@ -843,9 +942,15 @@ impl Strategy {
                             return Err(e.into());
                         }
                     }
+                    done += 1;
+                    if self.config.elastic && done < inner_steps && member.hurried(done) {
+                        member.skip(inner_steps - done);
+                        break;
+                    }
                 }
                 let delta: Vec<f32> = global.iter().zip(member.weights().iter()).map(|(g, w)| g - w).collect();
-                (losses / inner_steps as f32, delta, Some(global))
+                let weight = if self.config.elastic { done } else { 1 };
+                (losses / done as f32, delta, Some(global), weight)
             }
         };
         let (values, packed) = match self.config.compression {
@@ -865,7 +970,7 @@ impl Strategy {
             }
         };
         self.in_flight = Some(InFlight { global, packed });
-        Ok(Contribution { loss, values })
+        Ok(Contribution { loss, values, weight })
     }
 
     /// `outer:H` with an overlap, between [`Strategy::contribute`] and [`Strategy::finish`]:
@@ -932,7 +1037,7 @@ impl Strategy {
         if self.config.mode == SyncMode::EveryStep && self.config.compression == Compression::None {
             return Ok(member.step_alone()?);
         }
-        let Contribution { loss, values } = self.contribute(member)?;
+        let Contribution { loss, values, .. } = self.contribute(member)?;
         self.run_ahead(member)?;
         let reduced = reduce_one(values);
         self.finish(member, &reduced.mean, &reduced.grid)?;
@@ -1175,7 +1280,7 @@ mod tests {
     fn reduce_one_is_reduce_of_one() {
         let x = contribution(3, 5 * BLOCK + 7);
         for values in [Values::F32(x.clone()), Values::Int8(pack(&x).unwrap())] {
-            let by_ref = reduce(&[&values]);
+            let by_ref = reduce(&[&values], &[1]);
             let by_value = reduce_one(values);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&by_value.mean), bits(&by_ref.mean));
@@ -1203,11 +1308,19 @@ mod tests {
         step: u32,
         steps: u32,
         fail_at: Option<u32>,
+        /// Elastic windows: each window ends after this many of its steps.
+        hurry_after: Option<u32>,
     }
 
     impl Toy {
         fn new(steps: u32) -> Toy {
-            Toy { weights: (0..40).map(|i| 0.25 + i as f32 / 8.0).collect(), step: 0, steps, fail_at: None }
+            Toy {
+                weights: (0..40).map(|i| 0.25 + i as f32 / 8.0).collect(),
+                step: 0,
+                steps,
+                fail_at: None,
+                hurry_after: None,
+            }
         }
     }
 
@@ -1242,11 +1355,23 @@ mod tests {
         fn steps_left(&self) -> u32 {
             self.steps - self.step
         }
+        fn hurried(&self, done: u32) -> bool {
+            self.hurry_after.is_some_and(|h| done >= h)
+        }
+        fn skip(&mut self, steps: u32) {
+            self.step += steps;
+        }
     }
 
     fn outer(h: u32, overlap: u32) -> SyncConfig {
         let outer = OuterOptimizer { lr: 0.75, momentum: 0.5 };
-        SyncConfig { mode: SyncMode::Outer { inner_steps: h }, compression: Compression::None, outer, overlap }
+        SyncConfig {
+            mode: SyncMode::Outer { inner_steps: h },
+            compression: Compression::None,
+            outer,
+            overlap,
+            elastic: false,
+        }
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -1302,6 +1427,61 @@ mod tests {
             assert_eq!(toy.step, k);
         }
         assert_eq!(toy.step, 12);
+    }
+
+    /// Elastic windows (`outer:4`): a member hurried after 2 of its steps contributes `G` minus
+    /// where those 2 steps ended, weighs 2, and passes over the window's other 2 steps (its step
+    /// count is the window's end, its weights stay where the 2 steps left them); a member that
+    /// is never hurried runs all 4 and weighs 4. The loss is the mean of the steps taken.
+    #[test]
+    fn an_elastic_window_ends_when_hurried_and_weighs_its_steps() {
+        let config = SyncConfig { elastic: true, compression: Compression::Int8, ..outer(4, 0) };
+        let mut toy = Toy { hurry_after: Some(2), ..Toy::new(8) };
+        let mut strategy = Strategy::new(config, SyncState::new(&config, 40));
+        let global = toy.weights.clone();
+        let mut local = global.clone();
+        toy_step(&mut local, 1);
+        toy_step(&mut local, 2);
+        let delta: Vec<f32> = global.iter().zip(&local).map(|(g, l)| g - l).collect();
+        let contribution = strategy.contribute(&mut toy).unwrap();
+        assert_eq!(contribution.weight, 2);
+        assert_eq!(contribution.values, Values::Int8(pack(&delta).unwrap()), "the residual starts at 0");
+        assert_eq!(contribution.loss, (1.0 + 2.0) / 2.0);
+        assert_eq!((toy.step, bits(&toy.weights)), (4, bits(&local)));
+        // Not hurried: the whole window.
+        let mut whole = Toy::new(8);
+        let mut strategy = Strategy::new(config, SyncState::new(&config, 40));
+        let contribution = strategy.contribute(&mut whole).unwrap();
+        assert_eq!((contribution.weight, whole.step), (4, 4));
+        // Hurried from the start: one step is the least a window takes.
+        let mut eager = Toy { hurry_after: Some(0), ..Toy::new(8) };
+        let contribution = Strategy::new(config, SyncState::new(&config, 40)).contribute(&mut eager).unwrap();
+        assert_eq!((contribution.weight, eager.step), (1, 4));
+        // Without elastic windows a hurry is never asked about: every contribution weighs 1.
+        let plain = SyncConfig { elastic: false, ..config };
+        let mut toy = Toy { hurry_after: Some(2), ..Toy::new(8) };
+        let contribution = Strategy::new(plain, SyncState::new(&plain, 40)).contribute(&mut toy).unwrap();
+        assert_eq!((contribution.weight, toy.step), (1, 4));
+    }
+
+    /// The weighted mean, written out on values the int8 grid holds exactly: weights 1 and 3
+    /// give `(1·a + 3·b) / 4`; weights 2 and 6 are the same weights (lowest terms); equal
+    /// weights give the plain mean's bits; f32 contributions weigh the same way.
+    #[test]
+    fn contributions_are_weighed_by_their_steps() {
+        let a = Values::Int8(pack(&[1.0, 2.0, 0.0, -4.0]).unwrap());
+        let b = Values::Int8(pack(&[3.0, -1.0, 0.5, 4.0]).unwrap());
+        let weighted = reduce(&[&a, &b], &[1, 3]);
+        assert_eq!(weighted.mean, [2.5, -0.25, 0.375, 2.0]);
+        assert_eq!(reduce(&[&a, &b], &[2, 6]), weighted);
+        assert_eq!(lowest_terms(&[2, 6, 4]), [1, 3, 2]);
+        assert_eq!(lowest_terms(&[5, 5]), [1, 1]);
+        let plain = reduce(&[&a, &b], &[1, 1]);
+        assert_eq!(reduce(&[&a, &b], &[7, 7]), plain);
+        assert_eq!(plain.mean, [2.0, 0.5, 0.25, 0.0]);
+        let (fa, fb) = (Values::F32(vec![1.0, 2.0]), Values::F32(vec![3.0, -1.0]));
+        assert_eq!(reduce(&[&fa, &fb], &[1, 3]).mean, [2.5, -0.25]);
+        assert_eq!(reduce(&[&fa, &fb], &[4, 4]).mean, [2.0, 0.5]);
     }
 
     /// One sync of a group of one, step by step: contribute, (run ahead,) finish with the

@@ -13,6 +13,9 @@
 //! reference, ABI 1 plugins, `outer:H`) the host holds the state and runs Adam itself; the bits
 //! are the same either way.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
 use crate::adam::{schedule, Adam};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, ModelConfig, RunConfig};
@@ -88,6 +91,9 @@ pub struct Trainer {
     /// The data state at the last sync, while the steps run ahead of it are not in the
     /// group's state (an overlapped window).
     data_at_sync: Option<u64>,
+    /// Elastic windows: the window ends once this many of its inner steps are done
+    /// ([`Trainer::hurry`]); `u32::MAX` lets it run its `H`.
+    hurry: Arc<AtomicU32>,
 }
 
 impl Trainer {
@@ -113,7 +119,16 @@ impl Trainer {
             last_audited: None,
             on_device: None,
             data_at_sync: None,
+            hurry: Arc::new(AtomicU32::new(u32::MAX)),
         })
+    }
+
+    /// Elastic windows ([`crate::sync::SyncConfig::elastic`]): the window under way ends once
+    /// this many of its inner steps are done (at least one, never past `H`). The mesh stores 0
+    /// here from its own thread when another member's contribution to the window arrives, and
+    /// `u32::MAX` before each window; a replay stores the count a member's window had.
+    pub fn hurry(&self) -> Arc<AtomicU32> {
+        Arc::clone(&self.hurry)
     }
 
     pub fn run_config(&self) -> &RunConfig {
@@ -542,5 +557,14 @@ impl Member for Trainer {
 
     fn rewind(&mut self, steps: u32) {
         self.step -= steps;
+    }
+
+    fn hurried(&self, done: u32) -> bool {
+        done >= self.hurry.load(Ordering::Relaxed)
+    }
+
+    fn skip(&mut self, steps: u32) {
+        self.step += steps;
+        self.data.seek(u64::from(self.step));
     }
 }

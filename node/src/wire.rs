@@ -18,14 +18,14 @@
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
-//! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` |
+//! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` (weight: the inner steps it stands for in elastic windows, else 1; never 0) |
 //! | `-18` | packed gradient (`int4`): as `-14`, with the quants two to a byte: `[u8 (q[2i] & 15) \| (q[2i+1] << 4)] × ⌈len/2⌉` (4-bit two's complement, each in `[-7, 7]`; an odd length's last high nibble is 0) |
 //! | `-15` | leaving: nothing more (the sender quits on purpose: it no longer counts toward a quorum) |
 //! | `-17` | follow: `[u64 leader]` (the sender follows `leader` from now on; sent to every member on each change of leader and to each new channel — a leader names itself) |
 //! | `-16` | standing by: `[u32 applied]` (the sender leads and applies nothing until a leader of the run resumes it; `applied`: the steps it holds) |
 //!
-//! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step, 1
-//! + overlap for outer)][u32 H][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. A
+//! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step; 1
+//! + overlap for outer, + 128 with elastic windows)][u32 H][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. A
 //! gradient message is `≥ 0`, `-14` or `-18` wherever one is embedded (`-8`).
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
@@ -41,11 +41,12 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (8: every sum of the step is a lane sum,
+/// The mesh protocol version carried in the run config (9: packed gradients carry their weight,
+/// for elastic windows; 8: every sum of the step is a lane sum,
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 8;
+pub const MESH_PROTOCOL_VERSION: u32 = 9;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -101,6 +102,9 @@ pub struct Gradient {
     pub loss: f32,
     /// The gradient (`every-step`) or pseudo-gradient (`outer:H`), f32 or packed.
     pub values: Values,
+    /// Its weight in the group's mean (`sync::SyncConfig::weights_allowed`): the inner steps it
+    /// stands for in elastic windows, else 1. Packed messages carry it; an f32 one is 1.
+    pub weight: u32,
 }
 
 /// Which checkpoint push a node's state descends from: how many pushes it has restored and
@@ -304,6 +308,11 @@ fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     out.extend_from_slice(&g.whash.to_le_bytes());
     out.extend_from_slice(&g.phash.to_le_bytes());
     out.extend_from_slice(&g.loss.to_le_bytes());
+    if sentinel.is_some() {
+        out.extend_from_slice(&g.weight.to_le_bytes());
+    } else {
+        assert_eq!(g.weight, 1, "an f32 gradient's weight is 1 (elastic windows need int8 or int4)");
+    }
     match &g.values {
         Values::F32(values) => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         Values::Int8(p) => {
@@ -341,6 +350,10 @@ fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
     let whash = r.u32()?;
     let phash = r.u32()?;
     let loss = r.f32()?;
+    let weight = if packed { r.u32()? } else { 1 };
+    if weight == 0 {
+        return Err(WireError::Invalid("a gradient of weight 0".into()));
+    }
     let values = if packed {
         let len = r.u32()? as usize;
         if len > MAX_MESSAGE_BYTES {
@@ -370,7 +383,7 @@ fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
         }
         Values::F32(body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     };
-    Ok(Gradient { step, whash, phash, loss, values })
+    Ok(Gradient { step, whash, phash, loss, values, weight })
 }
 
 /// The message's bytes (unfragmented).
@@ -646,6 +659,7 @@ mod tests {
             phash: 0xdf23_2627,
             loss: 2.5,
             values: Values::F32((0..n).map(|i| i as f32 * 0.25 - 1.0).collect()),
+            weight: 1,
         }
     }
 
@@ -656,8 +670,14 @@ mod tests {
 
     #[test]
     fn golden_bytes() {
-        let g =
-            Gradient { step: 3, whash: 0x0102_0304, phash: 0xa0b0_c0d0, loss: 1.0, values: Values::F32(vec![-2.0]) };
+        let g = Gradient {
+            step: 3,
+            whash: 0x0102_0304,
+            phash: 0xa0b0_c0d0,
+            loss: 1.0,
+            values: Values::F32(vec![-2.0]),
+            weight: 1,
+        };
         assert_eq!(
             encode(&Message::Gradient(g.clone())),
             vec![3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]
@@ -701,15 +721,17 @@ mod tests {
         assert_eq!(encode(&Message::Leaving), vec![0xf1, 0xff, 0xff, 0xff]);
         assert_eq!(encode(&Message::StandingBy { applied: 258 }), vec![0xf0, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
         assert_eq!(encode(&Message::Follow { leader: 3 }), vec![0xef, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0]);
-        // 127 and -1 in one block: e = 0, the block byte is 133 (0x85).
-        let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), ..g.clone() };
+        // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
+        // steps of an elastic window).
+        let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), weight: 3, ..g.clone() };
         assert_eq!(
             encode(&Message::Gradient(p.clone())),
             vec![
-                0xf2, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 2, 0, 0, 0,
-                0x85, 127, 0xff
+                0xf2, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 3, 0, 0, 0,
+                2, 0, 0, 0, 0x85, 127, 0xff
             ]
         );
+        assert_eq!(decode(&encode(&Message::Gradient(p.clone()))), Ok(Message::Gradient(p.clone())));
         let response = encode(&Message::RepairResponse { peer: 4, gradient: p.clone() });
         assert_eq!(&response[12..], &encode(&Message::Gradient(p))[..]);
         // int4: 127, -1, -112 on the grid 16 times coarser (block byte 137): 127/16 rounds to
@@ -719,8 +741,8 @@ mod tests {
         assert_eq!(
             bytes,
             vec![
-                0xee, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 3, 0, 0, 0,
-                0x89, 0x07, 0x09
+                0xee, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 1, 0, 0, 0,
+                3, 0, 0, 0, 0x89, 0x07, 0x09
             ]
         );
         assert_eq!(decode(&bytes), Ok(Message::Gradient(p4.clone())));
@@ -758,8 +780,12 @@ mod tests {
         assert!(matches!(decode(&minus_128), Err(WireError::Sync(SyncError::QuantRange { quant: -128, .. }))));
         // A block marked empty with values in it.
         let mut empty = good.clone();
-        empty[24] = crate::sync::EMPTY_BLOCK;
+        empty[28] = crate::sync::EMPTY_BLOCK;
         assert!(matches!(decode(&empty), Err(WireError::Sync(SyncError::EmptyBlockNotEmpty { block: 0 }))));
+        // A contribution that stands for nothing.
+        let mut weightless = good.clone();
+        weightless[20..24].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(decode(&weightless), Err(WireError::Invalid("a gradient of weight 0".into())));
         assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
         let mut long = good;
         long.push(0);
@@ -773,13 +799,13 @@ mod tests {
         let good = encode(&Message::Gradient(g.clone()));
         assert_eq!(decode(&good), Ok(Message::Gradient(g)));
         // 41 values: 2 block bytes, 21 bytes of nibbles, the last high nibble empty.
-        assert_eq!(good.len(), 24 + 2 + 21);
+        assert_eq!(good.len(), 28 + 2 + 21);
         let mut high = good.clone();
         *high.last_mut().unwrap() |= 0x10;
         assert!(matches!(decode(&high), Err(WireError::Invalid(_))), "a nibble past the length");
         // Nibble 8 is -8, which the quantizer never makes.
         let mut eight = good.clone();
-        eight[26] = (eight[26] & 0xf0) | 8;
+        eight[30] = (eight[30] & 0xf0) | 8;
         assert!(matches!(decode(&eight), Err(WireError::Sync(SyncError::QuantRange { index: 0, quant: -8 }))));
         assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
     }
@@ -825,6 +851,7 @@ mod tests {
                     compression: Compression::Int8,
                     outer: OuterOptimizer::DEFAULT,
                     overlap: 0,
+                    elastic: false,
                 },
                 ..RunConfig::DEFAULT
             },

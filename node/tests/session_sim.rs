@@ -15,7 +15,7 @@ use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
     Event, Failure, Input, LeaderAction, Output, Problem, Session, SessionConfig, StepDeadline, Stop, Task,
 };
-use lockstep_node::sync::{self, Compression, Packed, SyncConfig, Values};
+use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
 use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
@@ -44,6 +44,12 @@ fn run_config(run: RunConfig) -> Message {
 /// The run's int8 settings.
 fn int8() -> SyncConfig {
     SyncConfig { compression: Compression::Int8, ..SyncConfig::SEED }
+}
+
+/// `outer:4` with int8 in elastic windows (the toy trains the same way; the session weighs the
+/// contributions).
+fn elastic() -> SyncConfig {
+    SyncConfig { mode: SyncMode::Outer { inner_steps: 4 }, elastic: true, ..int8() }
 }
 
 /// The toy trainer: weights, a gradient, an update, a checkpoint.
@@ -119,6 +125,8 @@ struct Node {
     /// A rogue: send this value everywhere in the contribution (int8: a block exponent of
     /// this many powers of two) instead of the honest one, with the honest hashes.
     poison: Option<f32>,
+    /// Elastic windows: windows this node ended early.
+    hurried: u32,
 }
 
 /// The network: one FIFO queue per directed link.
@@ -175,6 +183,7 @@ impl Net {
             events: Vec::new(),
             phash: PHASH,
             poison: None,
+            hurried: 0,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -274,14 +283,28 @@ impl Net {
                             }
                             _ => Values::F32(grad),
                         };
+                        // Elastic windows: a whole window stands for its H inner steps.
+                        let weight = match node.session.run().map(|r| r.sync) {
+                            Some(sync) if sync.elastic => sync.mode.steps_per_sync(),
+                            _ => 1,
+                        };
                         let gradient = Gradient {
                             step,
                             whash: node.toy.hash(),
                             phash: node.phash,
                             loss: 1.0 / step as f32,
                             values,
+                            weight,
                         };
                         node.computing.push_back(gradient);
+                    }
+                    Output::Hurry { step } => {
+                        // The window still under way ends early: it stands for fewer steps (a
+                        // count of the node's and the step's, below H = 4).
+                        if let Some(gradient) = node.computing.iter_mut().find(|g| g.step == step) {
+                            gradient.weight = 1 + ((id + u64::from(step)) % 3) as u32;
+                            node.hurried += 1;
+                        }
                     }
                     Output::Apply { step, mean, grid, .. } => {
                         if let Some((x, packed)) = node.packed.take() {
@@ -527,6 +550,67 @@ fn single_process_packed(
     hashes
 }
 
+/// Elastic windows with int8: as [`single_process_int8`], each step's contributions weighted as
+/// `weights` says (step → each peer's weight, in `peers`' order), summed exactly with the
+/// weights and divided by their total — written out here, apart from `sync::reduce`.
+fn single_process_weighted(peers: &[PeerId], steps: u32, weights: &BTreeMap<u32, Vec<u32>>) -> Vec<u32> {
+    let mut toy = Toy::fresh(settings(steps).seed);
+    let mut residuals = vec![vec![0f32; LEN]; peers.len()];
+    let mut hashes = Vec::new();
+    for step in 1..=steps {
+        let xs: Vec<Vec<f32>> = peers
+            .iter()
+            .zip(&residuals)
+            .map(|(p, r)| toy.gradient(*p, step).iter().zip(r).map(|(g, r)| g + r).collect())
+            .collect();
+        let packed: Vec<Packed> = xs.iter().map(|x| sync::pack(x).unwrap()).collect();
+        let refs: Vec<&Packed> = packed.iter().collect();
+        let grid = sync::group_grid(refs.iter().copied());
+        let w = &weights[&step];
+        // The weights in lowest terms: over their greatest common divisor.
+        let gcd = (1..=4).rev().find(|d| w.iter().all(|x| x % d == 0)).unwrap();
+        let total: u32 = w.iter().map(|x| x / gcd).sum();
+        let mut sum = [0i64; LEN];
+        for (p, &wi) in refs.iter().zip(w) {
+            let mut terms = vec![0i32; LEN];
+            sync::on_grid(p, &grid, 0..LEN, &mut terms);
+            for (s, t) in sum.iter_mut().zip(terms) {
+                *s += i64::from(wi / gcd) * i64::from(t);
+            }
+        }
+        let mean: Vec<f32> = sum
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                let e = i32::from(grid[i / 32]) - 133;
+                if s == 0 {
+                    0.0
+                } else {
+                    (s as f64 * 2f64.powi(e) / f64::from(total)) as f32
+                }
+            })
+            .collect();
+        for ((r, x), p) in residuals.iter_mut().zip(&xs).zip(&packed) {
+            *r = sync::residual(x, p, &grid);
+        }
+        toy.apply(&mean);
+        hashes.push(toy.hash());
+    }
+    hashes
+}
+
+/// Elastic windows: each roster member's weight at each step, as `id`'s applies reported them.
+fn weights_applied(net: &Net, id: PeerId) -> BTreeMap<u32, Vec<(PeerId, u32)>> {
+    net.nodes[&id]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepApplied { step, weights, .. } => Some((*step, weights.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `toy` trained on to step `last` by nodes 1, 2 and 3, averaged in roster order.
 fn trained_on(mut toy: Toy, last: u32) -> Toy {
     for step in toy.step + 1..=last {
@@ -568,6 +652,51 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
     // The two encodings really are different arithmetic.
     assert_ne!(single_process(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
     assert_ne!(single_process_int4(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
+}
+
+/// Elastic windows (`outer:4`, int8): a member beaten to the end of a window by another's
+/// contribution is told to end its own ([`Output::Hurry`]) and sends a lighter contribution;
+/// with messages reordered, every node applies the same weights and ends where one process
+/// summing the same weighted contributions ends.
+#[test]
+fn elastic_windows_weigh_each_contribution_and_match_one_process() {
+    let elastic = elastic();
+    let mut unequal = 0;
+    for seed in 0..10 {
+        let mut net = Net::new(seed);
+        net.sync = elastic;
+        for id in [30, 10, 20] {
+            net.join(id);
+        }
+        net.start(20, 48); // 12 windows of 4
+        net.run(20_000, |_, _| {});
+        assert!(net.assert_identical_or_guarded());
+        let weights = weights_applied(&net, 10);
+        assert_eq!(weights.len(), 12, "seed {seed}");
+        for id in [20, 30] {
+            assert_eq!(weights_applied(&net, id), weights, "seed {seed}: node {id} weighed another way");
+        }
+        let by_step: BTreeMap<u32, Vec<u32>> = weights
+            .iter()
+            .map(|(step, w)| {
+                assert_eq!(w.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [10, 20, 30], "roster order");
+                (*step, w.iter().map(|(_, w)| *w).collect())
+            })
+            .collect();
+        // Someone finishes each window first: it stands for the whole window.
+        assert!(by_step.values().all(|w| w.contains(&4)), "seed {seed}: {by_step:?}");
+        unequal += by_step.values().filter(|w| w.iter().any(|&x| x != w[0])).count();
+        let expected = single_process_weighted(&[10, 20, 30], 12, &by_step);
+        for id in [10, 20, 30] {
+            assert_eq!(hashes_of(&net, id), expected, "seed {seed} node {id}");
+            assert!(net.nodes[&id].session.finished());
+        }
+        assert!(net.nodes.values().map(|n| n.hurried).sum::<u32>() > 0, "seed {seed}: nobody was hurried");
+    }
+    assert!(unequal > 20, "only {unequal} steps weighed their contributions unequally");
+    // Equal weights are the plain mean, bit for bit.
+    let equal: BTreeMap<u32, Vec<u32>> = (1..=12).map(|s| (s, vec![4, 4, 4])).collect();
+    assert_eq!(single_process_weighted(&[10, 20, 30], 12, &equal), single_process_int8(&[10, 20, 30], 12));
 }
 
 #[test]
@@ -650,8 +779,11 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
 
 #[test]
 fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
-    for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed))) {
-        let mut net = Net::started_with(300 + seed, &[1, 2], 15, sync);
+    for (sync, seed) in
+        [SyncConfig::SEED, int8(), elastic()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed)))
+    {
+        // (A run of `outer:H` counts its steps in inner steps: 16 syncs are 16·H of them.)
+        let mut net = Net::started_with(300 + seed, &[1, 2], 16 * sync.mode.steps_per_sync(), sync);
         let mut joined = false;
         net.run(50_000, |net, top| {
             if top == 5 && !joined {
@@ -691,8 +823,10 @@ fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
 
 #[test]
 fn the_leader_leaving_hands_the_run_to_its_successor() {
-    for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed))) {
-        let mut net = Net::started_with(500 + seed, &[1, 2, 3], 12, sync);
+    for (sync, seed) in
+        [SyncConfig::SEED, int8(), elastic()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed)))
+    {
+        let mut net = Net::started_with(500 + seed, &[1, 2, 3], 12 * sync.mode.steps_per_sync(), sync);
         let mut killed = false;
         net.run(50_000, |net, top| {
             if top == 5 && !killed {
@@ -911,7 +1045,8 @@ fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
     for _ in 0..3 {
         assert!(session.handle(from_1(roster.clone())).is_empty(), "held, not acted on");
     }
-    let gradient = |step| Gradient { step, whash: 1, phash: PHASH, loss: 1.0, values: Values::F32(vec![0.5; LEN]) };
+    let gradient =
+        |step| Gradient { step, whash: 1, phash: PHASH, loss: 1.0, values: Values::F32(vec![0.5; LEN]), weight: 1 };
     for step in 1..=20 {
         session.handle(from_1(Message::Gradient(gradient(step))));
     }

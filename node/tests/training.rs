@@ -277,6 +277,7 @@ fn outer_steps_with_int8_are_thread_count_free_and_resume_exactly() {
         compression: Compression::Int8,
         outer: OuterOptimizer::DEFAULT,
         overlap: 0,
+        elastic: false,
     };
     let run = RunConfig { sync, ..small_run(24) };
     let outer_hashes =

@@ -84,8 +84,14 @@ pub fn report_json(report: &Report) -> Value {
                 Value::Object(fields)
             }
             Event::Roster { step, peers } => json!({"event": "roster", "step": step, "peers": peers}),
-            Event::StepApplied { step, loss, peers, whash } => {
-                json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)})
+            Event::StepApplied { step, loss, peers, whash, weights } => {
+                let mut fields =
+                    json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)});
+                if !weights.is_empty() {
+                    // Elastic windows: [peer, inner steps] per roster member, in roster order.
+                    fields["weights"] = json!(weights);
+                }
+                fields
             }
             Event::RepairRequested { step, peer } => {
                 json!({"event": "repair-requested", "step": step, "peer": peer})
@@ -142,7 +148,8 @@ fn settings_from(command: &Value, defaults: &RunConfig) -> anyhow::Result<RunCon
         let text = match value {
             Value::String(text) => text.clone(),
             Value::Number(number) => number.to_string(),
-            other => bail!("`{key}` must be a string or a number, not {other}"),
+            Value::Bool(flag) => flag.to_string(),
+            other => bail!("`{key}` must be a string, a number or a boolean, not {other}"),
         };
         settings::set(&mut run, key, &text)?;
     }
@@ -154,7 +161,10 @@ fn settings_json(run: &RunConfig) -> serde_json::Map<String, Value> {
     settings::describe(run)
         .into_iter()
         .map(|(setting, text)| {
-            let value = text.parse::<serde_json::Number>().map_or(Value::String(text), Value::Number);
+            let value = match text.parse::<serde_json::Number>() {
+                Ok(number) => Value::Number(number),
+                Err(_) => text.parse::<bool>().map_or(Value::String(text), Value::Bool),
+            };
             (setting.json_key(), value)
         })
         .collect()

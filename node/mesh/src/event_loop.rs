@@ -5,6 +5,7 @@
 //! [`MeshLoop::drive`], which carries out what the session asks (`Output`s), in order.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -173,6 +174,9 @@ pub(crate) struct MeshLoop<R> {
     sent_at_apply: u64,
     /// Compute tasks under way.
     computing: usize,
+    /// Elastic windows: where the compute under way is told to end its window
+    /// (`Replica::hurry`).
+    hurry: Option<Arc<AtomicU32>>,
     /// How many times the replica's state was replaced (a restore or a new run): a gradient
     /// begun before that belongs to the old state and is dropped.
     generation: u64,
@@ -215,6 +219,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             unreported: None,
             sent_at_apply: 0,
             computing: 0,
+            hurry: None,
             generation: 0,
             ticks: 0,
             started: Instant::now(),
@@ -722,6 +727,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step } => self.spawn_compute(step),
+            Output::Hurry { .. } => {
+                if let Some(hurry) = &self.hurry {
+                    hurry.store(0, Ordering::Relaxed);
+                }
+            }
             Output::Apply { step, mean, grid, .. } => {
                 self.flush();
                 let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -799,6 +809,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// Computes our gradient for `step` on a blocking thread.
     fn spawn_compute(&mut self, step: u32) {
         self.computing += 1;
+        // A fresh window runs its H steps unless told otherwise (`Output::Hurry`).
+        let hurry = self.replica().hurry();
+        self.hurry = hurry;
+        if let Some(hurry) = &self.hurry {
+            hurry.store(u32::MAX, Ordering::Relaxed);
+        }
         let replica = self.replica.clone();
         let tx = self.inbound.clone();
         let generation = self.generation;

@@ -50,6 +50,7 @@ fn running_outer() -> State {
         compression: Compression::Int8,
         outer: OuterOptimizer::DEFAULT,
         overlap: 3,
+        elastic: false,
     };
     let settings = RunConfig { steps: 4800, sync, ..RunConfig::DEFAULT };
     running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))
@@ -70,7 +71,8 @@ fn running_with(mut state: State) -> State {
         let at = 2.0 + f64::from(step) * 0.25;
         report(&mut state, Report::Session(Event::Roster { step, peers: vec![1, 2, 3] }), at);
         let loss = 3.5 + 2.0 * 40.0 / (40.0 + f64::from(step));
-        let applied = Event::StepApplied { step, loss: loss as f32, peers: 3, whash: 0x1000 + step };
+        let applied =
+            Event::StepApplied { step, loss: loss as f32, peers: 3, whash: 0x1000 + step, weights: Vec::new() };
         report(&mut state, Report::Session(applied), at);
         let timing = StepTiming { compute: 0.180, hash_guard: 0.004, exchange: 0.061, sent_bytes: 7_010_000 };
         report(&mut state, Report::Applied { step, whash: 0x5eed_0000 + step, timing }, at);
