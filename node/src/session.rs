@@ -284,6 +284,13 @@ pub enum Event {
     LeadsOn {
         step: u32,
     },
+    /// Elastic windows: this node's window of `step` ended after `steps` of its `of` inner steps
+    /// (another member finished the window first) — it trains slower than the group's fastest.
+    Behind {
+        step: u32,
+        steps: u32,
+        of: u32,
+    },
 }
 
 /// Why the leader took a member out of a step (the removed member is told in words: wire `-13`).
@@ -458,6 +465,11 @@ pub struct SessionConfig {
     /// How long the leader waits for a roster member's gradient before the step goes on
     /// without it.
     pub deadline: StepDeadline,
+    /// Elastic windows, the leader's rule for slow members: a member whose contributions stood
+    /// for a quarter of the window or less in each of its last `slow_windows` syncs is taken out
+    /// of the run for good (told why); 0 keeps every member, however slow (the default: a slow
+    /// member's steps still count).
+    pub slow_windows: u32,
 }
 
 /// The step deadline: `factor` times the longest of the last few steps (announce to apply, as
@@ -519,8 +531,13 @@ pub struct Session {
     commit: Option<Vec<PeerId>>,
     /// Gradients for `applied + 2` that arrived before its roster.
     early: BTreeMap<PeerId, Gradient>,
-    /// Elastic windows: the last step whose window we were told to end ([`Output::Hurry`]).
+    /// Elastic windows: the last step whose window we were told to end ([`Output::Hurry`]),
+    /// and the last step we were asked to compute (a hurry comes after its `Compute`).
     hurried: Option<u32>,
+    asked: Option<u32>,
+    /// Elastic windows: per member, the syncs in a row whose contribution stood for a quarter
+    /// of the window or less ([`SessionConfig::slow_windows`]).
+    slow: BTreeMap<PeerId, u32>,
     /// Leader: everyone's gradients of the last steps, and those steps' final rosters.
     repairs: RepairStore,
     /// Leader: members in step with the run (they get rosters).
@@ -598,6 +615,8 @@ impl Session {
             commit: None,
             early: BTreeMap::new(),
             hurried: None,
+            asked: None,
+            slow: BTreeMap::new(),
             repairs: RepairStore::default(),
             synced: BTreeSet::new(),
             joiners: BTreeSet::new(),
@@ -1239,6 +1258,7 @@ impl Session {
             return;
         }
         let settings = *settings;
+        self.drop_slow_members();
         let joiners: Vec<PeerId> =
             std::mem::take(&mut self.joiners).into_iter().filter(|p| self.members.contains(p)).collect();
         let mut roster: Vec<PeerId> = self.synced.iter().copied().filter(|p| self.members.contains(p)).collect();
@@ -1329,7 +1349,7 @@ impl Session {
             _ => {
                 let sync = self.run.as_ref().map_or(SyncConfig::SEED, |r| r.sync);
                 self.collector = Some(StepCollector::new(step, peers.clone(), self.weights, &sync));
-                self.hurried = None;
+                (self.hurried, self.asked) = (None, None);
                 self.collector_since_ms = self.now_ms;
                 self.own_ready_ms = None;
                 self.repaired_in_step = false;
@@ -1339,6 +1359,7 @@ impl Session {
                 }
                 if peers.contains(&self.config.me) {
                     self.out.push(Output::Compute { step });
+                    self.asked = Some(step);
                     self.hurry_if_beaten();
                 }
             }
@@ -1421,7 +1442,8 @@ impl Session {
         let me = self.config.me;
         let computing = collector.roster().contains(&me) && collector.get(me).is_none();
         let beaten = collector.roster().iter().any(|&p| p != me && collector.get(p).is_some());
-        if elastic && computing && beaten && self.hurried != Some(collector.step) {
+        let asked = self.asked == Some(collector.step);
+        if elastic && asked && computing && beaten && self.hurried != Some(collector.step) {
             self.hurried = Some(collector.step);
             self.out.push(Output::Hurry { step: collector.step });
         }
@@ -1529,9 +1551,43 @@ impl Session {
             }
         }
         self.applied = step;
+        self.note_speeds(step, &weights);
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss });
         self.event(Event::StepApplied { step, loss, peers, whash: ours, weights });
         true
+    }
+
+    /// Elastic windows: counts each member's slow syncs in a row, and says so when our own
+    /// window ended early.
+    fn note_speeds(&mut self, step: u32, weights: &[(PeerId, u32)]) {
+        let Some(h) = self.run.as_ref().map(|r| r.sync.mode.steps_per_sync()) else { return };
+        for &(peer, steps) in weights {
+            if steps.saturating_mul(4) <= h {
+                *self.slow.entry(peer).or_default() += 1;
+            } else {
+                self.slow.remove(&peer);
+            }
+            if peer == self.config.me && steps < h {
+                self.event(Event::Behind { step, steps, of: h });
+            }
+        }
+    }
+
+    /// Leader, at a sync boundary: takes out the members the slow-member rule names.
+    fn drop_slow_members(&mut self) {
+        let windows = self.config.slow_windows;
+        if windows == 0 {
+            return;
+        }
+        let me = self.config.me;
+        let slow: Vec<PeerId> =
+            self.slow.iter().filter(|(p, n)| **n >= windows && **p != me).map(|(p, _)| *p).collect();
+        for peer in slow {
+            self.slow.remove(&peer);
+            let why =
+                format!("too slow: each of its last {windows} contributions stood for a quarter of the window or less");
+            self.drop_members(&[peer], DropReason::Kicked(why));
+        }
     }
 
     fn stop_with(&mut self, failure: GuardFailure) {

@@ -125,8 +125,9 @@ struct Node {
     /// A rogue: send this value everywhere in the contribution (int8: a block exponent of
     /// this many powers of two) instead of the honest one, with the honest hashes.
     poison: Option<f32>,
-    /// Elastic windows: windows this node ended early.
+    /// Elastic windows: windows this node ended early, and their steps.
     hurried: u32,
+    hurried_at: BTreeSet<u32>,
 }
 
 /// The network: one FIFO queue per directed link.
@@ -148,6 +149,10 @@ struct Net {
     sync: SyncConfig,
     /// What a suspended node learns the moment it wakes (its links died while it slept).
     on_wake: BTreeMap<PeerId, Vec<Input>>,
+    /// Elastic windows: the leaders' slow-member rule (`SessionConfig::slow_windows`).
+    slow_windows: u32,
+    /// Elastic windows: nodes that finish a window only once told to end it, after one step.
+    slow: BTreeSet<PeerId>,
 }
 
 impl Net {
@@ -164,12 +169,20 @@ impl Net {
             deadline: StepDeadline::default(),
             sync: SyncConfig::SEED,
             on_wake: BTreeMap::new(),
+            slow_windows: 0,
+            slow: BTreeSet::new(),
         }
     }
 
     /// Adds a node and connects it to every live node.
     fn join(&mut self, id: PeerId) {
-        let config = SessionConfig { me: id, expected_phash: PHASH, repair_after_ms: 50, deadline: self.deadline };
+        let config = SessionConfig {
+            me: id,
+            expected_phash: PHASH,
+            repair_after_ms: 50,
+            deadline: self.deadline,
+            slow_windows: self.slow_windows,
+        };
         let node = Node {
             session: Session::new(config),
             toy: Toy::fresh(0),
@@ -184,6 +197,7 @@ impl Net {
             phash: PHASH,
             poison: None,
             hurried: 0,
+            hurried_at: BTreeSet::new(),
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -301,9 +315,11 @@ impl Net {
                     Output::Hurry { step } => {
                         // The window still under way ends early: it stands for fewer steps (a
                         // count of the node's and the step's, below H = 4).
+                        let slow = self.slow.contains(&id);
                         if let Some(gradient) = node.computing.iter_mut().find(|g| g.step == step) {
-                            gradient.weight = 1 + ((id + u64::from(step)) % 3) as u32;
+                            gradient.weight = if slow { 1 } else { 1 + ((id + u64::from(step)) % 3) as u32 };
                             node.hurried += 1;
+                            node.hurried_at.insert(step);
                         }
                     }
                     Output::Apply { step, mean, grid, .. } => {
@@ -360,6 +376,8 @@ impl Net {
             .nodes
             .iter()
             .filter(|(id, n)| n.alive && !n.computing.is_empty() && !self.hung.contains(id))
+            // A slow node's window ends only when another member's contribution ends it.
+            .filter(|(id, n)| !self.slow.contains(id) || n.hurried_at.contains(&n.computing[0].step))
             .map(|(id, _)| *id)
             .collect();
         let choices = links.len() + computing.len();
@@ -699,6 +717,49 @@ fn elastic_windows_weigh_each_contribution_and_match_one_process() {
     assert_eq!(single_process_weighted(&[10, 20, 30], 12, &equal), single_process_int8(&[10, 20, 30], 12));
 }
 
+/// Elastic windows with the leader's slow-member rule (3 windows): a member whose windows
+/// always end after one of four steps is told at each sync it applies that it is behind; once
+/// the leader has applied its third such sync, it is taken out of the run for good with the
+/// reason (before the commit of that sync reaches it); the others finish the run, identical.
+#[test]
+fn a_member_much_slower_than_the_group_is_told_then_taken_out_by_the_leaders_rule() {
+    for seed in 0..10 {
+        let mut net = Net::new(1200 + seed);
+        net.sync = elastic();
+        net.slow_windows = 3;
+        net.slow.insert(30);
+        for id in [10, 20, 30] {
+            net.join(id);
+        }
+        net.start(10, 48);
+        net.run(50_000, |_, _| {});
+        assert!(net.assert_identical_or_guarded());
+        let slow = &net.nodes[&30];
+        let behind: Vec<(u32, u32)> = slow
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Behind { step, steps, of } => Some((*step, 10 * steps + of)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(behind, [(1, 14), (2, 14)], "seed {seed}: told at each slow window it applied");
+        let why = "removed: too slow: each of its last 3 contributions stood for a quarter of the window or less";
+        let dropped = net.nodes[&10].events.iter().find_map(|e| match e {
+            Event::Dropped { peer: 30, step, why } => Some((*step, why.to_string())),
+            _ => None,
+        });
+        assert_eq!(dropped, Some((4, why.to_string())), "seed {seed}");
+        assert!(
+            matches!(slow.session.stopped(), Some(Stop::Removed { .. })),
+            "seed {seed}: {:?}",
+            slow.session.stopped()
+        );
+        assert_eq!(hashes_of(&net, 10), hashes_of(&net, 20), "seed {seed}");
+        assert_eq!(net.nodes[&10].hashes.len(), 12, "seed {seed}");
+    }
+}
+
 #[test]
 fn a_cut_link_is_bridged_by_the_leaders_repairs() {
     for seed in 0..10 {
@@ -728,6 +789,23 @@ fn seeded_loss_ends_identical_or_guarded() {
         net.run(200_000, |_, _| {});
         assert!(net.assert_identical_or_guarded(), "seed {seed}");
         assert_eq!(hashes_of(&net, 4), single_process(&[1, 2, 3, 4], 8), "seed {seed}");
+    }
+    // Elastic windows under the same loss: a lost contribution is repaired with its weight,
+    // and every node applies the weights the leader summed.
+    for seed in 0..15 {
+        let mut net = Net::new(250 + seed);
+        net.sync = elastic();
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.loss_per_mille = 150;
+        net.start(2, 32);
+        net.run(200_000, |_, _| {});
+        assert!(net.assert_identical_or_guarded(), "seed {seed}");
+        let weights = weights_applied(&net, 4);
+        assert_eq!(weights.len(), 8, "seed {seed}");
+        let by_step = weights.iter().map(|(s, w)| (*s, w.iter().map(|(_, w)| *w).collect())).collect();
+        assert_eq!(hashes_of(&net, 4), single_process_weighted(&[1, 2, 3, 4], 8, &by_step), "seed {seed}");
     }
 }
 
@@ -1032,6 +1110,7 @@ fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
         expected_phash: PHASH,
         repair_after_ms: 50,
         deadline: StepDeadline::default(),
+        slow_windows: 0,
     });
     let from_1 = |message| Input::Received { from: 1, message };
     let sent = session.handle(Input::Connected(1));
@@ -1190,6 +1269,7 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         expected_phash: PHASH,
         repair_after_ms: 50,
         deadline: StepDeadline::default(),
+        slow_windows: 0,
     });
     let from_1 = |message| Input::Received { from: 1, message };
     session.handle(Input::Connected(1));

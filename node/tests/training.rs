@@ -371,3 +371,32 @@ print(meta["tokenizer"], meta["step"], len(header), total, struct.pack("<f", fir
     let first_bytes: String = state.weights[0].to_le_bytes().iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(fields[4], first_bytes);
 }
+
+/// Elastic windows through the real trainer: a window told to end after 2 of its 4 inner steps
+/// contributes 2 steps' worth, weighs 2, and moves its step count and data stream to the
+/// window's end (the next window trains on the batches every member's next window starts
+/// at); a window not told runs its 4.
+#[test]
+fn an_elastic_window_ends_where_it_is_told_and_moves_to_the_next() {
+    let sync = SyncConfig {
+        mode: SyncMode::Outer { inner_steps: 4 },
+        compression: Compression::Int8,
+        outer: OuterOptimizer::DEFAULT,
+        overlap: 0,
+        elastic: true,
+    };
+    let run = RunConfig { sync, ..small_run(12) };
+    let mut t = trainer(run, units(1));
+    t.hurry().store(2, std::sync::atomic::Ordering::Relaxed);
+    let short = t.contribute().unwrap();
+    assert_eq!((short.weight, t.step_count(), t.data_state()), (2, 4, 4));
+    let mut full = trainer(run, units(1));
+    let whole = full.contribute().unwrap();
+    assert_eq!((whole.weight, full.step_count(), full.data_state()), (4, 4, 4));
+    assert_ne!(short.values, whole.values, "two steps are not four");
+    // The next window, not told, runs its 4 from the window's end.
+    let mean = lockstep_node::sync::reduce(&[&short.values], &[short.weight]);
+    t.finish_sync(&mean.mean, &mean.grid).unwrap();
+    t.hurry().store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((t.contribute().unwrap().weight, t.step_count(), t.data_state()), (4, 8, 8));
+}

@@ -175,6 +175,63 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
         a.events_of_last_run("weights").iter().skip(1).map(|e| e["sent_bytes"].as_u64().unwrap()).collect();
     sent4.sort_unstable();
     assert!(sent4[sent4.len() / 2] * 10 < sent[sent.len() / 2] * 6, "int4 {sent4:?} vs int8 {sent:?}");
+
+    // Elastic windows: the cpu node finishes its 4 inner steps well before the GPU nodes on
+    // lavapipe, whose windows then end early; each contribution weighs the steps it stands for.
+    let mut elastic = tiny_outer_int8(24, 4);
+    elastic["elastic"] = true.into();
+    a.command(elastic);
+    let started = a.wait_for("the fourth run", |e| e["event"] == "run-started" && e["elastic"] == true, 30);
+    assert_eq!(started["sync"].as_str(), Some("outer:4"));
+    for node in [&a, &b, &c] {
+        let began = Instant::now();
+        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < 4 {
+            assert!(began.elapsed() < Duration::from_secs(180), "the fourth run never ended");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let elastic_hashes = a.hashes_of_last_run();
+    assert_eq!(elastic_hashes.len(), 6, "one hash per outer step");
+    assert_eq!(b.hashes_of_last_run(), elastic_hashes);
+    assert_eq!(c.hashes_of_last_run(), elastic_hashes);
+    // Every node weighed every sync alike: [peer, steps] in roster order (ascending ids).
+    let weights: Vec<Value> = a.events_of_last_run("step").iter().map(|e| e["weights"].clone()).collect();
+    assert_eq!(weights.len(), 6);
+    for node in [&b, &c] {
+        let theirs: Vec<Value> = node.events_of_last_run("step").iter().map(|e| e["weights"].clone()).collect();
+        assert_eq!(theirs, weights, "node {} weighed another way", node.id);
+    }
+    let mut ids = [a.id, b.id, c.id];
+    ids.sort_unstable();
+    let per_sync: Vec<Vec<u64>> = weights
+        .iter()
+        .map(|w| {
+            let pairs = w.as_array().expect("weights in elastic windows");
+            assert_eq!(pairs.iter().map(|p| p[0].as_u64().unwrap()).collect::<Vec<_>>(), ids, "roster order");
+            pairs.iter().map(|p| p[1].as_u64().unwrap()).collect()
+        })
+        .collect();
+    assert!(per_sync.iter().all(|w| w.contains(&4) && w.iter().all(|&s| (1..=4).contains(&s))), "{per_sync:?}");
+    assert!(per_sync.iter().any(|w| w.iter().any(|&s| s < 4)), "no window ended early: {per_sync:?}");
+    let spec: Vec<String> =
+        per_sync.iter().map(|w| w.iter().map(u64::to_string).collect::<Vec<_>>().join("/")).collect();
+    let replayed = replay(
+        &[&a, &b, &c],
+        &[
+            "--steps",
+            "24",
+            "--sync",
+            "outer:4",
+            "--compress",
+            "int8",
+            "--elastic",
+            "true",
+            "--replay-weights",
+            &spec.join(","),
+        ],
+    );
+    assert_eq!(replayed, elastic_hashes);
+    println!("elastic windows, steps per member per sync: {per_sync:?}");
 }
 
 #[test]

@@ -109,6 +109,7 @@ pub fn report_json(report: &Report) -> Value {
             }
             Event::Deposed { by, step, why } => json!({"event": "deposed", "by": by, "step": step, "why": why}),
             Event::Slept { ms } => json!({"event": "slept", "ms": ms}),
+            Event::Behind { step, steps, of } => json!({"event": "behind", "step": step, "steps": steps, "of": of}),
             Event::PeerLeaving(p) => json!({"event": "peer-leaving", "peer": p}),
             Event::Forgotten(p) => json!({"event": "forgotten", "peer": p}),
             Event::LeadsOn { step } => json!({"event": "leads-on", "step": step}),

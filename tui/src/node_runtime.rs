@@ -51,6 +51,11 @@ pub struct MeshArgs {
     /// The step deadline's ceiling (also the deadline before any step has been timed).
     #[arg(long, default_value_t = StepDeadline::default().ceiling_ms)]
     pub step_deadline_ceiling_ms: u64,
+    /// Elastic windows, when this node leads: take a member out of the run once each of its
+    /// last N contributions stood for a quarter of the window or less (0: keep every member;
+    /// a slow member's steps still count).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub drop_slow_after: u32,
     /// Where checkpoints are saved (and listed for broadcast); a node that must stop (kicked,
     /// a failed compute, a resume it cannot restore) saves its last committed state here first.
     #[arg(long, default_value = "checkpoints")]
@@ -207,6 +212,7 @@ pub fn prepare(
             ceiling_ms: args.step_deadline_ceiling_ms.max(args.step_deadline_floor_ms),
             ..StepDeadline::default()
         },
+        slow_windows: args.drop_slow_after,
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),

@@ -58,6 +58,11 @@ pub struct TrainArgs {
     /// group's nodes report.
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     replay_group: Vec<u64>,
+    /// With `--replay-group` in elastic windows: each sync's weights (the inner steps each
+    /// member's contribution stood for, as the nodes' `step` events report them), one
+    /// `W/W/…` per sync in the order of the ids, the syncs separated by commas.
+    #[arg(long, value_delimiter = ',', value_name = "W/W/…")]
+    replay_weights: Vec<String>,
     /// Fetch training text from a signaling server's `/data` (e.g. `http://127.0.0.1:8787/data`)
     /// instead of the built-in corpus; falls back to the built-in corpus when it is unreachable.
     #[arg(long)]
@@ -95,9 +100,32 @@ impl GroupReplay {
 
     /// One sync of the whole group; returns the weight hash after it.
     pub fn sync(&mut self) -> anyhow::Result<u32> {
+        self.sync_weighted(None)
+    }
+
+    /// One sync in which, in elastic windows, member `i`'s window ends after `weights[i]` of
+    /// its inner steps (ascending ids; `None`: every window runs its H); returns the weight hash
+    /// after it.
+    pub fn sync_weighted(&mut self, weights: Option<&[u32]>) -> anyhow::Result<u32> {
+        if let Some(weights) = weights {
+            anyhow::ensure!(
+                weights.len() == self.replicas.len(),
+                "{} weights for {} members",
+                weights.len(),
+                self.replicas.len()
+            );
+        }
         let mut contributions = Vec::new();
-        for replica in &mut self.replicas {
-            contributions.push(replica.contribute().context("training step failed")?.values);
+        let mut taken = Vec::new();
+        for (i, replica) in self.replicas.iter_mut().enumerate() {
+            let after = weights.map_or(u32::MAX, |w| w[i]);
+            replica.hurry().store(after, std::sync::atomic::Ordering::Relaxed);
+            let contribution = replica.contribute().context("training step failed")?;
+            taken.push(contribution.weight);
+            contributions.push(contribution.values);
+        }
+        if let Some(weights) = weights {
+            anyhow::ensure!(taken == weights, "the windows took {taken:?} steps, not {weights:?}");
         }
         // An overlapped run's members run ahead while the group sums (in the mesh, on a thread
         // of their own).
@@ -116,8 +144,14 @@ impl GroupReplay {
             }
             Values::Int8(_) | Values::Int4(_) => {
                 let packed: Vec<&sync::Packed> = contributions.iter().filter_map(Values::packed).collect();
-                let (grid, sum) = sync::sum_direct(&packed);
-                (sync::mean(&sum, &grid, n), grid)
+                let weights = sync::lowest_terms(&taken);
+                if weights.iter().all(|&w| w == 1) {
+                    let (grid, sum) = sync::sum_direct(&packed);
+                    (sync::mean(&sum, &grid, n), grid)
+                } else {
+                    let (grid, sum) = sync::sum_weighted(&packed, &weights);
+                    (sync::weighted_mean(&sum, &grid, weights.iter().map(|&w| u64::from(w)).sum()), grid)
+                }
             }
         };
         for replica in &mut self.replicas {
@@ -137,9 +171,21 @@ impl GroupReplay {
 /// `--replay-group`: the group's arithmetic in one process (see the flag's help).
 fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
     let mut group = GroupReplay::new(run, &args.replay_group, &args.backend, args.threads)?;
+    let weights = args
+        .replay_weights
+        .iter()
+        .map(|sync| {
+            sync.split('/')
+                .map(|w| {
+                    w.parse::<u32>().with_context(|| format!("--replay-weights: `{w}` in `{sync}` is not a count"))
+                })
+                .collect::<anyhow::Result<Vec<u32>>>()
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let until = args.until.unwrap_or(run.steps);
     while group.step_count() < until {
-        let whash = group.sync()?;
+        let done = (group.step_count() / run.steps_per_sync()) as usize;
+        let whash = group.sync_weighted(weights.get(done).map(Vec::as_slice))?;
         let sync = group.step_count() / run.steps_per_sync();
         println!("{}", serde_json::json!({"step": sync, "whash": format!("{whash:#010x}")}));
     }

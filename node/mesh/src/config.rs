@@ -75,6 +75,8 @@ pub struct MeshConfig {
     pub repair_after_ms: u64,
     /// How long the leader waits for a roster member's gradient (`StepDeadline`).
     pub deadline: StepDeadline,
+    /// The leader's rule for slow members in elastic windows (`SessionConfig::slow_windows`).
+    pub slow_windows: u32,
     /// What computes here, told to every peer: the backend's name and its gate verdict.
     pub backend: String,
     pub verdict: Verdict,

@@ -436,6 +436,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         expected_phash: self.config.expected_phash,
                         repair_after_ms: self.config.repair_after_ms,
                         deadline: self.config.deadline,
+                        slow_windows: self.config.slow_windows,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }
