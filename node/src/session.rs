@@ -161,9 +161,10 @@ pub enum Output {
     Restore {
         bytes: Vec<u8>,
     },
-    /// Elastic windows: another member finished its window of `step` first, so ours ends after
-    /// the inner step under way (`Compute { step }` is still answered, with the steps done).
-    /// Nothing to answer; a `Compute` already answered ignores it.
+    /// Elastic windows: another member finished its whole window of `step` (`H` inner steps)
+    /// first, so ours ends after the inner step under way (`Compute { step }` is still
+    /// answered, with the steps done). Said once a step, after its `Compute`, even when ours is
+    /// done (the adapter times windows by it). Nothing to answer.
     Hurry {
         step: u32,
     },
@@ -1434,16 +1435,20 @@ impl Session {
         self.ignore(from, &why);
     }
 
-    /// Elastic windows: once another member's contribution to the step we compute is here, our
-    /// window ends after its inner step under way (once a step).
+    /// Elastic windows: once another member's whole window (a contribution of weight `H`) for a
+    /// step we were asked to compute is here, the window is over: ours ends after its inner step
+    /// under way (once a step; said even when ours is done, so the adapter learns how long
+    /// windows last).
     fn hurry_if_beaten(&mut self) {
-        let elastic = self.run.as_ref().is_some_and(|r| r.sync.elastic);
+        let Some(h) = self.run.as_ref().filter(|r| r.sync.elastic).map(|r| r.sync.mode.steps_per_sync()) else {
+            return;
+        };
         let Some(collector) = &self.collector else { return };
         let me = self.config.me;
-        let computing = collector.roster().contains(&me) && collector.get(me).is_none();
-        let beaten = collector.roster().iter().any(|&p| p != me && collector.get(p).is_some());
+        let whole = |p: &PeerId| collector.get(*p).is_some_and(|g| g.weight == h);
+        let beaten = collector.roster().iter().any(|p| *p != me && whole(p));
         let asked = self.asked == Some(collector.step);
-        if elastic && asked && computing && beaten && self.hurried != Some(collector.step) {
+        if asked && beaten && self.hurried != Some(collector.step) {
             self.hurried = Some(collector.step);
             self.out.push(Output::Hurry { step: collector.step });
         }

@@ -56,7 +56,7 @@ pub struct WanArgs {
     outer: Option<u32>,
     /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`; `outer+` is `outer` with the
     /// run setting `--overlap`, 3 unless given, `outer:H+D` names both; other modes run with no
-    /// overlap).
+    /// overlap), with `/elastic` after an outer mode for elastic windows.
     #[arg(
         long,
         value_delimiter = ',',
@@ -84,6 +84,80 @@ pub struct WanArgs {
     /// One JSON object per mode instead of a table.
     #[arg(long)]
     json: bool,
+    /// Members of different speeds: each node's share of the compute, as a CPU quota (a
+    /// cgroup's), one number per node, relative to the fastest (`4,1,1,1`: the first has four
+    /// times the others' compute). The no-exchange rate is then the sum of each member's rate
+    /// alone under its quota. Empty: no quotas.
+    #[arg(long, value_delimiter = ',', value_name = "S,S,…")]
+    speeds: Vec<f64>,
+    /// With `--speeds`: the fastest member's quota, in CPUs (the others get their share of it).
+    #[arg(long, default_value_t = 0.5)]
+    fastest_cpus: f64,
+}
+
+/// A CPU quota for the processes put in it (a cgroup of its own, v2's `cpu.max` or v1's
+/// `cpu.cfs_quota_us`); removed on drop.
+struct CpuQuota {
+    dir: PathBuf,
+}
+
+impl CpuQuota {
+    const PERIOD_US: u64 = 100_000;
+
+    fn new(name: &str, cpus: f64) -> anyhow::Result<CpuQuota> {
+        let quota = ((cpus * Self::PERIOD_US as f64) as u64).max(1000);
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let dir;
+        if std::fs::read_to_string(v2).is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")) {
+            // The parent must hand the cpu controller down (it may already).
+            let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu");
+            dir = PathBuf::from("/sys/fs/cgroup").join(name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {}", dir.display()))?;
+            std::fs::write(dir.join("cpu.max"), format!("{quota} {}", Self::PERIOD_US)).context("cpu.max")?;
+        } else {
+            dir = PathBuf::from("/sys/fs/cgroup/cpu").join(name);
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("creating cgroup {} (--speeds needs cgroups and root)", dir.display()))?;
+            std::fs::write(dir.join("cpu.cfs_period_us"), Self::PERIOD_US.to_string()).context("cfs_period_us")?;
+            std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).context("cfs_quota_us")?;
+        }
+        Ok(CpuQuota { dir })
+    }
+
+    /// Moves the process `pid` (every thread of it) under the quota.
+    fn add(&self, pid: u32) -> anyhow::Result<()> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("putting process {pid} in {}", self.dir.display()))
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        // Empty once its processes are gone; a moment for them to be reaped.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `--speeds` as quotas, one per node (none without `--speeds`).
+fn quotas(args: &WanArgs) -> anyhow::Result<Vec<CpuQuota>> {
+    if args.speeds.is_empty() {
+        return Ok(Vec::new());
+    }
+    ensure!(args.speeds.len() == args.nodes, "--speeds gives {} shares for {} nodes", args.speeds.len(), args.nodes);
+    let fastest = args.speeds.iter().copied().fold(0f64, f64::max);
+    ensure!(args.speeds.iter().all(|s| *s > 0.0 && s.is_finite()), "--speeds: shares are positive numbers");
+    args.speeds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            CpuQuota::new(&format!("lockstep-wan-{}-{i}", std::process::id()), args.fastest_cpus * s / fastest)
+        })
+        .collect()
 }
 
 /// The namespaces, the bridge and the shaping; removed on drop.
@@ -222,6 +296,7 @@ impl Drop for Headless {
 struct Measured {
     mode: String,
     overlap: u32,
+    elastic: bool,
     tokens_per_s: f64,
     bytes_per_token: f64,
     heldout_loss: f32,
@@ -253,14 +328,21 @@ impl Defaults for WanDefaults {
 /// and overlap settings read by the table of run settings.
 fn mode_run(base: RunConfig, text: &str, h: u32, overlap: u32) -> anyhow::Result<RunConfig> {
     let (sync, compression) = text.split_once('/').with_context(|| format!("mode `{text}` is not SYNC/COMPRESSION"))?;
+    let (compression, elastic) = match compression.split_once('/') {
+        Some((compression, "elastic")) => (compression, "true"),
+        Some((_, other)) => bail!("mode `{text}`: `{other}` is not `elastic`"),
+        None => (compression, "false"),
+    };
     let (sync, overlap) = match sync.split_once('+') {
         Some((sync, "")) => (sync, overlap.to_string()),
         Some((sync, d)) => (sync, d.to_string()),
         None => (sync, "0".to_string()),
     };
     let sync = if sync == "outer" { format!("outer:{h}") } else { sync.to_string() };
-    let run =
-        settings::with(base, [("sync", sync.as_str()), ("compress", compression), ("overlap", overlap.as_str())])?;
+    let run = settings::with(
+        base,
+        [("sync", sync.as_str()), ("compress", compression), ("overlap", overlap.as_str()), ("elastic", elastic)],
+    )?;
     run.validate().with_context(|| format!("mode `{text}`"))?;
     ensure!(
         run.steps.is_multiple_of(run.steps_per_sync()),
@@ -279,6 +361,7 @@ fn setting_flags(run: &RunConfig) -> Vec<String> {
 fn run_mode(
     args: &WanArgs,
     network: &ShapedNetwork,
+    quotas: &[CpuQuota],
     url: &str,
     run: RunConfig,
     dir: &Path,
@@ -287,15 +370,16 @@ fn run_mode(
     let label = run.sync.to_string();
     // A room of its own per mode (the last mode's members may still be leaving the server).
     let room = format!(
-        "{url}?room=wan-{}-{}-o{}",
+        "{url}?room=wan-{}-{}-o{}{}",
         run.sync.mode.to_string().replace(':', ""),
         run.sync.compression,
-        run.sync.overlap
+        run.sync.overlap,
+        if run.sync.elastic { "-e" } else { "" }
     );
     let bin = std::env::current_exe().context("the lockstep binary")?;
     let mut nodes: Vec<Headless> = Vec::new();
     let mut ids = Vec::new();
-    for ns in &network.nodes {
+    for (index, ns) in network.nodes.iter().enumerate() {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", ns]).arg(&bin).args(["node", "--headless", "--signal", &room]);
         command.args(["--backend", "cpu", "--threads", &args.threads.to_string()]);
@@ -305,6 +389,10 @@ fn run_mode(
         command.args(["--step-deadline-floor-ms", "300000", "--step-deadline-ceiling-ms", "600000"]);
         command.arg("--ckpt-dir").arg(dir);
         let node = Headless::spawn(command)?;
+        // `ip netns exec` execs the node: the pid is the node's.
+        if let Some(quota) = quotas.get(index) {
+            quota.add(node.child.id())?;
+        }
         let first = nodes.is_empty();
         let (_, hello) = node.wait_for("a welcome", 30, |e| e["event"] == "connected" || e["event"] == "waiting")?;
         let id = hello["id"].as_u64().context("an id")?;
@@ -389,6 +477,21 @@ fn run_mode(
         }
     }
     ensure!(hashes.values().all(|h| h.iter().all(|x| *x == h[0])), "{label}: the replicas disagree");
+    // Elastic windows: each sync's weights (the inner steps each member trained, in roster
+    // order: ascending ids), as the first node applied them.
+    let weights: BTreeMap<u64, Vec<u32>> = nodes[0]
+        .events()
+        .iter()
+        .filter(|(_, e)| e["event"] == "step" && e["weights"].is_array())
+        .map(|(_, e)| {
+            let pairs = e["weights"].as_array().into_iter().flatten();
+            (e["step"].as_u64().unwrap_or(0), pairs.map(|p| p[1].as_u64().unwrap_or(0) as u32).collect())
+        })
+        .collect();
+    ensure!(
+        !run.sync.elastic || (1..=u64::from(syncs)).all(|k| weights.get(&k).is_some_and(|w| w.len() == ids.len())),
+        "{label}: a sync without every member's weight"
+    );
     drop(nodes);
     // The network ran the group's arithmetic: a replay of the same members agrees with it at
     // every sync it ran (a sampled run), or at its first two (a whole one; the e2e tests check
@@ -397,7 +500,7 @@ fn run_mode(
     eprintln!("bench wan: {label}: checking {checked} syncs against a one-process replay");
     let mut check = GroupReplay::new(run, &ids, "cpu", 0)?;
     for sync in 1..=u64::from(checked) {
-        let whash = format!("{:#010x}", check.sync()?);
+        let whash = format!("{:#010x}", check.sync_weighted(weights.get(&sync).map(Vec::as_slice))?);
         let network = hashes.get(&sync).and_then(|h| h.first());
         ensure!(network == Some(&whash), "{label}: the replay differs from the network at sync {sync}");
     }
@@ -412,7 +515,8 @@ fn run_mode(
     // The last sync evaluated, and its loss (the run's own when it is the last sync).
     let mut evaluated = None;
     while replay.step_count() < run.steps {
-        replay.sync()?;
+        let next = u64::from(replay.step_count() / run.steps_per_sync() + 1);
+        replay.sync_weighted(weights.get(&next).map(Vec::as_slice))?;
         let sync = replay.step_count() / run.steps_per_sync();
         if reached.is_none() && (sync.is_multiple_of(stride) || sync == run.syncs()) {
             let loss = replay.heldout_loss(args.eval_batches)?;
@@ -431,12 +535,18 @@ fn run_mode(
         Some(&at) if !sampled => (at, false),
         _ => (sync_ended.first().copied().unwrap_or(0.0) + f64::from(k - 1) * per_sync, true),
     });
-    // Syncs 2.. were timed and counted.
-    let timed = f64::from(syncs - 1) * f64::from(run.steps_per_sync());
-    let tokens = timed * run.tokens_per_step() as f64 * args.nodes as f64;
+    // Syncs 2.. were timed and counted: every member's steps (in elastic windows, the steps
+    // each trained).
+    let steps: f64 = if run.sync.elastic {
+        weights.range(2..=u64::from(syncs)).flat_map(|(_, w)| w).map(|&w| f64::from(w)).sum()
+    } else {
+        f64::from(syncs - 1) * f64::from(run.steps_per_sync()) * args.nodes as f64
+    };
+    let tokens = steps * run.tokens_per_step() as f64;
     Ok(Measured {
         mode: label,
         overlap: run.sync.overlap,
+        elastic: run.sync.elastic,
         time_to_loss,
         tokens_per_s: tokens / seconds,
         bytes_per_token: sent as f64 / tokens,
@@ -448,8 +558,9 @@ fn run_mode(
     })
 }
 
-/// Tokens/s of `nodes` lone trainers computing side by side (no exchange), same model.
-fn side_by_side(args: &WanArgs, run: RunConfig) -> anyhow::Result<f64> {
+/// Tokens/s of each of `nodes` lone trainers computing side by side (no exchange), same model,
+/// each under its node's quota (if any).
+fn side_by_side(args: &WanArgs, quotas: &[CpuQuota], run: RunConfig) -> anyhow::Result<Vec<f64>> {
     let bin = std::env::current_exe().context("the lockstep binary")?;
     // Enough steps to time, fewer than the run (the rate is steady after the first), each
     // trainer alone (the seed's sync settings).
@@ -460,18 +571,22 @@ fn side_by_side(args: &WanArgs, run: RunConfig) -> anyhow::Result<f64> {
         command.args(["train", "--backend", "cpu", "--threads", &args.threads.to_string(), "--json"]);
         command.args(["--eval-batches", "0", "--audit-every", "0"]);
         command.args(setting_flags(&run));
-        children.push(command.stdout(Stdio::piped()).spawn().context("spawning lockstep train")?);
+        let child = command.stdout(Stdio::piped()).spawn().context("spawning lockstep train")?;
+        if let Some(quota) = quotas.get(children.len()) {
+            quota.add(child.id())?;
+        }
+        children.push(child);
     }
     // Each prints its own tokens/s since its first step (start-up and the gate excluded).
-    let mut total = 0.0;
+    let mut rates = Vec::new();
     for child in children {
         let out = child.wait_with_output()?;
         ensure!(out.status.success(), "a side-by-side trainer failed");
         let last = String::from_utf8_lossy(&out.stdout).lines().last().map(str::to_string).unwrap_or_default();
         let line: Value = serde_json::from_str(&last).context("a trainer's last line")?;
-        total += line["tokens_per_s"].as_f64().context("tokens_per_s")?;
+        rates.push(line["tokens_per_s"].as_f64().context("tokens_per_s")?);
     }
-    Ok(total)
+    Ok(rates)
 }
 
 /// `--quick`'s run settings, for those not given on the command line.
@@ -509,7 +624,9 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     BufReader::new(signal.stdout.take().context("stdout")?).read_line(&mut first)?;
     ensure!(first.contains("listening"), "the signaling server did not start: {first:?}");
     let url = format!("ws://{address}/ws");
-    let alone = side_by_side(&args, base)?;
+    let quotas = quotas(&args)?;
+    let rates = side_by_side(&args, &quotas, base)?;
+    let alone: f64 = rates.iter().sum();
     // One member alone: its final held-out loss (a one-process run of member 1's stream for the
     // whole run), and its wall time for the run at the rate each of the side-by-side trainers
     // had (the share of this machine a group member has).
@@ -519,10 +636,12 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         solo.sync()?;
     }
     let solo_loss = solo.heldout_loss(args.eval_batches)?;
-    let solo_seconds = f64::from(base.steps) * base.tokens_per_step() as f64 / (alone / args.nodes as f64);
+    // (With `--speeds`, member 1's own rate under its quota.)
+    let solo_rate = if quotas.is_empty() { alone / args.nodes as f64 } else { rates[0] };
+    let solo_seconds = f64::from(base.steps) * base.tokens_per_step() as f64 / solo_rate;
     let mut measured = Vec::new();
     for mode in &modes {
-        let result = run_mode(&args, &network, &url, *mode, &dir, solo_loss);
+        let result = run_mode(&args, &network, &quotas, &url, *mode, &dir, solo_loss);
         match result {
             Ok(m) => measured.push(m),
             Err(e) => {
@@ -554,6 +673,15 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             run.steps,
             alone
         );
+        if !args.speeds.is_empty() {
+            let each: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+            println!(
+                "speeds {:?} as CPU quotas (the fastest {} CPUs): tok/s of each alone {}",
+                args.speeds,
+                args.fastest_cpus,
+                each.join(" + ")
+            );
+        }
         println!(
             "one member alone: held-out loss {solo_loss:.4} after {} steps, {solo_seconds:.0} s at its side-by-side rate",
             run.steps
@@ -588,7 +716,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "rtt_ms": args.rtt_ms, "steps": run.steps, "outer": outer, "overlap": m.overlap,
                     "sampled": m.sampled, "time_to_loss_s": to_loss, "solo_time_to_loss_s": solo_seconds,
                     "time_to_loss_estimated": m.time_to_loss.is_some_and(|(_, estimated)| estimated),
-                    "solo_heldout_loss": solo_loss,
+                    "solo_heldout_loss": solo_loss, "elastic": m.elastic, "speeds": args.speeds,
                     "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
                     "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum})
             );

@@ -177,6 +177,8 @@ pub(crate) struct MeshLoop<R> {
     /// Elastic windows: where the compute under way is told to end its window
     /// (`Replica::hurry`).
     hurry: Option<Arc<AtomicU32>>,
+    /// Elastic windows: how long the group's windows last and how long our steps take.
+    pace: Pace,
     /// How many times the replica's state was replaced (a restore or a new run): a gradient
     /// begun before that belongs to the old state and is dropped.
     generation: u64,
@@ -220,6 +222,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             sent_at_apply: 0,
             computing: 0,
             hurry: None,
+            pace: Pace::default(),
             generation: 0,
             ticks: 0,
             started: Instant::now(),
@@ -684,6 +687,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
         match result {
             Ok(gradient) => {
+                let overlap = self.session.as_ref().and_then(Session::run).map_or(0, |r| r.sync.overlap);
+                self.pace.computed(gradient.weight, overlap, seconds - hash);
                 if let Some((step, timing)) = self.unreported.take() {
                     (self.report)(Report::Applied { step, whash: gradient.whash, timing });
                 }
@@ -728,7 +733,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step } => self.spawn_compute(step),
-            Output::Hurry { .. } => {
+            Output::Hurry { step } => {
+                self.pace.window_ended(step);
                 if let Some(hurry) = &self.hurry {
                     hurry.store(0, Ordering::Relaxed);
                 }
@@ -810,11 +816,15 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// Computes our gradient for `step` on a blocking thread.
     fn spawn_compute(&mut self, step: u32) {
         self.computing += 1;
-        // A fresh window runs its H steps unless told otherwise (`Output::Hurry`).
+        // A fresh window runs its H steps unless told otherwise (`Output::Hurry`), or, for a
+        // member much slower than the group's fastest, as many as fit the last window.
         let hurry = self.replica().hurry();
         self.hurry = hurry;
+        let sync = self.session.as_ref().and_then(Session::run).map(|r| r.sync);
+        let cap = sync.filter(|s| s.elastic).map_or(u32::MAX, |s| self.pace.cap(s.mode.steps_per_sync(), s.overlap));
+        self.pace.began = Some((step, Instant::now()));
         if let Some(hurry) = &self.hurry {
-            hurry.store(u32::MAX, Ordering::Relaxed);
+            hurry.store(cap, Ordering::Relaxed);
         }
         let replica = self.replica.clone();
         let tx = self.inbound.clone();
@@ -847,6 +857,51 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 }
 
+/// Elastic windows: a member much slower than the group's fastest ends its window by itself once
+/// as many of its steps as fit the last window are done, instead of starting one it cannot
+/// finish before the window ends (where the group would wait for it). Only how many steps it
+/// takes depends on this — the count travels with its contribution — never a bit of the sum.
+#[derive(Debug, Default)]
+struct Pace {
+    /// The step whose window we compute, and when its compute began.
+    began: Option<(u32, Instant)>,
+    /// Seconds from a window's compute start to the first whole window's arrival, last seen.
+    window_s: Option<f64>,
+    /// Our seconds per inner step, and the steps our last contribution stood for.
+    step_s: Option<f64>,
+    last_weight: Option<u32>,
+}
+
+impl Pace {
+    /// The steps after which our next window ends (counting `overlap` steps run ahead): as many
+    /// as fit the last window when our last contribution stood for at most half a window; else
+    /// `u32::MAX` (the whole window, unless hurried).
+    fn cap(&self, h: u32, overlap: u32) -> u32 {
+        match (self.window_s, self.step_s, self.last_weight) {
+            (Some(window), Some(step), Some(last)) if last.saturating_mul(2) <= h && step > 0.0 => {
+                (overlap + (window / step).floor() as u32).clamp(1, h)
+            }
+            _ => u32::MAX,
+        }
+    }
+
+    /// The first whole window of `step` arrived.
+    fn window_ended(&mut self, step: u32) {
+        if let Some((began_step, began)) = self.began.filter(|(s, _)| *s == step) {
+            self.window_s = Some(began.elapsed().as_secs_f64());
+            self.began = Some((began_step, began));
+        }
+    }
+
+    /// Our contribution of `weight` steps took `seconds` to compute (its steps past those run
+    /// ahead, with an overlap).
+    fn computed(&mut self, weight: u32, overlap: u32, seconds: f64) {
+        let computed = if weight > overlap { weight - overlap } else { weight };
+        self.step_s = Some(seconds / f64::from(computed.max(1)));
+        self.last_weight = Some(weight);
+    }
+}
+
 /// Why the run cannot go on at this node after `event`, if it cannot: it was taken out for
 /// good, its compute failed, a committed step never reached it, or it could not restore the
 /// state its group sent it. (A guard stop is the group's, and stays for the user to read.)
@@ -859,5 +914,37 @@ fn must_stop(event: &Event) -> Option<String> {
             Some(format!("the state the group sent could not be restored: {error}"))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A member whose last contribution stood for half a window or less ends its next one
+    /// after as many steps as fit the last window (plus those run ahead, at least one, at most
+    /// H); any other runs its whole window until hurried.
+    #[test]
+    fn a_slow_member_ends_its_window_by_the_last_ones_length() {
+        let mut pace = Pace::default();
+        assert_eq!(pace.cap(8, 0), u32::MAX, "nothing known yet");
+        pace.computed(2, 0, 1.0); // 0.5 s a step
+        pace.window_s = Some(1.9);
+        assert_eq!(pace.cap(8, 0), 3);
+        assert_eq!(pace.cap(8, 2), 5, "the steps run ahead count in the window");
+        pace.window_s = Some(0.1);
+        assert_eq!(pace.cap(8, 0), 1, "one step at least");
+        pace.window_s = Some(100.0);
+        assert_eq!(pace.cap(8, 0), 8, "H at most");
+        pace.computed(5, 0, 1.0);
+        assert_eq!(pace.cap(8, 0), u32::MAX, "more than half a window: no cap");
+        // The window's length is taken when its whole window arrives, for the step begun.
+        pace.began = Some((4, Instant::now() - Duration::from_millis(300)));
+        pace.window_ended(3);
+        assert_eq!(pace.window_s, Some(100.0), "another step's");
+        pace.window_ended(4);
+        assert!(pace.window_s.is_some_and(|w| (0.3..5.0).contains(&w)), "{:?}", pace.window_s);
     }
 }
