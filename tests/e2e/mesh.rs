@@ -679,7 +679,7 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
 /// mode ends bit-identical on every node and equal to a one-process replay (the bench checks
 /// it, and fails otherwise); `outer:8` with int8 sends less than a twentieth of the seed's
 /// bytes per token, with or without an overlap, and int4 well under int8's; every row carries
-/// the time-to-loss fields.
+/// the time-to-loss fields. Then members of different speeds in elastic windows.
 #[test]
 fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes() {
     let _phase = crate::common::phase(module_path!());
@@ -705,12 +705,27 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
         // Seconds, or null where the group never reached the member alone's loss.
         assert!(row["time_to_loss_s"].is_null() || row["time_to_loss_s"].as_f64().unwrap() > 0.0, "{row}");
     }
+    // Members of different speeds (CPU quotas of 4 : 1 : 1 : 1) in elastic windows: the bench
+    // checks every node bit-identical and equal to a replay given each sync's weights.
+    let out = Command::new(BIN)
+        .args(["bench", "wan", "--quick", "--json", "--speeds", "4,1,1,1", "--modes", "outer+/int8/elastic"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    assert_eq!(row["mode"], "outer:8 int8 overlap 2 elastic");
+    assert_eq!(
+        (row["elastic"].as_bool(), row["speeds"].clone()),
+        (Some(true), serde_json::json!([4.0, 1.0, 1.0, 1.0]))
+    );
+    assert!(row["utilization"].as_f64().unwrap() > 0.0 && row["heldout_loss"].as_f64().unwrap().is_finite(), "{row}");
 }
 
-/// `outer:4` with int8 and an overlap of 2, for real: a member joins in the middle of an outer
-/// step (it is resumed at the next sync with the group's weights, outer momentum and the
-/// leader's inner Adam state, and runs nothing ahead of its first sync), then the leader leaves; the survivors finish bit-identical, the joiner equal to the
-/// old leader at every sync both applied.
+/// `outer:4` with int8, an overlap of 2 and elastic windows, for real: a member joins in the
+/// middle of an outer step (it is resumed at the next sync with the group's weights, outer
+/// momentum and the leader's inner Adam state, and runs nothing ahead of its first sync), then
+/// the leader leaves; the survivors finish bit-identical, the joiner equal to the old leader at
+/// every sync both applied, every node having summed the same weights.
 #[test]
 fn outer_steps_survive_a_join_and_the_leader_leaving() {
     let _phase = crate::common::phase(module_path!());
@@ -721,6 +736,7 @@ fn outer_steps_survive_a_join_and_the_leader_leaving() {
     channels_open(&[&a, &b, &c]);
     let mut start = tiny_outer_int8(600, 4);
     start["overlap"] = 2.into();
+    start["elastic"] = true.into();
     a.command(start);
     b.wait_for("sync 10", |e| e["event"] == "weights" && e["step"] == 10, 60);
     let d = Node::spawn(&signal, "cpu");
@@ -743,6 +759,15 @@ fn outer_steps_survive_a_join_and_the_leader_leaving() {
         assert_eq!(&joined[step], hash, "the joiner and the old leader at sync {step}");
     }
     assert!(!b.events().iter().any(|e| e["event"] == "guard-stopped"));
+    // Every sync's weights, the same on the survivors, each from 1 to H steps.
+    let weights = |node: &Node| -> Vec<Value> {
+        node.events().into_iter().filter(|e| e["event"] == "step").map(|e| e["weights"].clone()).collect()
+    };
+    let b_weights = weights(&b);
+    assert_eq!(b_weights.len(), 150);
+    assert_eq!(weights(&c), b_weights);
+    let steps = |w: &Value| w.as_array().map(|w| w.iter().map(|p| p[1].as_u64().unwrap()).collect::<Vec<_>>());
+    assert!(b_weights.iter().all(|w| steps(w).is_some_and(|s| !s.is_empty() && s.iter().all(|s| (1..=4).contains(s)))));
 }
 
 /// What `node` reported between its first `kind` event and its next `restored`: a node standing
