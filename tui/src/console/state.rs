@@ -628,11 +628,10 @@ fn on_event(state: &mut State, event: Event) {
             state.node.run_state = RunState::StandingBy(format!("deposed by node {by}"));
         }
         Event::Slept { ms } => state.log(format!("this node was suspended or starved for {ms} ms")),
-        Event::Behind { step, steps, of } => {
-            state.log(format!(
-                "outer step {step}: this node's window ended after {steps} of {of} inner steps (a faster member finished first)"
-            ))
-        }
+        // Without the step, so that a run of equal lines shows once, counted.
+        Event::Behind { steps, of, .. } => state.log(format!(
+            "elastic windows: this node's window ended after {steps} of {of} inner steps (a faster member finished first)"
+        )),
         Event::PeerLeaving(peer) => state.log(format!("node {peer} says it is leaving")),
         Event::Forgotten(peer) => state.log(format!("node {peer} forgotten: the quorum no longer counts it")),
         Event::LeadsOn { step } => {

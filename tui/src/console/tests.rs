@@ -502,3 +502,19 @@ fn the_leader_removes_a_member_after_naming_it_and_confirming() {
     assert!(keys(&mut follower, &[Key::Char('k')]).is_empty());
     assert_eq!(follower.modal, None);
 }
+
+/// Elastic windows: a member whose windows keep ending early is told once, counted, not once
+/// per outer step.
+#[test]
+fn a_member_behind_in_elastic_windows_is_told_once_counted() {
+    let mut state = running_outer();
+    let before = state.panes.log.lines.len();
+    for step in 1..=5 {
+        report(&mut state, Report::Session(Event::Behind { step, steps: 7, of: 20 }), 30.0 + f64::from(step) * 20.0);
+    }
+    assert_eq!(state.panes.log.lines.len(), before + 1, "{:#?}", state.panes.log.lines);
+    assert_eq!(
+        state.panes.log.lines.last().unwrap().to_string(),
+        "02:10 elastic windows: this node's window ended after 7 of 20 inner steps (a faster member finished first) (×5)"
+    );
+}
