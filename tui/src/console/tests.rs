@@ -514,7 +514,7 @@ fn a_member_behind_in_elastic_windows_is_told_once_counted() {
     }
     assert_eq!(state.panes.log.lines.len(), before + 1, "{:#?}", state.panes.log.lines);
     assert_eq!(
-        state.panes.log.lines.last().unwrap().to_string(),
+        state.panes.log.lines.back().unwrap().to_string(),
         "02:10 elastic windows: this node's window ended after 7 of 20 inner steps (a faster member finished first) (×5)"
     );
 }
