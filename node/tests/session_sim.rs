@@ -534,18 +534,27 @@ fn single_process(peers: &[PeerId], steps: u32) -> Vec<u32> {
 /// The same with int8 contributions: each peer packs its gradient plus its residual, the group
 /// sums exactly, each peer keeps what was not taken. Written out here, apart from the session.
 fn single_process_int8(peers: &[PeerId], steps: u32) -> Vec<u32> {
-    single_process_packed(peers, steps, sync::pack)
+    single_process_packed(peers, steps, sync::pack, &plain_mean)
 }
 
 /// The same with int4 blocks.
 fn single_process_int4(peers: &[PeerId], steps: u32) -> Vec<u32> {
-    single_process_packed(peers, steps, sync::pack4)
+    single_process_packed(peers, steps, sync::pack4, &plain_mean)
 }
 
+/// The group's grid and mean of one step's packed contributions, unweighted.
+fn plain_mean(_step: u32, packed: &[&Packed]) -> (Vec<u8>, Vec<f32>) {
+    let (grid, sum) = sync::sum_direct(packed);
+    let mean = sync::mean(&sum, &grid, packed.len());
+    (grid, mean)
+}
+
+/// The one-process group with packed contributions, each step's grid and mean from `mean_of`.
 fn single_process_packed(
     peers: &[PeerId],
     steps: u32,
     pack: fn(&[f32]) -> Result<Packed, sync::NonFinite>,
+    mean_of: &dyn Fn(u32, &[&Packed]) -> (Vec<u8>, Vec<f32>),
 ) -> Vec<u32> {
     let mut toy = Toy::fresh(settings(steps).seed);
     let mut residuals = vec![vec![0f32; LEN]; peers.len()];
@@ -558,11 +567,11 @@ fn single_process_packed(
             .collect();
         let packed: Vec<Packed> = xs.iter().map(|x| pack(x).unwrap()).collect();
         let refs: Vec<&Packed> = packed.iter().collect();
-        let (grid, sum) = sync::sum_direct(&refs);
+        let (grid, mean) = mean_of(step, &refs);
         for ((r, x), p) in residuals.iter_mut().zip(&xs).zip(&packed) {
             *r = sync::residual(x, p, &grid);
         }
-        toy.apply(&sync::mean(&sum, &grid, peers.len()));
+        toy.apply(&mean);
         hashes.push(toy.hash());
     }
     hashes
@@ -572,17 +581,7 @@ fn single_process_packed(
 /// `weights` says (step → each peer's weight, in `peers`' order), summed exactly with the
 /// weights and divided by their total — written out here, apart from `sync::reduce`.
 fn single_process_weighted(peers: &[PeerId], steps: u32, weights: &BTreeMap<u32, Vec<u32>>) -> Vec<u32> {
-    let mut toy = Toy::fresh(settings(steps).seed);
-    let mut residuals = vec![vec![0f32; LEN]; peers.len()];
-    let mut hashes = Vec::new();
-    for step in 1..=steps {
-        let xs: Vec<Vec<f32>> = peers
-            .iter()
-            .zip(&residuals)
-            .map(|(p, r)| toy.gradient(*p, step).iter().zip(r).map(|(g, r)| g + r).collect())
-            .collect();
-        let packed: Vec<Packed> = xs.iter().map(|x| sync::pack(x).unwrap()).collect();
-        let refs: Vec<&Packed> = packed.iter().collect();
+    let weighted_mean = |step: u32, refs: &[&Packed]| {
         let grid = sync::group_grid(refs.iter().copied());
         let w = &weights[&step];
         // The weights in lowest terms: over their greatest common divisor.
@@ -608,13 +607,9 @@ fn single_process_weighted(peers: &[PeerId], steps: u32, weights: &BTreeMap<u32,
                 }
             })
             .collect();
-        for ((r, x), p) in residuals.iter_mut().zip(&xs).zip(&packed) {
-            *r = sync::residual(x, p, &grid);
-        }
-        toy.apply(&mean);
-        hashes.push(toy.hash());
-    }
-    hashes
+        (grid, mean)
+    };
+    single_process_packed(peers, steps, sync::pack, &weighted_mean)
 }
 
 /// Elastic windows: each roster member's weight at each step, as `id`'s applies reported them.

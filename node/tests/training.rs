@@ -32,6 +32,17 @@ fn trainer(run: RunConfig, gemm: Box<dyn Gemm + Send>) -> Trainer {
     Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed))).unwrap()
 }
 
+/// `outer:4` with int8 contributions, DiLoCo's outer optimizer, no overlap.
+fn outer4_int8(elastic: bool) -> SyncConfig {
+    SyncConfig {
+        mode: SyncMode::Outer { inner_steps: 4 },
+        compression: Compression::Int8,
+        outer: OuterOptimizer::DEFAULT,
+        overlap: 0,
+        elastic,
+    }
+}
+
 fn hashes(trainer: &mut Trainer, steps: u32) -> Vec<u32> {
     (0..steps).map(|_| trainer.step().unwrap().weight_hash).collect()
 }
@@ -272,13 +283,7 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
 /// residual) continues exactly as the straight run.
 #[test]
 fn outer_steps_with_int8_are_thread_count_free_and_resume_exactly() {
-    let sync = SyncConfig {
-        mode: SyncMode::Outer { inner_steps: 4 },
-        compression: Compression::Int8,
-        outer: OuterOptimizer::DEFAULT,
-        overlap: 0,
-        elastic: false,
-    };
+    let sync = outer4_int8(false);
     let run = RunConfig { sync, ..small_run(24) };
     let outer_hashes =
         |t: &mut Trainer, syncs: u32| -> Vec<u32> { (0..syncs).map(|_| t.step().unwrap().weight_hash).collect() };
@@ -378,14 +383,7 @@ print(meta["tokenizer"], meta["step"], len(header), total, struct.pack("<f", fir
 /// at); a window not told runs its 4.
 #[test]
 fn an_elastic_window_ends_where_it_is_told_and_moves_to_the_next() {
-    let sync = SyncConfig {
-        mode: SyncMode::Outer { inner_steps: 4 },
-        compression: Compression::Int8,
-        outer: OuterOptimizer::DEFAULT,
-        overlap: 0,
-        elastic: true,
-    };
-    let run = RunConfig { sync, ..small_run(12) };
+    let run = RunConfig { sync: outer4_int8(true), ..small_run(12) };
     let mut t = trainer(run, units(1));
     t.hurry().store(2, std::sync::atomic::Ordering::Relaxed);
     let short = t.contribute().unwrap();
