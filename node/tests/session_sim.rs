@@ -549,12 +549,15 @@ fn plain_mean(_step: u32, packed: &[&Packed]) -> (Vec<u8>, Vec<f32>) {
     (grid, mean)
 }
 
+/// One step's grid and mean from its packed contributions (the step, the contributions).
+type MeanOf<'a> = &'a dyn Fn(u32, &[&Packed]) -> (Vec<u8>, Vec<f32>);
+
 /// The one-process group with packed contributions, each step's grid and mean from `mean_of`.
 fn single_process_packed(
     peers: &[PeerId],
     steps: u32,
     pack: fn(&[f32]) -> Result<Packed, sync::NonFinite>,
-    mean_of: &dyn Fn(u32, &[&Packed]) -> (Vec<u8>, Vec<f32>),
+    mean_of: MeanOf<'_>,
 ) -> Vec<u32> {
     let mut toy = Toy::fresh(settings(steps).seed);
     let mut residuals = vec![vec![0f32; LEN]; peers.len()];
