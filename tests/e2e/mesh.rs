@@ -139,13 +139,14 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     // Each outer step sent a packed contribution to each of the two others: about 1 byte per
     // weight each, where an f32 step sends 4. (A step in which the leader also served a repair
     // — the GPU nodes run on lavapipe here, slow enough for a follower's repair timer to fire —
-    // sends one contribution more; the typical step is the median.)
+    // sends one contribution more, and under load most steps may: a sync's own sends are the
+    // fewest any sync sent.)
     let mut sent: Vec<u64> =
         a.events_of_last_run("weights").iter().skip(1).map(|e| e["sent_bytes"].as_u64().unwrap()).collect();
     sent.sort_unstable();
     let f32_sent =
         a.events().iter().find(|e| e["event"] == "weights" && e["step"] == 10).unwrap()["sent_bytes"].as_u64().unwrap();
-    assert!(sent[sent.len() / 2] * 3 < f32_sent, "int8 {sent:?} vs f32 {f32_sent}");
+    assert!(sent[0] * 3 < f32_sent, "int8 {sent:?} vs f32 {f32_sent}");
 
     // Overlapped, in int4: each member runs 2 steps of the next window while the group sums
     // the last, sending half int8's bytes.
@@ -174,7 +175,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let mut sent4: Vec<u64> =
         a.events_of_last_run("weights").iter().skip(1).map(|e| e["sent_bytes"].as_u64().unwrap()).collect();
     sent4.sort_unstable();
-    assert!(sent4[sent4.len() / 2] * 10 < sent[sent.len() / 2] * 6, "int4 {sent4:?} vs int8 {sent:?}");
+    assert!(sent4[0] * 10 < sent[0] * 6, "int4 {sent4:?} vs int8 {sent:?}");
 
     // Elastic windows: the cpu node finishes its 4 inner steps well before the GPU nodes on
     // lavapipe, whose windows then end early; each contribution weighs the steps it stands for.
