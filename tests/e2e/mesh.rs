@@ -720,6 +720,9 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
         (Some(true), serde_json::json!([4.0, 1.0, 1.0, 1.0]))
     );
     assert!(row["utilization"].as_f64().unwrap() > 0.0 && row["heldout_loss"].as_f64().unwrap().is_finite(), "{row}");
+    // Each member's mean inner steps a window, from 1 to H = 8.
+    let steps: Vec<f64> = row["window_steps"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
+    assert!(steps.len() == 4 && steps.iter().all(|s| (1.0..=8.0).contains(s)), "{row}");
 }
 
 /// `outer:4` with int8, an overlap of 2 and elastic windows, for real: a member joins in the

@@ -306,6 +306,9 @@ struct Measured {
     sampled: bool,
     /// Mean per node and sync: compute, exchange, hash and guard seconds.
     breakdown: [f64; 3],
+    /// Elastic windows: each member's mean inner steps a window (roster order: ascending ids),
+    /// over the timed syncs; empty otherwise.
+    window_steps: Vec<f64>,
     /// Seconds from the first roster until the group's held-out loss was first at most the
     /// solo member's final one (`None`: not within the run), and whether that time is an
     /// estimate (a sampled run: the sync's number times the measured seconds per sync).
@@ -543,6 +546,14 @@ fn run_mode(
         f64::from(syncs - 1) * f64::from(run.steps_per_sync()) * args.nodes as f64
     };
     let tokens = steps * run.tokens_per_step() as f64;
+    let timed_weights: Vec<&Vec<u32>> = weights.range(2..=u64::from(syncs)).map(|(_, w)| w).collect();
+    let window_steps: Vec<f64> = (0..ids.len())
+        .filter(|_| !timed_weights.is_empty())
+        .map(|i| {
+            let total: f64 = timed_weights.iter().map(|w| f64::from(w.get(i).copied().unwrap_or(0))).sum();
+            total / timed_weights.len() as f64
+        })
+        .collect();
     Ok(Measured {
         mode: label,
         overlap: run.sync.overlap,
@@ -555,6 +566,7 @@ fn run_mode(
         syncs,
         sampled,
         breakdown: breakdown.map(|b| b / timed_syncs.max(1.0)),
+        window_steps,
     })
 }
 
@@ -717,6 +729,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "sampled": m.sampled, "time_to_loss_s": to_loss, "solo_time_to_loss_s": solo_seconds,
                     "time_to_loss_estimated": m.time_to_loss.is_some_and(|(_, estimated)| estimated),
                     "solo_heldout_loss": solo_loss, "elastic": m.elastic, "speeds": args.speeds,
+                    "window_steps": m.window_steps,
                     "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
                     "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum})
             );
@@ -749,6 +762,10 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         for m in &measured {
             let [compute, exchange, hash] = m.breakdown;
             println!("{:<26} {compute:>8.2} s {exchange:>8.2} s {hash:>8.3} s", m.mode);
+        }
+        for m in measured.iter().filter(|m| !m.window_steps.is_empty()) {
+            let each: Vec<String> = m.window_steps.iter().map(|s| format!("{s:.1}")).collect();
+            println!("{}: inner steps a window, each member in roster order (mean): {}", m.mode, each.join(" / "));
         }
     }
     if !args.json && measured.iter().any(|m| m.sampled) {
