@@ -132,8 +132,8 @@ pub trait Replica: Send + 'static {
         None
     }
     /// Elastic windows: where the adapter tells the window under way to end
-    /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run in
-    /// hand; `None` before a run.
+    /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run just
+    /// configured (the adapter asks once, after `configure`); `None` before a run.
     fn hurry(&self) -> Option<Arc<AtomicU32>> {
         None
     }
@@ -188,9 +188,6 @@ pub struct TrainerReplica {
     /// window's first steps while the group sums the contribution just made; joined by
     /// whatever needs the trainer next (the mean's `apply`, usually).
     ahead: Option<RunningAhead>,
-    /// Elastic windows: the trainer's [`Trainer::hurry`], kept here so that the adapter can
-    /// end a window while the trainer computes it.
-    hurry: Option<Arc<AtomicU32>>,
 }
 
 /// The trainer away on the thread running ahead.
@@ -225,7 +222,6 @@ impl TrainerReplica {
             failed: None,
             poison: None,
             ahead: None,
-            hurry: None,
         }
     }
 
@@ -350,7 +346,6 @@ impl Replica for TrainerReplica {
         };
         let trainer = Trainer::new(run, gemm, data).map_err(ReplicaError::Config)?;
         let weights = trainer.parameter_count();
-        self.hurry = Some(trainer.hurry());
         self.failed = None;
         self.trainer = Some(trainer);
         self.rehash();
@@ -514,7 +509,8 @@ impl Replica for TrainerReplica {
     }
 
     fn hurry(&self) -> Option<Arc<AtomicU32>> {
-        self.hurry.clone()
+        // Asked right after a configure, when the trainer is here (not away running ahead).
+        self.trainer.as_ref().map(Trainer::hurry)
     }
 }
 

@@ -475,7 +475,7 @@ pub fn mean(sum: &[i32], grid: &[u8], n: usize) -> Vec<f32> {
 /// The weighted mean of contributions whose weighted sum on `grid` is `sum` and whose weights
 /// (in lowest terms) add up to `total`: `f32(f64(S) · 2^E / f64(total))`, as [`mean`] (`S` and
 /// `total` are far below 2^53, so both convert exactly).
-pub fn weighted_mean(sum: &[i64], grid: &[u8], total: u64) -> Vec<f32> {
+fn weighted_mean(sum: &[i64], grid: &[u8], total: u64) -> Vec<f32> {
     scaled_mean(sum, grid, total as f64, |s| s as f64)
 }
 
@@ -491,7 +491,7 @@ fn scaled_mean<T: Copy + Default + PartialEq>(sum: &[T], grid: &[u8], divisor: f
 
 /// Weights over their greatest common divisor: equal weights become all 1, so a weighted mean
 /// of equal weights is the plain mean, bit for bit.
-pub fn lowest_terms(weights: &[u32]) -> Vec<u32> {
+fn lowest_terms(weights: &[u32]) -> Vec<u32> {
     fn gcd(a: u32, b: u32) -> u32 {
         if b == 0 {
             a
@@ -506,7 +506,7 @@ pub fn lowest_terms(weights: &[u32]) -> Vec<u32> {
 /// The weighted sum on the group's grid: `Σ wᵢ · round(qᵢ · 2^(eᵢ − E))` per value, in 64-bit
 /// integers — each term put on the grid on its own, so any order of addition gives these
 /// integers.
-pub fn sum_weighted(contributions: &[&Packed], weights: &[u32]) -> (Vec<u8>, Vec<i64>) {
+fn sum_weighted(contributions: &[&Packed], weights: &[u32]) -> (Vec<u8>, Vec<i64>) {
     assert_eq!(contributions.len(), weights.len(), "one weight per contribution");
     let grid = group_grid(contributions.iter().copied());
     let len = contributions.first().map_or(0, |p| p.len());
@@ -652,11 +652,11 @@ pub struct Reduced {
 
 /// The group's mean of `contributions`, given in roster order, all of one encoding and length
 /// (the caller checks), each with its weight (`weights`, the inner steps it stands for in
-/// elastic windows, else 1), taken in lowest terms ([`lowest_terms`]). f32 ones: summed in
-/// roster order, each addition an f32 rounding (a weight other than 1 multiplies its values
-/// first, one rounding each), then divided by the weights' total. int8 and int4 ones: summed
-/// exactly ([`sum_direct`], or [`sum_weighted`] when the weights differ) and averaged by
-/// [`mean`] or [`weighted_mean`]. Equal weights give the unweighted mean's bits.
+/// elastic windows, else 1), taken in lowest terms. f32 ones: summed in roster order, each
+/// addition an f32 rounding, then divided by `n` — never weighed (a run refuses elastic windows
+/// without a packed compression; unequal weights here are a caller's bug). int8 and int4 ones:
+/// summed exactly ([`sum_direct`], or weighted in 64-bit integers when the weights differ) and
+/// averaged by [`mean`] or by the weights' total. Equal weights give the unweighted mean's bits.
 pub fn reduce(contributions: &[&Values], weights: &[u32]) -> Reduced {
     assert_eq!(contributions.len(), weights.len(), "one weight per contribution");
     let weights = lowest_terms(weights);
@@ -664,19 +664,16 @@ pub fn reduce(contributions: &[&Values], weights: &[u32]) -> Reduced {
     let plain = weights.iter().all(|&w| w == 1);
     match contributions.first() {
         None => Reduced { mean: Vec::new(), grid: Vec::new() },
-        Some(Values::F32(_)) => {
-            let mut sum = vec![0f32; contributions[0].len()];
-            for (i, (values, &w)) in contributions.iter().zip(&weights).enumerate() {
+        Some(Values::F32(first)) => {
+            assert!(plain, "f32 contributions are never weighed (elastic windows need int8 or int4)");
+            let mut sum = first.clone();
+            for values in &contributions[1..] {
                 let Values::F32(v) = values else { panic!("mixed encodings in one sync") };
-                let w = w as f32;
-                match (i, w == 1.0) {
-                    (0, true) => sum.copy_from_slice(v),
-                    (0, false) => sum.iter_mut().zip(v).for_each(|(s, g)| *s = g * w),
-                    (_, true) => sum.iter_mut().zip(v).for_each(|(s, g)| *s += g),
-                    (_, false) => sum.iter_mut().zip(v).for_each(|(s, g)| *s += g * w),
+                for (s, g) in sum.iter_mut().zip(v) {
+                    *s += g;
                 }
             }
-            Reduced { mean: mean_f32(sum, total as usize), grid: Vec::new() }
+            Reduced { mean: mean_f32(sum, contributions.len()), grid: Vec::new() }
         }
         Some(first) => {
             let packed: Vec<&Packed> = contributions
@@ -959,14 +956,10 @@ impl Strategy {
                 for (v, r) in x.iter_mut().zip(&self.state.residual) {
                     *v += r;
                 }
-                let (values, packed) = if compression == Compression::Int8 {
-                    let packed = pack(&x).map_err(ContributeError::NonFinite)?;
-                    (Values::Int8(packed.clone()), packed)
-                } else {
-                    let packed = pack4(&x).map_err(ContributeError::NonFinite)?;
-                    (Values::Int4(packed.clone()), packed)
-                };
-                (values, Some((x, packed)))
+                let packed = if compression == Compression::Int8 { pack(&x) } else { pack4(&x) };
+                let packed = packed.map_err(ContributeError::NonFinite)?;
+                let values = if compression == Compression::Int8 { Values::Int8 } else { Values::Int4 };
+                (values(packed.clone()), Some((x, packed)))
             }
         };
         self.in_flight = Some(InFlight { global, packed });
@@ -1466,7 +1459,7 @@ mod tests {
 
     /// The weighted mean, written out on values the int8 grid holds exactly: weights 1 and 3
     /// give `(1·a + 3·b) / 4`; weights 2 and 6 are the same weights (lowest terms); equal
-    /// weights give the plain mean's bits; f32 contributions weigh the same way.
+    /// weights give the plain mean's bits, f32 ones too.
     #[test]
     fn contributions_are_weighed_by_their_steps() {
         let a = Values::Int8(pack(&[1.0, 2.0, 0.0, -4.0]).unwrap());
@@ -1480,8 +1473,16 @@ mod tests {
         assert_eq!(reduce(&[&a, &b], &[7, 7]), plain);
         assert_eq!(plain.mean, [2.0, 0.5, 0.25, 0.0]);
         let (fa, fb) = (Values::F32(vec![1.0, 2.0]), Values::F32(vec![3.0, -1.0]));
-        assert_eq!(reduce(&[&fa, &fb], &[1, 3]).mean, [2.5, -0.25]);
         assert_eq!(reduce(&[&fa, &fb], &[4, 4]).mean, [2.0, 0.5]);
+    }
+
+    /// f32 contributions are never weighed: a run refuses elastic windows with them, and
+    /// `reduce` refuses unequal weights on them rather than define a mean nothing uses.
+    #[test]
+    #[should_panic(expected = "f32 contributions are never weighed")]
+    fn f32_contributions_of_unequal_weights_are_a_bug() {
+        let (fa, fb) = (Values::F32(vec![1.0, 2.0]), Values::F32(vec![3.0, -1.0]));
+        reduce(&[&fa, &fb], &[1, 3]);
     }
 
     /// One sync of a group of one, step by step: contribute, (run ahead,) finish with the

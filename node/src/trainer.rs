@@ -124,9 +124,10 @@ impl Trainer {
     }
 
     /// Elastic windows ([`crate::sync::SyncConfig::elastic`]): the window under way ends once
-    /// this many of its inner steps are done (at least one, never past `H`). The mesh stores 0
-    /// here from its own thread when another member's contribution to the window arrives, and
-    /// `u32::MAX` before each window; a replay stores the count a member's window had.
+    /// this many of its inner steps are done (at least one, never past `H`). The mesh stores,
+    /// before each window, `u32::MAX` or (for a member much slower than the group) the steps
+    /// that fit the last window, and 0 from its own thread once another member's whole window
+    /// arrives; a replay stores the count a member's window had.
     pub fn hurry(&self) -> Arc<AtomicU32> {
         Arc::clone(&self.hurry)
     }

@@ -73,7 +73,9 @@ pub struct TrainArgs {
 /// stream, as `lockstep node` samples it), contributions averaged as the run's sync settings
 /// say. Averaged here by hand rather than with the session's `StepCollector`, so the mesh tests
 /// compare the protocol's arithmetic with an independent statement of it: f32 summed in
-/// ascending id order; int8 put on the group's grid and summed in integers.
+/// ascending id order; int8 and int4 by `sync::reduce` (the exact sum, weighed in elastic
+/// windows), whose bits no order or schedule can change — its unit tests and the session
+/// simulations' written-out sums check it.
 pub struct GroupReplay {
     replicas: Vec<Trainer>,
 }
@@ -142,16 +144,10 @@ impl GroupReplay {
                 }
                 (sum.iter().map(|v| v / n as f32).collect(), Vec::new())
             }
+            // The exact sum is `sync`'s (summed and weighed there; the order cannot matter).
             Values::Int8(_) | Values::Int4(_) => {
-                let packed: Vec<&sync::Packed> = contributions.iter().filter_map(Values::packed).collect();
-                let weights = sync::lowest_terms(&taken);
-                if weights.iter().all(|&w| w == 1) {
-                    let (grid, sum) = sync::sum_direct(&packed);
-                    (sync::mean(&sum, &grid, n), grid)
-                } else {
-                    let (grid, sum) = sync::sum_weighted(&packed, &weights);
-                    (sync::weighted_mean(&sum, &grid, weights.iter().map(|&w| u64::from(w)).sum()), grid)
-                }
+                let reduced = sync::reduce(&contributions.iter().collect::<Vec<_>>(), &taken);
+                (reduced.mean, reduced.grid)
             }
         };
         for replica in &mut self.replicas {

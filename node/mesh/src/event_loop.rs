@@ -175,7 +175,7 @@ pub(crate) struct MeshLoop<R> {
     /// Compute tasks under way.
     computing: usize,
     /// Elastic windows: where the compute under way is told to end its window
-    /// (`Replica::hurry`).
+    /// (`Replica::hurry`, taken at each configure: it belongs to the run's trainer).
     hurry: Option<Arc<AtomicU32>>,
     /// Elastic windows: how long the group's windows last and how long our steps take.
     pace: Pace,
@@ -726,7 +726,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Output::Send { to, message } => self.links.send(to, &message),
             Output::Configure(settings) => {
                 self.generation += 1;
-                let result = self.replica().configure(&settings);
+                let (result, hurry) = {
+                    let mut replica = self.replica();
+                    (replica.configure(&settings), replica.hurry())
+                };
+                // The run's trainer is new: so is where its windows are told to end.
+                self.hurry = hurry;
                 return Some(match result {
                     Ok(weights) => Input::Configured { weights },
                     Err(error) => Input::Failed { task: Task::Configure, error: Failure::new(error) },
@@ -818,8 +823,6 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         self.computing += 1;
         // A fresh window runs its H steps unless told otherwise (`Output::Hurry`), or, for a
         // member much slower than the group's fastest, as many as fit the last window.
-        let hurry = self.replica().hurry();
-        self.hurry = hurry;
         let sync = self.session.as_ref().and_then(Session::run).map(|r| r.sync);
         let cap = sync.filter(|s| s.elastic).map_or(u32::MAX, |s| self.pace.cap(s.mode.steps_per_sync(), s.overlap));
         self.pace.began = Some((step, Instant::now()));
@@ -887,9 +890,8 @@ impl Pace {
 
     /// The first whole window of `step` arrived.
     fn window_ended(&mut self, step: u32) {
-        if let Some((began_step, began)) = self.began.filter(|(s, _)| *s == step) {
+        if let Some((_, began)) = self.began.filter(|(s, _)| *s == step) {
             self.window_s = Some(began.elapsed().as_secs_f64());
-            self.began = Some((began_step, began));
         }
     }
 
