@@ -22,7 +22,6 @@ pub mod program;
 pub mod replica;
 pub mod session;
 pub mod settings;
-pub mod step;
 pub mod sync;
 pub mod trainer;
 pub mod verdict;

@@ -104,7 +104,7 @@ pub trait Replica: Send + 'static {
     /// new weights' hash is the next `compute`'s `whash` (or `weight_hash` when no step
     /// follows), so each update is hashed once and a replica may hash while the next step
     /// computes.
-    fn apply(&mut self, mean: &[f32], grid: &[u8]);
+    fn apply(&mut self, mean: &[f32], grid: &[u8], ours: bool);
     /// A checkpoint of everything that determines the next update (empty before a run, or
     /// when the backend holding the state cannot give it back).
     fn snapshot(&mut self) -> Vec<u8>;
@@ -401,10 +401,10 @@ impl Replica for TrainerReplica {
         })
     }
 
-    fn apply(&mut self, mean: &[f32], grid: &[u8]) {
+    fn apply(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
         self.settle();
         let Some(trainer) = self.trainer.as_mut() else { return };
-        if let Err(e) = trainer.finish_sync(mean, grid) {
+        if let Err(e) = trainer.finish_sync(mean, grid, ours) {
             self.failed = Some(e);
             self.whash = WeightHash::Unknown;
             return;
@@ -556,7 +556,7 @@ mod tests {
         let mut replica = TrainerReplica::new("no-such-backend", Box::new(FloatOnly), Some(float));
         replica.configure(&tiny()).expect("the first run takes the admitted backend");
         let gradient = replica.compute(1).expect("a step");
-        replica.apply(as_f32(&gradient), &[]);
+        replica.apply(as_f32(&gradient), &[], true);
         assert_eq!(replica.weight_hash(), replica.compute(2).expect("a second step").whash);
         replica.configure(&tiny()).expect("the second run takes the first run's backend");
         assert_eq!(replica.compute(1).expect("a step of the new run"), gradient);
@@ -567,7 +567,7 @@ mod tests {
         let mut replica = TrainerReplica::new("first", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
         replica.configure(&tiny()).expect("a run");
         let first = replica.compute(1).expect("step 1");
-        replica.apply(as_f32(&first), &[]);
+        replica.apply(as_f32(&first), &[], true);
         replica.stage("second".into(), Verdict::Admitted { cases: 40 }, Box::new(FloatGemm::new(2)));
         assert_eq!(replica.take_backend_change(), None, "staged, not yet in use");
         replica.compute(2).expect("step 2");
@@ -628,7 +628,7 @@ mod tests {
             by_hand.run_ahead().expect("steps ahead");
             // Any mean will do: half the contribution.
             member.apply(&halved(&gradient), &[]);
-            by_hand.finish_sync(&halved(&gradient), &[]).expect("the mean");
+            by_hand.finish_sync(&halved(&gradient), &[], true).expect("the mean");
             assert_eq!(member.weight_hash(), by_hand.weight_hash());
             assert_eq!(by_hand.step_count(), 4 * step + 2, "two steps ahead");
         }

@@ -995,11 +995,19 @@ impl Strategy {
     /// `every-step` takes one optimizer step with it; `outer:H` takes one outer step on the
     /// global weights, and the member's weights become them (plus the progress of the steps it
     /// ran ahead, if it did). A member that made no contribution this sync (a fresh joiner)
-    /// only needs the mean, never the grid.
-    pub fn finish(&mut self, member: &mut dyn Member, mean: &[f32], grid: &[u8]) -> Result<(), ComputeError> {
+    /// only needs the mean, never the grid. `ours`: whether our contribution is among those the
+    /// mean sums — a member the group went on without (late for the step's record) keeps all
+    /// of its packed contribution as residual, for the next.
+    pub fn finish(
+        &mut self,
+        member: &mut dyn Member,
+        mean: &[f32],
+        grid: &[u8],
+        ours: bool,
+    ) -> Result<(), ComputeError> {
         let in_flight = self.in_flight.take().unwrap_or_default();
         if let Some((x, packed)) = &in_flight.packed {
-            self.state.residual = residual(x, packed, grid);
+            self.state.residual = if ours { residual(x, packed, grid) } else { x.clone() };
         }
         match self.config.mode {
             SyncMode::EveryStep => member.apply(mean)?,
@@ -1033,7 +1041,7 @@ impl Strategy {
         let Contribution { loss, values, .. } = self.contribute(member)?;
         self.run_ahead(member)?;
         let reduced = reduce_one(values);
-        self.finish(member, &reduced.mean, &reduced.grid)?;
+        self.finish(member, &reduced.mean, &reduced.grid, true)?;
         Ok(loss)
     }
 }
@@ -1396,7 +1404,7 @@ mod tests {
             assert_eq!(contribution.values, Values::F32(delta.clone()), "window {window}");
             // The mean of a group of one is its contribution (`x / 1` is `x`).
             strategy.run_ahead(&mut toy).unwrap();
-            strategy.finish(&mut toy, &delta, &[]).unwrap();
+            strategy.finish(&mut toy, &delta, &[], true).unwrap();
             for ((w, m), d) in global.iter_mut().zip(&mut momentum).zip(&delta) {
                 *m = 0.5 * *m + d;
                 *w -= 0.75 * (d + 0.5 * *m);
@@ -1493,7 +1501,7 @@ mod tests {
             strategy.run_ahead(toy).unwrap();
         }
         let mean = reduce_one(values).mean;
-        strategy.finish(toy, &mean, &[]).unwrap();
+        strategy.finish(toy, &mean, &[], true).unwrap();
     }
 
     /// With no overlap, running ahead does nothing: the windows are plain `outer:H`'s (never
@@ -1533,7 +1541,7 @@ mod tests {
         assert_eq!((toy.step, bits(&toy.weights)), (4, bits(&ended)));
         toy.fail_at = None;
         strategy.run_ahead(&mut toy).unwrap();
-        strategy.finish(&mut toy, &reduce_one(values).mean, &[]).unwrap();
+        strategy.finish(&mut toy, &reduce_one(values).mean, &[], true).unwrap();
         let group = strategy.global().unwrap().0.to_vec();
         toy.fail_at = Some(7);
         assert!(strategy.contribute(&mut toy).is_err());

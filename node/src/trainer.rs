@@ -392,9 +392,10 @@ impl Trainer {
         Ok(())
     }
 
-    /// Ends a sync with the group's mean ([`Strategy::finish`]).
-    pub fn finish_sync(&mut self, mean: &[f32], grid: &[u8]) -> Result<(), ComputeError> {
-        self.with_strategy(|strategy, me| strategy.finish(me, mean, grid))
+    /// Ends a sync with the group's mean ([`Strategy::finish`]; `ours`: whether it sums our
+    /// contribution).
+    pub fn finish_sync(&mut self, mean: &[f32], grid: &[u8], ours: bool) -> Result<(), ComputeError> {
+        self.with_strategy(|strategy, me| strategy.finish(me, mean, grid, ours))
     }
 
     /// A lone node's sync (a group of one: its contribution is the mean): one step

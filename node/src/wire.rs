@@ -7,8 +7,7 @@
 //! |---|---|
 //! | `≥ 0` | gradient: `[i32 step][u32 whash][u32 phash][f32 loss][f32 grad…]` |
 //! | `-2` | checkpoint push: `[u32 len][checkpoint bytes]` |
-//! | `-3` | run config: `[u32 protocol][run settings]` (`RunConfig::encode`: `[u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed][sync settings]`) |
-//! | `-4` | step roster: `[u32 step][u32 n][u64 peer × n]` |
+//! | `-3` | run config: `[u32 protocol][u64 run][run settings]` (`RunConfig::encode`: `[u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed][sync settings]`; `run` since protocol 10: the run's log) — told to observers; members read the run from the log |
 //! | `-5` | fragment: `[u32 id][u16 index][u16 count][payload]`, payload ≤ 48 KB − 12 |
 //! | `-6` | mid-run resume: `[u32 len][checkpoint bytes]` (weights, step, optimizer, sampler) |
 //! | `-7` | repair request: `[u32 step][u64 peer]` |
@@ -17,12 +16,15 @@
 //! | `-10` | ping: `[u64 nonce]` |
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
-//! | `-13` | removed: `[u32 step][u8 may_return][u16 n][why, n bytes UTF-8]` (the leader took the receiver out of the run) |
+//! | `-13` | removed: `[u32 step][u8 kind][…]` (the leader took the receiver out of the run, not to return): kind 0 kicked `[u16 n][the user's words, n bytes UTF-8]`, 1 too slow `[u32 windows]` |
 //! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` (weight: the inner steps it stands for in elastic windows, else 1; never 0) |
 //! | `-18` | packed gradient (`int4`): as `-14`, with the quants two to a byte: `[u8 (q[2i] & 15) \| (q[2i+1] << 4)] × ⌈len/2⌉` (4-bit two's complement, each in `[-7, 7]`; an odd length's last high nibble is 0) |
-//! | `-15` | leaving: nothing more (the sender quits on purpose: it no longer counts toward a quorum) |
-//! | `-17` | follow: `[u64 leader]` (the sender follows `leader` from now on; sent to every member on each change of leader and to each new channel — a leader names itself) |
-//! | `-16` | standing by: `[u32 applied]` (the sender leads and applies nothing until a leader of the run resumes it; `applied`: the steps it holds) |
+//! | `-15` | leaving: nothing more (the sender quits on purpose: the leader takes it out of the run's configuration) |
+//! | `-19` | agreement: `[u64 run][a Raft message, raft-rs's protobuf encoding]` (the run's log: `session/agreement.rs`) |
+//! | `-20` | catch up: `[u32 applied]` (the sender's weights are behind what the log committed: it asks the leader for a resume) |
+//!
+//! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
+//! protocols 7–9 and are retired: a decoder refuses them as unknown.
 //!
 //! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step; 1
 //! + overlap for outer, + 128 with elastic windows)][u32 H][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. A
@@ -41,12 +43,14 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (9: packed gradients carry their weight,
+/// The mesh protocol version carried in the run config (10: agreement through a Raft log, `-19`
+/// and `-20`, rosters and the quorum's messages retired, a run config names its log; 9: packed
+/// gradients carry their weight,
 /// for elastic windows; 8: every sum of the step is a lane sum,
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 9;
+pub const MESH_PROTOCOL_VERSION: u32 = 10;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -55,7 +59,6 @@ pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
 const CHECKPOINT_PUSH: i32 = -2;
 const RUN_CONFIG: i32 = -3;
-const ROSTER: i32 = -4;
 const FRAGMENT: i32 = -5;
 const RESUME: i32 = -6;
 const REPAIR_REQUEST: i32 = -7;
@@ -67,9 +70,9 @@ const EPOCH: i32 = -12;
 const REMOVED: i32 = -13;
 const PACKED_GRADIENT: i32 = -14;
 const LEAVING: i32 = -15;
-const STANDING_BY: i32 = -16;
-const FOLLOW: i32 = -17;
 const PACKED4_GRADIENT: i32 = -18;
+const RAFT: i32 = -19;
+const CATCH_UP: i32 = -20;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -88,7 +91,8 @@ fn put_text(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(&text.as_bytes()[..end]);
 }
 
-/// A peer's id (assigned by the signaling server).
+/// A member's id: its own, drawn at random when its process starts and carried in its join
+/// request (`docs/PROTOCOL.md`); never 0. It is also the member's id in the run's Raft group.
 pub type PeerId = u64;
 
 /// One node's contribution to a step.
@@ -105,6 +109,22 @@ pub struct Gradient {
     /// Its weight in the group's mean (`sync::SyncConfig::weights_allowed`): the inner steps it
     /// stands for in elastic windows, else 1. Packed messages carry it; an f32 one is 1.
     pub weight: u32,
+}
+
+impl Gradient {
+    /// The contribution's 64-bit digest, what a step's commit record names it by
+    /// (`docs/PROTOCOL.md`, "The log"): FNV-1a 64 over the message's length and the 32-bit FNV-1a
+    /// of each 16 KiB piece of its wire bytes (`-8` embeds the same bytes, so a repair carries
+    /// the same digest).
+    pub fn digest(&self) -> u64 {
+        let mut bytes = Vec::new();
+        put_gradient(&mut bytes, self);
+        let mut pieces = (bytes.len() as u64).to_le_bytes().to_vec();
+        for piece in bytes.chunks(16 * 1024) {
+            pieces.extend_from_slice(&lockstep_luts::hash::fnv1a32(piece).to_le_bytes());
+        }
+        lockstep_luts::hash::fnv1a64(&pieces)
+    }
 }
 
 /// Which checkpoint push a node's state descends from: how many pushes it has restored and
@@ -127,14 +147,12 @@ impl std::fmt::Display for Epoch {
 pub enum Message {
     Gradient(Gradient),
     CheckpointPush(Vec<u8>),
-    /// The starter's run settings, with the mesh protocol the sender speaks.
+    /// The run's settings, with the mesh protocol the sender speaks and the run's log (`run`,
+    /// 0 before protocol 10): what an observer is told of the run.
     RunConfig {
         protocol: u32,
+        run_id: u64,
         run: RunConfig,
-    },
-    Roster {
-        step: u32,
-        peers: Vec<PeerId>,
     },
     Fragment {
         id: u32,
@@ -160,12 +178,10 @@ pub enum Message {
     Ping {
         nonce: u64,
     },
-    /// The leader took the receiver out of the run at `step` (it missed the step deadline, or
-    /// was kicked); `may_return`: it is resumed once it answers.
+    /// The leader took the receiver out of the run at `step`, not to return.
     Removed {
         step: u32,
-        may_return: bool,
-        why: String,
+        why: Removal,
     },
     Pong {
         nonce: u64,
@@ -173,19 +189,45 @@ pub enum Message {
     /// Every message the sender sends after this one comes from state of this epoch (sent
     /// when a channel opens and whenever the sender's epoch changes; channels are ordered).
     Epoch(Epoch),
-    /// The sender quits on purpose: the group's quorum no longer counts it.
+    /// The sender quits on purpose: the leader takes it out of the run's configuration.
     Leaving,
-    /// The sender stands by (no quorum, or deposed) holding `applied` steps: it leads and
-    /// applies nothing until a leader of the run resumes it.
-    StandingBy {
+    /// A message of the run's Raft group (`run`: which run's log), raft-rs's protobuf bytes.
+    Raft {
+        run: u64,
+        bytes: Vec<u8>,
+    },
+    /// The sender's weights are behind the log (it holds `applied` steps): it asks the leader
+    /// for a resume.
+    CatchUp {
         applied: u32,
     },
-    /// The sender follows `leader` from now on (a leader names itself): a leader counts toward
-    /// its quorum only the members that follow it.
-    Follow {
-        leader: PeerId,
-    },
 }
+
+/// Why the leader took a member out of the run for good (wire `-13`, the console, the headless
+/// JSON).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// A person removed it, saying why.
+    Kicked(String),
+    /// Elastic windows' slow-member rule: each of its last `windows` contributions stood for a
+    /// quarter of the window or less (`--drop-slow-after`).
+    Slow { windows: u32 },
+}
+
+impl std::fmt::Display for Removal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Removal::Kicked(why) => write!(f, "removed by the leader: {why}"),
+            Removal::Slow { windows } => write!(
+                f,
+                "too slow: each of its last {windows} contributions stood for a quarter of the window or less"
+            ),
+        }
+    }
+}
+
+const REMOVAL_KICKED: u8 = 0;
+const REMOVAL_SLOW: u8 = 1;
 
 /// Why bytes are not a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -398,18 +440,13 @@ pub fn encode(message: &Message) -> Vec<u8> {
         Message::Gradient(g) => put_gradient(&mut out, g),
         Message::CheckpointPush(bytes) => blob(&mut out, CHECKPOINT_PUSH, bytes),
         Message::Resume(bytes) => blob(&mut out, RESUME, bytes),
-        Message::RunConfig { protocol, run } => {
+        Message::RunConfig { protocol, run_id, run } => {
             out.extend_from_slice(&RUN_CONFIG.to_le_bytes());
             out.extend_from_slice(&protocol.to_le_bytes());
-            out.extend_from_slice(&run.encode());
-        }
-        Message::Roster { step, peers } => {
-            out.extend_from_slice(&ROSTER.to_le_bytes());
-            out.extend_from_slice(&step.to_le_bytes());
-            out.extend_from_slice(&(peers.len() as u32).to_le_bytes());
-            for p in peers {
-                out.extend_from_slice(&p.to_le_bytes());
+            if *protocol >= 10 {
+                out.extend_from_slice(&run_id.to_le_bytes());
             }
+            out.extend_from_slice(&run.encode());
         }
         Message::Fragment { id, index, count, payload } => {
             out.extend_from_slice(&FRAGMENT.to_le_bytes());
@@ -460,20 +497,29 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&epoch.count.to_le_bytes());
             out.extend_from_slice(&epoch.pusher.to_le_bytes());
         }
-        Message::Removed { step, may_return, why } => {
+        Message::Removed { step, why } => {
             out.extend_from_slice(&REMOVED.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
-            out.push(u8::from(*may_return));
-            put_text(&mut out, why);
+            match why {
+                Removal::Kicked(words) => {
+                    out.push(REMOVAL_KICKED);
+                    put_text(&mut out, words);
+                }
+                Removal::Slow { windows } => {
+                    out.push(REMOVAL_SLOW);
+                    out.extend_from_slice(&windows.to_le_bytes());
+                }
+            }
         }
         Message::Leaving => out.extend_from_slice(&LEAVING.to_le_bytes()),
-        Message::StandingBy { applied } => {
-            out.extend_from_slice(&STANDING_BY.to_le_bytes());
-            out.extend_from_slice(&applied.to_le_bytes());
+        Message::Raft { run, bytes } => {
+            out.extend_from_slice(&RAFT.to_le_bytes());
+            out.extend_from_slice(&run.to_le_bytes());
+            out.extend_from_slice(bytes);
         }
-        Message::Follow { leader } => {
-            out.extend_from_slice(&FOLLOW.to_le_bytes());
-            out.extend_from_slice(&leader.to_le_bytes());
+        Message::CatchUp { applied } => {
+            out.extend_from_slice(&CATCH_UP.to_le_bytes());
+            out.extend_from_slice(&applied.to_le_bytes());
         }
     }
     out
@@ -494,6 +540,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         RESUME => Message::Resume(r.blob()?),
         RUN_CONFIG => {
             let protocol = r.u32()?;
+            let run_id = if protocol >= 10 { r.u64()? } else { 0 };
             let run = if protocol < 4 {
                 // An older node's config has no sync settings (the session refuses it by its
                 // version): its fields, the seed's sync settings.
@@ -506,19 +553,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             } else {
                 RunConfig::decode(&r.array::<{ RunConfig::ENCODED_LEN }>()?)
             };
-            Message::RunConfig { protocol, run: run.map_err(WireError::Sync)? }
-        }
-        ROSTER => {
-            let step = r.u32()?;
-            let n = r.u32()? as usize;
-            if n > 4096 {
-                return Err(WireError::Invalid(format!("a roster of {n} peers")));
-            }
-            let mut peers = Vec::with_capacity(n);
-            for _ in 0..n {
-                peers.push(r.u64()?);
-            }
-            Message::Roster { step, peers }
+            Message::RunConfig { protocol, run_id, run: run.map_err(WireError::Sync)? }
         }
         FRAGMENT => {
             let id = r.u32()?;
@@ -553,16 +588,19 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         EPOCH => Message::Epoch(Epoch { count: r.u32()?, pusher: r.u64()? }),
         REMOVED => {
             let step = r.u32()?;
-            let may_return = match r.u8()? {
-                0 => false,
-                1 => true,
-                other => return Err(WireError::Invalid(format!("may_return {other}"))),
+            let why = match r.u8()? {
+                REMOVAL_KICKED => Removal::Kicked(r.text()?),
+                REMOVAL_SLOW => Removal::Slow { windows: r.u32()? },
+                other => return Err(WireError::Invalid(format!("removal kind {other}"))),
             };
-            Message::Removed { step, may_return, why: r.text()? }
+            Message::Removed { step, why }
         }
         LEAVING => Message::Leaving,
-        STANDING_BY => Message::StandingBy { applied: r.u32()? },
-        FOLLOW => Message::Follow { leader: r.u64()? },
+        RAFT => {
+            let run = r.u64()?;
+            Message::Raft { run, bytes: r.rest().to_vec() }
+        }
+        CATCH_UP => Message::CatchUp { applied: r.u32()? },
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;
@@ -686,10 +724,6 @@ mod tests {
             encode(&Message::RepairRequest { step: 9, peer: 2 }),
             vec![0xf9, 0xff, 0xff, 0xff, 9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]
         );
-        assert_eq!(
-            encode(&Message::Roster { step: 1, peers: vec![5] }),
-            vec![0xfc, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]
-        );
         let response = encode(&Message::RepairResponse { peer: 4, gradient: g.clone() });
         assert_eq!(&response[..12], &[0xf8, 0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(&response[12..], &encode(&Message::Gradient(g.clone()))[..]);
@@ -715,12 +749,23 @@ mod tests {
             vec![0xf4, 0xff, 0xff, 0xff, 2, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0]
         );
         assert_eq!(
-            encode(&Message::Removed { step: 5, may_return: true, why: "ab".into() }),
-            vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 2, 0, b'a', b'b']
+            encode(&Message::Removed { step: 5, why: Removal::Kicked("ab".into()) }),
+            vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 0, 2, 0, b'a', b'b']
+        );
+        assert_eq!(
+            encode(&Message::Removed { step: 5, why: Removal::Slow { windows: 3 } }),
+            vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 3, 0, 0, 0]
         );
         assert_eq!(encode(&Message::Leaving), vec![0xf1, 0xff, 0xff, 0xff]);
-        assert_eq!(encode(&Message::StandingBy { applied: 258 }), vec![0xf0, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
-        assert_eq!(encode(&Message::Follow { leader: 3 }), vec![0xef, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            encode(&Message::Raft { run: 0x0102, bytes: vec![8, 9] }),
+            vec![0xed, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0, 0, 0, 0, 8, 9]
+        );
+        assert_eq!(encode(&Message::CatchUp { applied: 258 }), vec![0xec, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
+        // The retired sentinels of the home-made agreement read as unknown.
+        for retired in [-4i32, -16, -17] {
+            assert_eq!(decode(&retired.to_le_bytes()), Err(WireError::UnknownSentinel(retired)));
+        }
         // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
         // steps of an elastic window).
         let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), weight: 3, ..g.clone() };
@@ -750,10 +795,14 @@ mod tests {
         assert_eq!(&response[12..], &encode(&Message::Gradient(p4))[..]);
         // The run's bytes are `RunConfig::encode`'s (pinned in config.rs), after the protocol.
         let run = crate::config::tests::unlike_the_default();
-        let config = encode(&Message::RunConfig { protocol: 4, run });
+        let config = encode(&Message::RunConfig { protocol: 4, run_id: 0, run });
         assert_eq!(config[8..], run.encode());
         assert_eq!(config[..8], [0xfd, 0xff, 0xff, 0xff, 4, 0, 0, 0]);
         assert_eq!(config.len(), 4 + 7 * 4 + 4 + 8 + 1 + 4 + 1 + 4 + 4);
+        // Since protocol 10 the run's log follows the protocol.
+        let config = encode(&Message::RunConfig { protocol: 10, run_id: 0x0203, run });
+        assert_eq!(config[..16], [0xfd, 0xff, 0xff, 0xff, 10, 0, 0, 0, 3, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(config[16..], run.encode());
     }
 
     #[test]
@@ -766,7 +815,7 @@ mod tests {
         }
         old.extend_from_slice(&3e-3f32.to_le_bytes());
         old.extend_from_slice(&1u64.to_le_bytes());
-        let Message::RunConfig { protocol, run } = decode(&old).unwrap() else { panic!("a run config") };
+        let Message::RunConfig { protocol, run, .. } = decode(&old).unwrap() else { panic!("a run config") };
         assert_eq!((protocol, run.steps, run.sync), (3, 600, SyncConfig::SEED));
     }
 
@@ -842,9 +891,10 @@ mod tests {
 
     #[test]
     fn every_message_round_trips() {
-        let settings = Message::RunConfig { protocol: 1, run: RunConfig::DEFAULT };
+        let settings = Message::RunConfig { protocol: 1, run_id: 0, run: RunConfig::DEFAULT };
         let outer = Message::RunConfig {
             protocol: MESH_PROTOCOL_VERSION,
+            run_id: u64::MAX,
             run: RunConfig {
                 sync: SyncConfig {
                     mode: SyncMode::Outer { inner_steps: 50 },
@@ -865,7 +915,6 @@ mod tests {
             Message::Gradient(gradient(0)),
             Message::CheckpointPush(vec![1, 2, 3]),
             settings,
-            Message::Roster { step: 12, peers: vec![1, 3, 9] },
             Message::Fragment { id: 5, index: 1, count: 3, payload: vec![9; 100] },
             Message::Resume(vec![4; 50]),
             Message::RepairRequest { step: 4, peer: 77 },
@@ -879,10 +928,12 @@ mod tests {
             Message::Ping { nonce: u64::MAX },
             Message::Pong { nonce: 0 },
             Message::Epoch(Epoch { count: u32::MAX, pusher: 7 }),
-            Message::Removed { step: 9, may_return: false, why: "kicked".into() },
+            Message::Removed { step: 9, why: Removal::Kicked("kicked".into()) },
+            Message::Removed { step: 9, why: Removal::Slow { windows: 4 } },
             Message::Leaving,
-            Message::StandingBy { applied: 7 },
-            Message::Follow { leader: 9 },
+            Message::Raft { run: 3, bytes: vec![] },
+            Message::Raft { run: 3, bytes: vec![1; 300] },
+            Message::CatchUp { applied: 7 },
         ];
         for m in messages {
             assert_eq!(decode(&encode(&m)).unwrap(), m);
@@ -905,6 +956,8 @@ mod tests {
         let mut big = (-2i32).to_le_bytes().to_vec();
         big.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(decode(&big), Err(WireError::Invalid(_))));
+        let removal = [REMOVED.to_le_bytes().as_slice(), &[1, 0, 0, 0, 7]].concat();
+        assert_eq!(decode(&removal), Err(WireError::Invalid("removal kind 7".into())));
         let bad_fragment = encode(&Message::Fragment { id: 1, index: 3, count: 3, payload: vec![] });
         assert!(matches!(decode(&bad_fragment), Err(WireError::Invalid(_))));
         // Every prefix and a seeded stream of random frames: errors or messages, no panics.
@@ -918,7 +971,7 @@ mod tests {
             let len = rng.below(64) as usize;
             let mut frame: Vec<u8> = (0..len).map(|_| rng.next_u32() as u8).collect();
             if len >= 4 && rng.below(2) == 0 {
-                let sentinel = -(rng.below(12) as i32) - 1;
+                let sentinel = -(rng.below(20) as i32) - 1;
                 frame[..4].copy_from_slice(&sentinel.to_le_bytes());
             }
             let _ = decode(&frame);

@@ -1,11 +1,13 @@
 //! The session core on a simulated network: seeded reordering across links (each link stays
 //! FIFO, like a reliable ordered data channel), seeded loss, a cut link, churn, a late joiner,
-//! a leader that leaves, a checkpoint push, corrupted weights and a wrong probe hash. Every
-//! scenario must end bit-identical, or stopped by the guard — never silently forked.
+//! a leader that leaves, partitions, sleeps, a checkpoint push, corrupted weights and a wrong
+//! probe hash. Every scenario must end bit-identical, or stopped by the guard — never forked —
+//! and every step anyone applied must be one the group committed.
 //!
 //! The trainer here is a toy (16 weights, a gradient that depends on the weights, the node and
 //! the step), standing in for the model in a unit test of the sans-I/O core; everything the
-//! session decides — rosters, averaging order, guard, repair, resume — is the real thing.
+//! session decides — the Raft log, records, averaging order, guard, repair, resume — is the real
+//! thing.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -13,10 +15,11 @@ use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
-    Event, Failure, Input, LeaderAction, Output, Problem, Session, SessionConfig, StepDeadline, Stop, Task,
+    AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Session, SessionConfig,
+    StepDeadline, Stop, Task,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
-use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
 const LEN: usize = 16;
@@ -36,10 +39,9 @@ fn settings_with(steps: u32, sync: SyncConfig) -> RunConfig {
     }
 }
 
-/// The run config message of `run`, in this build's protocol.
-fn run_config(run: RunConfig) -> Message {
-    Message::RunConfig { protocol: MESH_PROTOCOL_VERSION, run }
-}
+/// The Raft clock of the simulations: 10 ms ticks (one a simulated tick), heartbeats every
+/// 20 ms, elections after 150–300 ms of silence.
+const TIMING: AgreementTiming = AgreementTiming { tick_ms: 10, heartbeat_ticks: 2, election_ticks: 15 };
 
 /// The run's int8 settings.
 fn int8() -> SyncConfig {
@@ -115,10 +117,9 @@ struct Node {
     computing: VecDeque<Gradient>,
     /// Weight hash after each applied step.
     hashes: BTreeMap<u32, u32>,
-    /// Every step applied, in order, with its weight hash (a restore does not rewrite it).
-    log: Vec<(u32, u32)>,
-    /// Steps this node said were tentative: the last applied before it lost its quorum.
-    tentative: BTreeSet<u32>,
+    /// Every step applied, in order, with the epoch it was applied in and its weight hash (a
+    /// restore does not rewrite it).
+    log: Vec<(Epoch, u32, u32)>,
     events: Vec<Event>,
     /// Report this probe hash instead of the healthy one.
     phash: u32,
@@ -128,6 +129,10 @@ struct Node {
     /// Elastic windows: windows this node ended early, and their steps.
     hurried: u32,
     hurried_at: BTreeSet<u32>,
+    /// What it says computes on it; an observer cannot compute.
+    computes: bool,
+    /// Says it computes, is asked to, never answers.
+    lazy: bool,
 }
 
 /// The network: one FIFO queue per directed link.
@@ -137,7 +142,7 @@ struct Net {
     links: BTreeMap<(PeerId, PeerId), VecDeque<Message>>,
     /// Directed links that drop everything.
     cut: BTreeSet<(PeerId, PeerId)>,
-    /// Per-mille chance that a gradient, roster or repair message is lost.
+    /// Per-mille chance that a contribution, repair or Raft message is lost.
     loss_per_mille: u64,
     now_ms: u64,
     delivered: u64,
@@ -176,12 +181,19 @@ impl Net {
 
     /// Adds a node and connects it to every live node.
     fn join(&mut self, id: PeerId) {
+        self.join_as(id, true);
+    }
+
+    /// Adds a node that can compute, or an observer (`computes` false).
+    fn join_as(&mut self, id: PeerId, computes: bool) {
         let config = SessionConfig {
             me: id,
             expected_phash: PHASH,
             repair_after_ms: 50,
             deadline: self.deadline,
             slow_windows: self.slow_windows,
+            computes,
+            agreement: TIMING,
         };
         let node = Node {
             session: Session::new(config),
@@ -192,19 +204,29 @@ impl Net {
             computing: VecDeque::new(),
             hashes: BTreeMap::new(),
             log: Vec::new(),
-            tentative: BTreeSet::new(),
             events: Vec::new(),
             phash: PHASH,
             poison: None,
             hurried: 0,
             hurried_at: BTreeSet::new(),
+            computes,
+            lazy: false,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
         for other in others {
-            self.input(other, Input::Connected(id));
-            self.input(id, Input::Connected(other));
+            self.connect(other, id);
         }
+    }
+
+    /// A channel opens between `a` and `b`; each hears what the other computes on (`-9`).
+    fn connect(&mut self, a: PeerId, b: PeerId) {
+        self.input(a, Input::Connected(b));
+        self.input(b, Input::Connected(a));
+        let computes = |net: &Net, id: PeerId| net.nodes[&id].computes;
+        let (ca, cb) = (computes(self, a), computes(self, b));
+        self.input(a, Input::PeerInfo { peer: b, computes: cb });
+        self.input(b, Input::PeerInfo { peer: a, computes: ca });
     }
 
     fn live(&self) -> Vec<PeerId> {
@@ -249,8 +271,7 @@ impl Net {
 
     /// The links between `a` and `b` are open again (the mesh re-offered them).
     fn reconnect(&mut self, a: PeerId, b: PeerId) {
-        self.input(a, Input::Connected(b));
-        self.input(b, Input::Connected(a));
+        self.connect(a, b);
     }
 
     /// Feeds one input and executes the outputs in order, as an adapter must.
@@ -274,7 +295,10 @@ impl Net {
                         node.toy = Toy::fresh(settings.seed);
                         queue.push_front(Input::Configured { weights: LEN });
                     }
-                    Output::Compute { step } => {
+                    Output::Compute { step, .. } => {
+                        if node.lazy {
+                            continue; // asked, never answers
+                        }
                         let grad = node.toy.gradient(id, step);
                         let values = match node.session.run().map(|r| r.sync.compression) {
                             Some(Compression::Int8) if node.poison.is_some() => {
@@ -322,14 +346,14 @@ impl Net {
                             node.hurried_at.insert(step);
                         }
                     }
-                    Output::Apply { step, mean, grid, .. } => {
+                    Output::Apply { step, mean, grid, ours, .. } => {
                         if let Some((x, packed)) = node.packed.take() {
-                            node.residual = sync::residual(&x, &packed, &grid);
+                            node.residual = if ours { sync::residual(&x, &packed, &grid) } else { x };
                         }
                         node.toy.apply(&mean);
                         assert_eq!(node.toy.step, step, "node {id} applied step {step} out of order");
                         node.hashes.insert(step, node.toy.hash());
-                        node.log.push((step, node.toy.hash()));
+                        node.log.push((node.session.epoch(), step, node.toy.hash()));
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = node.toy.encode();
@@ -352,25 +376,22 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
-                    Output::Event(event) => {
-                        if let Event::QuorumLost { step, .. } | Event::Deposed { step, .. } = &event {
-                            node.tentative.insert(*step);
-                        }
-                        node.events.push(event)
-                    }
+                    Output::Event(event) => node.events.push(event),
                 }
             }
         }
     }
 
-    /// One random event: deliver the head of a random link, finish a random computation, or
-    /// let time pass. Returns false when nothing is left to do but ticking.
+    /// One random event: deliver the head of a link (each queued message as likely to be
+    /// picked as any other, so a link with more to carry moves faster, as links do in
+    /// parallel), finish a random computation, or let time pass. Returns false when nothing is
+    /// left to do but ticking.
     fn turn(&mut self) -> bool {
         let links: Vec<(PeerId, PeerId)> = self
             .links
             .iter()
             .filter(|((from, to), q)| !q.is_empty() && !self.hung.contains(from) && !self.hung.contains(to))
-            .map(|(k, _)| *k)
+            .flat_map(|(k, q)| std::iter::repeat_n(*k, q.len()))
             .collect();
         let computing: Vec<PeerId> = self
             .nodes
@@ -396,7 +417,7 @@ impl Net {
             let lossy = matches!(
                 message,
                 Message::Gradient(_)
-                    | Message::Roster { .. }
+                    | Message::Raft { .. }
                     | Message::RepairRequest { .. }
                     | Message::RepairResponse { .. }
             );
@@ -419,8 +440,9 @@ impl Net {
     fn run(&mut self, limit: usize, mut hook: impl FnMut(&mut Net, u32)) {
         for _ in 0..limit {
             let done = self.live().iter().all(|id| {
-                let s = &self.nodes[id].session;
-                s.finished() || s.stopped().is_some()
+                let n = &self.nodes[id];
+                let s = &n.session;
+                !n.computes || n.lazy || s.finished() || s.stopped().is_some()
             });
             if done {
                 return;
@@ -447,10 +469,14 @@ impl Net {
             .iter()
             .map(|(id, n)| {
                 format!(
-                    "node {id}: alive {} applied {} leader {:?} stopped {:?} finished {} last events {:?}",
+                    "node {id}: alive {} applied {} leader {:?} term {} commit {} members {:?} stopped {:?} finished {} \
+                     last events {:?}",
                     n.alive,
                     n.session.applied(),
                     n.session.leader(),
+                    n.session.term(),
+                    n.session.commit_index(),
+                    n.session.configuration(),
                     n.session.stopped(),
                     n.session.finished(),
                     n.events.iter().rev().take(4).collect::<Vec<_>>()
@@ -466,7 +492,7 @@ impl Net {
     }
 
     /// [`Net::started`] with a deadline a simulated step reaches in milliseconds (floor 300 ms,
-    /// ceiling 2 s): the quorum scenarios suspend and cut for a few deadlines.
+    /// ceiling 2 s): the fault scenarios suspend and cut for a few deadlines.
     fn with_short_deadline(seed: u64, ids: &[PeerId], steps: u32) -> Net {
         let mut net = Net::new(seed);
         net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
@@ -491,14 +517,14 @@ impl Net {
         self.input(leader, Input::Start(settings_with(steps, self.sync)));
     }
 
-    /// The invariant: at every step, every live node that applied it holds the same weights;
-    /// if not, some node's guard stopped the run. (A node that died may have applied a step
-    /// whose gradients never left it; the group it left behind is what must agree.)
+    /// The invariant: at every step, every node that ever applied it (dead ones included:
+    /// nobody applies a step before its record is committed) held the same weights; if not,
+    /// some node's guard stopped the run.
     fn assert_identical_or_guarded(&self) -> bool {
-        let mut by_step: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-        for node in self.nodes.values().filter(|n| n.alive) {
-            for (step, hash) in &node.hashes {
-                by_step.entry(*step).or_default().insert(*hash);
+        let mut by_step: BTreeMap<(Epoch, u32), BTreeSet<u32>> = BTreeMap::new();
+        for node in self.nodes.values() {
+            for (epoch, step, hash) in &node.log {
+                by_step.entry((*epoch, *step)).or_default().insert(*hash);
             }
         }
         let forked = by_step.values().any(|hashes| hashes.len() > 1);
@@ -641,6 +667,33 @@ fn hashes_of(net: &Net, id: PeerId) -> Vec<u32> {
     net.nodes[&id].hashes.values().copied().collect()
 }
 
+/// The steps `id` applied with each record's roster, as its events say.
+fn rosters_of(net: &Net, id: PeerId) -> BTreeMap<u32, Vec<PeerId>> {
+    net.nodes[&id]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepApplied { step, peers, .. } => Some((*step, peers.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `id` said it reaches no majority.
+fn said_no_majority(net: &Net, id: PeerId) -> bool {
+    net.nodes[&id].events.iter().any(|e| matches!(e, Event::NoMajority { .. }))
+}
+
+/// Every live computing node finished, on the weights `reference` finished on.
+fn assert_all_finished_equal(net: &Net, ids: &[PeerId], last: u32, what: &str) {
+    let reference = net.nodes[&ids[0]].hashes.get(&last).copied();
+    assert!(reference.is_some(), "{what}: node {} did not apply step {last}\n{}", ids[0], net.describe());
+    for id in ids {
+        assert!(net.nodes[id].session.finished(), "{what}: node {id}\n{}", net.describe());
+        assert_eq!(net.nodes[id].hashes.get(&last).copied(), reference, "{what}: node {id}");
+    }
+}
+
 #[test]
 fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
     let int4 = SyncConfig { compression: Compression::Int4, ..SyncConfig::SEED };
@@ -652,7 +705,7 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
                 net.join(id);
             }
             net.start(20, 12);
-            net.run(20_000, |_, _| {});
+            net.run(40_000, |_, _| {});
             assert!(net.assert_identical_or_guarded());
             let expected = match sync.compression {
                 Compression::None => single_process(&[10, 20, 30], 12),
@@ -660,9 +713,19 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
                 Compression::Int4 => single_process_int4(&[10, 20, 30], 12),
             };
             for id in [10, 20, 30] {
-                assert_eq!(hashes_of(&net, id), expected, "{sync} seed {seed} node {id}");
+                assert_eq!(hashes_of(&net, id), expected, "{sync} seed {seed} node {id}\n{}", net.describe());
                 assert!(net.nodes[&id].session.finished());
             }
+            // One log: every step's record was committed in the one term the starter leads.
+            let terms: BTreeSet<u64> = net.nodes[&10]
+                .events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::StepApplied { term, .. } => Some(*term),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(terms.len(), 1, "seed {seed}: {terms:?}");
         }
     }
     // The two encodings really are different arithmetic.
@@ -685,7 +748,7 @@ fn elastic_windows_weigh_each_contribution_and_match_one_process() {
             net.join(id);
         }
         net.start(20, 48); // 12 windows of 4
-        net.run(20_000, |_, _| {});
+        net.run(40_000, |_, _| {});
         assert!(net.assert_identical_or_guarded());
         let weights = weights_applied(&net, 10);
         assert_eq!(weights.len(), 12, "seed {seed}");
@@ -699,7 +762,6 @@ fn elastic_windows_weigh_each_contribution_and_match_one_process() {
                 (*step, w.iter().map(|(_, w)| *w).collect())
             })
             .collect();
-        // Someone finishes each window first: it stands for the whole window.
         assert!(by_step.values().all(|w| w.contains(&4)), "seed {seed}: {by_step:?}");
         unequal += by_step.values().filter(|w| w.iter().any(|&x| x != w[0])).count();
         let expected = single_process_weighted(&[10, 20, 30], 12, &by_step);
@@ -710,15 +772,14 @@ fn elastic_windows_weigh_each_contribution_and_match_one_process() {
         assert!(net.nodes.values().map(|n| n.hurried).sum::<u32>() > 0, "seed {seed}: nobody was hurried");
     }
     assert!(unequal > 20, "only {unequal} steps weighed their contributions unequally");
-    // Equal weights are the plain mean, bit for bit.
     let equal: BTreeMap<u32, Vec<u32>> = (1..=12).map(|s| (s, vec![4, 4, 4])).collect();
     assert_eq!(single_process_weighted(&[10, 20, 30], 12, &equal), single_process_int8(&[10, 20, 30], 12));
 }
 
 /// Elastic windows with the leader's slow-member rule (3 windows): a member whose windows
 /// always end after one of four steps is told at each sync it applies that it is behind; once
-/// the leader has applied its third such sync, it is taken out of the run for good with the
-/// reason (before the commit of that sync reaches it); the others finish the run, identical.
+/// the leader has seen three such syncs, it takes the member out of the run for good, saying
+/// why; the others finish the run, identical.
 #[test]
 fn a_member_much_slower_than_the_group_is_told_then_taken_out_by_the_leaders_rule() {
     for seed in 0..10 {
@@ -730,26 +791,26 @@ fn a_member_much_slower_than_the_group_is_told_then_taken_out_by_the_leaders_rul
             net.join(id);
         }
         net.start(10, 48);
-        net.run(50_000, |_, _| {});
+        net.run(80_000, |_, _| {});
         assert!(net.assert_identical_or_guarded());
         let slow = &net.nodes[&30];
-        let behind: Vec<(u32, u32)> = slow
+        let behind: Vec<u32> = slow
             .events
             .iter()
             .filter_map(|e| match e {
-                Event::Behind { step, steps, of } => Some((*step, 10 * steps + of)),
+                Event::Behind { step, steps: 1, of: 4 } => Some(*step),
                 _ => None,
             })
             .collect();
-        assert_eq!(behind, [(1, 14), (2, 14)], "seed {seed}: told at each slow window it applied");
-        let why = "removed: too slow: each of its last 3 contributions stood for a quarter of the window or less";
+        assert!(behind.starts_with(&[1, 2]), "seed {seed}: told at each slow window it applied: {behind:?}");
+        let slow_removal = Removal::Slow { windows: 3 };
         let dropped = net.nodes[&10].events.iter().find_map(|e| match e {
-            Event::Dropped { peer: 30, step, why } => Some((*step, why.to_string())),
+            Event::Dropped { peer: 30, step, why: DropReason::Removed(why) } if *why == slow_removal => Some(*step),
             _ => None,
         });
-        assert_eq!(dropped, Some((4, why.to_string())), "seed {seed}");
+        assert!(dropped.is_some_and(|s| (3..=5).contains(&s)), "seed {seed}: {dropped:?}\n{}", net.describe());
         assert!(
-            matches!(slow.session.stopped(), Some(Stop::Removed { .. })),
+            matches!(slow.session.stopped(), Some(Stop::Removed { why, .. }) if *why == slow_removal),
             "seed {seed}: {:?}",
             slow.session.stopped()
         );
@@ -759,7 +820,7 @@ fn a_member_much_slower_than_the_group_is_told_then_taken_out_by_the_leaders_rul
 }
 
 #[test]
-fn a_cut_link_is_bridged_by_the_leaders_repairs() {
+fn a_cut_link_is_bridged_by_repairs() {
     for seed in 0..10 {
         let mut net = Net::new(100 + seed);
         for id in [1, 2, 3] {
@@ -767,16 +828,16 @@ fn a_cut_link_is_bridged_by_the_leaders_repairs() {
         }
         net.cut.insert((2, 3)); // node 2 can never reach node 3 directly
         net.start(1, 10);
-        net.run(50_000, |_, _| {});
+        net.run(80_000, |_, _| {});
         assert!(net.assert_identical_or_guarded());
-        assert_eq!(hashes_of(&net, 3), single_process(&[1, 2, 3], 10), "seed {seed}");
+        assert_eq!(hashes_of(&net, 3), single_process(&[1, 2, 3], 10), "seed {seed}\n{}", net.describe());
         let repaired = net.nodes[&3].events.iter().filter(|e| matches!(e, Event::Repaired { peer: 2, .. })).count();
-        assert_eq!(repaired, 10, "node 3 repairs node 2's gradient at every step");
+        assert_eq!(repaired, 10, "node 3 repairs node 2's contribution at every step");
     }
 }
 
 #[test]
-fn seeded_loss_ends_identical_or_guarded() {
+fn seeded_loss_ends_identical() {
     for seed in 0..15 {
         let mut net = Net::new(200 + seed);
         for id in [1, 2, 3, 4] {
@@ -784,12 +845,13 @@ fn seeded_loss_ends_identical_or_guarded() {
         }
         net.loss_per_mille = 150;
         net.start(2, 8);
-        net.run(200_000, |_, _| {});
+        net.run(400_000, |_, _| {});
         assert!(net.assert_identical_or_guarded(), "seed {seed}");
-        assert_eq!(hashes_of(&net, 4), single_process(&[1, 2, 3, 4], 8), "seed {seed}");
+        assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "seed {seed}");
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 8, &format!("seed {seed}"));
     }
     // Elastic windows under the same loss: a lost contribution is repaired with its weight,
-    // and every node applies the weights the leader summed.
+    // and every node applies the weights its record names.
     for seed in 0..15 {
         let mut net = Net::new(250 + seed);
         net.sync = elastic();
@@ -798,12 +860,13 @@ fn seeded_loss_ends_identical_or_guarded() {
         }
         net.loss_per_mille = 150;
         net.start(2, 32);
-        net.run(200_000, |_, _| {});
+        net.run(400_000, |_, _| {});
         assert!(net.assert_identical_or_guarded(), "seed {seed}");
         let weights = weights_applied(&net, 4);
         assert_eq!(weights.len(), 8, "seed {seed}");
-        let by_step = weights.iter().map(|(s, w)| (*s, w.iter().map(|(_, w)| *w).collect())).collect();
-        assert_eq!(hashes_of(&net, 4), single_process_weighted(&[1, 2, 3, 4], 8, &by_step), "seed {seed}");
+        for id in [1, 2, 3] {
+            assert_eq!(weights_applied(&net, id), weights, "seed {seed}: node {id}");
+        }
     }
 }
 
@@ -811,25 +874,32 @@ fn seeded_loss_ends_identical_or_guarded() {
 fn flipped_weights_stop_the_run_within_a_step_naming_the_node() {
     let mut net = Net::started(7, &[1, 2, 3], 20);
     let mut flipped = false;
-    net.run(50_000, |net, top| {
+    net.run(80_000, |net, top| {
         if top == 5 && !flipped {
             let node = net.nodes.get_mut(&3).unwrap();
             node.toy.weights[4] = f32::from_bits(node.toy.weights[4].to_bits() ^ 1);
             flipped = true;
         }
+        // The leader stopped: the others cannot finish without it; they may go.
+        if net.nodes[&1].session.stopped().is_some() {
+            for id in [2, 3] {
+                if net.nodes[&id].alive {
+                    net.kill(id);
+                }
+            }
+        }
     });
-    for id in [1, 2] {
-        let failure = net.nodes[&id]
-            .events
-            .iter()
-            .find_map(|e| match e {
-                Event::GuardStopped(f) => Some(f.clone()),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("node {id} did not stop:\n{}", net.describe()));
-        assert_eq!(failure.weight_mismatch, vec![3]);
-        assert!(failure.step <= 7, "stopped at step {}", failure.step);
-    }
+    let failure = net.nodes[&1]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::GuardStopped(f) => Some(f.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the leader did not stop:\n{}", net.describe()));
+    assert_eq!(failure.weight_mismatch, vec![3]);
+    assert!(failure.step <= 7, "stopped at step {}", failure.step);
+    assert!(net.nodes.values().all(|n| n.hashes.len() <= 6), "nobody applied a step after the flip");
 }
 
 #[test]
@@ -840,7 +910,15 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
     }
     net.nodes.get_mut(&2).unwrap().phash = 0x1234_5678;
     net.start(1, 5);
-    net.run(50_000, |_, _| {});
+    net.run(80_000, |net, _| {
+        if net.nodes[&1].session.stopped().is_some() {
+            for id in [2, 3] {
+                if net.nodes[&id].alive {
+                    net.kill(id);
+                }
+            }
+        }
+    });
     let failure = net.nodes[&1]
         .events
         .iter()
@@ -854,14 +932,14 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
 }
 
 #[test]
-fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
+fn a_late_joiner_learns_is_resumed_votes_and_is_bit_identical_from_then_on() {
     for (sync, seed) in
         [SyncConfig::SEED, int8(), elastic()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed)))
     {
         // (A run of `outer:H` counts its steps in inner steps: 16 syncs are 16·H of them.)
         let mut net = Net::started_with(300 + seed, &[1, 2], 16 * sync.mode.steps_per_sync(), sync);
         let mut joined = false;
-        net.run(50_000, |net, top| {
+        net.run(80_000, |net, top| {
             if top == 5 && !joined {
                 net.join(9);
                 joined = true;
@@ -870,22 +948,34 @@ fn a_late_joiner_is_resumed_and_bit_identical_from_then_on() {
         assert!(net.assert_identical_or_guarded());
         let leader = hashes_of(&net, 1);
         let joiner = &net.nodes[&9];
-        assert!(joiner.events.iter().any(|e| matches!(e, Event::Resumed { .. })));
+        assert!(joiner.events.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}");
         let first = *joiner.hashes.keys().next().expect("the joiner trained");
         assert!(joiner.hashes.len() >= 8, "seed {seed}: joined at {first}");
         for (step, hash) in &joiner.hashes {
             assert_eq!(leader[*step as usize - 1], *hash, "seed {seed} step {step}");
         }
-        assert!(net.nodes[&1].events.iter().any(|e| matches!(e, Event::Roster { peers, .. } if peers.contains(&9))));
+        assert!(rosters_of(&net, 1).values().any(|r| r.contains(&9)), "seed {seed}: its contributions count\n{}", net.describe());
+        // It joined as a learner and votes once it kept up.
+        let voters = net.nodes[&1].events.iter().rev().find_map(|e| match e {
+            Event::Members { voters, .. } => Some(voters.clone()),
+            _ => None,
+        });
+        assert_eq!(voters, Some(vec![1, 2, 9]), "seed {seed}");
     }
 }
 
 #[test]
-fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
+fn a_follower_that_dies_mid_run_drops_out_and_the_rest_continue() {
     for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed))) {
-        let mut net = Net::started_with(400 + seed, &[1, 2, 3], 12, sync);
+        let mut net = Net::new(400 + seed);
+        net.sync = sync;
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 12);
         let mut killed = false;
-        net.run(50_000, |net, top| {
+        net.run(80_000, |net, top| {
             if top == 4 && !killed {
                 net.kill(3);
                 killed = true;
@@ -898,22 +988,60 @@ fn a_follower_that_leaves_mid_run_drops_out_and_the_rest_continue() {
 }
 
 #[test]
-fn the_leader_leaving_hands_the_run_to_its_successor() {
+fn the_leader_dying_hands_the_run_to_an_elected_successor() {
     for (sync, seed) in
         [SyncConfig::SEED, int8(), elastic()].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed)))
     {
-        let mut net = Net::started_with(500 + seed, &[1, 2, 3], 12 * sync.mode.steps_per_sync(), sync);
+        let mut net = Net::new(500 + seed);
+        net.sync = sync;
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2, 3] {
+            net.join(id);
+        }
+        net.start(1, 12 * sync.mode.steps_per_sync());
         let mut killed = false;
-        net.run(50_000, |net, top| {
+        net.run(80_000, |net, top| {
             if top == 5 && !killed {
                 net.kill(1);
                 killed = true;
             }
         });
         assert!(net.assert_identical_or_guarded(), "seed {seed}");
-        assert_eq!(net.nodes[&3].session.leader(), Some(2), "the smallest surviving id leads");
+        let successor = net.nodes[&3].session.leader();
+        assert!(successor == Some(2) || successor == Some(3), "seed {seed}: {successor:?}");
+        assert_eq!(net.nodes[&2].session.leader(), successor);
         assert_eq!(hashes_of(&net, 2), hashes_of(&net, 3), "seed {seed}");
         assert_eq!(net.nodes[&2].hashes.len(), 12, "seed {seed}:\n{}", net.describe());
+    }
+}
+
+/// A member that quits on purpose says so; a leader that quits hands the lead on first. The
+/// member leaves the configuration at once (its vote no longer counts), the rest finish.
+#[test]
+fn a_member_or_the_leader_quitting_leaves_the_configuration_and_the_rest_finish() {
+    for (quitter, seed) in [(3, 0), (3, 1), (1, 2), (1, 3), (1, 4)] {
+        let mut net = Net::started(550 + seed, &[1, 2, 3], 30);
+        let mut quit_at = None;
+        net.run(120_000, |net, top| {
+            if top == 5 && quit_at.is_none() {
+                net.input(quitter, Input::Quit);
+                quit_at = Some(net.now_ms);
+            }
+            // Gone once it holds no vote (or after a grace), as the adapter does.
+            let grace = quit_at.is_some_and(|t| net.now_ms > t + 1_000);
+            if net.nodes[&quitter].alive && (grace || quit_at.is_some() && net.nodes[&quitter].session.out_of_run())
+            {
+                net.kill(quitter);
+            }
+        });
+        let what = format!("quitter {quitter} seed {seed}");
+        assert!(net.assert_identical_or_guarded(), "{what}");
+        let rest: Vec<PeerId> = [1, 2, 3].into_iter().filter(|p| *p != quitter).collect();
+        assert_all_finished_equal(&net, &rest, 30, &what);
+        let voters = net.nodes[&rest[0]].session.configuration().0;
+        assert!(!voters.contains(&quitter), "{what}: {voters:?}");
+        let left = net.nodes[&rest[0]].events.iter().any(|e| *e == Event::PeerLeaving(quitter));
+        assert!(left, "{what}");
     }
 }
 
@@ -937,7 +1065,6 @@ fn a_checkpoint_push_restores_every_replica() {
                 net.describe()
             );
         }
-        // After the push every replica continues from the checkpoint, identically.
         let from_checkpoint = trained_on(checkpoint.clone(), 20);
         for id in [1, 2, 3] {
             assert_eq!(net.nodes[&id].toy, from_checkpoint, "seed {seed} node {id}");
@@ -951,49 +1078,62 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
     for id in [1, 2] {
         net.join(id);
     }
-    // A run config of another protocol version is refused.
-    let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run: settings(3) };
-    net.input(2, Input::Received { from: 1, message: other });
-    assert!(net.nodes[&2].session.run().is_none());
-    // A message from a peer that is not connected, and a roster from a non-leader.
+    // A message from a peer that is not connected, and Raft bytes that do not read.
     net.input(2, Input::Received { from: 77, message: Message::RepairRequest { step: 1, peer: 1 } });
     net.start(1, 4);
-    net.input(1, Input::Received { from: 2, message: Message::Roster { step: 1, peers: vec![2] } });
-    // Deliver everything twice.
-    let mut duplicated = 0;
-    for _ in 0..20_000 {
+    net.input(1, Input::Received { from: 2, message: Message::Raft { run: 5, bytes: vec![0xff; 9] } });
+    // Deliver every contribution twice.
+    let mut duplicated = BTreeSet::new();
+    for _ in 0..40_000 {
         let done = [1, 2].iter().all(|id| net.nodes[id].session.finished());
         if done {
             break;
         }
-        for queue in net.links.values_mut() {
+        for (link, queue) in net.links.iter_mut() {
             if let Some(Message::Gradient(g)) = queue.front().cloned() {
-                queue.push_back(Message::Gradient(g));
-                duplicated += 1;
+                if duplicated.insert((*link, g.step)) {
+                    queue.push_back(Message::Gradient(g));
+                }
             }
         }
         net.turn();
     }
+    let duplicated = duplicated.len();
     assert!(duplicated > 0);
     assert!(net.assert_identical_or_guarded());
     assert_eq!(hashes_of(&net, 1), single_process(&[1, 2], 4));
-    assert!(net.nodes[&2].session.ignored() >= 2);
-    assert!(net.count(|e| matches!(e, Event::Ignored { .. })) >= 3);
+    assert!(net.nodes[&2].session.ignored() >= 1);
+    assert!(net.count(|e| matches!(e, Event::Ignored { .. })) >= 2);
+    // A run config of another protocol, to an observer, is refused by its number.
+    let mut watcher = Session::new(SessionConfig {
+        me: 5,
+        expected_phash: PHASH,
+        repair_after_ms: 50,
+        deadline: StepDeadline::default(),
+        slow_windows: 0,
+        computes: false,
+        agreement: TIMING,
+    });
+    watcher.handle(Input::Connected(1));
+    let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run_id: 3, run: settings(3) };
+    watcher.handle(Input::Received { from: 1, message: other });
+    assert!(watcher.run().is_none());
+    assert_eq!(watcher.ignored(), 1);
 }
 
 #[test]
-fn churn_with_loss_ends_identical_or_guarded() {
-    let mut finished_runs = 0;
+fn churn_with_loss_ends_identical() {
     for (sync, seed) in [SyncConfig::SEED, int8()].into_iter().flat_map(|s| (0..20).map(move |seed| (s, seed))) {
         let mut net = Net::new(700 + seed);
         net.sync = sync;
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
         for id in [1, 2, 3, 4] {
             net.join(id);
         }
         net.loss_per_mille = 50;
         net.start(1, 16);
         let mut done = BTreeSet::new();
-        net.run(400_000, |net, top| {
+        net.run(800_000, |net, top| {
             let plan: [(u32, &str, PeerId); 4] = [(3, "kill", 3), (5, "join", 8), (8, "kill", 1), (10, "join", 9)];
             for (at, what, id) in plan {
                 if top >= at && done.insert(at) {
@@ -1004,30 +1144,24 @@ fn churn_with_loss_ends_identical_or_guarded() {
                 }
             }
         });
-        if net.assert_identical_or_guarded() {
-            finished_runs += 1;
-            let survivors: Vec<Vec<u32>> = [2, 4].iter().map(|id| hashes_of(&net, *id)).collect();
-            assert_eq!(survivors[0], survivors[1], "seed {seed}");
-            assert_eq!(survivors[0].len(), 16, "seed {seed}:\n{}", net.describe());
-        }
+        assert!(net.assert_identical_or_guarded(), "seed {seed}");
+        assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "seed {seed}");
+        assert_all_finished_equal(&net, &[2, 4, 8, 9], 16, &format!("{sync} seed {seed}"));
     }
-    // Most runs get through the churn bit-identical; the rest were stopped by the guard.
-    assert!(finished_runs >= 30, "{finished_runs} of 40 runs finished identical");
 }
 
 /// A checkpoint pushed while the group trains on — one saved a step or two ago, or another
-/// run's at the step the group is at: gradients of the steps after it are still in flight (and
-/// being computed) when the replicas restore, under step numbers the restored run uses again.
-/// None of them may count, on any node.
+/// run's at the step the group is at: contributions of the steps after it are still in flight
+/// (and being computed) when the replicas restore, under step numbers the restored run uses
+/// again. None of them may count, on any node.
 #[test]
 fn a_push_during_training_discards_what_was_in_flight() {
     for seed in 0..60 {
-        let pusher = 1; // the leader: the only member whose pushes count
         let foreign = seed % 2 == 0;
         let mut net = Net::started(900 + seed, &[1, 2, 3], 24);
         let mut saved: Option<Toy> = None;
         let mut pushed: Option<Toy> = None;
-        net.run(80_000, |net, _| {
+        net.run(120_000, |net, _| {
             let leader = net.nodes[&1].session.applied();
             if leader == 8 && saved.is_none() {
                 saved = Some(net.nodes[&1].toy.clone());
@@ -1037,7 +1171,7 @@ fn a_push_during_training_discards_what_was_in_flight() {
                     true => Toy { step: leader, weights: (0..LEN).map(|i| i as f32 * -0.0625).collect() },
                     false => saved.clone().unwrap(),
                 };
-                net.input(pusher, Input::PushCheckpoint { bytes: checkpoint.encode() });
+                net.input(1, Input::PushCheckpoint { bytes: checkpoint.encode() });
                 pushed = Some(checkpoint);
             }
         });
@@ -1060,7 +1194,7 @@ fn only_the_leaders_push_counts() {
         let ours = |scale: f32| Toy { step: 5, weights: (0..LEN).map(|i| i as f32 * scale).collect() };
         let (from_1, from_3) = (ours(0.125), ours(-0.03125));
         let mut pushed = false;
-        net.run(80_000, |net, top| {
+        net.run(120_000, |net, top| {
             if top == 7 && !pushed {
                 net.input(1, Input::PushCheckpoint { bytes: from_1.encode() });
                 net.input(3, Input::PushCheckpoint { bytes: from_3.encode() });
@@ -1079,10 +1213,9 @@ fn only_the_leaders_push_counts() {
             .any(|e| *e == Event::Problem(Problem::NotLeader { action: LeaderAction::Push, leader: Some(1) }));
         assert!(refused_locally, "seed {seed}: {}", net.describe());
     }
-    // A rogue follower sends a push on the wire anyway: nobody restores it.
     let mut net = Net::started(1400, &[1, 2, 3], 10);
     let mut sent = false;
-    net.run(80_000, |net, top| {
+    net.run(120_000, |net, top| {
         if top == 4 && !sent {
             for to in [1, 2] {
                 let bytes = Toy { step: 1, weights: vec![9.0; LEN] }.encode();
@@ -1099,96 +1232,45 @@ fn only_the_leaders_push_counts() {
     assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2));
 }
 
-/// Messages from a member already past a push this node has not restored wait for it, bounded
-/// (a repeated roster is kept once), and are taken once it has.
+/// A member suspended long enough to miss a step's deadline: the leader goes on without it,
+/// and waits for it again once it has kept up; it finishes equal.
 #[test]
-fn messages_from_a_later_epoch_wait_bounded_until_the_restore() {
-    let mut session = Session::new(SessionConfig {
-        me: 2,
-        expected_phash: PHASH,
-        repair_after_ms: 50,
-        deadline: StepDeadline::default(),
-        slow_windows: 0,
-    });
-    let from_1 = |message| Input::Received { from: 1, message };
-    let sent = session.handle(Input::Connected(1));
-    assert_eq!(sent, vec![Output::Event(Event::PeerJoined(1)), send_to(1, Message::Epoch(Epoch::default()))]);
-    let asked = session.handle(from_1(run_config(settings(10))));
-    assert!(asked.contains(&Output::Configure(settings(10))), "{asked:?}");
-    session.handle(Input::Configured { weights: LEN });
-    let later = Epoch { count: 1, pusher: 1 };
-    assert!(session.handle(from_1(Message::Epoch(later))).is_empty());
-    let roster = Message::Roster { step: 1, peers: vec![1, 2] };
-    for _ in 0..3 {
-        assert!(session.handle(from_1(roster.clone())).is_empty(), "held, not acted on");
-    }
-    let gradient =
-        |step| Gradient { step, whash: 1, phash: PHASH, loss: 1.0, values: Values::F32(vec![0.5; LEN]), weight: 1 };
-    for step in 1..=20 {
-        session.handle(from_1(Message::Gradient(gradient(step))));
-    }
-    assert_eq!(session.ignored(), 13, "one roster and 7 gradients held, the rest refused");
-    // The push arrives: once restored, the epoch is the pusher's and the held roster starts
-    // step 1 (held gradients of steps past the next two are refused then, as they would be
-    // in any epoch).
-    let asked = session.handle(from_1(Message::CheckpointPush(vec![7])));
-    assert_eq!(asked, vec![Output::Restore { bytes: vec![7] }]);
-    let after = session.handle(Input::Restored { step: 0, weights: LEN });
-    assert_eq!(session.epoch(), later);
-    assert_eq!(after[0], send_to(1, Message::Epoch(later)), "the pusher hears our epoch first");
-    assert!(after.contains(&Output::Compute { step: 1 }), "{after:?}");
-    assert!(!after.iter().any(|o| matches!(o, Output::Event(Event::GuardStopped(_)))));
-}
-
-fn send_to(to: PeerId, message: Message) -> Output {
-    Output::Send { to, message }
-}
-
-#[test]
-fn a_silent_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
+fn a_silent_member_is_dropped_at_the_step_deadline_and_waited_for_again_once_it_keeps_up() {
     for seed in 0..10 {
-        let mut net = Net::with_short_deadline(900 + seed, &[1, 2, 3], 30);
-        let mut hung_at = None;
-        let mut woke = false;
-        let mut deadline_after_drop = None;
-        net.run(200_000, |net, top| {
-            if top == 9 && deadline_after_drop.is_none() {
-                deadline_after_drop = Some(net.nodes[&1].session.deadline_ms());
+        let mut net = Net::with_short_deadline(900 + seed, &[1, 2, 3], 40);
+        let (mut hung, mut woke) = (false, false);
+        net.run(400_000, |net, top| {
+            if top == 4 && !hung {
+                net.hang(3);
+                hung = true;
             }
-            if top == 4 && hung_at.is_none() {
-                net.hung.insert(3);
-                hung_at = Some(net.now_ms);
-            }
-            // Suspended long enough for the group to go on without it, then woken.
             if top == 12 && !woke {
-                net.hung.remove(&3);
+                net.wake(3);
                 woke = true;
             }
         });
         assert!(net.assert_identical_or_guarded(), "seed {seed}");
         let leader = &net.nodes[&1];
         let dropped = leader.events.iter().find_map(|e| match e {
-            Event::Dropped { peer: 3, step, .. } => Some(*step),
+            Event::Dropped { peer: 3, step, why: DropReason::Deadline { .. } } => Some(*step),
             _ => None,
         });
         let dropped = dropped.unwrap_or_else(|| panic!("seed {seed}: node 3 was never dropped\n{}", net.describe()));
         assert!((5..=6).contains(&dropped), "seed {seed}: dropped at step {dropped}");
-        assert!(leader.events.contains(&Event::Readmitted(3)), "seed {seed}: {}", net.describe());
-        assert!(net.nodes[&3].events.iter().any(|e| matches!(e, Event::Removed { .. })), "seed {seed}");
-        // Everyone finished the run, on the same weights at every step.
-        assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2), "seed {seed}");
-        assert_eq!(net.nodes[&1].hashes.len(), 30, "seed {seed}");
-        assert_eq!(net.nodes[&3].hashes.get(&30), net.nodes[&1].hashes.get(&30), "seed {seed}");
-        assert!(net.nodes[&3].session.finished(), "seed {seed}: {}", net.describe());
-        // The step that waited out the deadline is not taken as a step time: a few steps after
-        // it the deadline is still what the healthy steps make it (300 ms here, not 4 × 300).
-        assert!(deadline_after_drop.is_some_and(|d| d < 1_200), "seed {seed}: {deadline_after_drop:?}");
+        assert!(
+            leader.events.iter().any(|e| matches!(e, Event::Readmitted { peer: 3, .. })),
+            "seed {seed}: {}",
+            net.describe()
+        );
+        assert_all_finished_equal(&net, &[1, 2, 3], 40, &format!("seed {seed}"));
+        // Summed again in the last steps.
+        assert!(rosters_of(&net, 1)[&40].contains(&3), "seed {seed}");
     }
 }
 
 /// A member whose contributions are not finite or absurdly large (with the right hashes, so the
 /// guard cannot see it): each is refused on arrival on every node, named, never summed; the
-/// leader takes the member out of the step, so the group trains on without waiting for it.
+/// leader stops waiting for the member, so the group trains on.
 #[test]
 fn a_non_finite_or_huge_contribution_is_refused_on_arrival_and_the_group_trains_on() {
     for (case, (poison, sync)) in
@@ -1201,30 +1283,19 @@ fn a_non_finite_or_huge_contribution_is_refused_on_arrival_and_the_group_trains_
                 net.nodes.get_mut(&3).unwrap().poison = Some(poison);
                 poisoned = true;
             }
-            // The rogue is out (it waits for a resume it keeps spoiling): once the others
-            // finished, it may go.
-            if net.nodes[&3].alive && [1, 2].iter().all(|id| net.nodes[id].session.finished()) {
-                net.kill(3);
-            }
         });
         let events = |id: PeerId| &net.nodes[&id].events;
         for id in [1, 2] {
             assert!(net.nodes[&id].session.stopped().is_none(), "case {case}: {}", net.describe());
-            assert_eq!(
-                net.nodes[&id].hashes.len(),
-                12,
-                "case {case}: node {id} finished
-{}",
-                net.describe()
-            );
+            assert_eq!(net.nodes[&id].hashes.len(), 12, "case {case}: node {id}\n{}", net.describe());
             assert!(
                 events(id).iter().any(|e| matches!(e, Event::ContributionRefused { peer: 3, .. })),
                 "case {case}: node {id} names the sender"
             );
         }
         assert_eq!(hashes_of(&net, 1), hashes_of(&net, 2), "case {case}");
-        assert!(events(1).iter().any(|e| matches!(e, Event::Dropped { peer: 3, .. })), "case {case}");
-        // Nothing poisoned reached a sum: the honest weights stayed finite.
+        let refused = |e: &Event| matches!(e, Event::Dropped { peer: 3, why: DropReason::Refused { .. }, .. });
+        assert!(events(1).iter().any(refused), "case {case}");
         assert!(net.nodes[&1].toy.weights.iter().all(|w| w.is_finite() && w.abs() < 1e3), "case {case}");
     }
 }
@@ -1247,10 +1318,10 @@ fn a_kicked_member_is_told_why_and_stays_out() {
             Event::Removed { why, .. } => Some(why.clone()),
             _ => None,
         });
-        assert_eq!(told.as_deref(), Some("removed: the host asked"), "seed {seed}");
-        assert!(!net.nodes[&1].events.contains(&Event::Readmitted(3)));
+        assert_eq!(told, Some(Removal::Kicked("the host asked".into())), "seed {seed}");
+        assert!(told.unwrap().to_string().contains("the host asked"));
         assert!(net.nodes[&3].hashes.len() < 16, "seed {seed}: the kicked node trained on");
-        // Only the leader removes members.
+        assert!(!net.nodes[&1].session.configuration().1.contains(&3), "seed {seed}: out of the configuration");
         net.input(2, Input::Kick { peer: 1, why: "no".into() });
         let refused = Event::Problem(Problem::NotLeader { action: LeaderAction::Kick, leader: Some(1) });
         assert_eq!(net.nodes[&2].events.last(), Some(&refused));
@@ -1268,10 +1339,12 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         repair_after_ms: 50,
         deadline: StepDeadline::default(),
         slow_windows: 0,
+        computes: true,
+        agreement: TIMING,
     });
-    let from_1 = |message| Input::Received { from: 1, message };
-    session.handle(Input::Connected(1));
-    session.handle(from_1(run_config(settings(10))));
+    // It starts a run alone (the leader of a group of one).
+    let asked = session.handle(Input::Start(settings(10)));
+    assert!(asked.contains(&Output::Configure(settings(10))), "{asked:?}");
     let error = Failure::new(std::io::Error::other("the backend's device was lost"));
     let reported = session.handle(Input::Failed { task: Task::Configure, error: error.clone() });
     assert_eq!(
@@ -1279,165 +1352,124 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         vec![Output::Event(Event::Problem(Problem::Failed { task: Task::Configure, error: error.clone() }))]
     );
     assert!(session.stopped().is_none(), "a failed configure stops nothing");
-    session.handle(from_1(run_config(settings(10))));
-    session.handle(Input::Configured { weights: LEN });
-    let asked = session.handle(from_1(Message::Roster { step: 1, peers: vec![1, 2] }));
-    assert!(asked.contains(&Output::Compute { step: 1 }), "{asked:?}");
+    session.handle(Input::Start(settings(10)));
+    let asked = session.handle(Input::Configured { weights: LEN });
+    assert!(asked.contains(&Output::Compute { step: 1, cap: u32::MAX }), "{asked:?}");
     let stopped = session.handle(Input::Failed { task: Task::Compute { step: 1 }, error: error.clone() });
     let stop = Stop::Compute { step: 1, error };
     assert_eq!(stopped, vec![Output::Event(Event::Problem(Problem::Stopped(stop.clone())))]);
     assert_eq!(session.stopped(), Some(&stop));
     assert!(stop.to_string().contains("computing step 1 failed") && stop.to_string().contains("device was lost"));
-    // Stopped, it contributes nothing to the next step.
-    let later = session.handle(from_1(Message::Roster { step: 2, peers: vec![1, 2] }));
+    let later = session.handle(Input::Tick { now_ms: 1_000 });
     assert!(!later.iter().any(|o| matches!(o, Output::Compute { .. })), "{later:?}");
 }
 
-#[test]
-fn a_quorum_is_more_than_half_of_the_base() {
-    use lockstep_node::session::has_quorum;
-    assert!(has_quorum(&[], &[5]), "a run's first step needs nothing");
-    assert!(has_quorum(&[1, 2, 3], &[2, 3]));
-    assert!(!has_quorum(&[1, 2, 3], &[1]));
-    assert!(!has_quorum(&[1, 2, 3, 4], &[1, 3]) && !has_quorum(&[1, 2, 3, 4], &[2, 4]), "no half goes on");
-    assert!(has_quorum(&[1, 2, 3, 4], &[1, 2, 4]));
-    assert!(!has_quorum(&[1, 2, 3, 4], &[2, 4, 9]), "members outside the base do not count");
-    assert!(!has_quorum(&[1, 2], &[1]) && !has_quorum(&[1, 2], &[2]), "a pair cannot shrink to one");
-    assert!(has_quorum(&[3], &[3]) && !has_quorum(&[3], &[4]));
-}
-
-/// No two groups committed one step: every step applied anywhere, by any node at any time
-/// (restores do not erase what was applied), has one weight hash — except a node's last step
-/// before it said it lost its quorum or was deposed, which that event names as tentative (its
-/// commit may not have reached a quorum; the node is resumed from the run before it applies
-/// another).
+/// No step anyone applied, at any time, was applied with two different weights: every node's
+/// whole history of applies (restores do not erase it) agrees step by step.
 fn assert_one_group_per_step(net: &Net, what: &str) {
-    let mut by_step: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut by_step: BTreeMap<(Epoch, u32), BTreeSet<u32>> = BTreeMap::new();
     for node in net.nodes.values() {
-        for (step, hash) in node.log.iter().filter(|(step, _)| !node.tentative.contains(step)) {
-            by_step.entry(*step).or_default().insert(*hash);
+        for (epoch, step, hash) in &node.log {
+            by_step.entry((*epoch, *step)).or_default().insert(*hash);
         }
     }
     let forked: Vec<_> = by_step.iter().filter(|(_, h)| h.len() > 1).collect();
     assert!(forked.is_empty(), "{what}: two groups committed one step: {forked:?}\n{}", net.describe());
 }
 
-/// A network split into two parts that cannot reach each other: the majority goes on (under a
-/// successor, when the leader is cut off), the minority says it lost its quorum and commits
-/// nothing; when the cut heals, the minority is resumed equal to the run.
-#[test]
-fn two_parts_that_cannot_reach_each_other_commit_on_the_majority_side_only() {
-    for seed in 0..8 {
-        let mut net = Net::with_short_deadline(1200 + seed, &[1, 2, 3, 4, 5], 200);
-        // The leader is in the majority, or in the minority.
-        let (going, standing): (Vec<PeerId>, Vec<PeerId>) =
-            if seed % 2 == 0 { (vec![1, 2, 4], vec![3, 5]) } else { (vec![2, 4, 5], vec![1, 3]) };
-        let (mut cut_at, mut healed) = (None, false);
-        let mut standing_top = 0;
-        net.run(400_000, |net, top| {
-            if top == 5 && cut_at.is_none() {
-                for a in &going {
-                    for b in &standing {
-                        net.sever(*a, *b);
-                    }
-                }
-                cut_at = Some(net.now_ms);
+/// Severs or restores every link between two sides.
+fn split(net: &mut Net, a: &[PeerId], b: &[PeerId], cut: bool) {
+    for x in a {
+        for y in b {
+            if cut {
+                net.sever(*x, *y);
+            } else {
+                net.reconnect(*x, *y);
             }
-            if cut_at.is_some() && !healed {
-                standing_top = standing.iter().map(|id| net.nodes[id].session.applied()).max().unwrap();
-            }
-            // Healed once the majority is well past the cut.
-            if cut_at.is_some() && top >= 20 && !healed {
-                for a in &going {
-                    for b in &standing {
-                        net.reconnect(*a, *b);
-                    }
-                }
-                healed = true;
-            }
-        });
-        assert_one_group_per_step(&net, &format!("seed {seed}"));
-        // The minority's would-be leader says it has no quorum, or — the run's leader reaching
-        // it first — that it was replaced (its followers stand by with it, or follow the run's
-        // leader once they reach it); all are resumed.
-        let first = standing.iter().min().unwrap();
-        let says =
-            net.nodes[first].events.iter().any(|e| matches!(e, Event::QuorumLost { .. } | Event::Deposed { .. }));
-        assert!(says, "seed {seed}: node {first} says it lost its quorum\n{}", net.describe());
-        for id in &standing {
-            let events = &net.nodes[id].events;
-            assert!(events.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}: node {id} was resumed");
-        }
-        // While cut, the minority applied at most the step the cut fell in.
-        assert!(standing_top <= 6, "seed {seed}: the minority went on to step {standing_top}");
-        for id in &going {
-            let lost = net.nodes[id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. }));
-            assert!(!lost, "seed {seed}: node {id}\n{}", net.describe());
-        }
-        for id in [1, 2, 3, 4, 5] {
-            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&2].hashes.get(&200), "seed {seed}: node {id}");
         }
     }
 }
 
-/// Two even halves: neither is a majority, so neither commits; healed, the group regains a
-/// leader and goes on, every node equal.
+/// A network split into two parts that cannot reach each other: the majority goes on (under a
+/// new leader, when the leader is cut off), the minority commits nothing and says it reaches no
+/// majority; when the cut heals, the minority catches up equal to the run.
 #[test]
-fn two_even_halves_both_stand_by_until_healed() {
+fn two_parts_that_cannot_reach_each_other_commit_on_the_majority_side_only() {
+    for seed in 0..8 {
+        let mut net = Net::with_short_deadline(1200 + seed, &[1, 2, 3, 4, 5], 200);
+        let (going, minority): (Vec<PeerId>, Vec<PeerId>) =
+            if seed % 2 == 0 { (vec![1, 2, 4], vec![3, 5]) } else { (vec![2, 4, 5], vec![1, 3]) };
+        let (mut cut_at, mut healed) = (None, false);
+        let mut minority_top = 0;
+        net.run(800_000, |net, top| {
+            if top == 5 && cut_at.is_none() {
+                split(net, &going, &minority, true);
+                cut_at = Some(top);
+            }
+            if cut_at.is_some() && !healed {
+                minority_top = minority.iter().map(|id| net.nodes[id].session.applied()).max().unwrap();
+            }
+            if cut_at.is_some() && top >= 20 && !healed {
+                split(net, &going, &minority, false);
+                healed = true;
+            }
+        });
+        assert_one_group_per_step(&net, &format!("seed {seed}"));
+        assert!(minority.iter().any(|id| said_no_majority(&net, *id)), "seed {seed}\n{}", net.describe());
+        // While cut, the minority applied at most what was committed before the cut.
+        assert!(minority_top <= 6, "seed {seed}: the minority went on to step {minority_top}");
+        for id in &going {
+            assert!(!said_no_majority(&net, *id), "seed {seed}: node {id}\n{}", net.describe());
+        }
+        assert_all_finished_equal(&net, &[1, 2, 3, 4, 5], 200, &format!("seed {seed}"));
+    }
+}
+
+/// Two even halves of four: neither is a majority, so neither commits; healed, the group elects
+/// a leader and goes on, every node equal.
+#[test]
+fn two_even_halves_commit_nothing_until_healed() {
     for seed in 0..6 {
         let mut net = Net::with_short_deadline(1250 + seed, &[1, 2, 3, 4], 200);
         let (left, right) = ([1, 3], [2, 4]);
         let (mut cut_at, mut healed, mut top_cut) = (None, false, 0);
-        net.run(400_000, |net, top| {
+        net.run(800_000, |net, top| {
             if top == 5 && cut_at.is_none() {
-                for a in left {
-                    for b in right {
-                        net.sever(a, b);
-                    }
-                }
+                split(net, &left, &right, true);
                 cut_at = Some(net.now_ms);
             }
             if cut_at.is_some() && !healed {
                 top_cut = top;
             }
             if cut_at.is_some_and(|t| net.now_ms > t + 3_000) && !healed {
-                for a in left {
-                    for b in right {
-                        net.reconnect(a, b);
-                    }
-                }
+                split(net, &left, &right, false);
                 healed = true;
             }
         });
         assert_one_group_per_step(&net, &format!("seed {seed}"));
         assert!(top_cut <= 6, "seed {seed}: a half went on to step {top_cut}");
         for id in [1, 2, 3, 4] {
-            let lost = net.nodes[&id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. }));
-            assert!(lost, "seed {seed}: node {id}\n{}", net.describe());
-            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}: node {id}");
+            assert!(said_no_majority(&net, id), "seed {seed}: node {id}\n{}", net.describe());
         }
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 200, &format!("seed {seed}"));
     }
 }
 
-/// A follower suspended past the life of its links (a lid closed for a minute): the group drops
-/// it at the deadline and goes on; when it wakes it sees every peer leave, which leaves it a
-/// minority of its last roster: it says so, commits nothing alone, and is resumed equal to the
-/// group once the mesh re-offers its links.
+/// A follower suspended past the life of its links: the group goes on without it; when it
+/// wakes it sees every peer leave, says it reaches no majority, commits nothing alone, never
+/// leads, and catches up equal to the group once the mesh re-offers its links.
 #[test]
-fn a_follower_asleep_past_its_links_stands_by_and_is_resumed_equal() {
+fn a_follower_asleep_past_its_links_catches_up_equal() {
     for seed in 0..8 {
         let mut net = Net::with_short_deadline(1300 + seed, &[1, 2, 3], 200);
-        let (mut hung_at, mut severed, mut woke, mut back) = (None, false, None, false);
+        let (mut hung, mut severed, mut woke, mut back) = (false, false, None, false);
         let mut alone_top = 0;
-        net.run(400_000, |net, top| {
-            if top == 4 && hung_at.is_none() {
+        net.run(800_000, |net, top| {
+            if top == 4 && !hung {
                 net.hang(3);
-                hung_at = Some(net.now_ms);
+                hung = true;
             }
-            // The group dropped it at the deadline and went on; then its links die.
-            if hung_at.is_some() && top >= 8 && !severed {
+            if hung && top >= 8 && !severed {
                 net.sever(3, 1);
                 net.sever(3, 2);
                 severed = true;
@@ -1451,7 +1483,6 @@ fn a_follower_asleep_past_its_links_stands_by_and_is_resumed_equal() {
                 if !back {
                     alone_top = alone_top.max(net.nodes[&3].session.applied());
                 }
-                // Woken, alone for a second (the mesh re-offers links after 1 s and more).
                 if net.now_ms > t + 1_000 && !back {
                     net.reconnect(3, 1);
                     net.reconnect(3, 2);
@@ -1462,37 +1493,32 @@ fn a_follower_asleep_past_its_links_stands_by_and_is_resumed_equal() {
         assert_one_group_per_step(&net, &format!("seed {seed}"));
         let events = &net.nodes[&3].events;
         assert!(events.iter().any(|e| matches!(e, Event::Slept { .. })), "seed {seed}: {events:?}");
-        let lost = events.iter().find_map(|e| match e {
-            Event::QuorumLost { have, base, .. } => Some((have.clone(), base.clone())),
+        let alone = events.iter().find_map(|e| match e {
+            Event::NoMajority { reach, voters, .. } => Some((reach.clone(), voters.clone())),
             _ => None,
         });
-        assert_eq!(lost, Some((vec![3], vec![1, 2, 3])), "seed {seed}");
+        assert_eq!(alone, Some((vec![3], vec![1, 2, 3])), "seed {seed}\n{}", net.describe());
         assert!(alone_top <= 5, "seed {seed}: alone, node 3 applied up to step {alone_top}");
-        assert!(events.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}");
-        assert!(!events.iter().any(|e| matches!(e, Event::Leader(3))), "seed {seed}: node 3 never leads");
-        for id in [1, 2, 3] {
-            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-        }
-        assert_eq!(net.nodes[&3].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}");
+        assert!(!events.iter().any(|e| matches!(e, Event::Leader { peer: 3, .. })), "seed {seed}: node 3 never leads");
+        assert_all_finished_equal(&net, &[1, 2, 3], 200, &format!("seed {seed}"));
     }
 }
 
-/// A leader hung (connected, sending nothing) is deposed by its followers within 2 × the step
-/// deadline; the next smallest id leads on, takes the old leader out of the run, and resumes
-/// it when it wakes — equal to the group, having committed nothing of its own.
+/// A leader hung (connected, sending nothing): the others elect a new leader within two
+/// election timeouts; the old one, woken, learns it no longer leads, commits nothing of its
+/// own, and catches up equal.
 #[test]
-fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
+fn a_hung_leader_is_replaced_within_two_election_timeouts() {
     for (seed, links_die) in (0..10).map(|s| (s, s % 2 == 1)) {
         let mut net = Net::with_short_deadline(1400 + seed, &[1, 2, 3, 4], 200);
-        let (mut hung_at, mut deadline, mut woke, mut back) = (None, 0, None, false);
-        let mut deposed_ms = None;
-        net.run(400_000, |net, top| {
-            let deposing = net.nodes[&2].events.iter().any(|e| matches!(e, Event::LeaderDeposed { leader: 1, .. }));
-            if deposed_ms.is_none() && deposing {
-                deposed_ms = Some(net.now_ms);
+        let (mut hung_at, mut woke, mut back) = (None, None, false);
+        let mut replaced_ms = None;
+        net.run(800_000, |net, top| {
+            let replaced = net.nodes[&2].events.iter().any(|e| matches!(e, Event::Leader { peer, .. } if *peer != 1));
+            if hung_at.is_some() && replaced_ms.is_none() && replaced {
+                replaced_ms = Some(net.now_ms);
             }
             if top == 4 && hung_at.is_none() {
-                deadline = net.nodes[&2].session.deadline_ms();
                 net.hang(1);
                 hung_at = Some(net.now_ms);
             }
@@ -1514,199 +1540,244 @@ fn a_hung_leader_is_deposed_within_two_deadlines_and_resumed_when_it_wakes() {
         });
         let what = format!("seed {seed}, links die {links_die}");
         assert_one_group_per_step(&net, &what);
-        // Deposed within 2 × the deadline of the hang, by the simulated clock.
-        let took = deposed_ms.unwrap_or(u64::MAX).saturating_sub(hung_at.unwrap());
-        assert!(took <= 2 * deadline, "{what}: deposed {took} ms after the hang, deadline {deadline}");
-        for id in [2, 3, 4] {
-            let deposed_at =
-                net.nodes[&id].events.iter().position(|e| matches!(e, Event::LeaderDeposed { leader: 1, .. }));
-            assert!(deposed_at.is_some(), "{what}: node {id} deposed the leader\n{}", net.describe());
-        }
-        // The deposition's own account of the silence: within 2 × the deadline of the hang.
-        let silent = net.nodes[&2].events.iter().find_map(|e| match e {
-            Event::LeaderDeposed { silent_ms, .. } => Some(*silent_ms),
-            _ => None,
-        });
-        assert!(silent.is_some_and(|s| s <= 2 * deadline), "{what}: silent {silent:?} against deadline {deadline}");
-        let old = &net.nodes[&1].events;
-        if links_die {
-            assert!(old.iter().any(|e| matches!(e, Event::QuorumLost { .. })), "{what}: {old:?}");
-        } else {
-            assert!(old.iter().any(|e| matches!(e, Event::Deposed { by: 2, .. })), "{what}: {old:?}");
-        }
-        assert!(old.iter().any(|e| matches!(e, Event::Resumed { .. })), "{what}");
-        assert!(!old.iter().any(|e| matches!(e, Event::LeadsOn { .. })), "{what}");
-        for id in [1, 2, 3, 4] {
-            assert!(net.nodes[&id].session.finished(), "{what}: node {id}\n{}", net.describe());
-            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&2].hashes.get(&200), "{what}: node {id}");
-        }
+        let took = replaced_ms.unwrap_or(u64::MAX).saturating_sub(hung_at.unwrap());
+        assert!(took <= 2 * TIMING.longest_election_ms(), "{what}: replaced {took} ms after the hang");
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 200, &what);
     }
 }
 
-/// A leader that slept briefly (less than its followers wait before deposing it) says so and
-/// leads on: nobody is deposed, nothing is dropped for the gap.
+/// A leader that slept briefly (less than an election timeout) says so and leads on: no new
+/// leader, nobody dropped.
 #[test]
 fn a_leader_that_slept_briefly_leads_on() {
     for seed in 0..5 {
         let mut net = Net::with_short_deadline(1500 + seed, &[1, 2, 3], 200);
         let mut hung_at = None;
-        net.run(400_000, |net, top| {
+        net.run(800_000, |net, top| {
             if top == 4 && hung_at.is_none() {
                 net.hang(1);
                 hung_at = Some(net.now_ms);
             }
-            if hung_at.is_some_and(|t| net.now_ms >= t + 200) && net.hung.contains(&1) {
+            if hung_at.is_some_and(|t| net.now_ms >= t + 100) && net.hung.contains(&1) {
                 net.wake(1);
             }
         });
         assert_one_group_per_step(&net, &format!("seed {seed}"));
-        assert_eq!(
-            net.count(|e| matches!(e, Event::LeaderDeposed { .. } | Event::Dropped { .. })),
-            0,
-            "seed {seed}\n{}",
-            net.describe()
-        );
+        let new_leader = |e: &Event| matches!(e, Event::Leader { peer, .. } if *peer != 1);
+        assert_eq!(net.count(|e| new_leader(e) || matches!(e, Event::Dropped { .. })), 0, "seed {seed}");
         for id in [1, 2, 3] {
             assert_eq!(net.nodes[&id].hashes.len(), 200, "seed {seed}");
         }
     }
 }
 
-/// The leader woken from a long sleep with its links alive: it stands by a deadline in case it
-/// was deposed; told so by its successor, it follows and is resumed equal to the group.
-/// A group of four with the leader suspended, as a laptop lid closed for a minute.
+/// A three-way split leaves no side a majority: nobody commits; when the links come back the
+/// group elects a leader and catches everyone up.
 #[test]
-fn a_leader_asleep_past_its_links_in_a_group_of_four_is_resumed_equal() {
-    for seed in 0..8 {
-        let mut net = Net::with_short_deadline(1600 + seed, &[1, 2, 3, 4], 200);
-        let (mut hung_at, mut woke, mut back) = (None, None, false);
-        let mut alone_top = 0;
-        net.run(400_000, |net, top| {
-            if top == 6 && hung_at.is_none() {
-                net.hang(1);
-                hung_at = Some(net.now_ms);
-            }
-            if hung_at.is_some() && top >= 12 && net.hung.contains(&1) && !net.on_wake.contains_key(&1) {
-                for id in [2, 3, 4] {
-                    net.sever(1, id);
-                }
-            }
-            if top >= 20 && woke.is_none() {
-                net.wake(1);
-                woke = Some(net.now_ms);
-            }
-            if let Some(t) = woke {
-                if !back {
-                    alone_top = alone_top.max(net.nodes[&1].session.applied());
-                }
-                if net.now_ms > t + 2_000 && !back {
-                    for id in [2, 3, 4] {
-                        net.reconnect(1, id);
-                    }
-                    back = true;
-                }
-            }
-        });
-        assert_one_group_per_step(&net, &format!("seed {seed}"));
-        let old = &net.nodes[&1].events;
-        assert!(
-            old.iter().any(|e| matches!(e, Event::QuorumLost { have, .. } if !have.contains(&2) && !have.contains(&3))),
-            "seed {seed}: {old:?}"
-        );
-        assert!(alone_top <= 7, "seed {seed}: alone, the old leader applied up to step {alone_top}");
-        assert!(old.iter().any(|e| matches!(e, Event::Resumed { .. })), "seed {seed}");
-        for id in [1, 2, 3, 4] {
-            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&2].hashes.get(&200), "seed {seed}: node {id}");
-        }
-    }
-}
-
-/// A three-way split leaves no side a quorum: nobody commits; when the links come back the
-/// smallest id of the base, having stood by a deadline with nobody leading, leads again and
-/// resumes everyone from its state.
-#[test]
-fn with_no_quorum_anywhere_nobody_commits_and_the_group_regains_it_when_healed() {
+fn with_no_majority_anywhere_nobody_commits_until_healed() {
     for seed in 0..6 {
         let mut net = Net::with_short_deadline(1700 + seed, &[1, 2, 3, 4, 5], 200);
         let sides: [&[PeerId]; 3] = [&[1, 2], &[3, 4], &[5]];
         let (mut cut_at, mut healed, mut top_cut) = (None, false, 0);
-        net.run(400_000, |net, top| {
-            if top == 4 && cut_at.is_none() {
+        net.run(800_000, |net, top| {
+            let cut = |net: &mut Net, on: bool| {
                 for (i, a) in sides.iter().enumerate() {
                     for b in &sides[i + 1..] {
-                        for x in *a {
-                            for y in *b {
-                                net.sever(*x, *y);
-                            }
-                        }
+                        split(net, a, b, on);
                     }
                 }
+            };
+            if top == 4 && cut_at.is_none() {
+                cut(net, true);
                 cut_at = Some(net.now_ms);
             }
             if cut_at.is_some() && !healed {
                 top_cut = top;
             }
             if cut_at.is_some_and(|t| net.now_ms > t + 3_000) && !healed {
-                for (i, a) in sides.iter().enumerate() {
-                    for b in &sides[i + 1..] {
-                        for x in *a {
-                            for y in *b {
-                                net.reconnect(*x, *y);
-                            }
-                        }
-                    }
-                }
+                cut(net, false);
                 healed = true;
             }
         });
         assert_one_group_per_step(&net, &format!("seed {seed}"));
         assert!(top_cut <= 5, "seed {seed}: a minority committed up to step {top_cut}");
         for id in [1, 2, 3, 4, 5] {
-            assert!(
-                net.nodes[&id].events.iter().any(|e| matches!(e, Event::QuorumLost { .. })),
-                "seed {seed}: node {id}"
-            );
-            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert_eq!(net.nodes[&id].hashes.get(&200), net.nodes[&1].hashes.get(&200), "seed {seed}: node {id}");
+            assert!(said_no_majority(&net, id), "seed {seed}: node {id}\n{}", net.describe());
         }
+        assert_all_finished_equal(&net, &[1, 2, 3, 4, 5], 200, &format!("seed {seed}"));
     }
 }
 
-/// Two of three members crash for good: the survivor is a minority of its base and stands by
-/// (it cannot tell a crash from a cut), a newcomer waits with it. The operator vouches that
-/// the two are gone (`forget`): the survivor leads again, resumes the newcomer, and they
-/// finish equal.
+/// Two of three voters crash for good: the survivor cannot tell that from a cut, reaches no
+/// majority and says so; it commits nothing, and a newcomer gets nothing from it (Raft does not
+/// shrink a configuration without a majority: the run must be restarted from a checkpoint).
 #[test]
-fn a_survivor_of_a_majority_crash_stands_by_until_the_dead_are_forgotten() {
+fn a_survivor_of_a_majority_crash_commits_nothing_and_says_so() {
+    let mut net = Net::with_short_deadline(1800, &[1, 2, 3], 60);
+    let (mut killed, mut until) = (false, None);
+    net.run(400_000, |net, top| {
+        if top == 5 && !killed {
+            net.kill(2);
+            net.kill(3);
+            net.join(4);
+            killed = true;
+            until = Some(net.now_ms + 5_000);
+        }
+        if until.is_some_and(|t| net.now_ms > t) && net.nodes[&1].alive {
+            net.kill(1);
+            net.kill(4);
+        }
+    });
+    assert_one_group_per_step(&net, "majority crash");
+    assert!(said_no_majority(&net, 1), "{}", net.describe());
+    assert!(net.nodes[&1].session.applied() <= 6);
+    assert_eq!(net.nodes[&4].session.applied(), 0);
+}
+
+/// A member whose peer info says it cannot compute is an observer: never in the run's
+/// configuration or a record, told the run and sent one resume; the group trains as if it were
+/// not there.
+#[test]
+fn an_observer_never_enters_the_configuration_and_costs_nothing() {
     for seed in 0..5 {
-        let mut net = Net::with_short_deadline(1800 + seed, &[1, 2, 3], 60);
-        let (mut killed, mut joined_at, mut forgot) = (false, None, false);
-        net.run(400_000, |net, top| {
-            if top == 5 && !killed {
-                net.kill(2);
-                net.kill(3);
-                killed = true;
+        let mut net = Net::new(1900 + seed);
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in [1, 2] {
+            net.join(id);
+        }
+        net.join_as(7, false);
+        net.start(1, 20);
+        net.run(100_000, |_, _| {});
+        assert!(net.assert_identical_or_guarded());
+        assert_eq!(hashes_of(&net, 1), single_process(&[1, 2], 20), "seed {seed}");
+        let (voters, learners) = net.nodes[&1].session.configuration();
+        assert!(!voters.contains(&7) && !learners.contains(&7), "seed {seed}");
+        assert_eq!(net.count(|e| matches!(e, Event::Dropped { .. })), 0, "seed {seed}");
+        assert!(net.nodes[&1].events.contains(&Event::Observer(7)));
+        let watched = &net.nodes[&7];
+        assert!(watched.events.iter().any(|e| matches!(e, Event::RunStarted { leader: 1, .. })), "seed {seed}");
+        assert!(watched.hashes.is_empty(), "an observer computes and applies nothing");
+    }
+}
+
+/// A member that says it computes but never answers: in a group of two and a group of four it
+/// costs the group one step deadline (at the run's start, where everyone is waited for) and
+/// never votes; the others train on at full speed.
+#[test]
+fn a_member_that_never_computes_costs_one_deadline() {
+    for (ids, seed) in [(&[1, 2][..], 0), (&[1, 2][..], 1), (&[1, 2, 3, 4][..], 2), (&[1, 2, 3, 4][..], 3)] {
+        let run = |lazy: bool| {
+            let mut net = Net::new(2000 + seed);
+            net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+            for id in ids {
+                net.join(*id);
             }
-            if killed && joined_at.is_none() && net.nodes[&1].session.standby().is_some() {
-                net.join(4);
-                joined_at = Some(net.now_ms);
+            net.join(9);
+            net.nodes.get_mut(&9).unwrap().lazy = lazy;
+            if !lazy {
+                net.kill(9);
             }
-            // Standing by for a while (nothing moves), then the operator steps in.
-            if joined_at.is_some_and(|t| net.now_ms > t + 3_000) && !forgot {
-                assert!(net.nodes[&1].session.applied() <= 6, "seed {seed}: the survivor went on alone");
-                assert_eq!(net.nodes[&4].session.applied(), 0, "seed {seed}");
-                net.input(1, Input::Forget { peer: 2 });
-                net.input(1, Input::Forget { peer: 3 });
-                forgot = true;
+            net.start(1, 60);
+            net.run(400_000, |_, _| {});
+            net
+        };
+        let (lazy, alone) = (run(true), run(false));
+        assert!(lazy.assert_identical_or_guarded());
+        let drops = lazy.count(|e| matches!(e, Event::Dropped { peer: 9, .. }));
+        assert_eq!(drops, 1, "seed {seed}: {}", lazy.describe());
+        assert!(!lazy.nodes[&1].session.configuration().0.contains(&9), "seed {seed}: it never votes");
+        // Simulated time to the end: one deadline more than without it, at most.
+        assert!(lazy.now_ms <= alone.now_ms + 2 * 300 + 200, "seed {seed}: {} ms against {}", lazy.now_ms, alone.now_ms);
+    }
+}
+
+/// A seeded campaign of overlapping faults on the simulated network — suspensions (some past
+/// the links' life), cut halves, kills with newcomers — in `every-step` and `outer:2` int8:
+/// never two weights for one step, and once everything heals every live member finishes equal.
+#[test]
+fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
+    for seed in 0..24u64 {
+        let mut rng = SplitMix64::new(5000 + seed);
+        let sync = if seed % 2 == 0 { SyncConfig::SEED } else { SyncConfig { mode: SyncMode::Outer { inner_steps: 2 }, ..int8() } };
+        let nodes: Vec<PeerId> = if rng.below(2) == 0 { vec![1, 2, 3] } else { vec![1, 2, 3, 4] };
+        let mut net = Net::new(5000 + seed);
+        net.sync = sync;
+        net.deadline = StepDeadline { floor_ms: 300, ceiling_ms: 2_000, factor: 4 };
+        for id in &nodes {
+            net.join(*id);
+        }
+        net.start(1, 80 * sync.mode.steps_per_sync());
+        // Faults at random times in the first seconds, each healed after up to 2 s (a long
+        // suspension: its links die while the node sleeps).
+        let mut plan: Vec<(u64, u64, u8, PeerId)> = (0..3)
+            .map(|_| {
+                let at = 300 + rng.below(3_000);
+                let kind = rng.below(4) as u8;
+                (at, at + 200 + rng.below(2_000), kind, nodes[rng.below(nodes.len() as u64) as usize])
+            })
+            .collect();
+        plan.sort();
+        let mut started = vec![false; plan.len()];
+        let mut healed = vec![false; plan.len()];
+        let mut killed = 0;
+        let mut next_id = 10;
+        net.run(2_000_000, |net, _| {
+            for (i, &(at, until, kind, who)) in plan.iter().enumerate() {
+                if !net.nodes[&who].alive {
+                    continue;
+                }
+                let half: Vec<PeerId> = nodes.iter().copied().filter(|p| *p <= who && net.nodes[p].alive).collect();
+                let rest: Vec<PeerId> = nodes.iter().copied().filter(|p| *p > who && net.nodes[p].alive).collect();
+                if net.now_ms >= at && !started[i] {
+                    started[i] = true;
+                    match kind {
+                        0 => net.hang(who),
+                        1 => {
+                            net.hang(who);
+                            let others: Vec<PeerId> =
+                                nodes.iter().copied().filter(|p| *p != who && net.nodes[p].alive).collect();
+                            for p in others {
+                                net.sever(who, p);
+                            }
+                        }
+                        2 => split(net, &half, &rest, true),
+                        // Never a majority gone for good: one kill, then a newcomer.
+                        _ if killed == 0 && nodes.len() >= 3 => {
+                            killed += 1;
+                            net.kill(who);
+                        }
+                        _ => net.hang(who),
+                    }
+                }
+                if net.now_ms >= until && started[i] && !healed[i] {
+                    healed[i] = true;
+                    match kind {
+                        1 => {
+                            net.wake(who);
+                            let others: Vec<PeerId> =
+                                nodes.iter().copied().filter(|p| *p != who && net.nodes[p].alive).collect();
+                            for p in others {
+                                net.reconnect(who, p);
+                            }
+                        }
+                        2 => split(net, &half, &rest, false),
+                        _ => {
+                            if net.hung.contains(&who) {
+                                net.wake(who);
+                            }
+                        }
+                    }
+                }
+            }
+            if killed == 1 && !net.nodes.contains_key(&next_id) {
+                net.join(next_id);
+                next_id += 1;
             }
         });
-        assert_one_group_per_step(&net, &format!("seed {seed}"));
-        assert!(net.nodes[&1].events.iter().any(|e| matches!(e, Event::QuorumLost { .. })), "seed {seed}");
-        assert!(net.nodes[&1].events.contains(&Event::Forgotten(3)));
-        for id in [1, 4] {
-            assert!(net.nodes[&id].session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-        }
-        assert_eq!(net.nodes[&4].hashes.get(&60), net.nodes[&1].hashes.get(&60), "seed {seed}");
+        let what = format!("seed {seed} ({sync}, {} nodes): {plan:?}", nodes.len());
+        assert_one_group_per_step(&net, &what);
+        assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "{what}");
+        let live: Vec<PeerId> = net.live();
+        assert_all_finished_equal(&net, &live, 80, &what);
     }
 }

@@ -394,7 +394,7 @@ fn an_elastic_window_ends_where_it_is_told_and_moves_to_the_next() {
     assert_ne!(short.values, whole.values, "two steps are not four");
     // The next window, not told, runs its 4 from the window's end.
     let mean = lockstep_node::sync::reduce(&[&short.values], &[short.weight]);
-    t.finish_sync(&mean.mean, &mean.grid).unwrap();
+    t.finish_sync(&mean.mean, &mean.grid, true).unwrap();
     t.hurry().store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
     assert_eq!((t.contribute().unwrap().weight, t.step_count(), t.data_state()), (4, 8, 8));
 }
