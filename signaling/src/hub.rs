@@ -143,6 +143,9 @@ fn welcome(group: &Group, key: &GroupKey, id: PeerId, peers: &HashMap<PeerId, Pe
     out.send(id, welcome);
 }
 
+/// The largest id: ids travel in JSON, where JavaScript reads integers exactly up to 2^53.
+pub const MAX_ID: PeerId = 1 << 53;
+
 /// The whole server state.
 #[derive(Debug)]
 pub struct Hub {
@@ -159,7 +162,13 @@ pub fn valid_room_code(code: &str) -> bool {
 
 impl Hub {
     pub fn new(limits: Limits) -> Self {
-        Hub { limits, peers: HashMap::new(), groups: HashMap::new(), next_id: 1 }
+        Hub::numbering_from(limits, 1)
+    }
+
+    /// A hub whose own ids (for connections that bring none) start at `first`: a server gives a
+    /// random start, so a restarted one does not hand out the ids of its first life again.
+    pub fn numbering_from(limits: Limits, first: PeerId) -> Self {
+        Hub { limits, peers: HashMap::new(), groups: HashMap::new(), next_id: first }
     }
 
     pub fn limits(&self) -> &Limits {
@@ -182,17 +191,38 @@ impl Hub {
         placement: Placement,
         now: Instant,
     ) -> Result<(PeerId, Output), ServerMessage> {
-        self.connect_as(address, placement, None, now)
+        self.connect_as(address, placement, None, None, now)
     }
 
-    /// [`Hub::connect`] for a peer that said what it is (`agent`, already validated).
+    /// [`Hub::connect`] for a peer that said what it is (`agent`, already validated) and
+    /// brings its own id (`own`: a member's id is its own; one that brings none, a browser
+    /// page, is given a fresh one). A second claim of an id a live connection holds is refused
+    /// (`ErrorCode::IdInUse`), never obeyed.
     pub fn connect_as(
         &mut self,
         address: &str,
         placement: Placement,
         agent: Option<String>,
+        own: Option<PeerId>,
         now: Instant,
     ) -> Result<(PeerId, Output), ServerMessage> {
+        if let Some(id) = own {
+            if id == 0 || id > MAX_ID {
+                return Err(ServerMessage::fatal(ErrorCode::BadRequest, format!("id {id} is not in 1..=2^53")));
+            }
+            if self.peers.contains_key(&id) {
+                return Err(ServerMessage::fatal(
+                    ErrorCode::IdInUse,
+                    format!("node {id} is connected already: a second claim of a live id is refused"),
+                ));
+            }
+            if matches!(placement, Placement::Resume { id: place, .. } if place != id) {
+                return Err(ServerMessage::fatal(
+                    ErrorCode::BadRequest,
+                    "a resume for another id than the one claimed",
+                ));
+            }
+        }
         if self.peers.len() >= self.limits.max_peers {
             return Err(ServerMessage::fatal(ErrorCode::ServerFull, "the server has no room for more connections"));
         }
@@ -225,7 +255,10 @@ impl Hub {
         if let Placement::Resume { id, .. } = placement {
             return self.resume(address, key, id, agent).map(|out| (id, out));
         }
-        let id = self.next_id;
+        let id = match own {
+            Some(id) => id,
+            None => self.fresh_id(),
+        };
         match (&key, exists) {
             (GroupKey::Room(code), true) => {
                 let group = self.groups.get_mut(&key).expect("exists");
@@ -267,8 +300,17 @@ impl Hub {
                 admit(group, &key, id, &self.peers, &mut out);
             }
         }
-        self.next_id += 1;
         Ok((id, out))
+    }
+
+    /// An id for a connection that brought none: the next of the server's counter not in use.
+    fn fresh_id(&mut self) -> PeerId {
+        while self.next_id == 0 || self.next_id > MAX_ID || self.peers.contains_key(&self.next_id) {
+            self.next_id = if self.next_id >= MAX_ID { 1 } else { self.next_id + 1 };
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        id
     }
 
     /// Place `id` back among `key`'s members (ordered by id, so the oldest member — the host —
@@ -302,8 +344,6 @@ impl Hub {
         }
         self.peers.insert(id, Peer { address: address.to_string(), group: key.clone(), pending: false, agent });
         welcome(group, &key, id, &self.peers, &mut out);
-        // Ids stay unique for the server's lifetime: new ones start past every resumed one.
-        self.next_id = self.next_id.max(id + 1);
         Ok(out)
     }
 
@@ -517,14 +557,39 @@ mod tests {
         assert!(
             matches!(sent_to(&out, 4)[0], ServerMessage::Welcome { host: 4, members, .. } if members == &vec![4, 7])
         );
-        // A place already taken is refused; new ids come after every resumed one.
+        // A place already taken is refused; the hub's own ids skip the ones in use.
         assert!(matches!(
             h.connect("10.0.0.9", resume(7), now),
             Err(ServerMessage::Error { code: ErrorCode::BadRequest, .. })
         ));
         let (joiner, out) = h.connect("10.0.0.3", Placement::Room("r".into()), now).unwrap();
-        assert_eq!(joiner, 8);
-        assert_eq!(sent_to(&out, 4), vec![&ServerMessage::JoinRequest { peer: 8, address: "10.0.0.3".into() }]);
+        assert_eq!(joiner, 1);
+        assert_eq!(sent_to(&out, 4), vec![&ServerMessage::JoinRequest { peer: 1, address: "10.0.0.3".into() }]);
+        let mut numbered = Hub::numbering_from(Limits::default(), 4);
+        assert_eq!(numbered.connect("10.0.0.1", resume(5), now).unwrap().0, 5);
+        assert_eq!(numbered.connect("10.0.0.2", Placement::ByAddress, now).unwrap().0, 4);
+        assert_eq!(numbered.connect("10.0.0.2", Placement::ByAddress, now).unwrap().0, 6, "5 is in use");
+    }
+
+    /// A member's id is its own: the hub takes it, refuses a second claim of a live one (a
+    /// restarted server handing a newcomer a live member's id is what this prevents), and
+    /// takes it again once its holder is gone.
+    #[test]
+    fn members_bring_their_own_ids_and_a_live_one_cannot_be_claimed_twice() {
+        let mut h = hub();
+        let now = Instant::now();
+        let own = |h: &mut Hub, address: &str, id| h.connect_as(address, Placement::ByAddress, None, Some(id), now);
+        let (a, _) = own(&mut h, "10.0.0.1", 0xdead_beef).unwrap();
+        assert_eq!(a, 0xdead_beef);
+        let refused = own(&mut h, "10.0.0.1", 0xdead_beef).unwrap_err();
+        assert!(matches!(refused, ServerMessage::Error { code: ErrorCode::IdInUse, fatal: true, .. }), "{refused:?}");
+        assert!(matches!(own(&mut h, "10.0.0.1", 0), Err(ServerMessage::Error { code: ErrorCode::BadRequest, .. })));
+        assert!(matches!(own(&mut h, "10.0.0.1", MAX_ID + 1), Err(ServerMessage::Error { .. })));
+        // A connection without an id of its own is numbered around the claimed ones.
+        let (b, _) = h.connect("10.0.0.1", Placement::ByAddress, now).unwrap();
+        assert_eq!(b, 1);
+        h.disconnect(a);
+        assert_eq!(own(&mut h, "10.0.0.1", 0xdead_beef).unwrap().0, 0xdead_beef, "free again");
     }
 
     #[test]

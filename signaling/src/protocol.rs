@@ -138,6 +138,8 @@ pub enum ErrorCode {
     TooManyRequests,
     ServerFull,
     BadRequest,
+    /// A connection claimed an id a live connection holds: refused (and its holder told).
+    IdInUse,
 }
 
 impl ServerMessage {

@@ -161,7 +161,10 @@ pub fn random_secret() -> std::io::Result<Vec<u8>> {
 pub async fn serve(config: ServerConfig) -> std::io::Result<ServerHandle> {
     let listener = TcpListener::bind(config.bind).await?;
     let local_addr = listener.local_addr()?;
-    let hub = Arc::new(Mutex::new(Hub::new(config.limits.clone())));
+    // The hub's own ids start at a random place, so a restarted server does not hand out its
+    // first life's ids again (members bring their own).
+    let first_id = u64::from_le_bytes(random_secret()?[..8].try_into().expect("8 bytes")) % (1 << 40) + 1;
+    let hub = Arc::new(Mutex::new(Hub::numbering_from(config.limits.clone(), first_id)));
     let data = match &config.data {
         Some(data) => Some(Arc::new(
             DataService::new(data.clone()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.0))?,
@@ -344,10 +347,25 @@ async fn websocket_session(shared: Arc<Shared>, stream: TcpStream, head: Head, a
         }
     };
     let agent = head.query.get("agent").filter(|a| crate::hub::valid_agent(a)).cloned();
-    let connected = lock(&shared.hub).connect_as(&address, placement, agent, Instant::now());
+    let own = match head.query.get("id").map(|id| id.parse::<PeerId>()) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => Some(0), // refused by the hub, saying why
+    };
+    let connected = lock(&shared.hub).connect_as(&address, placement, agent, own, Instant::now());
     let (id, first) = match connected {
         Ok(ok) => ok,
         Err(refusal) => {
+            if let (ServerMessage::Error { code: ErrorCode::IdInUse, .. }, Some(id)) = (&refusal, own) {
+                // Reported, not obeyed: the live holder hears someone claimed its id.
+                let notice = ServerMessage::error(
+                    ErrorCode::IdInUse,
+                    format!("a connection from {address} claimed your id {id}; it was refused"),
+                );
+                if let Some(tx) = lock(&shared.senders).get(&id) {
+                    let _ = tx.send(Outgoing::Text(notice.to_json()));
+                }
+            }
             let _ = ws.send(Message::text(refusal.to_json())).await;
             let _ = ws.close(None).await;
             return;

@@ -133,6 +133,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         repair_after_ms: 2000,
         step_deadline_floor_ms: lockstep_node::session::StepDeadline::default().floor_ms,
         step_deadline_ceiling_ms: lockstep_node::session::StepDeadline::default().ceiling_ms,
+        election_ms: lockstep_node::session::AgreementTiming::default().longest_election_ms() / 2,
         drop_slow_after: 0,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
 use lockstep_node::config::RunConfig;
-use lockstep_node::session::Event;
+use lockstep_node::session::{DropReason, Event};
 use lockstep_node::settings;
 use lockstep_node::verdict::Verdict;
-use lockstep_node::wire::PeerId;
+use lockstep_node::wire::{PeerId, Removal};
 use serde_json::{json, Value};
 
 use crate::backend::Opening;
@@ -75,7 +75,14 @@ pub fn report_json(report: &Report) -> Value {
         Report::Session(event) => match event {
             Event::PeerJoined(p) => json!({"event": "peer-joined", "peer": p}),
             Event::PeerLeft(p) => json!({"event": "peer-left", "peer": p}),
-            Event::Leader(p) => json!({"event": "leader", "peer": p}),
+            Event::Leader { peer, term } => json!({"event": "leader", "peer": peer, "term": term}),
+            Event::Observer(p) => json!({"event": "observer", "peer": p}),
+            Event::NoMajority { reach, voters, term } => {
+                json!({"event": "no-majority", "reach": reach, "voters": voters, "term": term})
+            }
+            Event::Members { voters, learners, index } => {
+                json!({"event": "members", "voters": voters, "learners": learners, "index": index})
+            }
             Event::RunStarted { leader, settings } => {
                 let mut fields = settings_json(settings);
                 fields.insert("event".into(), json!("run-started"));
@@ -83,10 +90,9 @@ pub fn report_json(report: &Report) -> Value {
                 fields.insert("syncs".into(), json!(settings.syncs()));
                 Value::Object(fields)
             }
-            Event::Roster { step, peers } => json!({"event": "roster", "step": step, "peers": peers}),
-            Event::StepApplied { step, loss, peers, whash, weights } => {
-                let mut fields =
-                    json!({"event": "step", "step": step, "loss": loss, "peers": peers, "whash_before": hex(*whash)});
+            Event::StepApplied { step, loss, peers, whash, weights, term, index } => {
+                let mut fields = json!({"event": "step", "step": step, "loss": loss, "peers": peers.len(),
+                    "roster": peers, "whash_before": hex(*whash), "term": term, "index": index});
                 if !weights.is_empty() {
                     // Elastic windows: [peer, inner steps] per roster member, in roster order.
                     fields["weights"] = json!(weights);
@@ -101,18 +107,12 @@ pub fn report_json(report: &Report) -> Value {
                 json!({"event": "repair-served", "step": step, "peer": peer, "to": to})
             }
             Event::Resumed { step } => json!({"event": "resumed", "step": step}),
-            Event::QuorumLost { step, have, base } => {
-                json!({"event": "quorum-lost", "step": step, "have": have, "base": base})
+            Event::CatchingUp { applied, committed } => {
+                json!({"event": "catching-up", "applied": applied, "committed": committed})
             }
-            Event::LeaderDeposed { leader, step, silent_ms } => {
-                json!({"event": "leader-deposed", "leader": leader, "step": step, "silent_ms": silent_ms})
-            }
-            Event::Deposed { by, step, why } => json!({"event": "deposed", "by": by, "step": step, "why": why}),
             Event::Slept { ms } => json!({"event": "slept", "ms": ms}),
             Event::Behind { step, steps, of } => json!({"event": "behind", "step": step, "steps": steps, "of": of}),
             Event::PeerLeaving(p) => json!({"event": "peer-leaving", "peer": p}),
-            Event::Forgotten(p) => json!({"event": "forgotten", "peer": p}),
-            Event::LeadsOn { step } => json!({"event": "leads-on", "step": step}),
             Event::CheckpointRestored { from, step } => {
                 json!({"event": "checkpoint-restored", "from": from, "step": step})
             }
@@ -122,20 +122,34 @@ pub fn report_json(report: &Report) -> Value {
             Event::RunFinished { step } => json!({"event": "run-finished", "step": step}),
             Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
             Event::Dropped { peer, step, why } => {
-                json!({"event": "dropped", "peer": peer, "step": step, "why": why.to_string()})
+                json!({"event": "dropped", "peer": peer, "step": step, "kind": drop_kind(why), "why": why.to_string()})
             }
-            Event::Readmitted(peer) => json!({"event": "readmitted", "peer": peer}),
+            Event::Readmitted { peer, steps } => json!({"event": "readmitted", "peer": peer, "steps": steps}),
             Event::PushRefused { from } => json!({"event": "push-refused", "from": from,
                     "why": "a checkpoint push from a member that is not the run's leader"}),
             Event::ContributionRefused { peer, step, why } => {
                 json!({"event": "contribution-refused", "peer": peer, "step": step, "why": why.to_string(),
                     "index": why.index})
             }
-            Event::Removed { step, why } => json!({"event": "removed", "step": step, "why": why}),
+            Event::Removed { step, why } => json!({"event": "removed", "step": step, "why": why.to_string()}),
             Event::Problem(problem) => {
                 json!({"event": "error", "kind": problem.kind(), "message": problem.to_string()})
             }
         },
+    }
+}
+
+/// A short stable name for why a member was dropped (the JSON's `kind`).
+fn drop_kind(why: &DropReason) -> &'static str {
+    match why {
+        DropReason::Deadline { .. } => "deadline",
+        DropReason::Refused { .. } => "refused",
+        DropReason::Disconnected { .. } => "disconnected",
+        DropReason::Left => "left",
+        DropReason::Forgotten => "forgotten",
+        DropReason::Gone { .. } => "gone",
+        DropReason::Removed(Removal::Kicked(_)) => "kicked",
+        DropReason::Removed(Removal::Slow { .. }) => "slow",
     }
 }
 

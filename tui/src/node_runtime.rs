@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
-use lockstep_mesh::{Command, Ended, LinkShim, MeshConfig, Report, SwapProgress};
+use lockstep_mesh::{new_member_id, Command, Ended, LinkShim, MeshConfig, Report, SwapProgress};
 use lockstep_node::checkpoint;
 use lockstep_node::data::{BuiltinSource, DataSource};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{ForeignError, Provider, Replica, TrainerReplica};
-use lockstep_node::session::StepDeadline;
+use lockstep_node::session::{AgreementTiming, StepDeadline};
 
 use crate::backend::{admit, gemm_for, Opening};
 use crate::route::bind_ip_for;
@@ -40,17 +40,21 @@ pub struct MeshArgs {
     pub turn_username: String,
     #[arg(long, default_value = "")]
     pub turn_credential: String,
-    /// How long to wait for a gradient before asking the leader for it.
+    /// How long to wait for a contribution a committed step names before asking for it again.
     #[arg(long, default_value_t = 2000)]
     pub repair_after_ms: u64,
-    /// The step deadline's floor: a roster member that delivers nothing for this long (or 4×
-    /// the recent step time, whichever is longer, up to the ceiling) is dropped by the leader
-    /// and resumed once it answers again.
+    /// The step deadline's floor: the leader waits for a member's contribution this long after
+    /// its own is ready (or 4× the recent waits or its own compute time, whichever is longer,
+    /// up to the ceiling), then goes on without it and waits for it again once it keeps up.
     #[arg(long, default_value_t = StepDeadline::default().floor_ms)]
     pub step_deadline_floor_ms: u64,
-    /// The step deadline's ceiling (also the deadline before any step has been timed).
+    /// The step deadline's ceiling.
     #[arg(long, default_value_t = StepDeadline::default().ceiling_ms)]
     pub step_deadline_ceiling_ms: u64,
+    /// The shortest election timeout of the run's Raft group, in ms (each member's is this plus
+    /// up to as much again, drawn from its id; heartbeats every tenth of it).
+    #[arg(long, default_value_t = AgreementTiming::default().longest_election_ms() / 2)]
+    pub election_ms: u64,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
     /// a slow member's steps still count).
@@ -183,6 +187,14 @@ pub struct Prepared {
     pub device: String,
 }
 
+/// The Raft clock for an election timeout of `election_ms` (100 ms ticks, or finer for a
+/// shorter timeout: at least 10 ticks to an election, a heartbeat every tenth of it).
+pub fn agreement_timing(election_ms: u64) -> AgreementTiming {
+    let tick_ms = (election_ms / 10).clamp(10, 100);
+    let election_ticks = (election_ms / tick_ms).max(10) as usize;
+    AgreementTiming { tick_ms, heartbeat_ticks: (election_ticks / 10).max(1), election_ticks }
+}
+
 /// Gates the node's backend up front (so a refused backend fails before joining) and builds
 /// the mesh configuration and replica for `signal_url`.
 pub fn prepare(
@@ -213,6 +225,8 @@ pub fn prepare(
             ..StepDeadline::default()
         },
         slow_windows: args.drop_slow_after,
+        agreement: agreement_timing(args.election_ms),
+        id: new_member_id(),
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),

@@ -151,7 +151,7 @@ impl GroupReplay {
             }
         };
         for replica in &mut self.replicas {
-            replica.finish_sync(&mean, &grid)?;
+            replica.finish_sync(&mean, &grid, true)?;
         }
         let whash = self.replicas[0].weight_hash();
         anyhow::ensure!(self.replicas.iter().all(|r| r.weight_hash() == whash), "replicas diverged");

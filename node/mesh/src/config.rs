@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use lockstep_node::session::StepDeadline;
+use lockstep_node::session::{AgreementTiming, StepDeadline};
 use lockstep_node::verdict::Verdict;
 use webrtc::peer_connection::{PeerConnectionBuilder, SettingEngineBuilder};
 
@@ -57,8 +57,9 @@ pub fn mesh_runtime(shim: LinkShim) -> anyhow::Result<Arc<dyn webrtc::runtime::R
     Ok(Arc::new(sockets::BufferedRuntime::shaped(runtime, shim)))
 }
 
-/// How often the session gets a tick.
-pub const TICK: Duration = Duration::from_millis(50);
+/// How often the links are tended: pinged, reported, silent ones named, closed ones offered
+/// again. (The session says itself when it needs a tick: `Session::next_tick_ms`.)
+pub const LINK_TICK: Duration = Duration::from_secs(1);
 
 /// How a node joins and talks.
 #[derive(Clone, Debug)]
@@ -77,6 +78,11 @@ pub struct MeshConfig {
     pub deadline: StepDeadline,
     /// The leader's rule for slow members in elastic windows (`SessionConfig::slow_windows`).
     pub slow_windows: u32,
+    /// The run's Raft clock (`SessionConfig::agreement`).
+    pub agreement: AgreementTiming,
+    /// This member's id: its own, drawn when the process starts ([`new_member_id`]), carried
+    /// in its join request; the signaling server refuses a second claim of a live one.
+    pub id: lockstep_node::wire::PeerId,
     /// What computes here, told to every peer: the backend's name and its gate verdict.
     pub backend: String,
     pub verdict: Verdict,
@@ -85,4 +91,15 @@ pub struct MeshConfig {
     /// Where a node that must stop (kicked, a failed compute, a resume it cannot restore)
     /// saves its last committed state before it exits.
     pub ckpt_dir: std::path::PathBuf,
+}
+
+/// A fresh member id for this process: 64 bits from the process's random hasher keys, the
+/// time and the process id (never 0). A restarted process is a new member.
+pub fn new_member_id() -> lockstep_node::wire::PeerId {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.write_u32(std::process::id());
+    // Ids travel in JSON too, where integers past 2^53 lose bits in JavaScript: 53 bits.
+    (hasher.finish() & ((1 << 53) - 1)).max(1)
 }

@@ -74,18 +74,41 @@ pub fn spawn_reader(
     });
 }
 
-/// One task per channel writes its frames in order; `send` waits while the channel's buffer
-/// is full, so a slow peer only slows its own queue.
-pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> mpsc::UnboundedSender<Vec<u8>> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+/// A channel's writer: two queues of frames, the urgent one drained first. Urgent frames are
+/// whole small messages (the agreement's, the link's): they go out between the fragments of a
+/// large contribution, which the far side reassembles regardless (fragments carry their
+/// message's id). Within each queue the order is kept.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    urgent: mpsc::UnboundedSender<Vec<u8>>,
+    bulk: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Writer {
+    pub fn send(&self, frame: Vec<u8>, urgent: bool) {
+        let _ = if urgent { self.urgent.send(frame) } else { self.bulk.send(frame) };
+    }
+}
+
+/// One task per channel writes its frames, urgent ones first; `send` waits while the channel's
+/// buffer is full, so a slow peer only slows its own queues.
+pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> Writer {
+    let (urgent, mut urgent_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (bulk, mut bulk_rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
+        loop {
+            let frame = tokio::select! {
+                biased;
+                Some(frame) = urgent_rx.recv() => frame,
+                Some(frame) = bulk_rx.recv() => frame,
+                else => break,
+            };
             if channel.send(BytesMut::from(&frame[..])).await.is_err() {
                 break;
             }
         }
     });
-    tx
+    Writer { urgent, bulk }
 }
 
 /// A peer connection to `peer` with the mesh's settings (`large_packets`: loopback SCTP

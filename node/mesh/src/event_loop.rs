@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lockstep_node::replica::{BackendChange, Replica};
 use lockstep_node::session::{Event, Failure, Input, Output, Problem, Session, SessionConfig, Stop, Task};
@@ -18,8 +18,8 @@ use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
 use webrtc::peer_connection::{PeerConnection, RTCSessionDescription};
 
 use crate::checkpoint_file::{save_checkpoint, CheckpointTarget};
-use crate::config::{MeshConfig, AGENT, TICK};
-use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
+use crate::config::{MeshConfig, AGENT, LINK_TICK};
+use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, Writer, CHANNEL_LABEL};
 use crate::control::{Command, Ended, Report, StepTiming};
 use crate::inbound::{Computed, Inbound};
 use crate::signal_client::{connect_signal, signal_url};
@@ -34,8 +34,9 @@ const SILENT_MS: u64 = 5000;
 /// A connection attempt whose channel has not opened after this long is given up (the peer
 /// may have been asleep when it came; it is offered again).
 const ATTEMPT_MS: u64 = 10_000;
-/// How long a quitting node waits for its `leaving` to go out before it closes its links.
-const LEAVING_GRACE_MS: u64 = 300;
+/// How long a quitting node waits to be out of its run's configuration (a leader hands the
+/// lead on first) before it closes its links anyway.
+const LEAVING_GRACE_MS: u64 = 3_000;
 
 /// The field of a session description (as relayed) that names the offer it belongs to.
 const ATTEMPT_TAG: &str = "lockstep_attempt";
@@ -51,7 +52,7 @@ pub(crate) enum Flow {
 struct Peer {
     connection: Arc<dyn PeerConnection>,
     /// Set once the channel is open (the session then knows the peer).
-    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    writer: Option<Writer>,
     /// Which attempt this connection is: events of an attempt that was replaced are dropped.
     attempt: u64,
     /// (Offerer) the tag our offer carried: an answer to an older offer is dropped.
@@ -106,9 +107,10 @@ impl Links {
         }
         self.next_message_id = self.next_message_id.wrapping_add(1);
         let link = self.stats.entry(to).or_default();
+        let urgent = urgent(message);
         for frame in wire::frames(wire::encode(message), self.next_message_id) {
             link.bytes_out += frame.len() as u64;
-            let _ = writer.send(frame);
+            writer.send(frame, urgent);
         }
     }
 
@@ -128,6 +130,23 @@ impl Links {
     fn open(&self) -> Vec<PeerId> {
         self.peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
     }
+}
+
+/// Whether a message jumps the queue of frames waiting for a link (`connections::Writer`): the
+/// agreement's messages and the link's own are small and must not wait behind megabytes of
+/// contributions (a heartbeat held back past an election timeout unseats a healthy leader).
+/// Step messages stay in order with the epoch announcements they belong to.
+fn urgent(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::Raft { .. }
+            | Message::CatchUp { .. }
+            | Message::Ping { .. }
+            | Message::Pong { .. }
+            | Message::PeerInfo { .. }
+            | Message::Leaving
+            | Message::Removed { .. }
+    )
 }
 
 /// The adapter's state between events.
@@ -177,8 +196,6 @@ pub(crate) struct MeshLoop<R> {
     /// Elastic windows: where the compute under way is told to end its window
     /// (`Replica::hurry`, taken at each configure: it belongs to the run's trainer).
     hurry: Option<Arc<AtomicU32>>,
-    /// Elastic windows: how long the group's windows last and how long our steps take.
-    pace: Pace,
     /// How many times the replica's state was replaced (a restore or a new run): a gradient
     /// begun before that belongs to the old state and is dropped.
     generation: u64,
@@ -222,7 +239,6 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             sent_at_apply: 0,
             computing: 0,
             hurry: None,
-            pace: Pace::default(),
             generation: 0,
             ticks: 0,
             started: Instant::now(),
@@ -240,14 +256,15 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut inbound: mpsc::UnboundedReceiver<Inbound>,
     ) -> Ended {
-        let mut ticker = tokio::time::interval(TICK);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut links = tokio::time::interval(LINK_TICK);
+        links.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
             let flow = tokio::select! {
                 // The clock first: woken from a suspension, the session hears of the gap before
                 // the frames and closed links that waited behind it.
                 biased;
-                _ = ticker.tick() => self.on_tick().await,
+                _ = tokio::time::sleep_until(self.session_due()) => self.on_tick(),
+                _ = links.tick() => self.on_link_tick().await,
                 command = commands.recv() => self.on_command(command),
                 event = inbound.recv() => match event {
                     Some(event) => self.on_inbound(event).await,
@@ -266,9 +283,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         };
         self.flush();
         if ended == Ended::Quit && self.session.as_ref().is_some_and(|s| s.run().is_some()) {
-            // On purpose: the group's quorum stops counting us at once.
-            self.links.broadcast(&Message::Leaving);
-            tokio::time::sleep(std::time::Duration::from_millis(LEAVING_GRACE_MS)).await;
+            self.leave(&mut inbound).await;
         }
         for (_, peer) in std::mem::take(&mut self.links.peers) {
             let _ = peer.connection.close().await;
@@ -276,21 +291,51 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         ended
     }
 
-    /// Every tick: the session's clock, a backend swap made between runs, and once a second
-    /// the link reports and pings, silent links named, and closed links offered again.
-    async fn on_tick(&mut self) -> Flow {
+    /// On purpose: every member hears we leave (a leader hands the lead on first), and we wait
+    /// until the run's configuration no longer holds us — our vote is not left behind — or a
+    /// grace period passes, answering what arrives meanwhile.
+    async fn leave(&mut self, inbound: &mut mpsc::UnboundedReceiver<Inbound>) {
+        self.drive(vec![Input::Quit]);
+        let grace = Instant::now() + Duration::from_millis(LEAVING_GRACE_MS);
+        while Instant::now() < grace && !self.session.as_ref().is_none_or(Session::out_of_run) {
+            tokio::select! {
+                _ = tokio::time::sleep_until(self.session_due().min(grace.into())) => {
+                    self.on_tick();
+                }
+                event = inbound.recv() => match event {
+                    Some(event) => {
+                        self.on_inbound(event).await;
+                    }
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// When the session wants its next tick (now, before it exists).
+    fn session_due(&self) -> tokio::time::Instant {
+        let due_ms = self.session.as_ref().map_or(0, Session::next_tick_ms);
+        (self.started + Duration::from_millis(due_ms)).into()
+    }
+
+    /// The session's clock, when it asked for it.
+    fn on_tick(&mut self) -> Flow {
         self.ticks += 1;
+        self.drive(vec![Input::Tick { now_ms: self.started.elapsed().as_millis() as u64 }]);
+        Flow::Continue
+    }
+
+    /// Once a second: a backend swap made between runs, the link reports and pings, silent
+    /// links named, and closed links offered again.
+    async fn on_link_tick(&mut self) -> Flow {
         // A swap made between runs shows up here (never blocks on a computing replica).
         let change = self.replica.try_lock().ok().and_then(|mut r| r.take_backend_change());
         if let Some(change) = change {
             self.announce(change);
         }
-        if self.ticks.is_multiple_of(20) {
-            self.ping_links();
-            self.name_silent_links();
-            self.tend_links().await;
-        }
-        self.drive(vec![Input::Tick { now_ms: self.started.elapsed().as_millis() as u64 }]);
+        self.ping_links();
+        self.name_silent_links();
+        self.tend_links().await;
         Flow::Continue
     }
 
@@ -303,8 +348,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 bytes_in: link.bytes_in,
                 bytes_out: link.bytes_out,
             });
-            link.ping = Some((self.ticks, Instant::now()));
-            self.links.send(peer, &Message::Ping { nonce: self.ticks });
+            let nonce = self.started.elapsed().as_micros() as u64;
+            link.ping = Some((nonce, Instant::now()));
+            self.links.send(peer, &Message::Ping { nonce });
         }
     }
 
@@ -440,6 +486,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         repair_after_ms: self.config.repair_after_ms,
                         deadline: self.config.deadline,
                         slow_windows: self.config.slow_windows,
+                        computes: self.config.verdict.is_admitted(),
+                        agreement: self.config.agreement,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }
@@ -665,7 +713,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Ok(Some(Message::Ping { nonce })) => self.links.send(peer, &Message::Pong { nonce }),
             Ok(Some(Message::Pong { nonce })) => self.links.stats.entry(peer).or_default().pong(nonce),
             Ok(Some(Message::PeerInfo { backend, verdict })) => {
-                (self.report)(Report::PeerInfo { peer, backend, verdict })
+                let computes = verdict.is_admitted();
+                (self.report)(Report::PeerInfo { peer, backend, verdict });
+                self.drive(vec![Input::PeerInfo { peer, computes }]);
             }
             Ok(Some(message)) => self.drive(vec![Input::Received { from: peer, message }]),
             Ok(None) => {}
@@ -687,8 +737,6 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
         match result {
             Ok(gradient) => {
-                let overlap = self.session.as_ref().and_then(Session::run).map_or(0, |r| r.sync.overlap);
-                self.pace.computed(gradient.weight, overlap, seconds - hash);
                 if let Some((step, timing)) = self.unreported.take() {
                     (self.report)(Report::Applied { step, whash: gradient.whash, timing });
                 }
@@ -737,20 +785,19 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     Err(error) => Input::Failed { task: Task::Configure, error: Failure::new(error) },
                 });
             }
-            Output::Compute { step } => self.spawn_compute(step),
-            Output::Hurry { step } => {
-                self.pace.window_ended(step);
+            Output::Compute { step, cap } => self.spawn_compute(step, cap),
+            Output::Hurry { .. } => {
                 if let Some(hurry) = &self.hurry {
                     hurry.store(0, Ordering::Relaxed);
                 }
             }
-            Output::Apply { step, mean, grid, .. } => {
+            Output::Apply { step, mean, grid, ours, .. } => {
                 self.flush();
                 let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                 let mut timing = self.timing;
                 {
                     let mut replica = self.replica();
-                    replica.apply(&mean, &grid);
+                    replica.apply(&mean, &grid, ours);
                     timing.hash_guard += replica.take_hash_seconds() + handled;
                 }
                 timing.exchange = waited;
@@ -818,14 +865,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         self.stopping = Some(Ended::Stopped { why, checkpoint });
     }
 
-    /// Computes our gradient for `step` on a blocking thread.
-    fn spawn_compute(&mut self, step: u32) {
+    /// Computes our contribution to `step` on a blocking thread (elastic windows: ending the
+    /// window after `cap` inner steps unless hurried sooner).
+    fn spawn_compute(&mut self, step: u32, cap: u32) {
         self.computing += 1;
-        // A fresh window runs its H steps unless told otherwise (`Output::Hurry`), or, for a
-        // member much slower than the group's fastest, as many as fit the last window.
-        let sync = self.session.as_ref().and_then(Session::run).map(|r| r.sync);
-        let cap = sync.filter(|s| s.elastic).map_or(u32::MAX, |s| self.pace.cap(s.mode.steps_per_sync(), s.overlap));
-        self.pace.began = Some((step, Instant::now()));
         if let Some(hurry) = &self.hurry {
             hurry.store(cap, Ordering::Relaxed);
         }
@@ -860,93 +903,17 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 }
 
-/// Elastic windows: a member much slower than the group's fastest ends its window by itself once
-/// as many of its steps as fit the last window are done, instead of starting one it cannot
-/// finish before the window ends (where the group would wait for it). Only how many steps it
-/// takes depends on this — the count travels with its contribution — never a bit of the sum.
-#[derive(Debug, Default)]
-struct Pace {
-    /// The step whose window we compute, and when its compute began.
-    began: Option<(u32, Instant)>,
-    /// Seconds from a window's compute start to the first whole window's arrival, last seen.
-    window_s: Option<f64>,
-    /// Our seconds per inner step, and the steps our last contribution stood for.
-    step_s: Option<f64>,
-    last_weight: Option<u32>,
-}
-
-impl Pace {
-    /// The steps after which our next window ends (counting `overlap` steps run ahead): as many
-    /// as fit the last window when our last contribution stood for at most half a window; else
-    /// `u32::MAX` (the whole window, unless hurried).
-    fn cap(&self, h: u32, overlap: u32) -> u32 {
-        match (self.window_s, self.step_s, self.last_weight) {
-            (Some(window), Some(step), Some(last)) if last.saturating_mul(2) <= h && step > 0.0 => {
-                (overlap + (window / step).floor() as u32).clamp(1, h)
-            }
-            _ => u32::MAX,
-        }
-    }
-
-    /// The first whole window of `step` arrived.
-    fn window_ended(&mut self, step: u32) {
-        if let Some((_, began)) = self.began.filter(|(s, _)| *s == step) {
-            self.window_s = Some(began.elapsed().as_secs_f64());
-        }
-    }
-
-    /// Our contribution of `weight` steps took `seconds` to compute (its steps past those run
-    /// ahead, with an overlap).
-    fn computed(&mut self, weight: u32, overlap: u32, seconds: f64) {
-        let computed = if weight > overlap { weight - overlap } else { weight };
-        self.step_s = Some(seconds / f64::from(computed.max(1)));
-        self.last_weight = Some(weight);
-    }
-}
-
 /// Why the run cannot go on at this node after `event`, if it cannot: it was taken out for
 /// good, its compute failed, a committed step never reached it, or it could not restore the
 /// state its group sent it. (A guard stop is the group's, and stays for the user to read.)
 fn must_stop(event: &Event) -> Option<String> {
     match event {
-        Event::Problem(Problem::Stopped(
-            stop @ (Stop::Removed { .. } | Stop::Compute { .. } | Stop::Unannounced { .. }),
-        )) => Some(stop.to_string()),
+        Event::Problem(Problem::Stopped(stop @ (Stop::Removed { .. } | Stop::Compute { .. } | Stop::Agreement(_)))) => {
+            Some(stop.to_string())
+        }
         Event::Problem(Problem::Failed { task: Task::Restore, error }) => {
             Some(format!("the state the group sent could not be restored: {error}"))
         }
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    /// A member whose last contribution stood for half a window or less ends its next one
-    /// after as many steps as fit the last window (plus those run ahead, at least one, at most
-    /// H); any other runs its whole window until hurried.
-    #[test]
-    fn a_slow_member_ends_its_window_by_the_last_ones_length() {
-        let mut pace = Pace::default();
-        assert_eq!(pace.cap(8, 0), u32::MAX, "nothing known yet");
-        pace.computed(2, 0, 1.0); // 0.5 s a step
-        pace.window_s = Some(1.9);
-        assert_eq!(pace.cap(8, 0), 3);
-        assert_eq!(pace.cap(8, 2), 5, "the steps run ahead count in the window");
-        pace.window_s = Some(0.1);
-        assert_eq!(pace.cap(8, 0), 1, "one step at least");
-        pace.window_s = Some(100.0);
-        assert_eq!(pace.cap(8, 0), 8, "H at most");
-        pace.computed(5, 0, 1.0);
-        assert_eq!(pace.cap(8, 0), u32::MAX, "more than half a window: no cap");
-        // The window's length is taken when its whole window arrives, for the step begun.
-        pace.began = Some((4, Instant::now() - Duration::from_millis(300)));
-        pace.window_ended(3);
-        assert_eq!(pace.window_s, Some(100.0), "another step's");
-        pace.window_ended(4);
-        assert!(pace.window_s.is_some_and(|w| (0.3..5.0).contains(&w)), "{:?}", pace.window_s);
     }
 }

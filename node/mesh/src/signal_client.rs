@@ -32,7 +32,7 @@ impl SignalConnection {
 /// are (`agent`), and with the place to take back (`resume`, its token) when we have one.
 pub(crate) fn signal_url(config: &MeshConfig, resume: Option<(PeerId, &str)>) -> String {
     let separator = if config.signal_url.contains('?') { '&' } else { '?' };
-    let mut url = format!("{}{separator}agent={AGENT}", config.signal_url);
+    let mut url = format!("{}{separator}agent={AGENT}&id={}", config.signal_url, config.id);
     if let Some((id, token)) = resume {
         url.push_str(&format!("&resume={id}&token={token}"));
     }

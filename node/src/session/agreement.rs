@@ -81,12 +81,26 @@ pub enum Change {
 pub enum Committed {
     /// The run's first entry.
     Run(crate::config::RunConfig),
-    Step { record: StepRecord, index: u64, term: u64 },
-    Push { epoch: Epoch, digest: u64 },
+    Step {
+        record: StepRecord,
+        index: u64,
+        term: u64,
+    },
+    Push {
+        epoch: Epoch,
+        digest: u64,
+    },
     /// The configuration changed: who votes, who learns.
-    Members { voters: Vec<PeerId>, learners: Vec<PeerId>, index: u64 },
+    Members {
+        voters: Vec<PeerId>,
+        learners: Vec<PeerId>,
+        index: u64,
+    },
     /// A snapshot replaced the log below `index`: this is the state it amounts to.
-    State { state: LogState, index: u64 },
+    State {
+        state: LogState,
+        index: u64,
+    },
 }
 
 /// Why the agreement refused something or stopped.
@@ -404,7 +418,12 @@ impl Agreement {
             }
             let committed = ready.take_committed_entries();
             self.apply(committed, &mut polled)?;
-            self.node.mut_store().memory.wl().append(ready.entries()).map_err(|e| AgreementError::Broken(e.to_string()))?;
+            self.node
+                .mut_store()
+                .memory
+                .wl()
+                .append(ready.entries())
+                .map_err(|e| AgreementError::Broken(e.to_string()))?;
             if let Some(hard) = ready.hs() {
                 self.node.mut_store().memory.wl().set_hardstate(hard.clone());
             }

@@ -141,6 +141,8 @@ pub enum DropReason {
     Deadline { deadline_ms: u64, backoff: u32 },
     /// Its contribution was refused on arrival; as for a deadline.
     Refused { why: OutOfBounds, backoff: u32 },
+    /// Its link closed; as for a deadline.
+    Disconnected { backoff: u32 },
     /// It said it is leaving: out of the configuration.
     Left,
     /// A person vouched it is gone for good (`forget`): out of the configuration; it may come
@@ -162,6 +164,9 @@ impl std::fmt::Display for DropReason {
             ),
             DropReason::Refused { why, backoff } => {
                 write!(f, "its contribution was refused: {why}; waited for again after keeping up for {backoff} steps")
+            }
+            DropReason::Disconnected { backoff } => {
+                write!(f, "its link closed; waited for again after keeping up for {backoff} steps")
             }
             DropReason::Left => f.write_str("it left"),
             DropReason::Forgotten => f.write_str("forgotten: a person vouched it is gone"),

@@ -186,7 +186,10 @@ enum Pending {
     /// A resume from the leader, whose epoch it is.
     Resume(Epoch),
     /// A committed push from `from`.
-    Push { from: PeerId, epoch: Epoch },
+    Push {
+        from: PeerId,
+        epoch: Epoch,
+    },
 }
 
 /// A committed entry the weights have yet to take.
@@ -237,6 +240,8 @@ pub struct Session {
     proposed: Option<(u64, u32)>,
     /// (Leader) each recent step's deadline: when its members' contributions are due.
     due: VecDeque<(u32, u64)>,
+    /// (Leader) when it last asked late members again for their contribution to a step.
+    late_asked: Option<(u32, u64)>,
     /// (Leader) a push proposed and not yet restored (its digest): nothing else is proposed.
     pushing: Option<u64>,
     /// A push's bytes, held until its entry commits (their digest, and who sent them).
@@ -278,6 +283,7 @@ impl Session {
             asked: None,
             proposed: None,
             due: VecDeque::new(),
+            late_asked: None,
             pushing: None,
             push_bytes: None,
             repairs: Repairs::default(),
@@ -472,6 +478,12 @@ impl Session {
         if let Some(agreement) = &mut self.agreement {
             agreement.unreachable(peer);
         }
+        if self.is_leader() && self.roster.expected(peer) && self.in_run() {
+            // Nothing more will come from it: the step goes on without waiting out a deadline.
+            let backoff = self.roster.missed(peer);
+            let step = self.applied + 1;
+            self.event(Event::Dropped { peer, step, why: DropReason::Disconnected { backoff } });
+        }
     }
 
     fn on_quit(&mut self) {
@@ -485,9 +497,11 @@ impl Session {
         if let Some(agreement) = self.agreement.as_mut().filter(|a| a.is_leader()) {
             // The most caught-up voter we reach leads next, and takes us out of the configuration.
             let (voters, _) = agreement.members();
-            let next = voters.iter().copied().filter(|p| *p != me && members.contains(p)).max_by_key(|p| {
-                (agreement.has_replicated(*p, agreement.last_index()), std::cmp::Reverse(*p))
-            });
+            let next = voters
+                .iter()
+                .copied()
+                .filter(|p| *p != me && members.contains(p))
+                .max_by_key(|p| (agreement.has_replicated(*p, agreement.last_index()), std::cmp::Reverse(*p)));
             if let Some(next) = next {
                 if let Err(e) = agreement.transfer_lead(next) {
                     self.stop(Stop::Agreement(e));
@@ -598,6 +612,11 @@ impl Session {
         });
         if self.epochs.enter(epoch) {
             self.broadcast(&Message::Epoch(epoch));
+        }
+        if self.run.is_some_and(|r| step >= r.syncs()) && !self.finished {
+            // Resumed at the run's end: nothing is left to train.
+            self.finished = true;
+            self.event(Event::RunFinished { step });
         }
         let (now, stale) = self.epochs.release();
         for (from, epoch) in stale {
@@ -746,7 +765,15 @@ impl Session {
         let ours = record.contributions.iter().any(|c| c.peer == me);
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours });
         let peers = record.roster();
-        self.event(Event::StepApplied { step, loss, peers, whash: record.whash, weights: weights.clone(), term, index });
+        self.event(Event::StepApplied {
+            step,
+            loss,
+            peers,
+            whash: record.whash,
+            weights: weights.clone(),
+            term,
+            index,
+        });
         if let Some(steps) = self.window.applied(&run, me, &weights) {
             self.event(Event::Behind { step, steps, of: run.sync.mode.steps_per_sync() });
         }
@@ -830,12 +857,10 @@ impl Session {
             || !self.agreement.as_ref().is_some_and(|a| a.is_member(me))
             || !self.current()
         {
-            if std::env::var_os("SIM_DEBUG").is_some() { eprintln!("{me}: not current: applied {} queue {} pending {:?} state {:?} epoch {:?}", self.applied, self.queue.len(), self.pending, self.agreement.as_ref().and_then(|a| a.state()).map(|s| (s.step, s.epoch)), self.epochs.mine()); }
             return;
         }
         let step = self.applied + 1;
         if step > run.syncs() || self.asked.is_some_and(|a| a.step == step) {
-            if std::env::var_os("SIM_DEBUG").is_some() { eprintln!("{me}: no compute {step}: asked {:?}", self.asked); }
             return;
         }
         let now = self.timing.now_ms();
@@ -1028,7 +1053,12 @@ impl Session {
             .collect();
         let waited = now.saturating_sub(ready_ms);
         let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);
-        if !late.is_empty() && waited < deadline {
+        // At the run's start every member that can compute is in the first step (once the
+        // configuration has it), unless the deadline passes first.
+        let starting = agreement.state().is_some_and(|s| s.step == 0 && s.epoch == Epoch::default());
+        let joining = starting && self.roster.unjoined(agreement, me, &self.members);
+        if (!late.is_empty() || joining) && waited < deadline {
+            self.ask_late(step, &late, waited);
             return;
         }
         // The guard, before anything is proposed: a contribution from other weights is a fork.
@@ -1063,6 +1093,22 @@ impl Session {
         for peer in self.window.too_slow(self.config.slow_windows, me) {
             self.window.forget(peer);
             self.remove_for_good(peer, Removal::Slow { windows: self.config.slow_windows });
+        }
+    }
+
+    /// (Leader) members it waits for whose contribution is not here after a repair interval are
+    /// asked for it (it may have been lost with a link that closed), once per interval.
+    fn ask_late(&mut self, step: u32, late: &[PeerId], waited: u64) {
+        let now = self.timing.now_ms();
+        let after = self.config.repair_after_ms;
+        let asked_recently = self.late_asked.is_some_and(|(s, t)| s == step && now.saturating_sub(t) < after);
+        if waited < after || asked_recently {
+            return;
+        }
+        self.late_asked = Some((step, now));
+        let reachable: Vec<PeerId> = late.iter().copied().filter(|p| self.members.contains(p)).collect();
+        for peer in reachable {
+            self.send(peer, Message::RepairRequest { step, peer });
         }
     }
 
@@ -1170,7 +1216,7 @@ impl Session {
                 let since = *self.leaderless_since.get_or_insert(now);
                 let (voters, _) = agreement.members();
                 let waited = now.saturating_sub(since) >= self.config.agreement.longest_election_ms();
-                if waited && !self.told_no_majority && voters.contains(&me) {
+                if waited && !self.told_no_majority && agreement.is_member(me) {
                     self.told_no_majority = true;
                     let reach = voters.iter().copied().filter(|p| *p == me || self.members.contains(p)).collect();
                     self.event(Event::NoMajority { reach, voters, term });
@@ -1217,7 +1263,8 @@ impl Session {
             Message::Raft { run, bytes } => self.on_raft(from, run, &bytes),
             Message::RunConfig { protocol, run_id: _, run } => {
                 if protocol != MESH_PROTOCOL_VERSION {
-                    let why = format!("a run config for mesh protocol {protocol} (this node speaks {MESH_PROTOCOL_VERSION})");
+                    let why =
+                        format!("a run config for mesh protocol {protocol} (this node speaks {MESH_PROTOCOL_VERSION})");
                     self.ignore(from, &why);
                 } else if self.config.computes {
                     self.ignore(from, "a run config (members take the run from its log)");

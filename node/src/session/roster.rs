@@ -3,7 +3,8 @@
 //!
 //! - A member whose peer info says it can compute joins the configuration as a **learner**: it
 //!   follows the log and contributes once resumed, but nobody waits for it. At the run's start
-//!   (no step committed yet) every member is waited for from the first step.
+//!   (no step committed yet) every member is waited for from the first step. Only a member
+//!   whose contribution reached the leader in time at least once ever votes.
 //! - A member is **waited for** (`Standing::Expected`) or not (`Standing::Backoff`). One not
 //!   waited for whose contributions reach the leader within the step deadline for
 //!   [`Standing::needed`] steps in a row (summed or, arriving after the record was proposed,
@@ -43,7 +44,11 @@ pub enum Standing {
     /// Not waited for: its contribution is summed when it is there before the record; after
     /// [`Standing::needed`]`(misses)` steps in a row whose contribution came within the
     /// deadline (`kept`, the last of them `last`), it is waited for again.
-    Backoff { misses: u32, kept: u32, last: Option<u32> },
+    Backoff {
+        misses: u32,
+        kept: u32,
+        last: Option<u32>,
+    },
 }
 
 impl Standing {
@@ -73,6 +78,9 @@ pub struct Roster {
     /// The Raft term these standings were made in (a new leader makes its own).
     term: Option<u64>,
     standing: BTreeMap<PeerId, Standing>,
+    /// Members whose contribution reached the leader within a step's deadline at least once
+    /// (only they vote: one that never computes never does).
+    proven: BTreeSet<PeerId>,
     kicked: BTreeMap<PeerId, Removal>,
     leaving: BTreeSet<PeerId>,
     forgotten: BTreeSet<PeerId>,
@@ -122,6 +130,7 @@ impl Roster {
     pub fn new_run(&mut self) {
         self.term = None;
         self.standing.clear();
+        self.proven.clear();
         self.kicked.clear();
         self.leaving.clear();
         self.forgotten.clear();
@@ -173,6 +182,9 @@ impl Roster {
     /// (Leader) `peer`'s contribution to `step` arrived, within the step's deadline or not.
     /// Returns the steps in a row it kept up for when that makes it waited for again.
     pub fn arrived(&mut self, peer: PeerId, step: u32, in_time: bool) -> Option<u32> {
+        if in_time {
+            self.proven.insert(peer);
+        }
         let Some(Standing::Backoff { misses, kept, last }) = self.standing.get_mut(&peer) else { return None };
         if last.is_some_and(|l| l >= step) {
             return None; // counted already
@@ -190,6 +202,19 @@ impl Roster {
         self.standing.insert(peer, Standing::Expected);
         self.resumes.remove(&peer);
         Some(steps)
+    }
+
+    /// (Leader) members that can compute, connected, not yet in the configuration (nor kept
+    /// out of it).
+    pub fn unjoined(&self, agreement: &Agreement, me: PeerId, connected: &BTreeSet<PeerId>) -> bool {
+        connected.iter().any(|p| {
+            *p != me
+                && self.computes.get(p) == Some(&true)
+                && !agreement.is_member(*p)
+                && !self.kicked.contains_key(p)
+                && !self.leaving.contains(p)
+                && !self.forgotten.contains(p)
+        })
     }
 
     /// (Leader) the next configuration change, with why a member leaves it (none for
@@ -237,11 +262,13 @@ impl Roster {
                 && !self.leaving.contains(p)
                 && !self.forgotten.contains(p)
         });
+        debug_assert_eq!(joining.is_some(), self.unjoined(agreement, me, connected));
         if let Some(peer) = joining {
             self.standing.insert(peer, Roster::joining(starting));
             return Some((Change::Learner(peer), None));
         }
-        let promoted = learners.iter().copied().find(|p| connected.contains(p) && self.expected(*p));
+        let promoted =
+            learners.iter().copied().find(|p| connected.contains(p) && self.expected(*p) && self.proven.contains(p));
         promoted.map(|peer| (Change::Voter(peer), None))
     }
 

@@ -16,6 +16,19 @@ pub enum Link {
     Left,
 }
 
+/// A member's place in the run's configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// Not in it (or no run).
+    #[default]
+    None,
+    Voter,
+    /// Follows the log, votes once it keeps up.
+    Learner,
+    /// Cannot compute: watches the run, never in its configuration.
+    Observer,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeerRow {
     pub backend: Option<String>,
@@ -26,6 +39,8 @@ pub struct PeerRow {
     pub weight_mismatch: bool,
     pub probe_mismatch: bool,
     pub in_roster: bool,
+    /// Its place in the run's configuration, as the log last said.
+    pub role: Role,
     pub rtt_ms: Option<f64>,
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -42,6 +57,7 @@ impl PeerRow {
             weight_mismatch: false,
             probe_mismatch: false,
             in_roster: false,
+            role: Role::None,
             rtt_ms: None,
             bytes_in: 0,
             bytes_out: 0,
@@ -59,9 +75,9 @@ pub enum RunState {
     Starting,
     Running,
     Finished,
-    /// This node stands by (no quorum, deposed, or just woken as leader): it applies nothing
-    /// until a leader of the run resumes it; the text says why.
-    StandingBy(String),
+    /// This node reaches no majority of the run's voters: nothing commits on its side until it
+    /// does (it goes on by itself when the partition heals); the text says whom it reaches.
+    NoMajority(String),
     /// The session stopped this node's run (the guard, a removal, a failed compute).
     Stopped(Stop),
 }
@@ -118,7 +134,7 @@ impl Node {
     }
 
     pub fn running(&self) -> bool {
-        matches!(self.run_state, RunState::Running | RunState::Starting | RunState::StandingBy(_))
+        matches!(self.run_state, RunState::Running | RunState::Starting | RunState::NoMajority(_))
     }
 
     pub fn peer(&mut self, id: PeerId) -> &mut PeerRow {

@@ -15,7 +15,7 @@ use lockstep_node::wire::PeerId;
 
 pub use super::key::Key;
 pub use super::node::RunState;
-use super::node::{Link, Node};
+use super::node::{Link, Node, Role};
 pub use super::panes::CheckpointRow;
 use super::panes::{
     move_selection, Backends, Checkpoints, Health, Log, PaneId, PaneRequest, Panes, Room, Roster, PANES,
@@ -556,10 +556,41 @@ fn on_event(state: &mut State, event: Event) {
             row.in_roster = false;
             state.log(format!("node {peer} left"));
         }
-        Event::Leader(peer) => {
+        Event::Leader { peer, term } => {
             state.node.leader = Some(peer);
-            state.log(format!("node {peer} leads now"));
+            if matches!(state.node.run_state, RunState::NoMajority(_)) {
+                state.node.run_state = RunState::Running;
+            }
+            state.log(format!("node {peer} leads now (term {term})"));
         }
+        Event::Observer(peer) => {
+            state.node.peer(peer).role = Role::Observer;
+            state.log(format!("node {peer} cannot compute: it watches the run"));
+        }
+        Event::Members { voters, learners, .. } => {
+            for (id, row) in state.node.peers.iter_mut() {
+                if row.role != Role::Observer {
+                    row.role = if voters.contains(id) {
+                        Role::Voter
+                    } else if learners.contains(id) {
+                        Role::Learner
+                    } else {
+                        Role::None
+                    };
+                }
+            }
+            for peer in voters.iter().chain(&learners) {
+                state.node.peer(*peer);
+            }
+        }
+        Event::NoMajority { reach, voters, term } => {
+            let why = format!("reaches {reach:?} of the voters {voters:?} (term {term})");
+            state.log(format!("no majority: this node {why}; nothing commits here until it does"));
+            state.node.run_state = RunState::NoMajority(why);
+        }
+        Event::CatchingUp { applied, committed } => state.log(format!(
+            "this node's weights hold {applied} steps, the log {committed}: asked the leader for a resume"
+        )),
         Event::RunStarted { leader, settings } => {
             state.node.leader = Some(leader);
             state.log(format!(
@@ -581,15 +612,13 @@ fn on_event(state: &mut State, event: Event) {
                 row.agreed_at = None;
             }
         }
-        Event::Roster { peers, .. } => {
+        Event::StepApplied { step, loss, peers, .. } => {
             for row in state.node.peers.values_mut() {
                 row.in_roster = false;
             }
             for peer in peers {
                 state.node.peer(peer).in_roster = true;
             }
-        }
-        Event::StepApplied { step, loss, .. } => {
             state.node.step = step;
             state.panes.health.loss(step, loss);
             for row in state.node.peers.values_mut().filter(|r| r.in_roster) {
@@ -597,49 +626,23 @@ fn on_event(state: &mut State, event: Event) {
             }
         }
         Event::RepairRequested { step, peer } => {
-            state.log(format!("step {step}: asked the leader for node {peer}'s gradient"))
+            state.log(format!("step {step}: asked for node {peer}'s contribution again"))
         }
         Event::Repaired { step, peer } => {
             state.node.peer(peer).repairs += 1;
-            state.log(format!("step {step}: node {peer}'s gradient repaired by the leader"));
+            state.log(format!("step {step}: node {peer}'s contribution repaired"));
         }
         Event::RepairServed { step, peer, to } => {
             state.node.peer(to).repairs += 1;
             state.log(format!("step {step}: re-sent node {peer}'s gradient to node {to}"));
         }
-        Event::Resumed { step } => {
-            if matches!(state.node.run_state, RunState::StandingBy(_)) {
-                state.node.run_state = RunState::Running;
-            }
-            state.log(format!("resumed at step {step}"))
-        }
-        Event::QuorumLost { step, have, base } => {
-            let why = format!("no quorum: reached {have:?} of {base:?}");
-            state.log(format!("step {step}: {why}; standing by, applying nothing, until the run resumes this node"));
-            state.node.run_state = RunState::StandingBy(why);
-        }
-        Event::LeaderDeposed { leader, step, silent_ms } => {
-            state.log(format!("step {step}: nothing from leader {leader} for {silent_ms} ms: deposed"))
-        }
-        Event::Deposed { by, step, why } => {
-            state.log(format!(
-                "step {step}: node {by} took this node's place as leader ({why}); standing by until it resumes us"
-            ));
-            state.node.run_state = RunState::StandingBy(format!("deposed by node {by}"));
-        }
+        Event::Resumed { step } => state.log(format!("resumed at step {step}")),
         Event::Slept { ms } => state.log(format!("this node was suspended or starved for {ms} ms")),
         // Without the step, so that a run of equal lines shows once, counted.
         Event::Behind { steps, of, .. } => state.log(format!(
             "elastic windows: this node's window ended after {steps} of {of} inner steps (a faster member finished first)"
         )),
         Event::PeerLeaving(peer) => state.log(format!("node {peer} says it is leaving")),
-        Event::Forgotten(peer) => state.log(format!("node {peer} forgotten: the quorum no longer counts it")),
-        Event::LeadsOn { step } => {
-            if matches!(state.node.run_state, RunState::StandingBy(_)) {
-                state.node.run_state = RunState::Running;
-            }
-            state.log(format!("nobody took over while this node slept: it leads on from step {step}"))
-        }
         Event::CheckpointRestored { from, step } => {
             state.log(format!("checkpoint from node {from} restored the group at step {step}"))
         }
@@ -662,7 +665,9 @@ fn on_event(state: &mut State, event: Event) {
             state.node.peer(peer).in_roster = false;
             state.log(format!("dropped node {peer} at step {step}: {why}"));
         }
-        Event::Readmitted(peer) => state.log(format!("node {peer} answers again: resumed at the next step")),
+        Event::Readmitted { peer, steps } => {
+            state.log(format!("node {peer} kept up for {steps} steps: waited for again, and votes"))
+        }
         Event::PushRefused { from } => {
             state.log(format!("refused node {from}'s checkpoint push: only the run's leader may push"))
         }

@@ -93,7 +93,7 @@ fn run_label(state: &State) -> String {
         RunState::Starting => "starting".into(),
         RunState::Running => "RUNNING".into(),
         RunState::Finished => "finished".into(),
-        RunState::StandingBy(_) => "STANDING BY".into(),
+        RunState::NoMajority(_) => "NO MAJORITY".into(),
         RunState::Stopped(lockstep_node::session::Stop::Guard(_)) => "STOPPED by the guard".into(),
         RunState::Stopped(_) => "STOPPED".into(),
     }

@@ -107,7 +107,7 @@ impl Pane for Health {
             self.tokens_per_second(node).map_or_else(|| "- tok/s".into(), |t| format!("{} tok/s", human_count(t)));
         let guard = match &node.run_state {
             RunState::Stopped(why) => format!("guard: STOPPED: {why}"),
-            RunState::StandingBy(why) => format!("standing by: {why}"),
+            RunState::NoMajority(why) => format!("no majority: {why}"),
             _ if node.step > 0 => format!("guard: ok, hashes agree at step {}", node.step),
             _ => "guard: waiting for the first step".to_string(),
         };

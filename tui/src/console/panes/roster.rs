@@ -7,7 +7,7 @@ use ratatui::widgets::{Cell, Row, Table};
 use ratatui::Frame;
 
 use super::Pane;
-use crate::console::node::{Link, Node, PeerRow};
+use crate::console::node::{Link, Node, PeerRow, Role};
 use crate::console::text::human_bytes;
 
 /// The roster owns nothing: it shows [`Node::peers`].
@@ -15,12 +15,14 @@ use crate::console::text::human_bytes;
 pub struct Roster;
 
 fn peer_state(node: &Node, id: u64, row: &PeerRow) -> &'static str {
-    match row.link {
-        Link::Left => "left",
-        Link::Joining => "joining",
-        Link::Open if node.leader == Some(id) && row.in_roster => "leader",
-        Link::Open if row.in_roster => "in step",
-        Link::Open => "open",
+    match (row.link, row.role) {
+        (Link::Left, _) => "left",
+        (Link::Joining, _) => "joining",
+        (Link::Open, Role::Voter) if node.leader == Some(id) => "leader",
+        (Link::Open, Role::Voter) => "voter",
+        (Link::Open, Role::Learner) => "learner",
+        (Link::Open, Role::Observer) => "observer",
+        (Link::Open, Role::None) => "open",
     }
 }
 
