@@ -588,14 +588,14 @@ mod tests {
         from_start.configure(&tiny()).expect("a run");
         for step in 1..=3 {
             let gradient = from_start.compute(step).expect("a step");
-            from_start.apply(as_f32(&gradient), &[]);
+            from_start.apply(as_f32(&gradient), &[], true);
         }
         let checkpoint = from_start.snapshot();
         let mut joiner = replica();
         joiner.configure(&tiny()).expect("a run");
         // The joiner has drawn a batch of its own before it is resumed.
         let early = joiner.compute(1).expect("a step");
-        joiner.apply(as_f32(&early), &[]);
+        joiner.apply(as_f32(&early), &[], true);
         assert_eq!(joiner.restore(&checkpoint).expect("a resume").0, 3);
         assert_eq!(joiner.compute(4).expect("a step"), from_start.compute(4).expect("a step"));
     }
@@ -627,7 +627,7 @@ mod tests {
             assert_eq!(Values::F32(as_f32(&gradient).to_vec()), contribution.values);
             by_hand.run_ahead().expect("steps ahead");
             // Any mean will do: half the contribution.
-            member.apply(&halved(&gradient), &[]);
+            member.apply(&halved(&gradient), &[], true);
             by_hand.finish_sync(&halved(&gradient), &[], true).expect("the mean");
             assert_eq!(member.weight_hash(), by_hand.weight_hash());
             assert_eq!(by_hand.step_count(), 4 * step + 2, "two steps ahead");

@@ -27,6 +27,13 @@ pub enum Admitted {
     Dropped(String),
 }
 
+/// What a restore released: messages to take now, and the senders and epochs of those dropped.
+#[derive(Debug, Default)]
+pub struct Released {
+    pub now: Vec<(PeerId, Message)>,
+    pub stale: Vec<(PeerId, Epoch)>,
+}
+
 /// Our epoch, our members', and what is held for later.
 #[derive(Debug, Default)]
 pub struct Epochs {
@@ -80,17 +87,17 @@ impl Epochs {
     }
 
     /// Messages held for the epoch we are now in, in arrival order (those of an epoch we passed
-    /// are returned as stale; later ones wait on).
-    pub fn release(&mut self) -> (Vec<(PeerId, Message)>, Vec<(PeerId, Epoch)>) {
-        let (mut now, mut stale) = (Vec::new(), Vec::new());
+    /// come back as stale; later ones wait on).
+    pub fn release(&mut self) -> Released {
+        let mut released = Released::default();
         for (from, epoch, message) in std::mem::take(&mut self.held) {
             match epoch.cmp(&self.mine) {
-                Ordering::Equal => now.push((from, message)),
-                Ordering::Less => stale.push((from, epoch)),
+                Ordering::Equal => released.now.push((from, message)),
+                Ordering::Less => released.stale.push((from, epoch)),
                 Ordering::Greater => self.held.push((from, epoch, message)),
             }
         }
-        (now, stale)
+        released
     }
 
     /// `peer` left: its epoch and what it sent for later go.

@@ -618,11 +618,11 @@ impl Session {
             self.finished = true;
             self.event(Event::RunFinished { step });
         }
-        let (now, stale) = self.epochs.release();
-        for (from, epoch) in stale {
+        let released = self.epochs.release();
+        for (from, epoch) in released.stale {
             self.ignore(from, &format!("a step message from {epoch}, since replaced"));
         }
-        for (from, message) in now {
+        for (from, message) in released.now {
             self.dispatch(from, message);
         }
     }

@@ -7,7 +7,7 @@ use lockstep_mesh::{CheckpointTarget, Command, Report, StepTiming, SwapProgress}
 use lockstep_node::config::RunConfig;
 use lockstep_node::replica::BackendChange;
 use lockstep_node::session::Event;
-use lockstep_node::step::GuardFailure;
+use lockstep_node::session::GuardFailure;
 use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
 use lockstep_node::verdict::Verdict;
 use ratatui::backend::TestBackend;
@@ -67,12 +67,21 @@ fn running_with(mut state: State) -> State {
     }
     let settings = state.node.start_settings;
     report(&mut state, Report::Session(Event::RunStarted { leader: 1, settings }), 2.0);
+    report(&mut state, Report::Session(Event::Leader { peer: 1, term: 2 }), 2.0);
+    let members = Event::Members { voters: vec![1, 2, 3], learners: Vec::new(), index: 7 };
+    report(&mut state, Report::Session(members), 2.0);
     for step in 1..=120u32 {
         let at = 2.0 + f64::from(step) * 0.25;
-        report(&mut state, Report::Session(Event::Roster { step, peers: vec![1, 2, 3] }), at);
         let loss = 3.5 + 2.0 * 40.0 / (40.0 + f64::from(step));
-        let applied =
-            Event::StepApplied { step, loss: loss as f32, peers: 3, whash: 0x1000 + step, weights: Vec::new() };
+        let applied = Event::StepApplied {
+            step,
+            loss: loss as f32,
+            peers: vec![1, 2, 3],
+            whash: 0x1000 + step,
+            weights: Vec::new(),
+            term: 2,
+            index: 7 + u64::from(step),
+        };
         report(&mut state, Report::Session(applied), at);
         let timing = StepTiming { compute: 0.180, hash_guard: 0.004, exchange: 0.061, sent_bytes: 7_010_000 };
         report(&mut state, Report::Applied { step, whash: 0x5eed_0000 + step, timing }, at);
