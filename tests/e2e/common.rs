@@ -49,6 +49,12 @@ pub fn signal_server_at(port: u16, secret: Option<&std::path::Path>) -> Signal {
     Signal { _proc: Proc(child), url: format!("ws://127.0.0.1:{port}/ws") }
 }
 
+/// The harness's clock, one for every node's events (`at_s`).
+fn harness_clock() -> Instant {
+    static CLOCK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *CLOCK.get_or_init(Instant::now)
+}
+
 /// One headless node: its events as they arrive, and its stdin.
 pub struct Node {
     proc: Option<Proc>,
@@ -119,7 +125,9 @@ impl Node {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Ok(value) = serde_json::from_str::<Value>(&line) {
+                if let Ok(mut value) = serde_json::from_str::<Value>(&line) {
+                    // When the harness read it (seconds on one clock for every node).
+                    value["at_s"] = harness_clock().elapsed().as_secs_f64().into();
                     sink.lock().unwrap().push(value);
                 }
             }

@@ -1,25 +1,29 @@
 //! `lockstep chaos`: a randomized fault campaign on real processes.
 //!
 //! Each episode starts from a seed: a signaling server and three or four headless nodes (this
-//! binary, as separate processes on loopback), a tiny run in `every-step` or `outer:2` with
-//! int8, then a plan of faults drawn from the seed and played in real time, overlapping —
-//! a member or the leader suspended (SIGSTOP, now and then for 40 s, past the life of its
-//! WebRTC links) and woken, a node killed (SIGKILL) and a new one started, the links between
-//! two halves cut (`cut`, the channels left open) and healed, the signaling server killed and
-//! started again, a node quitting and a new one joining. After the last fault heals, every
-//! live node must apply new steps within a bound; then everything stops and the reports are
-//! checked. (A plan never takes a majority of the run's members away for good — kills and
-//! quits are fewer than half the nodes: the rest could not tell that from a cut, and stand by
-//! by design.)
+//! binary, as separate processes on loopback), a tiny run in `every-step` or, with int8,
+//! `outer:2` — plain, overlapped (`--overlap 1`) or in elastic windows (`outer:4`) — then a
+//! plan of faults drawn from the seed and played in real time, overlapping: a member or the
+//! leader suspended (SIGSTOP, now and then for 40 s, past the life of its WebRTC links) and
+//! woken, a node killed (SIGKILL) and a new one started, the links between two halves cut
+//! (`cut`, the channels left open) and healed, one member deaf to another (a one-way cut: it
+//! hears, it is not heard), the signaling server killed and started again, a node quitting and
+//! a new one joining. After the last fault heals, every live node must apply new steps within
+//! a bound; then everything stops and the reports are checked. (A plan never takes a majority
+//! of the run's members away for good — kills and quits are fewer than half the nodes: Raft
+//! cannot tell that from a cut, and a minority commits nothing, by design.)
 //!
-//! - **forks**: two nodes that reported different weights for one step, where neither report
-//!   was named tentative (the last step a node held when it said `quorum-lost` or `deposed`,
-//!   until its next resume) nor was the last step of a node that died or quit (its commit may
-//!   never have left it);
-//! - **tentative conflicts**: the same among tentative reports (counted, not failures: the
-//!   resume replaced them);
+//! - **forks**: two nodes that reported different weights for one step — any step, from any
+//!   node, dead ones included: nobody applies a step before its record is committed;
 //! - **hangs**: a live node that applied nothing new within the bound after the last heal;
 //! - **guard stops**.
+//!
+//! Every `step` event carries the Raft term and log index of its record, and `leader` and
+//! `no-majority` events the term, so a failed episode's reports (`--keep`) can be read.
+//!
+//! Adding a fault kind: a [`Kind`] variant, its draw in [`Plan::draw`] (from the second
+//! generator, so the plans of the seeds published so far stay what they were), its `Display`,
+//! and its begin and end in [`episode`]'s timeline.
 //!
 //! An episode line names its seed; `--seed S --episodes 1` replays its plan (the timing is
 //! real, so the interleaving is not bit-for-bit the same).
@@ -60,6 +64,9 @@ pub struct ChaosArgs {
     /// Seconds every live node has to apply new steps after the last fault heals.
     #[arg(long, default_value_t = 90)]
     progress_bound_s: u64,
+    /// The nodes' shortest election timeout, in ms (`lockstep node --election-ms`).
+    #[arg(long, default_value_t = 3000)]
+    election_ms: u64,
     /// One JSON object per episode, then the summary.
     #[arg(long)]
     json: bool,
@@ -83,7 +90,7 @@ struct Fault {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Kind {
+pub enum Kind {
     /// SIGSTOP, then SIGCONT.
     Suspend(usize),
     /// SIGKILL; a new node starts when the fault ends.
@@ -94,6 +101,49 @@ enum Kind {
     SignalDown,
     /// The node quits; a new one joins when the fault ends.
     Quit(usize),
+    /// The first node stops sending to the second (it still hears it); healed.
+    OneWay(usize, usize),
+}
+
+/// How an episode's run syncs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    EveryStep,
+    /// `outer:2` with int8.
+    Outer,
+    /// `outer:2` with int8 and an overlap of one step.
+    Overlapped,
+    /// `outer:4` with int8 in elastic windows.
+    Elastic,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::EveryStep => "every-step",
+            Mode::Outer => "outer:2 int8",
+            Mode::Overlapped => "outer:2 int8 overlap 1",
+            Mode::Elastic => "outer:4 int8 elastic",
+        }
+    }
+
+    /// The `start` command's sync settings.
+    fn settings(self, start: &mut Value) {
+        let (sync, overlap, elastic) = match self {
+            Mode::EveryStep => return,
+            Mode::Outer => ("outer:2", 0, false),
+            Mode::Overlapped => ("outer:2", 1, false),
+            Mode::Elastic => ("outer:4", 0, true),
+        };
+        start["sync"] = sync.into();
+        start["compress"] = "int8".into();
+        if overlap > 0 {
+            start["overlap"] = overlap.into();
+        }
+        if elastic {
+            start["elastic"] = true.into();
+        }
+    }
 }
 
 impl std::fmt::Display for Fault {
@@ -104,6 +154,7 @@ impl std::fmt::Display for Fault {
             Kind::Cut => "cut halves".to_string(),
             Kind::SignalDown => "signal down".to_string(),
             Kind::Quit(n) => format!("quit n{n}"),
+            Kind::OneWay(a, b) => format!("n{a} deaf-to n{b}"),
         };
         write!(f, "{what} {:.0}s@{:.0}s", self.secs, self.at_s)
     }
@@ -114,7 +165,7 @@ impl std::fmt::Display for Fault {
 struct Plan {
     seed: u64,
     nodes: usize,
-    outer: bool,
+    mode: Mode,
     faults: Vec<Fault>,
 }
 
@@ -152,8 +203,24 @@ impl Plan {
             };
             faults.push(Fault { kind, at_s, secs });
         }
+        // What later campaigns added is drawn from a second generator: the plans of the seeds
+        // published before (mode and faults alike) stay what they were.
+        let mut more = SplitMix64::new(seed ^ 0x6c6f_636b_7374_6570);
+        let mode = match (outer, more.below(3)) {
+            (false, _) => Mode::EveryStep,
+            (true, 0) => Mode::Outer,
+            (true, 1) => Mode::Overlapped,
+            (true, _) => Mode::Elastic,
+        };
+        if more.below(3) == 0 {
+            let a = more.below(nodes as u64) as usize;
+            let b = (a + 1 + more.below(nodes as u64 - 1) as usize) % nodes;
+            let at_s = more.below(args.window_s.max(1) * 10) as f64 / 10.0;
+            let secs = 1.0 + more.below(args.max_fault_s.max(1) * 10) as f64 / 10.0;
+            faults.push(Fault { kind: Kind::OneWay(a, b), at_s, secs });
+        }
         faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-        Plan { seed, nodes, outer, faults }
+        Plan { seed, nodes, mode, faults }
     }
 }
 
@@ -168,12 +235,13 @@ struct NodeProc {
 }
 
 impl NodeProc {
-    fn spawn(bin: &std::path::Path, url: &str, ckpt: &std::path::Path) -> anyhow::Result<NodeProc> {
+    fn spawn(bin: &std::path::Path, url: &str, ckpt: &std::path::Path, election_ms: u64) -> anyhow::Result<NodeProc> {
         let (floor, ceiling) = DEADLINE_MS;
         let mut child = Command::new(bin)
             .args(["node", "--headless", "--signal", url, "--backend", "cpu", "--threads", "1"])
             .args(["--repair-after-ms", "300", "--step-deadline-floor-ms", &floor.to_string()])
             .args(["--step-deadline-ceiling-ms", &ceiling.to_string()])
+            .args(["--election-ms", &election_ms.to_string()])
             .arg("--ckpt-dir")
             .arg(ckpt)
             .stdin(Stdio::piped())
@@ -289,7 +357,6 @@ impl Drop for SignalProc {
 struct Outcome {
     steps: u64,
     forks: Vec<(u64, BTreeSet<String>)>,
-    tentative_conflicts: usize,
     hung: Vec<u64>,
     guard_stops: usize,
     /// Seconds from the last heal until every live node had applied new steps.
@@ -324,23 +391,30 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
     let failed: Vec<u64> = results.iter().filter(|(_, o)| !o.ok()).map(|(p, _)| p.seed).collect();
     let forks: usize = results.iter().map(|(_, o)| o.forks.len()).sum();
-    let tentative: usize = results.iter().map(|(_, o)| o.tentative_conflicts).sum();
     let hangs: usize = results.iter().map(|(_, o)| o.hung.len()).sum();
     let guards: usize = results.iter().map(|(_, o)| o.guard_stops).sum();
     let errors = results.iter().filter(|(_, o)| o.error.is_some()).count();
-    let worst = results.iter().filter_map(|(_, o)| o.recovered_s).fold(0.0f64, f64::max);
+    let mut recoveries: Vec<f64> = results.iter().filter_map(|(_, o)| o.recovered_s).collect();
+    recoveries.sort_by(f64::total_cmp);
+    let worst = recoveries.last().copied().unwrap_or(0.0);
+    let at = |q: f64| recoveries.get(((recoveries.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    let (median, p90) = (at(0.5), at(0.9));
+    // Two of the longest election timeouts (each node's is up to twice the shortest).
+    let two_elections_s = 4.0 * args.election_ms as f64 / 1000.0;
     let faults: usize = results.iter().map(|(p, _)| p.faults.len()).sum();
     if args.json {
         println!(
             "{}",
             json!({"summary": true, "episodes": results.len(), "faults": faults, "failed": failed, "forks": forks,
-                "tentative_conflicts": tentative, "hangs": hangs, "guard_stops": guards, "errors": errors,
-                "worst_recovery_s": worst, "progress_bound_s": args.progress_bound_s})
+                "hangs": hangs, "guard_stops": guards, "errors": errors, "median_recovery_s": median,
+                "p90_recovery_s": p90, "worst_recovery_s": worst, "two_election_timeouts_s": two_elections_s,
+                "progress_bound_s": args.progress_bound_s})
         );
     } else {
         println!(
-            "chaos: {} episodes, {faults} faults: {forks} silent forks, {hangs} hangs past {} s, {guards} guard stops, \
-             {errors} harness errors; {tentative} tentative steps superseded; slowest recovery {worst:.1} s; failed seeds {failed:?}",
+            "chaos: {} episodes, {faults} faults: {forks} forks, {hangs} hangs past {} s, {guards} guard stops, \
+             {errors} harness errors; recovery after the last heal median {median:.1} s, p90 {p90:.1} s, worst \
+             {worst:.1} s (two election timeouts: {two_elections_s:.0} s); failed seeds {failed:?}",
             results.len(),
             args.progress_bound_s
         );
@@ -350,26 +424,25 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
 
 fn print_episode(plan: &Plan, outcome: &Outcome, as_json: bool) {
     let faults: Vec<String> = plan.faults.iter().map(Fault::to_string).collect();
-    let mode = if plan.outer { "outer:2 int8" } else { "every-step" };
+    let mode = plan.mode.name();
     if as_json {
         println!(
             "{}",
             json!({"seed": plan.seed, "nodes": plan.nodes, "mode": mode, "faults": faults, "ok": outcome.ok(),
                 "steps": outcome.steps, "forks": outcome.forks.iter().map(|(s, h)| json!({"step": s, "hashes": h})).collect::<Vec<_>>(),
-                "tentative_conflicts": outcome.tentative_conflicts, "hung": outcome.hung, "guard_stops": outcome.guard_stops,
+                "hung": outcome.hung, "guard_stops": outcome.guard_stops,
                 "recovered_s": outcome.recovered_s, "error": outcome.error})
         );
     } else {
         let verdict = if outcome.ok() { "ok".to_string() } else { format!("FAILED {outcome:?}") };
         let recovered = outcome.recovered_s.map_or("-".to_string(), |s| format!("{s:.1}s"));
         println!(
-            "episode seed {} nodes {} {mode} [{}] steps {} forks {} tentative {} recovered {recovered} {verdict}",
+            "episode seed {} nodes {} {mode} [{}] steps {} forks {} recovered {recovered} {verdict}",
             plan.seed,
             plan.nodes,
             faults.join(", "),
             outcome.steps,
             outcome.forks.len(),
-            outcome.tentative_conflicts
         );
     }
     let _ = std::io::stdout().flush();
@@ -385,7 +458,7 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
     let url = format!("ws://127.0.0.1:{port}/ws");
     let mut nodes: Vec<NodeProc> = Vec::new();
     for _ in 0..plan.nodes {
-        nodes.push(NodeProc::spawn(bin, &url, &dir)?);
+        nodes.push(NodeProc::spawn(bin, &url, &dir, args.election_ms)?);
     }
     for node in &nodes {
         let open = |e: &Value| e["event"] == "channel-open";
@@ -397,10 +470,7 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
     }
     let mut start =
         json!({"cmd": "start", "steps": 1_000_000, "width": 32, "context": 32, "layers": 1, "heads": 2, "batch": 4});
-    if plan.outer {
-        start["sync"] = "outer:2".into();
-        start["compress"] = "int8".into();
-    }
+    plan.mode.settings(&mut start);
     nodes[0].command(start);
     for node in &nodes {
         node.wait_for(|e| e["event"] == "weights" && e["step"].as_u64() >= Some(3), Duration::from_secs(60))?;
@@ -430,7 +500,7 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
             *level -= 1;
             *level == 0
         };
-        if !outermost && matches!(kind, Kind::Suspend(_) | Kind::Cut | Kind::SignalDown) {
+        if !outermost && matches!(kind, Kind::Suspend(_) | Kind::Cut | Kind::SignalDown | Kind::OneWay(..)) {
             continue;
         }
         match (kind, begins) {
@@ -447,7 +517,7 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
             (Kind::Kill(_) | Kind::Quit(_), false) => {
                 // A newcomer: with the server down it cannot join yet; it is started later.
                 if signal.child.is_some() {
-                    nodes.push(NodeProc::spawn(bin, &url, &dir)?);
+                    nodes.push(NodeProc::spawn(bin, &url, &dir, args.election_ms)?);
                 }
             }
             (Kind::Cut, begins) => {
@@ -459,6 +529,10 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
                         nodes[b].command(json!({"cmd": cmd, "peer": ids[a]}));
                     }
                 }
+            }
+            (Kind::OneWay(a, b), begins) => {
+                let peer = nodes[*b].id;
+                nodes[*a].command(json!({"cmd": if begins { "cut" } else { "heal" }, "peer": peer}));
             }
             (Kind::SignalDown, true) => signal.kill(),
             (Kind::SignalDown, false) => signal.restart(bin)?,
@@ -499,55 +573,24 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
     Ok(outcome)
 }
 
-/// Reads every node's reports: which weights each applied for each step, which of them it
-/// named tentative, and guard stops.
+/// Reads every node's reports: which weights each applied for each step (every one committed,
+/// so any two that differ are a fork), and guard stops.
 fn judge(nodes: &[NodeProc]) -> Outcome {
-    let mut firm: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
-    let mut all: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    let mut by_step: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     let mut outcome = Outcome::default();
     for node in nodes {
-        let events = node.events();
-        let mut tentative: Option<u64> = None;
-        let mut reports: Vec<(u64, String, bool)> = Vec::new();
-        let mut since_restore = 0;
-        for event in &events {
+        for event in node.events() {
             match event["event"].as_str() {
-                Some("quorum-lost" | "deposed") => {
-                    // The step it holds, reported before or after (weights wait for a hash).
-                    tentative = event["step"].as_u64();
-                    for report in reports[since_restore..].iter_mut().filter(|r| Some(r.0) == tentative) {
-                        report.2 = true;
-                    }
-                }
-                Some("restored") => {
-                    tentative = None;
-                    since_restore = reports.len();
-                }
                 Some("guard-stopped") => outcome.guard_stops += 1,
                 Some("weights") => {
                     let (Some(step), Some(hash)) = (event["step"].as_u64(), event["whash"].as_str()) else { continue };
-                    reports.push((step, hash.to_string(), tentative == Some(step)));
+                    outcome.steps = outcome.steps.max(step);
+                    by_step.entry(step).or_default().insert(hash.to_string());
                 }
                 _ => {}
             }
         }
-        // A node that died or quit may have applied a last step that never left it.
-        if node.ended {
-            if let Some(last) = reports.iter().map(|r| r.0).max() {
-                for report in reports.iter_mut().filter(|r| r.0 == last) {
-                    report.2 = true;
-                }
-            }
-        }
-        for (step, hash, unsure) in reports {
-            outcome.steps = outcome.steps.max(step);
-            all.entry(step).or_default().insert(hash.clone());
-            if !unsure {
-                firm.entry(step).or_default().insert(hash);
-            }
-        }
     }
-    outcome.forks = firm.into_iter().filter(|(_, h)| h.len() > 1).collect();
-    outcome.tentative_conflicts = all.values().filter(|h| h.len() > 1).count() - outcome.forks.len();
+    outcome.forks = by_step.into_iter().filter(|(_, h)| h.len() > 1).collect();
     outcome
 }

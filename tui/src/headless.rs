@@ -226,6 +226,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             why: value["reason"].as_str().unwrap_or("the operator removed it").to_string(),
         },
         Some("flip") => Command::FlipWeightBit,
+        Some("lazy") => Command::NeverCompute,
         Some("poison") => {
             let value = match &value["value"] {
                 Value::String(s) if s.eq_ignore_ascii_case("nan") => f32::NAN,

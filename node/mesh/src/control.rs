@@ -30,10 +30,13 @@ pub enum Command {
     CutLinkTo(PeerId),
     /// Fault injection: send to `peer` again after a cut.
     HealLinkTo(PeerId),
-    /// The user vouches that `peer` is gone for good: the quorum stops counting it.
+    /// (Leader) the user vouches that `peer` is gone for good: it leaves the run's configuration.
     Forget(PeerId),
     /// For fault-injection tests: flip one bit of this replica's weights.
     FlipWeightBit,
+    /// For fault-injection tests: from now on this node is asked to compute and never does (a
+    /// member that says it computes and does not: a careless or hostile one).
+    NeverCompute,
     /// For fault-injection tests: from the next step on, send this value in place of every
     /// value of this node's contributions (with the honest hashes): a rogue member.
     PoisonContributions(f32),

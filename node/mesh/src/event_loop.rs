@@ -193,6 +193,8 @@ pub(crate) struct MeshLoop<R> {
     sent_at_apply: u64,
     /// Compute tasks under way.
     computing: usize,
+    /// Fault injection: asked to compute, this node never does.
+    lazy: bool,
     /// Elastic windows: where the compute under way is told to end its window
     /// (`Replica::hurry`, taken at each configure: it belongs to the run's trainer).
     hurry: Option<Arc<AtomicU32>>,
@@ -238,6 +240,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             unreported: None,
             sent_at_apply: 0,
             computing: 0,
+            lazy: false,
             hurry: None,
             generation: 0,
             ticks: 0,
@@ -312,10 +315,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    /// When the session wants its next tick (now, before it exists).
+    /// When the session wants its next tick (a second from now before it exists).
     fn session_due(&self) -> tokio::time::Instant {
-        let due_ms = self.session.as_ref().map_or(0, Session::next_tick_ms);
-        (self.started + Duration::from_millis(due_ms)).into()
+        match &self.session {
+            Some(session) => (self.started + Duration::from_millis(session.next_tick_ms())).into(),
+            None => (Instant::now() + LINK_TICK).into(),
+        }
     }
 
     /// The session's clock, when it asked for it.
@@ -426,6 +431,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 (self.report)(Report::Warning(format!(
                     "fault injection: contributions replaced by {value} after step {step}"
                 )));
+            }
+            Some(Command::NeverCompute) => {
+                self.lazy = true;
+                (self.report)(Report::Warning("fault injection: this node never computes from now on".into()));
             }
             Some(Command::FlipWeightBit) => {
                 self.flush();
@@ -737,8 +746,18 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
         match result {
             Ok(gradient) => {
-                if let Some((step, timing)) = self.unreported.take() {
-                    (self.report)(Report::Applied { step, whash: gradient.whash, timing });
+                // The gradient carries the hash of the weights it was computed from: the last
+                // applied step's, when it is the next step's. (A step the group applied without
+                // waiting for ours leaves our gradient one step behind: it is dropped, and the
+                // hash asked of the replica.)
+                match self.unreported.take() {
+                    Some((step, timing)) if step + 1 == gradient.step => {
+                        (self.report)(Report::Applied { step, whash: gradient.whash, timing })
+                    }
+                    other => {
+                        self.unreported = other;
+                        self.flush();
+                    }
                 }
                 self.timing = StepTiming { compute: seconds - hash, hash_guard: hash, ..StepTiming::default() };
                 self.computed_at = Some(Instant::now());
@@ -868,6 +887,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// Computes our contribution to `step` on a blocking thread (elastic windows: ending the
     /// window after `cap` inner steps unless hurried sooner).
     fn spawn_compute(&mut self, step: u32, cap: u32) {
+        if self.lazy {
+            return;
+        }
         self.computing += 1;
         if let Some(hurry) = &self.hurry {
             hurry.store(cap, Ordering::Relaxed);

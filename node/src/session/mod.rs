@@ -452,6 +452,9 @@ impl Session {
     }
 
     fn stop_with(&mut self, failure: GuardFailure) {
+        if self.stopped.is_some() {
+            return;
+        }
         self.stopped = Some(Stop::Guard(failure.clone()));
         self.event(Event::GuardStopped(failure));
     }
@@ -916,6 +919,7 @@ impl Session {
                     self.hurry_if_beaten(step);
                     self.arrived(from, step);
                 }
+                self.guard_held(step);
                 return true;
             }
             Offer::Duplicate => return false,
@@ -940,6 +944,27 @@ impl Session {
         };
         self.ignore(from, &why);
         false
+    }
+
+    /// The guard, as early as it can run: contributions to one step (of one epoch) are computed
+    /// from the same committed weights, so once our own is here, one from other weights — or
+    /// with an unhealthy probe — is a fork or a broken kernel, and the run stops here, naming
+    /// the senders, before any record could sum it.
+    fn guard_held(&mut self, step: u32) {
+        let me = self.config.me;
+        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let mut failure = GuardFailure { step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
+        for (peer, held) in self.contributions.at(step) {
+            if held.gradient.whash != own {
+                failure.weight_mismatch.push(peer);
+            }
+            if held.gradient.phash != self.config.expected_phash {
+                failure.probe_mismatch.push(peer);
+            }
+        }
+        if !failure.weight_mismatch.is_empty() || !failure.probe_mismatch.is_empty() {
+            self.stop_with(failure);
+        }
     }
 
     /// (Leader) a member's contribution arrived: in time for its step's deadline, it counts
@@ -1061,20 +1086,7 @@ impl Session {
             self.ask_late(step, &late, waited);
             return;
         }
-        // The guard, before anything is proposed: a contribution from other weights is a fork.
-        let mut failure = GuardFailure { step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
-        for (peer, _) in &present {
-            let held = self.contributions.get(step, *peer).expect("present");
-            if held.gradient.whash != own {
-                failure.weight_mismatch.push(*peer);
-            }
-            if held.gradient.phash != self.config.expected_phash {
-                failure.probe_mismatch.push(*peer);
-            }
-        }
-        if !failure.weight_mismatch.is_empty() || !failure.probe_mismatch.is_empty() {
-            return self.stop_with(failure);
-        }
+        // (Every contribution here passed the guard as it came: `guard_held`.)
         let record = StepRecord { step, whash: own, contributions: present.iter().map(|(_, n)| *n).collect() };
         match self.agreement.as_mut().map(|a| a.propose(&LogEntry::Step(record))) {
             Some(Ok(true)) => {}
