@@ -8,6 +8,7 @@
 mod common;
 
 mod browser_peer;
+mod chaos;
 mod cli;
 mod console_tmux;
 mod data_nginx;

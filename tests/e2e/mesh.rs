@@ -379,8 +379,9 @@ fn the_group_survives_a_follower_and_then_the_leader_leaving() {
     }
     assert_eq!(b.hashes(), d.hashes());
     assert_eq!(b.hashes().len(), 300);
-    let leader = b.wait_for("a new leader", |e| e["event"] == "leader", 5);
-    assert_eq!(leader["peer"], b.id.min(d.id));
+    // The survivors elected one of themselves (Raft's election: whoever timed out first).
+    let leader = b.events().into_iter().rev().find(|e| e["event"] == "leader").expect("a leader");
+    assert!(leader["peer"] == b.id || leader["peer"] == d.id, "{leader}");
 }
 
 #[test]
@@ -574,13 +575,14 @@ fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
         node.wait_for("steps without a server", |e| e["event"] == "weights" && e["step"] == at_loss + 20, 60);
     }
 
-    // Back on the same port with the same secret: both take their places back, the older
-    // one hosting the group again, and a newcomer joins through it and trains in step.
+    // Back on the same port with the same secret: both take their places back (ids are the
+    // members' own: the restarted server learns them as they come back), the smaller id
+    // hosting the group, and a newcomer joins through it and trains in step.
     let signal = signal_server_at(port, Some(&secret));
     for node in [&a, &b] {
         node.wait_for("its place back", |e| e["event"] == "signal-restored", 30);
     }
-    // Whoever came back first hosted until the older one did: the host is the oldest again.
+    // Whoever came back first hosted until the other did: the host is the smaller id.
     let oldest = a.id.min(b.id);
     for node in [&a, &b] {
         let started = Instant::now();
@@ -599,9 +601,14 @@ fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // The newcomer's id is its own: never a live member's (the fault this replaces: a restarted
+    // server handed a newcomer the live leader's id).
     let c = Node::spawn(&signal, "cpu");
-    assert!(c.id > a.id.max(b.id), "a new id, past every resumed one");
+    assert!(c.id != a.id && c.id != b.id, "a newcomer with a live member's id");
     resumed_in_step(&a, &b, &c);
+    for node in [&a, &b] {
+        assert!(!node.events().iter().any(|e| e["event"] == "error" || e["event"] == "guard-stopped"));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -825,9 +832,9 @@ fn one_hash_per_step(nodes: &[&Node]) {
 }
 
 /// A follower suspended for 45 s — past the life of its WebRTC links, as a laptop lid closed
-/// for a minute: the group goes on without it; woken, it sees every peer gone, says it reaches
-/// no majority, commits nothing alone, never leads, and catches up equal to the group once the
-/// links are offered again.
+/// for a minute: the group goes on without it; woken, it sees every peer gone, commits nothing
+/// alone (saying it reaches no majority if that lasts), never leads, and catches up equal to the
+/// group once the links are offered again.
 #[test]
 fn a_follower_asleep_for_45_s_catches_up_equal() {
     let _phase = crate::common::phase(module_path!());
@@ -837,9 +844,12 @@ fn a_follower_asleep_for_45_s_catches_up_equal() {
     a.wait_for("c dropped", |e| e["event"] == "dropped" && e["peer"] == c.id, 30);
     std::thread::sleep(Duration::from_secs(45));
     signal_proc(&c, "-CONT");
-    let alone = c.wait_for("no majority", |e| e["event"] == "no-majority", 60);
-    assert_eq!(alone["reach"], serde_json::json!([c.id]), "{alone}");
     resumed_in_step(&a, &b, &c);
+    // Woken with its links dead it heard no leader: if that lasted an election timeout before
+    // the links came back, it said so, reaching only itself.
+    if let Some(alone) = c.events().into_iter().find(|e| e["event"] == "no-majority") {
+        assert_eq!(alone["reach"], serde_json::json!([c.id]), "{alone}");
+    }
     assert_eq!(applied_without_a_majority(&c), Vec::<Value>::new(), "c trained alone");
     assert!(!c.events().iter().any(|e| e["event"] == "leader" && e["peer"] == c.id), "c never leads");
     one_hash_per_step(&[&a, &b, &c]);

@@ -423,7 +423,7 @@ fn run_mode(
     let ended_run = |e: &Value| {
         (e["event"] == "step" && e["step"].as_u64() == Some(u64::from(syncs))) || e["event"] == "run-finished"
     };
-    let (began, _) = nodes[0].wait_for("the first roster", 60, |e| e["event"] == "roster")?;
+    let (began, _) = nodes[0].wait_for("the run started", 60, |e| e["event"] == "run-started")?;
     let mut said = Instant::now();
     while !nodes.iter().all(|n| n.events().iter().any(|(_, e)| ended_run(e))) {
         if let Some((_, error)) = nodes[0].events().into_iter().find(|(_, e)| e["event"] == "guard-stopped") {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lockstep_node::replica::{BackendChange, Replica};
+use lockstep_node::replica::{BackendChange, Replica, ReplicaError};
 use lockstep_node::session::{Event, Failure, Input, Output, Problem, Session, SessionConfig, Stop, Task};
 use lockstep_node::wire::{self, Message, PeerId, Reassembler};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
@@ -764,6 +764,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.drive(vec![Input::Computed(gradient)]);
             }
             // The session stops this node's run and says why (`Stop::Compute`).
+            // The group applied this step without waiting for ours before the compute began (a
+            // member it went on without): the replica is past it — nothing failed, nothing to send.
+            Err(ReplicaError::WrongStep { asked, at }) if at >= asked => {}
             Err(error) => self.drive(vec![Input::Failed { task: Task::Compute { step }, error: Failure::new(error) }]),
         }
     }

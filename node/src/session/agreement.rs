@@ -309,6 +309,10 @@ impl Agreement {
         members_of(&self.node.raft.prs().conf().to_conf_state())
     }
 
+    pub fn is_voter(&self, peer: PeerId) -> bool {
+        self.node.raft.prs().conf().voters().contains(peer)
+    }
+
     /// In the configuration at all (a voter or a learner).
     pub fn is_member(&self, peer: PeerId) -> bool {
         self.node.raft.prs().get(peer).is_some()

@@ -78,6 +78,10 @@ const MAX_QUEUED: usize = 1024;
 const REPAIRS_BEFORE_RESUME: u32 = 4;
 /// How often a member behind the log asks again for its resume.
 const CATCH_UP_AGAIN_MS: u64 = 3_000;
+/// A learner that has sent no contribution for this many steps (past as many since it joined
+/// the configuration) is sent none: it follows by resumes, and a member that never computes
+/// costs its group no bandwidth.
+const QUIET_STEPS: u32 = 8;
 
 /// What the adapter feeds the session.
 #[derive(Clone, Debug)]
@@ -242,6 +246,10 @@ pub struct Session {
     due: VecDeque<(u32, u64)>,
     /// (Leader) when it last asked late members again for their contribution to a step.
     late_asked: Option<(u32, u64)>,
+    /// The last step each member contributed to, and the step each joined the configuration
+    /// at (who is sent contributions: [`QUIET_STEPS`]).
+    contributed: std::collections::BTreeMap<PeerId, u32>,
+    joined_at: std::collections::BTreeMap<PeerId, u32>,
     /// (Leader) a push proposed and not yet restored (its digest): nothing else is proposed.
     pushing: Option<u64>,
     /// A push's bytes, held until its entry commits (their digest, and who sent them).
@@ -284,6 +292,8 @@ impl Session {
             proposed: None,
             due: VecDeque::new(),
             late_asked: None,
+            contributed: std::collections::BTreeMap::new(),
+            joined_at: std::collections::BTreeMap::new(),
             pushing: None,
             push_bytes: None,
             repairs: Repairs::default(),
@@ -537,6 +547,8 @@ impl Session {
         self.asked = None;
         self.proposed = None;
         self.due.clear();
+        self.contributed.clear();
+        self.joined_at.clear();
         self.pushing = None;
         self.push_bytes = None;
         self.repairs = Repairs::default();
@@ -668,6 +680,11 @@ impl Session {
             }
             Committed::Push { epoch, digest } => self.queue.push_back(Queued::Push { epoch, digest }),
             Committed::Members { voters, learners, index } => {
+                let now = self.applied;
+                for peer in voters.iter().chain(&learners) {
+                    self.joined_at.entry(*peer).or_insert(now);
+                }
+                self.joined_at.retain(|p, _| voters.contains(p) || learners.contains(p));
                 self.event(Event::Members { voters, learners, index });
             }
         }
@@ -894,12 +911,14 @@ impl Session {
         if let Some(run) = self.run {
             self.window.computed(&run, gradient.weight, now);
         }
-        let targets: Vec<PeerId> = self
-            .members
-            .iter()
-            .copied()
-            .filter(|p| !self.roster.is_observer(*p) && self.agreement.as_ref().is_some_and(|a| a.is_member(*p)))
-            .collect();
+        let step = gradient.step;
+        let sent_to = |p: &PeerId| {
+            let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(*p)) else { return false };
+            let lately = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
+            agreement.is_voter(*p) || lately(self.contributed.get(p)) || lately(self.joined_at.get(p))
+        };
+        let targets: Vec<PeerId> =
+            self.members.iter().copied().filter(|p| !self.roster.is_observer(*p) && sent_to(p)).collect();
         for to in targets {
             self.send(to, Message::Gradient(gradient.clone()));
         }
@@ -915,6 +934,8 @@ impl Session {
         }
         let why = match self.contributions.offer(from, gradient) {
             Offer::Accepted => {
+                let last = self.contributed.entry(from).or_insert(step);
+                *last = (*last).max(step);
                 if from != self.config.me {
                     self.hurry_if_beaten(step);
                     self.arrived(from, step);
