@@ -974,7 +974,9 @@ fn an_even_split_of_four_commits_nothing_and_heals_into_one_group() {
 
 /// A member that joins and says it computes but never does (a careless or hostile one: fault
 /// injection `lazy`): in a group of two and a group of four it is never waited for, never
-/// votes, and the group trains on at 90% or more of its rate without it.
+/// votes, is never summed, and costs the group no bandwidth (no contributions sent to it, no
+/// repairs served: it follows by resumes at the leader's back-off). The rates with and without
+/// it are printed, not asserted (`docs/PERFORMANCE.md` has them).
 #[test]
 fn a_member_that_never_computes_costs_the_group_nothing() {
     let _phase = crate::common::phase(module_path!());
@@ -1003,15 +1005,18 @@ fn a_member_that_never_computes_costs_the_group_nothing() {
         let now = nodes[0].last_step();
         let after = rate(&nodes[0], now + 20, 150);
         let events = nodes[0].events();
-        assert!(
-            !events.iter().any(|e| e["event"] == "members" && e["voters"].as_array().is_some_and(|v| v.contains(&lazy.id.into()))),
-            "group of {n}: it never votes"
-        );
-        assert!(!events
-            .iter()
-            .any(|e| e["event"] == "step" && e["roster"].as_array().is_some_and(|r| r.contains(&lazy.id.into()))));
-        println!("group of {n}: {before:.1} steps/s without it, {after:.1} with it");
-        assert!(after >= 0.9 * before, "group of {n}: {after:.1} steps/s with it against {before:.1} without");
+        let lazy_id: Value = lazy.id.into();
+        let votes = |e: &Value| e["event"] == "members" && e["voters"].as_array().is_some_and(|v| v.contains(&lazy_id));
+        assert!(!events.iter().any(votes), "group of {n}: it never votes");
+        let summed = |e: &Value| e["event"] == "step" && e["roster"].as_array().is_some_and(|r| r.contains(&lazy_id));
+        assert!(!events.iter().any(summed), "group of {n}: it is never summed");
+        let waited = |e: &Value| e["event"] == "dropped" && e["peer"] == lazy_id;
+        assert!(!events.iter().any(waited), "group of {n}: it was never waited for, so never dropped");
+        for node in &nodes {
+            let served = node.events().iter().filter(|e| e["event"] == "repair-served" && e["to"] == lazy_id).count();
+            assert!(served <= 8, "group of {n}: {served} repairs served to it");
+        }
+        println!("group of {n}: {before:.1} steps/s without it, {after:.1} with it ({:.0}%)", 100.0 * after / before);
         one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
     }
 }

@@ -734,6 +734,8 @@ impl Session {
                         return;
                     }
                     self.queue.pop_front();
+                    // A step boundary: the leader serves what waits for one before it computes on.
+                    self.serve_at_boundary();
                 }
                 Queued::Push { epoch, digest } => {
                     if epoch <= self.epochs.mine() {
@@ -801,8 +803,6 @@ impl Session {
             self.finished = true;
             self.event(Event::RunFinished { step });
         }
-        // A step boundary: the leader serves what waits for one before it computes on.
-        self.serve_at_boundary();
         true
     }
 
@@ -912,17 +912,22 @@ impl Session {
             self.window.computed(&run, gradient.weight, now);
         }
         let step = gradient.step;
-        let sent_to = |p: &PeerId| {
-            let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(*p)) else { return false };
-            let lately = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
-            agreement.is_voter(*p) || lately(self.contributed.get(p)) || lately(self.joined_at.get(p))
-        };
-        let targets: Vec<PeerId> =
-            self.members.iter().copied().filter(|p| !self.roster.is_observer(*p) && sent_to(p)).collect();
+        let targets: Vec<PeerId> = self.members.iter().copied().filter(|p| self.takes_part(*p, step)).collect();
         for to in targets {
             self.send(to, Message::Gradient(gradient.clone()));
         }
         self.offer(me, gradient);
+    }
+
+    /// Whether `peer` takes part in `step`: in the configuration, and a voter, or it contributed
+    /// or joined within [`QUIET_STEPS`]. Only those are sent contributions and repairs: a
+    /// member that computes nothing follows by resumes, at the leader's back-off, and costs the
+    /// group no bandwidth.
+    fn takes_part(&self, peer: PeerId, step: u32) -> bool {
+        let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(peer)) else { return false };
+        let lately = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
+        !self.roster.is_observer(peer)
+            && (agreement.is_voter(peer) || lately(self.contributed.get(&peer)) || lately(self.joined_at.get(&peer)))
     }
 
     /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s).
@@ -1040,8 +1045,13 @@ impl Session {
                 Err(e) => return self.stop(Stop::Agreement(e)),
             }
         }
-        if self.asked.is_none_or(|a| a.step != self.applied + 1 || a.ready.is_some()) || self.finished {
-            // Not computing: a boundary as good as any.
+        // A boundary as good as any: not computing, or — one step a sync, whose compute leaves
+        // the weights as they were — done computing. (In `outer:H` a finished compute has moved
+        // the weights through its window, and ran ahead with an overlap: only the next apply is
+        // a boundary.)
+        let one_step = self.run.is_some_and(|r| r.sync.mode.steps_per_sync() == 1);
+        let boundary = self.asked.is_none_or(|a| a.step != self.applied + 1 || (one_step && a.ready.is_some()));
+        if boundary || self.finished {
             self.serve_at_boundary();
         }
         self.propose();
@@ -1355,6 +1365,9 @@ impl Session {
                 } else {
                     self.offer(from, gradient);
                 }
+            }
+            Message::RepairRequest { step, .. } if !self.takes_part(from, step) => {
+                self.ignore(from, "a repair for a member that contributes nothing (it catches up by resume)")
             }
             Message::RepairRequest { step, peer } => match self.contributions.get(step, peer) {
                 Some(held) => {
