@@ -505,20 +505,24 @@ impl Session {
         }
         self.quitting = true;
         self.broadcast(&Message::Leaving);
+        // The next leader takes us out of the configuration.
+        self.hand_over_lead();
+    }
+
+    /// (Leader) hands the lead to the most caught-up voter it reaches, if any.
+    fn hand_over_lead(&mut self) {
         let me = self.config.me;
         let members = self.members.clone();
-        if let Some(agreement) = self.agreement.as_mut().filter(|a| a.is_leader()) {
-            // The most caught-up voter we reach leads next, and takes us out of the configuration.
-            let (voters, _) = agreement.members();
-            let next = voters
-                .iter()
-                .copied()
-                .filter(|p| *p != me && members.contains(p))
-                .max_by_key(|p| (agreement.has_replicated(*p, agreement.last_index()), std::cmp::Reverse(*p)));
-            if let Some(next) = next {
-                if let Err(e) = agreement.transfer_lead(next) {
-                    self.stop(Stop::Agreement(e));
-                }
+        let Some(agreement) = self.agreement.as_mut().filter(|a| a.is_leader()) else { return };
+        let (voters, _) = agreement.members();
+        let next = voters
+            .iter()
+            .copied()
+            .filter(|p| *p != me && members.contains(p))
+            .max_by_key(|p| (agreement.has_replicated(*p, agreement.last_index()), std::cmp::Reverse(*p)));
+        if let Some(next) = next {
+            if let Err(e) = agreement.transfer_lead(next) {
+                self.stop(Stop::Agreement(e));
             }
         }
     }
@@ -852,6 +856,13 @@ impl Session {
             return;
         }
         let now = self.timing.now_ms();
+        if self.is_leader() {
+            // A leader whose weights are behind its log (it won an election with the log, not the
+            // weights) cannot resume itself: it hands the lead to a voter it reaches, which then
+            // resumes it.
+            self.hand_over_lead();
+            return;
+        }
         let Some(leader) = self.leader().filter(|l| *l != self.config.me && self.members.contains(l)) else {
             return;
         };
