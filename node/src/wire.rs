@@ -805,6 +805,37 @@ mod tests {
         assert_eq!(config[16..], run.encode());
     }
 
+    /// A contribution's digest is a function of its wire bytes: the same whatever path it took
+    /// (decoded, repaired), different for any change of a value or a header field.
+    #[test]
+    fn a_digest_names_one_contribution() {
+        let g = packed(100);
+        let again = match decode(&encode(&Message::RepairResponse { peer: 3, gradient: g.clone() })) {
+            Ok(Message::RepairResponse { gradient, .. }) => gradient,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(again.digest(), g.digest());
+        let mut changed = g.clone();
+        if let Values::Int8(p) = &mut changed.values {
+            p.q[99] = p.q[99].wrapping_add(1).clamp(-127, 127);
+        }
+        assert_ne!(changed.digest(), g.digest());
+        assert_ne!(Gradient { weight: 2, ..g.clone() }.digest(), g.digest());
+        assert_ne!(Gradient { whash: g.whash ^ 1, ..g.clone() }.digest(), g.digest());
+        assert_ne!(gradient(10).digest(), gradient(11).digest());
+        // The definition, stated again: FNV-1a 64 over the message's length and the FNV-1a 32 of
+        // each 16 KiB of its bytes (a record names contributions by it; a 40,000-value one spans
+        // ten pieces).
+        for g in [gradient(4), gradient(40_000), packed(70_000)] {
+            let bytes = encode(&Message::Gradient(g.clone()));
+            let mut pieces = (bytes.len() as u64).to_le_bytes().to_vec();
+            for piece in bytes.chunks(16_384) {
+                pieces.extend_from_slice(&lockstep_luts::hash::fnv1a32(piece).to_le_bytes());
+            }
+            assert_eq!(g.digest(), lockstep_luts::hash::fnv1a64(&pieces));
+        }
+    }
+
     #[test]
     fn a_run_config_from_an_older_protocol_still_reads_its_version() {
         // Protocol 3 had no sync settings: the message decodes, and the session refuses it by
