@@ -885,6 +885,25 @@ fn seeded_loss_ends_identical() {
     }
 }
 
+/// Once node 1 (the leader) stopped, the others cannot finish without it: they may go.
+fn let_the_others_go_once_the_leader_stopped(net: &mut Net, _top: u32) {
+    if net.nodes[&1].session.stopped().is_some() {
+        for id in [2, 3] {
+            if net.nodes[&id].alive {
+                net.kill(id);
+            }
+        }
+    }
+}
+
+/// What `id`'s guard stopped the run with, if it did.
+fn guard_failure(net: &Net, id: PeerId) -> Option<lockstep_node::session::GuardFailure> {
+    net.nodes[&id].events.iter().find_map(|e| match e {
+        Event::GuardStopped(f) => Some(f.clone()),
+        _ => None,
+    })
+}
+
 #[test]
 fn flipped_weights_stop_the_run_within_a_step_naming_the_node() {
     let mut net = Net::started(7, &[1, 2, 3], 20);
@@ -895,23 +914,9 @@ fn flipped_weights_stop_the_run_within_a_step_naming_the_node() {
             node.toy.weights[4] = f32::from_bits(node.toy.weights[4].to_bits() ^ 1);
             flipped = true;
         }
-        // The leader stopped: the others cannot finish without it; they may go.
-        if net.nodes[&1].session.stopped().is_some() {
-            for id in [2, 3] {
-                if net.nodes[&id].alive {
-                    net.kill(id);
-                }
-            }
-        }
+        let_the_others_go_once_the_leader_stopped(net, top);
     });
-    let failure = net.nodes[&1]
-        .events
-        .iter()
-        .find_map(|e| match e {
-            Event::GuardStopped(f) => Some(f.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("the leader did not stop:\n{}", net.describe()));
+    let failure = guard_failure(&net, 1).unwrap_or_else(|| panic!("the leader did not stop:\n{}", net.describe()));
     assert_eq!(failure.weight_mismatch, vec![3]);
     assert!(failure.step <= 7, "stopped at step {}", failure.step);
     assert!(net.nodes.values().all(|n| n.hashes.len() <= 6), "nobody applied a step after the flip");
@@ -925,23 +930,8 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
     }
     net.nodes.get_mut(&2).unwrap().phash = 0x1234_5678;
     net.start(1, 5);
-    net.run(80_000, |net, _| {
-        if net.nodes[&1].session.stopped().is_some() {
-            for id in [2, 3] {
-                if net.nodes[&id].alive {
-                    net.kill(id);
-                }
-            }
-        }
-    });
-    let failure = net.nodes[&1]
-        .events
-        .iter()
-        .find_map(|e| match e {
-            Event::GuardStopped(f) => Some(f.clone()),
-            _ => None,
-        })
-        .expect("the leader stopped");
+    net.run(80_000, let_the_others_go_once_the_leader_stopped);
+    let failure = guard_failure(&net, 1).expect("the leader stopped");
     assert_eq!((failure.step, failure.probe_mismatch), (1, vec![2]));
     assert!(net.nodes.values().all(|n| n.hashes.is_empty()), "nobody applied step 1");
 }
