@@ -1,7 +1,8 @@
 //! A browser in the mesh: real headless Chromium opens a page served by a real `lockstep
 //! signal --static`, joins the group by address, answers a Lockstep node's offer, and the two
-//! exchange messages larger than 48 KB both ways over loopback — the node resumes the page
-//! into its run (a checkpoint in 48 KB frames) and the page sends a 60,000-byte gradient
+//! exchange messages larger than 48 KB both ways over loopback — the page, which says nothing of
+//! what computes on it, is told the run as an observer and sent one resume (a checkpoint in
+//! 48 KB frames) and the page sends a 60,000-byte gradient
 //! message back, which the node's session receives and refuses by name. Large SCTP packets stay
 //! between Lockstep nodes: a browser, which says no `agent`, gets the default packet size.
 
@@ -49,11 +50,14 @@ fn a_browser_joins_the_mesh_and_exchanges_large_messages_with_a_node() {
     let received: Vec<u64> = result["received"].as_array().unwrap().iter().filter_map(|n| n.as_u64()).collect();
     assert!(received.iter().any(|&n| n > 48_000), "node → browser: a frame over 48 KB: {result}");
     let browser = result["id"].as_u64().unwrap();
-    // Browser → node: the 60,000-byte gradient arrived whole and the session refused it by name.
+    // Browser → node: the 60,000-byte gradient arrived whole and the session refused it by name
+    // (the page watches the run: it is no member, its contribution is none).
     node.wait_for(
         "the browser's gradient",
         |e| {
-            e["event"] == "ignored" && e["from"] == browser && e["why"].as_str().is_some_and(|w| w.contains("gradient"))
+            e["event"] == "ignored"
+                && e["from"] == browser
+                && e["why"].as_str().is_some_and(|w| w.contains("contribution"))
         },
         20,
     );

@@ -33,6 +33,9 @@ pub const MIN_VOTERS: usize = 3;
 /// A learner whose link has been closed this long leaves the configuration (it joins again,
 /// as a new learner, if it comes back).
 pub const GONE_MS: u64 = 60_000;
+/// A peer that has not said what computes on it this long after its link opened is told the
+/// run as an observer (a Lockstep node says so at once, `-9`).
+pub const SILENT_PEER_MS: u64 = 2_000;
 /// The first wait between two resumes of one member, and the longest (each doubles it).
 const RESUME_FIRST_MS: u64 = 1_000;
 const RESUME_MAX_MS: u64 = 32_000;
@@ -84,8 +87,9 @@ pub struct Roster {
     kicked: BTreeMap<PeerId, Removal>,
     leaving: BTreeSet<PeerId>,
     forgotten: BTreeSet<PeerId>,
-    /// When each member's link closed.
+    /// When each member's link closed, and when each open one opened.
     closed_since: BTreeMap<PeerId, u64>,
+    opened_at: BTreeMap<PeerId, u64>,
     resumes: BTreeMap<PeerId, Resume>,
     /// Observers told of the run.
     told: BTreeSet<PeerId>,
@@ -101,12 +105,14 @@ impl Roster {
         self.computes.get(&peer) == Some(&false)
     }
 
-    pub fn connected(&mut self, peer: PeerId) {
+    pub fn connected(&mut self, peer: PeerId, now_ms: u64) {
         self.closed_since.remove(&peer);
+        self.opened_at.insert(peer, now_ms);
     }
 
     pub fn disconnected(&mut self, peer: PeerId, now_ms: u64) {
         self.closed_since.entry(peer).or_insert(now_ms);
+        self.opened_at.remove(&peer);
         self.told.remove(&peer);
         if let Some(resume) = self.resumes.get_mut(&peer) {
             resume.wanted = false;
@@ -292,10 +298,19 @@ impl Roster {
         due
     }
 
-    /// (Leader) observers not yet told of the run.
-    pub fn observers_to_tell(&mut self, connected: &BTreeSet<PeerId>) -> Vec<PeerId> {
-        let new: Vec<PeerId> =
-            connected.iter().copied().filter(|p| self.is_observer(*p) && !self.told.contains(p)).collect();
+    /// (Leader) observers not yet told of the run: peers whose peer info says they cannot
+    /// compute, and peers that said nothing for [`SILENT_PEER_MS`] (a browser page speaking only
+    /// the handshake).
+    pub fn observers_to_tell(&mut self, connected: &BTreeSet<PeerId>, now_ms: u64) -> Vec<PeerId> {
+        let silent = |p: &PeerId| {
+            !self.computes.contains_key(p)
+                && self.opened_at.get(p).is_some_and(|at| now_ms.saturating_sub(*at) >= SILENT_PEER_MS)
+        };
+        let new: Vec<PeerId> = connected
+            .iter()
+            .copied()
+            .filter(|p| (self.is_observer(*p) || silent(p)) && !self.told.contains(p))
+            .collect();
         self.told.extend(&new);
         new
     }

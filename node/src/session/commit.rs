@@ -1,0 +1,237 @@
+//! The weights taking the log: committed entries queued in order, each step applied once its
+//! record is committed and its contributions are here (repaired if not), a resume asked for when
+//! they are gone.
+
+use super::*;
+
+impl Session {
+    /// What raft-rs has ready: messages go out, committed entries are taken in order.
+    pub(super) fn pump(&mut self) {
+        let Some(agreement) = &mut self.agreement else { return };
+        let run = agreement.run();
+        match agreement.poll() {
+            Ok(polled) => {
+                for (to, bytes) in polled.messages {
+                    self.send(to, Message::Raft { run, bytes });
+                }
+                for error in polled.errors {
+                    self.ignore(self.leader().unwrap_or(0), &error.to_string());
+                }
+                for committed in polled.committed {
+                    self.on_committed(committed);
+                }
+            }
+            Err(e) => self.stop(Stop::Agreement(e)),
+        }
+    }
+
+    pub(super) fn on_committed(&mut self, committed: Committed) {
+        match committed {
+            Committed::Run(run) => self.follow_run(run),
+            Committed::State { state, .. } => {
+                // Everything below the snapshot is in its state: the weights catch up by a resume
+                // unless they are there already.
+                self.queue.clear();
+                self.follow_run(state.run);
+            }
+            Committed::Step { record, index, term } => {
+                if record.step > self.applied || self.pending.is_some() {
+                    self.queue.push_back(Queued::Step { record, index, term });
+                }
+            }
+            Committed::Push { epoch, digest } => self.queue.push_back(Queued::Push { epoch, digest }),
+            Committed::Members { voters, learners, index } => {
+                let now = self.applied;
+                for peer in voters.iter().chain(&learners) {
+                    self.joined_at.entry(*peer).or_insert(now);
+                }
+                self.joined_at.retain(|p, _| voters.contains(p) || learners.contains(p));
+                self.event(Event::Members { voters, learners, index });
+            }
+        }
+        while self.queue.len() > MAX_QUEUED {
+            self.queue.pop_front();
+        }
+    }
+
+    /// The log's run reached us: build its model (once).
+    pub(super) fn follow_run(&mut self, run: RunConfig) {
+        if self.configured || self.pending == Some(Pending::Configure) {
+            return;
+        }
+        self.run = Some(run);
+        self.event(Event::RunStarted { leader: self.leader().unwrap_or(0), settings: run });
+        if self.config.computes {
+            self.pending = Some(Pending::Configure);
+            self.out.push(Output::Configure(run));
+        }
+    }
+
+    /// Whether the weights hold everything the log committed.
+    pub(super) fn current(&self) -> bool {
+        let Some(state) = self.agreement.as_ref().and_then(Agreement::state) else { return false };
+        let at_the_start = state.epoch == Epoch::default() && state.step == 0;
+        self.configured
+            && self.pending.is_none()
+            && self.queue.is_empty()
+            && self.epochs.mine() == state.epoch
+            && (if at_the_start { self.applied == 0 } else { state.step == 0 || self.applied == state.step })
+    }
+
+    /// The weights take the committed entries they can, in order.
+    pub(super) fn take_committed(&mut self) {
+        while self.configured && self.pending.is_none() && self.stopped.is_none() {
+            let Some(front) = self.queue.front().cloned() else { return };
+            match front {
+                Queued::Step { record, .. } if record.step <= self.applied => {
+                    self.queue.pop_front();
+                }
+                Queued::Step { record, .. } if record.step > self.applied + 1 => {
+                    self.catch_up();
+                    return;
+                }
+                Queued::Step { record, index, term } => {
+                    if !self.apply(&record, index, term) {
+                        return;
+                    }
+                    self.queue.pop_front();
+                    // A step boundary: the leader serves what waits for one before it computes on.
+                    self.serve_at_boundary();
+                }
+                Queued::Push { epoch, digest } => {
+                    if epoch <= self.epochs.mine() {
+                        self.queue.pop_front();
+                        continue;
+                    }
+                    match self.push_bytes.take() {
+                        Some((held, bytes, from)) if held == digest => {
+                            self.queue.pop_front();
+                            self.pending = Some(Pending::Push { from, epoch });
+                            self.out.push(Output::Restore { bytes });
+                        }
+                        other => {
+                            self.push_bytes = other;
+                            self.catch_up();
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Applies a committed record once its contributions are here; false while they are not
+    /// (repairs asked for) or when the guard stopped the run.
+    pub(super) fn apply(&mut self, record: &StepRecord, index: u64, term: u64) -> bool {
+        let missing = self.contributions.missing(record);
+        if !missing.is_empty() {
+            self.repair(record.step, &missing);
+            return false;
+        }
+        let me = self.config.me;
+        let own = self.contributions.get(record.step, me).map(|h| h.gradient.whash);
+        if let Err(failure) = self.contributions.guard(record, me, own, self.config.expected_phash) {
+            self.stop_with(failure);
+            return false;
+        }
+        let Some((reduced, loss)) = self.contributions.reduce(record) else { return false };
+        let run = self.run.expect("a configured run");
+        let step = record.step;
+        let weights: Vec<(PeerId, u32)> = if run.sync.elastic {
+            record.contributions.iter().map(|c| (c.peer, c.weight)).collect()
+        } else {
+            Vec::new()
+        };
+        self.applied = step;
+        self.contributions.applied(step);
+        self.repairs = Repairs::default();
+        let ours = record.contributions.iter().any(|c| c.peer == me);
+        self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours });
+        let peers = record.roster();
+        self.event(Event::StepApplied {
+            step,
+            loss,
+            peers,
+            whash: record.whash,
+            weights: weights.clone(),
+            term,
+            index,
+        });
+        if let Some(steps) = self.window.applied(&run, me, &weights) {
+            self.event(Event::Behind { step, steps, of: run.sync.mode.steps_per_sync() });
+        }
+        if step >= run.syncs() {
+            self.finished = true;
+            self.event(Event::RunFinished { step });
+        }
+        true
+    }
+
+    /// Asks for the contributions a committed record names that are not here: from the leader,
+    /// or their authors; after a few rounds, from everyone; past that, a resume.
+    pub(super) fn repair(&mut self, step: u32, missing: &[PeerId]) {
+        if self.repairs.step != step {
+            self.repairs = Repairs { step, last_ms: None, attempts: 0 };
+        }
+        let now = self.timing.now_ms();
+        let wait = self.config.repair_after_ms << self.repairs.attempts.min(4);
+        if self.repairs.last_ms.is_some_and(|t| now.saturating_sub(t) < wait) {
+            return;
+        }
+        if self.repairs.attempts >= REPAIRS_BEFORE_RESUME || self.applied + RETAINED_STEPS < self.committed_step() {
+            self.catch_up();
+            return;
+        }
+        self.repairs.last_ms = Some(now);
+        self.repairs.attempts += 1;
+        let me = self.config.me;
+        let leader = self.leader().filter(|l| *l != me && self.members.contains(l));
+        for &peer in missing {
+            let mut ask: Vec<PeerId> = match leader {
+                Some(leader) if self.repairs.attempts <= 2 => vec![leader],
+                _ => self.members.iter().copied().collect(),
+            };
+            if self.repairs.attempts <= 2 && self.members.contains(&peer) && !ask.contains(&peer) {
+                ask.push(peer);
+            }
+            for to in ask {
+                self.send(to, Message::RepairRequest { step, peer });
+            }
+            self.event(Event::RepairRequested { step, peer });
+        }
+    }
+
+    /// The last step the log committed (since the last push).
+    pub(super) fn committed_step(&self) -> u32 {
+        self.agreement.as_ref().and_then(Agreement::state).map_or(0, |s| s.step)
+    }
+
+    /// The weights cannot catch up with the log from what is here: ask the leader for a resume
+    /// (again every few seconds while it does not come).
+    pub(super) fn catch_up(&mut self) {
+        if !self.config.computes || self.pending.is_some() || self.stopped.is_some() {
+            return;
+        }
+        let now = self.timing.now_ms();
+        if self.is_leader() {
+            // A leader whose weights are behind its log (it won an election with the log, not the
+            // weights) cannot resume itself: it hands the lead to a voter it reaches, which then
+            // resumes it.
+            self.hand_over_lead();
+            return;
+        }
+        let Some(leader) = self.leader().filter(|l| *l != self.config.me && self.members.contains(l)) else {
+            return;
+        };
+        match self.catching_up {
+            Some((_, asked)) if now.saturating_sub(asked) < CATCH_UP_AGAIN_MS => return,
+            Some((since, _)) => self.catching_up = Some((since, now)),
+            None => {
+                self.catching_up = Some((now, now));
+                let committed = self.committed_step();
+                self.event(Event::CatchingUp { applied: self.applied, committed });
+            }
+        }
+        self.send(leader, Message::CatchUp { applied: self.applied });
+    }
+}

@@ -1,0 +1,145 @@
+//! Our contributions and the members': computing the next step when the weights hold everything
+//! committed, sending ours to the members taking part, holding what arrives (checked, guarded,
+//! hurrying an elastic window).
+
+use super::*;
+
+impl Session {
+    /// Computes the next step when the weights hold everything committed.
+    pub(super) fn maybe_compute(&mut self) {
+        let me = self.config.me;
+        let Some(run) = self.run else { return };
+        if !self.config.computes
+            || !self.in_run()
+            || self.quitting
+            || !self.agreement.as_ref().is_some_and(|a| a.is_member(me))
+            || !self.current()
+        {
+            return;
+        }
+        let step = self.applied + 1;
+        if step > run.syncs() || self.asked.is_some_and(|a| a.step == step) {
+            return;
+        }
+        let now = self.timing.now_ms();
+        self.asked = Some(Asked { step, at_ms: now, ready: None });
+        let cap = self.window.compute(&run, step, now);
+        self.out.push(Output::Compute { step, cap });
+        self.hurry_if_beaten(step);
+    }
+
+    pub(super) fn on_computed(&mut self, gradient: Gradient) {
+        let me = self.config.me;
+        let now = self.timing.now_ms();
+        let Some(asked) = self.asked.as_mut().filter(|a| a.step == gradient.step && a.ready.is_none()) else {
+            return; // a stale result: the weights moved on
+        };
+        if self.stopped.is_some() || self.pending.is_some() || gradient.step != self.applied + 1 {
+            return;
+        }
+        let compute_ms = now.saturating_sub(asked.at_ms);
+        asked.ready = Some((now, compute_ms));
+        if self.is_leader() {
+            let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);
+            self.due.push_back((gradient.step, now + deadline));
+            if self.due.len() > 8 {
+                self.due.pop_front();
+            }
+        }
+        if let Some(run) = self.run {
+            self.window.computed(&run, gradient.weight, now);
+        }
+        let step = gradient.step;
+        let targets: Vec<PeerId> = self.members.iter().copied().filter(|p| self.takes_part(*p, step)).collect();
+        for to in targets {
+            self.send(to, Message::Gradient(gradient.clone()));
+        }
+        self.offer(me, gradient);
+    }
+
+    /// Whether `peer` takes part in `step`: in the configuration, and a voter, or it contributed
+    /// or joined within [`QUIET_STEPS`]. Only those are sent contributions and repairs: a
+    /// member that computes nothing follows by resumes, at the leader's back-off, and costs the
+    /// group no bandwidth.
+    pub(super) fn takes_part(&self, peer: PeerId, step: u32) -> bool {
+        let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(peer)) else { return false };
+        let lately = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
+        !self.roster.is_observer(peer)
+            && (agreement.is_voter(peer) || lately(self.contributed.get(&peer)) || lately(self.joined_at.get(&peer)))
+    }
+
+    /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s).
+    pub(super) fn offer(&mut self, from: PeerId, gradient: Gradient) -> bool {
+        let step = gradient.step;
+        if !self.configured || step <= self.applied || step > self.applied + 2 {
+            self.ignore(from, &format!("a contribution to step {step}, which this node does not collect"));
+            return false;
+        }
+        let why = match self.contributions.offer(from, gradient) {
+            Offer::Accepted => {
+                let last = self.contributed.entry(from).or_insert(step);
+                *last = (*last).max(step);
+                if from != self.config.me {
+                    self.hurry_if_beaten(step);
+                    self.arrived(from, step);
+                }
+                self.guard_held(step);
+                return true;
+            }
+            Offer::Duplicate => return false,
+            Offer::WrongWeight { weight, allowed } => {
+                format!("a contribution of weight {weight}, the run allows {}..={}", allowed.start(), allowed.end())
+            }
+            Offer::WrongEncoding { expected, actual } => {
+                format!("a contribution sent as {actual}, the run's compression is {expected}")
+            }
+            Offer::WrongLength { expected, actual } => {
+                format!("a contribution of {actual} values, the model has {expected}")
+            }
+            Offer::OutOfBounds(e) => {
+                // Refused before it can reach a sum; the leader stops waiting for the sender.
+                self.event(Event::ContributionRefused { peer: from, step, why: e });
+                if self.is_leader() && from != self.config.me && self.roster.expected(from) {
+                    let backoff = self.roster.missed(from);
+                    self.event(Event::Dropped { peer: from, step, why: DropReason::Refused { why: e, backoff } });
+                }
+                return false;
+            }
+        };
+        self.ignore(from, &why);
+        false
+    }
+
+    /// The guard, as early as it can run: contributions to one step (of one epoch) are computed
+    /// from the same committed weights, so once our own is here, one from other weights — or
+    /// with an unhealthy probe — is a fork or a broken kernel, and the run stops here, naming
+    /// the senders, before any record could sum it.
+    pub(super) fn guard_held(&mut self, step: u32) {
+        let me = self.config.me;
+        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let mut failure = GuardFailure { step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
+        for (peer, held) in self.contributions.at(step) {
+            if held.gradient.whash != own {
+                failure.weight_mismatch.push(peer);
+            }
+            if held.gradient.phash != self.config.expected_phash {
+                failure.probe_mismatch.push(peer);
+            }
+        }
+        if !failure.weight_mismatch.is_empty() || !failure.probe_mismatch.is_empty() {
+            self.stop_with(failure);
+        }
+    }
+
+    /// Elastic windows: another member's whole window for the step we compute is here: ours
+    /// ends after its inner step under way.
+    pub(super) fn hurry_if_beaten(&mut self, step: u32) {
+        let Some(run) = self.run.filter(|r| r.sync.elastic) else { return };
+        let h = run.sync.mode.steps_per_sync();
+        let me = self.config.me;
+        let whole = self.contributions.at(step).any(|(p, held)| p != me && held.gradient.weight == h);
+        if self.window.hurry(&run, step, whole, self.timing.now_ms()) {
+            self.out.push(Output::Hurry { step });
+        }
+    }
+}

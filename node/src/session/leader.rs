@@ -1,0 +1,225 @@
+//! The leader's work: the configuration it changes, the resumes and observers it serves at step
+//! boundaries, the records it proposes, the lead it hands over.
+
+use super::*;
+
+impl Session {
+    /// The leader's work: the configuration, resumes at boundaries, the next record.
+    pub(super) fn lead(&mut self) {
+        let me = self.config.me;
+        let now = self.timing.now_ms();
+        let Some(agreement) = self.agreement.as_mut().filter(|a| a.is_leader()) else { return };
+        if self.stopped.is_some() || self.quitting {
+            return;
+        }
+        let starting = agreement.state().is_some_and(|s| s.step == 0 && s.epoch == Epoch::default());
+        let (voters, learners) = agreement.members();
+        self.roster.lead(agreement.term(), &voters, &learners, starting);
+        if !agreement.leads_with_a_committed_term() {
+            return;
+        }
+        if let Some((change, why)) = self.roster.next_change(agreement, me, &self.members, now, starting) {
+            match agreement.change(change) {
+                Ok(true) => {
+                    if let (Change::Remove(peer), Some(why)) = (change, why) {
+                        self.event(Event::Dropped { peer, step: self.applied, why });
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => return self.stop(Stop::Agreement(e)),
+            }
+        }
+        // A boundary as good as any: not computing, or — one step a sync, whose compute leaves
+        // the weights as they were — done computing. (In `outer:H` a finished compute has moved
+        // the weights through its window, and ran ahead with an overlap: only the next apply is
+        // a boundary.)
+        let one_step = self.run.is_some_and(|r| r.sync.mode.steps_per_sync() == 1);
+        let boundary = self.asked.is_none_or(|a| a.step != self.applied + 1 || (one_step && a.ready.is_some()));
+        if boundary || self.finished {
+            self.serve_at_boundary();
+        }
+        self.propose();
+    }
+
+    /// (Leader, weights at a step boundary) resumes asked for and observers not yet told.
+    pub(super) fn serve_at_boundary(&mut self) {
+        if !self.is_leader() || !self.current() && !self.finished || self.pending.is_some() {
+            return;
+        }
+        let now = self.timing.now_ms();
+        for peer in self.roster.resumes_due(&self.members, now) {
+            self.out.push(Output::SendSnapshot { to: peer });
+        }
+        let Some(run) = self.run else { return };
+        let run_id = self.agreement.as_ref().map_or(0, Agreement::run);
+        for peer in self.roster.observers_to_tell(&self.members, now) {
+            self.send(peer, Message::RunConfig { protocol: MESH_PROTOCOL_VERSION, run_id, run });
+            self.out.push(Output::SendSnapshot { to: peer });
+        }
+    }
+
+    /// (Leader) proposes the next step's record once the members it waits for contributed, or
+    /// the deadline passed.
+    pub(super) fn propose(&mut self) {
+        let me = self.config.me;
+        let now = self.timing.now_ms();
+        let Some(run) = self.run else { return };
+        let step = self.applied + 1;
+        if step > run.syncs() || self.pushing.is_some() || !self.current() || self.pending.is_some() {
+            return;
+        }
+        let Some(agreement) = self.agreement.as_ref() else { return };
+        let term = agreement.term();
+        if self.proposed == Some((term, step)) {
+            return;
+        }
+        let Some(Asked { ready: Some((ready_ms, compute_ms)), .. }) = self.asked.filter(|a| a.step == step) else {
+            return;
+        };
+        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let (voters, learners) = agreement.members();
+        let present: Vec<(PeerId, Named)> = self
+            .contributions
+            .at(step)
+            .filter(|(p, _)| *p == me || agreement.is_member(*p))
+            .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.gradient.weight }))
+            .collect();
+        let has = |p: &PeerId| present.iter().any(|(q, _)| q == p);
+        let late: Vec<PeerId> = voters
+            .iter()
+            .chain(&learners)
+            .copied()
+            .filter(|p| *p != me && self.roster.expected(*p) && !has(p))
+            .collect();
+        let waited = now.saturating_sub(ready_ms);
+        let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);
+        // At the run's start every member that can compute is in the first step (once the
+        // configuration has it), unless the deadline passes first.
+        let starting = agreement.state().is_some_and(|s| s.step == 0 && s.epoch == Epoch::default());
+        let joining = starting && self.roster.unjoined(agreement, me, &self.members);
+        if (!late.is_empty() || joining) && waited < deadline {
+            self.ask_late(step, &late, waited);
+            return;
+        }
+        // (Every contribution here passed the guard as it came: `guard_held`.)
+        let record = StepRecord { step, whash: own, contributions: present.iter().map(|(_, n)| *n).collect() };
+        match self.agreement.as_mut().map(|a| a.propose(&LogEntry::Step(record))) {
+            Some(Ok(true)) => {}
+            Some(Ok(false)) | None => return,
+            Some(Err(e)) => return self.stop(Stop::Agreement(e)),
+        }
+        self.proposed = Some((term, step));
+        if late.is_empty() {
+            self.timing.waited(waited);
+        }
+        for peer in late {
+            let backoff = self.roster.missed(peer);
+            self.event(Event::Dropped { peer, step, why: DropReason::Deadline { deadline_ms: deadline, backoff } });
+        }
+        // Elastic windows' slow-member rule, at this boundary.
+        for peer in self.window.too_slow(self.config.slow_windows, me) {
+            self.window.forget(peer);
+            self.remove_for_good(peer, Removal::Slow { windows: self.config.slow_windows });
+        }
+    }
+
+    /// (Leader) members it waits for whose contribution is not here after a repair interval are
+    /// asked for it (it may have been lost with a link that closed), once per interval.
+    pub(super) fn ask_late(&mut self, step: u32, late: &[PeerId], waited: u64) {
+        let now = self.timing.now_ms();
+        let after = self.config.repair_after_ms;
+        let asked_recently = self.late_asked.is_some_and(|(s, t)| s == step && now.saturating_sub(t) < after);
+        if waited < after || asked_recently {
+            return;
+        }
+        self.late_asked = Some((step, now));
+        let reachable: Vec<PeerId> = late.iter().copied().filter(|p| self.members.contains(p)).collect();
+        for peer in reachable {
+            self.send(peer, Message::RepairRequest { step, peer });
+        }
+    }
+
+    /// (Leader) `peer` is out of the run for good: told why, then taken out of the
+    /// configuration.
+    pub(super) fn remove_for_good(&mut self, peer: PeerId, why: Removal) {
+        self.roster.kick(peer, why.clone());
+        if self.members.contains(&peer) {
+            self.send(peer, Message::Removed { step: self.applied, why });
+        }
+    }
+
+    pub(super) fn on_kick(&mut self, peer: PeerId, why: String) {
+        if !self.is_leader() || self.run.is_none() {
+            let leader = self.leader();
+            self.event(Event::Problem(Problem::NotLeader { action: LeaderAction::Kick, leader }));
+        } else if peer == self.config.me {
+            self.event(Event::Problem(Problem::KickSelf));
+        } else {
+            self.remove_for_good(peer, Removal::Kicked(why));
+        }
+    }
+
+    pub(super) fn on_push(&mut self, bytes: Vec<u8>) {
+        if self.pending.is_some() || self.pushing.is_some() {
+            self.event(Event::Problem(Problem::Busy));
+            return;
+        }
+        if self.run.is_none() {
+            // No run: this node's state only.
+            let epoch = Epoch { count: self.epochs.mine().count + 1, pusher: self.config.me };
+            self.pending = Some(Pending::Push { from: self.config.me, epoch });
+            self.out.push(Output::Restore { bytes });
+            return;
+        }
+        if !self.is_leader() {
+            let leader = self.leader();
+            self.event(Event::Problem(Problem::NotLeader { action: LeaderAction::Push, leader }));
+            return;
+        }
+        let digest = lockstep_luts::hash::fnv1a64(&bytes);
+        let epoch = Epoch { count: self.epochs.mine().count + 1, pusher: self.config.me };
+        match self.agreement.as_mut().map(|a| a.propose(&LogEntry::Push { epoch, digest })) {
+            Some(Ok(true)) => {}
+            Some(Err(e)) => return self.stop(Stop::Agreement(e)),
+            _ => {
+                let leader = self.leader();
+                self.event(Event::Problem(Problem::NotLeader { action: LeaderAction::Push, leader }));
+                return;
+            }
+        }
+        self.pushing = Some(digest);
+        self.broadcast(&Message::CheckpointPush(bytes.clone()));
+        self.push_bytes = Some((digest, bytes, self.config.me));
+    }
+
+    /// (Leader) hands the lead to the most caught-up voter it reaches, if any.
+    pub(super) fn hand_over_lead(&mut self) {
+        let me = self.config.me;
+        let members = self.members.clone();
+        let Some(agreement) = self.agreement.as_mut().filter(|a| a.is_leader()) else { return };
+        let (voters, _) = agreement.members();
+        let next = voters
+            .iter()
+            .copied()
+            .filter(|p| *p != me && members.contains(p))
+            .max_by_key(|p| (agreement.has_replicated(*p, agreement.last_index()), std::cmp::Reverse(*p)));
+        if let Some(next) = next {
+            if let Err(e) = agreement.transfer_lead(next) {
+                self.stop(Stop::Agreement(e));
+            }
+        }
+    }
+
+    /// (Leader) a member's contribution arrived: in time for its step's deadline, it counts
+    /// toward the member being waited for again.
+    pub(super) fn arrived(&mut self, from: PeerId, step: u32) {
+        if !self.is_leader() {
+            return;
+        }
+        let now = self.timing.now_ms();
+        let in_time = self.due.iter().find(|(s, _)| *s == step).is_none_or(|(_, due)| now <= *due);
+        if let Some(steps) = self.roster.arrived(from, step, in_time) {
+            self.event(Event::Readmitted { peer: from, steps });
+        }
+    }
+}
