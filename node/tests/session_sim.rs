@@ -1248,7 +1248,8 @@ fn only_the_leaders_push_counts() {
 }
 
 /// A member suspended long enough to miss a step's deadline: the leader goes on without it,
-/// and waits for it again once it has kept up; it finishes equal.
+/// and waits for it again once it has kept up (or once it is resumed, when it fell too far
+/// behind); it finishes equal, summed again in the last steps.
 #[test]
 fn a_silent_member_is_dropped_at_the_step_deadline_and_waited_for_again_once_it_keeps_up() {
     for seed in 0..10 {
@@ -1272,11 +1273,6 @@ fn a_silent_member_is_dropped_at_the_step_deadline_and_waited_for_again_once_it_
         });
         let dropped = dropped.unwrap_or_else(|| panic!("seed {seed}: node 3 was never dropped\n{}", net.describe()));
         assert!((5..=6).contains(&dropped), "seed {seed}: dropped at step {dropped}");
-        assert!(
-            leader.events.iter().any(|e| matches!(e, Event::Readmitted { peer: 3, .. })),
-            "seed {seed}: {}",
-            net.describe()
-        );
         assert_all_finished_equal(&net, &[1, 2, 3], 40, &format!("seed {seed}"));
         // Summed again in the last steps.
         assert!(rosters_of(&net, 1)[&40].contains(&3), "seed {seed}");
@@ -1680,8 +1676,9 @@ fn an_observer_never_enters_the_configuration_and_costs_nothing() {
 }
 
 /// A member that says it computes but never answers: in a group of two and a group of four it
-/// costs the group one step deadline (at the run's start, where everyone is waited for), never
-/// votes and is never summed; the others train on as they would without it.
+/// costs the group a step deadline at the run's start (where everyone is waited for) and one
+/// after each resume it asks for (1 s apart, then 2, 4, … up to 5 min), never votes and is
+/// never summed; the others train on as they would without it.
 #[test]
 fn a_member_that_never_computes_costs_one_deadline() {
     for (ids, seed) in [(&[1, 2][..], 0), (&[1, 2][..], 1), (&[1, 2, 3, 4][..], 2), (&[1, 2, 3, 4][..], 3)] {
@@ -1702,10 +1699,13 @@ fn a_member_that_never_computes_costs_one_deadline() {
         };
         let (lazy, alone) = (run(true), run(false));
         assert!(lazy.assert_identical_or_guarded());
+        // Waited for at the start, and once after each resume it asks for (each further apart).
         let drops = lazy.count(|e| matches!(e, Event::Dropped { peer: 9, .. }));
-        assert_eq!(drops, 1, "seed {seed}: {}", lazy.describe());
+        // The resumes come 1, 2, 4, 8 … s apart: over `t` seconds, at most 2 + log2(t) waits.
+        let bound = 2 + (lazy.now_ms as f64 / 1000.0).max(1.0).log2().ceil() as usize;
+        assert!((1..=bound).contains(&drops), "seed {seed}: {drops} drops in {} ms\n{}", lazy.now_ms, lazy.describe());
         assert!(!lazy.nodes[&1].session.configuration().0.contains(&9), "seed {seed}: it never votes");
-        // Waited for once; never in a record.
+        // Never in a record.
         assert!(lazy.nodes[&1]
             .events
             .iter()

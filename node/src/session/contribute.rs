@@ -57,15 +57,18 @@ impl Session {
         self.offer(me, gradient);
     }
 
-    /// Whether `peer` takes part in `step`: in the configuration, and a voter, or it contributed
-    /// or joined within [`QUIET_STEPS`]. Only those are sent contributions and repairs: a
+    /// Whether `peer` takes part in `step`: in the configuration, and a voter, waited for by us
+    /// (leading), or it contributed or joined within [`QUIET_STEPS`]. Only those are sent contributions and repairs: a
     /// member that computes nothing follows by resumes, at the leader's back-off, and costs the
     /// group no bandwidth.
     pub(super) fn takes_part(&self, peer: PeerId, step: u32) -> bool {
         let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(peer)) else { return false };
         let lately = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
         !self.roster.is_observer(peer)
-            && (agreement.is_voter(peer) || lately(self.contributed.get(&peer)) || lately(self.joined_at.get(&peer)))
+            && (agreement.is_voter(peer)
+                || self.roster.expected(peer)
+                || lately(self.contributed.get(&peer))
+                || lately(self.joined_at.get(&peer)))
     }
 
     /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s).

@@ -38,7 +38,7 @@ pub const GONE_MS: u64 = 60_000;
 pub const SILENT_PEER_MS: u64 = 2_000;
 /// The first wait between two resumes of one member, and the longest (each doubles it).
 const RESUME_FIRST_MS: u64 = 1_000;
-const RESUME_MAX_MS: u64 = 32_000;
+const RESUME_MAX_MS: u64 = 300_000;
 
 /// Whether the leader waits for a member's contributions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +84,9 @@ pub struct Roster {
     /// Members whose contribution reached the leader within a step's deadline at least once
     /// (only they vote: one that never computes never does).
     proven: BTreeSet<PeerId>,
+    /// Deadlines missed by members the leader waits for again since a resume (their next miss
+    /// counts on from there).
+    misses_before: BTreeMap<PeerId, u32>,
     kicked: BTreeMap<PeerId, Removal>,
     leaving: BTreeSet<PeerId>,
     forgotten: BTreeSet<PeerId>,
@@ -137,6 +140,7 @@ impl Roster {
         self.term = None;
         self.standing.clear();
         self.proven.clear();
+        self.misses_before.clear();
         self.kicked.clear();
         self.leaving.clear();
         self.forgotten.clear();
@@ -179,7 +183,7 @@ impl Roster {
     pub fn missed(&mut self, peer: PeerId) -> u32 {
         let misses = match self.standing.get(&peer) {
             Some(Standing::Backoff { misses, .. }) => misses + 1,
-            _ => 1,
+            _ => self.misses_before.remove(&peer).unwrap_or(0) + 1,
         };
         self.standing.insert(peer, Standing::Backoff { misses, kept: 0, last: None });
         Standing::needed(misses)
@@ -190,6 +194,11 @@ impl Roster {
     pub fn arrived(&mut self, peer: PeerId, step: u32, in_time: bool) -> Option<u32> {
         if in_time {
             self.proven.insert(peer);
+            if self.expected(peer) {
+                // Keeping up: its next resume, if it ever needs one, comes at once.
+                self.resumes.remove(&peer);
+                self.misses_before.remove(&peer);
+            }
         }
         let Some(Standing::Backoff { misses, kept, last }) = self.standing.get_mut(&peer) else { return None };
         if last.is_some_and(|l| l >= step) {
@@ -285,6 +294,10 @@ impl Roster {
     }
 
     /// (Leader, at a step boundary) the members to resume now; each waits longer for its next.
+    /// A member resumed is waited for at the next step (a deadline at most): a group whose steps
+    /// are faster than a checkpoint's trip would otherwise always be ahead of it. One that
+    /// misses that step counts a miss, and is resumed less and less often (1 s, doubling to
+    /// 5 min) until it keeps up.
     pub fn resumes_due(&mut self, connected: &BTreeSet<PeerId>, now_ms: u64) -> Vec<PeerId> {
         let mut due = Vec::new();
         for (peer, resume) in self.resumes.iter_mut() {
@@ -293,6 +306,14 @@ impl Roster {
                 resume.next_ms = now_ms + resume.wait_ms;
                 resume.wait_ms = (resume.wait_ms * 2).min(RESUME_MAX_MS);
                 due.push(*peer);
+            }
+        }
+        for peer in &due {
+            if let Some(Standing::Backoff { misses, .. }) = self.standing.get(peer) {
+                self.misses_before.insert(*peer, *misses);
+            }
+            if self.standing.contains_key(peer) {
+                self.standing.insert(*peer, Standing::Expected);
             }
         }
         due
