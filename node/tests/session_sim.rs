@@ -1677,8 +1677,8 @@ fn an_observer_never_enters_the_configuration_and_costs_nothing() {
 
 /// A member that says it computes but never answers: in a group of two and a group of four it
 /// costs the group a step deadline at the run's start (where everyone is waited for) and one
-/// after each resume it asks for (1 s apart, then 2, 4, … up to 5 min), never votes and is
-/// never summed; the others train on as they would without it.
+/// after its first resume, never votes and is never summed; the others train on as they would
+/// without it.
 #[test]
 fn a_member_that_never_computes_costs_one_deadline() {
     for (ids, seed) in [(&[1, 2][..], 0), (&[1, 2][..], 1), (&[1, 2, 3, 4][..], 2), (&[1, 2, 3, 4][..], 3)] {
@@ -1699,11 +1699,9 @@ fn a_member_that_never_computes_costs_one_deadline() {
         };
         let (lazy, alone) = (run(true), run(false));
         assert!(lazy.assert_identical_or_guarded());
-        // Waited for at the start, and once after each resume it asks for (each further apart).
+        // Waited for at the start, and after its first resume: never again.
         let drops = lazy.count(|e| matches!(e, Event::Dropped { peer: 9, .. }));
-        // The resumes come 1, 2, 4, 8 … s apart: over `t` seconds, at most 2 + log2(t) waits.
-        let bound = 2 + (lazy.now_ms as f64 / 1000.0).max(1.0).log2().ceil() as usize;
-        assert!((1..=bound).contains(&drops), "seed {seed}: {drops} drops in {} ms\n{}", lazy.now_ms, lazy.describe());
+        assert!((1..=2).contains(&drops), "seed {seed}: {drops} drops in {} ms\n{}", lazy.now_ms, lazy.describe());
         assert!(!lazy.nodes[&1].session.configuration().0.contains(&9), "seed {seed}: it never votes");
         // Never in a record.
         assert!(lazy.nodes[&1]

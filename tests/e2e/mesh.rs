@@ -675,10 +675,12 @@ fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes(
     b.wait_for("steps without c", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after + 20), 30);
     let moving_again = stopped_at.elapsed();
     stop("-CONT");
-    // Awake, it catches up with the log (a resume: the contributions it missed are gone) and
-    // is waited for again once it keeps up.
+    // Awake, it catches up with the log (a resume: the contributions it missed are gone), is
+    // waited for at the step after it, and summed again.
     resumed_in_step(&a, &b, &c);
-    a.wait_for("c readmitted", |e| e["event"] == "readmitted" && e["peer"] == c.id, 30);
+    let in_roster =
+        |e: &Value| e["event"] == "step" && e["roster"].as_array().is_some_and(|r| r.contains(&c.id.into()));
+    a.wait_for("c summed again", in_roster, 30);
     println!("suspended member: the group moved on {:.1} s after the stop", moving_again.as_secs_f64());
 
     // The operator removes b: it is told why and stays out; a and c go on.
@@ -1010,8 +1012,10 @@ fn a_member_that_never_computes_costs_the_group_nothing() {
         assert!(!events.iter().any(votes), "group of {n}: it never votes");
         let summed = |e: &Value| e["event"] == "step" && e["roster"].as_array().is_some_and(|r| r.contains(&lazy_id));
         assert!(!events.iter().any(summed), "group of {n}: it is never summed");
-        let waited = |e: &Value| e["event"] == "dropped" && e["peer"] == lazy_id;
-        assert!(!events.iter().any(waited), "group of {n}: it was never waited for, so never dropped");
+        // Waited for once: after its first resume (a member that never computed is not waited
+        // for after its later ones).
+        let waited = events.iter().filter(|e| e["event"] == "dropped" && e["peer"] == lazy_id).count();
+        assert!(waited <= 1, "group of {n}: waited for {waited} times");
         for node in &nodes {
             let served = node.events().iter().filter(|e| e["event"] == "repair-served" && e["to"] == lazy_id).count();
             assert!(served <= 8, "group of {n}: {served} repairs served to it");

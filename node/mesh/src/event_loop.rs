@@ -387,8 +387,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
         }
         let Some(me) = self.me else { return };
-        let missing: Vec<PeerId> =
-            self.listed.iter().copied().filter(|p| me < *p && !self.links.peers.contains_key(p)).collect();
+        let missing: Vec<PeerId> = self
+            .listed
+            .iter()
+            .copied()
+            .filter(|p| self.offers_to(me, *p) && !self.links.peers.contains_key(p))
+            .collect();
         for peer in missing {
             let (due, wait) = *self.reoffer.entry(peer).or_insert((Instant::now(), RECONNECT_FIRST_MS));
             if Instant::now() < due {
@@ -500,7 +504,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }
-                for peer in members.into_iter().filter(|&p| id < p) {
+                let ours: Vec<PeerId> = members.into_iter().filter(|&p| p != id && self.offers_to(id, p)).collect();
+                for peer in ours {
                     if !self.links.peers.contains_key(&peer) {
                         self.offer_to(peer).await;
                     }
@@ -511,7 +516,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     self.agents.insert(peer, agent);
                 }
                 self.listed.insert(peer);
-                if self.me.is_some_and(|id| id < peer) && !self.links.peers.contains_key(&peer) {
+                if self.me.is_some_and(|id| self.offers_to(id, peer)) && !self.links.peers.contains_key(&peer) {
                     self.offer_to(peer).await;
                 }
             }
@@ -620,6 +625,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 (self.report)(Report::Warning(format!("peer {from}'s answer was refused: {e}")));
             }
         }
+    }
+
+    /// Whether we offer the link to `peer` (else we answer its offer): of two Lockstep nodes the
+    /// smaller id offers; to any other peer (a browser page, which only answers) we offer.
+    fn offers_to(&self, me: PeerId, peer: PeerId) -> bool {
+        me < peer || self.agents.get(&peer).is_none_or(|agent| agent != AGENT)
     }
 
     /// Large SCTP packets (16,000 bytes) only on loopback and only to a peer that said it is a

@@ -87,6 +87,9 @@ pub struct Roster {
     /// Deadlines missed by members the leader waits for again since a resume (their next miss
     /// counts on from there).
     misses_before: BTreeMap<PeerId, u32>,
+    /// Members resumed at least once (a member never proven is waited for after its first
+    /// resume only).
+    resumed_once: BTreeSet<PeerId>,
     kicked: BTreeMap<PeerId, Removal>,
     leaving: BTreeSet<PeerId>,
     forgotten: BTreeSet<PeerId>,
@@ -141,6 +144,7 @@ impl Roster {
         self.standing.clear();
         self.proven.clear();
         self.misses_before.clear();
+        self.resumed_once.clear();
         self.kicked.clear();
         self.leaving.clear();
         self.forgotten.clear();
@@ -294,10 +298,11 @@ impl Roster {
     }
 
     /// (Leader, at a step boundary) the members to resume now; each waits longer for its next.
-    /// A member resumed is waited for at the next step (a deadline at most): a group whose steps
-    /// are faster than a checkpoint's trip would otherwise always be ahead of it. One that
-    /// misses that step counts a miss, and is resumed less and less often (1 s, doubling to
-    /// 5 min) until it keeps up.
+    /// A member resumed is waited for at the next step (a deadline at most) — a group whose
+    /// steps are faster than a checkpoint's trip would otherwise always be ahead of it — if its
+    /// contributions ever came in time, or on its first resume: one that never computes costs
+    /// the group that one deadline, not one a resume. Resumes come less and less often (1 s,
+    /// doubling to 5 min) until the member keeps up.
     pub fn resumes_due(&mut self, connected: &BTreeSet<PeerId>, now_ms: u64) -> Vec<PeerId> {
         let mut due = Vec::new();
         for (peer, resume) in self.resumes.iter_mut() {
@@ -309,6 +314,10 @@ impl Roster {
             }
         }
         for peer in &due {
+            let first = self.resumed_once.insert(*peer);
+            if !first && !self.proven.contains(peer) {
+                continue;
+            }
             if let Some(Standing::Backoff { misses, .. }) = self.standing.get(peer) {
                 self.misses_before.insert(*peer, *misses);
             }
