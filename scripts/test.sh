@@ -15,6 +15,8 @@ command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v pgrep >/dev/null || need_apt+=(procps)
 # One mesh test puts nodes in two network namespaces of its own (iproute2's `ip`, as root).
 command -v ip >/dev/null || need_apt+=(iproute2)
+# The fault campaign cuts links and loses packets with nftables rules on a bridge of namespaces.
+command -v nft >/dev/null || need_apt+=(nftables)
 # The console end-to-end test drives the real binary inside tmux.
 command -v tmux >/dev/null || need_apt+=(tmux)
 # The GPU plugins (lut, dp4a) run for real on Mesa's lavapipe, a Vulkan 1.3 CPU driver with

@@ -1,7 +1,8 @@
-//! The fault campaign's short form, in every CI run: `lockstep chaos` on real processes —
-//! suspensions (some past the links' life), kills and newcomers, cut halves, one-way cuts, the
-//! signaling server down and back, quits and joins, in all four sync modes — must end with no
-//! fork, no hang and no guard stop, every time.
+//! The fault campaign's short form, in every CI run: `lockstep chaos` on real processes, each
+//! node in a network namespace of its own on one bridge — suspensions (some past the links'
+//! life), kills and newcomers, cut halves and one-way cuts and bursts of packet loss dropped by
+//! nftables on the bridge, the signaling server down and back, quits and joins, in all four sync
+//! modes — must end with no fork, no hang and no guard stop, every time.
 
 use std::process::Command;
 
@@ -13,7 +14,7 @@ fn a_short_fault_campaign_never_forks_and_never_hangs() {
     let out = Command::new(BIN)
         .args(["chaos", "--episodes", "20", "--jobs", "2", "--seed", "2000", "--json"])
         .args(["--max-fault-s", "4", "--window-s", "6", "--long-sleep-pct", "10", "--progress-bound-s", "60"])
-        .args(["--election-ms", "1000"])
+        .args(["--election-ms", "1000", "--network", "netns"])
         .output()
         .expect("lockstep chaos runs");
     let text = String::from_utf8_lossy(&out.stdout).to_string();

@@ -1,13 +1,15 @@
 //! What the process-level tests share: the binary, child processes killed on drop, a real
-//! signaling server on a free port, and headless nodes whose JSON-line events are collected.
+//! signaling server on a free port, and headless nodes through the harness's client
+//! (`lockstep_harness::client`), whose failures become the test's panics.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::ops::{Deref, DerefMut};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use lockstep_harness::client::{self, Headless};
 use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
@@ -49,26 +51,25 @@ pub fn signal_server_at(port: u16, secret: Option<&std::path::Path>) -> Signal {
     Signal { _proc: Proc(child), url: format!("ws://127.0.0.1:{port}/ws") }
 }
 
-/// The harness's clock, one for every node's events (`at_s`).
-fn harness_clock() -> Instant {
-    static CLOCK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *CLOCK.get_or_init(Instant::now)
+/// One headless node: the harness's client ([`Headless`]), whose failures fail the test.
+pub struct Node(Headless);
+
+impl Deref for Node {
+    type Target = Headless;
+    fn deref(&self) -> &Headless {
+        &self.0
+    }
 }
 
-/// One headless node: its events as they arrive, and its stdin.
-pub struct Node {
-    proc: Option<Proc>,
-    stdin: ChildStdin,
-    events: Arc<Mutex<Vec<Value>>>,
-    pub id: u64,
+impl DerefMut for Node {
+    fn deref_mut(&mut self) -> &mut Headless {
+        &mut self.0
+    }
 }
 
 impl Node {
     pub fn spawn(signal: &Signal, backend: &str) -> Node {
-        let mut node = Node::spawn_at(&signal.url, backend);
-        let connected = node.wait_for("connected", |e| e["event"] == "connected", 20);
-        node.id = connected["id"].as_u64().unwrap();
-        node
+        Node::spawn_with(signal, backend, &[])
     }
 
     /// A node asking to join `room`: its id comes with `waiting`.
@@ -92,11 +93,6 @@ impl Node {
         node
     }
 
-    /// The process id (for suspending it).
-    pub fn pid(&self) -> u32 {
-        self.proc.as_ref().map_or(0, |p| p.0.id())
-    }
-
     /// Starts a node inside network namespace `netns` (see [`NetnsPair`]).
     pub fn spawn_in(netns: &str, url: &str, backend: &str) -> Node {
         let mut command = Command::new("ip");
@@ -104,142 +100,34 @@ impl Node {
         Node::spawn_command(command, url, backend, &[])
     }
 
-    /// `command` (the binary, or something that execs it) with the node's arguments.
-    fn spawn_command(mut command: Command, url: &str, backend: &str, extra: &[&str]) -> Node {
-        command.args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"]).args(extra);
+    /// `launcher` (the binary, or something that execs it) with the node's arguments.
+    fn spawn_command(launcher: Command, url: &str, backend: &str, extra: &[&str]) -> Node {
+        let mut command = client::node_command(launcher, url, backend, extra);
         if !extra.contains(&"--ckpt-dir") {
             // A node that must stop saves its state first: never into the source tree.
             command.arg("--ckpt-dir").arg(std::env::temp_dir().join("lockstep-e2e-stops"));
         }
-        let mut child = command
-            .args(["--repair-after-ms", "300"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("lockstep node starts");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(mut value) = serde_json::from_str::<Value>(&line) {
-                    // When the harness read it (seconds on one clock for every node).
-                    value["at_s"] = harness_clock().elapsed().as_secs_f64().into();
-                    sink.lock().unwrap().push(value);
-                }
-            }
-        });
-        Node { proc: Some(Proc(child)), stdin, events, id: 0 }
+        Node(Headless::spawn(command).expect("lockstep node starts"))
     }
 
     pub fn command(&mut self, command: Value) {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    pub fn events(&self) -> Vec<Value> {
-        self.events.lock().unwrap().clone()
+        self.0.command(&command).unwrap_or_else(|e| panic!("{e:#}"));
     }
 
     /// Waits for an event matching `pred`, failing after `secs` with everything seen.
     pub fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
-        self.wait_among(what, Node::events, pred, secs)
+        self.0.wait_for(what, Duration::from_secs(secs), pred).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// Like `wait_for`, among the events after the last `restored` one.
     pub fn wait_since_restore(&self, what: &str, pred: impl Fn(&Value) -> bool, secs: u64) -> Value {
-        self.wait_among(what, Node::events_since_restore, pred, secs)
-    }
-
-    fn wait_among(
-        &self,
-        what: &str,
-        among: fn(&Node) -> Vec<Value>,
-        pred: impl Fn(&Value) -> bool,
-        secs: u64,
-    ) -> Value {
-        let started = Instant::now();
-        loop {
-            if let Some(found) = among(self).into_iter().find(|e| pred(e)) {
-                return found;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(secs),
-                "node {} never reported {what}; it said:\n{}",
-                self.id,
-                self.events().iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The events after this node's last `restored` event (all of them if it never restored).
-    /// A restore rewinds the step count, so a step reported before it comes again after it
-    /// with other weights (the node's data stream does not rewind).
-    pub fn events_since_restore(&self) -> Vec<Value> {
-        let events = self.events();
-        let start = events.iter().rposition(|e| e["event"] == "restored").map_or(0, |i| i + 1);
-        events[start..].to_vec()
-    }
-
-    /// Weight hash after each applied step (the later one where a restore repeated a step).
-    pub fn hashes(&self) -> BTreeMap<u64, String> {
-        weight_hashes(&self.events())
-    }
-
-    /// Weight hash after each step applied since the last restore.
-    pub fn hashes_since_restore(&self) -> BTreeMap<u64, String> {
-        weight_hashes(&self.events_since_restore())
-    }
-
-    /// Weight hash after each step of the last run started (a node keeps its events across
-    /// runs, and every run counts its steps from 1).
-    pub fn hashes_of_last_run(&self) -> BTreeMap<u64, String> {
-        let events = self.events();
-        let start = events.iter().rposition(|e| e["event"] == "run-started").unwrap_or(0);
-        weight_hashes(&events[start..])
-    }
-
-    /// The `kind` events of the last run started.
-    pub fn events_of_last_run(&self, kind: &str) -> Vec<Value> {
-        let events = self.events();
-        let start = events.iter().rposition(|e| e["event"] == "run-started").unwrap_or(0);
-        events[start..].iter().filter(|e| e["event"] == kind).cloned().collect()
-    }
-
-    /// The last step this node applied.
-    pub fn last_step(&self) -> u64 {
-        self.events().iter().filter(|e| e["event"] == "weights").filter_map(|e| e["step"].as_u64()).max().unwrap_or(0)
-    }
-
-    pub fn kill(&mut self) {
-        self.proc.take();
+        self.0.wait_since_restore(what, Duration::from_secs(secs), pred).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     /// Closes stdin (the node leaves) and waits for the process's exit status.
     pub fn exit_status(&mut self, secs: u64) -> Option<i32> {
-        let _ = writeln!(self.stdin, "{}", serde_json::json!({"cmd": "quit"}));
-        let mut proc = self.proc.take()?;
-        let started = Instant::now();
-        loop {
-            if let Ok(Some(status)) = proc.0.try_wait() {
-                return status.code();
-            }
-            assert!(started.elapsed() < Duration::from_secs(secs), "node {} did not exit", self.id);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.0.quit(Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{e:#}"))
     }
-}
-
-fn weight_hashes(events: &[Value]) -> BTreeMap<u64, String> {
-    events
-        .iter()
-        .filter(|e| e["event"] == "weights")
-        .map(|e| (e["step"].as_u64().unwrap(), e["whash"].as_str().unwrap().to_string()))
-        .collect()
 }
 
 /// Two network stacks on one host, as two machines would have: network namespaces `a` (at

@@ -83,7 +83,7 @@ fn best_time(min: Duration, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow
 }
 
 fn load_backend(name: &str, threads: u32) -> anyhow::Result<Backend> {
-    Ok(crate::backend::open_backend(name, threads, Default::default())?.1)
+    Ok(lockstep_tui::backend::open_backend(name, threads, Default::default())?.1)
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {

@@ -17,8 +17,8 @@ use lockstep_node::session::Event;
 use lockstep_node::wire::FRAGMENT_BYTES;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
-use crate::backend::{admit, Opening};
-use crate::node_runtime::HostProvider;
+use lockstep_tui::backend::{admit, Opening};
+use lockstep_tui::node_runtime::HostProvider;
 
 #[derive(clap::Args)]
 pub struct ExchangeArgs {

@@ -13,10 +13,8 @@
 //! the group's final weights.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -25,8 +23,11 @@ use lockstep_node::settings;
 use lockstep_node::sync::{OuterOptimizer, SyncConfig};
 use serde_json::{json, Value};
 
-use crate::run_args::{Defaults, RunArgs};
-use crate::train::GroupReplay;
+use lockstep_tui::run_args::{Defaults, RunArgs};
+use lockstep_tui::train::GroupReplay;
+
+use crate::client::{at, Headless, SignalServer};
+use crate::netns::{Network, Shaping, HUB_ADDRESS};
 
 #[derive(clap::Args)]
 pub struct WanArgs {
@@ -160,136 +161,21 @@ fn quotas(args: &WanArgs) -> anyhow::Result<Vec<CpuQuota>> {
         .collect()
 }
 
-/// The namespaces, the bridge and the shaping; removed on drop.
-struct ShapedNetwork {
-    hub: String,
-    nodes: Vec<String>,
+/// The namespaces, the bridge and each node's uplink shaped; removed on drop.
+fn shaped_network(nodes: usize, rate_mbit: f64, queue_ms: u64) -> anyhow::Result<Network> {
+    let mut network = Network::new(&format!("lsw{}", std::process::id())).context("bench wan needs root")?;
+    for _ in 0..nodes {
+        network.add_node(Some(Shaping { rate_mbit, queue_ms }))?;
+    }
+    Ok(network)
 }
 
-const HUB_ADDRESS: &str = "10.78.0.1";
-
-fn node_address(index: usize) -> String {
-    format!("10.78.0.{}", 10 + index)
-}
-
-fn sh(program: &str, args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new(program).args(args).output().with_context(|| format!("running {program}"))?;
-    ensure!(out.status.success(), "{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    Ok(())
-}
-
-impl ShapedNetwork {
-    fn new(nodes: usize, rate_mbit: f64, queue_ms: u64) -> anyhow::Result<ShapedNetwork> {
-        let tag = std::process::id();
-        let mut network = ShapedNetwork { hub: format!("lsw{tag}h"), nodes: Vec::new() };
-        sh("ip", &["netns", "add", &network.hub]).context("creating network namespaces (bench wan needs root)")?;
-        let hub = network.hub.clone();
-        sh("ip", &["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
-        sh("ip", &["-n", &hub, "addr", "add", &format!("{HUB_ADDRESS}/24"), "dev", "br0"])?;
-        sh("ip", &["-n", &hub, "link", "set", "br0", "up"])?;
-        sh("ip", &["-n", &hub, "link", "set", "lo", "up"])?;
-        // tbf: the rate, a burst of 4 ms at that rate (at least 16 KB), and at most `queue_ms` of
-        // queue before the kernel drops (as a real uplink's buffer would).
-        let burst = ((rate_mbit * 1e6 / 8.0 * 0.004) as u64).max(16 * 1024);
-        for index in 0..nodes {
-            let ns = format!("lsw{tag}n{index}");
-            sh("ip", &["netns", "add", &ns])?;
-            network.nodes.push(ns.clone());
-            let (inside, outside) = (format!("w{index}"), format!("b{index}"));
-            sh("ip", &["link", "add", &inside, "netns", &ns, "type", "veth", "peer", "name", &outside, "netns", &hub])?;
-            sh("ip", &["-n", &ns, "addr", "add", &format!("{}/24", node_address(index)), "dev", &inside])?;
-            sh("ip", &["-n", &ns, "link", "set", &inside, "up"])?;
-            sh("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
-            sh("ip", &["-n", &hub, "link", "set", &outside, "master", "br0"])?;
-            sh("ip", &["-n", &hub, "link", "set", &outside, "up"])?;
-            sh(
-                "tc",
-                &[
-                    "-n",
-                    &ns,
-                    "qdisc",
-                    "add",
-                    "dev",
-                    &inside,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &format!("{}kbit", (rate_mbit * 1000.0) as u64),
-                    "burst",
-                    &burst.to_string(),
-                    "latency",
-                    &format!("{queue_ms}ms"),
-                ],
-            )
-            .context("shaping a link with tc tbf")?;
-        }
-        Ok(network)
-    }
-}
-
-impl Drop for ShapedNetwork {
-    fn drop(&mut self) {
-        for ns in self.nodes.iter().chain([&self.hub]) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// A process whose stdout is JSON lines, collected as they come.
-struct Headless {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    events: Arc<Mutex<Vec<(Instant, Value)>>>,
-}
-
-impl Headless {
-    fn spawn(mut command: Command) -> anyhow::Result<Headless> {
-        let mut child =
-            command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("spawning")?;
-        let stdout = child.stdout.take().context("stdout")?;
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(value) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), value));
-                }
-            }
-        });
-        Ok(Headless { stdin: child.stdin.take(), child, events })
-    }
-
-    fn command(&mut self, command: &Value) -> anyhow::Result<()> {
-        let stdin = self.stdin.as_mut().context("stdin closed")?;
-        writeln!(stdin, "{command}")?;
-        Ok(stdin.flush()?)
-    }
-
-    fn events(&self) -> Vec<(Instant, Value)> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn wait_for(&self, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> anyhow::Result<(Instant, Value)> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(found) = self.events().into_iter().find(|(_, e)| pred(e)) {
-                return Ok(found);
-            }
-            if let Some(error) = self.events().into_iter().find(|(_, e)| e["event"] == "guard-stopped") {
-                bail!("{what}: the guard stopped the run: {}", error.1);
-            }
-            ensure!(Instant::now() < deadline, "no {what} within {secs} s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Headless {
-    fn drop(&mut self) {
-        self.stdin.take();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// [`Headless::wait_for`] in whole seconds, failing at once where the guard stopped the run.
+fn wait_for(node: &Headless, what: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+    node.wait_for(what, Duration::from_secs(secs), |e| pred(e) || e["event"] == "guard-stopped").and_then(|found| {
+        ensure!(found["event"] != "guard-stopped" || pred(&found), "{what}: the guard stopped the run: {found}");
+        Ok(found)
+    })
 }
 
 /// One mode's figures.
@@ -363,7 +249,7 @@ fn setting_flags(run: &RunConfig) -> Vec<String> {
 
 fn run_mode(
     args: &WanArgs,
-    network: &ShapedNetwork,
+    network: &Network,
     quotas: &[CpuQuota],
     url: &str,
     run: RunConfig,
@@ -382,23 +268,22 @@ fn run_mode(
     let bin = std::env::current_exe().context("the lockstep binary")?;
     let mut nodes: Vec<Headless> = Vec::new();
     let mut ids = Vec::new();
-    for (index, ns) in network.nodes.iter().enumerate() {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", ns]).arg(&bin).args(["node", "--headless", "--signal", &room]);
+    for index in 0..args.nodes {
+        let mut command = network.launcher(index, &bin);
+        command.args(["node", "--headless", "--signal", &room]);
         command.args(["--backend", "cpu", "--threads", &args.threads.to_string()]);
         command.args(["--link-delay-ms", &(args.rtt_ms / 2).to_string()]);
         command.args(["--link-loss-per-mille", &args.loss_per_mille.to_string()]);
         // A full-mesh f32 step on a slow link takes seconds: no member is dropped for it.
         command.args(["--step-deadline-floor-ms", "300000", "--step-deadline-ceiling-ms", "600000"]);
         command.arg("--ckpt-dir").arg(dir);
-        let node = Headless::spawn(command)?;
+        let node = Headless::join(command, Duration::from_secs(30))?;
         // `ip netns exec` execs the node: the pid is the node's.
         if let Some(quota) = quotas.get(index) {
-            quota.add(node.child.id())?;
+            quota.add(node.pid())?;
         }
         let first = nodes.is_empty();
-        let (_, hello) = node.wait_for("a welcome", 30, |e| e["event"] == "connected" || e["event"] == "waiting")?;
-        let id = hello["id"].as_u64().context("an id")?;
+        let id = node.id;
         if !first {
             nodes[0].command(&json!({"cmd": "approve", "peer": id}))?;
         }
@@ -407,7 +292,7 @@ fn run_mode(
     }
     for (node, id) in nodes.iter().zip(&ids) {
         for other in ids.iter().filter(|o| *o != id) {
-            node.wait_for("an open channel", 60, |e| e["event"] == "channel-open" && e["peer"] == *other)?;
+            wait_for(node, "an open channel", 60, |e| e["event"] == "channel-open" && e["peer"] == *other)?;
         }
     }
     let sample_steps = args.sample_steps.unwrap_or(if args.quick { 6 } else { 12 });
@@ -423,40 +308,39 @@ fn run_mode(
     let ended_run = |e: &Value| {
         (e["event"] == "step" && e["step"].as_u64() == Some(u64::from(syncs))) || e["event"] == "run-finished"
     };
-    let (began, _) = nodes[0].wait_for("the run started", 60, |e| e["event"] == "run-started")?;
+    let began = at(&wait_for(&nodes[0], "the run started", 60, |e| e["event"] == "run-started")?);
     let mut said = Instant::now();
-    while !nodes.iter().all(|n| n.events().iter().any(|(_, e)| ended_run(e))) {
-        if let Some((_, error)) = nodes[0].events().into_iter().find(|(_, e)| e["event"] == "guard-stopped") {
+    while !nodes.iter().all(|n| n.events().iter().any(ended_run)) {
+        if let Some(error) = nodes[0].events().into_iter().find(|e| e["event"] == "guard-stopped") {
             bail!("{label}: the guard stopped the run: {error}");
         }
         if said.elapsed() > Duration::from_secs(10) {
-            let step = nodes[0].events().iter().filter(|(_, e)| e["event"] == "weights").count();
+            let step = nodes[0].events().iter().filter(|e| e["event"] == "weights").count();
             eprintln!("bench wan: {label}: {step}/{syncs} syncs after {:.0} s", began.elapsed().as_secs_f64());
             said = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     // Timed from the first sync's end (the links' slow start is in the first) to the last's.
-    let (first, _) = nodes[0].wait_for("the first sync", 60, |e| e["event"] == "step" && e["step"] == 1)?;
+    let first = at(&wait_for(&nodes[0], "the first sync", 60, |e| e["event"] == "step" && e["step"] == 1)?);
     let mut ended = first;
     for node in &nodes {
-        let (at, _) = node.wait_for("the last sync", 3600, ended_run)?;
-        ended = ended.max(at);
+        ended = ended.max(at(&wait_for(node, "the last sync", 3600, ended_run)?));
     }
     let seconds = ended.duration_since(first).as_secs_f64();
     // When each sync had ended on every node, from the first roster.
     let mut sync_ended = vec![0f64; syncs as usize];
     for node in &nodes {
-        for (at, e) in node.events() {
+        for e in node.events() {
             let k = e["step"].as_u64().unwrap_or(0) as usize;
             if e["event"] == "step" && (1..=sync_ended.len()).contains(&k) {
-                sync_ended[k - 1] = sync_ended[k - 1].max(at.duration_since(began).as_secs_f64());
+                sync_ended[k - 1] = sync_ended[k - 1].max(at(&e).duration_since(began).as_secs_f64());
             }
         }
     }
     // Every node's last step is reported once its hash is known; wait for those.
     for node in &nodes {
-        node.wait_for("the last step's hash", 60, |e| e["event"] == "weights" && e["step"] == syncs)?;
+        wait_for(node, "the last step's hash", 60, |e| e["event"] == "weights" && e["step"] == syncs)?;
     }
     let mut hashes: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut sent = 0u64;
@@ -464,7 +348,7 @@ fn run_mode(
     let mut breakdown = [0f64; 3];
     let mut timed_syncs = 0f64;
     for node in &nodes {
-        for (_, e) in node.events().iter().filter(|(_, e)| e["event"] == "weights") {
+        for e in node.events().iter().filter(|e| e["event"] == "weights") {
             let step = e["step"].as_u64().unwrap_or(0);
             if step > u64::from(syncs) {
                 continue;
@@ -485,8 +369,8 @@ fn run_mode(
     let weights: BTreeMap<u64, Vec<u32>> = nodes[0]
         .events()
         .iter()
-        .filter(|(_, e)| e["event"] == "step" && e["weights"].is_array())
-        .map(|(_, e)| {
+        .filter(|e| e["event"] == "step" && e["weights"].is_array())
+        .map(|e| {
             let pairs = e["weights"].as_array().into_iter().flatten();
             (e["step"].as_u64().unwrap_or(0), pairs.map(|p| p[1].as_u64().unwrap_or(0) as u32).collect())
         })
@@ -621,21 +505,11 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         args.modes.iter().map(|m| mode_run(base, m, outer, overlap)).collect::<anyhow::Result<_>>()?;
     let dir: PathBuf = std::env::temp_dir().join(format!("lockstep-wan-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let network = ShapedNetwork::new(args.nodes, args.rate_mbit, args.queue_ms)?;
+    let network = shaped_network(args.nodes, args.rate_mbit, args.queue_ms)?;
     let bin = std::env::current_exe().context("the lockstep binary")?;
     let address = format!("{HUB_ADDRESS}:8765");
-    let mut signal = Command::new("ip")
-        .args(["netns", "exec", &network.hub])
-        .arg(&bin)
-        .args(["signal", "--bind", &address, "--no-data"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting the signaling server")?;
-    let mut first = String::new();
-    BufReader::new(signal.stdout.take().context("stdout")?).read_line(&mut first)?;
-    ensure!(first.contains("listening"), "the signaling server did not start: {first:?}");
-    let url = format!("ws://{address}/ws");
+    let signal = SignalServer::start(&bin, Some(&network.hub), &address, None)?;
+    let url = signal.url();
     let quotas = quotas(&args)?;
     let rates = side_by_side(&args, &quotas, base)?;
     let alone: f64 = rates.iter().sum();
@@ -656,14 +530,10 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         let result = run_mode(&args, &network, &quotas, &url, *mode, &dir, solo_loss);
         match result {
             Ok(m) => measured.push(m),
-            Err(e) => {
-                let _ = signal.kill();
-                return Err(e.context(format!("mode {}", mode.sync)));
-            }
+            Err(e) => return Err(e.context(format!("mode {}", mode.sync))),
         }
     }
-    let _ = signal.kill();
-    let _ = signal.wait();
+    drop(signal);
     let _ = std::fs::remove_dir_all(&dir);
     let seed = measured.first();
     let seed_bytes = seed.map_or(f64::NAN, |m| m.bytes_per_token);

@@ -30,8 +30,8 @@ use lockstep_node::sync::ContributeError;
 use lockstep_node::trainer::Trainer;
 use serde_json::json;
 
-use crate::backend::{open_backend, threads_or_all, Opening};
-use crate::run_args::RunArgs;
+use lockstep_tui::backend::{open_backend, threads_or_all, Opening};
+use lockstep_tui::run_args::RunArgs;
 
 #[derive(clap::Args)]
 pub struct BisectArgs {
@@ -83,10 +83,10 @@ pub fn run(args: BisectArgs) -> anyhow::Result<ExitCode> {
         if name == "float" {
             bail!("`float` is not exact: bisect compares backends with the definition's bits");
         }
-        let gated = crate::gate_child::gate_in_child(
+        let gated = lockstep_tui::gate_child::gate_in_child(
             name,
-            &crate::backend::child_options(args.threads, Opening::default()),
-            crate::backend::gate_timeout(),
+            &lockstep_tui::backend::child_options(args.threads, Opening::default()),
+            lockstep_tui::backend::gate_timeout(),
             &mut |_| {},
         );
         if gated.report.is_none() || gated.verdict_line.contains("wrote outside the output") {

@@ -1,30 +1,12 @@
-//! `lockstep`: the command-line entry point and composition root.
+//! `lockstep`: the command-line entry point and composition root. The commands a person
+//! trains with are `lockstep-tui`'s; the benches, `chaos` and `bisect` are
+//! `lockstep-harness`'s.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-#[cfg(test)]
-mod architecture_tests;
-mod backend;
-mod bench;
-mod bench_exchange;
-mod bench_train;
-mod bench_wan;
-mod bisect;
-mod chaos;
-mod console;
-mod demo;
-mod gate;
-mod gate_child;
-mod headless;
-mod infer;
-mod node;
-mod node_runtime;
-mod route;
-mod run_args;
-mod signal;
-mod train;
+use lockstep_harness::{bench, bisect, chaos};
+use lockstep_tui::{backend, demo, gate, gate_child, infer, node, signal, train};
 
 #[derive(Parser)]
 #[command(

@@ -1,14 +1,18 @@
 //! `lockstep chaos`: a randomized fault campaign on real processes.
 //!
 //! Each episode starts from a seed: a signaling server and three or four headless nodes (this
-//! binary, as separate processes on loopback), a tiny run in `every-step` or, with int8,
+//! binary, as separate processes, each in a network namespace of its own on one bridge — or all
+//! on loopback with `--network loopback`), a tiny run in `every-step` or, with int8,
 //! `outer:2` — plain, overlapped (`--overlap 1`) or in elastic windows (`outer:4`) — then a
 //! plan of faults drawn from the seed and played in real time, overlapping: a member or the
 //! leader suspended (SIGSTOP, now and then for 40 s, past the life of its WebRTC links) and
-//! woken, a node killed (SIGKILL) and a new one started, the links between two halves cut
-//! (`cut`, the channels left open) and healed, one member deaf to another (a one-way cut: it
-//! hears, it is not heard), the signaling server killed and started again, a node quitting and
-//! a new one joining. After the last fault heals, every live node must apply new steps within
+//! woken, a node killed (SIGKILL) and a new one started, the links between two halves cut and
+//! healed, one member deaf to another (a one-way cut: it hears, it is not heard), bursts of
+//! packet loss on one node's links (10–50% of its packets both ways), the signaling server
+//! killed and started again, a node quitting and a new one joining. Through namespaces, cuts and
+//! losses are nftables rules on the bridge (`netns.rs`): the packets vanish in the network and
+//! the links find out as a real network would let them; on loopback, cuts are `cut` commands
+//! inside the nodes (the channels stay open) and there is no loss. After the last fault heals, every live node must apply new steps within
 //! a bound; then everything stops and the reports are checked. (A plan never takes a majority
 //! of the run's members away for good — kills and quits are fewer than half the nodes: Raft
 //! cannot tell that from a cut, and a minority commits nothing, by design.)
@@ -29,14 +33,18 @@
 //! real, so the interleaving is not bit-for-bit the same).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use lockstep_luts::rng::SplitMix64;
 use serde_json::{json, Value};
+
+use crate::client::{self, Headless, SignalServer};
+use crate::netns::{self, DropRule};
 
 #[derive(clap::Args)]
 pub struct ChaosArgs {
@@ -73,6 +81,18 @@ pub struct ChaosArgs {
     /// Keep every node's reports of a failed episode here (`seed-S/node-ID.jsonl`).
     #[arg(long)]
     keep: Option<std::path::PathBuf>,
+    /// Where the nodes' packets travel: `netns`, a namespace per node on one bridge, cuts and
+    /// loss bursts by nftables rules on it (root and `nft` needed); `loopback`, one network,
+    /// cuts played inside the nodes (`cut`/`heal` commands) and no loss bursts.
+    #[arg(long, value_enum, default_value_t = Network::Netns)]
+    network: Network,
+}
+
+/// Where an episode's packets travel (`--network`).
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+pub enum Network {
+    Netns,
+    Loopback,
 }
 
 /// A long suspension: past the ~30 s after which WebRTC fails a silent link.
@@ -103,6 +123,8 @@ pub enum Kind {
     Quit(usize),
     /// The first node stops sending to the second (it still hears it); healed.
     OneWay(usize, usize),
+    /// A share of the node's packets, both ways, lost at random (`--network netns` only).
+    Loss(usize, u32),
 }
 
 /// How an episode's run syncs.
@@ -155,6 +177,7 @@ impl std::fmt::Display for Fault {
             Kind::SignalDown => "signal down".to_string(),
             Kind::Quit(n) => format!("quit n{n}"),
             Kind::OneWay(a, b) => format!("n{a} deaf-to n{b}"),
+            Kind::Loss(n, per_cent) => format!("loss {per_cent}% n{n}"),
         };
         write!(f, "{what} {:.0}s@{:.0}s", self.secs, self.at_s)
     }
@@ -219,136 +242,58 @@ impl Plan {
             let secs = 1.0 + more.below(args.max_fault_s.max(1) * 10) as f64 / 10.0;
             faults.push(Fault { kind: Kind::OneWay(a, b), at_s, secs });
         }
+        // Loss bursts only travel through namespaces: a third generator, so a loopback plan
+        // is the plan published before them.
+        if args.network == Network::Netns {
+            let mut third = SplitMix64::new(seed ^ 0x6e65_746e_735f_6c6f);
+            for _ in 0..third.below(3) {
+                let node = third.below(nodes as u64) as usize;
+                let per_cent = 10 + 10 * third.below(5) as u32;
+                let at_s = third.below(args.window_s.max(1) * 10) as f64 / 10.0;
+                let secs = 1.0 + third.below(args.max_fault_s.max(1) * 10) as f64 / 10.0;
+                faults.push(Fault { kind: Kind::Loss(node, per_cent), at_s, secs });
+            }
+        }
         faults.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         Plan { seed, nodes, mode, faults }
     }
 }
 
-/// One headless node process and the events it printed, each with when it came.
-struct NodeProc {
-    child: Child,
-    stdin: ChildStdin,
-    events: Arc<Mutex<Vec<Value>>>,
-    id: u64,
-    /// How it ended, if it did: `true` for a kill or a quit (its last step may be its own).
+/// A node of an episode, and whether it ended: `true` for a kill or a quit (its last step may
+/// be its own).
+struct Member {
+    node: Headless,
     ended: bool,
 }
 
-impl NodeProc {
-    fn spawn(bin: &std::path::Path, url: &str, ckpt: &std::path::Path, election_ms: u64) -> anyhow::Result<NodeProc> {
+impl Member {
+    /// A node joining `url`, inside the next namespace of `network` if there is one.
+    fn spawn(
+        bin: &Path,
+        network: Option<&mut netns::Network>,
+        url: &str,
+        ckpt: &Path,
+        election_ms: u64,
+    ) -> anyhow::Result<Member> {
+        let launcher = match network {
+            Some(network) => {
+                let index = network.add_node(None)?;
+                network.launcher(index, bin)
+            }
+            None => Command::new(bin),
+        };
         let (floor, ceiling) = DEADLINE_MS;
-        let mut child = Command::new(bin)
-            .args(["node", "--headless", "--signal", url, "--backend", "cpu", "--threads", "1"])
-            .args(["--repair-after-ms", "300", "--step-deadline-floor-ms", &floor.to_string()])
-            .args(["--step-deadline-ceiling-ms", &ceiling.to_string()])
-            .args(["--election-ms", &election_ms.to_string()])
-            .arg("--ckpt-dir")
-            .arg(ckpt)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting a node")?;
-        let stdin = child.stdin.take().context("the node's stdin")?;
-        let stdout = child.stdout.take().context("the node's stdout")?;
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let sink = events.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(value) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().unwrap_or_else(|p| p.into_inner()).push(value);
-                }
-            }
-        });
-        let mut node = NodeProc { child, stdin, events, id: 0, ended: false };
-        let connected = node.wait_for(|e| e["event"] == "connected", Duration::from_secs(30))?;
-        node.id = connected["id"].as_u64().unwrap_or(0);
-        Ok(node)
-    }
-
-    fn events(&self) -> Vec<Value> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn wait_for(&self, pred: impl Fn(&Value) -> bool, within: Duration) -> anyhow::Result<Value> {
-        let started = Instant::now();
-        loop {
-            if let Some(found) = self.events().into_iter().find(|e| pred(e)) {
-                return Ok(found);
-            }
-            anyhow::ensure!(started.elapsed() < within, "node {} did not report it within {within:?}", self.id);
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (floor, ceiling, election) = (floor.to_string(), ceiling.to_string(), election_ms.to_string());
+        let extra = ["--step-deadline-floor-ms", &floor, "--step-deadline-ceiling-ms", &ceiling];
+        let mut command = client::node_command(launcher, url, "cpu", &extra);
+        command.args(["--election-ms", &election]).arg("--ckpt-dir").arg(ckpt);
+        let node = Headless::join(command, Duration::from_secs(30))?;
+        Ok(Member { node, ended: false })
     }
 
     /// A command line; a node that is gone cannot take it (nothing to do then).
     fn command(&mut self, command: Value) {
-        let _ = writeln!(self.stdin, "{command}").and_then(|()| self.stdin.flush());
-    }
-
-    fn signal(&self, which: &str) {
-        let _ = Command::new("kill").args([which, &self.child.id().to_string()]).status();
-    }
-
-    fn last_step(&self) -> u64 {
-        self.events().iter().filter(|e| e["event"] == "weights").filter_map(|e| e["step"].as_u64()).max().unwrap_or(0)
-    }
-}
-
-impl Drop for NodeProc {
-    fn drop(&mut self) {
-        self.signal("-CONT");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The signaling server of an episode, restartable on its port with its resume key.
-struct SignalProc {
-    child: Option<Child>,
-    port: u16,
-    secret: std::path::PathBuf,
-}
-
-impl SignalProc {
-    fn start(bin: &std::path::Path, port: u16, secret: &std::path::Path) -> anyhow::Result<SignalProc> {
-        let mut signal = SignalProc { child: None, port, secret: secret.to_path_buf() };
-        signal.restart(bin)?;
-        Ok(signal)
-    }
-
-    fn restart(&mut self, bin: &std::path::Path) -> anyhow::Result<()> {
-        if self.child.is_some() {
-            return Ok(());
-        }
-        let child = Command::new(bin)
-            .args(["signal", "--bind", &format!("127.0.0.1:{}", self.port), "--no-data", "--resume-secret"])
-            .arg(&self.secret)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the signaling server")?;
-        self.child = Some(child);
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            anyhow::ensure!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for SignalProc {
-    fn drop(&mut self) {
-        self.kill();
+        let _ = self.node.command(&command);
     }
 }
 
@@ -372,6 +317,14 @@ impl Outcome {
 
 pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let bin = std::env::current_exe().context("the lockstep binary")?;
+    if args.network == Network::Netns {
+        // Said once, before any episode: what namespaces need here, and the way without them.
+        let probe = netns::Network::new(&format!("lsc{}p", std::process::id()));
+        probe.and_then(|n| n.set_drops(&[])).context(
+            "--network netns needs root, iproute2 and nftables (`nft`); `--network loopback` plays cuts inside \
+             the nodes instead",
+        )?;
+    }
     let seeds: Vec<u64> = (0..args.episodes).map(|i| args.seed + i).collect();
     let results: Mutex<Vec<(Plan, Outcome)>> = Mutex::new(Vec::new());
     let next = Mutex::new(seeds.into_iter());
@@ -408,7 +361,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             json!({"summary": true, "episodes": results.len(), "faults": faults, "failed": failed, "forks": forks,
                 "hangs": hangs, "guard_stops": guards, "errors": errors, "median_recovery_s": median,
                 "p90_recovery_s": p90, "worst_recovery_s": worst, "two_election_timeouts_s": two_elections_s,
-                "progress_bound_s": args.progress_bound_s})
+                "progress_bound_s": args.progress_bound_s,
+                "network": format!("{:?}", args.network).to_lowercase()})
         );
     } else {
         println!(
@@ -449,23 +403,40 @@ fn print_episode(plan: &Plan, outcome: &Outcome, as_json: bool) {
 }
 
 /// One episode, played for real.
-fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Result<Outcome> {
+fn episode(bin: &Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Result<Outcome> {
     let dir = std::env::temp_dir().join(format!("lockstep-chaos-{}-{}", std::process::id(), plan.seed));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut signal = SignalProc::start(bin, port, &dir.join("resume.key"))?;
-    let url = format!("ws://127.0.0.1:{port}/ws");
-    let mut nodes: Vec<NodeProc> = Vec::new();
+    let secret = dir.join("resume.key");
+    let mut network = match args.network {
+        Network::Netns => Some(netns::Network::new(&format!("lsc{}s{}", std::process::id(), plan.seed))?),
+        Network::Loopback => None,
+    };
+    let mut signal = match &network {
+        Some(network) => {
+            SignalServer::start(bin, Some(&network.hub), &format!("{}:8765", netns::HUB_ADDRESS), Some(&secret))?
+        }
+        None => SignalServer::on_loopback(bin, Some(&secret))?,
+    };
+    // Through namespaces every node has an address of its own: they meet in a room, whose host
+    // approves each joiner (the harness tells whichever node is asked to).
+    let url = match &network {
+        Some(_) => format!("{}?room=chaos", signal.url()),
+        None => signal.url(),
+    };
+    let mut approved = BTreeSet::new();
+    let mut nodes: Vec<Member> = Vec::new();
     for _ in 0..plan.nodes {
-        nodes.push(NodeProc::spawn(bin, &url, &dir, args.election_ms)?);
+        nodes.push(Member::spawn(bin, network.as_mut(), &url, &dir, args.election_ms)?);
     }
-    for node in &nodes {
+    // Through namespaces, the packets each fault now under way drops (by fault index).
+    let mut dropping: BTreeMap<usize, Vec<DropRule>> = BTreeMap::new();
+    for index in 0..nodes.len() {
         let open = |e: &Value| e["event"] == "channel-open";
         let started = Instant::now();
-        while node.events().iter().filter(|e| open(e)).count() < plan.nodes - 1 {
+        while nodes[index].node.events().iter().filter(|e| open(e)).count() < plan.nodes - 1 {
             anyhow::ensure!(started.elapsed() < Duration::from_secs(60), "channels did not open");
-            std::thread::sleep(Duration::from_millis(50));
+            pause(&mut nodes, &mut approved, Duration::from_millis(50));
         }
     }
     let mut start =
@@ -473,7 +444,8 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
     plan.mode.settings(&mut start);
     nodes[0].command(start);
     for node in &nodes {
-        node.wait_for(|e| e["event"] == "weights" && e["step"].as_u64() >= Some(3), Duration::from_secs(60))?;
+        let third = |e: &Value| e["event"] == "weights" && e["step"].as_u64() >= Some(3);
+        node.node.wait_for("its third step", Duration::from_secs(60), third)?;
     }
     // The timeline: each fault begins and ends at its time.
     let mut timeline: Vec<(f64, usize, bool)> = Vec::new();
@@ -489,7 +461,7 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
     let mut depth: BTreeMap<String, u32> = BTreeMap::new();
     for (at, i, begins) in timeline {
         let wait = Duration::from_secs_f64(at).saturating_sub(began.elapsed());
-        std::thread::sleep(wait);
+        pause(&mut nodes, &mut approved, wait);
         let kind = &plan.faults[i].kind;
         let key = format!("{kind:?}");
         let level = depth.entry(key).or_default();
@@ -500,14 +472,24 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
             *level -= 1;
             *level == 0
         };
+        if let (Some(network), Kind::Cut | Kind::OneWay(..) | Kind::Loss(..)) = (&network, kind) {
+            // Each fault's rules while it lasts; the bridge drops the union.
+            if begins {
+                dropping.insert(i, drop_rules(kind, half, plan.nodes));
+            } else {
+                dropping.remove(&i);
+            }
+            network.set_drops(&dropping.values().flatten().copied().collect::<Vec<_>>())?;
+            continue;
+        }
         if !outermost && matches!(kind, Kind::Suspend(_) | Kind::Cut | Kind::SignalDown | Kind::OneWay(..)) {
             continue;
         }
         match (kind, begins) {
-            (Kind::Suspend(n), true) => nodes[*n].signal("-STOP"),
-            (Kind::Suspend(n), false) => nodes[*n].signal("-CONT"),
+            (Kind::Suspend(n), true) => nodes[*n].node.signal("-STOP"),
+            (Kind::Suspend(n), false) => nodes[*n].node.signal("-CONT"),
             (Kind::Kill(n), true) => {
-                let _ = nodes[*n].child.kill();
+                nodes[*n].node.kill();
                 nodes[*n].ended = true;
             }
             (Kind::Quit(n), true) => {
@@ -516,12 +498,12 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
             }
             (Kind::Kill(_) | Kind::Quit(_), false) => {
                 // A newcomer: with the server down it cannot join yet; it is started later.
-                if signal.child.is_some() {
-                    nodes.push(NodeProc::spawn(bin, &url, &dir, args.election_ms)?);
+                if signal.is_up() {
+                    nodes.push(Member::spawn(bin, network.as_mut(), &url, &dir, args.election_ms)?);
                 }
             }
             (Kind::Cut, begins) => {
-                let ids: Vec<u64> = nodes[..plan.nodes].iter().map(|n| n.id).collect();
+                let ids: Vec<u64> = nodes[..plan.nodes].iter().map(|n| n.node.id).collect();
                 let cmd = if begins { "cut" } else { "heal" };
                 for a in 0..half {
                     for b in half..plan.nodes {
@@ -531,27 +513,29 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
                 }
             }
             (Kind::OneWay(a, b), begins) => {
-                let peer = nodes[*b].id;
+                let peer = nodes[*b].node.id;
                 nodes[*a].command(json!({"cmd": if begins { "cut" } else { "heal" }, "peer": peer}));
             }
+            // Drawn only where packets travel through namespaces, and played above.
+            (Kind::Loss(..), _) => {}
             (Kind::SignalDown, true) => signal.kill(),
-            (Kind::SignalDown, false) => signal.restart(bin)?,
+            (Kind::SignalDown, false) => signal.restart()?,
         }
     }
-    if signal.child.is_none() {
-        signal.restart(bin)?;
+    if !signal.is_up() {
+        signal.restart()?;
     }
     // Every live node in the run applies new steps within the bound.
     let healed = Instant::now();
-    let top = nodes.iter().filter(|n| !n.ended).map(NodeProc::last_step).max().unwrap_or(0);
+    let top = nodes.iter().filter(|n| !n.ended).map(|n| n.node.last_step()).max().unwrap_or(0);
     let bound = Duration::from_secs(args.progress_bound_s);
     let mut pending: BTreeSet<usize> = (0..nodes.len()).filter(|i| !nodes[*i].ended).collect();
     while !pending.is_empty() && healed.elapsed() < bound {
-        pending.retain(|i| nodes[*i].last_step() < top + 3);
-        std::thread::sleep(Duration::from_millis(100));
+        pending.retain(|i| nodes[*i].node.last_step() < top + 3);
+        pause(&mut nodes, &mut approved, Duration::from_millis(100));
     }
     let recovered_s = pending.is_empty().then(|| healed.elapsed().as_secs_f64());
-    let hung: Vec<u64> = pending.iter().map(|i| nodes[*i].id).collect();
+    let hung: Vec<u64> = pending.iter().map(|i| nodes[*i].node.id).collect();
     for node in nodes.iter_mut().filter(|n| !n.ended) {
         node.command(json!({"cmd": "quit"}));
     }
@@ -563,8 +547,8 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
         let dir = keep.join(format!("seed-{}", plan.seed));
         std::fs::create_dir_all(&dir)?;
         for node in &nodes {
-            let lines: Vec<String> = node.events().iter().map(Value::to_string).collect();
-            std::fs::write(dir.join(format!("node-{}.jsonl", node.id)), lines.join("\n") + "\n")?;
+            let lines: Vec<String> = node.node.events().iter().map(Value::to_string).collect();
+            std::fs::write(dir.join(format!("node-{}.jsonl", node.node.id)), lines.join("\n") + "\n")?;
         }
     }
     drop(nodes);
@@ -573,13 +557,54 @@ fn episode(bin: &std::path::Path, plan: &Plan, args: &ChaosArgs) -> anyhow::Resu
     Ok(outcome)
 }
 
+/// Waits `how_long`, meanwhile approving every join request a node reports (once per node and
+/// joiner: a room's new host is asked again).
+fn pause(nodes: &mut [Member], approved: &mut BTreeSet<(usize, u64)>, how_long: Duration) {
+    let until = Instant::now() + how_long;
+    loop {
+        for (index, member) in nodes.iter_mut().enumerate() {
+            let asked: Vec<u64> = member
+                .node
+                .events()
+                .iter()
+                .filter(|e| e["event"] == "join-request")
+                .filter_map(|e| e["peer"].as_u64())
+                .collect();
+            for peer in asked {
+                if approved.insert((index, peer)) {
+                    member.command(json!({"cmd": "approve", "peer": peer}));
+                }
+            }
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// The packets `kind` drops on the bridge: both ways between the halves (`half` splits the
+/// run's `nodes`), one way, or a share of one node's both ways.
+fn drop_rules(kind: &Kind, half: usize, nodes: usize) -> Vec<DropRule> {
+    let all = |from, to| DropRule { from: Some(from), to: Some(to), per_cent: 100 };
+    match *kind {
+        Kind::Cut => (0..half).flat_map(|a| (half..nodes).flat_map(move |b| [all(a, b), all(b, a)])).collect(),
+        Kind::OneWay(a, b) => vec![all(a, b)],
+        Kind::Loss(n, per_cent) => {
+            vec![DropRule { from: Some(n), to: None, per_cent }, DropRule { from: None, to: Some(n), per_cent }]
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Reads every node's reports: which weights each applied for each step (every one committed,
 /// so any two that differ are a fork), and guard stops.
-fn judge(nodes: &[NodeProc]) -> Outcome {
+fn judge(nodes: &[Member]) -> Outcome {
     let mut by_step: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     let mut outcome = Outcome::default();
     for node in nodes {
-        for event in node.events() {
+        for event in node.node.events() {
             match event["event"].as_str() {
                 Some("guard-stopped") => outcome.guard_stops += 1,
                 Some("weights") => {

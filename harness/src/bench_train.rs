@@ -13,8 +13,8 @@ use lockstep_node::params::{init, Layout};
 use lockstep_node::program::Program;
 use lockstep_node::trainer::Trainer;
 
-use crate::backend::gemm_for;
-use crate::run_args::RunArgs;
+use lockstep_tui::backend::gemm_for;
+use lockstep_tui::run_args::RunArgs;
 
 const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
 /// The trainer name of PyTorch's CPU rows.
