@@ -37,10 +37,14 @@ pub struct ExchangeArgs {
     /// Group sizes for the step-time breakdown (0 to skip it).
     #[arg(long, value_delimiter = ',', default_value = "2,3,4")]
     nodes: Vec<usize>,
+    /// The step-time breakdown with each step's commit waited for before the next computes
+    /// (`lockstep node --no-compute-ahead`), for the cost of a commit.
+    #[arg(long)]
+    no_compute_ahead: bool,
 }
 
 /// Mean step timing over the nodes of an in-process group training the default model.
-async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming, f64)> {
+async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow::Result<(StepTiming, f64)> {
     let server = serve(ServerConfig {
         bind: "127.0.0.1:0".parse()?,
         static_dir: None,
@@ -70,6 +74,7 @@ async fn step_breakdown(nodes: usize, steps: u32) -> anyhow::Result<(StepTiming,
             deadline: lockstep_node::session::StepDeadline::default(),
             slow_windows: 0,
             agreement: lockstep_node::session::AgreementTiming::default(),
+            compute_ahead,
             id: lockstep_mesh::new_member_id(),
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),
@@ -172,7 +177,7 @@ pub fn run(args: ExchangeArgs) -> anyhow::Result<ExitCode> {
     })?;
     let mut breakdown = Vec::new();
     for &n in args.nodes.iter().filter(|&&n| n >= 2) {
-        let (timing, step) = runtime.block_on(step_breakdown(n, args.steps.max(4)))?;
+        let (timing, step) = runtime.block_on(step_breakdown(n, args.steps.max(4), !args.no_compute_ahead))?;
         breakdown.push((n, timing, step));
     }
     let naive = rows[1].2;

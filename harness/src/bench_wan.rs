@@ -46,6 +46,10 @@ pub struct WanArgs {
     /// Datagrams lost per thousand, on each node's sends (socket shim).
     #[arg(long, default_value_t = 0)]
     loss_per_mille: u32,
+    /// Every node waits for each step's commit before computing the next (`lockstep node
+    /// --no-compute-ahead`): the cost of a commit, against the default.
+    #[arg(long)]
+    no_compute_ahead: bool,
     /// Every-step modes run this many steps on the network (their throughput) and the whole
     /// run in one process (their loss: the group's arithmetic, bit-identical, checked against
     /// the network's hashes at every step it ran); 0 runs them whole on the network. [default:
@@ -274,6 +278,9 @@ fn run_mode(
         command.args(["--backend", "cpu", "--threads", &args.threads.to_string()]);
         command.args(["--link-delay-ms", &(args.rtt_ms / 2).to_string()]);
         command.args(["--link-loss-per-mille", &args.loss_per_mille.to_string()]);
+        if args.no_compute_ahead {
+            command.arg("--no-compute-ahead");
+        }
         // A full-mesh f32 step on a slow link takes seconds: no member is dropped for it.
         command.args(["--step-deadline-floor-ms", "300000", "--step-deadline-ceiling-ms", "600000"]);
         command.arg("--ckpt-dir").arg(dir);

@@ -17,7 +17,7 @@ use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
 use crate::data::{node_data_seed, DataSource};
 use crate::gemm::Gemm;
-use crate::trainer::{ContributeError, RestoreError, Trainer};
+use crate::trainer::{ContributeError, RestoreError, Trainer, Undo};
 use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};
 
@@ -105,6 +105,15 @@ pub trait Replica: Send + 'static {
     /// follows), so each update is hashed once and a replica may hash while the next step
     /// computes.
     fn apply(&mut self, mean: &[f32], grid: &[u8], ours: bool);
+    /// Like `apply`, for a step whose record is not committed yet: the state before it is kept
+    /// until [`Replica::confirm`] or [`Replica::rollback`].
+    fn apply_tentatively(&mut self, mean: &[f32], grid: &[u8], ours: bool);
+    /// The tentative step stands: what would undo it is let go (the next `apply` lets it go
+    /// too).
+    fn confirm(&mut self);
+    /// The tentative step is undone, and so is anything computed on top of it: the state is
+    /// again, bit for bit, the one before it.
+    fn rollback(&mut self);
     /// A checkpoint of everything that determines the next update (empty before a run, or
     /// when the backend holding the state cannot give it back).
     fn snapshot(&mut self) -> Vec<u8>;
@@ -188,6 +197,9 @@ pub struct TrainerReplica {
     /// window's first steps while the group sums the contribution just made; joined by
     /// whatever needs the trainer next (the mean's `apply`, usually).
     ahead: Option<RunningAhead>,
+    /// The state before a step taken tentatively, until the step stands or is undone (and the
+    /// weight hash it had).
+    undo: Option<(Undo, u32)>,
 }
 
 /// The trainer away on the thread running ahead.
@@ -222,6 +234,7 @@ impl TrainerReplica {
             failed: None,
             poison: None,
             ahead: None,
+            undo: None,
         }
     }
 
@@ -319,6 +332,38 @@ impl TrainerReplica {
         self.whash = WeightHash::Known(whash);
         whash
     }
+    /// Ends the sync with the group's mean, and starts hashing the new weights.
+    fn finish(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
+        self.settle();
+        let Some(trainer) = self.trainer.as_mut() else { return };
+        if let Err(e) = trainer.finish_sync(mean, grid, ours) {
+            self.failed = Some(e);
+            self.whash = WeightHash::Unknown;
+            return;
+        }
+        if let Some(whash) = trainer.device_weight_hash() {
+            // The device hashed its own update.
+            self.whash = WeightHash::Known(whash);
+            return;
+        }
+        let began = std::time::Instant::now();
+        let weights = match trainer.weights() {
+            Ok(w) => w.to_vec(),
+            Err(e) => {
+                self.failed = Some(e);
+                self.whash = WeightHash::Unknown;
+                return;
+            }
+        };
+        self.hash_seconds += began.elapsed().as_secs_f64();
+        self.whash = match std::thread::Builder::new()
+            .name("weight-hash".into())
+            .spawn(move || crate::params::weight_hash(&weights))
+        {
+            Ok(thread) => WeightHash::Pending(thread),
+            Err(_) => WeightHash::Unknown,
+        };
+    }
 }
 
 /// Syncs a trainer's weights are the result of (checkpoints are taken at sync boundaries).
@@ -331,6 +376,7 @@ impl Replica for TrainerReplica {
         let run = *run;
         run.validate().map_err(ReplicaError::Config)?;
         self.settle();
+        self.undo = None;
         let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
         // The backend: a swap staged during the last run, else the one admitted at start-up,
         // else the last run's (a path-loaded or swapped-in plugin stays), else open one.
@@ -402,35 +448,36 @@ impl Replica for TrainerReplica {
     }
 
     fn apply(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
+        self.undo = None;
+        self.finish(mean, grid, ours);
+    }
+
+    fn apply_tentatively(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
         self.settle();
-        let Some(trainer) = self.trainer.as_mut() else { return };
-        if let Err(e) = trainer.finish_sync(mean, grid, ours) {
-            self.failed = Some(e);
-            self.whash = WeightHash::Unknown;
-            return;
-        }
-        if let Some(whash) = trainer.device_weight_hash() {
-            // The device hashed its own update.
-            self.whash = WeightHash::Known(whash);
-            return;
-        }
-        let began = std::time::Instant::now();
-        let weights = match trainer.weights() {
-            Ok(w) => w.to_vec(),
-            Err(e) => {
+        let whash = self.resolve_hash();
+        let undo = match self.trainer.as_mut().map(Trainer::undo_point) {
+            Some(Ok(undo)) => Some((undo, whash)),
+            Some(Err(e)) => {
+                // Without the state before it, the step cannot be taken tentatively: the next
+                // compute reports why.
                 self.failed = Some(e);
-                self.whash = WeightHash::Unknown;
                 return;
             }
+            None => None,
         };
-        self.hash_seconds += began.elapsed().as_secs_f64();
-        self.whash = match std::thread::Builder::new()
-            .name("weight-hash".into())
-            .spawn(move || crate::params::weight_hash(&weights))
-        {
-            Ok(thread) => WeightHash::Pending(thread),
-            Err(_) => WeightHash::Unknown,
-        };
+        self.finish(mean, grid, ours);
+        self.undo = undo;
+    }
+
+    fn confirm(&mut self) {
+        self.undo = None;
+    }
+
+    fn rollback(&mut self) {
+        self.settle();
+        let (Some((undo, whash)), Some(trainer)) = (self.undo.take(), self.trainer.as_mut()) else { return };
+        trainer.undo(undo);
+        self.whash = WeightHash::Known(whash);
     }
 
     fn snapshot(&mut self) -> Vec<u8> {
@@ -444,7 +491,6 @@ impl Replica for TrainerReplica {
             None => Vec::new(),
         }
     }
-
     fn steps_done(&self) -> u32 {
         match &self.ahead {
             Some(away) => away.syncs_done,
@@ -453,6 +499,7 @@ impl Replica for TrainerReplica {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError> {
+        self.undo = None;
         let trainer = self.trainer()?;
         let mut state =
             checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(ReplicaError::Checkpoint)?;
@@ -560,6 +607,72 @@ mod tests {
         assert_eq!(replica.weight_hash(), replica.compute(2).expect("a second step").whash);
         replica.configure(&tiny()).expect("the second run takes the first run's backend");
         assert_eq!(replica.compute(1).expect("a step of the new run"), gradient);
+    }
+
+    /// The group applied step 2 before this member's compute of it began (the adapter took the
+    /// replica first, or the member caught up on records): the compute is refused as stale, in
+    /// every mode — never run on the new weights as if they were the old ones. (In `outer:H` the
+    /// step count once stayed behind, the stale compute ran, and its weights forked.)
+    #[test]
+    fn a_compute_begun_after_its_step_was_applied_is_refused_as_stale() {
+        for sync in ["every-step", "outer:2"] {
+            let run = crate::settings::with(tiny(), [("sync", sync)]).expect("a sync mode");
+            let member = || {
+                let mut r = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+                r.configure(&run).expect("a run");
+                r
+            };
+            let (mut a, mut b) = (member(), member());
+            let first = a.compute(1).expect("step 1");
+            b.compute(1).expect("step 1");
+            a.apply(as_f32(&first), &[], true);
+            b.apply(as_f32(&first), &[], true);
+            // Step 2's mean, from a's contribution alone: b never began its own.
+            let second = a.compute(2).expect("step 2");
+            a.apply(as_f32(&second), &[], true);
+            b.apply(as_f32(&second), &[], false);
+            assert_eq!(b.steps_done(), 2, "{sync}: a sync applied without computing counts");
+            assert!(
+                matches!(b.compute(2), Err(ReplicaError::WrongStep { asked: 2, at: 2 })),
+                "{sync}: the stale compute is refused"
+            );
+            assert_eq!(b.weight_hash(), a.weight_hash(), "{sync}: one group, one set of weights");
+            assert_eq!(b.compute(3).expect("step 3").whash, a.compute(3).expect("step 3").whash, "{sync}");
+        }
+    }
+
+    /// A step taken tentatively and undone leaves the replica as it was, bit for bit: the
+    /// weights, and the next contribution (the same batch, the same optimizer state).
+    #[test]
+    fn an_undone_step_leaves_the_replica_as_it_was() {
+        for sync in ["every-step", "outer:2"] {
+            let run = crate::settings::with(tiny(), [("sync", sync)]).expect("a sync mode");
+            let mut replica = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+            replica.configure(&run).expect("a run");
+            let first = replica.compute(1).expect("step 1");
+            let (before, done) = (replica.weight_hash(), replica.steps_done());
+            let other: Vec<f32> = as_f32(&first).iter().map(|v| v * 0.5).collect();
+            replica.apply_tentatively(&other, &[], true);
+            assert_ne!(replica.weight_hash(), before, "{sync}: the tentative step moved the weights");
+            let on_top = replica.compute(2).expect("step 2 behind the commit");
+            replica.rollback();
+            assert_eq!(replica.weight_hash(), before, "{sync}: undone");
+            assert_eq!(replica.steps_done(), done, "{sync}");
+            // The step that did commit, then the next, as a replica that never guessed has them.
+            let mut plain = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+            plain.configure(&run).expect("a run");
+            assert_eq!(plain.compute(1).expect("step 1"), first);
+            plain.apply(as_f32(&first), &[], true);
+            replica.apply(as_f32(&first), &[], true);
+            let (ours, theirs) = (replica.compute(2).expect("step 2"), plain.compute(2).expect("step 2"));
+            assert_eq!(ours, theirs, "{sync}: the same contribution after the undo");
+            assert_ne!(ours.whash, on_top.whash, "{sync}");
+            // A step that stands: confirmed, it is the plain apply's.
+            replica.apply_tentatively(as_f32(&ours), &[], true);
+            replica.confirm();
+            plain.apply(as_f32(&theirs), &[], true);
+            assert_eq!(replica.weight_hash(), plain.weight_hash(), "{sync}: confirmed");
+        }
     }
 
     #[test]

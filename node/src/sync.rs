@@ -997,7 +997,11 @@ impl Strategy {
     /// ran ahead, if it did). A member that made no contribution this sync (a fresh joiner)
     /// only needs the mean, never the grid. `ours`: whether our contribution is among those the
     /// mean sums — a member the group went on without (late for the step's record) keeps all
-    /// of its packed contribution as residual, for the next.
+    /// of its packed contribution as residual, for the next. In `outer:H`, a sync this member
+    /// computed nothing for (it caught up on the group's records, or the mean came before its
+    /// compute began) passes over its `H` steps as if taken ([`Member::skip`]): the step count
+    /// says how many syncs the weights hold, so a compute for this sync begun after it is refused
+    /// as stale — never run on the new weights as if they were the old.
     pub fn finish(
         &mut self,
         member: &mut dyn Member,
@@ -1020,11 +1024,15 @@ impl Strategy {
                     self.rebased = Some(Rebased { global, steps, losses });
                 }
                 (global, _) => {
+                    let computed = global.is_some();
                     let weights = member.weights();
                     if let Some(global) = global {
                         *weights = global;
                     }
                     self.config.outer.step(weights, &mut self.state.outer_momentum, mean);
+                    if !computed {
+                        member.skip(self.config.mode.steps_per_sync());
+                    }
                 }
             },
         }

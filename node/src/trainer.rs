@@ -96,6 +96,17 @@ pub struct Trainer {
     hurry: Arc<AtomicU32>,
 }
 
+/// A trainer's state at a point it may have to come back to ([`Trainer::undo_point`]).
+#[derive(Debug)]
+pub struct Undo {
+    weights: Vec<f32>,
+    adam: Adam,
+    step: u32,
+    data_state: u64,
+    data_at_sync: Option<u64>,
+    sync: Strategy,
+}
+
 impl Trainer {
     /// A fresh run: seeded initial weights, zero optimizer state.
     pub fn new(run: RunConfig, gemm: Box<dyn Gemm + Send>, data: Box<dyn DataSource>) -> Result<Trainer, ConfigError> {
@@ -448,6 +459,32 @@ impl Trainer {
             data_state: self.data_at_sync.filter(|_| ahead > 0).unwrap_or_else(|| self.data_state()),
             sync: self.sync.state().clone(),
         })
+    }
+
+    /// Everything a sync's apply and the compute after it change, kept to undo them
+    /// ([`Trainer::undo`]): unlike [`Trainer::state`], a point inside a sync too (a contribution
+    /// made, the group's mean not yet applied), so the mean that does commit finishes that sync.
+    pub fn undo_point(&mut self) -> Result<Undo, ComputeError> {
+        self.bring_home(true)?;
+        Ok(Undo {
+            weights: self.weights.clone(),
+            adam: self.adam.clone(),
+            step: self.step,
+            data_state: self.data.state(),
+            data_at_sync: self.data_at_sync,
+            sync: self.sync.clone(),
+        })
+    }
+
+    /// Back to `undo`, bit for bit (the device is sent the state again at the next step).
+    pub fn undo(&mut self, undo: Undo) {
+        self.weights = undo.weights;
+        self.adam = undo.adam;
+        self.step = undo.step;
+        self.data.restore(undo.data_state);
+        self.data_at_sync = undo.data_at_sync;
+        self.sync = undo.sync;
+        self.on_device = None;
     }
 
     /// Whether a group running this trainer's run can continue from a checkpoint of `run`: the

@@ -133,7 +133,16 @@ struct Node {
     computes: bool,
     /// Says it computes, is asked to, never answers.
     lazy: bool,
+    /// The state before a step taken tentatively (weights, residual, packing), until the step
+    /// stands or is undone.
+    undo: Option<Undo>,
+    /// Steps taken tentatively, and how many of them were undone.
+    tentative: u32,
+    undone: u32,
 }
+
+/// A node's state before a step taken tentatively: weights, residual, packing in flight.
+type Undo = (Toy, Vec<f32>, Option<(Vec<f32>, Packed)>);
 
 /// The network: one FIFO queue per directed link.
 struct Net {
@@ -158,6 +167,8 @@ struct Net {
     slow_windows: u32,
     /// Elastic windows: nodes that finish a window only once told to end it, after one step.
     slow: BTreeSet<PeerId>,
+    /// Whether nodes joined from now on compute behind the commit (`SessionConfig::compute_ahead`).
+    compute_ahead: bool,
 }
 
 impl Net {
@@ -176,6 +187,7 @@ impl Net {
             on_wake: BTreeMap::new(),
             slow_windows: 0,
             slow: BTreeSet::new(),
+            compute_ahead: true,
         }
     }
 
@@ -194,6 +206,7 @@ impl Net {
             slow_windows: self.slow_windows,
             computes,
             agreement: TIMING,
+            compute_ahead: self.compute_ahead,
         };
         let node = Node {
             session: Session::new(config),
@@ -211,6 +224,9 @@ impl Net {
             hurried_at: BTreeSet::new(),
             computes,
             lazy: false,
+            undo: None,
+            tentative: 0,
+            undone: 0,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -353,14 +369,37 @@ impl Net {
                             node.hurried_at.insert(step);
                         }
                     }
-                    Output::Apply { step, mean, grid, ours, .. } => {
+                    Output::Apply { step, mean, grid, ours, tentative, .. } => {
+                        node.undo = tentative.then(|| (node.toy.clone(), node.residual.clone(), node.packed.clone()));
                         if let Some((x, packed)) = node.packed.take() {
                             node.residual = if ours { sync::residual(&x, &packed, &grid) } else { x };
                         }
                         node.toy.apply(&mean);
                         assert_eq!(node.toy.step, step, "node {id} applied step {step} out of order");
+                        if tentative {
+                            // Nothing of it counts before it stands.
+                            node.tentative += 1;
+                        } else {
+                            node.hashes.insert(step, node.toy.hash());
+                            node.log.push((node.session.epoch(), step, node.toy.hash()));
+                        }
+                    }
+                    Output::Confirm { step } => {
+                        assert!(node.undo.take().is_some(), "node {id} confirmed step {step}, never taken tentatively");
+                        // The weights moved on since (a compute does not move a toy's weights):
+                        // the step's hash is the one the weights had when it was taken.
+                        assert_eq!(node.toy.step, step, "node {id} confirmed step {step} at {}", node.toy.step);
                         node.hashes.insert(step, node.toy.hash());
                         node.log.push((node.session.epoch(), step, node.toy.hash()));
+                    }
+                    Output::Rollback { step } => {
+                        let (toy, residual, packed) =
+                            node.undo.take().unwrap_or_else(|| panic!("node {id} undid step {step}, never taken"));
+                        assert_eq!(node.toy.step, step, "node {id} undid step {step} at {}", node.toy.step);
+                        (node.toy, node.residual, node.packed) = (toy, residual, packed);
+                        // What is computing stands on the undone weights (an adapter drops it).
+                        node.computing.clear();
+                        node.undone += 1;
                     }
                     Output::SendSnapshot { to } => {
                         let bytes = node.toy.encode();
@@ -1121,6 +1160,7 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
         slow_windows: 0,
         computes: false,
         agreement: TIMING,
+        compute_ahead: true,
     });
     watcher.handle(Input::Connected(1));
     let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run_id: 3, run: settings(3) };
@@ -1352,6 +1392,7 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         slow_windows: 0,
         computes: true,
         agreement: TIMING,
+        compute_ahead: true,
     });
     // It starts a run alone (the leader of a group of one).
     let asked = session.handle(Input::Start(settings(10)));
@@ -1721,6 +1762,7 @@ fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
         Ok(list) => list.split(',').filter_map(|s| s.parse().ok()).collect(),
         Err(_) => (0..100).collect(),
     };
+    let (mut taken_ahead, mut undone) = (0, 0);
     for seed in seeds {
         let mut rng = SplitMix64::new(5000 + seed);
         let sync = if seed % 2 == 0 {
@@ -1823,5 +1865,13 @@ fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
         assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "{what}");
         let live: Vec<PeerId> = net.live();
         assert_all_finished_equal(&net, &live, 300, &what);
+        taken_ahead += net.nodes.values().map(|n| n.tentative).sum::<u32>();
+        undone += net.nodes.values().map(|n| n.undone).sum::<u32>();
+    }
+    eprintln!("campaign: {taken_ahead} steps taken ahead of their commit, {undone} undone");
+    if std::env::var_os("SIM_SEEDS").is_none() {
+        // Both ways a step taken ahead ends are played: it stands (nearly always), and another
+        // leader's record replaces it (26 times in these seeds).
+        assert!(taken_ahead > 10_000 && undone > 0, "{taken_ahead} taken ahead, {undone} undone");
     }
 }

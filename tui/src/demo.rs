@@ -135,6 +135,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         step_deadline_ceiling_ms: lockstep_node::session::StepDeadline::default().ceiling_ms,
         election_ms: lockstep_node::session::AgreementTiming::default().longest_election_ms() / 2,
         drop_slow_after: 0,
+        no_compute_ahead: false,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
         link_delay_ms: 0,

@@ -99,6 +99,7 @@ pub fn report_json(report: &Report) -> Value {
                 }
                 fields
             }
+            Event::Undone { step } => json!({"event": "undone", "step": step}),
             Event::RepairRequested { step, peer } => {
                 json!({"event": "repair-requested", "step": step, "peer": peer})
             }

@@ -55,6 +55,10 @@ pub struct MeshArgs {
     /// up to as much again, drawn from its id; heartbeats every tenth of it).
     #[arg(long, default_value_t = AgreementTiming::default().longest_election_ms() / 2)]
     pub election_ms: u64,
+    /// Wait for each step's commit before computing the next (by default the next step
+    /// computes while the record is replicated, and its contribution waits for the commit).
+    #[arg(long)]
+    pub no_compute_ahead: bool,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
     /// a slow member's steps still count).
@@ -226,6 +230,7 @@ pub fn prepare(
         },
         slow_windows: args.drop_slow_after,
         agreement: agreement_timing(args.election_ms),
+        compute_ahead: !args.no_compute_ahead,
         id: new_member_id(),
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),

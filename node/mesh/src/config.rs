@@ -80,6 +80,8 @@ pub struct MeshConfig {
     pub slow_windows: u32,
     /// The run's Raft clock (`SessionConfig::agreement`).
     pub agreement: AgreementTiming,
+    /// Whether the next step computes behind a record's commit (`SessionConfig::compute_ahead`).
+    pub compute_ahead: bool,
     /// This member's id: its own, drawn when the process starts ([`new_member_id`]), carried
     /// in its join request; the signaling server refuses a second claim of a live one.
     pub id: lockstep_node::wire::PeerId,

@@ -189,6 +189,11 @@ pub(crate) struct MeshLoop<R> {
     /// An applied step whose `weights` report waits for its hash: the next step's gradient
     /// carries it, or `flush` asks the replica when no step is computing.
     unreported: Option<(u32, StepTiming)>,
+    /// A step taken tentatively, and its timing: reported once it stands (`Confirm`).
+    tentative: Option<(u32, StepTiming)>,
+    /// The step and weight hash of the last gradient computed (the hash of the weights the
+    /// step before it left).
+    last_computed: Option<(u32, u32)>,
     /// `Links::sent` when the last step was applied.
     sent_at_apply: u64,
     /// Compute tasks under way.
@@ -238,6 +243,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             timing: StepTiming::default(),
             computed_at: None,
             unreported: None,
+            tentative: None,
+            last_computed: None,
             sent_at_apply: 0,
             computing: 0,
             lazy: false,
@@ -501,6 +508,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         slow_windows: self.config.slow_windows,
                         computes: self.config.verdict.is_admitted(),
                         agreement: self.config.agreement,
+                        compute_ahead: self.config.compute_ahead,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }
@@ -749,14 +757,16 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             self.announce(change);
         }
         if generation != self.generation {
-            // Begun before a restore (or a new run): it answers a state that is gone.
+            // Begun before a restore, a new run or an undone step: it answers a state that is
+            // gone.
             (self.report)(Report::Warning(
-                "a gradient begun before the restore was dropped (it belongs to the replaced weights)".into(),
+                "a gradient begun on weights since replaced (a restore, or a step undone) was dropped".into(),
             ));
             return;
         }
         match result {
             Ok(gradient) => {
+                self.last_computed = Some((gradient.step, gradient.whash));
                 // The gradient carries the hash of the weights it was computed from: the last
                 // applied step's, when it is the next step's. (A step the group applied without
                 // waiting for ours leaves our gradient one step behind: it is dropped, and the
@@ -824,19 +834,50 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     hurry.store(0, Ordering::Relaxed);
                 }
             }
-            Output::Apply { step, mean, grid, ours, .. } => {
+            Output::Apply { step, mean, grid, ours, tentative, .. } => {
                 self.flush();
+                self.last_computed = None;
                 let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                 let mut timing = self.timing;
                 {
                     let mut replica = self.replica();
-                    replica.apply(&mean, &grid, ours);
+                    if tentative {
+                        replica.apply_tentatively(&mean, &grid, ours);
+                    } else {
+                        replica.apply(&mean, &grid, ours);
+                    }
                     timing.hash_guard += replica.take_hash_seconds() + handled;
                 }
                 timing.exchange = waited;
                 let sent = self.links.sent();
                 timing.sent_bytes = sent.saturating_sub(std::mem::replace(&mut self.sent_at_apply, sent));
-                self.unreported = Some((step, timing));
+                if tentative {
+                    self.tentative = Some((step, timing));
+                } else {
+                    self.unreported = Some((step, timing));
+                }
+            }
+            Output::Confirm { step } => {
+                let (_, timing) = self.tentative.take().filter(|(s, _)| *s == step)?;
+                // The replica lets the undo go when it is free (now, or at its next apply): the
+                // next step may be computing on it.
+                if let Ok(mut replica) = self.replica.try_lock() {
+                    replica.confirm();
+                }
+                match self.last_computed {
+                    // The next step, computed behind the commit, carried the hash already.
+                    Some((computed, whash)) if computed == step + 1 => {
+                        (self.report)(Report::Applied { step, whash, timing })
+                    }
+                    _ => self.unreported = Some((step, timing)),
+                }
+            }
+            Output::Rollback { .. } => {
+                self.tentative = None;
+                self.last_computed = None;
+                // What is computing stands on the undone step: its result is dropped.
+                self.generation += 1;
+                self.replica().rollback();
             }
             Output::SendSnapshot { to } => {
                 let bytes = self.replica().snapshot();

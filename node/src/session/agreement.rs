@@ -333,6 +333,29 @@ impl Agreement {
         self.node.raft.raft_log.last_index()
     }
 
+    /// The first step record after the committed entries, itself not committed yet, where only
+    /// configuration changes (or a new leader's empty entry) stand between: what the weights may
+    /// take tentatively while the record is replicated. Another leader may still replace it.
+    pub fn next_uncommitted_step(&self) -> Option<(StepRecord, u64, u64)> {
+        let log = &self.node.raft.raft_log;
+        let first = log.committed + 1;
+        for index in first..=log.last_index().min(first + 8) {
+            let entries = log.entries(index, 1, raft::GetEntriesContext::empty(false)).ok()?;
+            let entry = entries.first()?;
+            match entry.get_entry_type() {
+                EntryType::EntryNormal if entry.get_data().is_empty() => {}
+                EntryType::EntryNormal => {
+                    return match LogEntry::decode(entry.get_data()) {
+                        Ok(LogEntry::Step(record)) => Some((record, index, entry.get_term())),
+                        _ => None,
+                    };
+                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {}
+            }
+        }
+        None
+    }
+
     /// One tick of the Raft clock.
     pub fn tick(&mut self) -> Result<(), AgreementError> {
         guarded(|| {

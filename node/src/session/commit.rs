@@ -30,7 +30,9 @@ impl Session {
             Committed::Run(run) => self.follow_run(run),
             Committed::State { state, .. } => {
                 // Everything below the snapshot is in its state: the weights catch up by a resume
-                // unless they are there already.
+                // unless they are there already (a tentative step is undone first: its record
+                // may be inside the snapshot, never to come as an entry).
+                self.roll_back();
                 self.queue.clear();
                 self.follow_run(state.run);
             }
@@ -74,6 +76,7 @@ impl Session {
         self.configured
             && self.pending.is_none()
             && self.queue.is_empty()
+            && self.tentative.is_none()
             && self.epochs.mine() == state.epoch
             && (if at_the_start { self.applied == 0 } else { state.step == 0 || self.applied == state.step })
     }
@@ -82,6 +85,15 @@ impl Session {
     pub(super) fn take_committed(&mut self) {
         while self.configured && self.pending.is_none() && self.stopped.is_none() {
             let Some(front) = self.queue.front().cloned() else { return };
+            // A tentative step stands only if the next thing committed is its very record.
+            let confirms = matches!((&front, &self.tentative),
+                (Queued::Step { record, .. }, Some(t)) if *record == t.record);
+            if !confirms && self.tentative.is_some() {
+                let below = matches!(&front, Queued::Step { record, .. } if record.step <= self.applied);
+                if !below {
+                    self.roll_back();
+                }
+            }
             match front {
                 Queued::Step { record, .. } if record.step <= self.applied => {
                     self.queue.pop_front();
@@ -123,6 +135,17 @@ impl Session {
     /// Applies a committed record once its contributions are here; false while they are not
     /// (repairs asked for) or when the guard stopped the run.
     pub(super) fn apply(&mut self, record: &StepRecord, index: u64, term: u64) -> bool {
+        if let Some(tentative) = self.tentative.take_if(|t| t.record == *record) {
+            // Taken already: it stands, and what was computed on top of it goes out.
+            self.out.push(Output::Confirm { step: record.step });
+            self.applied_committed(record, index, term, tentative.loss);
+            if let Some((gradient, compute_ms)) = tentative.held {
+                if self.in_run() {
+                    self.contribute(gradient, compute_ms);
+                }
+            }
+            return true;
+        }
         let missing = self.contributions.missing(record);
         if !missing.is_empty() {
             self.repair(record.step, &missing);
@@ -135,6 +158,17 @@ impl Session {
             return false;
         }
         let Some((reduced, loss)) = self.contributions.reduce(record) else { return false };
+        let ours = record.contributions.iter().any(|c| c.peer == me);
+        let step = record.step;
+        self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: false });
+        self.applied_committed(record, index, term, loss);
+        true
+    }
+
+    /// What follows a committed step's apply (taken now, or tentatively before): the step
+    /// counts, its events, the window's news, the run's end.
+    fn applied_committed(&mut self, record: &StepRecord, index: u64, term: u64, loss: f32) {
+        let me = self.config.me;
         let run = self.run.expect("a configured run");
         let step = record.step;
         let weights: Vec<(PeerId, u32)> = if run.sync.elastic {
@@ -145,8 +179,6 @@ impl Session {
         self.applied = step;
         self.contributions.applied(step);
         self.repairs = Repairs::default();
-        let ours = record.contributions.iter().any(|c| c.peer == me);
-        self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours });
         let peers = record.roster();
         self.event(Event::StepApplied {
             step,
@@ -164,7 +196,59 @@ impl Session {
             self.finished = true;
             self.event(Event::RunFinished { step });
         }
-        true
+    }
+
+    /// Takes the next step tentatively while its record is replicated, when this node holds
+    /// every contribution the record names (its own among them: it is not computing), and
+    /// computes the step after it at once (held back until the record commits).
+    pub(super) fn take_tentatively(&mut self) {
+        let me = self.config.me;
+        let Some(run) = self.run else { return };
+        let plain = !run.sync.elastic && run.sync.overlap == 0;
+        if !self.config.compute_ahead
+            || !plain
+            || !self.config.computes
+            || !self.in_run()
+            || self.quitting
+            || !self.current()
+            || !self.agreement.as_ref().is_some_and(|a| a.is_member(me))
+        {
+            return;
+        }
+        let step = self.applied + 1;
+        // Nothing to compute after the run's last step.
+        if step >= run.syncs() {
+            return;
+        }
+        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let Some((record, _, _)) = self.agreement.as_ref().and_then(Agreement::next_uncommitted_step) else { return };
+        if record.step != step || !self.contributions.holds(&record) {
+            return;
+        }
+        // One that the guard would stop is left to the commit, which stops the run.
+        if self.contributions.guard(&record, me, Some(own), self.config.expected_phash).is_err() {
+            return;
+        }
+        let Some((reduced, loss)) = self.contributions.reduce(&record) else { return };
+        let ours = record.contributions.iter().any(|c| c.peer == me);
+        self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: true });
+        self.tentative = Some(Tentative { record, loss, held: None });
+        let now = self.timing.now_ms();
+        self.asked = Some(Asked { step: step + 1, at_ms: now, ready: None });
+        let cap = self.window.compute(&run, step + 1, now);
+        self.out.push(Output::Compute { step: step + 1, cap });
+    }
+
+    /// Undoes the step taken tentatively, if there is one: the weights are again the committed
+    /// ones, and the compute on top of it is forgotten (asked again once they move on).
+    pub(super) fn roll_back(&mut self) {
+        let Some(tentative) = self.tentative.take() else { return };
+        let step = tentative.record.step;
+        self.out.push(Output::Rollback { step });
+        if self.asked.is_some_and(|a| a.step == step + 1) {
+            self.asked = None;
+        }
+        self.event(Event::Undone { step });
     }
 
     /// Asks for the contributions a committed record names that are not here: from the leader,

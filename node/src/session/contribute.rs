@@ -29,15 +29,30 @@ impl Session {
     }
 
     pub(super) fn on_computed(&mut self, gradient: Gradient) {
-        let me = self.config.me;
         let now = self.timing.now_ms();
-        let Some(asked) = self.asked.as_mut().filter(|a| a.step == gradient.step && a.ready.is_none()) else {
+        let Some(asked) = self.asked.filter(|a| a.step == gradient.step && a.ready.is_none()) else {
             return; // a stale result: the weights moved on
         };
-        if self.stopped.is_some() || self.pending.is_some() || gradient.step != self.applied + 1 {
+        if self.stopped.is_some() || self.pending.is_some() {
             return;
         }
         let compute_ms = now.saturating_sub(asked.at_ms);
+        if let Some(tentative) = self.tentative.as_mut().filter(|t| t.record.step + 1 == gradient.step) {
+            // Computed behind the commit: it goes out once the record it stands on commits.
+            tentative.held = Some((gradient, compute_ms));
+            return;
+        }
+        if gradient.step != self.applied + 1 {
+            return;
+        }
+        self.contribute(gradient, compute_ms);
+    }
+
+    /// Our contribution, computed in `compute_ms`, goes to the members taking part in its step.
+    pub(super) fn contribute(&mut self, gradient: Gradient, compute_ms: u64) {
+        let me = self.config.me;
+        let now = self.timing.now_ms();
+        let Some(asked) = self.asked.as_mut().filter(|a| a.step == gradient.step) else { return };
         asked.ready = Some((now, compute_ms));
         if self.is_leader() {
             let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);

@@ -53,6 +53,11 @@ pub enum Event {
         term: u64,
         index: u64,
     },
+    /// A step this node had taken tentatively (computing the next behind its commit) was
+    /// undone: another record committed in its place.
+    Undone {
+        step: u32,
+    },
     RepairRequested {
         step: u32,
         peer: PeerId,

@@ -27,6 +27,14 @@
 //!   weight hash they were computed from. Once the record commits, every member sums exactly
 //!   those contributions in that order and applies the mean; one it lacks is repaired (`-7`/`-8`)
 //!   from the leader or its author — any copy will do, the digest says which is right.
+//! - **Computing behind the commit**: while a record is replicated, a member that holds every
+//!   contribution it names may take it tentatively (`Output::Apply { tentative: true }`) and
+//!   compute the next step at once — holding that contribution back until the record commits,
+//!   so nothing any other member sees rests on an uncommitted step. When the record commits, the
+//!   step stands (`Output::Confirm`, then it is applied in every sense: events, hashes); when
+//!   another record commits in its place (a new leader's), it is undone (`Output::Rollback`)
+//!   and the committed one applied. What a commit costs a step is then at most what computing
+//!   the next one does not cover.
 //! - **Guard**: every contribution a record sums was computed from the record's weights with a
 //!   healthy probe, and so was ours; otherwise the run stops here, naming the peers.
 //! - **Membership** is the log's configuration (`roster.rs`): members join as learners, vote
@@ -140,13 +148,25 @@ pub enum Output {
     /// End sync `step` with the group's mean (`grid`: the grid it was summed on, packed
     /// contributions only): one optimizer update (`every-step`) or one outer step (`outer:H`).
     /// `ours`: whether the mean sums our contribution (a member the step went on without keeps
-    /// its own for the next, `sync::Strategy::finish`).
+    /// its own for the next, `sync::Strategy::finish`). `tentative`: the step's record is not
+    /// committed yet — keep what undoes it until `Confirm` or `Rollback` says which; report
+    /// nothing of it before `Confirm`.
     Apply {
         step: u32,
         mean: Vec<f32>,
         grid: Vec<u8>,
         loss: f32,
         ours: bool,
+        tentative: bool,
+    },
+    /// The tentative `step` stands: it is applied in every sense (its weights are the group's).
+    Confirm {
+        step: u32,
+    },
+    /// The tentative `step` is undone: the state is again the one before it, and whatever was
+    /// computed on top of it (a `Compute` under way) belongs to weights that are gone.
+    Rollback {
+        step: u32,
     },
     /// Send `to` a resume message (-6) with a checkpoint of the current state (a step boundary).
     SendSnapshot {
@@ -185,6 +205,9 @@ pub struct SessionConfig {
     pub computes: bool,
     /// The Raft clock.
     pub agreement: AgreementTiming,
+    /// Whether the weights take a record tentatively while it is replicated, so the next step
+    /// computes behind the commit (see the module docs).
+    pub compute_ahead: bool,
 }
 
 /// Why the adapter is owed an answer.
@@ -216,6 +239,15 @@ struct Asked {
     ready: Option<(u64, u64)>,
 }
 
+/// A step taken tentatively: its record, replicated and not yet committed, and what was
+/// computed on top of it (our next contribution, held back until the record commits).
+#[derive(Clone, Debug)]
+struct Tentative {
+    record: StepRecord,
+    loss: f32,
+    held: Option<(Gradient, u64)>,
+}
+
 /// The repairs of the step waiting for them.
 #[derive(Clone, Copy, Debug, Default)]
 struct Repairs {
@@ -243,6 +275,8 @@ pub struct Session {
     applied: u32,
     contributions: Contributions,
     queue: VecDeque<Queued>,
+    /// A step the weights took before its record committed.
+    tentative: Option<Tentative>,
     asked: Option<Asked>,
     /// (Leader) the step proposed in a term.
     proposed: Option<(u64, u32)>,
@@ -292,6 +326,7 @@ impl Session {
             applied: 0,
             contributions: Contributions::new(0, &crate::sync::SyncConfig::SEED),
             queue: VecDeque::new(),
+            tentative: None,
             asked: None,
             proposed: None,
             due: VecDeque::new(),
@@ -534,6 +569,7 @@ impl Session {
         self.configured = false;
         self.applied = 0;
         self.queue.clear();
+        self.tentative = None;
         self.asked = None;
         self.proposed = None;
         self.due.clear();
@@ -591,6 +627,8 @@ impl Session {
         self.weights = weights;
         self.applied = step;
         self.contributions.clear();
+        // The restore replaced whatever the weights took tentatively.
+        self.tentative = None;
         self.asked = None;
         // Step numbers come round again after a restore: what was proposed or due was for others.
         self.proposed = None;
@@ -683,9 +721,13 @@ impl Session {
                 let since = *self.leaderless_since.get_or_insert(now);
                 let (voters, _) = agreement.members();
                 let waited = now.saturating_sub(since) >= self.config.agreement.longest_election_ms();
-                if waited && !self.told_no_majority && agreement.is_member(me) {
+                let reach: Vec<PeerId> =
+                    voters.iter().copied().filter(|p| *p == me || self.members.contains(p)).collect();
+                // Reaching a majority, it is an election under way (one that needs the most
+                // up-to-date log may take a few terms), not a minority.
+                let minority = 2 * reach.len() <= voters.len();
+                if waited && minority && !self.told_no_majority && agreement.is_member(me) {
                     self.told_no_majority = true;
-                    let reach = voters.iter().copied().filter(|p| *p == me || self.members.contains(p)).collect();
                     self.event(Event::NoMajority { reach, voters, term });
                 }
             }
@@ -698,6 +740,7 @@ impl Session {
             let before = self.out.len();
             self.pump();
             self.take_committed();
+            self.take_tentatively();
             self.maybe_compute();
             self.lead();
             self.pump();

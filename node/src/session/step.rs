@@ -151,6 +151,13 @@ impl Contributions {
         missing
     }
 
+    /// Whether every contribution the record names is here, with the digest it names (nothing
+    /// is dropped: the record may not be the one that commits).
+    pub fn holds(&self, record: &StepRecord) -> bool {
+        let step = self.held.get(&record.step);
+        record.contributions.iter().all(|n| step.and_then(|s| s.get(&n.peer)).is_some_and(|h| h.digest == n.digest))
+    }
+
     /// The guard over a record whose contributions are all here: each was computed from the
     /// record's weights with a healthy probe, and so were ours (`own`: our weight hash, if this
     /// node knows it).

@@ -625,6 +625,9 @@ fn on_event(state: &mut State, event: Event) {
                 row.agreed_at = Some(step);
             }
         }
+        Event::Undone { step } => state.log(format!(
+            "step {step}: taken ahead of its commit, undone: another record committed in its place"
+        )),
         Event::RepairRequested { step, peer } => {
             state.log(format!("step {step}: asked for node {peer}'s contribution again"))
         }
