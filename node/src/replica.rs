@@ -615,8 +615,9 @@ mod tests {
     /// step count once stayed behind, the stale compute ran, and its weights forked.)
     #[test]
     fn a_compute_begun_after_its_step_was_applied_is_refused_as_stale() {
-        for sync in ["every-step", "outer:2"] {
-            let run = crate::settings::with(tiny(), [("sync", sync)]).expect("a sync mode");
+        for (sync, overlap) in [("every-step", "0"), ("outer:2", "0"), ("outer:2", "1")] {
+            let run = crate::settings::with(tiny(), [("sync", sync), ("overlap", overlap)]).expect("a sync mode");
+            let sync = format!("{sync} overlap {overlap}");
             let member = || {
                 let mut r = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
                 r.configure(&run).expect("a run");

@@ -1001,7 +1001,9 @@ impl Strategy {
     /// computed nothing for (it caught up on the group's records, or the mean came before its
     /// compute began) passes over its `H` steps as if taken ([`Member::skip`]): the step count
     /// says how many syncs the weights hold, so a compute for this sync begun after it is refused
-    /// as stale — never run on the new weights as if they were the old.
+    /// as stale — never run on the new weights as if they were the old. (With an overlap, the
+    /// steps it ran ahead into that sync's window are dropped first: the group's weights are
+    /// the base, as they are for every member.)
     pub fn finish(
         &mut self,
         member: &mut dyn Member,
@@ -1025,6 +1027,14 @@ impl Strategy {
                 }
                 (global, _) => {
                     let computed = global.is_some();
+                    if !computed {
+                        // With an overlap, the steps this member ran into the window it never
+                        // contributed go: the group's weights are where the sync starts.
+                        if let Some(Rebased { global: group, steps, .. }) = self.rebased.take() {
+                            *member.weights() = group;
+                            member.rewind(steps);
+                        }
+                    }
                     let weights = member.weights();
                     if let Some(global) = global {
                         *weights = global;
