@@ -139,6 +139,9 @@ struct Node {
     /// Steps taken tentatively, and how many of them were undone.
     tentative: u32,
     undone: u32,
+    /// `outer:H`: a window was computed since the last apply (a real replica's weights are then
+    /// mid-window: no checkpoint may be taken of them).
+    mid_window: bool,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -227,6 +230,7 @@ impl Net {
             undo: None,
             tentative: 0,
             undone: 0,
+            mid_window: false,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -312,6 +316,7 @@ impl Net {
                         self.links.entry((id, to)).or_default().push_back(message);
                     }
                     Output::Configure(settings) => {
+                        node.mid_window = false;
                         node.computing.clear();
                         node.residual = vec![0.0; LEN];
                         node.packed = None;
@@ -319,6 +324,7 @@ impl Net {
                         queue.push_front(Input::Configured { weights: LEN });
                     }
                     Output::Compute { step, .. } => {
+                        node.mid_window = node.session.run().is_some_and(|r| r.sync.mode.steps_per_sync() > 1);
                         if node.lazy {
                             continue; // asked, never answers
                         }
@@ -370,6 +376,7 @@ impl Net {
                         }
                     }
                     Output::Apply { step, mean, grid, ours, tentative, .. } => {
+                        node.mid_window = false;
                         node.undo = tentative.then(|| (node.toy.clone(), node.residual.clone(), node.packed.clone()));
                         if let Some((x, packed)) = node.packed.take() {
                             node.residual = if ours { sync::residual(&x, &packed, &grid) } else { x };
@@ -397,11 +404,14 @@ impl Net {
                             node.undo.take().unwrap_or_else(|| panic!("node {id} undid step {step}, never taken"));
                         assert_eq!(node.toy.step, step, "node {id} undid step {step} at {}", node.toy.step);
                         (node.toy, node.residual, node.packed) = (toy, residual, packed);
+                        // Back inside the window the undone step closed.
+                        node.mid_window = node.session.run().is_some_and(|r| r.sync.mode.steps_per_sync() > 1);
                         // What is computing stands on the undone weights (an adapter drops it).
                         node.computing.clear();
                         node.undone += 1;
                     }
                     Output::SendSnapshot { to } => {
+                        assert!(!node.mid_window, "node {id} took a checkpoint mid-window, off a step boundary");
                         let bytes = node.toy.encode();
                         self.links.entry((id, to)).or_default().push_back(Message::Resume(bytes));
                     }
@@ -409,6 +419,7 @@ impl Net {
                         Some(toy) => {
                             // What was being computed belongs to the weights before.
                             node.computing.clear();
+                            node.mid_window = false;
                             node.residual = vec![0.0; LEN];
                             node.packed = None;
                             let step = toy.step;

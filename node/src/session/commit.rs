@@ -136,9 +136,10 @@ impl Session {
     /// (repairs asked for) or when the guard stopped the run.
     pub(super) fn apply(&mut self, record: &StepRecord, index: u64, term: u64) -> bool {
         if let Some(tentative) = self.tentative.take_if(|t| t.record == *record) {
-            // Taken already: it stands, and what was computed on top of it goes out.
-            self.out.push(Output::Confirm { step: record.step });
+            // Taken already: it stands (its events first, as for any step), and what was
+            // computed on top of it goes out.
             self.applied_committed(record, index, term, tentative.loss);
+            self.out.push(Output::Confirm { step: record.step });
             if let Some((gradient, compute_ms)) = tentative.held {
                 if self.in_run() {
                     self.contribute(gradient, compute_ms);

@@ -29,21 +29,23 @@ impl Session {
                 Err(e) => return self.stop(Stop::Agreement(e)),
             }
         }
-        // A boundary as good as any: not computing, or — one step a sync, whose compute leaves
-        // the weights as they were — done computing. (In `outer:H` a finished compute has moved
-        // the weights through its window, and ran ahead with an overlap: only the next apply is
-        // a boundary.)
-        let one_step = self.run.is_some_and(|r| r.sync.mode.steps_per_sync() == 1);
-        let boundary = self.asked.is_none_or(|a| a.step != self.applied + 1 || (one_step && a.ready.is_some()));
-        if boundary || self.finished {
-            self.serve_at_boundary();
-        }
+        self.serve_at_boundary();
         self.propose();
+    }
+
+    /// Whether the replica's state is the group's at the last applied step, as a checkpoint
+    /// must be: not computing the next step, or — one step a sync, whose compute leaves the
+    /// weights as they were — done computing it. (In `outer:H` a compute moves the weights
+    /// through its window — also one computed behind a commit, once that step stands — and
+    /// with an overlap runs ahead: only the next apply is a boundary.)
+    fn at_boundary(&self) -> bool {
+        let one_step = self.run.is_some_and(|r| r.sync.mode.steps_per_sync() == 1);
+        self.finished || self.asked.is_none_or(|a| a.step != self.applied + 1 || (one_step && a.ready.is_some()))
     }
 
     /// (Leader, weights at a step boundary) resumes asked for and observers not yet told.
     pub(super) fn serve_at_boundary(&mut self) {
-        if !self.is_leader() || !self.current() && !self.finished || self.pending.is_some() {
+        if !self.is_leader() || !self.current() && !self.finished || self.pending.is_some() || !self.at_boundary() {
             return;
         }
         let now = self.timing.now_ms();
