@@ -221,6 +221,12 @@ impl Session {
         if step >= run.syncs() {
             return;
         }
+        // A leader with a resume or an observer to serve takes the step when it commits: in
+        // `outer:H` a window computed behind the commit leaves no step boundary to serve it at.
+        let one_step = run.sync.mode.steps_per_sync() == 1;
+        if !one_step && self.is_leader() && self.roster.serving_due(&self.members, self.timing.now_ms()) {
+            return;
+        }
         let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
         let Some((record, _, _)) = self.agreement.as_ref().and_then(Agreement::next_uncommitted_step) else { return };
         if record.step != step || !self.contributions.holds(&record) {

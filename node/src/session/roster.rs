@@ -328,6 +328,17 @@ impl Roster {
         due
     }
 
+    /// (Leader) whether a resume or an observer is waiting for a step boundary to be served at
+    /// ([`Roster::resumes_due`], [`Roster::observers_to_tell`], without taking them).
+    pub fn serving_due(&self, connected: &BTreeSet<PeerId>, now_ms: u64) -> bool {
+        let resume = self.resumes.iter().any(|(p, r)| r.wanted && r.next_ms <= now_ms && connected.contains(p));
+        let silent = |p: &PeerId| {
+            !self.computes.contains_key(p)
+                && self.opened_at.get(p).is_some_and(|at| now_ms.saturating_sub(*at) >= SILENT_PEER_MS)
+        };
+        resume || connected.iter().any(|p| (self.is_observer(*p) || silent(p)) && !self.told.contains(p))
+    }
+
     /// (Leader) observers not yet told of the run: peers whose peer info says they cannot
     /// compute, and peers that said nothing for [`SILENT_PEER_MS`] (a browser page speaking only
     /// the handshake).
