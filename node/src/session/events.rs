@@ -22,8 +22,8 @@ pub enum Event {
         term: u64,
     },
     /// No leader this node can hear, and it reaches too few of the run's voters to elect one:
-    /// nothing commits on its side until it does (`reach`: the voters it has links to, itself
-    /// included). Said once a time it happens; a [`Event::Leader`] ends it.
+    /// nothing commits on its side until it does (`reach`: the voters it heard from within an election
+    /// timeout, itself included). Said once a time it happens; a [`Event::Leader`] ends it.
     NoMajority {
         reach: Vec<PeerId>,
         voters: Vec<PeerId>,

@@ -262,6 +262,8 @@ pub struct Session {
     timing: Timing,
     /// Peers whose data channel is open.
     members: BTreeSet<PeerId>,
+    /// When each peer was last heard from (any message): who this node reaches.
+    heard_ms: std::collections::BTreeMap<PeerId, u64>,
     roster: Roster,
     epochs: Epochs,
     window: Window,
@@ -316,6 +318,7 @@ impl Session {
             config,
             timing: Timing::default(),
             members: BTreeSet::new(),
+            heard_ms: std::collections::BTreeMap::new(),
             roster: Roster::default(),
             epochs: Epochs::default(),
             window: Window::default(),
@@ -434,6 +437,7 @@ impl Session {
             }
             Input::Received { from, message } => {
                 if self.members.contains(&from) {
+                    self.heard_ms.insert(from, self.timing.now_ms());
                     self.on_message(from, message);
                 } else {
                     self.ignore(from, "a message from a peer that is not connected");
@@ -721,8 +725,11 @@ impl Session {
                 let since = *self.leaderless_since.get_or_insert(now);
                 let (voters, _) = agreement.members();
                 let waited = now.saturating_sub(since) >= self.config.agreement.longest_election_ms();
+                // Reached: heard from within an election timeout (an open channel may be silent).
+                let longest = self.config.agreement.longest_election_ms();
+                let heard = |p: &PeerId| self.heard_ms.get(p).is_some_and(|t| now.saturating_sub(*t) < longest);
                 let reach: Vec<PeerId> =
-                    voters.iter().copied().filter(|p| *p == me || self.members.contains(p)).collect();
+                    voters.iter().copied().filter(|p| *p == me || self.members.contains(p) && heard(p)).collect();
                 // Reaching a majority, it is an election under way (one that needs the most
                 // up-to-date log may take a few terms), not a minority.
                 let minority = 2 * reach.len() <= voters.len();
