@@ -2,7 +2,6 @@
 //! signaling server on a free port, and headless nodes through the harness's client
 //! (`lockstep_harness::client`), whose failures become the test's panics.
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
@@ -93,7 +92,7 @@ impl Node {
         node
     }
 
-    /// Starts a node inside network namespace `netns` (see [`NetnsPair`]).
+    /// Starts a node inside network namespace `netns` (`lockstep_harness::netns`).
     pub fn spawn_in(netns: &str, url: &str, backend: &str) -> Node {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", netns, BIN]);
@@ -128,66 +127,6 @@ impl Node {
     pub fn exit_status(&mut self, secs: u64) -> Option<i32> {
         self.0.quit(Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{e:#}"))
     }
-}
-
-/// Two network stacks on one host, as two machines would have: network namespaces `a` (at
-/// 10.213.0.1) and `b` (at 10.213.0.2) joined by a veth pair and nothing else — no shared
-/// loopback. Made by the test itself (root is needed: CI runs as root) and removed on drop.
-pub struct NetnsPair {
-    pub a: String,
-    pub b: String,
-}
-
-impl NetnsPair {
-    pub const A: &'static str = "10.213.0.1";
-    pub const B: &'static str = "10.213.0.2";
-
-    pub fn new(tag: &str) -> NetnsPair {
-        let id = format!("{tag}{}", std::process::id());
-        let pair = NetnsPair { a: format!("ls-{id}-a"), b: format!("ls-{id}-b") };
-        let (link_a, link_b) = (format!("va{}", std::process::id()), format!("vb{}", std::process::id()));
-        ip(&["netns", "add", &pair.a]);
-        ip(&["netns", "add", &pair.b]);
-        ip(&["link", "add", &link_a, "netns", &pair.a, "type", "veth", "peer", "name", &link_b, "netns", &pair.b]);
-        for (ns, link, address) in [(&pair.a, &link_a, Self::A), (&pair.b, &link_b, Self::B)] {
-            ip(&["-n", ns, "addr", "add", &format!("{address}/24"), "dev", link]);
-            ip(&["-n", ns, "link", "set", link, "up"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        pair
-    }
-
-    /// A real signaling server in `a`, listening on its veth address; its URL.
-    pub fn signal_server(&self) -> (Proc, String) {
-        let address = format!("{}:8765", Self::A);
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.a, BIN, "signal", "--bind", &address, "--no-data"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("lockstep signal starts");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert!(first.contains("listening"), "the signaling server did not listen: {first:?}");
-        std::thread::spawn(move || lines.for_each(drop));
-        (Proc(child), format!("ws://{address}/ws"))
-    }
-}
-
-impl Drop for NetnsPair {
-    fn drop(&mut self) {
-        // Deleting a namespace removes its end of the veth pair, and with it the other end.
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// Runs `ip ARGS`, failing the test with ip's own words if it fails.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("iproute2's `ip` runs");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
 /// Tests of one file run side by side; tests of different files never overlap (each file's

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{signal_server, signal_server_at, NetnsPair, Node, Signal, BIN};
+use crate::common::{signal_server, signal_server_at, Node, Signal, BIN};
+use lockstep_harness::client::SignalServer;
+use lockstep_harness::netns::{Network, HUB_ADDRESS};
 use serde_json::Value;
 
 fn channels_open(nodes: &[&Node]) {
@@ -529,24 +531,27 @@ fn headless_commands_approve_deny_swap_save_and_broadcast() {
 /// the address of its interface that reaches the server, WebRTC runs over the link with the
 /// packet size real networks get, the host approves the joiner, and both train to one hash.
 #[test]
-fn two_network_stacks_train_together_over_a_veth_link() {
+fn two_network_stacks_train_together_over_a_bridge() {
     let _phase = crate::common::phase(module_path!());
-    let net = NetnsPair::new("mesh");
-    let (_signal, url) = net.signal_server();
-    let room = format!("{url}?room=veth");
-    let mut host = Node::spawn_in(&net.a, &room, "cpu");
+    // Two namespaces on a bridge, as two machines on one switch: no shared loopback.
+    let mut net = Network::new(&format!("lse{}", std::process::id())).expect("namespaces (CI runs as root)");
+    let (a, b) = (net.add_node(None).unwrap(), net.add_node(None).unwrap());
+    let bind = format!("{HUB_ADDRESS}:8765");
+    let signal = SignalServer::start(std::path::Path::new(BIN), Some(&net.hub), &bind, None).unwrap();
+    let room = format!("{}?room=veth", signal.url());
+    let mut host = Node::spawn_in(net.namespace(a), &room, "cpu");
     host.id = host.wait_for("connected", |e| e["event"] == "connected", 20)["id"].as_u64().unwrap();
-    let mut joiner = Node::spawn_in(&net.b, &room, "cpu");
+    let mut joiner = Node::spawn_in(net.namespace(b), &room, "cpu");
     joiner.id = joiner.wait_for("waiting", |e| e["event"] == "waiting", 20)["id"].as_u64().unwrap();
-    for (node, address) in [(&host, NetnsPair::A), (&joiner, NetnsPair::B)] {
+    for (node, index) in [(&host, a), (&joiner, b)] {
         let offered = format!(
-            "webrtc: host candidates on {address} (the interface that reaches {}:8765; --bind-ip overrides)",
-            NetnsPair::A
+            "webrtc: host candidates on {} (the interface that reaches {bind}; --bind-ip overrides)",
+            Network::address(index)
         );
         node.wait_for("the offered address", |e| e["event"] == "info" && e["message"] == offered.as_str(), 10);
     }
     let request = host.wait_for("the join request", |e| e["event"] == "join-request" && e["peer"] == joiner.id, 20);
-    assert_eq!(request["address"], NetnsPair::B, "the host sees the joiner's own address");
+    assert_eq!(request["address"], Network::address(b), "the host sees the joiner's own address");
     host.command(serde_json::json!({"cmd": "approve", "peer": joiner.id}));
     channels_open(&[&host, &joiner]);
     host.command(tiny(30));
