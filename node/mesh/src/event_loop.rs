@@ -449,8 +449,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Some(Command::FlipWeightBit) => {
                 self.flush();
-                self.replica().flip_weight_bit();
-                let step = self.session.as_ref().map_or(0, Session::applied);
+                // The steps the weights hold (one more than the log committed, while a step is
+                // taken ahead of its commit).
+                let step = {
+                    let mut replica = self.replica();
+                    replica.flip_weight_bit();
+                    replica.steps_done()
+                };
                 (self.report)(Report::Warning(format!("fault injection: flipped one weight bit after step {step}")));
             }
         }
