@@ -194,6 +194,9 @@ pub(crate) struct MeshLoop<R> {
     /// The step and weight hash of the last gradient computed (the hash of the weights the
     /// step before it left).
     last_computed: Option<(u32, u32)>,
+    /// Saves asked for while a step was taken ahead of its commit, done once it stands or is
+    /// undone.
+    deferred_saves: Vec<CheckpointTarget>,
     /// `Links::sent` when the last step was applied.
     sent_at_apply: u64,
     /// Compute tasks under way.
@@ -245,6 +248,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             unreported: None,
             tentative: None,
             last_computed: None,
+            deferred_saves: Vec::new(),
             sent_at_apply: 0,
             computing: 0,
             lazy: false,
@@ -424,18 +428,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Some(Command::Deny { peer, reason }) => {
                 self.send_to_server(ClientMessage::Deny { peer, reason: Some(reason) })
             }
-            Some(Command::SaveCheckpoint(target)) => {
-                let me = self.me.unwrap_or(0);
-                let replica = self.replica.clone();
-                let tx = self.inbound.clone();
-                tokio::task::spawn_blocking(move || {
-                    let (bytes, step, whash) = {
-                        let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
-                        (replica.snapshot(), replica.steps_done(), replica.weight_hash())
-                    };
-                    let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, step, whash)));
-                });
-            }
+            // A step taken ahead of its commit is not saved: the save waits until it stands or
+            // is undone.
+            Some(Command::SaveCheckpoint(target)) if self.tentative.is_some() => self.deferred_saves.push(target),
+            Some(Command::SaveCheckpoint(target)) => self.save(target),
             Some(Command::PoisonContributions(value)) => {
                 self.replica().poison_contributions(value);
                 let step = self.session.as_ref().map_or(0, Session::applied);
@@ -876,6 +872,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     }
                     _ => self.unreported = Some((step, timing)),
                 }
+                for target in std::mem::take(&mut self.deferred_saves) {
+                    self.save(target);
+                }
             }
             Output::Rollback { .. } => {
                 self.tentative = None;
@@ -883,6 +882,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 // What is computing stands on the undone step: its result is dropped.
                 self.generation += 1;
                 self.replica().rollback();
+                for target in std::mem::take(&mut self.deferred_saves) {
+                    self.save(target);
+                }
             }
             Output::SendSnapshot { to } => {
                 let bytes = self.replica().snapshot();
@@ -926,8 +928,16 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// directory first, the user is told where, and the loop ends (the process exits non-zero).
     fn stop_safely(&mut self, why: String) {
         let me = self.me.unwrap_or(0);
+        // A step taken ahead of its commit is not the last committed state: undone first.
+        let undo = self.tentative.take().is_some();
+        if undo {
+            self.generation += 1;
+        }
         let (bytes, step, whash) = {
             let mut replica = self.replica();
+            if undo {
+                replica.rollback();
+            }
             (replica.snapshot(), replica.steps_done(), replica.weight_hash())
         };
         let target = CheckpointTarget::InDir(self.config.ckpt_dir.clone());
@@ -965,6 +975,21 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let change = replica.take_backend_change();
             let seconds = began.elapsed().as_secs_f64();
             let _ = tx.send(Inbound::Computed(Computed { step, result, seconds, hash, change, generation }));
+        });
+    }
+
+    /// Saves the replica's state to `target` on a blocking thread (`Inbound::Saved` says how it
+    /// went).
+    fn save(&mut self, target: CheckpointTarget) {
+        let me = self.me.unwrap_or(0);
+        let replica = self.replica.clone();
+        let tx = self.inbound.clone();
+        tokio::task::spawn_blocking(move || {
+            let (bytes, step, whash) = {
+                let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                (replica.snapshot(), replica.steps_done(), replica.weight_hash())
+            };
+            let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, step, whash)));
         });
     }
 
