@@ -1,0 +1,280 @@
+//! The loop's side of the session: inputs fed to the core ([`MeshLoop::drive`]) and each
+//! [`Output`] carried out against the replica, in order — compute on a blocking thread, apply
+//! (tentatively or not), confirm or undo a step taken ahead of its commit, checkpoints taken,
+//! restored and saved — and what a compute result or a stop means for it.
+
+use super::*;
+
+impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
+    pub(super) fn on_computed(&mut self, Computed { step, result, seconds, hash, change, generation }: Computed) {
+        self.computing -= 1;
+        if let Some(change) = change {
+            self.announce(change);
+        }
+        if generation != self.generation {
+            // Begun before a restore, a new run or an undone step: it answers a state that is
+            // gone.
+            (self.report)(Report::Warning(
+                "a gradient begun on weights since replaced (a restore, or a step undone) was dropped".into(),
+            ));
+            return;
+        }
+        match result {
+            Ok(gradient) => {
+                self.last_computed = Some((gradient.step, gradient.whash));
+                // The gradient carries the hash of the weights it was computed from: the last
+                // applied step's, when it is the next step's. (A step the group applied without
+                // waiting for ours leaves our gradient one step behind: it is dropped, and the
+                // hash asked of the replica.)
+                match self.unreported.take() {
+                    Some((step, timing)) if step + 1 == gradient.step => {
+                        (self.report)(Report::Applied { step, whash: gradient.whash, timing })
+                    }
+                    other => {
+                        self.unreported = other;
+                        self.flush();
+                    }
+                }
+                self.timing = StepTiming { compute: seconds - hash, hash_guard: hash, ..StepTiming::default() };
+                self.computed_at = Some(Instant::now());
+                self.drive(vec![Input::Computed(gradient)]);
+            }
+            // The session stops this node's run and says why (`Stop::Compute`).
+            // The group applied this step without waiting for ours before the compute began (a
+            // member it went on without): the replica is past it — nothing failed, nothing to send.
+            Err(ReplicaError::WrongStep { asked, at }) if at >= asked => {}
+            Err(error) => self.drive(vec![Input::Failed { task: Task::Compute { step }, error: Failure::new(error) }]),
+        }
+    }
+
+    /// Feeds the session and carries out its outputs; an output that answers at once (a
+    /// configure, a restore) feeds its answer back before anything else.
+    pub(super) fn drive(&mut self, inputs: Vec<Input>) {
+        let mut queue: VecDeque<Input> = inputs.into();
+        while let Some(input) = queue.pop_front() {
+            let Some(session) = self.session.as_mut() else { return };
+            let handling = Instant::now();
+            let outputs = session.handle(input);
+            // The input that completes a step carries the guard and the roster-order average.
+            let handled = handling.elapsed().as_secs_f64();
+            for output in outputs {
+                if let Some(answer) = self.execute(output, handled) {
+                    queue.push_front(answer);
+                }
+            }
+        }
+    }
+
+    /// Carries out one session output; returns the session's next input when the output is
+    /// answered at once.
+    fn execute(&mut self, output: Output, handled: f64) -> Option<Input> {
+        match output {
+            Output::Send { to, message } => self.links.send(to, &message),
+            Output::Configure(settings) => {
+                self.generation += 1;
+                let (result, hurry) = {
+                    let mut replica = self.replica();
+                    (replica.configure(&settings), replica.hurry())
+                };
+                // The run's trainer is new: so is where its windows are told to end.
+                self.hurry = hurry;
+                return Some(match result {
+                    Ok(weights) => Input::Configured { weights },
+                    Err(error) => Input::Failed { task: Task::Configure, error: Failure::new(error) },
+                });
+            }
+            Output::Compute { step, cap } => self.spawn_compute(step, cap),
+            Output::Hurry { .. } => {
+                if let Some(hurry) = &self.hurry {
+                    hurry.store(0, Ordering::Relaxed);
+                }
+            }
+            Output::Apply { step, mean, grid, ours, tentative, .. } => {
+                self.flush();
+                self.last_computed = None;
+                let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
+                let mut timing = self.timing;
+                {
+                    let mut replica = self.replica();
+                    if tentative {
+                        replica.apply_tentatively(&mean, &grid, ours);
+                    } else {
+                        replica.apply(&mean, &grid, ours);
+                    }
+                    timing.hash_guard += replica.take_hash_seconds() + handled;
+                }
+                timing.exchange = waited;
+                let sent = self.links.sent();
+                timing.sent_bytes = sent.saturating_sub(std::mem::replace(&mut self.sent_at_apply, sent));
+                if tentative {
+                    self.tentative = Some((step, timing));
+                } else {
+                    self.unreported = Some((step, timing));
+                }
+            }
+            Output::Confirm { step } => {
+                let (_, timing) = self.tentative.take().filter(|(s, _)| *s == step)?;
+                // The replica lets the undo go when it is free (now, or at its next apply): the
+                // next step may be computing on it.
+                if let Ok(mut replica) = self.replica.try_lock() {
+                    replica.confirm();
+                }
+                match self.last_computed {
+                    // The next step, computed behind the commit, carried the hash already.
+                    Some((computed, whash)) if computed == step + 1 => {
+                        (self.report)(Report::Applied { step, whash, timing })
+                    }
+                    _ => self.unreported = Some((step, timing)),
+                }
+                for target in std::mem::take(&mut self.deferred_saves) {
+                    self.save(target);
+                }
+            }
+            Output::Rollback { .. } => self.undo_tentative(),
+            Output::SendSnapshot { to } => {
+                let bytes = self.replica().snapshot();
+                self.links.send(to, &Message::Resume(bytes));
+            }
+            Output::Restore { bytes } => {
+                self.flush();
+                self.generation += 1;
+                let restored = {
+                    let mut replica = self.replica();
+                    replica.restore(&bytes).map(|(step, weights)| (step, weights, replica.weight_hash()))
+                };
+                return Some(match restored {
+                    Ok((step, weights, whash)) => {
+                        (self.report)(Report::Restored { step, whash });
+                        Input::Restored { step, weights }
+                    }
+                    Err(error) => Input::Failed { task: Task::Restore, error: Failure::new(error) },
+                });
+            }
+            Output::Event(event) => {
+                // The last step's `weights` come before the run's end.
+                if matches!(event, Event::RunFinished { .. } | Event::GuardStopped(_) | Event::Problem(_)) {
+                    self.flush();
+                }
+                // A removal for good is said as `removed`; the session holds why it stopped.
+                let removed = matches!(event, Event::Removed { .. })
+                    .then(|| self.session.as_ref().and_then(Session::stopped).map(Stop::to_string))
+                    .flatten();
+                let must_stop = must_stop(&event).or(removed);
+                (self.report)(Report::Session(event));
+                if let Some(why) = must_stop {
+                    self.stop_safely(why);
+                }
+            }
+        }
+        None
+    }
+
+    /// The run cannot go on here: the last committed state is saved to the checkpoint
+    /// directory first, the user is told where, and the loop ends (the process exits non-zero).
+    pub(super) fn stop_safely(&mut self, why: String) {
+        let me = self.me.unwrap_or(0);
+        // A step taken ahead of its commit is not the last committed state: undone first.
+        if self.tentative.is_some() {
+            self.undo_tentative();
+        }
+        let (bytes, step, whash) = {
+            let mut replica = self.replica();
+            (replica.snapshot(), replica.steps_done(), replica.weight_hash())
+        };
+        let target = CheckpointTarget::InDir(self.config.ckpt_dir.clone());
+        let checkpoint = match save_checkpoint(target, me, &bytes, step, whash) {
+            Ok(saved) => {
+                (self.report)(Report::CheckpointSaved { path: saved.path.clone(), step, whash });
+                Ok(saved.path)
+            }
+            Err(e) => {
+                (self.report)(Report::Warning(format!("the last committed state was not saved: {e}")));
+                Err(e.to_string())
+            }
+        };
+        self.stopping = Some(Ended::Stopped { why, checkpoint });
+    }
+
+    /// Computes our contribution to `step` on a blocking thread (elastic windows: ending the
+    /// window after `cap` inner steps unless hurried sooner).
+    pub(super) fn spawn_compute(&mut self, step: u32, cap: u32) {
+        if self.lazy {
+            return;
+        }
+        self.computing += 1;
+        if let Some(hurry) = &self.hurry {
+            hurry.store(cap, Ordering::Relaxed);
+        }
+        let replica = self.replica.clone();
+        let tx = self.inbound.clone();
+        let generation = self.generation;
+        tokio::task::spawn_blocking(move || {
+            let began = Instant::now();
+            let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+            let result = replica.compute(step);
+            let hash = replica.take_hash_seconds();
+            let change = replica.take_backend_change();
+            let seconds = began.elapsed().as_secs_f64();
+            let _ = tx.send(Inbound::Computed(Computed { step, result, seconds, hash, change, generation }));
+        });
+    }
+
+    /// Undoes the step taken ahead of its commit: the replica goes back to the state before it,
+    /// what is computing on it is dropped (its generation is gone), and the saves that waited
+    /// for the step are made.
+    fn undo_tentative(&mut self) {
+        self.tentative = None;
+        self.last_computed = None;
+        self.generation += 1;
+        self.replica().rollback();
+        for target in std::mem::take(&mut self.deferred_saves) {
+            self.save(target);
+        }
+    }
+
+    /// Saves the replica's state to `target` on a blocking thread (`Inbound::Saved` says how it
+    /// went).
+    pub(super) fn save(&mut self, target: CheckpointTarget) {
+        let me = self.me.unwrap_or(0);
+        let replica = self.replica.clone();
+        let tx = self.inbound.clone();
+        tokio::task::spawn_blocking(move || {
+            let (bytes, step, whash) = {
+                let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
+                (replica.snapshot(), replica.steps_done(), replica.weight_hash())
+            };
+            let _ = tx.send(Inbound::Saved(save_checkpoint(target, me, &bytes, step, whash)));
+        });
+    }
+
+    /// Reports the last applied step once its hash is known (asking the replica for it).
+    pub(super) fn flush(&mut self) {
+        if let Some((step, timing)) = self.unreported.take() {
+            let whash = self.replica().weight_hash();
+            (self.report)(Report::Applied { step, whash, timing });
+        }
+    }
+
+    /// Our backend changed: tell every open peer and report it.
+    pub(super) fn announce(&mut self, change: BackendChange) {
+        self.hello = Message::PeerInfo { backend: change.backend.clone(), verdict: change.verdict.clone() };
+        let hello = self.hello.clone();
+        self.links.broadcast(&hello);
+        (self.report)(Report::BackendSwapped(change));
+    }
+}
+
+/// Why the run cannot go on at this node after `event`, if it cannot: it was taken out for
+/// good, its compute failed, a committed step never reached it, or it could not restore the
+/// state its group sent it. (A guard stop is the group's, and stays for the user to read.)
+fn must_stop(event: &Event) -> Option<String> {
+    match event {
+        Event::Problem(Problem::Stopped(stop @ (Stop::Removed { .. } | Stop::Compute { .. } | Stop::Agreement(_)))) => {
+            Some(stop.to_string())
+        }
+        Event::Problem(Problem::Failed { task: Task::Restore, error }) => {
+            Some(format!("the state the group sent could not be restored: {error}"))
+        }
+        _ => None,
+    }
+}
