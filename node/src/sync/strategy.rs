@@ -1,0 +1,354 @@
+//! One member's side of a sync: what it keeps between syncs, what it contributes, and what it
+//! does with the group's mean ([`Strategy`]), for every mode.
+
+use super::*;
+
+/// What a member keeps between syncs besides its weights and Adam's state: tensors the sync
+/// settings use (empty where a setting uses none), carried by checkpoints and resumes in the
+/// order [`SyncState::tensors`] gives.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncState {
+    /// `outer:H`: the outer optimizer's momentum (identical on every member).
+    pub outer_momentum: Vec<f32>,
+    /// `int8`: what this member's past contributions left untaken (its own).
+    pub residual: Vec<f32>,
+}
+
+impl SyncState {
+    /// Zeros for every tensor `config` uses, for a model of `len` weights.
+    pub fn new(config: &SyncConfig, len: usize) -> SyncState {
+        SyncState::from_tensors(config, Vec::new(), len).expect("no tensors carried: nothing to refuse")
+    }
+
+    /// The tensors, in the order checkpoints store them.
+    pub fn tensors(&self) -> [&[f32]; 2] {
+        [&self.outer_momentum, &self.residual]
+    }
+
+    /// The state a checkpoint carried (`tensors` in [`SyncState::tensors`]' order, fewer when
+    /// it is older), made to fit `config`: a tensor the settings use is kept, or zeros when the
+    /// checkpoint had none (a run of another setting); one they do not use is dropped. A tensor
+    /// of another length than the model's, or more tensors than this version knows, is refused.
+    pub fn from_tensors(config: &SyncConfig, tensors: Vec<Vec<f32>>, len: usize) -> Result<SyncState, SyncError> {
+        if tensors.len() > 2 {
+            return Err(SyncError::TensorCount(tensors.len()));
+        }
+        if let Some(t) = tensors.iter().find(|t| !t.is_empty() && t.len() != len) {
+            return Err(SyncError::TensorLength { values: t.len(), model: len });
+        }
+        let mut carried = tensors.into_iter();
+        let mut take = |used: bool| match (used, carried.next().filter(|t| !t.is_empty())) {
+            (true, Some(t)) => t,
+            (true, None) => vec![0.0; len],
+            (false, _) => Vec::new(),
+        };
+        let outer_momentum = take(matches!(config.mode, SyncMode::Outer { .. }));
+        let residual = take(config.compression != Compression::None);
+        Ok(SyncState { outer_momentum, residual })
+    }
+}
+
+/// A member's training, as a sync drives it: its gradient on the next batch, one local
+/// optimizer step, and its weights on the host.
+pub trait Member {
+    /// Loss and gradient of the next batch at the current weights.
+    fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError>;
+    /// One optimizer step (Adam) from `grad`.
+    fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError>;
+    /// One local step: the gradient of the next batch, applied at once ([`Member::gradient`],
+    /// then [`Member::apply`] — a member whose device holds its state may do both there,
+    /// without moving the gradient). The loss.
+    fn step_alone(&mut self) -> Result<f32, ComputeError> {
+        let (loss, grad) = self.gradient()?;
+        self.apply(&grad)?;
+        Ok(loss)
+    }
+    /// The weights, on the host.
+    fn weights(&mut self) -> &mut Vec<f32>;
+    /// Takes back the step count of `steps` local steps (a sync abandoned half way).
+    fn rewind(&mut self, steps: u32);
+    /// Optimizer steps the run has left.
+    fn steps_left(&self) -> u32;
+    /// Elastic windows: whether the window should end after `done` of its inner steps (another
+    /// member finished its `H`). Asked after each inner step but the window's last.
+    fn hurried(&self, _done: u32) -> bool {
+        false
+    }
+    /// Elastic windows: passes over `steps` optimizer steps of a window ended early, as if they
+    /// were taken — the step count (the learning-rate schedule's position) and the data stream
+    /// move on to the next window's start, the weights and the optimizer's moments stay.
+    fn skip(&mut self, steps: u32);
+}
+
+/// One member's contribution to a sync.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contribution {
+    /// The loss of the step (`every-step`) or the mean of the inner steps' losses, in order.
+    pub loss: f32,
+    pub values: Values,
+    /// Its weight in the group's mean ([`SyncConfig::weights_allowed`]): in elastic windows the
+    /// inner steps it stands for, else 1.
+    pub weight: u32,
+}
+
+/// Why a contribution could not be made.
+#[derive(Clone, Debug)]
+pub enum ContributeError {
+    Compute(ComputeError),
+    /// The values to send are not finite: this member's training diverged.
+    NonFinite(NonFinite),
+}
+
+impl std::fmt::Display for ContributeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContributeError::Compute(e) => write!(f, "{e}"),
+            ContributeError::NonFinite(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ContributeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ContributeError::Compute(e) => Some(e),
+            ContributeError::NonFinite(e) => Some(e),
+        }
+    }
+}
+
+impl From<ComputeError> for ContributeError {
+    fn from(e: ComputeError) -> Self {
+        ContributeError::Compute(e)
+    }
+}
+
+/// A contribution under way: what [`Strategy::finish`] needs of it.
+#[derive(Clone, Debug, Default)]
+struct InFlight {
+    /// `outer:H`: the global weights the inner steps started from.
+    global: Option<Vec<f32>>,
+    /// `int8`: the values and what they were packed as.
+    packed: Option<(Vec<f32>, Packed)>,
+}
+
+/// `outer:H` with an overlap: the next window's first steps, run before the group's mean came.
+#[derive(Clone, Debug)]
+struct Ahead {
+    /// The member's weights when they began (the end of the window it contributed).
+    anchor: Vec<f32>,
+    steps: u32,
+    losses: f32,
+}
+
+/// `outer:H` with an overlap, after the mean: the window's steps so far sit on the new global
+/// weights, which the window's contribution is measured from.
+#[derive(Clone, Debug)]
+struct Rebased {
+    global: Vec<f32>,
+    steps: u32,
+    losses: f32,
+}
+
+/// One member's side of every sync, for every mode: what it contributes, and what it does with
+/// the group's mean. A new sync mode is a new [`SyncMode`] and its arms here; the trainer has no
+/// mode of its own.
+///
+/// With an overlap `D` (`outer:H`, [`SyncConfig::overlap`]) a window's steps are split: after
+/// contributing window `k`, the member runs the first `D` steps of window `k + 1` from its own
+/// weights `L` ([`Strategy::run_ahead`]) while the group sums window `k`; then the group's mean
+/// gives the new global weights `G`, and the member's weights become `G − (L − W)`, where `W` is
+/// where the `D` steps ended: its progress moved onto the group's weights, element by element,
+/// each subtraction one f32 rounding. Window `k + 1` contributes `G` minus its weights after its
+/// remaining `H − D` steps. Every member's global weights (what the guard hashes) stay
+/// bit-identical; with `D = 0` the arithmetic is exactly the plain `outer:H`.
+#[derive(Clone, Debug, Default)]
+pub struct Strategy {
+    config: SyncConfig,
+    state: SyncState,
+    in_flight: Option<InFlight>,
+    ahead: Option<Ahead>,
+    rebased: Option<Rebased>,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig::SEED
+    }
+}
+
+impl Strategy {
+    pub fn new(config: SyncConfig, state: SyncState) -> Strategy {
+        Strategy { config, state, in_flight: None, ahead: None, rebased: None }
+    }
+
+    pub fn config(&self) -> &SyncConfig {
+        &self.config
+    }
+
+    pub fn state(&self) -> &SyncState {
+        &self.state
+    }
+
+    /// The group's weights while the member's own differ from them (an overlapped window after
+    /// the mean came), with the steps of the window already taken; `None` when the member's
+    /// weights are the group's.
+    pub fn global(&self) -> Option<(&[f32], u32)> {
+        self.rebased.as_ref().map(|r| (&r.global[..], r.steps))
+    }
+
+    /// The group's weights, given the member's own: [`Strategy::global`]'s, or `own`.
+    pub fn group_weights<'a>(&'a self, own: &'a [f32]) -> &'a [f32] {
+        self.global().map_or(own, |(global, _)| global)
+    }
+
+    /// The member's contribution to the next sync: `every-step`, the gradient of one batch;
+    /// `outer:H`, the global weights minus the weights after `H` local steps (fewer when some
+    /// ran ahead of the last mean). With `int8`, the residual is added and the sum packed.
+    /// Until [`Strategy::finish`], the weights are local (`outer:H`). A failed inner step puts
+    /// the weights and the step count back to the window's start.
+    pub fn contribute(&mut self, member: &mut dyn Member) -> Result<Contribution, ContributeError> {
+        let (loss, mut x, global, weight) = match self.config.mode {
+            SyncMode::EveryStep => {
+                let (loss, grad) = member.gradient()?;
+                (loss, grad, None, 1)
+            }
+            SyncMode::Outer { inner_steps } => {
+                let (global, taken, mut losses) = match self.rebased.take() {
+                    Some(Rebased { global, steps, losses }) => (global, steps, losses),
+                    None => (member.weights().clone(), 0, 0f32),
+                };
+                let mut done = taken;
+                while done < inner_steps {
+                    match member.step_alone() {
+                        Ok(loss) => losses += loss,
+                        Err(e) => {
+                            member.rewind(done);
+                            *member.weights() = global;
+                            return Err(e.into());
+                        }
+                    }
+                    done += 1;
+                    if self.config.elastic && done < inner_steps && member.hurried(done) {
+                        member.skip(inner_steps - done);
+                        break;
+                    }
+                }
+                let delta: Vec<f32> = global.iter().zip(member.weights().iter()).map(|(g, w)| g - w).collect();
+                let weight = if self.config.elastic { done } else { 1 };
+                (losses / done as f32, delta, Some(global), weight)
+            }
+        };
+        let (values, packed) = match self.config.compression {
+            Compression::None => (Values::F32(x), None),
+            compression @ (Compression::Int8 | Compression::Int4) => {
+                for (v, r) in x.iter_mut().zip(&self.state.residual) {
+                    *v += r;
+                }
+                let packed = if compression == Compression::Int8 { pack(&x) } else { pack4(&x) };
+                let packed = packed.map_err(ContributeError::NonFinite)?;
+                let values = if compression == Compression::Int8 { Values::Int8 } else { Values::Int4 };
+                (values(packed.clone()), Some((x, packed)))
+            }
+        };
+        self.in_flight = Some(InFlight { global, packed });
+        Ok(Contribution { loss, values, weight })
+    }
+
+    /// `outer:H` with an overlap, between [`Strategy::contribute`] and [`Strategy::finish`]:
+    /// the next window's first [`SyncConfig::overlap`] steps, from the member's own weights (a
+    /// member runs this while the group sums what it sent). Nothing to do in other modes, and
+    /// after the run's last window. A failed step puts the weights and step count back.
+    pub fn run_ahead(&mut self, member: &mut dyn Member) -> Result<(), ComputeError> {
+        let steps = self.config.overlap.min(member.steps_left());
+        if steps == 0 || !matches!(self.config.mode, SyncMode::Outer { .. }) || self.ahead.is_some() {
+            return Ok(());
+        }
+        let anchor = member.weights().clone();
+        let mut losses = 0f32;
+        for done in 0..steps {
+            match member.step_alone() {
+                Ok(loss) => losses += loss,
+                Err(e) => {
+                    member.rewind(done);
+                    *member.weights() = anchor;
+                    return Err(e);
+                }
+            }
+        }
+        self.ahead = Some(Ahead { anchor, steps, losses });
+        Ok(())
+    }
+
+    /// Ends a sync with the group's mean (`grid`: the group's block grid, `int8` only):
+    /// `every-step` takes one optimizer step with it; `outer:H` takes one outer step on the
+    /// global weights, and the member's weights become them (plus the progress of the steps it
+    /// ran ahead, if it did). A member that made no contribution this sync (a fresh joiner)
+    /// only needs the mean, never the grid. `ours`: whether our contribution is among those the
+    /// mean sums — a member the group went on without (late for the step's record) keeps all
+    /// of its packed contribution as residual, for the next. In `outer:H`, a sync this member
+    /// computed nothing for (it caught up on the group's records, or the mean came before its
+    /// compute began) passes over its `H` steps as if taken ([`Member::skip`]): the step count
+    /// says how many syncs the weights hold, so a compute for this sync begun after it is refused
+    /// as stale — never run on the new weights as if they were the old. (With an overlap, the
+    /// steps it ran ahead into that sync's window are dropped first: the group's weights are
+    /// the base, as they are for every member.)
+    pub fn finish(
+        &mut self,
+        member: &mut dyn Member,
+        mean: &[f32],
+        grid: &[u8],
+        ours: bool,
+    ) -> Result<(), ComputeError> {
+        let in_flight = self.in_flight.take().unwrap_or_default();
+        if let Some((x, packed)) = &in_flight.packed {
+            self.state.residual = if ours { residual(x, packed, grid) } else { x.clone() };
+        }
+        match self.config.mode {
+            SyncMode::EveryStep => member.apply(mean)?,
+            SyncMode::Outer { .. } => match (in_flight.global, self.ahead.take()) {
+                (Some(mut global), Some(Ahead { anchor, steps, losses })) => {
+                    self.config.outer.step(&mut global, &mut self.state.outer_momentum, mean);
+                    for ((w, &g), &a) in member.weights().iter_mut().zip(&global).zip(&anchor) {
+                        *w = g - (a - *w);
+                    }
+                    self.rebased = Some(Rebased { global, steps, losses });
+                }
+                (global, _) => {
+                    let computed = global.is_some();
+                    if !computed {
+                        // With an overlap, the steps this member ran into the window it never
+                        // contributed go: the group's weights are where the sync starts.
+                        if let Some(Rebased { global: group, steps, .. }) = self.rebased.take() {
+                            *member.weights() = group;
+                            member.rewind(steps);
+                        }
+                    }
+                    let weights = member.weights();
+                    if let Some(global) = global {
+                        *weights = global;
+                    }
+                    self.config.outer.step(weights, &mut self.state.outer_momentum, mean);
+                    if !computed {
+                        member.skip(self.config.mode.steps_per_sync());
+                    }
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// A lone member's sync (a group of one: its contribution is the mean, bit for bit). In
+    /// `every-step` without compression the mean of one gradient is that gradient (`g / 1` is
+    /// `g`), so it is one local step, and the gradient need not leave the member's device.
+    pub fn alone(&mut self, member: &mut dyn Member) -> Result<f32, ContributeError> {
+        if self.config.mode == SyncMode::EveryStep && self.config.compression == Compression::None {
+            return Ok(member.step_alone()?);
+        }
+        let Contribution { loss, values, .. } = self.contribute(member)?;
+        self.run_ahead(member)?;
+        let reduced = reduce_one(values);
+        self.finish(member, &reduced.mean, &reduced.grid, true)?;
+        Ok(loss)
+    }
+}

@@ -1,0 +1,373 @@
+use super::*;
+use crate::sync::{Compression, OuterOptimizer, SyncMode};
+
+fn gradient(n: usize) -> Gradient {
+    Gradient {
+        step: 7,
+        whash: 0xdead_beef,
+        phash: 0xdf23_2627,
+        loss: 2.5,
+        values: Values::F32((0..n).map(|i| i as f32 * 0.25 - 1.0).collect()),
+        weight: 1,
+    }
+}
+
+fn packed(n: usize) -> Gradient {
+    let values: Vec<f32> = (0..n).map(|i| (i as f32 - 20.0) * 0.125).collect();
+    Gradient { values: Values::Int8(crate::sync::pack(&values).unwrap()), ..gradient(0) }
+}
+
+#[test]
+fn golden_bytes() {
+    let g = Gradient {
+        step: 3,
+        whash: 0x0102_0304,
+        phash: 0xa0b0_c0d0,
+        loss: 1.0,
+        values: Values::F32(vec![-2.0]),
+        weight: 1,
+    };
+    assert_eq!(
+        encode(&Message::Gradient(g.clone())),
+        vec![3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]
+    );
+    assert_eq!(
+        encode(&Message::RepairRequest { step: 9, peer: 2 }),
+        vec![0xf9, 0xff, 0xff, 0xff, 9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]
+    );
+    let response = encode(&Message::RepairResponse { peer: 4, gradient: g.clone() });
+    assert_eq!(&response[..12], &[0xf8, 0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&response[12..], &encode(&Message::Gradient(g.clone()))[..]);
+    assert_eq!(
+        encode(&Message::PeerInfo { backend: "lut".into(), verdict: Verdict::Admitted { cases: 40 } }),
+        vec![0xf7, 0xff, 0xff, 0xff, 3, 0, b'l', b'u', b't', 0, 40, 0, 0, 0]
+    );
+    assert_eq!(
+        encode(&Message::PeerInfo {
+            backend: "x".into(),
+            verdict: Verdict::Rejected { case: "c".into(), detail: "d".into() }
+        }),
+        vec![0xf7, 0xff, 0xff, 0xff, 1, 0, b'x', 1, 1, 0, b'c', 1, 0, b'd']
+    );
+    assert_eq!(
+        encode(&Message::PeerInfo { backend: "x".into(), verdict: Verdict::NotLoadable { why: "w".into() } }),
+        vec![0xf7, 0xff, 0xff, 0xff, 1, 0, b'x', 2, 1, 0, b'w']
+    );
+    assert_eq!(encode(&Message::Ping { nonce: 258 }), vec![0xf6, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(encode(&Message::Pong { nonce: 1 }), vec![0xf5, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        encode(&Message::Epoch(Epoch { count: 2, pusher: 0x0103 })),
+        vec![0xf4, 0xff, 0xff, 0xff, 2, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(
+        encode(&Message::Removed { step: 5, why: Removal::Kicked("ab".into()) }),
+        vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 0, 2, 0, b'a', b'b']
+    );
+    assert_eq!(
+        encode(&Message::Removed { step: 5, why: Removal::Slow { windows: 3 } }),
+        vec![0xf3, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 3, 0, 0, 0]
+    );
+    assert_eq!(encode(&Message::Leaving), vec![0xf1, 0xff, 0xff, 0xff]);
+    assert_eq!(
+        encode(&Message::Raft { run: 0x0102, bytes: vec![8, 9] }),
+        vec![0xed, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0, 0, 0, 0, 8, 9]
+    );
+    assert_eq!(encode(&Message::CatchUp { applied: 258 }), vec![0xec, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
+    // The retired sentinels of the home-made agreement read as unknown.
+    for retired in [-4i32, -16, -17] {
+        assert_eq!(decode(&retired.to_le_bytes()), Err(WireError::UnknownSentinel(retired)));
+    }
+    // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
+    // steps of an elastic window).
+    let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), weight: 3, ..g.clone() };
+    assert_eq!(
+        encode(&Message::Gradient(p.clone())),
+        vec![
+            0xf2, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 3, 0, 0, 0, 2, 0,
+            0, 0, 0x85, 127, 0xff
+        ]
+    );
+    assert_eq!(decode(&encode(&Message::Gradient(p.clone()))), Ok(Message::Gradient(p.clone())));
+    let response = encode(&Message::RepairResponse { peer: 4, gradient: p.clone() });
+    assert_eq!(&response[12..], &encode(&Message::Gradient(p))[..]);
+    // int4: 127, -1, -112 on the grid 16 times coarser (block byte 137): 127/16 rounds to
+    // 8, clamped to 7; -1/16 to 0; -112/16 is -7 (nibble 9). Two to a byte, low first.
+    let p4 = Gradient { values: Values::Int4(crate::sync::pack4(&[127.0, -1.0, -112.0]).unwrap()), ..g.clone() };
+    let bytes = encode(&Message::Gradient(p4.clone()));
+    assert_eq!(
+        bytes,
+        vec![
+            0xee, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 1, 0, 0, 0, 3, 0,
+            0, 0, 0x89, 0x07, 0x09
+        ]
+    );
+    assert_eq!(decode(&bytes), Ok(Message::Gradient(p4.clone())));
+    let response = encode(&Message::RepairResponse { peer: 4, gradient: p4.clone() });
+    assert_eq!(&response[12..], &encode(&Message::Gradient(p4))[..]);
+    // The run's bytes are `RunConfig::encode`'s (pinned in config.rs), after the protocol.
+    let run = crate::config::tests::unlike_the_default();
+    let config = encode(&Message::RunConfig { protocol: 4, run_id: 0, run });
+    assert_eq!(config[8..], run.encode());
+    assert_eq!(config[..8], [0xfd, 0xff, 0xff, 0xff, 4, 0, 0, 0]);
+    assert_eq!(config.len(), 4 + 7 * 4 + 4 + 8 + 1 + 4 + 1 + 4 + 4);
+    // Since protocol 10 the run's log follows the protocol.
+    let config = encode(&Message::RunConfig { protocol: 10, run_id: 0x0203, run });
+    assert_eq!(config[..16], [0xfd, 0xff, 0xff, 0xff, 10, 0, 0, 0, 3, 2, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(config[16..], run.encode());
+}
+
+/// A contribution's digest is a function of its wire bytes: the same whatever path it took
+/// (decoded, repaired), different for any change of a value or a header field.
+#[test]
+fn a_digest_names_one_contribution() {
+    let g = packed(100);
+    let again = match decode(&encode(&Message::RepairResponse { peer: 3, gradient: g.clone() })) {
+        Ok(Message::RepairResponse { gradient, .. }) => gradient,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(again.digest(), g.digest());
+    let mut changed = g.clone();
+    if let Values::Int8(p) = &mut changed.values {
+        p.q[99] = p.q[99].wrapping_add(1).clamp(-127, 127);
+    }
+    assert_ne!(changed.digest(), g.digest());
+    assert_ne!(Gradient { weight: 2, ..g.clone() }.digest(), g.digest());
+    assert_ne!(Gradient { whash: g.whash ^ 1, ..g.clone() }.digest(), g.digest());
+    assert_ne!(gradient(10).digest(), gradient(11).digest());
+    // The definition, stated again byte by byte: FNV-1a's step on little-endian 64-bit words
+    // of the header, then the values (odd lengths padded with zeros).
+    let by_hand = |g: &Gradient| {
+        let mut bytes: Vec<u8> = Vec::new();
+        let kind = match &g.values {
+            Values::F32(_) => 0u64,
+            Values::Int8(_) => 1,
+            Values::Int4(_) => 2,
+        };
+        for word in [g.step as u64, g.whash as u64, g.phash as u64, g.loss.to_bits() as u64, g.weight as u64] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(&kind.to_le_bytes());
+        bytes.extend_from_slice(&(g.values.len() as u64).to_le_bytes());
+        let pad = |bytes: &mut Vec<u8>| bytes.resize(bytes.len().div_ceil(8) * 8, 0);
+        match &g.values {
+            Values::F32(v) => v.iter().for_each(|x| bytes.extend_from_slice(&x.to_bits().to_le_bytes())),
+            Values::Int8(p) | Values::Int4(p) => {
+                bytes.extend_from_slice(&p.exponents);
+                pad(&mut bytes);
+                bytes.extend(p.q.iter().map(|&q| q as u8));
+            }
+        }
+        pad(&mut bytes);
+        bytes.chunks(8).fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+            (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    for g in [gradient(4), gradient(5), gradient(40_000), packed(70_000), packed(33)] {
+        assert_eq!(g.digest(), by_hand(&g));
+    }
+}
+
+#[test]
+fn a_run_config_from_an_older_protocol_still_reads_its_version() {
+    // Protocol 3 had no sync settings: the message decodes, and the session refuses it by
+    // its version.
+    let mut old = RUN_CONFIG.to_le_bytes().to_vec();
+    for v in [3u32, 128, 128, 16, 4, 4, 600] {
+        old.extend_from_slice(&v.to_le_bytes());
+    }
+    old.extend_from_slice(&3e-3f32.to_le_bytes());
+    old.extend_from_slice(&1u64.to_le_bytes());
+    let Message::RunConfig { protocol, run, .. } = decode(&old).unwrap() else { panic!("a run config") };
+    assert_eq!((protocol, run.steps, run.sync), (3, 600, SyncConfig::SEED));
+}
+
+#[test]
+fn packed_gradients_are_checked_on_arrival() {
+    let good = encode(&Message::Gradient(packed(40)));
+    assert!(decode(&good).is_ok());
+    // Quant -128 (never produced by the quantizer).
+    let mut minus_128 = good.clone();
+    *minus_128.last_mut().unwrap() = 0x80;
+    assert!(matches!(decode(&minus_128), Err(WireError::Sync(SyncError::QuantRange { quant: -128, .. }))));
+    // A block marked empty with values in it.
+    let mut empty = good.clone();
+    empty[28] = crate::sync::EMPTY_BLOCK;
+    assert!(matches!(decode(&empty), Err(WireError::Sync(SyncError::EmptyBlockNotEmpty { block: 0 }))));
+    // A contribution that stands for nothing.
+    let mut weightless = good.clone();
+    weightless[20..24].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(decode(&weightless), Err(WireError::Invalid("a gradient of weight 0".into())));
+    assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
+    let mut long = good;
+    long.push(0);
+    assert_eq!(decode(&long), Err(WireError::Trailing(1)));
+}
+
+#[test]
+fn int4_gradients_are_checked_on_arrival() {
+    let values: Vec<f32> = (0..41).map(|i| (i as f32 - 20.0) * 0.125).collect();
+    let g = Gradient { values: Values::Int4(crate::sync::pack4(&values).unwrap()), ..gradient(0) };
+    let good = encode(&Message::Gradient(g.clone()));
+    assert_eq!(decode(&good), Ok(Message::Gradient(g)));
+    // 41 values: 2 block bytes, 21 bytes of nibbles, the last high nibble empty.
+    assert_eq!(good.len(), 28 + 2 + 21);
+    let mut high = good.clone();
+    *high.last_mut().unwrap() |= 0x10;
+    assert!(matches!(decode(&high), Err(WireError::Invalid(_))), "a nibble past the length");
+    // Nibble 8 is -8, which the quantizer never makes.
+    let mut eight = good.clone();
+    eight[30] = (eight[30] & 0xf0) | 8;
+    assert!(matches!(decode(&eight), Err(WireError::Sync(SyncError::QuantRange { index: 0, quant: -8 }))));
+    assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
+}
+
+#[test]
+fn epochs_order_by_count_then_pusher() {
+    let e = |count, pusher| Epoch { count, pusher };
+    assert!(e(0, 0) < e(1, 9));
+    assert!(e(1, 9) < e(2, 1), "a later push wins whoever sent it");
+    assert!(e(2, 1) < e(2, 5), "of two pushes made at once, the larger pusher id wins");
+    assert_eq!(Epoch::default(), e(0, 0));
+}
+
+#[test]
+fn peer_info_texts_are_bounded_and_utf8() {
+    let long = "é".repeat(MAX_INFO_TEXT);
+    let Message::PeerInfo { backend, .. } =
+        decode(&encode(&Message::PeerInfo { backend: long, verdict: Verdict::NotLoadable { why: String::new() } }))
+            .unwrap()
+    else {
+        panic!("a peer info decodes as one")
+    };
+    assert_eq!(backend.len(), MAX_INFO_TEXT);
+    let mut oversized = PEER_INFO.to_le_bytes().to_vec();
+    oversized.extend_from_slice(&(MAX_INFO_TEXT as u16 + 1).to_le_bytes());
+    oversized.extend(std::iter::repeat_n(b'a', MAX_INFO_TEXT + 1));
+    oversized.extend_from_slice(&[0, 0, 0, 0, 0]);
+    assert!(matches!(decode(&oversized), Err(WireError::Invalid(_))));
+    let not_utf8 = [PEER_INFO.to_le_bytes().as_slice(), &[1, 0, 0xff, 0, 1, 0, 0, 0]].concat();
+    assert!(matches!(decode(&not_utf8), Err(WireError::Invalid(_))));
+    let unknown_kind = [PEER_INFO.to_le_bytes().as_slice(), &[1, 0, b'x', 3]].concat();
+    assert!(matches!(decode(&unknown_kind), Err(WireError::Invalid(_))));
+}
+
+#[test]
+fn every_message_round_trips() {
+    let settings = Message::RunConfig { protocol: 1, run_id: 0, run: RunConfig::DEFAULT };
+    let outer = Message::RunConfig {
+        protocol: MESH_PROTOCOL_VERSION,
+        run_id: u64::MAX,
+        run: RunConfig {
+            sync: SyncConfig {
+                mode: SyncMode::Outer { inner_steps: 50 },
+                compression: Compression::Int8,
+                outer: OuterOptimizer::DEFAULT,
+                overlap: 0,
+                elastic: false,
+            },
+            ..RunConfig::DEFAULT
+        },
+    };
+    let messages = vec![
+        outer,
+        Message::Gradient(packed(100)),
+        Message::Gradient(packed(0)),
+        Message::RepairResponse { peer: 3, gradient: packed(33) },
+        Message::Gradient(gradient(10)),
+        Message::Gradient(gradient(0)),
+        Message::CheckpointPush(vec![1, 2, 3]),
+        settings,
+        Message::Fragment { id: 5, index: 1, count: 3, payload: vec![9; 100] },
+        Message::Resume(vec![4; 50]),
+        Message::RepairRequest { step: 4, peer: 77 },
+        Message::RepairResponse { peer: 2, gradient: gradient(3) },
+        Message::PeerInfo { backend: "dp4a".into(), verdict: Verdict::Admitted { cases: 40 } },
+        Message::PeerInfo {
+            backend: "lut".into(),
+            verdict: Verdict::Rejected { case: "k=1".into(), detail: "bits".into() },
+        },
+        Message::PeerInfo { backend: "x".into(), verdict: Verdict::NotLoadable { why: "no device".into() } },
+        Message::Ping { nonce: u64::MAX },
+        Message::Pong { nonce: 0 },
+        Message::Epoch(Epoch { count: u32::MAX, pusher: 7 }),
+        Message::Removed { step: 9, why: Removal::Kicked("kicked".into()) },
+        Message::Removed { step: 9, why: Removal::Slow { windows: 4 } },
+        Message::Leaving,
+        Message::Raft { run: 3, bytes: vec![] },
+        Message::Raft { run: 3, bytes: vec![1; 300] },
+        Message::CatchUp { applied: 7 },
+    ];
+    for m in messages {
+        assert_eq!(decode(&encode(&m)).unwrap(), m);
+    }
+}
+
+#[test]
+fn malformed_bytes_are_errors_never_panics() {
+    assert!(matches!(decode(&[]), Err(WireError::Truncated { .. })));
+    assert!(matches!(decode(&[1, 0]), Err(WireError::Truncated { .. })));
+    assert_eq!(decode(&(-99i32).to_le_bytes()), Err(WireError::UnknownSentinel(-99)));
+    let mut g = encode(&Message::Gradient(gradient(2)));
+    g.push(0);
+    assert!(matches!(decode(&g), Err(WireError::Invalid(_))));
+    let mut req = encode(&Message::RepairRequest { step: 1, peer: 1 });
+    req.push(0);
+    assert_eq!(decode(&req), Err(WireError::Trailing(1)));
+    let epoch = encode(&Message::Epoch(Epoch { count: 1, pusher: 2 }));
+    assert!(matches!(decode(&epoch[..epoch.len() - 1]), Err(WireError::Truncated { .. })));
+    let mut big = (-2i32).to_le_bytes().to_vec();
+    big.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(decode(&big), Err(WireError::Invalid(_))));
+    let removal = [REMOVED.to_le_bytes().as_slice(), &[1, 0, 0, 0, 7]].concat();
+    assert_eq!(decode(&removal), Err(WireError::Invalid("removal kind 7".into())));
+    let bad_fragment = encode(&Message::Fragment { id: 1, index: 3, count: 3, payload: vec![] });
+    assert!(matches!(decode(&bad_fragment), Err(WireError::Invalid(_))));
+    // Every prefix and a seeded stream of random frames: errors or messages, no panics.
+    let full = encode(&Message::RepairResponse { peer: 2, gradient: gradient(5) });
+    for cut in 0..full.len() {
+        let _ = decode(&full[..cut]);
+    }
+    let mut rng = lockstep_luts::rng::SplitMix64::new(99);
+    let mut reassembler = Reassembler::default();
+    for _ in 0..5000 {
+        let len = rng.below(64) as usize;
+        let mut frame: Vec<u8> = (0..len).map(|_| rng.next_u32() as u8).collect();
+        if len >= 4 && rng.below(2) == 0 {
+            let sentinel = -(rng.below(20) as i32) - 1;
+            frame[..4].copy_from_slice(&sentinel.to_le_bytes());
+        }
+        let _ = decode(&frame);
+        let _ = reassembler.push(rng.below(3), &frame);
+    }
+}
+
+#[test]
+fn large_messages_fragment_and_reassemble_in_any_order() {
+    let message = Message::Gradient(gradient(40_000)); // 160 KB
+    let parts = frames(encode(&message), 42);
+    assert_eq!(parts.len(), 4);
+    assert!(parts.iter().all(|f| f.len() <= FRAGMENT_BYTES));
+    let mut r = Reassembler::default();
+    let order = [2, 0, 3, 1];
+    for (i, &k) in order.iter().enumerate() {
+        let out = r.push(1, &parts[k]).unwrap();
+        if i + 1 < order.len() {
+            assert_eq!(out, None);
+            assert_eq!(r.push(1, &parts[k]).unwrap(), None, "a duplicate is ignored");
+        } else {
+            assert_eq!(out, Some(message.clone()));
+        }
+    }
+    // Two senders' fragments with the same id do not mix.
+    let small = frames(encode(&Message::Gradient(gradient(20_000))), 42);
+    let mut r = Reassembler::default();
+    for f in &small[..small.len() - 1] {
+        assert_eq!(r.push(1, f).unwrap(), None);
+        assert_eq!(r.push(2, f).unwrap(), None);
+    }
+    assert!(r.push(1, small.last().unwrap()).unwrap().is_some());
+    r.forget(2);
+    assert!(r.partial.is_empty());
+    // A message that fits travels whole.
+    assert_eq!(frames(encode(&Message::RepairRequest { step: 1, peer: 1 }), 0).len(), 1);
+}
