@@ -151,28 +151,16 @@ pub fn run(args: ExchangeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let total = args.mb * 1_000_000 / FRAGMENT_BYTES * FRAGMENT_BYTES;
     let rows: Vec<(&str, &str, f64)> = runtime.block_on(async {
-        let mut rows = Vec::new();
-        rows.push(("tcp", "1 pair", tcp_mb_per_s(FRAGMENT_BYTES, total).await?));
-        rows.push((
-            "naive data channel",
-            "1 pair",
-            data_channel_mb_per_s(Flavor::Naive, 1, FRAGMENT_BYTES, total).await?,
-        ));
-        rows.push((
-            "mesh data channel",
-            "1 pair",
-            data_channel_mb_per_s(Flavor::Mesh, 1, FRAGMENT_BYTES, total).await?,
-        ));
-        rows.push((
-            "naive data channel",
-            "3 pairs",
-            data_channel_mb_per_s(Flavor::Naive, 3, FRAGMENT_BYTES, total).await?,
-        ));
-        rows.push((
-            "mesh data channel",
-            "3 pairs",
-            data_channel_mb_per_s(Flavor::Mesh, 3, FRAGMENT_BYTES, total).await?,
-        ));
+        let mut rows = vec![("tcp", "1 pair", tcp_mb_per_s(FRAGMENT_BYTES, total).await?)];
+        let channels = [
+            ("naive data channel", Flavor::Naive, 1, "1 pair"),
+            ("mesh data channel", Flavor::Mesh, 1, "1 pair"),
+            ("naive data channel", Flavor::Naive, 3, "3 pairs"),
+            ("mesh data channel", Flavor::Mesh, 3, "3 pairs"),
+        ];
+        for (name, flavor, pairs, label) in channels {
+            rows.push((name, label, data_channel_mb_per_s(flavor, pairs, FRAGMENT_BYTES, total).await?));
+        }
         Ok::<_, anyhow::Error>(rows)
     })?;
     let mut breakdown = Vec::new();

@@ -238,6 +238,8 @@ pub struct SignalServer {
     netns: Option<String>,
     bind: String,
     secret: Option<PathBuf>,
+    /// More arguments for `lockstep signal` (`--static DIR`).
+    extra: Vec<std::ffi::OsString>,
 }
 
 impl SignalServer {
@@ -250,12 +252,24 @@ impl SignalServer {
 
     /// A server bound to `bind`, inside network namespace `netns` if one is named.
     pub fn start(bin: &Path, netns: Option<&str>, bind: &str, secret: Option<&Path>) -> anyhow::Result<SignalServer> {
+        SignalServer::start_with(bin, netns, bind, secret, &[])
+    }
+
+    /// [`SignalServer::start`] with more arguments for `lockstep signal` (`--static DIR`).
+    pub fn start_with(
+        bin: &Path,
+        netns: Option<&str>,
+        bind: &str,
+        secret: Option<&Path>,
+        extra: &[std::ffi::OsString],
+    ) -> anyhow::Result<SignalServer> {
         let mut server = SignalServer {
             child: None,
             bin: bin.to_path_buf(),
             netns: netns.map(str::to_string),
             bind: bind.to_string(),
             secret: secret.map(Path::to_path_buf),
+            extra: extra.to_vec(),
         };
         server.restart()?;
         Ok(server)
@@ -288,6 +302,7 @@ impl SignalServer {
         if let Some(secret) = &self.secret {
             command.arg("--resume-secret").arg(secret);
         }
+        command.args(&self.extra);
         let mut child =
             command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().context("starting the signaling server")?;
         let stdout = child.stdout.take().context("the server's stdout")?;

@@ -7,29 +7,16 @@
 //! between Lockstep nodes: a browser, which says no `agent`, gets the default packet size.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use crate::common::{Node, Proc, Signal, BIN};
+use crate::common::{signal_server_with, Node};
 
 #[test]
 fn a_browser_joins_the_mesh_and_exchanges_large_messages_with_a_node() {
     let _phase = crate::common::phase(module_path!());
     let pages = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(BIN)
-        .args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data", "--static"])
-        .arg(&pages)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("lockstep signal starts");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let signal = Signal { _proc: Proc(child), url: format!("ws://127.0.0.1:{port}/ws") };
+    let signal = signal_server_with(port, None, &["--static".into(), pages.clone().into()]);
     let mut node = Node::spawn(&signal, "cpu");
     node.command(serde_json::json!({"cmd": "start", "steps": 100000, "width": 32, "context": 32, "layers": 1,
         "heads": 2, "batch": 4}));

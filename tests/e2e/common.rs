@@ -1,30 +1,20 @@
-//! What the process-level tests share: the binary, child processes killed on drop, a real
-//! signaling server on a free port, and headless nodes through the harness's client
+//! What the process-level tests share: the binary, a real signaling server on a free port, and headless nodes through the harness's client
 //! (`lockstep_harness::client`), whose failures become the test's panics.
 
 use std::net::TcpListener;
 use std::ops::{Deref, DerefMut};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lockstep_harness::client::{self, Headless};
+use lockstep_harness::client::{self, Headless, SignalServer};
 use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
 
-/// A child process killed when dropped.
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// A signaling server on loopback, through the harness's client; killed when dropped.
 pub struct Signal {
-    pub _proc: Proc,
+    pub _server: SignalServer,
     pub url: String,
 }
 
@@ -36,18 +26,15 @@ pub fn signal_server() -> Signal {
 /// A signaling server on `port`, signing resume tokens with the key in `secret` (created if
 /// missing), so a server started again with the same file takes its members back.
 pub fn signal_server_at(port: u16, secret: Option<&std::path::Path>) -> Signal {
-    let mut command = Command::new(BIN);
-    command.args(["signal", "--bind", &format!("127.0.0.1:{port}"), "--no-data"]);
-    if let Some(secret) = secret {
-        command.arg("--resume-secret").arg(secret);
-    }
-    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("lockstep signal starts");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the signaling server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Signal { _proc: Proc(child), url: format!("ws://127.0.0.1:{port}/ws") }
+    signal_server_with(port, secret, &[])
+}
+
+/// [`signal_server_at`] with more arguments for `lockstep signal` (`--static DIR`).
+pub fn signal_server_with(port: u16, secret: Option<&std::path::Path>, extra: &[std::ffi::OsString]) -> Signal {
+    let bind = format!("127.0.0.1:{port}");
+    let server = SignalServer::start_with(std::path::Path::new(BIN), None, &bind, secret, extra)
+        .unwrap_or_else(|e| panic!("lockstep signal starts: {e:#}"));
+    Signal { url: server.url(), _server: server }
 }
 
 /// One headless node: the harness's client ([`Headless`]), whose failures fail the test.
