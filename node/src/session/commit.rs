@@ -240,10 +240,7 @@ impl Session {
         let ours = record.contributions.iter().any(|c| c.peer == me);
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: true });
         self.tentative = Some(Tentative { record, loss, held: None });
-        let now = self.timing.now_ms();
-        self.asked = Some(Asked { step: step + 1, at_ms: now, ready: None });
-        let cap = self.window.compute(&run, step + 1, now);
-        self.out.push(Output::Compute { step: step + 1, cap });
+        self.ask_compute(&run, step + 1);
     }
 
     /// Undoes the step taken tentatively, if there is one: the weights are again the committed

@@ -21,11 +21,16 @@ impl Session {
         if step > run.syncs() || self.asked.is_some_and(|a| a.step == step) {
             return;
         }
+        self.ask_compute(&run, step);
+        self.hurry_if_beaten(step);
+    }
+
+    /// Asks the adapter to compute our contribution to `step`, from now.
+    pub(super) fn ask_compute(&mut self, run: &RunConfig, step: u32) {
         let now = self.timing.now_ms();
         self.asked = Some(Asked { step, at_ms: now, ready: None });
-        let cap = self.window.compute(&run, step, now);
+        let cap = self.window.compute(run, step, now);
         self.out.push(Output::Compute { step, cap });
-        self.hurry_if_beaten(step);
     }
 
     pub(super) fn on_computed(&mut self, gradient: Gradient) {
