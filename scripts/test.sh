@@ -31,6 +31,9 @@ fi
 
 # ... reading parquet files that pyarrow (a third-party writer) produced.
 python3 -c "import pyarrow" 2>/dev/null || python3 -m pip install --quiet pyarrow
+# The packaged training corpus (docs/DATA.md), built once from Debian documentation packages:
+# the demo, `train` and the benches train on it; the tests that start nodes read it as users do.
+scripts/corpus.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

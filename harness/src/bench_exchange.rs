@@ -12,6 +12,7 @@ use anyhow::Context;
 use lockstep_mesh::bench::{data_channel_mb_per_s, tcp_mb_per_s, Flavor};
 use lockstep_mesh::{Command, MeshConfig, Report, StepTiming};
 use lockstep_node::config::RunConfig;
+use lockstep_node::data::Corpus;
 use lockstep_node::replica::{Replica, TrainerReplica};
 use lockstep_node::session::Event;
 use lockstep_node::wire::FRAGMENT_BYTES;
@@ -48,6 +49,7 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
     let server = serve(ServerConfig {
         bind: "127.0.0.1:0".parse()?,
         static_dir: None,
+        corpus_dir: None,
         trusted_proxy: None,
         limits: Limits::default(),
         data: None,
@@ -83,7 +85,8 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
             // where the system keeps temporary files.
             ckpt_dir: std::env::temp_dir(),
         };
-        let provider = HostProvider { threads, data_url: None };
+        // Throughput only: the built-in text is as good as any.
+        let provider = HostProvider { threads, data_url: None, corpus: Arc::new(Corpus::builtin()) };
         let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
         let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(replica));
         let sink = reports.clone();

@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use lockstep_luts::ops::Op;
-use lockstep_node::data::{BuiltinSource, BUILTIN_CORPUS};
+use lockstep_node::data::{CorpusSource, BUILTIN_CORPUS};
 use lockstep_node::params::{init, Layout};
 use lockstep_node::program::Program;
 use lockstep_node::trainer::Trainer;
@@ -96,7 +96,7 @@ fn measure(args: &TrainBenchArgs, backend: &str, threads: u32) -> anyhow::Result
     let run = args.run.run_config()?;
     reset_peak_rss();
     let gemm = gemm_for(backend, threads, true)?;
-    let mut trainer = Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed)))?;
+    let mut trainer = Trainer::new(run, gemm, Box::new(CorpusSource::builtin(run.seed)))?;
     for _ in 0..args.warmup_steps {
         trainer.step()?;
     }
@@ -221,7 +221,7 @@ fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Resul
     let program = Program::new(device, &layout, batch, seq)?;
     let weights: Vec<u32> = init(&layout, run.seed).iter().map(|v| v.to_bits()).collect();
     device.write(program.weights, 0, &weights)?;
-    let mut source = BuiltinSource::new(run.seed);
+    let mut source = CorpusSource::builtin(run.seed);
     let (data, _) = lockstep_node::data::DataSource::next_batch(&mut source, batch, seq);
     device.write(program.tokens, 0, &data.tokens.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;
     device.write(program.targets, 0, &data.targets.iter().map(|&t| u32::from(t)).collect::<Vec<_>>())?;

@@ -15,19 +15,22 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use lockstep_node::config::RunConfig;
+use lockstep_node::data::Corpus;
 use lockstep_node::settings;
 use lockstep_node::sync::{OuterOptimizer, SyncConfig};
 use serde_json::{json, Value};
 
-use lockstep_tui::run_args::{Defaults, RunArgs};
+use lockstep_tui::run_args::{CorpusArg, Defaults, RunArgs};
 use lockstep_tui::train::GroupReplay;
 
 use crate::client::{at, Headless, SignalServer};
 use crate::netns::{Network, Shaping, HUB_ADDRESS};
+use crate::plot::{Plot, Series};
 
 #[derive(clap::Args)]
 pub struct WanArgs {
@@ -98,6 +101,18 @@ pub struct WanArgs {
     /// With `--speeds`: the fastest member's quota, in CPUs (the others get their share of it).
     #[arg(long, default_value_t = 0.5)]
     fastest_cpus: f64,
+    /// The learning rates every mode and the member alone are replayed at; each is reported at
+    /// its best (lowest final held-out loss). The network runs at the run's `--lr` (its
+    /// throughput and bytes do not depend on it). Empty: the run's `--lr` alone. [default:
+    /// 1e-3,2e-3,4e-3,8e-3; `--quick`: empty]
+    #[arg(long, value_delimiter = ',', value_name = "LR,LR,…")]
+    lr_grid: Option<Vec<f32>>,
+    /// Draw held-out loss against wall-clock seconds, every mode at its best learning rate and
+    /// the member alone, into this SVG file.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    #[command(flatten)]
+    corpus: CorpusArg,
 }
 
 /// A CPU quota for the processes put in it (a cgroup of its own, v2's `cpu.max` or v1's
@@ -203,6 +218,10 @@ struct Measured {
     /// solo member's final one (`None`: not within the run), and whether that time is an
     /// estimate (a sampled run: the sync's number times the measured seconds per sync).
     time_to_loss: Option<(f64, bool)>,
+    /// The grid's learning rate whose replay ended lowest (the figures of loss are its).
+    lr: f32,
+    /// At that rate: (seconds from the first roster, held-out loss) after the evaluated syncs.
+    curve: Vec<(f64, f32)>,
 }
 
 /// The bench's defaults for the run (see `WanArgs::run`).
@@ -258,8 +277,9 @@ fn run_mode(
     url: &str,
     run: RunConfig,
     dir: &Path,
-    solo_loss: f32,
+    data: &Data,
 ) -> anyhow::Result<Measured> {
+    let solo_loss = data.solo_loss;
     let label = run.sync.to_string();
     // A room of its own per mode (the last mode's members may still be leaving the server).
     let room = format!(
@@ -276,6 +296,7 @@ fn run_mode(
         let mut command = network.launcher(index, &bin);
         command.args(["node", "--headless", "--signal", &room]);
         command.args(["--backend", "cpu", "--threads", &args.threads.to_string()]);
+        command.args(["--corpus", &args.corpus.choice]);
         command.args(["--link-delay-ms", &(args.rtt_ms / 2).to_string()]);
         command.args(["--link-loss-per-mille", &args.loss_per_mille.to_string()]);
         if args.no_compute_ahead {
@@ -392,43 +413,36 @@ fn run_mode(
     // whole runs).
     let checked = if sampled { syncs } else { syncs.min(2) };
     eprintln!("bench wan: {label}: checking {checked} syncs against a one-process replay");
-    let mut check = GroupReplay::new(run, &ids, "cpu", 0)?;
+    let mut check = GroupReplay::new(run, &ids, "cpu", 0, data.corpus.clone())?;
     for sync in 1..=u64::from(checked) {
         let whash = format!("{:#010x}", check.sync_weighted(weights.get(&sync).map(Vec::as_slice))?);
         let network = hashes.get(&sync).and_then(|h| h.first());
         ensure!(network == Some(&whash), "{label}: the replay differs from the network at sync {sync}");
     }
-    // The loss: the whole run, replayed for members 1..=N, the same data streams for every
-    // mode (the network's ids are the signaling server's, new for each mode).
-    eprintln!("bench wan: {label}: replaying the whole run for members 1..={} for its loss", args.nodes);
+    // The loss: the whole run, replayed for members 1..=N (the same data streams for every
+    // mode; the network's ids are the signaling server's, new for each mode), at each rate of
+    // the grid; the lowest final loss is the mode's.
     let fixed: Vec<u64> = (1..=args.nodes as u64).collect();
-    let mut replay = GroupReplay::new(run, &fixed, "cpu", 0)?;
-    // The held-out loss after every `stride`-th sync (about 24 of them), for the time to loss.
-    let stride = run.syncs().div_ceil(24).max(1);
-    let mut reached = None;
-    // The last sync evaluated, and its loss (the run's own when it is the last sync).
-    let mut evaluated = None;
-    while replay.step_count() < run.steps {
-        let next = u64::from(replay.step_count() / run.steps_per_sync() + 1);
-        replay.sync_weighted(weights.get(&next).map(Vec::as_slice))?;
-        let sync = replay.step_count() / run.steps_per_sync();
-        if reached.is_none() && (sync.is_multiple_of(stride) || sync == run.syncs()) {
-            let loss = replay.heldout_loss(args.eval_batches)?;
-            if loss <= solo_loss {
-                reached = Some(sync);
-            }
-            evaluated = Some((sync, loss));
-        }
-    }
-    let heldout_loss = match evaluated {
-        Some((sync, loss)) if sync == run.syncs() => loss,
-        _ => replay.heldout_loss(args.eval_batches)?,
-    };
     let per_sync = seconds / f64::from(syncs - 1).max(1.0);
-    let time_to_loss = reached.map(|k| match sync_ended.get(k as usize - 1) {
+    // When sync `k` ended: measured where the network ran it, else estimated from the seconds
+    // per sync measured.
+    let ended_at = |k: u32| match sync_ended.get(k as usize - 1) {
         Some(&at) if !sampled => (at, false),
         _ => (sync_ended.first().copied().unwrap_or(0.0) + f64::from(k - 1) * per_sync, true),
-    });
+    };
+    let mut best: Option<(f32, Vec<(u32, f32)>)> = None;
+    for &lr in &data.grid {
+        eprintln!("bench wan: {label}: replaying the whole run for members 1..={} at lr {lr}", args.nodes);
+        let curve = replay_curve(RunConfig { lr, ..run }, &fixed, &weights, args.eval_batches, data)?;
+        let last = curve.last().map_or(f32::INFINITY, |&(_, loss)| loss);
+        if best.as_ref().is_none_or(|(_, b)| last < b.last().map_or(f32::INFINITY, |&(_, l)| l)) {
+            best = Some((lr, curve));
+        }
+    }
+    let (lr, curve) = best.context("the learning-rate grid is empty")?;
+    let heldout_loss = curve.last().map_or(f32::NAN, |&(_, loss)| loss);
+    let time_to_loss = curve.iter().find(|&&(_, loss)| loss <= solo_loss).map(|&(k, _)| ended_at(k));
+    let curve = curve.iter().map(|&(k, loss)| (ended_at(k).0, loss)).collect();
     // Syncs 2.. were timed and counted: every member's steps (in elastic windows, the steps
     // each trained).
     let steps: f64 = if run.sync.elastic {
@@ -458,7 +472,41 @@ fn run_mode(
         sampled,
         breakdown: breakdown.map(|b| b / timed_syncs.max(1.0)),
         window_steps,
+        lr,
+        curve,
     })
+}
+
+/// What every mode is measured against: the corpus, the learning-rate grid, and the final
+/// held-out loss of one member alone (at its best rate).
+struct Data {
+    corpus: Arc<Corpus>,
+    grid: Vec<f32>,
+    solo_loss: f32,
+}
+
+/// The whole run replayed in one process for `ids` (each sync's elastic weights as the
+/// network applied them): the held-out loss after about 24 evenly spaced syncs and the last,
+/// as (sync, loss).
+fn replay_curve(
+    run: RunConfig,
+    ids: &[u64],
+    weights: &BTreeMap<u64, Vec<u32>>,
+    eval_batches: usize,
+    data: &Data,
+) -> anyhow::Result<Vec<(u32, f32)>> {
+    let mut replay = GroupReplay::new(run, ids, "cpu", 0, data.corpus.clone())?;
+    let stride = run.syncs().div_ceil(24).max(1);
+    let mut curve = Vec::new();
+    while replay.step_count() < run.steps {
+        let next = u64::from(replay.step_count() / run.steps_per_sync() + 1);
+        replay.sync_weighted(weights.get(&next).map(Vec::as_slice))?;
+        let sync = replay.step_count() / run.steps_per_sync();
+        if sync.is_multiple_of(stride) || sync == run.syncs() {
+            curve.push((sync, replay.heldout_loss(eval_batches)?));
+        }
+    }
+    Ok(curve)
 }
 
 /// Tokens/s of each of `nodes` lone trainers computing side by side (no exchange), same model,
@@ -472,7 +520,7 @@ fn side_by_side(args: &WanArgs, quotas: &[CpuQuota], run: RunConfig) -> anyhow::
     for _ in 0..args.nodes {
         let mut command = Command::new(&bin);
         command.args(["train", "--backend", "cpu", "--threads", &args.threads.to_string(), "--json"]);
-        command.args(["--eval-batches", "0", "--audit-every", "0"]);
+        command.args(["--eval-batches", "0", "--audit-every", "0", "--corpus", &args.corpus.choice]);
         command.args(setting_flags(&run));
         let child = command.stdout(Stdio::piped()).spawn().context("spawning lockstep train")?;
         if let Some(quota) = quotas.get(children.len()) {
@@ -510,6 +558,15 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     };
     let modes: Vec<RunConfig> =
         args.modes.iter().map(|m| mode_run(base, m, outer, overlap)).collect::<anyhow::Result<_>>()?;
+    let corpus = args.corpus.load(&mut |line| eprintln!("bench wan: {line}"))?;
+    let grid = match &args.lr_grid {
+        Some(grid) if !grid.is_empty() => grid.clone(),
+        Some(_) => vec![base.lr],
+        None if args.quick => vec![base.lr],
+        None => vec![1e-3, 2e-3, 4e-3, 8e-3],
+    };
+    ensure!(grid.iter().all(|lr| lr.is_finite() && *lr > 0.0), "--lr-grid: rates are positive numbers");
+    let mut data = Data { corpus, grid, solo_loss: f32::NAN };
     let dir: PathBuf = std::env::temp_dir().join(format!("lockstep-wan-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let network = shaped_network(args.nodes, args.rate_mbit, args.queue_ms)?;
@@ -523,18 +580,29 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     // One member alone: its final held-out loss (a one-process run of member 1's stream for the
     // whole run), and its wall time for the run at the rate each of the side-by-side trainers
     // had (the share of this machine a group member has).
-    eprintln!("bench wan: one member alone for {} steps, for the loss to reach", base.steps);
-    let mut solo = GroupReplay::new(RunConfig { sync: SyncConfig::SEED, ..base }, &[1], "cpu", 0)?;
-    while solo.step_count() < base.steps {
-        solo.sync()?;
+    let solo_run = RunConfig { sync: SyncConfig::SEED, ..base };
+    let mut solo: Option<(f32, Vec<(u32, f32)>)> = None;
+    for &lr in &data.grid {
+        eprintln!("bench wan: one member alone for {} steps at lr {lr}, for the loss to reach", base.steps);
+        let curve = replay_curve(RunConfig { lr, ..solo_run }, &[1], &BTreeMap::new(), args.eval_batches, &data)?;
+        let last = curve.last().map_or(f32::INFINITY, |&(_, loss)| loss);
+        if solo.as_ref().is_none_or(|(_, b)| last < b.last().map_or(f32::INFINITY, |&(_, l)| l)) {
+            solo = Some((lr, curve));
+        }
     }
-    let solo_loss = solo.heldout_loss(args.eval_batches)?;
+    let (solo_lr, solo_curve) = solo.context("the learning-rate grid is empty")?;
+    let solo_loss = solo_curve.last().map_or(f32::NAN, |&(_, loss)| loss);
+    data.solo_loss = solo_loss;
     // (With `--speeds`, member 1's own rate under its quota.)
     let solo_rate = if quotas.is_empty() { alone / args.nodes as f64 } else { rates[0] };
     let solo_seconds = f64::from(base.steps) * base.tokens_per_step() as f64 / solo_rate;
+    let solo_points: Vec<(f64, f32)> = solo_curve
+        .iter()
+        .map(|&(step, loss)| (f64::from(step) * base.tokens_per_step() as f64 / solo_rate, loss))
+        .collect();
     let mut measured = Vec::new();
     for mode in &modes {
-        let result = run_mode(&args, &network, &quotas, &url, *mode, &dir, solo_loss);
+        let result = run_mode(&args, &network, &quotas, &url, *mode, &dir, &data);
         match result {
             Ok(m) => measured.push(m),
             Err(e) => return Err(e.context(format!("mode {}", mode.sync))),
@@ -546,7 +614,45 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     let seed_bytes = seed.map_or(f64::NAN, |m| m.bytes_per_token);
     let seed_loss = seed.map_or(f32::NAN, |m| m.heldout_loss);
     let run = base;
+    // Tokens are bytes: the most any mode trained on (every member's steps), against the
+    // corpus's training text.
+    let trained = args.nodes as f64 * f64::from(run.steps) * run.tokens_per_step() as f64;
+    let share = trained / data.corpus.train.len().max(1) as f64;
+    if let Some(path) = &args.svg {
+        let mut series =
+            vec![Series { label: format!("one member alone (lr {solo_lr})"), points: solo_points.clone() }];
+        series.extend(measured.iter().map(|m| Series {
+            label: format!(
+                "{}{} (lr {})",
+                m.mode,
+                if m.time_to_loss.is_some_and(|(_, e)| e) { " ~" } else { "" },
+                m.lr
+            ),
+            points: m.curve.clone(),
+        }));
+        let title = format!(
+            "{} members × {} Mbit/s × {} ms, c={} layers={} batch={}, {} steps; {}",
+            args.nodes,
+            args.rate_mbit,
+            args.rtt_ms,
+            run.model.width,
+            run.model.layers,
+            run.batch,
+            run.steps,
+            data.corpus.name
+        );
+        let plot = Plot { title, x_label: "wall-clock seconds".into(), y_label: "held-out loss".into(), series };
+        std::fs::write(path, plot.svg()).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench wan: wrote {}", path.display());
+    }
     if !args.json {
+        println!(
+            "corpus: {}; the group trains on {:.0} tokens, {:.1}% of its training text; learning rates {:?}",
+            data.corpus.describe(),
+            trained,
+            share * 100.0,
+            data.grid
+        );
         println!(
             "{} nodes × {} Mbit/s uplink × {} ms RTT{}, c={} t={} layers={} heads={} batch={}, {} steps per node; \
              no exchange: {:.0} tok/s",
@@ -572,12 +678,14 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!(
-            "one member alone: held-out loss {solo_loss:.4} after {} steps, {solo_seconds:.0} s at its side-by-side rate",
+            "one member alone: held-out loss {solo_loss:.4} after {} steps at lr {solo_lr}, {solo_seconds:.0} s at its \
+             side-by-side rate",
             run.steps
         );
         println!(
-            "{:<26} {:>6} {:>10} {:>12} {:>9} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8}",
+            "{:<26} {:>7} {:>6} {:>10} {:>12} {:>9} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8}",
             "mode",
+            "lr",
             "syncs",
             "tok/s",
             "bytes/token",
@@ -608,7 +716,10 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "solo_heldout_loss": solo_loss, "elastic": m.elastic, "speeds": args.speeds,
                     "window_steps": m.window_steps,
                     "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
-                    "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum})
+                    "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum,
+                    "lr": m.lr, "solo_lr": solo_lr, "lr_grid": data.grid, "corpus": data.corpus.name,
+                    "corpus_digest": format!("{:#018x}", data.corpus.digest()), "corpus_share": share,
+                    "curve": m.curve, "solo_curve": solo_points})
             );
         } else {
             let (to_loss, vs_solo) = match m.time_to_loss {
@@ -619,8 +730,9 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                 None => ("—".to_string(), "—".to_string()),
             };
             println!(
-                "{:<26} {:>6} {:>10.0} {:>12.2} {:>8.1}x {:>5.0}% {:>9.4} {:>+8.2}% {:>7.1} {:>9} {:>8}",
+                "{:<26} {:>7} {:>6} {:>10.0} {:>12.2} {:>8.1}x {:>5.0}% {:>9.4} {:>+8.2}% {:>7.1} {:>9} {:>8}",
                 m.mode,
+                m.lr,
                 if m.sampled { format!("{}*", m.syncs) } else { m.syncs.to_string() },
                 m.tokens_per_s,
                 m.bytes_per_token,

@@ -25,13 +25,13 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use lockstep_node::checkpoint;
 use lockstep_node::compute_error::ComputeError;
-use lockstep_node::data::{BuiltinSource, DataSource};
+use lockstep_node::data::{CorpusSource, DataSource};
 use lockstep_node::sync::ContributeError;
 use lockstep_node::trainer::Trainer;
 use serde_json::json;
 
 use lockstep_tui::backend::{open_backend, threads_or_all, Opening};
-use lockstep_tui::run_args::RunArgs;
+use lockstep_tui::run_args::{CorpusArg, RunArgs};
 
 #[derive(clap::Args)]
 pub struct BisectArgs {
@@ -54,6 +54,9 @@ pub struct BisectArgs {
     /// The run when no checkpoint is given.
     #[command(flatten)]
     run: RunArgs,
+    /// The corpus the run trained on (its batches are drawn from it).
+    #[command(flatten)]
+    corpus: CorpusArg,
 }
 
 /// Where one backend ended up.
@@ -79,6 +82,7 @@ pub fn run(args: BisectArgs) -> anyhow::Result<ExitCode> {
         bail!("the checkpoint is at step {start} of a {}-step run: nothing to replay", run.steps);
     }
     let mut departed = false;
+    let corpus = args.corpus.load(&mut |line| eprintln!("bisect: {line}"))?;
     for name in &args.backends {
         if name == "float" {
             bail!("`float` is not exact: bisect compares backends with the definition's bits");
@@ -98,7 +102,7 @@ pub fn run(args: BisectArgs) -> anyhow::Result<ExitCode> {
         let (_plugin, backend) = open_backend(name, args.threads, Opening::default())?;
         let label = format!("{} ({})", backend.name(), backend.describe());
         let gemm = lockstep_backends::UnitsGemm::with_threads(backend, threads_or_all(args.threads));
-        let source: Box<dyn DataSource> = Box::new(BuiltinSource::new(run.seed));
+        let source: Box<dyn DataSource> = Box::new(CorpusSource::new(corpus.clone(), run.seed));
         let mut trainer = Trainer::new(run, Box::new(gemm), source)?;
         if let Some(s) = &state {
             trainer.restore(s.clone())?;

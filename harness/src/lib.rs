@@ -14,3 +14,4 @@ pub mod bisect;
 pub mod chaos;
 pub mod client;
 pub mod netns;
+pub mod plot;

@@ -564,7 +564,7 @@ impl Replica for TrainerReplica {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::BuiltinSource;
+    use crate::data::CorpusSource;
     use crate::gemm::FloatGemm;
 
     /// Float products and the built-in corpus; a backend opened by name is refused, so a test
@@ -577,7 +577,7 @@ mod tests {
         }
 
         fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
-            Ok(Box::new(BuiltinSource::new(seed)))
+            Ok(Box::new(CorpusSource::builtin(seed)))
         }
     }
 
@@ -730,9 +730,12 @@ mod tests {
         let replica = || TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
         let mut member = replica();
         member.configure(&run).expect("a run");
-        let mut by_hand =
-            Trainer::new(run, Box::new(FloatGemm::new(1)), Box::new(BuiltinSource::new(node_data_seed(run.seed, 0))))
-                .expect("a run");
+        let mut by_hand = Trainer::new(
+            run,
+            Box::new(FloatGemm::new(1)),
+            Box::new(CorpusSource::builtin(node_data_seed(run.seed, 0))),
+        )
+        .expect("a run");
         let halved = |g: &Gradient| as_f32(g).iter().map(|v| v * 0.5).collect::<Vec<f32>>();
         for step in 1..=2 {
             let gradient = member.compute(step).expect("a sync");

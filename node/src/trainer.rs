@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::adam::{schedule, Adam};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, ModelConfig, RunConfig};
-use crate::data::{heldout_batches, Batch, DataSource, Origin};
+use crate::data::{Batch, DataSource, Origin};
 use crate::device::Audit;
 use crate::gemm::Gemm;
 use crate::model::{AdamStep, Model, Weights};
@@ -117,7 +117,7 @@ impl Trainer {
         let sync = Strategy::new(run.sync, SyncState::new(&run.sync, layout.len));
         Ok(Trainer {
             sync,
-            last_origin: Origin::Builtin,
+            last_origin: Origin::Corpus,
             run,
             model: Model::new(layout),
             weights,
@@ -437,7 +437,7 @@ impl Trainer {
         let seq = self.run.model.context;
         let mut total = 0.0f32;
         let weights = self.sync.group_weights(&self.weights);
-        for batch in heldout_batches(batches, self.run.batch, seq) {
+        for batch in self.data.heldout_batches(batches, self.run.batch, seq) {
             total +=
                 self.model.loss(self.gemm.as_mut(), weights, &batch.tokens, &batch.targets, self.run.batch, seq)?;
         }

@@ -6,7 +6,7 @@ use lockstep_backends::UnitsGemm;
 use lockstep_backends::{resolve_plugin, Plugin};
 use lockstep_node::checkpoint::{self, CheckpointError};
 use lockstep_node::config::{ModelConfig, RunConfig};
-use lockstep_node::data::BuiltinSource;
+use lockstep_node::data::CorpusSource;
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
 use lockstep_node::trainer::Trainer;
@@ -29,7 +29,7 @@ fn units(threads: u32) -> Box<dyn Gemm + Send> {
 }
 
 fn trainer(run: RunConfig, gemm: Box<dyn Gemm + Send>) -> Trainer {
-    Trainer::new(run, gemm, Box::new(BuiltinSource::new(run.seed))).unwrap()
+    Trainer::new(run, gemm, Box::new(CorpusSource::builtin(run.seed))).unwrap()
 }
 
 /// `outer:4` with int8 contributions, DiLoCo's outer optimizer, no overlap.
@@ -77,7 +77,8 @@ fn evaluation_on_the_device_equals_evaluation_on_the_host() {
     hashes(&mut t, 6);
     let weights = t.weights().unwrap().to_vec();
     let model = t.model();
-    let batch = lockstep_node::data::heldout_batches(2, run.batch, run.model.context);
+    let batch =
+        lockstep_node::data::heldout_batches(&lockstep_node::data::Corpus::builtin(), 2, run.batch, run.model.context);
     let (mut device, mut host) = (units(2), ProductsOnly(units(2)));
     for b in &batch {
         let on_device = model.loss(device.as_mut(), &weights, &b.tokens, &b.targets, run.batch, run.model.context);

@@ -113,6 +113,22 @@ pub struct DataSlice {
     pub cached: bool,
 }
 
+/// Appends a decoded `text` column's values (an absent value as an empty text); says what the
+/// column is when it holds no strings.
+pub fn push_texts(column: &dyn Array, texts: &mut Vec<String>) -> Result<(), String> {
+    let push = |texts: &mut Vec<String>, value: Option<&str>| texts.push(value.unwrap_or("").to_string());
+    if let Some(strings) = column.as_string_opt::<i32>() {
+        strings.iter().for_each(|v| push(texts, v));
+    } else if let Some(strings) = column.as_string_opt::<i64>() {
+        strings.iter().for_each(|v| push(texts, v));
+    } else if let Some(strings) = column.as_string_view_opt() {
+        strings.iter().for_each(|v| push(texts, v));
+    } else {
+        return Err(format!("`text` is {}, not a string column", column.data_type()));
+    }
+    Ok(())
+}
+
 /// Requests and body bytes fetched so far.
 #[derive(Debug, Default)]
 pub struct FetchStats {
@@ -408,17 +424,7 @@ impl DataService {
         let mut decoded_bytes = 0usize;
         while let Some(batch) = stream.try_next().await? {
             let before = texts.len();
-            let column = batch.column(0);
-            let push = |texts: &mut Vec<String>, value: Option<&str>| texts.push(value.unwrap_or("").to_string());
-            if let Some(strings) = column.as_string_opt::<i32>() {
-                strings.iter().for_each(|v| push(&mut texts, v));
-            } else if let Some(strings) = column.as_string_opt::<i64>() {
-                strings.iter().for_each(|v| push(&mut texts, v));
-            } else if let Some(strings) = column.as_string_view_opt() {
-                strings.iter().for_each(|v| push(&mut texts, v));
-            } else {
-                return Err(DataError(format!("{shard}: `text` is {}, not a string column", column.data_type())));
-            }
+            push_texts(batch.column(0).as_ref(), &mut texts).map_err(|why| DataError(format!("{shard}: {why}")))?;
             decoded_bytes += texts[before..].iter().map(String::len).sum::<usize>();
             if decoded_bytes > self.config.max_decoded_bytes {
                 return Err(DataError(format!(
@@ -426,6 +432,17 @@ impl DataService {
                     self.config.max_decoded_bytes
                 )));
             }
+        }
+        Ok(texts)
+    }
+
+    /// Every `text` value of `shard`, row group by row group (each within the same bounds as
+    /// a slice's): how the packaged corpus is read over HTTP (`corpus.rs`).
+    pub async fn all_texts(&self, shard: &str) -> Result<Vec<String>, DataError> {
+        let footer = self.footer(shard).await?;
+        let mut texts = Vec::new();
+        for row_group in 0..footer.metadata.num_row_groups() {
+            texts.extend(self.row_group_texts(shard, &footer, row_group).await?);
         }
         Ok(texts)
     }

@@ -34,6 +34,9 @@ pub struct ServerConfig {
     pub bind: SocketAddr,
     /// Files served over plain HTTP GET.
     pub static_dir: Option<PathBuf>,
+    /// A packaged corpus served under `/corpus/` with byte ranges (`lockstep_mesh::corpus`
+    /// reads it from there).
+    pub corpus_dir: Option<PathBuf>,
     /// The one address whose `X-Forwarded-For` header is believed (a reverse proxy).
     pub trusted_proxy: Option<IpAddr>,
     pub limits: Limits,
@@ -50,6 +53,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8787)),
             static_dir: None,
+            corpus_dir: None,
             trusted_proxy: None,
             limits: Limits::default(),
             data: Some(DataConfig::default()),
@@ -481,6 +485,56 @@ async fn write_response(stream: &mut TcpStream, status: &str, content_type: &str
     stream.shutdown().await
 }
 
+/// The byte range a `Range` header asks of a file of `len` bytes: `bytes=a-b`, `bytes=a-` or
+/// `bytes=-n` (one range only); `None` when it asks for none of the file (416).
+fn byte_range(header: &str, len: u64) -> Option<std::ops::RangeInclusive<u64>> {
+    let spec = header.trim().strip_prefix("bytes=")?;
+    let (start, end) = spec.split_once('-')?;
+    let (start, end) = match (start.trim(), end.trim()) {
+        ("", suffix) => {
+            let n: u64 = suffix.parse().ok()?;
+            (len.checked_sub(n.min(len))?, len.checked_sub(1)?)
+        }
+        (start, "") => (start.parse().ok()?, len.checked_sub(1)?),
+        (start, end) => (start.parse().ok()?, end.parse::<u64>().ok()?.min(len.checked_sub(1)?)),
+    };
+    (start <= end && end < len).then_some(start..=end)
+}
+
+/// A file of the corpus, whole (200) or the range asked for (206), `Accept-Ranges` either way.
+async fn write_range(stream: &mut TcpStream, path: &Path, range: Option<&str>) -> std::io::Result<()> {
+    use tokio::io::AsyncSeekExt;
+    let mut file = tokio::fs::File::open(path).await?;
+    let len = file.metadata().await?.len();
+    let (status, span) = match range {
+        None => ("200 OK", 0..=len.saturating_sub(1)),
+        Some(header) => match byte_range(header, len) {
+            Some(span) => ("206 Partial Content", span),
+            None => {
+                let head = format!(
+                    "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{len}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                stream.write_all(head.as_bytes()).await?;
+                return stream.shutdown().await;
+            }
+        },
+    };
+    let body_len = if len == 0 { 0 } else { span.end() - span.start() + 1 };
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {}\r\nContent-Length: {body_len}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n",
+        content_type(path)
+    );
+    if range.is_some() {
+        head.push_str(&format!("Content-Range: bytes {}-{}/{len}\r\n", span.start(), span.end()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    file.seek(std::io::SeekFrom::Start(*span.start())).await?;
+    let mut body = file.take(body_len);
+    tokio::io::copy(&mut body, stream).await?;
+    stream.shutdown().await
+}
+
 async fn http_response(shared: &Shared, mut stream: TcpStream, head: Head) -> std::io::Result<()> {
     let config = &shared.config;
     // Consume the head we peeked.
@@ -511,6 +565,11 @@ async fn http_response(shared: &Shared, mut stream: TcpStream, head: Head) -> st
             },
         };
     }
+    if let (Some(root), Some(name)) = (&config.corpus_dir, head.path.strip_prefix("/corpus/")) {
+        if let Some(path) = static_file(root, name).filter(|_| !name.is_empty()) {
+            return write_range(&mut stream, &path, head.headers.get("range").map(String::as_str)).await;
+        }
+    }
     if let Some(root) = &config.static_dir {
         if let Some(path) = static_file(root, &head.path) {
             let body = tokio::fs::read(&path).await?;
@@ -539,6 +598,25 @@ mod tests {
         assert_eq!(client_address(&trusted, "127.0.0.1".parse().unwrap(), &head), "9.9.9.9");
         assert_eq!(client_address(&trusted, "127.0.0.2".parse().unwrap(), &head), "127.0.0.2");
         assert_eq!(client_address(&ServerConfig::default(), "127.0.0.1".parse().unwrap(), &head), "127.0.0.1");
+    }
+
+    #[test]
+    fn range_headers_name_the_bytes_they_ask_for() {
+        for (header, len, expect) in [
+            ("bytes=0-0", 10, Some(0..=0)),
+            ("bytes=2-5", 10, Some(2..=5)),
+            ("bytes=8-20", 10, Some(8..=9)),
+            ("bytes=4-", 10, Some(4..=9)),
+            ("bytes=-3", 10, Some(7..=9)),
+            ("bytes=-30", 10, Some(0..=9)),
+            ("bytes=10-12", 10, None),
+            ("bytes=5-2", 10, None),
+            ("bytes=0-0", 0, None),
+            ("items=0-1", 10, None),
+            ("bytes=a-b", 10, None),
+        ] {
+            assert_eq!(byte_range(header, len), expect, "{header} of {len}");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ async fn start(limits: Limits, static_dir: Option<std::path::PathBuf>) -> Server
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
         static_dir,
+        corpus_dir: None,
         trusted_proxy: None,
         limits,
         data: None,
@@ -309,6 +310,7 @@ async fn forwarded_for_is_believed_only_from_the_trusted_proxy() {
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
         static_dir: None,
+        corpus_dir: None,
         trusted_proxy: Some("127.0.0.1".parse().unwrap()),
         limits: Limits::default(),
         data: None,

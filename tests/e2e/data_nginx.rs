@@ -18,10 +18,10 @@ use lockstep_signaling::data::DataConfig;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 use serde_json::Value;
 
-struct Nginx {
+pub(crate) struct Nginx {
     child: Child,
     dir: PathBuf,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Drop for Nginx {
@@ -73,7 +73,7 @@ http {{
     )
 }
 
-fn start_nginx(dir: &Path) -> Nginx {
+pub(crate) fn start_nginx(dir: &Path) -> Nginx {
     let port = free_port();
     std::fs::write(dir.join("nginx.conf"), nginx_conf(dir, port, 1)).unwrap();
     let child = Command::new("nginx")
@@ -93,7 +93,7 @@ fn start_nginx(dir: &Path) -> Nginx {
 }
 
 /// Every logged request: (uri, status, body bytes, range header).
-fn access_log(dir: &Path) -> Vec<(String, u16, u64, String)> {
+pub(crate) fn access_log(dir: &Path) -> Vec<(String, u16, u64, String)> {
     std::fs::read_to_string(dir.join("access.log"))
         .unwrap_or_default()
         .lines()
@@ -156,6 +156,7 @@ fn data_reads_parquet_over_ranges_from_nginx() {
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
         static_dir: None,
+        corpus_dir: None,
         trusted_proxy: None,
         limits: Limits::default(),
         data: Some(data),

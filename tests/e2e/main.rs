@@ -11,6 +11,7 @@ mod browser_peer;
 mod chaos;
 mod cli;
 mod console_tmux;
+mod corpus;
 mod data_nginx;
 mod kit_browser;
 mod mesh;

@@ -6,8 +6,11 @@
 //! run starts once all three channels are open. Backends: the first node uses `--backends`'
 //! first entry (default `cpu`); the others try theirs (`lut`, `dp4a`) on hardware GPUs only and
 //! fall back to `cpu` with the gate's reason in the log (a software adapter such as lavapipe is
-//! exact but far slower than the CPU mirror). Training text comes from the server's `/data`
-//! when one request to it succeeds at start-up, else from the built-in corpus.
+//! exact but far slower than the CPU mirror). Training text is the packaged corpus
+//! (`--corpus`, read once and shared by the three nodes; the demo's server serves it under
+//! `/corpus/` for nodes on other machines), or the built-in text when it has not been built —
+//! the first log line then names the command that builds it. `--data` tries FineWeb-Edu
+//! slices from the server's `/data` instead.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,7 +31,7 @@ use crate::console::state::{update, Action, RunState, State};
 use crate::console::{action_sink, execute_effects, find_checkpoints, run_console};
 use crate::headless::{emit, report_json};
 use crate::node_runtime::{prepare, MeshArgs, NodeHandle, Prepared, Sink};
-use crate::run_args::RunArgs;
+use crate::run_args::{CorpusArg, RunArgs};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -43,9 +46,15 @@ pub struct DemoArgs {
     /// Threads per node for CPU backends (0: the cores shared out among the nodes).
     #[arg(long, default_value_t = 0)]
     threads: u32,
-    /// Train on the built-in corpus without trying `/data`.
-    #[arg(long)]
+    /// Train on random FineWeb-Edu slices from the demo server's `/data` (needs the internet;
+    /// the corpus when unreachable) instead of the corpus.
+    #[arg(long, conflicts_with = "no_data")]
+    data: bool,
+    /// Do not try `/data` (the default; kept for older scripts).
+    #[arg(long, hide = true)]
     no_data: bool,
+    #[command(flatten)]
+    corpus: CorpusArg,
     /// Where the console saves checkpoints.
     #[arg(long, default_value = "checkpoints")]
     ckpt_dir: PathBuf,
@@ -97,14 +106,19 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     // The signaling server, on a runtime of its own.
     let server_runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let server = server_runtime
-        .block_on(serve(ServerConfig { bind: SocketAddr::from(([127, 0, 0, 1], 0)), ..ServerConfig::default() }))
+        .block_on(serve(ServerConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            corpus_dir: Some(lockstep_mesh::corpus::default_dir())
+                .filter(|dir| dir.join(lockstep_mesh::corpus::MANIFEST).is_file()),
+            ..ServerConfig::default()
+        }))
         .context("starting the signaling server on 127.0.0.1")?;
     let addr = server.local_addr;
     let url = format!("ws://{addr}/ws?room=demo");
     say(format!("demo: signaling on ws://{addr}/ws (room `demo`); other machines can join with"));
     say(format!("      lockstep node --signal ws://<this host>:{}/ws?room=demo", addr.port()));
 
-    let data = if args.no_data {
+    let data = if !args.data {
         None
     } else {
         say("demo: checking /data …".to_string());
@@ -114,7 +128,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         match probe.and_then(|mut source| source.probe()) {
             Ok(()) => Some(url),
             Err(why) => {
-                say(format!("demo: /data is unreachable ({why}): training on the built-in corpus"));
+                say(format!("demo: /data is unreachable ({why}): training on the corpus"));
                 None
             }
         }
@@ -138,6 +152,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         no_compute_ahead: false,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
+        corpus: args.corpus.clone(),
         link_delay_ms: 0,
         link_loss_per_mille: 0,
     };

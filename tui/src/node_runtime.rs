@@ -11,13 +11,14 @@ use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_mesh::{new_member_id, Command, Ended, LinkShim, MeshConfig, Report, SwapProgress};
 use lockstep_node::checkpoint;
-use lockstep_node::data::{BuiltinSource, DataSource};
+use lockstep_node::data::{Corpus, CorpusSource, DataSource};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{ForeignError, Provider, Replica, TrainerReplica};
 use lockstep_node::session::{AgreementTiming, StepDeadline};
 
 use crate::backend::{admit, gemm_for, Opening};
 use crate::route::bind_ip_for;
+use crate::run_args::CorpusArg;
 
 /// How a node computes and connects (shared by `node` and `demo`).
 #[derive(clap::Args, Clone)]
@@ -68,10 +69,13 @@ pub struct MeshArgs {
     /// a failed compute, a resume it cannot restore) saves its last committed state here first.
     #[arg(long, default_value = "checkpoints")]
     pub ckpt_dir: PathBuf,
-    /// Fetch training text from a `/data` URL (e.g. `http://HOST:8787/data`); unreachable means
-    /// the built-in corpus.
+    /// Fetch training text from a `/data` URL (e.g. `http://HOST:8787/data`) instead of the
+    /// corpus (random FineWeb-Edu slices: not a function of the seed); unreachable means the
+    /// built-in corpus.
     #[arg(long)]
     pub data: Option<String>,
+    #[command(flatten)]
+    pub corpus: CorpusArg,
     /// Benchmarks and tests: delay every datagram this node sends by this much (one way). This
     /// kernel's traffic control has no `netem`; the rate of a link is shaped with `tc`, its
     /// latency here (`docs/PERFORMANCE.md`).
@@ -83,10 +87,11 @@ pub struct MeshArgs {
     pub link_loss_per_mille: u32,
 }
 
-/// Backends through the plugin host (gated), data from `/data` or the built-in corpus.
+/// Backends through the plugin host (gated), data from the corpus (or `/data`).
 pub struct HostProvider {
     pub threads: u32,
     pub data_url: Option<String>,
+    pub corpus: Arc<Corpus>,
 }
 
 impl Provider for HostProvider {
@@ -97,7 +102,7 @@ impl Provider for HostProvider {
     fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
         Ok(match &self.data_url {
             Some(url) => Box::new(RemoteSource::new(url, seed).map_err(|e| Arc::new(e) as ForeignError)?),
-            None => Box::new(BuiltinSource::new(seed)),
+            None => Box::new(CorpusSource::new(self.corpus.clone(), seed)),
         })
     }
 }
@@ -207,6 +212,8 @@ pub fn prepare(
     opening: Opening,
     progress_line: &mut dyn FnMut(String),
 ) -> anyhow::Result<Prepared> {
+    // First, so that a missing packaged corpus is the first line a user reads.
+    let corpus = args.corpus.load(progress_line)?;
     let admitted = admit(&args.backend, args.threads, opening, &mut |_| {}, progress_line)?;
     let config = MeshConfig {
         signal_url: signal_url.to_string(),
@@ -237,7 +244,7 @@ pub fn prepare(
         verdict: admitted.verdict.clone(),
         ckpt_dir: args.ckpt_dir.clone(),
     };
-    let provider = HostProvider { threads: args.threads, data_url: args.data.clone() };
+    let provider = HostProvider { threads: args.threads, data_url: args.data.clone(), corpus };
     let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
     Ok(Prepared { config, replica, device: admitted.device })
 }

@@ -111,3 +111,38 @@ mod tests {
         assert!(help.contains("[default: every-step]"), "{help}");
     }
 }
+
+/// `--corpus`: the text a command trains on (`lockstep_mesh::corpus::CorpusChoice`). Read
+/// once however often it is asked for (the demo's three nodes share one copy).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CorpusArg {
+    /// The training text: `auto` (the packaged corpus when `scripts/corpus.sh` has built it,
+    /// else the built-in 35 KB text), `builtin`, a corpus directory, or `http://HOST:PORT/corpus`
+    /// (a signaling server's, or any server with byte ranges).
+    #[arg(long = "corpus", default_value = "auto", value_name = "auto|builtin|DIR|URL")]
+    pub choice: String,
+    #[arg(skip)]
+    loaded: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<lockstep_node::data::Corpus>>>,
+}
+
+impl CorpusArg {
+    /// A choice given in code (the benches, the tests).
+    pub fn new(choice: &str) -> CorpusArg {
+        CorpusArg { choice: choice.to_string(), loaded: Default::default() }
+    }
+
+    /// The corpus, read on the first call; `say` hears which corpus it is, and (first) how to
+    /// build the packaged one when it is missing.
+    pub fn load(&self, say: &mut dyn FnMut(String)) -> anyhow::Result<std::sync::Arc<lockstep_node::data::Corpus>> {
+        if let Some(corpus) = self.loaded.get() {
+            return Ok(corpus.clone());
+        }
+        let choice: lockstep_mesh::corpus::CorpusChoice = self.choice.parse()?;
+        let chosen = choice.load()?;
+        if let Some(note) = chosen.note {
+            say(note);
+        }
+        say(format!("corpus: {}", chosen.corpus.describe()));
+        Ok(self.loaded.get_or_init(|| chosen.corpus).clone())
+    }
+}

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use lockstep_mesh::corpus;
 use lockstep_signaling::data::{fineweb_shards, DataConfig, FINEWEB_EDU_10BT};
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
@@ -35,6 +36,14 @@ pub struct SignalArgs {
     /// Turn `/data` off.
     #[arg(long)]
     no_data: bool,
+    /// Serve this packaged corpus (`scripts/corpus.sh`) under `/corpus/`, with byte ranges, for
+    /// members started with `--corpus http://HOST:PORT/corpus`. Default: the packaged corpus's
+    /// directory (`$LOCKSTEP_CORPUS`, else `~/.cache/lockstep/corpus`) when it has been built.
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<PathBuf>,
+    /// Serve no corpus.
+    #[arg(long, conflicts_with = "corpus")]
+    no_corpus: bool,
     /// The file holding the key that signs resume tokens (created, 32 random bytes, if
     /// missing), so members take their places back after the server restarts. Default:
     /// `$XDG_STATE_HOME/lockstep/signal.secret` (or `~/.local/state/…`).
@@ -88,9 +97,24 @@ pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
         let shards = if args.data_shards.is_empty() { fineweb_shards() } else { args.data_shards };
         let data =
             (!args.no_data).then(|| DataConfig { base_url: args.data_source.clone(), shards, ..DataConfig::default() });
+        let corpus_dir = match (args.no_corpus, args.corpus) {
+            (true, _) => None,
+            (false, Some(dir)) => {
+                anyhow::ensure!(
+                    dir.join(corpus::MANIFEST).is_file(),
+                    "{} holds no {} (`{}` builds a corpus)",
+                    dir.display(),
+                    corpus::MANIFEST,
+                    corpus::BUILD_COMMAND
+                );
+                Some(dir)
+            }
+            (false, None) => Some(corpus::default_dir()).filter(|dir| dir.join(corpus::MANIFEST).is_file()),
+        };
         let config = ServerConfig {
             bind: args.bind,
             static_dir: args.static_dir,
+            corpus_dir: corpus_dir.clone(),
             trusted_proxy: args.trusted_proxy,
             limits,
             data,
@@ -103,6 +127,10 @@ pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
         println!("signal: listening on ws://{}/ws (rooms: ?room=CODE, join only: ?join=CODE)", server.local_addr);
         if !args.no_data {
             println!("signal: /data reads {}", args.data_source);
+        }
+        match &corpus_dir {
+            Some(dir) => println!("signal: /corpus/ serves the packaged corpus in {}", dir.display()),
+            None => println!("signal: no corpus served (`{}` builds one)", corpus::BUILD_COMMAND),
         }
         tokio::select! {
             _ = server.wait() => {}

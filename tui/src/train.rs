@@ -3,18 +3,19 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_node::checkpoint;
 use lockstep_node::config::RunConfig;
-use lockstep_node::data::{BuiltinSource, DataSource, Origin};
+use lockstep_node::data::{Corpus, CorpusSource, DataSource, Origin};
 use lockstep_node::sync::{self, Values};
 use lockstep_node::trainer::{TrainState, Trainer};
 
 use crate::backend::gemm_for;
-use crate::run_args::RunArgs;
+use crate::run_args::{CorpusArg, RunArgs};
 
 #[derive(clap::Args)]
 pub struct TrainArgs {
@@ -64,9 +65,11 @@ pub struct TrainArgs {
     #[arg(long, value_delimiter = ',', value_name = "W/W/…")]
     replay_weights: Vec<String>,
     /// Fetch training text from a signaling server's `/data` (e.g. `http://127.0.0.1:8787/data`)
-    /// instead of the built-in corpus; falls back to the built-in corpus when it is unreachable.
+    /// instead of the corpus; falls back to the built-in corpus when it is unreachable.
     #[arg(long)]
     data: Option<String>,
+    #[command(flatten)]
+    corpus: CorpusArg,
 }
 
 /// A mesh group's arithmetic in one process: one trainer per member id (each on its own data
@@ -81,7 +84,13 @@ pub struct GroupReplay {
 }
 
 impl GroupReplay {
-    pub fn new(run: RunConfig, ids: &[u64], backend: &str, threads: u32) -> anyhow::Result<GroupReplay> {
+    pub fn new(
+        run: RunConfig,
+        ids: &[u64],
+        backend: &str,
+        threads: u32,
+        corpus: Arc<Corpus>,
+    ) -> anyhow::Result<GroupReplay> {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
@@ -89,7 +98,7 @@ impl GroupReplay {
         let mut replicas = Vec::new();
         for &id in &ids {
             let gemm = gemm_for(backend, threads, true)?;
-            let data = Box::new(BuiltinSource::new(lockstep_node::data::node_data_seed(run.seed, id)));
+            let data = Box::new(CorpusSource::new(corpus.clone(), lockstep_node::data::node_data_seed(run.seed, id)));
             replicas.push(Trainer::new(run, gemm, data)?);
         }
         Ok(GroupReplay { replicas })
@@ -165,8 +174,8 @@ impl GroupReplay {
 }
 
 /// `--replay-group`: the group's arithmetic in one process (see the flag's help).
-fn replay_group(args: &TrainArgs, run: RunConfig) -> anyhow::Result<ExitCode> {
-    let mut group = GroupReplay::new(run, &args.replay_group, &args.backend, args.threads)?;
+fn replay_group(args: &TrainArgs, run: RunConfig, corpus: Arc<Corpus>) -> anyhow::Result<ExitCode> {
+    let mut group = GroupReplay::new(run, &args.replay_group, &args.backend, args.threads, corpus)?;
     let weights = args
         .replay_weights
         .iter()
@@ -270,13 +279,14 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Err(why) = run.validate() {
         bail!("invalid configuration: {why}");
     }
+    let corpus = args.corpus.load(&mut |line| eprintln!("train: {line}"))?;
     if !args.replay_group.is_empty() {
-        return replay_group(&args, run);
+        return replay_group(&args, run, corpus);
     }
     let gemm = gemm_for(&args.backend, args.threads, args.json)?;
     let source: Box<dyn DataSource> = match &args.data {
         Some(url) => Box::new(RemoteSource::new(url, run.seed)?),
-        None => Box::new(BuiltinSource::new(run.seed)),
+        None => Box::new(CorpusSource::new(corpus.clone(), run.seed)),
     };
     let mut swaps = parse_swaps(&args.swaps)?;
     let mut trainer = Trainer::new(run, gemm, source)?;
@@ -326,7 +336,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         let kind = std::mem::discriminant(&report.origin);
         if last_origin_kind != Some(kind) && !args.json {
             match &report.origin {
-                Origin::Builtin => {}
+                Origin::Corpus => {}
                 Origin::Remote(what) => eprintln!("\rdata: step {} from /data ({what})", report.step),
                 Origin::Fallback { reason } => eprintln!("\rdata: step {}: {reason}", report.step),
             }
@@ -362,16 +372,32 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             println!("checkpoint: {}", path.display());
         }
     }
+    // Tokens are bytes: the share of the corpus's training text this run has seen (windows
+    // drawn at random, so some of it twice: `docs/DATA.md`).
+    let tokens = u64::from(trainer.step_count()) * run.tokens_per_step() as u64;
+    let share = tokens as f64 / corpus.train.len().max(1) as f64;
     if args.eval_batches > 0 {
         let heldout = trainer.heldout_loss(args.eval_batches).context("evaluation failed")?;
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"heldout_loss": heldout, "heldout_loss_bits": format!("{:#010x}", heldout.to_bits())})
+                serde_json::json!({
+                    "heldout_loss": heldout,
+                    "heldout_loss_bits": format!("{:#010x}", heldout.to_bits()),
+                    "tokens": tokens,
+                    "corpus_share": share,
+                })
             );
         } else {
-            println!("held-out loss: {heldout:.4}");
+            println!(
+                "held-out loss: {heldout:.4} ({} windows of {})",
+                args.eval_batches * run.batch,
+                run.model.context
+            );
         }
+    }
+    if !args.json && args.data.is_none() {
+        println!("trained on {tokens} tokens, {:.2}% of the size of the corpus's training text", share * 100.0);
     }
     if !args.json {
         let step = trainer.step_count();

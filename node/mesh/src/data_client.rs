@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use lockstep_luts::rng::SplitMix64;
-use lockstep_node::data::{sample, Batch, BuiltinSource, DataSource, Origin};
+use lockstep_node::data::{sample, Batch, CorpusSource, DataSource, Origin};
 
 /// Why one `/data` request brought no texts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub struct RemoteSource {
     last_error: Option<FetchError>,
     /// The sampler; its state is the source's (what a checkpoint carries).
     rng: SplitMix64,
-    fallback: BuiltinSource,
+    fallback: CorpusSource,
     requests: Option<mpsc::Sender<(Request, Duration)>>,
 }
 
@@ -80,7 +80,7 @@ impl RemoteSource {
             next_try: None,
             last_error: None,
             rng: SplitMix64::new(seed ^ 0x7265_6d6f_7465_0000),
-            fallback: BuiltinSource::new(seed),
+            fallback: CorpusSource::builtin(seed),
             requests: None,
         })
     }

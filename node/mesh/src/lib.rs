@@ -12,7 +12,8 @@
 //! - the event loop (`event_loop.rs`, one `MeshLoop` object with a method per kind of event):
 //!   feeds the session inputs (channel open/closed, messages, ticks every 50 ms, compute
 //!   results, commands) and executes its outputs through a [`Replica`];
-//! - the `/data` client (`data_client.rs`), which nodes and `lockstep train` sample from.
+//! - the `/data` client (`data_client.rs`), and the packaged corpus's reader (`corpus.rs`: a
+//!   directory or an HTTP URL read by ranges), which nodes and `lockstep train` sample from.
 //!
 //! - link messages (`lockstep_node::wire` -9 … -11): each node tells its peers which backend
 //!   computes on it (and the gate's verdict), pings every open channel once a second, and
@@ -35,6 +36,7 @@ mod checkpoint_file;
 mod config;
 mod connections;
 mod control;
+pub mod corpus;
 pub mod data_client;
 mod event_loop;
 mod inbound;

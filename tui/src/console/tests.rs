@@ -417,7 +417,7 @@ fn checkpoint_files_in_the_directory_are_listed_by_step_with_their_hashes() {
         ..RunConfig::DEFAULT
     };
     let gemm = Box::new(lockstep_node::gemm::FloatGemm::new(1));
-    let mut trainer = Trainer::new(tiny, gemm, Box::new(lockstep_node::data::BuiltinSource::new(1))).unwrap();
+    let mut trainer = Trainer::new(tiny, gemm, Box::new(lockstep_node::data::CorpusSource::builtin(1))).unwrap();
     let first = trainer.state().unwrap();
     trainer.step().unwrap();
     let second = trainer.state().unwrap();
