@@ -62,6 +62,10 @@ pub enum Flaw {
     PairwiseBlocks,
     /// Adds the block terms in f64 and rounds once (more accurate, other bits).
     TermsInF64,
+    /// Where neighbouring blocks of an output share their scale exponent (`ea + eb`), adds
+    /// their int32 block sums and makes one term of them: one rounding where the definition
+    /// has one per block (an outsider's "optimisation" the battery once admitted).
+    MergeEqualExponents,
 }
 
 impl Flaw {
@@ -91,6 +95,7 @@ impl Flaw {
         Flaw::TermSaturates,
         Flaw::PairwiseBlocks,
         Flaw::TermsInF64,
+        Flaw::MergeEqualExponents,
     ];
 }
 
@@ -225,9 +230,23 @@ pub fn flawed_gemm(
         for j in 0..n {
             let mut terms: Vec<f32> = Vec::with_capacity(blocks);
             let mut f32_sum = 0.0f32;
+            // Flaw::MergeEqualExponents: the run of blocks with one exponent, its summed sums.
+            let mut run: Option<(i64, i32)> = None;
             for blk in 0..blocks {
                 let ((xa, ea), (xb, eb)) = (&qa[i][blk], &qb[j][blk]);
-                if flaw == Flaw::F32Accumulation {
+                if flaw == Flaw::MergeEqualExponents {
+                    // A fast path for ordinary values: terms that are finite and normal alone.
+                    let acc = i64::from(dot(flaw, xa, xb));
+                    let ordinary = |sum: i64, e: i32| merged_term(sum, e).is_normal() || sum == 0;
+                    run = match run {
+                        Some((sum, e)) if e == ea + eb && ordinary(sum, e) && ordinary(acc, e) => Some((sum + acc, e)),
+                        Some((sum, e)) => {
+                            terms.push(merged_term(sum, e));
+                            Some((acc, ea + eb))
+                        }
+                        None => Some((acc, ea + eb)),
+                    };
+                } else if flaw == Flaw::F32Accumulation {
                     let (sa, sb) = (2f32.powi(*ea), 2f32.powi(*eb));
                     for (p, q) in xa.iter().zip(xb) {
                         f32_sum += (f32::from(*p) * sa) * (f32::from(*q) * sb);
@@ -235,6 +254,9 @@ pub fn flawed_gemm(
                 } else {
                     terms.push(term(flaw, dot(flaw, xa, xb), ea + eb));
                 }
+            }
+            if let Some((sum, e)) = run {
+                terms.push(merged_term(sum, e));
             }
             if flaw == Flaw::ReversedBlocks {
                 terms.reverse();
@@ -279,6 +301,15 @@ fn term(flaw: Flaw, acc: i32, e: i32) -> f32 {
             }
         }
         _ => block_term(acc, e),
+    }
+}
+
+/// [`Flaw::MergeEqualExponents`]'s term of several blocks' summed sums: the definition's term
+/// while the sum fits its 24 bits, else the sum rounded once to f32 and scaled.
+fn merged_term(sum: i64, e: i32) -> f32 {
+    match i32::try_from(sum) {
+        Ok(acc) if acc.unsigned_abs() < 1 << 24 => block_term(acc, e),
+        _ => (sum as f64 * 2f64.powi(e)) as f32,
     }
 }
 

@@ -388,6 +388,27 @@ pub fn battery() -> Vec<Case> {
     b[k + 32] = 96.0 * pow2(-75);
     cases.push(f32_case("last-addition-flush-and-dropped-terms", m, n, k, a, b));
 
+    // Neighbouring blocks that share an exponent, after a larger term: the definition rounds
+    // after each block, so two terms of half an ulp of the partial sum each vanish (ties to
+    // even, the sum's last bit even), where their block sums added first and rounded once
+    // make a whole ulp. Block 0's term is ±16129·2^20 (ulp 2^10); blocks 1 and 2 are one pair
+    // each, 32 · 16: the quants 64 (32 = 64·2^-1) and 64 (16 = 64·2^-2), a term of 4096·2^-3 =
+    // 512, half an ulp; column 1 takes the second half back (both ways give ±16129·2^20).
+    let (m, n, k) = (2, 2, 96);
+    let mut a = vec![0.0f32; m * k];
+    for (r, sign) in [1.0f32, -1.0].into_iter().enumerate() {
+        a[r * k] = sign * 127.0 * pow2(20);
+        a[r * k + 32] = 32.0;
+        a[r * k + 64] = 32.0;
+    }
+    let mut b = vec![0.0f32; n * k];
+    for (j, last) in [16.0f32, -16.0].into_iter().enumerate() {
+        b[j * k] = 127.0;
+        b[j * k + 32] = 16.0;
+        b[j * k + 64] = last;
+    }
+    cases.push(f32_case("neighbouring-blocks-one-exponent", m, n, k, a, b));
+
     // The integer product past 2^24: equal large values over a long k (an f32 accumulator would
     // round), and the full range at k = 70000 (sums wrap nowhere, but pass 2^24 and 2^31/2).
     let (m, n, k) = (2, 3, 70_000);
@@ -819,6 +840,7 @@ mod tests {
             "long-rows-one-exponent",
             "subnormal-partial-sums",
             "last-addition-flush-and-dropped-terms",
+            "neighbouring-blocks-one-exponent",
             "int8-sums-past-2^24",
             "repeated-call",
             "buffers-reused-in-place",
@@ -860,6 +882,15 @@ mod tests {
             panic!()
         };
         assert_eq!(bits(&gemm_nt(*m, *n, *k, a, b).unwrap()), [0x0000_0000, 0x0090_0000]);
+        // The neighbouring blocks' case ends every output on ±16129·2^20 (the two half-ulp
+        // terms vanish one after the other), where one rounding of their summed block sums
+        // would end column 0 one ulp further out.
+        let Input::F32 { m, n, k, a, b } =
+            &cases.iter().find(|c| c.name == "neighbouring-blocks-one-exponent").expect("present").input
+        else {
+            panic!()
+        };
+        assert_eq!(bits(&gemm_nt(*m, *n, *k, a, b).unwrap()), [0x507c_0400, 0x507c_0400, 0xd07c_0400, 0xd07c_0400]);
         // The fixed cross-entropy case tells `sum · (1/rows)` from `sum / rows`.
         let (rows, vocab) = (CE_FIXED_ROWS, CE_FIXED_VOCAB);
         let (mut d, mut losses) = (vec![0.0f32; rows * vocab], vec![0.0f32; rows]);
