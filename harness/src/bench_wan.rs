@@ -113,6 +113,11 @@ pub struct WanArgs {
     svg: Option<PathBuf>,
     #[command(flatten)]
     corpus: CorpusArg,
+    /// Replays only, for quick checks of learning (no namespaces, no root): each mode's loss at
+    /// each rate of the grid, its time the compute alone at the side-by-side rate (what an
+    /// exchange hidden entirely would give); no bytes. Elastic modes need the network.
+    #[arg(long)]
+    no_network: bool,
 }
 
 /// A CPU quota for the processes put in it (a cgroup of its own, v2's `cpu.max` or v1's
@@ -430,16 +435,7 @@ fn run_mode(
         Some(&at) if !sampled => (at, false),
         _ => (sync_ended.first().copied().unwrap_or(0.0) + f64::from(k - 1) * per_sync, true),
     };
-    let mut best: Option<(f32, Vec<(u32, f32)>)> = None;
-    for &lr in &data.grid {
-        eprintln!("bench wan: {label}: replaying the whole run for members 1..={} at lr {lr}", args.nodes);
-        let curve = replay_curve(RunConfig { lr, ..run }, &fixed, &weights, args.eval_batches, data)?;
-        let last = curve.last().map_or(f32::INFINITY, |&(_, loss)| loss);
-        if best.as_ref().is_none_or(|(_, b)| last < b.last().map_or(f32::INFINITY, |&(_, l)| l)) {
-            best = Some((lr, curve));
-        }
-    }
-    let (lr, curve) = best.context("the learning-rate grid is empty")?;
+    let (lr, curve) = best_curve(&label, run, &fixed, &weights, args, data)?;
     let heldout_loss = curve.last().map_or(f32::NAN, |&(_, loss)| loss);
     let time_to_loss = curve.iter().find(|&&(_, loss)| loss <= solo_loss).map(|&(k, _)| ended_at(k));
     let curve = curve.iter().map(|&(k, loss)| (ended_at(k).0, loss)).collect();
@@ -483,6 +479,54 @@ struct Data {
     corpus: Arc<Corpus>,
     grid: Vec<f32>,
     solo_loss: f32,
+}
+
+/// [`replay_curve`] at each rate of the grid: the rate whose final loss is lowest, and its curve.
+fn best_curve(
+    what: &str,
+    run: RunConfig,
+    ids: &[u64],
+    weights: &BTreeMap<u64, Vec<u32>>,
+    args: &WanArgs,
+    data: &Data,
+) -> anyhow::Result<(f32, Vec<(u32, f32)>)> {
+    let mut best: Option<(f32, Vec<(u32, f32)>)> = None;
+    let last = |curve: &[(u32, f32)]| curve.last().map_or(f32::INFINITY, |&(_, loss)| loss);
+    for &lr in &data.grid {
+        eprintln!("bench wan: {what}: replaying the whole run ({} steps, members {ids:?}) at lr {lr}", run.steps);
+        let curve = replay_curve(RunConfig { lr, ..run }, ids, weights, args.eval_batches, data)?;
+        if best.as_ref().is_none_or(|(_, b)| last(&curve) < last(b)) {
+            best = Some((lr, curve));
+        }
+    }
+    best.context("the learning-rate grid is empty")
+}
+
+/// `--no-network`: a mode's figures from replays alone, each sync taking the compute of its
+/// inner steps at `member_rate` (tokens/s of one member).
+fn replay_mode(args: &WanArgs, run: RunConfig, data: &Data, member_rate: f64) -> anyhow::Result<Measured> {
+    let label = run.sync.to_string();
+    ensure!(!run.sync.elastic, "{label}: elastic windows need the network (the members' speeds decide them)");
+    let ids: Vec<u64> = (1..=args.nodes as u64).collect();
+    let (lr, curve) = best_curve(&label, run, &ids, &BTreeMap::new(), args, data)?;
+    let per_sync = f64::from(run.steps_per_sync()) * run.tokens_per_step() as f64 / member_rate;
+    let at = |k: u32| f64::from(k) * per_sync;
+    Ok(Measured {
+        mode: label,
+        overlap: run.sync.overlap,
+        elastic: false,
+        tokens_per_s: member_rate * args.nodes as f64,
+        bytes_per_token: f64::NAN,
+        heldout_loss: curve.last().map_or(f32::NAN, |&(_, loss)| loss),
+        seconds: at(run.syncs()),
+        syncs: run.syncs(),
+        sampled: false,
+        breakdown: [0.0; 3],
+        window_steps: Vec::new(),
+        time_to_loss: curve.iter().find(|&&(_, loss)| loss <= data.solo_loss).map(|&(k, _)| (at(k), true)),
+        lr,
+        curve: curve.iter().map(|&(k, loss)| (at(k), loss)).collect(),
+    })
 }
 
 /// The whole run replayed in one process for `ids` (each sync's elastic weights as the
@@ -569,11 +613,17 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     let mut data = Data { corpus, grid, solo_loss: f32::NAN };
     let dir: PathBuf = std::env::temp_dir().join(format!("lockstep-wan-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let network = shaped_network(args.nodes, args.rate_mbit, args.queue_ms)?;
-    let bin = std::env::current_exe().context("the lockstep binary")?;
-    let address = format!("{HUB_ADDRESS}:8765");
-    let signal = SignalServer::start(&bin, Some(&network.hub), &address, None)?;
-    let url = signal.url();
+    // The shaped network and its signaling server (none with `--no-network`).
+    let network = match args.no_network {
+        true => None,
+        false => {
+            let network = shaped_network(args.nodes, args.rate_mbit, args.queue_ms)?;
+            let bin = std::env::current_exe().context("the lockstep binary")?;
+            let address = format!("{HUB_ADDRESS}:8765");
+            let signal = SignalServer::start(&bin, Some(&network.hub), &address, None)?;
+            Some((network, signal))
+        }
+    };
     let quotas = quotas(&args)?;
     let rates = side_by_side(&args, &quotas, base)?;
     let alone: f64 = rates.iter().sum();
@@ -581,16 +631,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     // whole run), and its wall time for the run at the rate each of the side-by-side trainers
     // had (the share of this machine a group member has).
     let solo_run = RunConfig { sync: SyncConfig::SEED, ..base };
-    let mut solo: Option<(f32, Vec<(u32, f32)>)> = None;
-    for &lr in &data.grid {
-        eprintln!("bench wan: one member alone for {} steps at lr {lr}, for the loss to reach", base.steps);
-        let curve = replay_curve(RunConfig { lr, ..solo_run }, &[1], &BTreeMap::new(), args.eval_batches, &data)?;
-        let last = curve.last().map_or(f32::INFINITY, |&(_, loss)| loss);
-        if solo.as_ref().is_none_or(|(_, b)| last < b.last().map_or(f32::INFINITY, |&(_, l)| l)) {
-            solo = Some((lr, curve));
-        }
-    }
-    let (solo_lr, solo_curve) = solo.context("the learning-rate grid is empty")?;
+    let (solo_lr, solo_curve) = best_curve("one member alone", solo_run, &[1], &BTreeMap::new(), &args, &data)?;
     let solo_loss = solo_curve.last().map_or(f32::NAN, |&(_, loss)| loss);
     data.solo_loss = solo_loss;
     // (With `--speeds`, member 1's own rate under its quota.)
@@ -602,13 +643,16 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let mut measured = Vec::new();
     for mode in &modes {
-        let result = run_mode(&args, &network, &quotas, &url, *mode, &dir, &data);
+        let result = match &network {
+            Some((network, signal)) => run_mode(&args, network, &quotas, &signal.url(), *mode, &dir, &data),
+            None => replay_mode(&args, *mode, &data, solo_rate),
+        };
         match result {
             Ok(m) => measured.push(m),
             Err(e) => return Err(e.context(format!("mode {}", mode.sync))),
         }
     }
-    drop(signal);
+    drop(network);
     let _ = std::fs::remove_dir_all(&dir);
     let seed = measured.first();
     let seed_bytes = seed.map_or(f64::NAN, |m| m.bytes_per_token);
@@ -639,7 +683,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             run.model.layers,
             run.batch,
             run.steps,
-            data.corpus.name
+            data.corpus.name.split(" [").next().unwrap_or_default()
         );
         let plot = Plot { title, x_label: "wall-clock seconds".into(), y_label: "held-out loss".into(), series };
         std::fs::write(path, plot.svg()).with_context(|| format!("writing {}", path.display()))?;
@@ -653,13 +697,18 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             share * 100.0,
             data.grid
         );
+        let link = match args.no_network {
+            true => "no network (replays; each sync its compute alone)".to_string(),
+            false => format!(
+                "{} Mbit/s uplink × {} ms RTT{}",
+                args.rate_mbit,
+                args.rtt_ms,
+                if args.loss_per_mille > 0 { format!(" × {}‰ loss", args.loss_per_mille) } else { String::new() }
+            ),
+        };
         println!(
-            "{} nodes × {} Mbit/s uplink × {} ms RTT{}, c={} t={} layers={} heads={} batch={}, {} steps per node; \
-             no exchange: {:.0} tok/s",
+            "{} nodes × {link}, c={} t={} layers={} heads={} batch={}, {} steps per node; no exchange: {:.0} tok/s",
             args.nodes,
-            args.rate_mbit,
-            args.rtt_ms,
-            if args.loss_per_mille > 0 { format!(" × {}‰ loss", args.loss_per_mille) } else { String::new() },
             run.model.width,
             run.model.context,
             run.model.layers,
