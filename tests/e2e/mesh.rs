@@ -747,6 +747,59 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
     assert!(steps.len() == 4 && steps.iter().all(|s| (1.0..=8.0).contains(s)), "{row}");
 }
 
+/// `lockstep bench wan --no-network`, the quick check of learning: no namespaces, each mode and
+/// the member alone replayed at every rate of the grid and reported at its best — the loss it
+/// reports is the one `train --replay-group` reaches at that rate, and no lower than at the
+/// other; the chart has a line for the member alone and one per mode.
+#[test]
+fn without_a_network_the_bench_reports_each_mode_at_its_best_rate_of_the_grid() {
+    let _phase = crate::common::phase(module_path!());
+    let svg = std::env::temp_dir().join(format!("lockstep-wan-{}.svg", std::process::id()));
+    let quick = ["--width", "64", "--context", "64", "--layers", "2", "--heads", "2", "--batch", "8", "--steps", "48"];
+    let out = Command::new(BIN)
+        .args(["bench", "wan", "--quick", "--no-network", "--json", "--corpus", "builtin"])
+        .args(["--modes", "outer/int8", "--lr-grid", "2e-3,8e-3", "--svg", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    assert_eq!(row["mode"], "outer:8 int8");
+    assert!(row["bytes_per_token"].is_null(), "no network, no bytes: {row}");
+    assert_eq!(row["lr_grid"], serde_json::json!([0.002f32, 0.008f32]));
+    let replayed = |lr: &str| -> f64 {
+        let out = Command::new(BIN)
+            .args([
+                "train",
+                "--backend",
+                "cpu",
+                "--replay-group",
+                "1,2,3,4",
+                "--corpus",
+                "builtin",
+                "--eval-batches",
+                "8",
+            ])
+            .args(["--sync", "outer:8", "--compress", "int8", "--outer-lr", "1", "--outer-momentum", "0", "--lr", lr])
+            .args(quick)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let last: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().lines().last().unwrap()).unwrap();
+        last["heldout_loss"].as_f64().unwrap()
+    };
+    let (at_2, at_8) = (replayed("0.002"), replayed("0.008"));
+    let (best_lr, best) = if at_2 <= at_8 { (0.002f32, at_2) } else { (0.008, at_8) };
+    assert_eq!(row["lr"].as_f64().unwrap() as f32, best_lr, "{row}");
+    assert_eq!(row["heldout_loss"].as_f64().unwrap(), best, "{row}");
+    let curve = row["curve"].as_array().unwrap();
+    assert_eq!(curve.last().unwrap()[1].as_f64().unwrap(), best, "the curve ends on the run's loss");
+    assert!(row["solo_curve"].as_array().is_some_and(|c| !c.is_empty()), "{row}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(chart.matches("<polyline").count(), 2, "the member alone and the mode");
+    assert!(chart.contains("one member alone (lr ") && chart.contains("outer:8 int8"), "{chart}");
+    let _ = std::fs::remove_file(&svg);
+}
+
 /// `outer:4` with int8, an overlap of 2 and elastic windows, for real: a member joins in the
 /// middle of an outer step (it is resumed at the next sync with the group's weights, outer
 /// momentum and the leader's inner Adam state, and runs nothing ahead of its first sync), then
