@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use lockstep_mesh::corpus::{CorpusChoice, CorpusLocation};
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_mesh::Report;
 use lockstep_node::session::Event;
@@ -108,8 +109,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let server = server_runtime
         .block_on(serve(ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            corpus_dir: Some(lockstep_mesh::corpus::default_dir())
-                .filter(|dir| dir.join(lockstep_mesh::corpus::MANIFEST).is_file()),
+            // The corpus the nodes train on, for nodes on other machines: the one named by
+            // `--corpus DIR`, else the packaged one when built (none for `builtin` or a URL).
+            corpus_dir: match args.corpus.choice.parse() {
+                Ok(CorpusChoice::At(CorpusLocation::Dir(dir))) => Some(dir),
+                Ok(CorpusChoice::Auto) => Some(lockstep_mesh::corpus::default_dir()),
+                _ => None,
+            }
+            .filter(|dir| dir.join(lockstep_mesh::corpus::MANIFEST).is_file()),
             ..ServerConfig::default()
         }))
         .context("starting the signaling server on 127.0.0.1")?;
