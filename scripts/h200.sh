@@ -61,7 +61,7 @@ steps=${STEPS:-100}
 {
   echo "### demo --headless, default model, $steps steps (cpu, lut, dp4a where admitted)"
   start=$SECONDS
-  "$bin/lockstep" demo --headless --no-data --steps "$steps" > "$out/demo.jsonl" 2> "$out/demo.err"
+  "$bin/lockstep" demo --headless --steps "$steps" > "$out/demo.jsonl" 2> "$out/demo.err"
   echo "exit $? after $((SECONDS - start)) s"
   grep -E '"(log|peer-info|swapped|run-finished|guard-stopped)"' "$out/demo.jsonl" | sort -u | head -20
   echo "### replay of the group on the CPU alone (same ids, same data streams)"

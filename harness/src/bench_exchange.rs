@@ -19,7 +19,7 @@ use lockstep_node::wire::FRAGMENT_BYTES;
 use lockstep_signaling::{serve, Limits, ServerConfig};
 
 use lockstep_tui::backend::{admit, Opening};
-use lockstep_tui::node_runtime::HostProvider;
+use lockstep_tui::node_runtime::{HostProvider, Text};
 
 #[derive(clap::Args)]
 pub struct ExchangeArgs {
@@ -86,7 +86,7 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
             ckpt_dir: std::env::temp_dir(),
         };
         // Throughput only: the built-in text is as good as any.
-        let provider = HostProvider { threads, data_url: None, corpus: Arc::new(Corpus::builtin()) };
+        let provider = HostProvider { threads, text: Text::Corpus(Arc::new(Corpus::builtin())) };
         let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
         let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(replica));
         let sink = reports.clone();

@@ -436,9 +436,7 @@ fn run_mode(
         _ => (sync_ended.first().copied().unwrap_or(0.0) + f64::from(k - 1) * per_sync, true),
     };
     let (lr, curve) = best_curve(&label, run, &fixed, &weights, args, data)?;
-    let heldout_loss = curve.last().map_or(f32::NAN, |&(_, loss)| loss);
-    let time_to_loss = curve.iter().find(|&&(_, loss)| loss <= solo_loss).map(|&(k, _)| ended_at(k));
-    let curve = curve.iter().map(|&(k, loss)| (ended_at(k).0, loss)).collect();
+    let (heldout_loss, time_to_loss, curve) = on_the_clock(&curve, solo_loss, ended_at);
     // Syncs 2.. were timed and counted: every member's steps (in elastic windows, the steps
     // each trained).
     let steps: f64 = if run.sync.elastic {
@@ -510,23 +508,35 @@ fn replay_mode(args: &WanArgs, run: RunConfig, data: &Data, member_rate: f64) ->
     let ids: Vec<u64> = (1..=args.nodes as u64).collect();
     let (lr, curve) = best_curve(&label, run, &ids, &BTreeMap::new(), args, data)?;
     let per_sync = f64::from(run.steps_per_sync()) * run.tokens_per_step() as f64 / member_rate;
-    let at = |k: u32| f64::from(k) * per_sync;
+    let (heldout_loss, time_to_loss, curve) = on_the_clock(&curve, data.solo_loss, |k| (f64::from(k) * per_sync, true));
     Ok(Measured {
         mode: label,
         overlap: run.sync.overlap,
         elastic: false,
         tokens_per_s: member_rate * args.nodes as f64,
         bytes_per_token: f64::NAN,
-        heldout_loss: curve.last().map_or(f32::NAN, |&(_, loss)| loss),
-        seconds: at(run.syncs()),
+        heldout_loss,
+        seconds: f64::from(run.syncs()) * per_sync,
         syncs: run.syncs(),
         sampled: false,
         breakdown: [0.0; 3],
         window_steps: Vec::new(),
-        time_to_loss: curve.iter().find(|&&(_, loss)| loss <= data.solo_loss).map(|&(k, _)| (at(k), true)),
+        time_to_loss,
         lr,
-        curve: curve.iter().map(|&(k, loss)| (at(k), loss)).collect(),
+        curve,
     })
+}
+
+/// A mode's final loss, when it reached the member alone's (seconds, estimated), and its
+/// curve as (seconds, loss).
+type Timed = (f32, Option<(f64, bool)>, Vec<(f64, f32)>);
+
+/// A replayed curve of (sync, loss) on the clock, `at(k)` being when sync `k` ended (and
+/// whether that is an estimate).
+fn on_the_clock(curve: &[(u32, f32)], solo_loss: f32, at: impl Fn(u32) -> (f64, bool)) -> Timed {
+    let last = curve.last().map_or(f32::NAN, |&(_, loss)| loss);
+    let reached = curve.iter().find(|&&(_, loss)| loss <= solo_loss).map(|&(k, _)| at(k));
+    (last, reached, curve.iter().map(|&(k, loss)| (at(k).0, loss)).collect())
 }
 
 /// The whole run replayed in one process for `ids` (each sync's elastic weights as the
@@ -661,7 +671,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     // Tokens are bytes: the most any mode trained on (every member's steps), against the
     // corpus's training text.
     let trained = args.nodes as f64 * f64::from(run.steps) * run.tokens_per_step() as f64;
-    let share = trained / data.corpus.train.len().max(1) as f64;
+    let share = trained / data.corpus.train().len().max(1) as f64;
     if let Some(path) = &args.svg {
         let mut series =
             vec![Series { label: format!("one member alone (lr {solo_lr})"), points: solo_points.clone() }];
@@ -675,7 +685,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             points: m.curve.clone(),
         }));
         let title = format!(
-            "{} members × {} Mbit/s × {} ms, c={} layers={} batch={}, {} steps; {}",
+            "{} members × {} Mbit/s × {} ms, c={} layers={} batch={}, {} steps\n{}",
             args.nodes,
             args.rate_mbit,
             args.rtt_ms,
@@ -683,7 +693,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             run.model.layers,
             run.batch,
             run.steps,
-            data.corpus.name.split(" [").next().unwrap_or_default()
+            data.corpus.name()
         );
         let plot = Plot { title, x_label: "wall-clock seconds".into(), y_label: "held-out loss".into(), series };
         std::fs::write(path, plot.svg()).with_context(|| format!("writing {}", path.display()))?;
@@ -766,7 +776,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "window_steps": m.window_steps,
                     "compute_s": m.breakdown[0], "exchange_s": m.breakdown[1], "hash_guard_s": m.breakdown[2],
                     "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum,
-                    "lr": m.lr, "solo_lr": solo_lr, "lr_grid": data.grid, "corpus": data.corpus.name,
+                    "lr": m.lr, "solo_lr": solo_lr, "lr_grid": data.grid, "corpus": data.corpus.name(),
                     "corpus_digest": format!("{:#018x}", data.corpus.digest()), "corpus_share": share,
                     "curve": m.curve, "solo_curve": solo_points})
             );

@@ -12,7 +12,7 @@ pub struct Series {
     pub points: Vec<(f64, f32)>,
 }
 
-/// A chart: its title, axis labels and lines.
+/// A chart: its title (one line, or several separated by '\n'), axis labels and lines.
 #[derive(Clone, Debug)]
 pub struct Plot {
     pub title: String,
@@ -58,31 +58,36 @@ impl Plot {
         if x_hi <= x_lo {
             (x_lo, x_hi) = (0.0, 1.0);
         }
+        // A title of several lines ('\n') moves the plot down by the lines after the first.
+        let top = TOP + 16.0 * self.title.lines().count().saturating_sub(1) as f64;
         let plot_w = WIDTH - LEFT - RIGHT;
-        let plot_h = HEIGHT - TOP - BOTTOM;
+        let plot_h = HEIGHT - top - BOTTOM;
         let x_of = |x: f64| LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w;
-        let y_of = |y: f64| TOP + (1.0 - (y - y_lo) / (y_hi - y_lo)) * plot_h;
+        let y_of = |y: f64| top + (1.0 - (y - y_lo) / (y_hi - y_lo)) * plot_h;
         let mut out = String::new();
         let _ = writeln!(
             out,
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
         );
         let _ = writeln!(out, r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#);
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="22" font-size="14" text-anchor="middle">{}</text>"#,
-            WIDTH / 2.0,
-            escape(&self.title)
-        );
+        for (i, line) in self.title.lines().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">{}</text>"#,
+                WIDTH / 2.0,
+                22 + 16 * i,
+                escape(line)
+            );
+        }
         for x in ticks(x_lo, x_hi, 8) {
             let px = x_of(x);
             let _ = writeln!(
                 out,
-                r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#e0e0e0"/>"##,
-                TOP + plot_h
+                r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#e0e0e0"/>"##,
+                top + plot_h
             );
             let _ =
-                writeln!(out, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{x}</text>"#, TOP + plot_h + 16.0);
+                writeln!(out, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{x}</text>"#, top + plot_h + 16.0);
         }
         for y in ticks(y_lo, y_hi, 6) {
             let py = y_of(y);
@@ -96,20 +101,20 @@ impl Plot {
         }
         let _ = writeln!(
             out,
-            r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w:.1}" height="{plot_h:.1}" fill="none" stroke="#444"/>"##
+            r##"<rect x="{LEFT}" y="{top}" width="{plot_w:.1}" height="{plot_h:.1}" fill="none" stroke="#444"/>"##
         );
         let _ = writeln!(
             out,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
             LEFT + plot_w / 2.0,
-            TOP + plot_h + 36.0,
+            top + plot_h + 36.0,
             escape(&self.x_label)
         );
         let _ = writeln!(
             out,
             r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}</text>"#,
-            TOP + plot_h / 2.0,
-            TOP + plot_h / 2.0,
+            top + plot_h / 2.0,
+            top + plot_h / 2.0,
             escape(&self.y_label)
         );
         for (i, series) in self.series.iter().enumerate() {
@@ -125,7 +130,7 @@ impl Plot {
                 r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
                 path.join(" ")
             );
-            let ly = TOP + plot_h + 56.0 + 16.0 * i as f64;
+            let ly = top + plot_h + 56.0 + 16.0 * i as f64;
             let _ = writeln!(
                 out,
                 r#"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{}</text>"#,
@@ -168,6 +173,14 @@ mod tests {
         assert!(svg.starts_with("<svg ") && svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("a &lt;b&gt; &amp; c"));
+        // A second line of title moves the plot down by one line (16 units).
+        let two_lines = Plot { title: "a <b> & c\nsecond".into(), ..plot.clone() }.svg();
+        assert!(
+            two_lines.contains(r#"y="22" font-size="14" text-anchor="middle">a &lt;b&gt; &amp; c<"#),
+            "{two_lines}"
+        );
+        assert!(two_lines.contains(r#"y="38" font-size="14" text-anchor="middle">second<"#), "{two_lines}");
+        assert!(two_lines.contains(r#"points="70.0,72.1 880.0,286.6""#), "{two_lines}");
         // x from 0 to 10 over the plot's width; y from 1.425 to 3.075 (5% padding).
         assert!(svg.contains(r#"points="70.0,56.8 880.0,281.1""#), "{svg}");
         assert!(svg.contains(r#"points="70.0,56.8 475.0,393.2""#), "{svg}");

@@ -24,9 +24,16 @@ pub fn fnv1a32_continue(mut hash: u32, bytes: &[u8]) -> u32 {
     hash
 }
 
+/// FNV-1a 64's offset basis.
+pub const OFFSET_BASIS_64: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// FNV-1a over `bytes`, 64-bit (checkpoint checksums).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a64_continue(OFFSET_BASIS_64, bytes)
+}
+
+/// Continues a 64-bit FNV-1a hash over more bytes (a hash fed in pieces, no copy of them).
+pub fn fnv1a64_continue(mut hash: u64, bytes: &[u8]) -> u64 {
     for &byte in bytes {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
@@ -100,6 +107,7 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(fnv1a64_continue(fnv1a64(b"foo"), b"bar"), 0x8594_4171_f739_67e8, "fed in pieces");
     }
 
     /// The chunked hash by its definition, on lengths around the chunk size, on any threads.

@@ -3,7 +3,7 @@
 //!
 //! A [`Corpus`] is training text and held-out text, each the concatenation of whole documents.
 //! The packaged corpus (`docs/DATA.md`: about 23 MB of Debian documentation prose in the
-//! FineWeb-Edu parquet layout) is read by the adapters (`lockstep_signaling::corpus`) and
+//! FineWeb-Edu parquet layout) is read by the adapters (`lockstep_mesh::corpus`) and
 //! handed in as documents, held out by document. The built-in corpus (`node/corpus/builtin.txt`,
 //! 35 KB of public-domain English prose and verse) is embedded in the binary: the offline
 //! fallback, and the small tests' text; it is cut into 1 KiB chunks, every tenth held out.
@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use lockstep_luts::hash::fnv1a64;
+use lockstep_luts::hash::{fnv1a64_continue, OFFSET_BASIS_64};
 use lockstep_luts::rng::SplitMix64;
 
 /// The built-in corpus.
@@ -58,13 +58,16 @@ pub trait DataSource: Send {
     }
 }
 
-/// Training and held-out text, each whole documents joined by a blank line.
+/// Training and held-out text, each whole documents joined by a blank line. Read-only once
+/// made, so its digest is taken once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Corpus {
     /// What it is, for the events and the benches' tables (e.g. "packaged corpus").
-    pub name: String,
-    pub train: Vec<u8>,
-    pub heldout: Vec<u8>,
+    name: String,
+    train: Vec<u8>,
+    heldout: Vec<u8>,
+    /// FNV-1a 64 of the training text, a zero byte and the held-out text.
+    digest: u64,
 }
 
 /// Between two documents of a corpus's text.
@@ -86,7 +89,12 @@ impl Corpus {
                 train.extend_from_slice(chunk);
             }
         }
-        Corpus { name: name.to_string(), train, heldout }
+        Corpus::new(name, train, heldout)
+    }
+
+    fn new(name: &str, train: Vec<u8>, heldout: Vec<u8>) -> Corpus {
+        let digest = [&train[..], &[0], &heldout[..]].into_iter().fold(OFFSET_BASIS_64, fnv1a64_continue);
+        Corpus { name: name.to_string(), train, heldout, digest }
     }
 
     /// Documents already split into training and held-out ones (the packaged corpus holds
@@ -102,17 +110,27 @@ impl Corpus {
             }
             text
         };
-        Corpus { name: name.to_string(), train: join(train), heldout: join(heldout) }
+        Corpus::new(name, join(train), join(heldout))
     }
 
-    /// FNV-1a 64 of the training text, a separator byte, and the held-out text: two nodes
-    /// with the same digest draw the same batches from the same seeds.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The training text batches are drawn from.
+    pub fn train(&self) -> &[u8] {
+        &self.train
+    }
+
+    /// The held-out text evaluation draws from.
+    pub fn heldout(&self) -> &[u8] {
+        &self.heldout
+    }
+
+    /// FNV-1a 64 of the training text, a zero byte, and the held-out text: two nodes with the
+    /// same digest draw the same batches from the same seeds.
     pub fn digest(&self) -> u64 {
-        let mut bytes = Vec::with_capacity(self.train.len() + self.heldout.len() + 1);
-        bytes.extend_from_slice(&self.train);
-        bytes.push(0);
-        bytes.extend_from_slice(&self.heldout);
-        fnv1a64(&bytes)
+        self.digest
     }
 
     /// "packaged corpus (22.9 MB training text, 1.6 MB held out, digest 0x…)".
@@ -129,7 +147,7 @@ impl Corpus {
             self.name,
             size(self.train.len()),
             size(self.heldout.len()),
-            self.digest()
+            self.digest
         )
     }
 }

@@ -450,7 +450,7 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
 #[test]
 fn the_headless_demo_trains_three_nodes_to_one_hash() {
     let _phase = crate::common::phase(module_path!());
-    let mut args = vec!["demo", "--headless", "--no-data", "--steps", "12"];
+    let mut args = vec!["demo", "--headless", "--steps", "12"];
     args.extend_from_slice(TINY_MODEL);
     let out = lockstep(&args);
     assert!(out.status.success(), "{}", text(&out));

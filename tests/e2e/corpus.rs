@@ -156,8 +156,8 @@ fn the_packaged_corpus_is_prose_and_reads_the_same_from_a_directory_nginx_and_th
     );
 
     let local = load(&CorpusLocation::Dir(out.clone())).expect("the corpus reads from its directory");
-    let train = String::from_utf8(local.train.clone()).unwrap();
-    let heldout = String::from_utf8(local.heldout.clone()).unwrap();
+    let train = String::from_utf8(local.train().to_vec()).unwrap();
+    let heldout = String::from_utf8(local.heldout().to_vec()).unwrap();
     for marker in [
         "SCRIPT_MARKER",
         "NAV MARKER",

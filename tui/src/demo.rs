@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use lockstep_mesh::corpus::{CorpusChoice, CorpusLocation};
+use lockstep_mesh::corpus::CorpusChoice;
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_mesh::Report;
 use lockstep_node::session::Event;
@@ -49,11 +49,8 @@ pub struct DemoArgs {
     threads: u32,
     /// Train on random FineWeb-Edu slices from the demo server's `/data` (needs the internet;
     /// the corpus when unreachable) instead of the corpus.
-    #[arg(long, conflicts_with = "no_data")]
+    #[arg(long)]
     data: bool,
-    /// Do not try `/data` (the default; kept for older scripts).
-    #[arg(long, hide = true)]
-    no_data: bool,
     #[command(flatten)]
     corpus: CorpusArg,
     /// Where the console saves checkpoints.
@@ -109,14 +106,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let server = server_runtime
         .block_on(serve(ServerConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-            // The corpus the nodes train on, for nodes on other machines: the one named by
-            // `--corpus DIR`, else the packaged one when built (none for `builtin` or a URL).
-            corpus_dir: match args.corpus.choice.parse() {
-                Ok(CorpusChoice::At(CorpusLocation::Dir(dir))) => Some(dir),
-                Ok(CorpusChoice::Auto) => Some(lockstep_mesh::corpus::default_dir()),
-                _ => None,
-            }
-            .filter(|dir| dir.join(lockstep_mesh::corpus::MANIFEST).is_file()),
+            // The corpus the nodes train on, for nodes on other machines.
+            corpus_dir: args.corpus.choice.parse().ok().and_then(|choice: CorpusChoice| choice.served_dir()),
             ..ServerConfig::default()
         }))
         .context("starting the signaling server on 127.0.0.1")?;

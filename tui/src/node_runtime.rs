@@ -87,11 +87,18 @@ pub struct MeshArgs {
     pub link_loss_per_mille: u32,
 }
 
-/// Backends through the plugin host (gated), data from the corpus (or `/data`).
+/// Where a node's training text comes from.
+pub enum Text {
+    /// A corpus read once (`--corpus`): batches by seed and position.
+    Corpus(Arc<Corpus>),
+    /// A `/data` URL (`--data`): random slices, the built-in text when it fails.
+    Remote(String),
+}
+
+/// Backends through the plugin host (gated), training text from `text`.
 pub struct HostProvider {
     pub threads: u32,
-    pub data_url: Option<String>,
-    pub corpus: Arc<Corpus>,
+    pub text: Text,
 }
 
 impl Provider for HostProvider {
@@ -100,9 +107,9 @@ impl Provider for HostProvider {
     }
 
     fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
-        Ok(match &self.data_url {
-            Some(url) => Box::new(RemoteSource::new(url, seed).map_err(|e| Arc::new(e) as ForeignError)?),
-            None => Box::new(CorpusSource::new(self.corpus.clone(), seed)),
+        Ok(match &self.text {
+            Text::Remote(url) => Box::new(RemoteSource::new(url, seed).map_err(|e| Arc::new(e) as ForeignError)?),
+            Text::Corpus(corpus) => Box::new(CorpusSource::new(corpus.clone(), seed)),
         })
     }
 }
@@ -212,8 +219,12 @@ pub fn prepare(
     opening: Opening,
     progress_line: &mut dyn FnMut(String),
 ) -> anyhow::Result<Prepared> {
-    // First, so that a missing packaged corpus is the first line a user reads.
-    let corpus = args.corpus.load(progress_line)?;
+    // First, so that a missing packaged corpus is the first line a user reads; read only when
+    // it is what the node trains on.
+    let text = match &args.data {
+        Some(url) => Text::Remote(url.clone()),
+        None => Text::Corpus(args.corpus.load(progress_line)?),
+    };
     let admitted = admit(&args.backend, args.threads, opening, &mut |_| {}, progress_line)?;
     let config = MeshConfig {
         signal_url: signal_url.to_string(),
@@ -244,7 +255,7 @@ pub fn prepare(
         verdict: admitted.verdict.clone(),
         ckpt_dir: args.ckpt_dir.clone(),
     };
-    let provider = HostProvider { threads: args.threads, data_url: args.data.clone(), corpus };
+    let provider = HostProvider { threads: args.threads, text };
     let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
     Ok(Prepared { config, replica, device: admitted.device })
 }

@@ -126,11 +126,6 @@ pub struct CorpusArg {
 }
 
 impl CorpusArg {
-    /// A choice given in code (the benches, the tests).
-    pub fn new(choice: &str) -> CorpusArg {
-        CorpusArg { choice: choice.to_string(), loaded: Default::default() }
-    }
-
     /// The corpus, read on the first call; `say` hears which corpus it is, and (first) how to
     /// build the packaged one when it is missing.
     pub fn load(&self, say: &mut dyn FnMut(String)) -> anyhow::Result<std::sync::Arc<lockstep_node::data::Corpus>> {

@@ -101,7 +101,7 @@ pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
             (true, _) => None,
             (false, Some(dir)) => {
                 anyhow::ensure!(
-                    dir.join(corpus::MANIFEST).is_file(),
+                    corpus::is_built(&dir),
                     "{} holds no {} (`{}` builds a corpus)",
                     dir.display(),
                     corpus::MANIFEST,
@@ -109,7 +109,7 @@ pub fn run(args: SignalArgs) -> anyhow::Result<ExitCode> {
                 );
                 Some(dir)
             }
-            (false, None) => Some(corpus::default_dir()).filter(|dir| dir.join(corpus::MANIFEST).is_file()),
+            (false, None) => corpus::CorpusChoice::Auto.served_dir(),
         };
         let config = ServerConfig {
             bind: args.bind,

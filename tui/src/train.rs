@@ -279,15 +279,19 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Err(why) = run.validate() {
         bail!("invalid configuration: {why}");
     }
-    let corpus = args.corpus.load(&mut |line| eprintln!("train: {line}"))?;
+    // The corpus is read only where the run trains on it (`--data` trains on `/data`'s slices).
+    let load_corpus = || args.corpus.load(&mut |line| eprintln!("train: {line}"));
     if !args.replay_group.is_empty() {
-        return replay_group(&args, run, corpus);
+        return replay_group(&args, run, load_corpus()?);
     }
-    let gemm = gemm_for(&args.backend, args.threads, args.json)?;
-    let source: Box<dyn DataSource> = match &args.data {
-        Some(url) => Box::new(RemoteSource::new(url, run.seed)?),
-        None => Box::new(CorpusSource::new(corpus.clone(), run.seed)),
+    let (source, corpus): (Box<dyn DataSource>, _) = match &args.data {
+        Some(url) => (Box::new(RemoteSource::new(url, run.seed)?), None),
+        None => {
+            let corpus = load_corpus()?;
+            (Box::new(CorpusSource::new(corpus.clone(), run.seed)), Some(corpus))
+        }
     };
+    let gemm = gemm_for(&args.backend, args.threads, args.json)?;
     let mut swaps = parse_swaps(&args.swaps)?;
     let mut trainer = Trainer::new(run, gemm, source)?;
     if args.backend != "float" {
@@ -375,7 +379,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     // Tokens are bytes: the share of the corpus's training text this run has seen (windows
     // drawn at random, so some of it twice: `docs/DATA.md`).
     let tokens = u64::from(trainer.step_count()) * run.tokens_per_step() as u64;
-    let share = tokens as f64 / corpus.train.len().max(1) as f64;
+    let share = corpus.map(|corpus| tokens as f64 / corpus.train().len().max(1) as f64);
     if args.eval_batches > 0 {
         let heldout = trainer.heldout_loss(args.eval_batches).context("evaluation failed")?;
         if args.json {
@@ -396,7 +400,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    if !args.json && args.data.is_none() {
+    if let (false, Some(share)) = (args.json, share) {
         println!("trained on {tokens} tokens, {:.2}% of the size of the corpus's training text", share * 100.0);
     }
     if !args.json {

@@ -49,6 +49,11 @@ pub fn default_dir() -> PathBuf {
     cache.join("lockstep").join("corpus")
 }
 
+/// Whether `dir` holds a built corpus (its manifest).
+pub fn is_built(dir: &Path) -> bool {
+    dir.join(MANIFEST).is_file()
+}
+
 /// Why a corpus could not be read.
 #[derive(Debug)]
 pub enum CorpusError {
@@ -126,11 +131,6 @@ impl Manifest {
         }
         Ok(manifest)
     }
-
-    /// The training files, in the order their documents are joined.
-    fn train_files(&self) -> impl Iterator<Item = &ManifestFile> {
-        self.files.iter().filter(|f| f.name != HELDOUT)
-    }
 }
 
 /// Where a corpus is read from.
@@ -183,6 +183,18 @@ pub struct Chosen {
 }
 
 impl CorpusChoice {
+    /// The built corpus directory this choice trains on, for a server to hand to members
+    /// elsewhere: the one named, or with `Auto` the packaged one; none for the built-in text, a
+    /// URL or a directory without a corpus.
+    pub fn served_dir(&self) -> Option<PathBuf> {
+        match self {
+            CorpusChoice::At(CorpusLocation::Dir(dir)) => Some(dir.clone()),
+            CorpusChoice::Auto => Some(default_dir()),
+            CorpusChoice::Builtin | CorpusChoice::At(CorpusLocation::Url(_)) => None,
+        }
+        .filter(|dir| is_built(dir))
+    }
+
     /// Reads the chosen corpus. `Auto` falls back to the built-in text only when the packaged
     /// corpus was never built; a corpus that is there but cannot be read is an error.
     pub fn load(&self) -> Result<Chosen, CorpusError> {
@@ -237,14 +249,12 @@ fn load_dir(dir: &Path) -> Result<Corpus, CorpusError> {
         Err(e) => return Err(CorpusError::Read { file: manifest_path.display().to_string(), why: e.to_string() }),
     };
     let manifest = Manifest::parse(&manifest_path.display().to_string(), &bytes)?;
-    let read = |file: &ManifestFile| read_local(&dir.join(&file.name), file);
-    let train = manifest.train_files().map(read).collect::<Result<Vec<_>, _>>()?.concat();
-    let held = manifest.files.iter().find(|f| f.name == HELDOUT).map(read).transpose()?.unwrap_or_default();
-    finish(&manifest, &dir.display().to_string(), train, held)
+    let texts = manifest.files.iter().map(|file| read_local(&dir.join(&file.name), file)).collect::<Result<_, _>>()?;
+    finish(&manifest, &dir.display().to_string(), texts)
 }
 
-/// The `text` column of one local parquet file.
-fn read_local(path: &Path, expected: &ManifestFile) -> Result<Vec<String>, CorpusError> {
+/// The `text` column of one local parquet file, and the file's name for messages.
+fn read_local(path: &Path, expected: &ManifestFile) -> Result<(String, Vec<String>), CorpusError> {
     let name = path.display().to_string();
     let read = |why: String| CorpusError::Read { file: name.clone(), why };
     let parquet = |why: String| CorpusError::Parquet { file: name.clone(), why };
@@ -265,7 +275,7 @@ fn read_local(path: &Path, expected: &ManifestFile) -> Result<Vec<String>, Corpu
         let batch = batch.map_err(|e| parquet(e.to_string()))?;
         push_texts(batch.column(0).as_ref(), &mut texts).map_err(parquet)?;
     }
-    Ok(texts)
+    Ok((name, texts))
 }
 
 async fn load_url(url: &str) -> Result<Corpus, CorpusError> {
@@ -289,30 +299,34 @@ async fn load_url(url: &str) -> Result<Corpus, CorpusError> {
         ..DataConfig::default()
     })
     .map_err(|e| read(e.0))?;
-    let mut train = Vec::new();
-    let mut held = Vec::new();
+    let mut texts = Vec::with_capacity(manifest.files.len());
     for file in &manifest.files {
-        let texts = service
-            .all_texts(&file.name)
-            .await
-            .map_err(|e| CorpusError::Read { file: format!("{url}/{}", file.name), why: e.0 })?;
-        if texts.len() != file.rows {
-            return Err(CorpusError::Mismatch {
-                file: format!("{url}/{}", file.name),
-                why: format!("{} rows, the manifest says {}", texts.len(), file.rows),
-            });
-        }
-        if file.name == HELDOUT {
-            held = texts;
-        } else {
-            train.extend(texts);
+        let name = format!("{url}/{}", file.name);
+        match service.all_texts(&file.name).await {
+            Ok(read) => texts.push((name, read)),
+            Err(e) => return Err(CorpusError::Read { file: name, why: e.0 }),
         }
     }
-    finish(&manifest, url, train, held)
+    finish(&manifest, url, texts)
 }
 
-/// Checks what was read against the manifest and joins it.
-fn finish(manifest: &Manifest, at: &str, train: Vec<String>, held: Vec<String>) -> Result<Corpus, CorpusError> {
+/// Checks what was read — each manifest file's texts, in the manifest's order, with the name
+/// its messages use — against the manifest, and joins it: the training files' documents in
+/// order, the held-out file's.
+fn finish(manifest: &Manifest, at: &str, texts: Vec<(String, Vec<String>)>) -> Result<Corpus, CorpusError> {
+    let mut train = Vec::new();
+    let mut held = Vec::new();
+    for (file, (name, read)) in manifest.files.iter().zip(texts) {
+        if read.len() != file.rows {
+            let why = format!("{} rows, the manifest says {}", read.len(), file.rows);
+            return Err(CorpusError::Mismatch { file: name, why });
+        }
+        if file.name == HELDOUT {
+            held = read;
+        } else {
+            train.extend(read);
+        }
+    }
     let mismatch = |why: String| CorpusError::Mismatch { file: at.to_string(), why };
     let bytes = |texts: &[String]| texts.iter().map(String::len).sum::<usize>();
     if train.len() != manifest.train_documents || held.len() != manifest.heldout_documents {
