@@ -22,6 +22,9 @@ command -v tmux >/dev/null || need_apt+=(tmux)
 # The GPU plugins (lut, dp4a) run for real on Mesa's lavapipe, a Vulkan 1.3 CPU driver with
 # the integer dot product; no GPU test is skipped.
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers)
+# The `tc` backend runs on a newer lavapipe with int8 cooperative matrices, unpacked beside the
+# system (scripts/vulkan-coopmat.sh); the binary that runs there is a copy with its loader set.
+command -v patchelf >/dev/null || need_apt+=(patchelf)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -34,6 +37,8 @@ python3 -c "import pyarrow" 2>/dev/null || python3 -m pip install --quiet pyarro
 # The packaged training corpus (docs/DATA.md), built once from Debian documentation packages:
 # the demo, `train` and the benches train on it; the tests that start nodes read it as users do.
 scripts/corpus.sh
+# Mesa 26's lavapipe (int8 cooperative matrices) for the `tc` backend's tests (docs/TENSOR_CORES.md).
+scripts/vulkan-coopmat.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

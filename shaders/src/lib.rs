@@ -20,6 +20,9 @@ pub enum Kernel {
     /// The same unit for few outputs and a long k: a stage's block sums formed in parallel
     /// (`gemm_split.wgsl`), the same additions in the same order.
     GemmUnitsSplit,
+    /// The same unit with its block sums on cooperative matrices (`gemm_tc.wgsl`): the
+    /// portable module, whose `tc_block_sums` the `tc` plugin replaces in the SPIR-V.
+    GemmTc(CoopTile),
     /// The raw integer product over the full i8 range, i32 out.
     GemmI8,
     /// One entry point of the step's ops (`step_ops.wgsl`).
@@ -195,6 +198,68 @@ impl Tile {
     }
 }
 
+/// The tiled unit on cooperative matrices ([`Kernel::GemmTc`]): the hardware's matrix shape
+/// (`fm × fn_` outputs over `fk` of k, one multiply-add), the fragments each subgroup owns
+/// (`fr × fc`), the subgroups of a workgroup (`sr × sc`) and their size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopTile {
+    pub fm: u32,
+    pub fn_: u32,
+    pub fk: u32,
+    pub fr: u32,
+    pub fc: u32,
+    pub sr: u32,
+    pub sc: u32,
+    pub subgroup: u32,
+}
+
+impl CoopTile {
+    /// Rows of C per workgroup.
+    pub fn rows(self) -> u32 {
+        self.sr * self.fr * self.fm
+    }
+
+    /// Columns of C per workgroup.
+    pub fn cols(self) -> u32 {
+        self.sc * self.fc * self.fn_
+    }
+
+    /// Invocations per workgroup.
+    pub fn threads(self) -> u32 {
+        self.sr * self.sc * self.subgroup
+    }
+
+    /// Who adds which output's terms: 4 rows by `tn` columns an invocation over the same
+    /// `rows × cols` outputs, or `None` where the shape does not divide so (or k's block of 32
+    /// is not a whole number of `fk`).
+    pub fn epilogue(self) -> Option<Tile> {
+        let outputs = self.rows() * self.cols();
+        let (tm, threads) = (4, self.threads());
+        if self.fk == 0
+            || !32u32.is_multiple_of(self.fk)
+            || !self.rows().is_multiple_of(tm)
+            || !outputs.is_multiple_of(threads * tm)
+        {
+            return None;
+        }
+        let tn = outputs / (threads * tm);
+        let (wy, wx) = (self.rows() / tm, self.cols().checked_div(tn)?);
+        (tn > 0 && self.cols().is_multiple_of(tn) && wx * wy == threads).then_some(Tile { tm, tn, wx, wy, kb: 1 })
+    }
+
+    /// Workgroup memory of the kernel: one block's i32 sums of the workgroup's outputs.
+    pub fn workgroup_bytes(self) -> u32 {
+        self.rows() * self.cols() * 4
+    }
+}
+
+/// The cooperative tile for a hardware matrix shape `fm × fn_ × fk` and subgroup size: two by
+/// two subgroups, each two by two fragments (NVIDIA's 16 × 16 × 32 and 32-wide subgroups: 64 ×
+/// 64 outputs a workgroup of 128; lavapipe's 8 × 8 × 8 and 8-wide ones: 32 × 32 of 32).
+pub fn coop_tile(fm: u32, fn_: u32, fk: u32, subgroup: u32) -> CoopTile {
+    CoopTile { fm, fn_, fk, fr: 2, fc: 2, sr: 2, sc: 2, subgroup }
+}
+
 /// Tiles a plugin may pick from. Large tiles suit discrete GPUs; small ones keep shader
 /// compilation and register use modest on software rasterizers such as lavapipe.
 /// The first is the default on hardware GPUs (the second its narrow companion), the last on
@@ -258,6 +323,7 @@ const GEMM_COMMON: &str = include_str!("../wgsl/gemm_common.wgsl");
 const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
 const GEMM_SPLIT: &str = include_str!("../wgsl/gemm_split.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
+const GEMM_TC: &str = include_str!("../wgsl/gemm_tc.wgsl");
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 const ARENA: &str = include_str!("../wgsl/arena.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
@@ -286,6 +352,7 @@ impl Kernel {
         match self {
             Kernel::GemmUnits => "gemm_units",
             Kernel::GemmUnitsSplit => "gemm_units_split",
+            Kernel::GemmTc(_) => "gemm_tc",
             Kernel::GemmI8 => "gemm_i8",
             Kernel::Step(k) => k.entry_point(),
         }
@@ -293,7 +360,7 @@ impl Kernel {
 }
 
 /// The complete WGSL module for `kernel` with `product`; `tile` matters only for
-/// [`Kernel::GemmUnits`] (the split kernel's shape is fixed: [`SPLIT_TILE`]), `product` not at all for the step kernels (one module holds them
+/// [`Kernel::GemmUnits`] ([`Kernel::GemmTc`] carries its own and its epilogue's: panics if it has none) (the split kernel's shape is fixed: [`SPLIT_TILE`]), `product` not at all for the step kernels (one module holds them
 /// all; each is built from it by its entry point).
 pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     let product_src = match product {
@@ -307,6 +374,16 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
         ),
         Kernel::GemmUnitsSplit => {
             format!("{product_src}\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_SPLIT}", record_prelude())
+        }
+        Kernel::GemmTc(coop) => {
+            let e = coop.epilogue().unwrap_or_else(|| panic!("{coop:?} has no epilogue tile"));
+            let CoopTile { fm, fn_, fk, fr, fc, sr, sc, subgroup } = coop;
+            format!(
+                "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\n\
+                 const FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\nconst FK: u32 = {fk}u;\nconst FR: u32 = {fr}u;\nconst FC: u32 = {fc}u;\n\
+                 const SR: u32 = {sr}u;\nconst SC: u32 = {sc}u;\nconst SUBGROUP: u32 = {subgroup}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_TC}",
+                e.tm, e.tn, e.wx, e.wy, record_prelude()
+            )
         }
         Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
         Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{STEP_OPS}", record_prelude()),
@@ -350,6 +427,24 @@ mod tests {
                 assert!(tile.workgroup_bytes() <= 32 * 1024, "{tile:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_cooperative_kernel_validates_for_every_shape_a_driver_reports() {
+        // NVIDIA (H200) reports 16 × 16 × 32 and 16 × 8 × 32 with 32-wide subgroups; lavapipe
+        // 26 reports 8 × 8 × 8 with 8-wide ones.
+        for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (16, 8, 32, 32), (8, 8, 8, 8)] {
+            let coop = coop_tile(fm, fn_, fk, subgroup);
+            let e = coop.epilogue().unwrap_or_else(|| panic!("{coop:?}"));
+            assert_eq!((e.rows(), e.cols(), e.wx * e.wy), (coop.rows(), coop.cols(), coop.threads()), "{coop:?}");
+            assert!(coop.workgroup_bytes() <= PORTABLE_WORKGROUP_BYTES, "{coop:?}");
+            let module = validate(Kernel::GemmTc(coop), Product::Dp4a, TILES[0]);
+            let entry = &module.entry_points[0];
+            assert_eq!(entry.name, "gemm_tc");
+            assert_eq!(entry.workgroup_size, [e.wx * e.wy, 1, 1]);
+            assert!(module.functions.iter().any(|(_, f)| f.name.as_deref() == Some("tc_block_sums")));
+        }
+        assert_eq!(coop_tile(8, 8, 12, 8).epilogue(), None, "k's block of 32 is not a whole number of 12");
     }
 
     #[test]

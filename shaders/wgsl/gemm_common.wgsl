@@ -11,8 +11,8 @@
 // q·c_batch_stride1 + i·c_row_stride + j·c_col_stride`. With FLAG_BIAS the element is
 // `v + c[bias + j]`, with FLAG_ACCUMULATE it is added to what `c` holds, the additions through
 // exact_f32.wgsl (prepended). A plain unit call is one batch, row-major, no flags.
-@group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
+// The quantized operands `qa` and `qb` (bindings 1 and 2) are declared by each kernel: as
+// 16-byte vectors where it stages whole groups, as words where cooperative matrices load them.
 @group(0) @binding(3) var<storage, read> ea: array<i32>;
 @group(0) @binding(4) var<storage, read> eb: array<i32>;
 // The output: the arena's first page (arena.wgsl, prepended, holds the others and `ld`/`st`),

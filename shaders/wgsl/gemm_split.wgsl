@@ -18,6 +18,9 @@
 //
 // Bindings, the block term, the flush and the output store: gemm_common.wgsl (prepended).
 
+@group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
+
 const STM: u32 = 4u;
 const STN: u32 = 4u;
 const SWX: u32 = 8u;

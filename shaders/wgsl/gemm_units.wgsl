@@ -23,6 +23,9 @@
 //
 // Bindings, the block term, the flush and the output store: gemm_common.wgsl (prepended).
 
+@group(0) @binding(1) var<storage, read> qa: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> qb: array<vec4<u32>>;
+
 const BM: u32 = TM * WY;
 const BN: u32 = TN * WX;
 const THREADS: u32 = WX * WY;

@@ -293,6 +293,82 @@ fn gpu_backends_train_to_the_cpu_hash_at_every_step() {
     }
 }
 
+/// `tc` where the driver has no int8 cooperative matrices (the system's lavapipe, Mesa 22.3):
+/// refused with what the adapter lacks; `auto` tries it first and goes on to the next candidate.
+#[test]
+fn tc_is_refused_cleanly_without_cooperative_matrices() {
+    let _phase = crate::common::phase(module_path!());
+    let out = lockstep(&["gate", "tc"]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("no adapter offers exact int8 tensor cores"), "{shown}");
+    assert!(shown.contains("Mesa 22.3") && shown.contains("reports no int8 cooperative matrix"), "{shown}");
+    let mut args = vec!["train", "--backend", "auto", "--steps", "1", "--eval-batches", "0"];
+    args.extend_from_slice(TINY_MODEL);
+    let out = lockstep(&args);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    // `auto` asks `tc` first (hardware adapters only: none here) and goes on to the others.
+    let tried: Vec<&str> = shown.lines().filter_map(|l| Some(l.strip_prefix("auto: ")?.split_once(": ")?.0)).collect();
+    assert_eq!(tried, ["tc", "dp4a", "lut", "cpu"], "{shown}");
+    assert!(shown.contains("auto: chose `cpu`"), "{shown}");
+}
+
+/// The `lockstep` binary run on the lavapipe with int8 cooperative matrices
+/// (`scripts/vulkan-coopmat.sh`): a copy whose program interpreter is that directory's dynamic
+/// loader (trixie's C library is what its Mesa needs), so the gate's child process — the same
+/// file — runs there too; only that driver is visible.
+fn lockstep_on_the_cooperative_driver(args: &[&str]) -> Output {
+    let root = std::env::var_os("LOCKSTEP_COOPMAT_ROOT").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/lockstep/vulkan-coopmat")
+    });
+    assert!(root.join("ready").exists(), "{} is missing: run scripts/vulkan-coopmat.sh", root.display());
+    let lib = root.join("fs/usr/lib/x86_64-linux-gnu");
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_lockstep"));
+    let copy = std::env::temp_dir().join(format!("lockstep-coopmat-{}", std::process::id()));
+    if !copy.exists() {
+        std::fs::copy(&exe, &copy).unwrap();
+        let patched = Command::new("patchelf")
+            .arg("--set-interpreter")
+            .arg(lib.join("ld-linux-x86-64.so.2"))
+            .arg(&copy)
+            .output()
+            .expect("patchelf runs (scripts/test.sh installs it)");
+        assert!(patched.status.success(), "{}", text(&patched));
+    }
+    Command::new(&copy)
+        .args(args)
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("VK_DRIVER_FILES", root.join("lvp.json"))
+        .env("LOCKSTEP_PLUGIN_DIR", exe.parent().unwrap())
+        .output()
+        .expect("the patched lockstep runs")
+}
+
+/// `tc` on cooperative matrices: the gate admits it through the real binary (in its child
+/// process), and it trains to the CPU mirror's weight hash at every step.
+#[test]
+fn tc_on_cooperative_matrices_is_admitted_and_trains_to_the_cpu_hash_at_every_step() {
+    let _phase = crate::common::phase(module_path!());
+    let out = lockstep_on_the_cooperative_driver(&["gate", "tc", "--verbose"]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("ADMITTED: backend `tc`"), "{shown}");
+    assert!(shown.contains("Mesa 26") && shown.contains("int8 cooperative matrices 8x8x8"), "{shown}");
+    let cpu = step_hashes(&train_json(&["--steps", "8", "--backend", "cpu"]));
+    let mut args = vec!["train"];
+    args.extend_from_slice(TINY_MODEL);
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(&["--steps", "8", "--backend", "tc"]);
+    let out = lockstep_on_the_cooperative_driver(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(cpu.len(), 8);
+    assert_eq!(step_hashes(&lines), cpu, "--backend tc");
+    std::fs::remove_file(std::env::temp_dir().join(format!("lockstep-coopmat-{}", std::process::id()))).ok();
+}
+
 /// `lockstep train --backend lut` with the default model and batch trains and evaluates on
 /// lavapipe, whose largest storage binding (128 MiB) once held the training program's buffers
 /// but not a second set for the evaluation: the held-out loss now runs on the training

@@ -66,8 +66,9 @@ fn the_crate_graph_is_the_one_the_architecture_describes() {
         ("backends/quantize", &["lockstep-luts"]),
         ("backends/cpu", &["lockstep-luts", "lockstep-quantize", "lockstep-worker-api"]),
         ("backends/gpu", &["lockstep-luts", "lockstep-quantize", "lockstep-shaders", "lockstep-worker-api"]),
-        ("backends/lut", &["lockstep-gpu", "lockstep-shaders", "lockstep-worker-api"]),
-        ("backends/dp4a", &["lockstep-gpu", "lockstep-shaders", "lockstep-worker-api"]),
+        ("backends/lut", &["lockstep-gpu", "lockstep-worker-api"]),
+        ("backends/dp4a", &["lockstep-gpu", "lockstep-worker-api"]),
+        ("backends/tc", &["lockstep-gpu", "lockstep-worker-api"]),
         ("backends/faulty", &["lockstep-luts", "lockstep-worker-api"]),
         // The node's pure core: the units and nothing that does I/O.
         ("node", &["lockstep-luts"]),

@@ -117,8 +117,9 @@ pub struct Opening {
     pub fresh_copy: bool,
 }
 
-/// The order `auto` tries, as in the seed: DP4A, then the LUT kernel, then the CPU mirror.
-pub const AUTO_ORDER: &[&str] = &["dp4a", "lut", "cpu"];
+/// The order `auto` tries: the tensor cores where the driver offers int8 cooperative matrices,
+/// then as in the seed DP4A, the LUT kernel, the CPU mirror.
+pub const AUTO_ORDER: &[&str] = &["tc", "dp4a", "lut", "cpu"];
 
 /// Loads `name` (a built-in name, a path, or `auto`), runs the exact gate with `progress`,
 /// and returns the backend only if it is admitted; otherwise the verdict (rejected, or not

@@ -1,4 +1,4 @@
-//! Shared wgpu plumbing of the GPU plugins (`lut`, `dp4a`).
+//! Shared wgpu plumbing of the GPU plugins (`lut`, `dp4a`, `tc`).
 //!
 //! [`GpuUnits`] owns one device and queue, a pipeline cache keyed by kernel, the product
 //! table (LUT plugin) and grow-only buffers. An ABI 1 unit call quantizes on the host with
@@ -14,19 +14,25 @@
 //! [`GpuOptions::hardware_only`] a software adapter (Mesa lavapipe, SwiftShader) is refused.
 //! The DP4A product needs the adapter's integer dot product (Vulkan 1.3 or
 //! `VK_KHR_shader_integer_dot_product`); without it creation fails instead of silently running
-//! naga's polyfill.
+//! naga's polyfill. The `tc` engine ([`Engine::Tc`]) also needs an int8 cooperative-matrix
+//! shape from the driver ([`int8_cooperative_shapes`]) and runs its tiled unit kernel as SPIR-V
+//! (the `coop` module); without them creation fails with what each adapter lacks.
 
+pub mod coop;
 mod units;
 
 /// The op type of ABI 2, for the plugin macro.
 pub use lockstep_luts::ops::Op as StepOp;
-pub use units::{create_for_plugin, requested_tile, worker_error, AdapterSummary, GpuError, GpuOptions, GpuUnits};
+pub use units::{
+    create_for_plugin, int8_cooperative_shapes, requested_tile, worker_error, AdapterSummary, Engine, GpuError,
+    GpuOptions, GpuUnits,
+};
 
 /// Defines a plugin worker type over [`GpuUnits`] for one product; the plugin crate then
 /// calls `lockstep_worker_api::export_worker!` on it.
 #[macro_export]
 macro_rules! gpu_worker {
-    ($ty:ident, $name:expr, $description:expr, $product:expr) => {
+    ($ty:ident, $name:expr, $description:expr, $engine:expr) => {
         /// The plugin instance: one GPU device running the units.
         pub struct $ty {
             units: $crate::GpuUnits,
@@ -42,7 +48,7 @@ macro_rules! gpu_worker {
             fn create(
                 options: &lockstep_worker_api::CreateOptions,
             ) -> Result<Self, lockstep_worker_api::plugin::WorkerError> {
-                Ok(Self { units: $crate::create_for_plugin($product, options)? })
+                Ok(Self { units: $crate::create_for_plugin($engine, options)? })
             }
 
             fn describe(&self) -> String {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lockstep_luts::units::{blocks_for, UnitError, BLOCK};
 use lockstep_shaders::{
-    binding, step_binding, step_params, Kernel, Product, Tile, GEMM_I8_WORKGROUP, PAGE_BINDINGS, TILES,
+    binding, step_binding, step_params, CoopTile, Kernel, Product, Tile, GEMM_I8_WORKGROUP, PAGE_BINDINGS, TILES,
 };
 use wgpu::util::DeviceExt;
 
@@ -40,6 +40,28 @@ impl std::fmt::Display for GpuError {
 }
 
 impl std::error::Error for GpuError {}
+
+/// What forms an instance's exact block sums (the rest of the step is the same WGSL for all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// Lookups in the product table, through WGSL (`lut`).
+    Lut,
+    /// The hardware int8 dot product, `dot4I8Packed`, through WGSL (`dp4a`).
+    Dp4a,
+    /// Integer cooperative matrices (tensor cores) through SPIR-V passthrough (`tc`); the split
+    /// kernel and the integer product as `dp4a`.
+    Tc,
+}
+
+impl Engine {
+    /// The WGSL product snippet of its WGSL kernels.
+    pub fn product(self) -> Product {
+        match self {
+            Engine::Lut => Product::Lut,
+            Engine::Dp4a | Engine::Tc => Product::Dp4a,
+        }
+    }
+}
 
 /// How to create a [`GpuUnits`].
 #[derive(Clone, Debug, Default)]
@@ -106,6 +128,9 @@ struct HostScratch {
 /// One GPU device running the units with one product kind.
 pub struct GpuUnits {
     product: Product,
+    /// The `tc` engine's cooperative tile (its unit kernel is [`Kernel::GemmTc`], on `tile`,
+    /// which is this tile's epilogue).
+    coop: Option<CoopTile>,
     tile: Tile,
     /// The tile for products `tile` would cover with few workgroups (`None`: `tile` for all;
     /// a forced tile and software adapters have none).
@@ -171,6 +196,68 @@ fn has_integer_dot_product(adapter: &wgpu::Adapter) -> bool {
     }
 }
 
+/// The int8 cooperative-matrix shapes `(M, N, K)` the adapter's Vulkan driver reports for
+/// s8 × s8 → s32 products at subgroup scope without saturation (what exact block sums need),
+/// asked of the driver itself: wgpu 30 lists only f16 and f32 configurations.
+pub fn int8_cooperative_shapes(adapter: &wgpu::Adapter) -> Vec<(u32, u32, u32)> {
+    use ash::vk::{ComponentTypeKHR as C, ScopeKHR};
+    // SAFETY: the hal adapter, its instance and physical device are only read, while `adapter`
+    // keeps them alive.
+    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else {
+        return Vec::new();
+    };
+    if !hal.physical_device_capabilities().supports_extension(c"VK_KHR_cooperative_matrix") {
+        return Vec::new();
+    }
+    let shared = hal.shared_instance();
+    let extension = ash::khr::cooperative_matrix::Instance::new(shared.entry(), shared.raw_instance());
+    // SAFETY: the extension is present on this physical device (checked above).
+    let reported = unsafe { extension.get_physical_device_cooperative_matrix_properties(hal.raw_physical_device()) };
+    reported
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| {
+            (p.a_type, p.b_type, p.c_type, p.result_type) == (C::SINT8, C::SINT8, C::SINT32, C::SINT32)
+                && p.scope == ScopeKHR::SUBGROUP
+                && p.saturating_accumulation == 0
+        })
+        .map(|p| (p.m_size, p.n_size, p.k_size))
+        .collect()
+}
+
+/// The cooperative tile the `tc` engine runs on `adapter`, or why there is none: an int8 shape
+/// whose k divides the block of 32 (the largest output tile first), a fixed subgroup size, and
+/// wgpu's cooperative-matrix, subgroup and passthrough features (which make it enable the
+/// driver's extension).
+fn cooperative_tile(adapter: &wgpu::Adapter) -> Result<CoopTile, String> {
+    let info = adapter.get_info();
+    let shapes = int8_cooperative_shapes(adapter);
+    let mut usable: Vec<_> =
+        shapes.iter().copied().filter(|&(m, n, k)| k > 0 && 32 % k == 0 && m > 0 && n > 0).collect();
+    usable.sort_by_key(|&(m, n, k)| std::cmp::Reverse((m * n, k)));
+    let Some(&(m, n, k)) = usable.first() else {
+        return Err(if shapes.is_empty() {
+            "reports no int8 cooperative matrix (VK_KHR_cooperative_matrix with s8 × s8 → s32 at subgroup scope)".into()
+        } else {
+            format!("reports int8 cooperative matrices {shapes:?} (M, N, K), none with a K that divides 32")
+        });
+    };
+    if info.subgroup_min_size != info.subgroup_max_size {
+        return Err(format!(
+            "runs subgroups of {} to {} invocations; the cooperative kernel needs one fixed size",
+            info.subgroup_min_size, info.subgroup_max_size
+        ));
+    }
+    let wanted = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SUBGROUP
+        | wgpu::Features::PASSTHROUGH_SHADERS;
+    if !adapter.features().contains(wanted) {
+        return Err(format!("lacks wgpu features {:?}", wanted - adapter.features()));
+    }
+    let coop = lockstep_shaders::coop_tile(m, n, k, info.subgroup_min_size);
+    coop.epilogue().map(|_| coop).ok_or_else(|| format!("has no epilogue tile for {coop:?}"))
+}
+
 fn summarize(adapter: &wgpu::Adapter) -> AdapterSummary {
     let info = adapter.get_info();
     AdapterSummary {
@@ -203,7 +290,8 @@ fn ensure(
 
 impl GpuUnits {
     /// Opens the best adapter for `product` and builds nothing else until first use.
-    pub fn new(product: Product, options: &GpuOptions) -> Result<Self, GpuError> {
+    pub fn new(engine: Engine, options: &GpuOptions) -> Result<Self, GpuError> {
+        let product = engine.product();
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
         let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         if adapters.is_empty() {
@@ -234,21 +322,51 @@ impl GpuUnits {
                 )));
             }
         }
-        let adapter = match product {
-            Product::Dp4a => adapters.into_iter().find(has_integer_dot_product).ok_or_else(|| {
+        let mut coop = None;
+        let adapter = match engine {
+            Engine::Dp4a => adapters.into_iter().find(has_integer_dot_product).ok_or_else(|| {
                 GpuError::Unavailable(format!(
                     "no adapter with a native integer dot product (packed_4x8_integer_dot_product needs Vulkan 1.3 or VK_KHR_shader_integer_dot_product); adapters: {}",
                     seen.join(", ")
                 ))
             })?,
-            Product::Lut => adapters.into_iter().next().expect("checked non-empty"),
+            Engine::Tc => {
+                let mut refusals = Vec::new();
+                let mut found = None;
+                for adapter in adapters {
+                    let name = adapter.get_info().name;
+                    let tile = if has_integer_dot_product(&adapter) {
+                        cooperative_tile(&adapter)
+                    } else {
+                        Err("has no native integer dot product (its split kernel's)".into())
+                    };
+                    match tile {
+                        Ok(tile) => {
+                            found = Some((adapter, tile));
+                            break;
+                        }
+                        Err(why) => refusals.push(format!("{name} ({}) {why}", adapter.get_info().driver_info)),
+                    }
+                }
+                let (adapter, tile) = found.ok_or_else(|| {
+                    GpuError::Unavailable(format!(
+                        "no adapter offers exact int8 tensor cores: {}",
+                        refusals.join("; ")
+                    ))
+                })?;
+                coop = Some(tile);
+                adapter
+            }
+            Engine::Lut => adapters.into_iter().next().expect("checked non-empty"),
         };
         let summary = summarize(&adapter);
         let workgroup_limit = adapter.limits().max_compute_workgroup_storage_size;
-        let (tile, narrow) = match options.tile {
-            Some(tile) => (tile, options.narrow),
-            None if summary.software => (*TILES.last().expect("tiles"), None),
-            None => {
+        let (tile, narrow) = match (coop, options.tile) {
+            // The cooperative kernel's epilogue tile follows from its cooperative tile.
+            (Some(coop), _) => (coop.epilogue().expect("cooperative_tile checked it"), None),
+            (None, Some(tile)) => (tile, options.narrow),
+            (None, None) if summary.software => (*TILES.last().expect("tiles"), None),
+            (None, None) => {
                 // Measured on an H200 (docs/PERFORMANCE.md); both products prefer the same.
                 let fits = |t: &Tile| t.workgroup_bytes() <= workgroup_limit;
                 let narrow = Some(lockstep_shaders::NARROW_TILE).filter(fits);
@@ -259,6 +377,13 @@ impl GpuUnits {
                 }
             }
         };
+        if let Some(coop) = coop.filter(|c| c.workgroup_bytes() > workgroup_limit) {
+            return Err(GpuError::Unavailable(format!(
+                "{}: the cooperative tile {coop:?} needs {} bytes of workgroup memory, the device offers {workgroup_limit}",
+                summary.name,
+                coop.workgroup_bytes()
+            )));
+        }
         if let Some(tile) = [Some(tile), narrow].into_iter().flatten().find(|t| t.workgroup_bytes() > workgroup_limit) {
             return Err(GpuError::Unavailable(format!(
                 "{}: tile {tile:?} needs {} bytes of workgroup memory, the device offers {workgroup_limit}",
@@ -284,10 +409,24 @@ impl GpuUnits {
             max_compute_workgroup_storage_size: adapter.limits().max_compute_workgroup_storage_size,
             ..wgpu::Limits::default()
         };
+        let required_features = if coop.is_some() {
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+                | wgpu::Features::SUBGROUP
+                | wgpu::Features::PASSTHROUGH_SHADERS
+        } else {
+            wgpu::Features::empty()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("lockstep units"),
-            required_features: wgpu::Features::empty(),
+            required_features,
             required_limits: needed,
+            experimental_features: if coop.is_some() {
+                // SAFETY: the one experimental feature asked for (cooperative matrices) is used
+                // only through the `tc` kernel's SPIR-V, whose every product the gate checks.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| GpuError::Unavailable(format!("{}: cannot open the device: {e}", summary.name)))?;
@@ -313,6 +452,7 @@ impl GpuUnits {
         let arena = step::Arena::new(options.page_words.map_or(binding, |words| binding.min(words * 4)));
         Ok(Self {
             product,
+            coop,
             tile,
             narrow,
             threads,
@@ -355,8 +495,14 @@ impl GpuUnits {
     /// One line: adapter, backend, driver, tile, and the device memory held so far.
     pub fn describe(&self) -> String {
         let a = &self.adapter;
+        let engine = self.coop.map_or(String::new(), |c| {
+            format!(
+                "int8 cooperative matrices {}x{}x{} in {}x{} fragments a subgroup of {}, ",
+                c.fm, c.fn_, c.fk, c.fr, c.fc, c.subgroup
+            )
+        });
         format!(
-            "{} ({}, {}, {}), tile {}x{} of {}x{} outputs, {} block(s) per stage{}, {:.1} MiB of device buffers (peak {:.1} MiB)",
+            "{} ({}, {}, {}), {engine}tile {}x{} of {}x{} outputs, {} block(s) per stage{}, {:.1} MiB of device buffers (peak {:.1} MiB)",
             a.name,
             a.backend,
             a.device_type,
@@ -384,6 +530,12 @@ impl GpuUnits {
         if let Some(p) = self.pipelines.get(&(kernel, tile, paged)) {
             return Ok(p.clone());
         }
+        let pages = if paged { lockstep_shaders::MAX_PAGES as f64 } else { 1.0 };
+        if let Kernel::GemmTc(coop) = kernel {
+            let pipeline = self.cooperative_pipeline(coop, pages as u32)?;
+            self.pipelines.insert((kernel, tile, paged), pipeline.clone());
+            return Ok(pipeline);
+        }
         let source = lockstep_shaders::source(kernel, self.product, tile);
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         // SAFETY: runtime bounds checks are off. Every index the kernels compute is in range by
@@ -399,10 +551,9 @@ impl GpuUnits {
                 wgpu::ShaderRuntimeChecks::unchecked(),
             )
         };
-        let pages = if paged { lockstep_shaders::MAX_PAGES as f64 } else { 1.0 };
         let overrides = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 }), ("PAGES", pages)];
         let bind_layout = match kernel {
-            Kernel::GemmUnits | Kernel::GemmUnitsSplit => Some(&self.gemm_layout),
+            Kernel::GemmUnits | Kernel::GemmUnitsSplit | Kernel::GemmTc(_) => Some(&self.gemm_layout),
             Kernel::Step(_) => Some(&self.step_layout),
             Kernel::GemmI8 => None,
         };
@@ -430,6 +581,60 @@ impl GpuUnits {
         }
         self.pipelines.insert((kernel, tile, paged), pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// The `tc` unit kernel's pipeline: `gemm_tc.wgsl` with its block sums on cooperative
+    /// matrices (`coop::spirv`), passed to the driver as SPIR-V, on the unit kernel's layout.
+    fn cooperative_pipeline(&mut self, coop: CoopTile, pages: u32) -> Result<wgpu::ComputePipeline, GpuError> {
+        let words =
+            crate::coop::spirv(coop, self.soft_float, pages, true).map_err(|e| GpuError::Device(e.to_string()))?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let entry =
+            [wgpu::PassthroughShaderEntryPoint { name: "gemm_tc".into(), workgroup_size: (coop.threads(), 1, 1) }];
+        // SAFETY: the words are naga's module for `gemm_tc.wgsl` (validated by naga) with one
+        // function's body rewritten by `coop::splice` into cooperative-matrix instructions of
+        // a shape the driver reported, on features this device enabled.
+        let module = unsafe {
+            self.device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                label: Some("gemm_tc"),
+                entry_points: std::borrow::Cow::Borrowed(&entry),
+                spirv: Some(std::borrow::Cow::Owned(words)),
+                ..Default::default()
+            })
+        };
+        let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[Some(&self.gemm_layout)],
+            immediate_size: 0,
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("gemm_tc"),
+            layout: Some(&layout),
+            module: &module,
+            entry_point: Some("gemm_tc"),
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+            cache: None,
+        });
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Device(format!("cannot build the gemm_tc kernel: {error}")));
+        }
+        Ok(pipeline)
+    }
+
+    /// The tiled unit kernel of this instance: the cooperative one for `tc`.
+    fn unit_kernel(&self) -> Kernel {
+        self.coop.map_or(Kernel::GemmUnits, Kernel::GemmTc)
+    }
+
+    /// Zero rows after the host-quantized operands, so the cooperative kernel's whole-tile reads
+    /// stay inside the buffers (`gemm_tc.wgsl`); none for the other kernels.
+    fn pad_for_tiles(&mut self, row_words: usize) {
+        if self.coop.is_some() {
+            let (rows, cols) = (self.tile.rows() as usize, self.tile.cols() as usize);
+            let (a, b) = (self.host.a_q.len(), self.host.b_q.len());
+            self.host.a_q.resize(a + rows * row_words * 4, 0);
+            self.host.b_q.resize(b + cols * row_words * 4, 0);
+        }
     }
 
     fn take_uncaptured(&self) -> Result<(), GpuError> {
@@ -493,10 +698,11 @@ impl GpuUnits {
         if !ok_b {
             return Err(GpuError::Unit(lockstep_quantize::first_non_finite_error(a, b)));
         }
+        self.pad_for_tiles(row_words);
         let out_bytes = (m * n * 4) as u64;
         self.upload(&step::unit_record(m, n, k), out_bytes)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
-        self.run(Kernel::GemmUnits, groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
+        self.run(self.unit_kernel(), groups, 1, out_bytes, bytemuck::cast_slice_mut(c))
     }
 
     /// The raw integer product over the full i8 range, i32 out (wrapping).
@@ -628,12 +834,13 @@ impl GpuUnits {
         let pipeline = &self.pipeline(kernel, self.tile, false)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let bind_group = self.bind_group(pipeline, kernel == Kernel::GemmUnits);
+        let unit = matches!(kernel, Kernel::GemmUnits | Kernel::GemmTc(_));
+        let bind_group = self.bind_group(pipeline, unit);
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(pipeline);
-            let offsets: &[u32] = if kernel == Kernel::GemmUnits { &[0] } else { &[] };
+            let offsets: &[u32] = if unit { &[0] } else { &[] };
             pass.set_bind_group(0, &bind_group, offsets);
             for _ in 0..repeat {
                 pass.dispatch_workgroups(groups.0, groups.1, 1);
@@ -808,12 +1015,14 @@ impl GpuUnits {
         };
         fill(m, &mut self.host.a_q, &mut self.host.a_exp);
         fill(n, &mut self.host.b_q, &mut self.host.b_exp);
+        self.pad_for_tiles(blocks * BLOCK / 4);
         let out_bytes = (m * n * 4) as u64;
         self.upload(&step::unit_record(m, n, k), out_bytes)?;
         let groups = (n.div_ceil(self.tile.cols() as usize) as u32, m.div_ceil(self.tile.rows() as usize) as u32);
-        self.run(Kernel::GemmUnits, groups, 1, out_bytes, &mut [])?;
+        let kernel = self.unit_kernel();
+        self.run(kernel, groups, 1, out_bytes, &mut [])?;
         let start = Instant::now();
-        self.run(Kernel::GemmUnits, groups, repeat, out_bytes, &mut [])?;
+        self.run(kernel, groups, repeat, out_bytes, &mut [])?;
         Ok(start.elapsed().as_secs_f64() / repeat as f64)
     }
 }
@@ -883,7 +1092,7 @@ pub fn worker_error(error: GpuError) -> lockstep_worker_api::plugin::WorkerError
 
 /// Creates the [`GpuUnits`] behind a plugin instance from the host's options.
 pub fn create_for_plugin(
-    product: Product,
+    engine: Engine,
     options: &lockstep_worker_api::CreateOptions,
 ) -> Result<GpuUnits, lockstep_worker_api::plugin::WorkerError> {
     use lockstep_worker_api::create_flags;
@@ -899,5 +1108,5 @@ pub fn create_for_plugin(
         page_words: None,
         narrow: None,
     };
-    GpuUnits::new(product, &gpu_options).map_err(worker_error)
+    GpuUnits::new(engine, &gpu_options).map_err(worker_error)
 }

@@ -4,10 +4,10 @@
 //! routines are checked on all inputs, not only the subnormal ones the hardware path hands them.
 //! Runs on the adapter wgpu finds (lavapipe in CI); failing to create one fails the test.
 
-use lockstep_gpu::{GpuOptions, GpuUnits};
+use lockstep_gpu::{Engine, GpuOptions, GpuUnits};
 use lockstep_luts::ops::{self, run_reference, MatView, Matmul, Memory, Op, Span};
 use lockstep_luts::rng::SplitMix64;
-use lockstep_shaders::{Product, Tile, DEFAULT_TILE, NARROW_TILE};
+use lockstep_shaders::{Tile, DEFAULT_TILE, NARROW_TILE};
 
 /// Finite values whose bit patterns are uniform: every exponent equally likely, subnormals and
 /// zeros included.
@@ -42,7 +42,7 @@ fn check(soft_float: bool, page_words: Option<u64>, tiles: Option<(Tile, Tile)>)
         narrow: tiles.map(|t| t.1),
         ..GpuOptions::default()
     };
-    let mut units = GpuUnits::new(Product::Lut, &options).unwrap_or_else(|e| panic!("{e}"));
+    let mut units = GpuUnits::new(Engine::Lut, &options).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = SplitMix64::new(0xe8ac7 + u64::from(soft_float));
     let len = 30_011usize;
     let (rows, width) = (97u32, 61u32);
@@ -164,7 +164,7 @@ fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routi
 #[test]
 fn step_ops_match_the_reference_across_four_arena_pages() {
     check(false, Some(100_000), None);
-    let mut units = GpuUnits::new(Product::Dp4a, &GpuOptions { page_words: Some(1024), ..GpuOptions::default() })
+    let mut units = GpuUnits::new(Engine::Dp4a, &GpuOptions { page_words: Some(1024), ..GpuOptions::default() })
         .unwrap_or_else(|e| panic!("{e}"));
     for _ in 0..4 {
         units.buffer_create(900).unwrap();
@@ -181,7 +181,7 @@ fn step_ops_match_the_reference_across_four_arena_pages() {
 /// buffer, token ids past the vocabulary, a NaN into the units (named by op).
 #[test]
 fn overlapping_ops_and_bad_requests() {
-    let mut units = GpuUnits::new(Product::Lut, &GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut units = GpuUnits::new(Engine::Lut, &GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = SplitMix64::new(0x0de7);
     let len = 3000usize;
     let h = units.buffer_create(len).unwrap();

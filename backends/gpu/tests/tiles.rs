@@ -2,9 +2,9 @@
 //! every tile of `lockstep_shaders::TILES`, with both products, gives the reference's bits.
 //! Runs on the adapter wgpu finds (lavapipe in CI); failing to create one fails the test.
 
-use lockstep_gpu::{GpuOptions, GpuUnits};
+use lockstep_gpu::{Engine, GpuOptions, GpuUnits};
 use lockstep_luts::rng::SplitMix64;
-use lockstep_shaders::{Product, TILES};
+use lockstep_shaders::TILES;
 
 /// One product: `m, n, k`, then A and B.
 type Case = (usize, usize, usize, Vec<f32>, Vec<f32>);
@@ -23,7 +23,7 @@ fn every_tile_and_product_gives_the_reference_bits() {
             (m, n, k, a, b)
         })
         .collect();
-    for product in [Product::Lut, Product::Dp4a] {
+    for product in [Engine::Lut, Engine::Dp4a] {
         for &tile in TILES {
             let options = GpuOptions { tile: Some(tile), ..GpuOptions::default() };
             let mut units = GpuUnits::new(product, &options).unwrap_or_else(|e| panic!("{product:?}: {e}"));
@@ -42,7 +42,7 @@ fn every_tile_and_product_gives_the_reference_bits() {
 
 #[test]
 fn kernel_timing_runs_and_reports_a_positive_time() {
-    let mut units = GpuUnits::new(Product::Dp4a, &GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let mut units = GpuUnits::new(Engine::Dp4a, &GpuOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let seconds = units.time_kernel(64, 64, 64, 2).unwrap();
     assert!(seconds > 0.0 && seconds.is_finite());
     // The unit still gives the reference bits afterwards (the timing used its own buffers'

@@ -9,7 +9,7 @@ use lockstep_worker_api::{
 };
 
 /// Backend names that resolve to plugins built with the workspace.
-pub const BUILTIN_BACKENDS: &[&str] = &["cpu", "lut", "dp4a"];
+pub const BUILTIN_BACKENDS: &[&str] = &["cpu", "lut", "dp4a", "tc"];
 
 /// Why a plugin file was refused. Nothing from a refused file is ever called again.
 #[derive(Debug)]

@@ -14,7 +14,13 @@ use lockstep_worker_api::status;
 fn open(name: &str) -> Backend {
     let path = resolve_plugin(name).unwrap_or_else(|e| panic!("{e}"));
     let plugin = Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    plugin.instantiate(0).unwrap_or_else(|e| panic!("backend `{name}` cannot be created here: {e}"))
+    let backend = plugin.instantiate(0).unwrap_or_else(|e| panic!("backend `{name}` cannot be created here: {e}"));
+    if name == "tc" {
+        // Its products are the cooperative kernel's, not a fallback's.
+        assert!(backend.describe().contains("int8 cooperative matrices 8x8x8"), "{}", backend.describe());
+        eprintln!("tc: {}", backend.describe());
+    }
+    backend
 }
 
 fn bits(values: &[f32]) -> Vec<u32> {
@@ -187,38 +193,75 @@ fn non_finite_inputs_are_refused_with_their_place(name: &str) {
     check(&mut backend, "after-refusal", 2, 2, 2, &[1.0, 2.0, 3.0, 4.0], &[0.5, 0.25, -1.0, 8.0]);
 }
 
+/// Where `scripts/vulkan-coopmat.sh` unpacked the lavapipe that reports int8 cooperative
+/// matrices (Mesa 26 from trixie-backports, with trixie's C library and loader).
+fn cooperative_driver_root() -> std::path::PathBuf {
+    let root = std::env::var_os("LOCKSTEP_COOPMAT_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/lockstep/vulkan-coopmat")
+    });
+    assert!(root.join("ready").exists(), "{} is missing: run scripts/vulkan-coopmat.sh", root.display());
+    root
+}
+
+/// Set in the child process [`on_the_cooperative_driver`] starts.
+const COOPERATIVE_CHILD: &str = "LOCKSTEP_COOPMAT_CHILD";
+
+/// Runs this binary's test `test` again in a child process under the cooperative driver's own
+/// dynamic loader, with only that driver visible, and fails with its output if it fails. The
+/// system's lavapipe (Mesa 22.3) has no cooperative matrices, so this is where `tc` runs its
+/// products for real in CI (the device machine runs it on NVIDIA's tensor cores).
+fn on_the_cooperative_driver(test: &str, plugin: &str) {
+    let root = cooperative_driver_root();
+    let lib = root.join("fs/usr/lib/x86_64-linux-gnu");
+    let plugin_dir = resolve_plugin(plugin).unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(lib.join("ld-linux-x86-64.so.2"))
+        .arg("--library-path")
+        .arg(&lib)
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(COOPERATIVE_CHILD, "1")
+        .env("VK_DRIVER_FILES", root.join("lvp.json"))
+        // Under the loader this binary's own path is the loader's: name the plugins' directory.
+        .env("LOCKSTEP_PLUGIN_DIR", plugin_dir.parent().unwrap())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("1 passed"), "{test} on the cooperative driver:\n{text}");
+}
+
 macro_rules! conformance {
     ($module:ident, $name:literal) => {
+        conformance!($module, $name, |test: fn(&str), _: &str| test($name));
+    };
+    // `tc`: each test in a child process on the driver with cooperative matrices.
+    ($module:ident, $name:literal, cooperative) => {
+        conformance!($module, $name, |test: fn(&str), path: &str| {
+            if std::env::var_os(super::COOPERATIVE_CHILD).is_some() {
+                test($name)
+            } else {
+                // The test's name as libtest knows it: the module path without the crate.
+                let name = path.split_once("::").map_or(path, |(_, rest)| rest);
+                super::on_the_cooperative_driver(name, $name)
+            }
+        });
+    };
+    ($module:ident, $name:literal, $run:expr) => {
         mod $module {
-            #[test]
-            fn admitted_with_the_reference_probe() {
-                super::admitted_with_the_reference_probe($name);
+            macro_rules! case {
+                ($test:ident) => {
+                    #[test]
+                    fn $test() {
+                        let run = $run;
+                        run(super::$test, concat!(module_path!(), "::", stringify!($test)));
+                    }
+                };
             }
-
-            #[test]
-            fn model_shapes() {
-                super::model_shapes($name);
-            }
-
-            #[test]
-            fn exponent_extremes() {
-                super::exponent_extremes($name);
-            }
-
-            #[test]
-            fn integer_product_over_the_full_range() {
-                super::integer_product_over_the_full_range($name);
-            }
-
-            #[test]
-            fn every_op_sample_on_hard_values() {
-                super::every_op_sample_on_hard_values($name);
-            }
-
-            #[test]
-            fn non_finite_inputs_are_refused_with_their_place() {
-                super::non_finite_inputs_are_refused_with_their_place($name);
-            }
+            case!(admitted_with_the_reference_probe);
+            case!(model_shapes);
+            case!(exponent_extremes);
+            case!(integer_product_over_the_full_range);
+            case!(every_op_sample_on_hard_values);
+            case!(non_finite_inputs_are_refused_with_their_place);
         }
     };
 }
@@ -226,3 +269,4 @@ macro_rules! conformance {
 conformance!(cpu, "cpu");
 conformance!(lut, "lut");
 conformance!(dp4a, "dp4a");
+conformance!(tc, "tc", cooperative);

@@ -5,7 +5,7 @@ lockstep_gpu::gpu_worker!(
     LutWorker,
     c"lut",
     c"WGSL units through the exact int8 product table in a storage buffer (wgpu)",
-    lockstep_shaders::Product::Lut
+    lockstep_gpu::Engine::Lut
 );
 
 lockstep_worker_api::export_worker!(LutWorker);

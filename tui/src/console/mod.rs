@@ -87,7 +87,7 @@ fn checkpoint_row(path: PathBuf) -> Result<CheckpointRow, String> {
 pub fn survey_backends(actions: Sender<Action>, in_use: &str) {
     let in_use = in_use.to_string();
     std::thread::spawn(move || {
-        for name in ["cpu", "lut", "dp4a"].into_iter().filter(|name| *name != in_use) {
+        for name in lockstep_backends::BUILTIN_BACKENDS.iter().copied().filter(|name| *name != in_use) {
             let (verdict, device) = match crate::backend::open_backend(name, 1, Opening::default()) {
                 Ok((_, mut backend)) => {
                     let report = lockstep_backends::gate::run_gate(&mut backend, &mut |_| {});

@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use lockstep_luts::ops::{self as def, Handle, MatView, Matmul, Op, OpError, Span};
 use lockstep_luts::units::blocks_for;
 use lockstep_shaders::{
-    step_params, step_status, Kernel, StepKernel, Tile, MAX_PAGES, NARROW_BELOW_GROUPS, PAGE_SHIFT, QUANT_ROWS,
-    SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP,
+    step_params, step_status, CoopTile, Kernel, StepKernel, Tile, MAX_PAGES, NARROW_BELOW_GROUPS, PAGE_SHIFT,
+    QUANT_ROWS, SPLIT_SLICES, SPLIT_TILE, STEP_WORKGROUP,
 };
 
 use super::GpuError;
@@ -195,6 +195,9 @@ impl Arena {
 pub(crate) struct Tiles {
     pub(crate) main: Tile,
     pub(crate) narrow: Option<Tile>,
+    /// The `tc` instance's cooperative tile: its products run on [`Kernel::GemmTc`] (whose
+    /// epilogue tile is `main`) where the split kernel does not take them.
+    pub(crate) coop: Option<CoopTile>,
 }
 
 /// Which bind group a dispatch uses.
@@ -352,8 +355,10 @@ fn plan_matmul(
     let (kernel, gemm_groups) = if uses_split_kernel(tiled, blocks) {
         (Kernel::GemmUnitsSplit, groups_of(SPLIT_TILE))
     } else {
-        (Kernel::GemmUnits, tiled)
+        (tiles.coop.map_or(Kernel::GemmUnits, Kernel::GemmTc), tiled)
     };
+    // The cooperative kernel reads whole tiles of operand rows past each batch's first row.
+    let slack = |rows: u32| if matches!(kernel, Kernel::GemmTc(_)) { u64::from(rows) * blocks * 8 } else { 0 };
     if gemm_groups.iter().any(|&g| g > 65535) {
         return Err(GpuError::Shape(format!(
             "a {}x{}x{} product in {batches} batches needs more than 65535 workgroups in one dimension",
@@ -362,12 +367,14 @@ fn plan_matmul(
     }
     let mut out = Vec::new();
     if blocks > 0 {
-        for (part, rows, bind) in [(0u32, mm.m, Bind::StepA), (1, mm.n, Bind::StepB)] {
+        for (part, rows, bind, tile_rows) in
+            [(0u32, mm.m, Bind::StepA, tile.rows()), (1, mm.n, Bind::StepB, tile.cols())]
+        {
             let units = batches * u64::from(rows) * blocks;
             // A workgroup of `STEP_WORKGROUP` invocations per 32 rows of one block.
             let workgroups = batches * u64::from(rows).div_ceil(u64::from(QUANT_ROWS)) * blocks;
             let (q, e) = if part == 0 { (&mut needs.q_a, &mut needs.e_a) } else { (&mut needs.q_b, &mut needs.e_b) };
-            *q = (*q).max(units * 8);
+            *q = (*q).max(units * 8 + slack(tile_rows));
             *e = (*e).max(units);
             let mut record = params;
             record[step_params::PART] = part;
@@ -533,7 +540,7 @@ impl super::GpuUnits {
     fn dispatch_ops(&mut self, ops: &[Op], range: std::ops::Range<usize>) -> Result<(), GpuError> {
         let mut needs = Needs::default();
         let mut dispatches = Vec::new();
-        let tiles = Tiles { main: self.tile, narrow: self.narrow };
+        let tiles = Tiles { main: self.tile, narrow: self.narrow, coop: self.coop };
         for i in range {
             dispatches.extend(plan(&self.arena, &ops[i], i as u32, tiles, &mut needs)?);
         }
@@ -566,7 +573,7 @@ mod tests {
             bias: None,
             accumulate: false,
         };
-        let tiles = Tiles { main: DEFAULT_TILE, narrow: Some(NARROW_TILE) };
+        let tiles = Tiles { main: DEFAULT_TILE, narrow: Some(NARROW_TILE), coop: None };
         let plan = plan_matmul(&mm, [0; step_params::WORDS], tiles, &mut Needs::default()).unwrap();
         let gemm = plan.last().unwrap();
         (gemm.kernel, gemm.tile.unwrap(), gemm.groups)

@@ -28,7 +28,7 @@ pub struct Backends {
 impl Backends {
     /// The built-in plugins, `backend` (in use) with its verdict and device.
     pub fn new(backend: &str, verdict: &Verdict, device: &str) -> Self {
-        let rows = ["cpu", "lut", "dp4a"]
+        let rows = lockstep_backends::BUILTIN_BACKENDS
             .iter()
             .map(|&name| BackendRow {
                 name: name.to_string(),
