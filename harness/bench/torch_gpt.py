@@ -1,10 +1,12 @@
 """The same GPT as lockstep's (pre-LayerNorm blocks, causal multi-head attention, tanh GELU
 MLP 4c wide, final LayerNorm, untied LM head with bias, Adam β=(0.9, 0.95), ε=1e-8), in
-PyTorch f32: the peer `lockstep bench train` measures against — eager on the CPU, and on CUDA
-eager with TF32 off or `torch.compile` (also TF32 off).
+PyTorch: the peer `lockstep bench train` measures against — eager f32 on the CPU, and on CUDA each
+mode a user would pick: eager or `torch.compile`, each in f32 with TF32 off, with TF32 matmuls, or
+under bf16 autocast.
 
-usage: python3 torch_gpt.py CORPUS WIDTH CONTEXT LAYERS HEADS BATCH STEPS WARMUP LR THREADS [DEVICE [MODE]]
-DEVICE is cpu (default) or cuda, MODE eager (default) or compile.
+usage: python3 torch_gpt.py CORPUS WIDTH CONTEXT LAYERS HEADS BATCH STEPS WARMUP LR THREADS [DEVICE [MODE [PRECISION]]]
+DEVICE is cpu (default) or cuda, MODE eager (default) or compile, PRECISION f32 (default: TF32
+off), tf32 or bf16 (autocast).
 prints one JSON object: tokens_per_s, loss (last step), threads, torch version, peak memory
 (bytes: the process's peak resident set on the CPU, the peak allocated device memory on CUDA).
 """
@@ -63,14 +65,18 @@ def main():
     corpus, c, t, layers, heads, batch, steps, warmup, lr, threads = sys.argv[1:11]
     device = sys.argv[11] if len(sys.argv) > 11 else "cpu"
     mode = sys.argv[12] if len(sys.argv) > 12 else "eager"
+    precision = sys.argv[13] if len(sys.argv) > 13 else "f32"
+    if mode not in ("eager", "compile") or precision not in ("f32", "tf32", "bf16"):
+        sys.exit(f"unknown mode {mode} or precision {precision}")
     c, t, layers, heads, batch, steps, warmup, threads = map(int, (c, t, layers, heads, batch, steps, warmup, threads))
     torch.set_num_threads(threads)
     if device == "cuda":
         if not torch.cuda.is_available():
             sys.exit("no CUDA device")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
     torch.manual_seed(1)
     data = torch.tensor(list(open(corpus, "rb").read()), dtype=torch.long)
     model = GPT(c, t, layers, heads).to(device)
@@ -82,7 +88,8 @@ def main():
         starts = torch.randint(0, len(data) - t - 1, (batch,), generator=gen)
         x = torch.stack([data[s:s + t] for s in starts]).to(device)
         y = torch.stack([data[s + 1:s + t + 1] for s in starts]).to(device)
-        loss = F.cross_entropy(forward(x).view(-1, 256), y.view(-1))
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = F.cross_entropy(forward(x).view(-1, 256).float(), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

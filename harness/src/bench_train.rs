@@ -20,6 +20,26 @@ const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
 /// The trainer name of PyTorch's CPU rows.
 const TORCH_CPU: &str = "pytorch eager f32";
 const TORCH_CUDA_EAGER: &str = "pytorch cuda eager f32 (tf32 off)";
+/// PyTorch's CUDA modes (`--torch-modes`): eager or compiled, each in f32 with TF32 off, with
+/// TF32 matmuls, or under bf16 autocast — what a user would pick.
+const TORCH_CUDA_MODES: &[(&str, &str, &str)] = &[
+    ("eager-f32", "eager", "f32"),
+    ("eager-tf32", "eager", "tf32"),
+    ("eager-bf16", "eager", "bf16"),
+    ("compile-f32", "compile", "f32"),
+    ("compile-tf32", "compile", "tf32"),
+    ("compile-bf16", "compile", "bf16"),
+];
+
+/// The trainer name of a PyTorch CUDA row.
+fn torch_cuda_trainer(mode: &str, precision: &str) -> String {
+    let precision = match precision {
+        "f32" => "f32 (tf32 off)",
+        "tf32" => "tf32",
+        _ => "bf16 autocast",
+    };
+    format!("pytorch cuda {mode} {precision}")
+}
 
 #[derive(clap::Args)]
 pub struct TrainBenchArgs {
@@ -37,6 +57,14 @@ pub struct TrainBenchArgs {
     /// Skip PyTorch even when it is installed.
     #[arg(long)]
     no_torch: bool,
+    /// PyTorch's CUDA modes to run, from eager-f32, eager-tf32, eager-bf16, compile-f32,
+    /// compile-tf32, compile-bf16 (eager-f32 always runs: the GPU rows' first peer).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "eager-f32,eager-tf32,eager-bf16,compile-f32,compile-tf32,compile-bf16"
+    )]
+    torch_modes: Vec<String>,
     /// Skip the float reference trainer (one thread, plain sgemm: minutes a step at large
     /// sizes).
     #[arg(long)]
@@ -125,7 +153,7 @@ struct TorchRun {
     note: String,
 }
 
-fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str) -> Result<TorchRun, String> {
+fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str, precision: &str) -> Result<TorchRun, String> {
     let dir = std::env::temp_dir().join(format!("lockstep-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let corpus = dir.join("corpus.txt");
@@ -147,6 +175,7 @@ fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str) -> Res
             threads.to_string(),
             device.to_string(),
             mode.to_string(),
+            precision.to_string(),
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -372,13 +401,23 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     if !args.no_torch {
         // PyTorch on the CPU at every thread count the units ran at: the peer of each row.
         for &threads in &thread_counts {
-            rows.push(torch_row(TORCH_CPU, threads, torch(&args, threads, "cpu", "eager")));
+            rows.push(torch_row(TORCH_CPU, threads, torch(&args, threads, "cpu", "eager", "f32")));
         }
-        match torch(&args, all, "cuda", "eager") {
+        for wanted in &args.torch_modes {
+            if !TORCH_CUDA_MODES.iter().any(|(name, _, _)| name == wanted) {
+                anyhow::bail!("--torch-modes: unknown mode {wanted:?}");
+            }
+        }
+        match torch(&args, all, "cuda", "eager", "f32") {
             Err(why) if why.contains("no CUDA device") => cuda_note = Some("no CUDA device: no CUDA rows".to_string()),
             eager => {
                 rows.push(torch_row(TORCH_CUDA_EAGER, all, eager));
-                rows.push(torch_row("pytorch cuda compile f32 (tf32 off)", all, torch(&args, all, "cuda", "compile")));
+                for &(name, mode, precision) in &TORCH_CUDA_MODES[1..] {
+                    if args.torch_modes.iter().any(|m| m == name) {
+                        let run = torch(&args, all, "cuda", mode, precision);
+                        rows.push(torch_row(&torch_cuda_trainer(mode, precision), all, run));
+                    }
+                }
             }
         }
     }
@@ -395,9 +434,19 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     // A GPU row is also judged against PyTorch CUDA eager and the CPU node on the same host.
     let speed =
         |name: &str| rows.iter().find(|r| r.trainer == name && r.tokens_per_s.is_finite()).map(|r| r.tokens_per_s);
+    // PyTorch's fastest CUDA mode of this run.
+    let torch_best = rows
+        .iter()
+        .filter(|r| r.trainer.starts_with("pytorch cuda") && r.tokens_per_s.is_finite())
+        .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+        .map(|r| (r.trainer.clone(), r.tokens_per_s));
     let gpu_ratios = on_gpu.then(|| {
         let ours = speed(&format!("units ({})", args.backend)).unwrap_or(f64::NAN);
-        (speed(TORCH_CUDA_EAGER).map(|p| ours / p), speed("units (cpu)").map(|p| ours / p))
+        (
+            speed(TORCH_CUDA_EAGER).map(|p| ours / p),
+            speed("units (cpu)").map(|p| ours / p),
+            torch_best.as_ref().map(|(name, p)| (name.clone(), ours / p)),
+        )
     });
     if args.json {
         for r in &rows {
@@ -408,10 +457,11 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
                     "config": config})
             );
         }
-        if let Some((cuda, cpu)) = gpu_ratios {
+        if let Some((cuda, cpu, best)) = &gpu_ratios {
             println!(
                 "{}",
-                serde_json::json!({"gpu_backend": args.backend, "vs_torch_cuda_eager": cuda, "vs_cpu_node_all_threads": cpu, "config": config})
+                serde_json::json!({"gpu_backend": args.backend, "vs_torch_cuda_eager": cuda, "vs_cpu_node_all_threads": cpu,
+                    "torch_cuda_best": best.as_ref().map(|b| &b.0), "vs_torch_cuda_best": best.as_ref().map(|b| b.1), "config": config})
             );
         }
     } else {
@@ -438,12 +488,14 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
         if let Some(note) = cuda_note {
             println!("{note}");
         }
-        if let Some((cuda, cpu)) = gpu_ratios {
+        if let Some((cuda, cpu, best)) = gpu_ratios {
             let show = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}x"));
             println!(
-                "`{}` against PyTorch CUDA eager: {}; against the CPU node ({all} threads): {}",
+                "`{}` against PyTorch CUDA eager: {}; against PyTorch's best mode{}: {}; against the CPU node ({all} threads): {}",
                 args.backend,
                 show(cuda),
+                best.as_ref().map_or(String::new(), |b| format!(" ({})", b.0)),
+                show(best.map(|b| b.1)),
                 show(cpu)
             );
         }
