@@ -381,6 +381,38 @@ fn pack_a_panel(
     words: &mut [u32],
     scales: &mut [f32],
 ) -> ExpRange {
+    #[cfg(target_arch = "x86_64")]
+    if (panel + 1) * MR <= rows && path != Path::Portable {
+        // A full panel: the quants transposed in registers (every SIMD path has AVX2).
+        let row = |lane: usize| &a.q[(panel * MR + lane) * blocks * BLOCK..(panel * MR + lane + 1) * blocks * BLOCK];
+        let quads = blocks * BLOCK / 4;
+        // SAFETY: `path` is a SIMD path, which `Path::available` offers only with AVX2; each
+        // row is `quads · 4` bytes, `quads` is a multiple of 8 (blocks of 32), and `words` is
+        // the panel's `quads · per_quad` words.
+        unsafe { crate::x86::pack_a_panel([row(0), row(1), row(2), row(3)], quads, path == Path::Avx2, words) };
+        let mut range = ExpRange::EMPTY;
+        for lane in 0..MR {
+            for block in 0..blocks {
+                let e = a.exp[(panel * MR + lane) * blocks + block];
+                scales[block * MR + lane] = pow2_or_zero(e);
+                range.include(e);
+            }
+        }
+        return range;
+    }
+    pack_a_lanes(path, a, rows, blocks, panel, words, scales)
+}
+
+/// [`pack_a_panel`] a row at a time, for partial panels and the portable path.
+fn pack_a_lanes(
+    path: Path,
+    a: &Quantized,
+    rows: usize,
+    blocks: usize,
+    panel: usize,
+    words: &mut [u32],
+    scales: &mut [f32],
+) -> ExpRange {
     let mut range = ExpRange::EMPTY;
     let per_quad = a_words_per_quad(path);
     let quads = blocks * BLOCK / 4;
@@ -682,6 +714,33 @@ mod tests {
         let a: Vec<f32> = (0..m * k).map(|i| if i % 3 == 0 { -127.0 } else { 127.0 }).collect();
         let b: Vec<f32> = (0..n * k).map(|i| if i % 5 == 0 { 127.0 } else { -127.0 }).collect();
         check(m, n, k, &a, &b);
+    }
+
+    /// The register-transposing packer writes the words (both layouts) the row-at-a-time one
+    /// does, on quants of every value.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn full_panels_pack_as_the_row_at_a_time_packer_does() {
+        assert!(std::arch::is_x86_feature_detected!("avx2"), "every machine this runs on has AVX2");
+        let (rows, blocks) = (9, 3);
+        let mut a = Quantized::default();
+        a.prepare(rows, blocks);
+        let mut rng = lockstep_luts::rng::SplitMix64::new(7);
+        a.q.iter_mut().for_each(|q| *q = (rng.below(255) as i32 - 127) as i8);
+        a.exp.iter_mut().for_each(|e| *e = rng.below(60) as i32 - 30);
+        for path in [Path::Avx2, Path::AvxVnni] {
+            let len = blocks * BLOCK / 4 * a_words_per_quad(path);
+            for panel in 0..rows / MR {
+                let (mut fast, mut slow) = (vec![0u32; len], vec![1u32; len]);
+                let (mut fast_scales, mut slow_scales) = (vec![0f32; blocks * MR], vec![1f32; blocks * MR]);
+                // Full panels take the transposing packer on every SIMD path's layout.
+                let fast_range = pack_a_panel(path, &a, rows, blocks, panel, &mut fast, &mut fast_scales);
+                let slow_range = pack_a_lanes(path, &a, rows, blocks, panel, &mut slow, &mut slow_scales);
+                assert_eq!(fast, slow, "{path:?} panel {panel}");
+                assert_eq!(bits(&fast_scales), bits(&slow_scales), "{path:?} panel {panel}");
+                assert_eq!((fast_range.min, fast_range.max), (slow_range.min, slow_range.max));
+            }
+        }
     }
 
     #[test]

@@ -231,3 +231,57 @@ pub unsafe fn tile_avx512_vnni(blocks: usize, a_words: &[u32], a_scales: &[f32],
         }
     }
 }
+
+/// Packs one full A panel's quants — `rows[lane]` the lane's row, `quads` × 4 bytes — in the
+/// layout of `sign` (the AVX2 kernel's `[4 rows][|a|, a]` words per `kq`) or else the VNNI
+/// kernels' (`[4 rows]` words of `a + 128` bytes per `kq`). Sixteen bytes of each row at a time,
+/// four rows transposed as 4 × 4 words in registers, so every store is contiguous; the words are
+/// those the scalar packer writes (`gemm.rs`, which keeps it for partial panels and tests this
+/// against it).
+///
+/// # Safety
+/// The CPU has AVX2; `rows[_].len() >= quads * 4` and `quads` is a multiple of 4; `words` has
+/// `quads * MR` words (offset layout) or `quads * 2 * MR` (sign layout).
+#[target_feature(enable = "avx2")]
+pub unsafe fn pack_a_panel(rows: [&[i8]; MR], quads: usize, sign: bool, words: &mut [u32]) {
+    let per_quad = if sign { SIGN_A_WORDS_PER_QUAD } else { OFFSET_A_WORDS_PER_QUAD };
+    debug_assert!(quads.is_multiple_of(4) && rows.iter().all(|r| r.len() >= quads * 4));
+    assert!(
+        words.len() >= quads * per_quad,
+        "packed A is {} words, {quads} quads need {}",
+        words.len(),
+        quads * per_quad
+    );
+    let flip = _mm_set1_epi8(-128);
+    let out = words.as_mut_ptr() as *mut __m128i;
+    for group in 0..quads / 4 {
+        let load = |lane: usize| {
+            // SAFETY: each row holds quads · 4 bytes (the caller's promise) and group < quads / 4.
+            unsafe { _mm_loadu_si128(rows[lane].as_ptr().add(group * 16) as *const __m128i) }
+        };
+        let (r0, r1, r2, r3) = (load(0), load(1), load(2), load(3));
+        let (t0, t1) = (_mm_unpacklo_epi32(r0, r1), _mm_unpacklo_epi32(r2, r3));
+        let (t2, t3) = (_mm_unpackhi_epi32(r0, r1), _mm_unpackhi_epi32(r2, r3));
+        // quad q of the group: the four rows' words of k quad 4·group + q.
+        let quad = [
+            _mm_unpacklo_epi64(t0, t1),
+            _mm_unpackhi_epi64(t0, t1),
+            _mm_unpacklo_epi64(t2, t3),
+            _mm_unpackhi_epi64(t2, t3),
+        ];
+        for (q, &raw) in quad.iter().enumerate() {
+            let kq = group * 4 + q;
+            // SAFETY: `words` holds quads · per_quad words (asserted above) and kq < quads.
+            unsafe {
+                if sign {
+                    // [|a|, a] per row: two words a row, rows in order.
+                    let abs = _mm_abs_epi8(raw);
+                    _mm_storeu_si128(out.add(kq * 2), _mm_unpacklo_epi32(abs, raw));
+                    _mm_storeu_si128(out.add(kq * 2 + 1), _mm_unpackhi_epi32(abs, raw));
+                } else {
+                    _mm_storeu_si128(out.add(kq), _mm_xor_si128(raw, flip));
+                }
+            }
+        }
+    }
+}
