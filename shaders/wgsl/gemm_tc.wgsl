@@ -34,8 +34,10 @@ const BN: u32 = TN * WX;
 // Packed words per block of 32 int8.
 const WORDS: u32 = 8u;
 
-// One block's exact i32 sums of the workgroup's BM × BN outputs, row-major.
-var<workgroup> sums: array<i32, BM * BN>;
+// Two blocks' exact i32 sums of the workgroup's BM × BN outputs, row-major: block b's in half
+// b % 2. One barrier a block suffices: block b + 2 overwrites the half block b was read from
+// only after every invocation passed block b + 1's barrier, which it reaches after reading b.
+var<workgroup> sums: array<i32, 2u * BM * BN>;
 
 // The block sums of one block for one subgroup's FR·FM rows × FC·FN columns: A's rows from word
 // `a_word` of qa and B's from word `b_word` of qb, `row_words` words apart; into `sums` from
@@ -81,11 +83,12 @@ fn gemm_tc(
     }
 
     for (var blk = 0u; blk < blocks; blk++) {
+        let half = (blk % 2u) * BM * BN;
         tc_block_sums(
             (a_rows + row0 + sub_row) * row_words + blk * WORDS,
             (b_rows + col0 + sub_col) * row_words + blk * WORDS,
             row_words,
-            sub_row * BN + sub_col,
+            half + sub_row * BN + sub_col,
             lane,
         );
         workgroupBarrier();
@@ -118,7 +121,7 @@ fn gemm_tc(
         clean = clean && a_lo + b_lo >= -126 && a_hi + b_hi <= 108;
         for (var i = 0u; i < TM; i++) {
             for (var j = 0u; j < TN; j++) {
-                let acc = sums[(lid.y * TM + i) * BN + lid.x * TN + j];
+                let acc = sums[half + (lid.y * TM + i) * BN + lid.x * TN + j];
                 if clean {
                     let scale = bitcast<f32>(((xa[i] + 127) << 23u) + (xb[j] << 23u));
                     sum[i * TN + j] = sum[i * TN + j] + f32(acc) * scale;
@@ -127,8 +130,6 @@ fn gemm_tc(
                 }
             }
         }
-        // Everyone has read this block's sums before the next block overwrites them.
-        workgroupBarrier();
     }
 
     for (var i = 0u; i < TM; i++) {
