@@ -324,6 +324,7 @@ const GEMM_UNITS: &str = include_str!("../wgsl/gemm_units.wgsl");
 const GEMM_SPLIT: &str = include_str!("../wgsl/gemm_split.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
 const GEMM_TC: &str = include_str!("../wgsl/gemm_tc.wgsl");
+const GEMM_TILE: &str = include_str!("../wgsl/gemm_tile.wgsl");
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 const ARENA: &str = include_str!("../wgsl/arena.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
@@ -369,7 +370,7 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     };
     match kernel {
         Kernel::GemmUnits => format!(
-            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_UNITS}",
+            "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst KB: u32 = {}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_TILE}\n{GEMM_UNITS}",
             tile.tm, tile.tn, tile.wx, tile.wy, tile.kb, record_prelude()
         ),
         Kernel::GemmUnitsSplit => {
@@ -381,7 +382,7 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
             format!(
                 "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\n\
                  const FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\nconst FK: u32 = {fk}u;\nconst FR: u32 = {fr}u;\nconst FC: u32 = {fc}u;\n\
-                 const SR: u32 = {sr}u;\nconst SC: u32 = {sc}u;\nconst SUBGROUP: u32 = {subgroup}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_TC}",
+                 const SR: u32 = {sr}u;\nconst SC: u32 = {sc}u;\nconst SUBGROUP: u32 = {subgroup}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_TILE}\n{GEMM_TC}",
                 e.tm, e.tn, e.wx, e.wy, record_prelude()
             )
         }

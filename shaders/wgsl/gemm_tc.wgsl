@@ -104,21 +104,8 @@ fn gemm_tc(
             let col = col0 + lid.x * TN + j;
             xb[j] = select(0, eb[(b_rows + col) * blocks + blk], col < n);
         }
-        var a_lo = xa[0];
-        var a_hi = xa[0];
-        for (var i = 1u; i < TM; i++) {
-            a_lo = min(a_lo, xa[i]);
-            a_hi = max(a_hi, xa[i]);
-        }
-        var b_lo = xb[0];
-        var b_hi = xb[0];
-        for (var j = 1u; j < TN; j++) {
-            b_lo = min(b_lo, xb[j]);
-            b_hi = max(b_hi, xb[j]);
-        }
-
         // The block's terms, added in block order (gemm_units.wgsl says why each path is exact).
-        clean = clean && a_lo + b_lo >= -126 && a_hi + b_hi <= 108;
+        clean = clean && fast_range(xa, xb);
         for (var i = 0u; i < TM; i++) {
             for (var j = 0u; j < TN; j++) {
                 let acc = sums[half + (lid.y * TM + i) * BN + lid.x * TN + j];

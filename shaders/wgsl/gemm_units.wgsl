@@ -152,21 +152,8 @@ fn gemm_units(
                 xb[j] = tile_e[BM * KB + sb * BN + lid.x * TN + j];
             }
 
-            var a_lo = xa[0];
-            var a_hi = xa[0];
-            for (var i = 1u; i < TM; i++) {
-                a_lo = min(a_lo, xa[i]);
-                a_hi = max(a_hi, xa[i]);
-            }
-            var b_lo = xb[0];
-            var b_hi = xb[0];
-            for (var j = 1u; j < TN; j++) {
-                b_lo = min(b_lo, xb[j]);
-                b_hi = max(b_hi, xb[j]);
-            }
-
             // The block's terms, added in block order.
-            clean = clean && a_lo + b_lo >= -126 && a_hi + b_hi <= 108;
+            clean = clean && fast_range(xa, xb);
             if clean {
                 // Scale bits (s + 127) << 23, split as ((ea + 127) << 23) + (eb << 23).
                 var scale_a: array<i32, TM>;

@@ -392,15 +392,20 @@ fn pack_a_panel(
         unsafe { crate::x86::pack_a_panel([row(0), row(1), row(2), row(3)], quads, path == Path::Avx2, words) };
         let mut range = ExpRange::EMPTY;
         for lane in 0..MR {
-            for block in 0..blocks {
-                let e = a.exp[(panel * MR + lane) * blocks + block];
-                scales[block * MR + lane] = pow2_or_zero(e);
-                range.include(e);
-            }
+            lane_scales(a, blocks, panel * MR + lane, lane, scales, &mut range);
         }
         return range;
     }
     pack_a_lanes(path, a, rows, blocks, panel, words, scales)
+}
+
+/// Lane `lane`'s `2^e` scales of A row `row`, `[block][MR]`, its exponents into `range`.
+fn lane_scales(a: &Quantized, blocks: usize, row: usize, lane: usize, scales: &mut [f32], range: &mut ExpRange) {
+    for block in 0..blocks {
+        let e = a.exp[row * blocks + block];
+        scales[block * MR + lane] = pow2_or_zero(e);
+        range.include(e);
+    }
 }
 
 /// [`pack_a_panel`] a row at a time, for partial panels and the portable path.
@@ -446,11 +451,7 @@ fn pack_a_lanes(
                 words[kq * per_quad + lane] = u32::from_le_bytes(bytes) ^ 0x8080_8080;
             }
         }
-        for block in 0..blocks {
-            let e = a.exp[row * blocks + block];
-            scales[block * MR + lane] = pow2_or_zero(e);
-            range.include(e);
-        }
+        lane_scales(a, blocks, row, lane, scales, &mut range);
     }
     range
 }
