@@ -85,31 +85,89 @@ impl Raw {
     }
 }
 
-/// `$name(args)` runs `$kernel(args)` compiled for AVX2 when the CPU has it: the kernel (inlined
-/// into the wrapper) then runs eight lanes wide where its loops allow. The same IEEE operations
-/// in the same order either way — Rust never contracts into FMAs and never reorders a float
-/// reduction — so the bits do not depend on the instruction set.
-macro_rules! avx2_dispatch {
+/// Which compilation of an element-wise kernel runs: the same Rust source built for the widest
+/// vectors the CPU has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    /// AVX-512 (F and BW): sixteen lanes where the kernel's loops allow.
+    Avx512,
+    /// AVX2: eight lanes.
+    Avx2,
+    Portable,
+}
+
+impl Tier {
+    /// Every tier this CPU runs, widest first.
+    fn available() -> Vec<Tier> {
+        let mut tiers = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx2") {
+                tiers.push(Tier::Avx512);
+            }
+            if has!("avx2") {
+                tiers.push(Tier::Avx2);
+            }
+        }
+        tiers.push(Tier::Portable);
+        tiers
+    }
+
+    fn widest() -> Tier {
+        static WIDEST: std::sync::OnceLock<Tier> = std::sync::OnceLock::new();
+        *WIDEST.get_or_init(|| Tier::available()[0])
+    }
+}
+
+/// `$name(args)` runs `$kernel(args)` compiled for the widest [`Tier`] the CPU has (`$name::on`
+/// runs a chosen one): the kernel (inlined into each wrapper) then runs eight or sixteen lanes
+/// wide where its loops allow. The same IEEE operations in the same order on every tier — Rust
+/// never contracts into FMAs and never reorders a float reduction — so the bits do not depend
+/// on the instruction set (a test runs every tier against the reference).
+macro_rules! simd_dispatch {
     ($(fn $name:ident => $kernel:path, ($($arg:ident: $ty:ty),*);)*) => {$(
         #[allow(clippy::too_many_arguments)]
         fn $name($($arg: $ty),*) {
+            $name::on(Tier::widest(), $($arg),*)
+        }
+
+        mod $name {
+            use super::*;
+
+            #[allow(clippy::too_many_arguments)]
+            pub(super) fn on(tier: Tier, $($arg: $ty),*) {
+                #[cfg(target_arch = "x86_64")]
+                match tier {
+                    // SAFETY: `Tier::available` offers a tier only where the CPU has its
+                    // features, and callers pass one of those.
+                    Tier::Avx512 => return unsafe { avx512($($arg),*) },
+                    // SAFETY: as above.
+                    Tier::Avx2 => return unsafe { avx2($($arg),*) },
+                    Tier::Portable => {}
+                }
+                let _ = tier;
+                $kernel($($arg),*)
+            }
+
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2")]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn wide($($arg: $ty),*) {
+            unsafe fn avx2($($arg: $ty),*) {
                 $kernel($($arg),*)
             }
+
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: AVX2 is present.
-                return unsafe { wide($($arg),*) };
+            #[target_feature(enable = "avx512f,avx512bw,avx2")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn avx512($($arg: $ty),*) {
+                $kernel($($arg),*)
             }
-            $kernel($($arg),*)
         }
     )*};
 }
 
-avx2_dispatch! {
+simd_dispatch! {
     fn layer_norm_rows => def::layer_norm_rows, (width: usize, x: &[f32], gain: &[f32], bias: &[f32], y: &mut [f32], xhat: &mut [f32], rstd: &mut [f32]);
     fn layer_norm_backward_rows => def::layer_norm_backward_rows, (width: usize, dy: &[f32], xhat: &[f32], rstd: &[f32], gain: &[f32], dx: &mut [f32], accumulate: bool);
     fn layer_norm_param_grads => def::layer_norm_param_grads, (width: usize, rows: usize, cols: Range<usize>, dy: &[f32], xhat: &[f32], dgain: &mut [f32], dbias: &mut [f32]);
@@ -751,6 +809,65 @@ mod tests {
 
     /// Every split covers `0..items` exactly once with non-empty, in-order ranges, whatever
     /// the thread count (16 threads over 130 items once made an empty range past the end).
+    /// Every tier's compilation of the element-wise kernels gives the reference kernel's bits
+    /// (the reference compiled for no particular CPU), on values across the kernels' ranges.
+    #[test]
+    fn every_simd_tier_computes_the_reference_bits() {
+        let mut rng = lockstep_luts::rng::SplitMix64::new(0x7133);
+        let mut values = |len: usize, scale: f32| -> Vec<f32> {
+            (0..len).map(|_| rng.next_signed_unit() * scale).collect::<Vec<f32>>()
+        };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        let (width, rows, t) = (40, 24, 12);
+        let x = values(width * rows, 6.0);
+        let dy = values(width * rows, 1.0);
+        let gain = values(width, 2.0);
+        let bias = values(width, 1.0);
+        let scores = values(t * t * 2, 9.0);
+        let probs: Vec<f32> = values(t * t * 2, 1.0).iter().map(|v| v.abs()).collect();
+        assert!(Tier::available().len() > 1, "this machine has no SIMD tier to check");
+        for tier in Tier::available() {
+            let mut out = [vec![0f32; width * rows], vec![0f32; width * rows]];
+            let mut want = out.clone();
+            gelu_into::on(tier, &x, &mut out[0]);
+            def::gelu_into(&x, &mut want[0]);
+            gelu_backward_into::on(tier, &dy, &x, &mut out[1]);
+            def::gelu_backward_into(&dy, &x, &mut want[1]);
+            assert_eq!(out.map(|v| bits(&v)), want.map(|v| bits(&v)), "gelu on {tier:?}");
+
+            let [mut y, mut xhat, mut y_ref, mut xhat_ref] = [(); 4].map(|_| vec![0f32; width * rows]);
+            let (mut rstd, mut rstd_ref) = (vec![0f32; rows], vec![0f32; rows]);
+            layer_norm_rows::on(tier, width, &x, &gain, &bias, &mut y, &mut xhat, &mut rstd);
+            def::layer_norm_rows(width, &x, &gain, &bias, &mut y_ref, &mut xhat_ref, &mut rstd_ref);
+            assert_eq!(
+                [bits(&y), bits(&xhat), bits(&rstd)],
+                [bits(&y_ref), bits(&xhat_ref), bits(&rstd_ref)],
+                "{tier:?}"
+            );
+            let (mut dx, mut dx_ref) = (vec![0f32; width * rows], vec![0f32; width * rows]);
+            layer_norm_backward_rows::on(tier, width, &dy, &xhat, &rstd, &gain, &mut dx, false);
+            def::layer_norm_backward_rows(width, &dy, &xhat, &rstd, &gain, &mut dx_ref, false);
+            assert_eq!(bits(&dx), bits(&dx_ref), "layer norm backward on {tier:?}");
+
+            let (mut s, mut s_ref) = (scores.clone(), scores.clone());
+            causal_softmax_rows::on(tier, t, 0, 0.3, &mut s);
+            def::causal_softmax_rows(t, 0, 0.3, &mut s_ref);
+            assert_eq!(bits(&s), bits(&s_ref), "softmax on {tier:?}");
+            let (mut ds, mut ds_ref) = (vec![0f32; t * t * 2], vec![0f32; t * t * 2]);
+            causal_softmax_backward_rows::on(tier, t, 0, 0.3, &probs, &scores, &mut ds);
+            def::causal_softmax_backward_rows(t, 0, 0.3, &probs, &scores, &mut ds_ref);
+            assert_eq!(bits(&ds), bits(&ds_ref), "softmax backward on {tier:?}");
+
+            let (mut w, mut m, mut v) = (x.clone(), dy.clone(), probs.repeat(width * rows / probs.len() + 1));
+            let (mut w_ref, mut m_ref, mut v_ref) = (w.clone(), m.clone(), v.clone());
+            v.truncate(w.len());
+            v_ref.truncate(w.len());
+            adam_into::on(tier, &mut w, &dy, &mut m, &mut v, 1e-3, 0.1, 0.01);
+            def::adam_into(&mut w_ref, &dy, &mut m_ref, &mut v_ref, 1e-3, 0.1, 0.01);
+            assert_eq!([bits(&w), bits(&m), bits(&v)], [bits(&w_ref), bits(&m_ref), bits(&v_ref)], "adam on {tier:?}");
+        }
+    }
+
     #[test]
     fn splits_partition_the_items() {
         for threads in [1, 2, 3, 16] {
