@@ -71,6 +71,10 @@ if has bench; then
     # PyTorch (every mode) and the float reference once per configuration, beside the first GPU
     # backend (tc, the fastest admitted); the others without them.
     first=${gpus[0]}
+    echo "### bench gemm: each GPU backend's kernel at the 25.6M products, beside its path's ceiling"
+    for b in "${gpus[@]}"; do
+      timeout 120 "$bin" bench gemm --backend "$b" --shapes 4096x512x512,4096x2048x512,4096x512x2048,512x512x4096 --min-ms 300 2>&1 | grep -v XDG_RUNTIME
+    done
     echo "### bench train, default model"
     timeout 280 "$bin" bench train --backend "$first" --measure-steps "${MEASURE:-20}" --breakdown "${small[@]}" "${bench_flags[@]}" 2>&1 | grep -v XDG_RUNTIME
     for b in "${gpus[@]:1}"; do

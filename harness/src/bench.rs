@@ -101,6 +101,20 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     let mut single = load_backend(&backend_name, 1)?;
     let mut multi = load_backend(&backend_name, 0)?;
     let compare_peers = args.backend.is_none();
+    // The product path's ceiling (GPU plugins, ABI 2.1): the int8 rate of its product in a
+    // register-resident loop, which each shape's kernel row is set against.
+    let peak_gops = if single.plugin().capabilities() & lockstep_worker_api::caps::PEAK_TIMING != 0 {
+        let gops = single.time_peak(50)? / 1e9;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"impl": format!("{} path peak", single.name()), "threads": 1, "gops": gops})
+            );
+        }
+        Some(gops)
+    } else {
+        None
+    };
 
     let mut rows = Vec::new();
     for &(m, n, k) in &shapes {
@@ -118,9 +132,10 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
                 gops: ops / seconds / 1e9,
             };
             if args.json {
+                let of_peak = peak_gops.filter(|_| row.implementation.ends_with(" kernel")).map(|p| row.gops / p);
                 println!(
                     "{}",
-                    serde_json::json!({"shape": row.shape, "impl": row.implementation, "threads": row.threads, "ms": row.seconds * 1e3, "gops": row.gops})
+                    serde_json::json!({"shape": row.shape, "impl": row.implementation, "threads": row.threads, "ms": row.seconds * 1e3, "gops": row.gops, "of_path_peak": of_peak})
                 );
             }
             rows.push(row);
@@ -160,6 +175,17 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     }
     if !args.json {
         print_table(&rows);
+        if let Some(peak) = peak_gops {
+            println!(
+                "`{}` path peak (its product in a register loop): {peak:.1} GOP/s; kernel rows at {}",
+                single.name(),
+                rows.iter()
+                    .filter(|r| r.implementation.ends_with(" kernel"))
+                    .map(|r| format!("{} {:.0}%", r.shape, 100.0 * r.gops / peak))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

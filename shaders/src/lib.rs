@@ -25,6 +25,11 @@ pub enum Kernel {
     GemmTc(CoopTile),
     /// The raw integer product over the full i8 range, i32 out.
     GemmI8,
+    /// The product path's ceiling: `dot4` in a register-resident loop (`peak.wgsl`).
+    Peak,
+    /// The cooperative-matrix path's ceiling (`peak_tc.wgsl`): the portable module, whose
+    /// `tc_peak` the `tc` plugin replaces in the SPIR-V.
+    PeakTc(CoopTile),
     /// One entry point of the step's ops (`step_ops.wgsl`).
     Step(StepKernel),
 }
@@ -325,6 +330,18 @@ const GEMM_SPLIT: &str = include_str!("../wgsl/gemm_split.wgsl");
 const GEMM_I8: &str = include_str!("../wgsl/gemm_i8.wgsl");
 const GEMM_TC: &str = include_str!("../wgsl/gemm_tc.wgsl");
 const GEMM_TILE: &str = include_str!("../wgsl/gemm_tile.wgsl");
+const PEAK: &str = include_str!("../wgsl/peak.wgsl");
+const PEAK_TC: &str = include_str!("../wgsl/peak_tc.wgsl");
+
+/// `peak.wgsl`: rounds of eight `dot4`s an invocation runs, and its workgroup width.
+pub const PEAK_ITERATIONS: u32 = 1024;
+pub const PEAK_WORKGROUP: u32 = 256;
+/// `peak_tc.wgsl`: calls of `tc_peak` (64 multiply-adds each) a subgroup makes, and subgroups a
+/// workgroup.
+pub const PEAK_CALLS: u32 = 64;
+pub const PEAK_TC_SUBGROUPS: u32 = 4;
+/// Cooperative multiply-adds one `tc_peak` call makes.
+pub const PEAK_TC_MULADDS: u32 = 64;
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 const ARENA: &str = include_str!("../wgsl/arena.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
@@ -355,6 +372,8 @@ impl Kernel {
             Kernel::GemmUnitsSplit => "gemm_units_split",
             Kernel::GemmTc(_) => "gemm_tc",
             Kernel::GemmI8 => "gemm_i8",
+            Kernel::Peak => "peak",
+            Kernel::PeakTc(_) => "peak_tc",
             Kernel::Step(k) => k.entry_point(),
         }
     }
@@ -387,6 +406,12 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
             )
         }
         Kernel::GemmI8 => format!("{product_src}\n{GEMM_I8}"),
+        Kernel::Peak => format!("{product_src}\nconst PEAK_ITERATIONS: u32 = {PEAK_ITERATIONS}u;\n{PEAK}"),
+        Kernel::PeakTc(coop) => format!(
+            "{PRODUCT_DP4A}\nconst FM: u32 = {}u;\nconst FN: u32 = {}u;\nconst FK: u32 = {}u;\nconst SUBGROUP: u32 = {}u;\n\
+             const SUBGROUPS: u32 = {PEAK_TC_SUBGROUPS}u;\nconst PEAK_CALLS: u32 = {PEAK_CALLS}u;\n{PEAK_TC}",
+            coop.fm, coop.fn_, coop.fk, coop.subgroup
+        ),
         Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{STEP_OPS}", record_prelude()),
     }
 }
@@ -447,6 +472,14 @@ mod tests {
             assert!(module.functions.iter().any(|(_, f)| f.name.as_deref() == Some("tc_block_sums")));
         }
         assert_eq!(coop_tile(8, 8, 12, 8).epilogue(), None, "k's block of 32 is not a whole number of 12");
+        for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (8, 8, 8, 8)] {
+            let module = validate(Kernel::PeakTc(coop_tile(fm, fn_, fk, subgroup)), Product::Dp4a, TILES[0]);
+            assert_eq!(module.entry_points[0].workgroup_size, [PEAK_TC_SUBGROUPS * subgroup, 1, 1]);
+        }
+        for product in [Product::Dp4a, Product::Lut] {
+            let module = validate(Kernel::Peak, product, TILES[0]);
+            assert_eq!(module.entry_points[0].workgroup_size, [PEAK_WORKGROUP, 1, 1]);
+        }
     }
 
     #[test]

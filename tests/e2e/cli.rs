@@ -165,6 +165,15 @@ fn bench_gemm_prints_json_lines() {
     let out = lockstep(&["bench", "gemm", "--shapes", "12x"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("not MxNxK"), "{}", text(&out));
+    // A GPU plugin's kernel row is set against its product path's ceiling, measured in the run.
+    let out = lockstep(&["bench", "gemm", "--json", "--backend", "dp4a", "--shapes", "64x48x40", "--min-ms", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let peak = rows.iter().find(|r| r["impl"] == "dp4a path peak").expect("a path peak row");
+    let kernel = rows.iter().find(|r| r["impl"] == "dp4a kernel").expect("a kernel row");
+    let (peak, share) = (peak["gops"].as_f64().unwrap(), kernel["of_path_peak"].as_f64().unwrap());
+    assert!(peak > 0.0 && (share - kernel["gops"].as_f64().unwrap() / peak).abs() < 1e-9, "{rows:?}");
 }
 
 /// `bench train` on a tiny model: a JSON row per trainer with the fields scripts read, and the

@@ -19,7 +19,8 @@
  *   fields it claims; non-NULL `name` and `description` (static, NUL-terminated UTF-8); non-NULL
  *   `create`, `destroy`, `describe`, `gemm_f32`, `gemm_i8`; both LOCKSTEP_CAP_GEMM_F32 and
  *   LOCKSTEP_CAP_GEMM_I8 set. A plugin that lacks any of these is refused at load. Everything
- *   else is optional: `time_kernel` only with LOCKSTEP_CAP_KERNEL_TIMING; the five ABI 2
+ *   else is optional: `time_kernel` only with LOCKSTEP_CAP_KERNEL_TIMING, `time_peak` (2.1) only
+ *   with LOCKSTEP_CAP_PEAK_TIMING; the five ABI 2
  *   entries only when `ops` is non-zero (then all five are required), and the host hands a
  *   plugin a training step only when `ops` is LOCKSTEP_OPS_ALL.
  * - The units: `gemm_f32` is C = A·Bᵀ (A m×k, B n×k, C m×n, all row-major) through the verified
@@ -66,7 +67,7 @@
 #include <stdint.h>
 
 #define LOCKSTEP_ABI_MAJOR 2
-#define LOCKSTEP_ABI_MINOR 0
+#define LOCKSTEP_ABI_MINOR 1
 #define LOCKSTEP_ABI_MAJOR_OLDEST 1
 #define LOCKSTEP_ENTRY_SYMBOL "lockstep_worker_entry"
 
@@ -84,6 +85,7 @@
 #define LOCKSTEP_CAP_GEMM_I8 (1ull << 1)
 #define LOCKSTEP_CAP_KERNEL_TIMING (1ull << 2)
 #define LOCKSTEP_CAP_DEVICE (1ull << 3)
+#define LOCKSTEP_CAP_PEAK_TIMING (1ull << 4)
 #define LOCKSTEP_CAP_REQUIRED (LOCKSTEP_CAP_GEMM_F32 | LOCKSTEP_CAP_GEMM_I8)
 /* Bits 8 and 9 (ABI 1's reserved fused attention and MLP chain) are retired: hosts ignore them. */
 #define LOCKSTEP_CAP_RETIRED ((1ull << 8) | (1ull << 9))
@@ -316,6 +318,10 @@ typedef int32_t (*LockstepBufferReadFn)(void *instance, uint64_t handle, uint64_
                                         uint64_t words, LockstepErrorBuf *error);
 typedef int32_t (*LockstepRunOpsFn)(void *instance, const LockstepOpCall *ops, uint32_t count,
                                     LockstepErrorBuf *error);
+/* time_peak (2.1, with LOCKSTEP_CAP_PEAK_TIMING): int8 operations per second of the product path
+ * in a register-resident loop, run `repeat` times. */
+typedef int32_t (*LockstepTimePeakFn)(void *instance, uint32_t repeat, double *out_ops_per_second,
+                                      LockstepErrorBuf *error);
 
 typedef struct LockstepWorkerVTable {
     uint16_t abi_major;
@@ -338,12 +344,15 @@ typedef struct LockstepWorkerVTable {
     LockstepBufferWriteFn buffer_write;
     LockstepBufferReadFn buffer_read;
     LockstepRunOpsFn run_ops;
+    /* 2.1 */
+    LockstepTimePeakFn time_peak;
 } LockstepWorkerVTable;
 
 typedef const LockstepWorkerVTable *(*LockstepEntryFn)(void);
 
 /* The layout, pinned (64-bit targets), the same numbers as the Rust layout tests. */
-_Static_assert(sizeof(LockstepWorkerVTable) == 128, "table size");
+_Static_assert(sizeof(LockstepWorkerVTable) == 136, "table size");
+_Static_assert(offsetof(LockstepWorkerVTable, time_peak) == 128, "2.1 field");
 _Static_assert(offsetof(LockstepWorkerVTable, time_kernel) == 72, "1.1 field");
 _Static_assert(offsetof(LockstepWorkerVTable, ops) == 80, "2.0 fields start after 1.x's 80 bytes");
 _Static_assert(offsetof(LockstepWorkerVTable, run_ops) == 120, "run_ops");

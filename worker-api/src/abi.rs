@@ -12,8 +12,8 @@ use crate::ops;
 pub const ABI_MAJOR: u16 = 2;
 /// The oldest major version a host still loads.
 pub const ABI_MAJOR_OLDEST: u16 = 1;
-/// ABI minor version: fields appended within one major version.
-pub const ABI_MINOR: u16 = 0;
+/// ABI minor version: fields appended within one major version. 2.1: `time_peak`.
+pub const ABI_MINOR: u16 = 1;
 /// The one exported symbol, without its NUL.
 pub const ENTRY_SYMBOL: &str = "lockstep_worker_entry";
 
@@ -60,6 +60,9 @@ pub mod caps {
     /// The plugin computes on an accelerator and serializes calls on it: hosts use one
     /// instance rather than one per thread. Informational (ABI 1.1).
     pub const DEVICE: u64 = 1 << 3;
+    /// `time_peak` (ABI 2.1): the int8 rate of the path the plugin's products use, in a
+    /// register-resident loop, for benchmarks to set the kernel's rate against. Optional.
+    pub const PEAK_TIMING: u64 = 1 << 4;
     /// Bits 8 and 9 were reserved in ABI 1 for a fused attention entry and a back-to-back MLP
     /// chain entry. ABI 2 retires them: attention is the batched products and the causal
     /// softmax ops of one `run_ops` call, the MLP its products (bias riding on them) and the
@@ -205,6 +208,13 @@ pub type BufferReadFn = unsafe extern "C" fn(
 /// of the units `NON_FINITE_INPUT`. After a failure the ops' outputs are undefined.
 pub type RunOpsFn =
     unsafe extern "C" fn(instance: *mut c_void, ops: *const ops::OpCall, count: u32, error: *mut ErrorBuf) -> i32;
+/// `time_peak(instance, repeat, out_ops_per_second, error) -> status` (ABI 2.1): runs the
+/// plugin's product path (the DP4A instruction, table lookups, tensor cores) `repeat` times over
+/// operands held in registers or workgroup memory, no memory traffic, and writes the int8
+/// operations (a multiply and an add each) per second it reached: the ceiling its products'
+/// `time_kernel` rate is measured against.
+pub type TimePeakFn =
+    unsafe extern "C" fn(instance: *mut c_void, repeat: u32, out_ops_per_second: *mut f64, error: *mut ErrorBuf) -> i32;
 /// The entry symbol's type.
 pub type EntryFn = unsafe extern "C" fn() -> *const WorkerVTable;
 
@@ -236,6 +246,8 @@ pub struct WorkerVTable {
     pub buffer_write: Option<BufferWriteFn>,
     pub buffer_read: Option<BufferReadFn>,
     pub run_ops: Option<RunOpsFn>,
+    // ---- ABI 2.1 ----
+    pub time_peak: Option<TimePeakFn>,
 }
 
 /// Size of an ABI 1.0 table: the smallest a host accepts. Fields past it are read only when
@@ -256,10 +268,10 @@ mod tests {
     /// Golden layout: changing any of these numbers is an ABI break.
     #[test]
     fn vtable_layout_is_pinned() {
-        assert_eq!(size_of::<WorkerVTable>(), 128);
+        assert_eq!(size_of::<WorkerVTable>(), 136);
         assert_eq!(TABLE_SIZE_1_0, 72);
         assert_eq!(TABLE_SIZE_2_0, 128);
-        assert_eq!((ABI_MAJOR, ABI_MINOR, ABI_MAJOR_OLDEST), (2, 0, 1));
+        assert_eq!((ABI_MAJOR, ABI_MINOR, ABI_MAJOR_OLDEST), (2, 1, 1));
         assert_eq!(align_of::<WorkerVTable>(), 8);
         assert_eq!(offset_of!(WorkerVTable, abi_major), 0);
         assert_eq!(offset_of!(WorkerVTable, abi_minor), 2);
@@ -279,6 +291,7 @@ mod tests {
         assert_eq!(offset_of!(WorkerVTable, buffer_write), 104);
         assert_eq!(offset_of!(WorkerVTable, buffer_read), 112);
         assert_eq!(offset_of!(WorkerVTable, run_ops), 120);
+        assert_eq!(offset_of!(WorkerVTable, time_peak), 128);
         // A nullable function pointer is one pointer wide.
         assert_eq!(size_of::<Option<GemmF32Fn>>(), size_of::<usize>());
     }
@@ -362,7 +375,8 @@ mod tests {
         assert_eq!(caps::REQUIRED, 0b11);
         assert_eq!(caps::KERNEL_TIMING, 0b100);
         // No capability in use overlaps the retired bits.
-        let used = caps::REQUIRED | caps::KERNEL_TIMING | caps::DEVICE;
+        assert_eq!(caps::PEAK_TIMING, 0b1_0000);
+        let used = caps::REQUIRED | caps::KERNEL_TIMING | caps::DEVICE | caps::PEAK_TIMING;
         assert_eq!(used & caps::RETIRED, 0);
         assert_eq!(ENTRY_SYMBOL, "lockstep_worker_entry");
     }

@@ -56,6 +56,12 @@ pub trait Worker: Sized + 'static {
         Err(WorkerError::new(status::UNSUPPORTED, "this plugin does not time its kernel"))
     }
 
+    /// (2.1) Int8 operations per second of the product path in a register-resident loop (see
+    /// [`crate::TimePeakFn`]). Plugins with [`crate::caps::PEAK_TIMING`] implement it.
+    fn time_peak(&mut self, _repeat: usize) -> Result<f64, WorkerError> {
+        Err(WorkerError::new(status::UNSUPPORTED, "this plugin does not time its product path"))
+    }
+
     /// (2.0) The ops this plugin runs, [`crate::ops::bit`] per op; 0: products only, and the
     /// buffer methods below are never called.
     const OPS: u64 = 0;
@@ -135,6 +141,7 @@ pub const fn vtable<W: Worker>() -> WorkerVTable {
         buffer_write: Some(buffer_write::<W>),
         buffer_read: Some(buffer_read::<W>),
         run_ops: Some(run_ops::<W>),
+        time_peak: Some(time_peak::<W>),
     }
 }
 
@@ -376,6 +383,28 @@ unsafe extern "C" fn time_kernel<W: Worker>(
                 return Err(invalid("time_kernel needs a non-empty shape and repeat ≥ 1"));
             }
             *out_seconds = worker.time_kernel(m as usize, n as usize, k as usize, repeat as usize)?;
+            Ok(())
+        })
+    }
+}
+
+unsafe extern "C" fn time_peak<W: Worker>(
+    instance_ptr: *mut c_void,
+    repeat: u32,
+    out_ops_per_second: *mut f64,
+    error: *mut ErrorBuf,
+) -> i32 {
+    // SAFETY: pointers come from the host under the ABI's contract; the body checks them.
+    unsafe {
+        guarded(error, || {
+            let worker = instance::<W>(instance_ptr)?;
+            if out_ops_per_second.is_null() {
+                return Err(invalid("out_ops_per_second is null"));
+            }
+            if repeat == 0 {
+                return Err(invalid("time_peak needs repeat ≥ 1"));
+            }
+            *out_ops_per_second = worker.time_peak(repeat as usize)?;
             Ok(())
         })
     }

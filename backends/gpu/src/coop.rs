@@ -38,34 +38,55 @@ impl std::error::Error for CoopError {}
 /// SPIR-V of the `tc` unit kernel for `coop`, its overrides set (`SOFT_FLOAT`, `PAGES`), with
 /// cooperative-matrix block sums (`cooperative`) or naga's portable ones (tests compare both).
 pub fn spirv(coop: CoopTile, soft_float: bool, pages: u32, cooperative: bool) -> Result<Vec<u32>, CoopError> {
-    let tile = coop.epilogue().ok_or_else(|| CoopError(format!("{coop:?} has no epilogue tile")))?;
-    let source = lockstep_shaders::source(Kernel::GemmTc(coop), Product::Dp4a, tile);
+    let overrides = [("SOFT_FLOAT", if soft_float { 1.0 } else { 0.0 }), ("PAGES", f64::from(pages))];
+    let words = naga_spirv(Kernel::GemmTc(coop), &overrides)?;
+    if cooperative {
+        splice(&words, "tc_block_sums", coop, block_sums_body)
+    } else {
+        Ok(words)
+    }
+}
+
+/// SPIR-V of the `tc` path's ceiling (`peak_tc.wgsl`) for `coop`, with cooperative
+/// multiply-adds (`cooperative`) or naga's portable stand-in.
+pub fn peak_spirv(coop: CoopTile, cooperative: bool) -> Result<Vec<u32>, CoopError> {
+    let words = naga_spirv(Kernel::PeakTc(coop), &[])?;
+    if cooperative {
+        splice(&words, "tc_peak", coop, peak_body)
+    } else {
+        Ok(words)
+    }
+}
+
+/// naga's SPIR-V for `kernel`'s WGSL, as wgpu would write it, with `overrides` set.
+fn naga_spirv(kernel: Kernel, overrides: &[(&str, f64)]) -> Result<Vec<u32>, CoopError> {
+    let tile = match kernel {
+        Kernel::GemmTc(coop) => coop.epilogue().ok_or_else(|| CoopError(format!("{coop:?} has no epilogue tile")))?,
+        _ => lockstep_shaders::TILES[0],
+    };
+    let source = lockstep_shaders::source(kernel, Product::Dp4a, tile);
     let module = naga::front::wgsl::parse_str(&source).map_err(|e| CoopError(e.emit_to_string(&source)))?;
     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
         .validate(&module)
         .map_err(|e| CoopError(e.emit_to_string(&source)))?;
     let mut constants = naga::back::PipelineConstants::default();
-    constants.insert("SOFT_FLOAT".into(), if soft_float { 1.0 } else { 0.0 });
-    constants.insert("PAGES".into(), f64::from(pages));
+    for &(name, value) in overrides {
+        constants.insert(name.into(), value);
+    }
     let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
         .map_err(|e| CoopError(format!("{e:?}")))?;
     let options = naga::back::spv::Options {
         // Cooperative matrices need SPIR-V 1.3 or later; 1.6 is Vulkan 1.3's.
         lang_version: (1, 6),
         flags: naga::back::spv::WriterFlags::DEBUG,
-        // `sums` is written before it is read, every block.
+        // Every workgroup variable is written before it is read.
         zero_initialize_workgroup_memory: naga::back::spv::ZeroInitializeWorkgroupMemoryMode::None,
         // As wgpu compiles the other unit kernels (`create_shader_module_trusted`): every
         // index is in range by construction (gemm_tc.wgsl says how), and loops are bounded.
         force_loop_bounding: false,
         ..naga::back::spv::Options::default()
     };
-    let words = naga::back::spv::write_vec(&module, &info, &options, None).map_err(|e| CoopError(format!("{e}")))?;
-    if cooperative {
-        splice(&words, coop)
-    } else {
-        Ok(words)
-    }
+    naga::back::spv::write_vec(&module, &info, &options, None).map_err(|e| CoopError(format!("{e}")))
 }
 
 /// One instruction: opcode and operand words.
@@ -112,27 +133,189 @@ fn inst(op: Op, words: Vec<u32>) -> Inst {
     Inst { op: op as u32, words }
 }
 
-/// Appends instructions that define new ids.
-struct Ids<'a> {
-    bound: &'a mut u32,
+/// Where a cooperative load reads: a runtime array of u32 in a storage buffer's block (naga's
+/// wrapper struct, member 0), or a workgroup array of u32.
+#[derive(Clone, Copy)]
+enum Array {
+    Storage(u32),
+    Workgroup(u32),
 }
 
-impl Ids<'_> {
-    fn next(&mut self) -> u32 {
-        let id = *self.bound;
-        *self.bound += 1;
+/// What builds a spliced function's body from its parameters.
+type BodyFn = fn(&mut Builder, &[u32], CoopTile) -> Result<Vec<Inst>, CoopError>;
+
+/// What a spliced body is built with: fresh ids, new types and constants (appended to the type
+/// section), naga's globals by name, and the cooperative types of the shape.
+struct Builder {
+    bound: u32,
+    types: Vec<Inst>,
+    constants: HashMap<(u32, u32), u32>,
+    names: HashMap<Vec<u32>, u32>,
+    u32_type: u32,
+    /// `FM × FK` i8 (use A), `FK × FN` i8 (use B), `FM × FN` i32 (accumulator), and the zero
+    /// accumulator.
+    a_type: u32,
+    b_type: u32,
+    acc_type: u32,
+    zero_acc: u32,
+    /// Pointers to a u32 in a storage buffer and in workgroup memory, to an i32 in workgroup memory.
+    storage_u32: u32,
+    workgroup_u32: u32,
+    workgroup_i32: u32,
+    row_major: u32,
+    col_major: u32,
+    /// All four `…SignedComponentsKHR` operands: every matrix signed.
+    signed: u32,
+}
+
+impl Builder {
+    fn id(&mut self) -> u32 {
+        self.bound += 1;
+        self.bound - 1
+    }
+
+    /// The u32 constant `value`, declared once.
+    fn u32(&mut self, value: u32) -> u32 {
+        if let Some(&id) = self.constants.get(&(self.u32_type, value)) {
+            return id;
+        }
+        let id = self.id();
+        self.types.push(inst(Op::Constant, vec![self.u32_type, id, value]));
+        self.constants.insert((self.u32_type, value), id);
         id
+    }
+
+    fn named(&self, name: &str) -> Result<u32, CoopError> {
+        self.names.get(&string_words(name)).copied().ok_or_else(|| CoopError(format!("naga's module has no {name}")))
+    }
+
+    /// `base + scale · by + offset` in u32, into `body`.
+    fn address(&mut self, body: &mut Vec<Inst>, base: u32, scale: u32, by: u32, offset: u32) -> u32 {
+        let (scale, offset) = (self.u32(scale), self.u32(offset));
+        let (scaled, shifted, word) = (self.id(), self.id(), self.id());
+        body.push(inst(Op::IMul, vec![self.u32_type, scaled, scale, by]));
+        body.push(inst(Op::IAdd, vec![self.u32_type, shifted, base, scaled]));
+        body.push(inst(Op::IAdd, vec![self.u32_type, word, shifted, offset]));
+        word
+    }
+
+    /// A cooperative load of `ty` from word `word` of array `from`, rows or columns `stride`
+    /// words apart.
+    fn load(&mut self, body: &mut Vec<Inst>, from: Array, word: u32, ty: u32, layout: u32, stride: u32) -> u32 {
+        let (pointer, value) = (self.id(), self.id());
+        let chain = match from {
+            Array::Storage(var) => {
+                let zero = self.u32(0);
+                vec![self.storage_u32, pointer, var, zero, word]
+            }
+            Array::Workgroup(var) => vec![self.workgroup_u32, pointer, var, word],
+        };
+        body.push(inst(Op::AccessChain, chain));
+        body.push(inst(Op::CooperativeMatrixLoadKHR, vec![ty, value, pointer, layout, stride]));
+        value
+    }
+
+    fn mul_add(&mut self, body: &mut Vec<Inst>, a: u32, b: u32, acc: u32) -> u32 {
+        let sum = self.id();
+        body.push(inst(Op::CooperativeMatrixMulAddKHR, vec![self.acc_type, sum, a, b, acc, self.signed]));
+        sum
+    }
+
+    /// A row-major store of accumulator `value` at element `at` of workgroup array `var` (of
+    /// `pointer`'s element type), rows `stride` elements apart.
+    fn store(&mut self, body: &mut Vec<Inst>, var: u32, pointer_type: u32, at: u32, value: u32, stride: u32) {
+        let (pointer, stride) = (self.id(), self.u32(stride));
+        body.push(inst(Op::AccessChain, vec![pointer_type, pointer, var, at]));
+        body.push(inst(Op::CooperativeMatrixStoreKHR, vec![pointer, value, self.row_major, stride]));
     }
 }
 
-/// Replaces the body of `tc_block_sums` in naga's `words` with cooperative-matrix code for `coop`.
-fn splice(words: &[u32], coop: CoopTile) -> Result<Vec<u32>, CoopError> {
+/// The cooperative body of `tc_block_sums(a_word, b_word, row_words, sums_at, lane)`: for each
+/// of the `32 / FK` slices of a block, `FR` A and `FC` B fragments from the operand buffers and
+/// `FR × FC` multiply-adds; then each accumulator stored into `sums`.
+fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Vec<Inst>, CoopError> {
+    let &[a_word, b_word, row_words, sums_at, _lane] = params else {
+        return Err(CoopError(format!("tc_block_sums has {} parameters, not 5", params.len())));
+    };
+    let (qa, qb, sums) = (b.named("qa")?, b.named("qb")?, b.named("sums")?);
+    let mut body = Vec::new();
+    let mut acc = vec![b.zero_acc; (coop.fr * coop.fc) as usize];
+    for slice in 0..32 / coop.fk {
+        // Four int8 a word: the slice starts fk / 4 words into the block.
+        let offset = slice * coop.fk / 4;
+        let a: Vec<u32> = (0..coop.fr)
+            .map(|r| {
+                let word = b.address(&mut body, a_word, r * coop.fm, row_words, offset);
+                b.load(&mut body, Array::Storage(qa), word, b.a_type, b.row_major, row_words)
+            })
+            .collect();
+        // B's rows are the product's columns: a B fragment is column-major in `qb`.
+        let bs: Vec<u32> = (0..coop.fc)
+            .map(|c| {
+                let word = b.address(&mut body, b_word, c * coop.fn_, row_words, offset);
+                b.load(&mut body, Array::Storage(qb), word, b.b_type, b.col_major, row_words)
+            })
+            .collect();
+        for (r, &a) in a.iter().enumerate() {
+            for (c, &fragment) in bs.iter().enumerate() {
+                let at = r * coop.fc as usize + c;
+                acc[at] = b.mul_add(&mut body, a, fragment, acc[at]);
+            }
+        }
+    }
+    let tile_cols = coop.cols();
+    for r in 0..coop.fr {
+        for c in 0..coop.fc {
+            let offset = b.u32(r * coop.fm * tile_cols + c * coop.fn_);
+            let at = b.id();
+            body.push(inst(Op::IAdd, vec![b.u32_type, at, sums_at, offset]));
+            let pointer_type = b.workgroup_i32;
+            b.store(&mut body, sums, pointer_type, at, acc[(r * coop.fc + c) as usize], tile_cols);
+        }
+    }
+    Ok(body)
+}
+
+/// The cooperative body of `tc_peak(at, lane)`: one A and one B fragment from the subgroup's
+/// region of `peak_tile`, [`lockstep_shaders::PEAK_TC_MULADDS`] multiply-adds into four
+/// independent accumulators, the accumulators stored back over the region, a subgroup barrier.
+fn peak_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Vec<Inst>, CoopError> {
+    let &[at, _lane] = params else {
+        return Err(CoopError(format!("tc_peak has {} parameters, not 2", params.len())));
+    };
+    let tile = b.named("peak_tile")?;
+    let mut body = Vec::new();
+    let words_k = b.u32(coop.fk / 4);
+    let a = b.load(&mut body, Array::Workgroup(tile), at, b.a_type, b.row_major, words_k);
+    let after_a = b.u32(coop.fm * coop.fk / 4);
+    let b_at = b.id();
+    body.push(inst(Op::IAdd, vec![b.u32_type, b_at, at, after_a]));
+    let fragment = b.load(&mut body, Array::Workgroup(tile), b_at, b.b_type, b.col_major, words_k);
+    let mut acc = [b.zero_acc; 4];
+    for round in 0..lockstep_shaders::PEAK_TC_MULADDS as usize {
+        acc[round % 4] = b.mul_add(&mut body, a, fragment, acc[round % 4]);
+    }
+    for (j, &value) in acc.iter().enumerate() {
+        let offset = b.u32(j as u32 * coop.fm * coop.fn_);
+        let store_at = b.id();
+        body.push(inst(Op::IAdd, vec![b.u32_type, store_at, at, offset]));
+        let pointer_type = b.workgroup_u32;
+        b.store(&mut body, tile, pointer_type, store_at, value, coop.fn_);
+    }
+    // The next call's loads read what other lanes stored.
+    let (scope, semantics) = (
+        b.u32(spirv::Scope::Subgroup as u32),
+        b.u32((spirv::MemorySemantics::WORKGROUP_MEMORY | spirv::MemorySemantics::ACQUIRE_RELEASE).bits()),
+    );
+    body.push(inst(Op::ControlBarrier, vec![scope, scope, semantics]));
+    Ok(body)
+}
+
+/// Replaces the body of `function` in naga's `words` with the instructions `build` makes for
+/// `coop` from the function's parameters.
+fn splice(words: &[u32], function: &str, coop: CoopTile, build: BodyFn) -> Result<Vec<u32>, CoopError> {
     let (mut header, code) = parse(words)?;
     let missing = |what: &str| CoopError(format!("naga's module has no {what}"));
-    let names: HashMap<Vec<u32>, u32> =
-        code.iter().filter(|i| i.op == Op::Name as u32).map(|i| (i.words[1..].to_vec(), i.words[0])).collect();
-    let named = |name: &str| names.get(&string_words(name)).copied().ok_or_else(|| missing(name));
-    let (function, qa, qb, sums) = (named("tc_block_sums")?, named("qa")?, named("qb")?, named("sums")?);
     let int_type = |width: u32, signed: u32| {
         code.iter().find(|i| i.op == Op::TypeInt as u32 && i.words[1..] == [width, signed]).map(|i| i.words[0])
     };
@@ -141,125 +324,74 @@ fn splice(words: &[u32], coop: CoopTile) -> Result<Vec<u32>, CoopError> {
     if int_type(8, 1).is_some() {
         return Err(CoopError("naga's module already declares an i8 type".into()));
     }
-
-    let mut bound = header[3];
-    let mut ids = Ids { bound: &mut bound };
-    let mut types = Vec::new();
-    let mut constants: HashMap<(u32, u32), u32> = HashMap::new();
-    let mut constant = |ids: &mut Ids, types: &mut Vec<Inst>, ty: u32, value: u32| {
-        *constants.entry((ty, value)).or_insert_with(|| {
-            let id = ids.next();
-            types.push(inst(Op::Constant, vec![ty, id, value]));
-            id
-        })
+    let names = code.iter().filter(|i| i.op == Op::Name as u32).map(|i| (i.words[1..].to_vec(), i.words[0])).collect();
+    let mut b = Builder {
+        bound: header[3],
+        types: Vec::new(),
+        constants: HashMap::new(),
+        names,
+        u32_type,
+        a_type: 0,
+        b_type: 0,
+        acc_type: 0,
+        zero_acc: 0,
+        storage_u32: 0,
+        workgroup_u32: 0,
+        workgroup_i32: 0,
+        row_major: 0,
+        col_major: 0,
+        signed: (spirv::CooperativeMatrixOperands::MATRIX_A_SIGNED_COMPONENTS_KHR
+            | spirv::CooperativeMatrixOperands::MATRIX_B_SIGNED_COMPONENTS_KHR
+            | spirv::CooperativeMatrixOperands::MATRIX_C_SIGNED_COMPONENTS_KHR
+            | spirv::CooperativeMatrixOperands::MATRIX_RESULT_SIGNED_COMPONENTS_KHR)
+            .bits(),
     };
-    let i8_type = ids.next();
-    types.push(inst(Op::TypeInt, vec![i8_type, 8, 1]));
-    let scope = constant(&mut ids, &mut types, u32_type, spirv::Scope::Subgroup as u32);
-    let mut matrix = |ids: &mut Ids, types: &mut Vec<Inst>, component: u32, rows: u32, cols: u32, usage: u32| {
-        let (rows, cols, usage) = (
-            constant(ids, types, u32_type, rows),
-            constant(ids, types, u32_type, cols),
-            constant(ids, types, u32_type, usage),
-        );
-        let id = ids.next();
-        types.push(inst(Op::TypeCooperativeMatrixKHR, vec![id, component, scope, rows, cols, usage]));
+    let i8_type = b.id();
+    b.types.push(inst(Op::TypeInt, vec![i8_type, 8, 1]));
+    let scope = b.u32(spirv::Scope::Subgroup as u32);
+    use spirv::CooperativeMatrixUse as Use;
+    let matrix = |b: &mut Builder, component: u32, rows: u32, cols: u32, usage: Use| {
+        let (rows, cols, usage) = (b.u32(rows), b.u32(cols), b.u32(usage as u32));
+        let id = b.id();
+        b.types.push(inst(Op::TypeCooperativeMatrixKHR, vec![id, component, scope, rows, cols, usage]));
         id
     };
-    use spirv::CooperativeMatrixUse as Use;
-    let a_type = matrix(&mut ids, &mut types, i8_type, coop.fm, coop.fk, Use::MatrixAKHR as u32);
-    let b_type = matrix(&mut ids, &mut types, i8_type, coop.fk, coop.fn_, Use::MatrixBKHR as u32);
-    let acc_type = matrix(&mut ids, &mut types, i32_type, coop.fm, coop.fn_, Use::MatrixAccumulatorKHR as u32);
-    let zero_i32 = ids.next();
-    types.push(inst(Op::Constant, vec![i32_type, zero_i32, 0]));
-    let zero_acc = ids.next();
-    types.push(inst(Op::ConstantComposite, vec![acc_type, zero_acc, zero_i32]));
-    let storage_u32 = ids.next();
-    types.push(inst(Op::TypePointer, vec![storage_u32, spirv::StorageClass::StorageBuffer as u32, u32_type]));
-    let workgroup_i32 = ids.next();
-    types.push(inst(Op::TypePointer, vec![workgroup_i32, spirv::StorageClass::Workgroup as u32, i32_type]));
-    let row_major = constant(&mut ids, &mut types, u32_type, spirv::CooperativeMatrixLayout::RowMajorKHR as u32);
-    let col_major = constant(&mut ids, &mut types, u32_type, spirv::CooperativeMatrixLayout::ColumnMajorKHR as u32);
-    let zero = constant(&mut ids, &mut types, u32_type, 0);
-    let tile_cols = coop.cols();
-    let sums_stride = constant(&mut ids, &mut types, u32_type, tile_cols);
+    b.a_type = matrix(&mut b, i8_type, coop.fm, coop.fk, Use::MatrixAKHR);
+    b.b_type = matrix(&mut b, i8_type, coop.fk, coop.fn_, Use::MatrixBKHR);
+    b.acc_type = matrix(&mut b, i32_type, coop.fm, coop.fn_, Use::MatrixAccumulatorKHR);
+    let zero_i32 = b.id();
+    b.types.push(inst(Op::Constant, vec![i32_type, zero_i32, 0]));
+    b.zero_acc = b.id();
+    b.types.push(inst(Op::ConstantComposite, vec![b.acc_type, b.zero_acc, zero_i32]));
+    use spirv::StorageClass as Class;
+    for (slot, class, ty) in
+        [(0, Class::StorageBuffer, u32_type), (1, Class::Workgroup, u32_type), (2, Class::Workgroup, i32_type)]
+    {
+        let id = b.id();
+        b.types.push(inst(Op::TypePointer, vec![id, class as u32, ty]));
+        *[&mut b.storage_u32, &mut b.workgroup_u32, &mut b.workgroup_i32][slot] = id;
+    }
+    b.row_major = b.u32(spirv::CooperativeMatrixLayout::RowMajorKHR as u32);
+    b.col_major = b.u32(spirv::CooperativeMatrixLayout::ColumnMajorKHR as u32);
 
-    // The function's parameters, in order: a_word, b_word, row_words, sums_at, lane.
+    let target = b.named(function)?;
     let start = code
         .iter()
-        .position(|i| i.op == Op::Function as u32 && i.words[1] == function)
-        .ok_or_else(|| missing("tc_block_sums function"))?;
+        .position(|i| i.op == Op::Function as u32 && i.words[1] == target)
+        .ok_or_else(|| missing(&format!("{function} function")))?;
     let params: Vec<u32> =
         code[start + 1..].iter().take_while(|i| i.op == Op::FunctionParameter as u32).map(|i| i.words[1]).collect();
-    let [a_word, b_word, row_words, sums_at, _lane] = params[..] else {
-        return Err(CoopError(format!("tc_block_sums has {} parameters, not 5", params.len())));
-    };
     let body_start = start + 1 + params.len();
     let end = body_start
         + code[body_start..]
             .iter()
             .position(|i| i.op == Op::FunctionEnd as u32)
             .ok_or_else(|| missing("function end"))?;
-
-    let mut body = vec![inst(Op::Label, vec![ids.next()])];
-    // word = base + rows · row_words + offset
-    let mut address =
-        |ids: &mut Ids, types: &mut Vec<Inst>, body: &mut Vec<Inst>, base: u32, rows: u32, offset: u32| {
-            let (rows, offset) = (constant(ids, types, u32_type, rows), constant(ids, types, u32_type, offset));
-            let (scaled, shifted, word) = (ids.next(), ids.next(), ids.next());
-            body.push(inst(Op::IMul, vec![u32_type, scaled, rows, row_words]));
-            body.push(inst(Op::IAdd, vec![u32_type, shifted, base, scaled]));
-            body.push(inst(Op::IAdd, vec![u32_type, word, shifted, offset]));
-            word
-        };
-    let signed = (spirv::CooperativeMatrixOperands::MATRIX_A_SIGNED_COMPONENTS_KHR
-        | spirv::CooperativeMatrixOperands::MATRIX_B_SIGNED_COMPONENTS_KHR
-        | spirv::CooperativeMatrixOperands::MATRIX_C_SIGNED_COMPONENTS_KHR
-        | spirv::CooperativeMatrixOperands::MATRIX_RESULT_SIGNED_COMPONENTS_KHR)
-        .bits();
-    let mut acc = vec![zero_acc; (coop.fr * coop.fc) as usize];
-    for slice in 0..32 / coop.fk {
-        // Four int8 a word: the slice starts fk / 4 words into the block.
-        let offset = slice * coop.fk / 4;
-        let mut load = |ids: &mut Ids, types: &mut Vec<Inst>, body: &mut Vec<Inst>, var, base, rows, ty, layout| {
-            let word = address(ids, types, body, base, rows, offset);
-            let (pointer, value) = (ids.next(), ids.next());
-            body.push(inst(Op::AccessChain, vec![storage_u32, pointer, var, zero, word]));
-            body.push(inst(Op::CooperativeMatrixLoadKHR, vec![ty, value, pointer, layout, row_words]));
-            value
-        };
-        let a: Vec<u32> = (0..coop.fr)
-            .map(|r| load(&mut ids, &mut types, &mut body, qa, a_word, r * coop.fm, a_type, row_major))
-            .collect();
-        let b: Vec<u32> = (0..coop.fc)
-            .map(|c| load(&mut ids, &mut types, &mut body, qb, b_word, c * coop.fn_, b_type, col_major))
-            .collect();
-        for (r, &a) in a.iter().enumerate() {
-            for (c, &b) in b.iter().enumerate() {
-                let at = r * coop.fc as usize + c;
-                let sum = ids.next();
-                body.push(inst(Op::CooperativeMatrixMulAddKHR, vec![acc_type, sum, a, b, acc[at], signed]));
-                acc[at] = sum;
-            }
-        }
-    }
-    for r in 0..coop.fr {
-        for c in 0..coop.fc {
-            let offset = constant(&mut ids, &mut types, u32_type, r * coop.fm * tile_cols + c * coop.fn_);
-            let (at, pointer) = (ids.next(), ids.next());
-            body.push(inst(Op::IAdd, vec![u32_type, at, sums_at, offset]));
-            body.push(inst(Op::AccessChain, vec![workgroup_i32, pointer, sums, at]));
-            let value = acc[(r * coop.fc + c) as usize];
-            body.push(inst(Op::CooperativeMatrixStoreKHR, vec![pointer, value, row_major, sums_stride]));
-        }
-    }
+    let label = b.id();
+    let mut body = vec![inst(Op::Label, vec![label])];
+    body.extend(build(&mut b, &params, coop)?);
     body.push(inst(Op::Return, vec![]));
 
-    // Capabilities and the extension first, the new types and constants at the end of the type
-    // section (before the first function), the new body in place of naga's.
-    let first_non_capability =
-        code.iter().position(|i| i.op != Op::Capability as u32).ok_or_else(|| missing("instructions"))?;
-    let first_function = code.iter().position(|i| i.op == Op::Function as u32).ok_or_else(|| missing("function"))?;
     // Names and decorations of what only the replaced body defined (its locals) go with it.
     let removed: std::collections::HashSet<u32> = code[body_start..end].iter().flat_map(|i| i.words.clone()).collect();
     let kept_uses: std::collections::HashSet<u32> = code[..body_start]
@@ -273,19 +405,22 @@ fn splice(words: &[u32], coop: CoopTile) -> Result<Vec<u32>, CoopError> {
             && removed.contains(&i.words[0])
             && !kept_uses.contains(&i.words[0])
     };
-    let code: Vec<Inst> = code.iter().map(|i| if orphan(i) { inst(Op::Nop, vec![]) } else { i.clone() }).collect();
-    let mut out = Vec::with_capacity(code.len() + body.len() + types.len() + 4);
+    // Capabilities and the extension first, the new types and constants at the end of the type
+    // section (before the first function), the new body in place of naga's.
+    let first_non_capability =
+        code.iter().position(|i| i.op != Op::Capability as u32).ok_or_else(|| missing("instructions"))?;
+    let first_function = code.iter().position(|i| i.op == Op::Function as u32).ok_or_else(|| missing("function"))?;
+    let mut out = Vec::with_capacity(code.len() + body.len() + b.types.len() + 4);
     out.extend_from_slice(&code[..first_non_capability]);
     out.push(inst(Op::Capability, vec![spirv::Capability::Int8 as u32]));
     out.push(inst(Op::Capability, vec![spirv::Capability::CooperativeMatrixKHR as u32]));
     out.push(inst(Op::Extension, string_words("SPV_KHR_cooperative_matrix")));
-    out.extend_from_slice(&code[first_non_capability..first_function]);
-    out.extend(types);
+    out.extend(code[first_non_capability..first_function].iter().filter(|i| !orphan(i)).cloned());
+    out.append(&mut b.types);
     out.extend_from_slice(&code[first_function..body_start]);
     out.extend(body);
     out.extend_from_slice(&code[end..]);
-    out.retain(|i| i.op != Op::Nop as u32);
-    header[3] = bound;
+    header[3] = b.bound;
     Ok(assemble(header, &out))
 }
 
@@ -369,6 +504,10 @@ mod validator {
                     let words = super::spirv(coop, false, pages, cooperative).unwrap();
                     validate(&words, &format!("{fm}x{fn_}x{fk}-pages{pages}-coop{cooperative}"));
                 }
+            }
+            for cooperative in [false, true] {
+                let words = super::peak_spirv(coop, cooperative).unwrap();
+                validate(&words, &format!("peak-{fm}x{fn_}x{fk}-coop{cooperative}"));
             }
         }
     }

@@ -43,6 +43,7 @@ macro_rules! gpu_worker {
             const DESCRIPTION: &'static std::ffi::CStr = $description;
             const CAPABILITIES: u64 = lockstep_worker_api::caps::REQUIRED
                 | lockstep_worker_api::caps::KERNEL_TIMING
+                | lockstep_worker_api::caps::PEAK_TIMING
                 | lockstep_worker_api::caps::DEVICE;
 
             fn create(
@@ -87,6 +88,10 @@ macro_rules! gpu_worker {
                 repeat: usize,
             ) -> Result<f64, lockstep_worker_api::plugin::WorkerError> {
                 self.units.time_kernel(m, n, k, repeat).map_err($crate::worker_error)
+            }
+
+            fn time_peak(&mut self, repeat: usize) -> Result<f64, lockstep_worker_api::plugin::WorkerError> {
+                self.units.time_peak(repeat).map_err($crate::worker_error)
             }
 
             const OPS: u64 = lockstep_worker_api::ops::ALL;

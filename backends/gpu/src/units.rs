@@ -146,6 +146,8 @@ pub struct GpuUnits {
     /// Explicit layouts (dynamic parameter offsets) of the unit kernel and the step kernels.
     gemm_layout: wgpu::BindGroupLayout,
     step_layout: wgpu::BindGroupLayout,
+    /// The path-ceiling kernels' layout: their output (and the product table, LUT).
+    peak_layout: wgpu::BindGroupLayout,
     mul_lut: Option<wgpu::Buffer>,
     buffers: Buffers,
     arena: step::Arena,
@@ -447,7 +449,7 @@ impl GpuUnits {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let (gemm_layout, step_layout) = layouts(&device, product);
+        let (gemm_layout, step_layout, peak_layout) = layouts(&device, product);
         let binding = device.limits().max_storage_buffer_binding_size.min(device.limits().max_buffer_size);
         let arena = step::Arena::new(options.page_words.map_or(binding, |words| binding.min(words * 4)));
         Ok(Self {
@@ -463,6 +465,7 @@ impl GpuUnits {
             pipelines: HashMap::new(),
             gemm_layout,
             step_layout,
+            peak_layout,
             peak_bytes: 0,
             mul_lut,
             buffers: Buffers::default(),
@@ -531,8 +534,14 @@ impl GpuUnits {
             return Ok(p.clone());
         }
         let pages = if paged { lockstep_shaders::MAX_PAGES as f64 } else { 1.0 };
-        if let Kernel::GemmTc(coop) = kernel {
-            let pipeline = self.cooperative_pipeline(coop, pages as u32)?;
+        if let Kernel::GemmTc(coop) | Kernel::PeakTc(coop) = kernel {
+            let words = match kernel {
+                Kernel::PeakTc(_) => crate::coop::peak_spirv(coop, true),
+                _ => crate::coop::spirv(coop, self.soft_float, pages as u32, true),
+            };
+            let words = words.map_err(|e| GpuError::Device(e.to_string()))?;
+            let layout = if kernel == Kernel::GemmTc(coop) { &self.gemm_layout } else { &self.peak_layout };
+            let pipeline = self.cooperative_pipeline(kernel, words, layout.clone())?;
             self.pipelines.insert((kernel, tile, paged), pipeline.clone());
             return Ok(pipeline);
         }
@@ -554,6 +563,7 @@ impl GpuUnits {
         let overrides = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 }), ("PAGES", pages)];
         let bind_layout = match kernel {
             Kernel::GemmUnits | Kernel::GemmUnitsSplit | Kernel::GemmTc(_) => Some(&self.gemm_layout),
+            Kernel::Peak | Kernel::PeakTc(_) => Some(&self.peak_layout),
             Kernel::Step(_) => Some(&self.step_layout),
             Kernel::GemmI8 => None,
         };
@@ -571,7 +581,7 @@ impl GpuUnits {
             entry_point: Some(kernel.entry_point()),
             compilation_options: wgpu::PipelineCompilationOptions {
                 // Only the modules with the exact arithmetic and the arena declare the overrides.
-                constants: if kernel == Kernel::GemmI8 { &[] } else { &overrides },
+                constants: if matches!(kernel, Kernel::GemmI8 | Kernel::Peak) { &[] } else { &overrides },
                 ..Default::default()
             },
             cache: None,
@@ -583,20 +593,28 @@ impl GpuUnits {
         Ok(pipeline)
     }
 
-    /// The `tc` unit kernel's pipeline: `gemm_tc.wgsl` with its block sums on cooperative
-    /// matrices (`coop::spirv`), passed to the driver as SPIR-V, on the unit kernel's layout.
-    fn cooperative_pipeline(&mut self, coop: CoopTile, pages: u32) -> Result<wgpu::ComputePipeline, GpuError> {
-        let words =
-            crate::coop::spirv(coop, self.soft_float, pages, true).map_err(|e| GpuError::Device(e.to_string()))?;
+    /// A pipeline of the `tc` engine's SPIR-V (`coop`: its unit kernel or its path's ceiling,
+    /// with cooperative matrices), passed through to the driver, on `layout`.
+    fn cooperative_pipeline(
+        &mut self,
+        kernel: Kernel,
+        words: Vec<u32>,
+        layout: wgpu::BindGroupLayout,
+    ) -> Result<wgpu::ComputePipeline, GpuError> {
+        let name = kernel.entry_point();
+        let threads = match kernel {
+            Kernel::GemmTc(coop) => coop.threads(),
+            Kernel::PeakTc(coop) => lockstep_shaders::PEAK_TC_SUBGROUPS * coop.subgroup,
+            _ => return Err(GpuError::Device(format!("{name} is not a cooperative kernel"))),
+        };
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let entry =
-            [wgpu::PassthroughShaderEntryPoint { name: "gemm_tc".into(), workgroup_size: (coop.threads(), 1, 1) }];
-        // SAFETY: the words are naga's module for `gemm_tc.wgsl` (validated by naga) with one
+        let entry = [wgpu::PassthroughShaderEntryPoint { name: name.into(), workgroup_size: (threads, 1, 1) }];
+        // SAFETY: the words are naga's module for the kernel's WGSL (validated by naga) with one
         // function's body rewritten by `coop::splice` into cooperative-matrix instructions of
         // a shape the driver reported, on features this device enabled.
         let module = unsafe {
             self.device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
-                label: Some("gemm_tc"),
+                label: Some(name),
                 entry_points: std::borrow::Cow::Borrowed(&entry),
                 spirv: Some(std::borrow::Cow::Owned(words)),
                 ..Default::default()
@@ -604,19 +622,19 @@ impl GpuUnits {
         };
         let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: None,
-            bind_group_layouts: &[Some(&self.gemm_layout)],
+            bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("gemm_tc"),
+            label: Some(name),
             layout: Some(&layout),
             module: &module,
-            entry_point: Some("gemm_tc"),
+            entry_point: Some(name),
             compilation_options: wgpu::PipelineCompilationOptions::default(),
             cache: None,
         });
         if let Some(error) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::Device(format!("cannot build the gemm_tc kernel: {error}")));
+            return Err(GpuError::Device(format!("cannot build the {name} kernel: {error}")));
         }
         Ok(pipeline)
     }
@@ -1000,6 +1018,63 @@ impl GpuUnits {
             .map_err(|e| GpuError::Device(format!("waiting for the GPU failed: {e}")))
     }
 
+    /// The product path's ceiling: `repeat` dispatches of the register-resident loop of its
+    /// product (`peak.wgsl`: `dot4` of DP4A or the table; `peak_tc.wgsl`: cooperative
+    /// multiply-adds) after one warm-up, timed with the host waiting. Returns int8 operations
+    /// (a multiply and an add each) per second.
+    pub fn time_peak(&mut self, repeat: usize) -> Result<f64, GpuError> {
+        use lockstep_shaders::{PEAK_CALLS, PEAK_ITERATIONS, PEAK_TC_MULADDS, PEAK_TC_SUBGROUPS, PEAK_WORKGROUP};
+        use wgpu::BufferUsages as U;
+        self.take_uncaptured()?;
+        // Enough workgroups to fill a large GPU (an H200 has 132 multiprocessors); a software
+        // adapter gets a few, so a test's call stays short.
+        let wide: u32 = if self.adapter.software { 4 } else { 132 * 16 };
+        let (kernel, threads, ops_per_group) = match self.coop {
+            Some(c) => {
+                let threads = PEAK_TC_SUBGROUPS * c.subgroup;
+                let calls = u64::from(PEAK_TC_SUBGROUPS * PEAK_CALLS * PEAK_TC_MULADDS);
+                (Kernel::PeakTc(c), threads, calls * 2 * u64::from(c.fm * c.fn_ * c.fk))
+            }
+            None => (Kernel::Peak, PEAK_WORKGROUP, u64::from(PEAK_WORKGROUP * PEAK_ITERATIONS) * 8 * 4 * 2),
+        };
+        let pipeline = self.pipeline(kernel, self.tile, false)?;
+        let bytes = u64::from(wide * threads) * 4;
+        let out = ensure(&self.device, &mut self.buffers.out, "out", bytes, U::STORAGE | U::COPY_SRC);
+        let mut entries = vec![wgpu::BindGroupEntry { binding: binding::OUT, resource: out.as_entire_binding() }];
+        if let Some(table) = &self.mul_lut {
+            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
+        }
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &self.peak_layout,
+            entries: &entries,
+        });
+        let dispatch = |times: usize| -> Result<f64, GpuError> {
+            let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                for _ in 0..times {
+                    pass.dispatch_workgroups(wide, 1, 1);
+                }
+            }
+            let start = Instant::now();
+            self.queue.submit([encoder.finish()]);
+            if let Some(error) = pollster::block_on(scope.pop()) {
+                return Err(GpuError::Device(format!("the {} dispatch failed: {error}", kernel.entry_point())));
+            }
+            self.wait()?;
+            Ok(start.elapsed().as_secs_f64())
+        };
+        dispatch(1)?;
+        let repeat = repeat.max(1);
+        let seconds = dispatch(repeat)?;
+        self.take_uncaptured()?;
+        Ok((u64::from(wide) * ops_per_group) as f64 * repeat as f64 / seconds)
+    }
+
     /// Kernel-only timing: uploads random quantized operands of an `m × n × k` unit once,
     /// then times `repeat` back-to-back dispatches (after one warm-up) with the host waiting
     /// for completion. Quantization and transfers are excluded. Returns seconds per dispatch.
@@ -1034,7 +1109,11 @@ fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
 
 /// The explicit bind group layouts of the unit kernel and of the step kernels: the first
 /// binding of each is a uniform record at a dynamic offset.
-fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, wgpu::BindGroupLayout) {
+/// And the path-ceiling kernels' (`time_peak`): their output, and the table for the LUT.
+fn layouts(
+    device: &wgpu::Device,
+    product: Product,
+) -> (wgpu::BindGroupLayout, wgpu::BindGroupLayout, wgpu::BindGroupLayout) {
     let entry = |binding: u32, ty: wgpu::BufferBindingType, dynamic: Option<u64>| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -1075,7 +1154,11 @@ fn layouts(device: &wgpu::Device, product: Product) -> (wgpu::BindGroupLayout, w
     let make = |label: &str, entries: &[wgpu::BindGroupLayoutEntry]| {
         device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries })
     };
-    (make("unit kernel", &gemm), make("step kernels", &step))
+    let mut peak = vec![entry(binding::OUT, rw, None)];
+    if product == Product::Lut {
+        peak.push(entry(binding::MUL_LUT, read, None));
+    }
+    (make("unit kernel", &gemm), make("step kernels", &step), make("path ceiling", &peak))
 }
 
 /// Maps a [`GpuError`] onto a plugin error.

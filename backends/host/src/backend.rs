@@ -357,6 +357,28 @@ impl Backend {
         Ok(seconds)
     }
 
+    /// Int8 operations per second of the plugin's product path in a register-resident loop,
+    /// `repeat` times (ABI 2.1, [`caps::PEAK_TIMING`]): the ceiling its kernel is set against.
+    pub fn time_peak(&mut self, repeat: u32) -> Result<f64, BackendError> {
+        const CALL: &str = "time_peak";
+        self.check_usable(CALL)?;
+        let supported = self.plugin.capabilities() & caps::PEAK_TIMING != 0;
+        let Some(time) = self.plugin.vtable.time_peak.filter(|_| supported) else {
+            return Err(BackendError {
+                backend: self.name().to_string(),
+                call: CALL,
+                status: status::UNSUPPORTED,
+                message: "the plugin does not time its product path".into(),
+            });
+        };
+        let mut rate = 0f64;
+        let mut error = ErrorStorage::new();
+        // SAFETY: live instance, valid out pointer and error buffer, per the ABI.
+        let code = unsafe { time(self.instance, repeat, &mut rate, &mut error.buf) };
+        self.finish(CALL, code, &error)?;
+        Ok(rate)
+    }
+
     /// The raw integer unit over the full i8 range.
     pub fn gemm_i8(&mut self, m: usize, n: usize, k: usize, a: &[i8], b: &[i8]) -> Result<Vec<i32>, BackendError> {
         const CALL: &str = "gemm_i8";

@@ -229,6 +229,22 @@ fn on_the_cooperative_driver(test: &str, plugin: &str) {
     assert!(out.status.success() && text.contains("1 passed"), "{test} on the cooperative driver:\n{text}");
 }
 
+/// A plugin that claims `PEAK_TIMING` reports a finite positive rate for its product path (the
+/// GPU plugins: DP4A, table lookups or cooperative matrices in a register loop); one that does
+/// not is answered `UNSUPPORTED` by the host without a call.
+fn times_its_product_path(name: &str) {
+    let mut backend = open(name);
+    let claims = backend.plugin().capabilities() & lockstep_worker_api::caps::PEAK_TIMING != 0;
+    match backend.time_peak(2) {
+        Ok(rate) => {
+            assert!(claims && rate.is_finite() && rate > 0.0, "{name}: {rate} ops/s");
+            eprintln!("{name}: product path {:.3} int8 TOP/s ({})", rate / 1e12, backend.describe());
+        }
+        Err(e) => assert!(!claims && e.status == status::UNSUPPORTED, "{name}: {e}"),
+    }
+    assert_eq!(claims, name != "cpu", "{name}: the GPU plugins time their path, the CPU mirror does not");
+}
+
 macro_rules! conformance {
     ($module:ident, $name:literal) => {
         conformance!($module, $name, |test: fn(&str), _: &str| test($name));
@@ -262,6 +278,7 @@ macro_rules! conformance {
             case!(integer_product_over_the_full_range);
             case!(every_op_sample_on_hard_values);
             case!(non_finite_inputs_are_refused_with_their_place);
+            case!(times_its_product_path);
         }
     };
 }

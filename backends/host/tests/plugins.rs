@@ -185,6 +185,20 @@ fn an_abi_1_plugin_loads_as_a_product_only_backend() {
     assert_eq!(report.ops_checked, 0);
 }
 
+/// A plugin built against ABI 2.0 loads with everything its table has and is admitted; the 2.1 field past its
+/// `struct_size` (`time_peak`) is absent, so the host answers `UNSUPPORTED` without a call,
+/// whatever capability bits the plugin sets.
+#[test]
+fn an_abi_2_0_plugin_loads_without_the_2_1_field() {
+    let plugin = load(&fixture("abi_2_0_table"));
+    assert_eq!((plugin.abi_major(), plugin.abi_minor()), (2, 0));
+    let mut backend = plugin.instantiate(1).unwrap();
+    let error = backend.time_peak(1).unwrap_err();
+    assert_eq!(error.status, status::UNSUPPORTED, "{error}");
+    let report = run_gate(&mut backend, &mut |_| {});
+    assert!(report.admitted(), "{}", report.verdict_line());
+}
+
 #[test]
 fn a_panicking_plugin_is_contained_and_never_admitted() {
     let plugin = load(&fixture("bad_panics"));
