@@ -154,7 +154,7 @@ fn a_plugin_written_in_c_from_the_header_is_admitted() {
         .expect("a C compiler `cc` (Rust links with it)");
     assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
     let plugin = load(&library);
-    assert_eq!((plugin.name(), plugin.abi_major(), plugin.abi_minor(), plugin.ops()), ("c-units", 2, 0, 0));
+    assert_eq!((plugin.name(), plugin.abi_major(), plugin.abi_minor(), plugin.ops()), ("c-units", 2, 1, 0));
     let mut backend = plugin.instantiate(0).unwrap();
     let report = run_gate(&mut backend, &mut |_| {});
     assert!(report.admitted(), "{}", report.verdict_line());
