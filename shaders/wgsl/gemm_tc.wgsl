@@ -19,8 +19,13 @@
 // the host leaves that many rows of slack after the last batch (`TC_SLACK_ROWS`), and sums of rows
 // or columns past m or n are never stored.
 //
-// The prepended constants choose TM, TN, WX, WY (the epilogue's ownership, as in gemm_units)
-// and FM, FN, FK, FR, FC, SR, SC, SUBGROUP, with BM = TM·WY = SR·FR·FM and BN = TN·WX = SC·FC·FN.
+// Who adds which output's terms: invocation (x, y) owns rows y + i·WY and columns x + j·WX
+// (i < TM, j < TN), and `sums` keeps its rows SUMS_STRIDE words apart (BN + 8): a warp's reads of
+// one (i, j) then fall in 32 different banks of workgroup memory (rows of 64 or 32 words would
+// put four or eight lanes on one bank).
+//
+// The prepended constants choose TM, TN, WX, WY, SUMS_STRIDE and FM, FN, FK, FR, FC, SR, SC,
+// SUBGROUP, with BM = TM·WY = SR·FR·FM and BN = TN·WX = SC·FC·FN.
 // Bindings, the block term, the flush and the output store: gemm_common.wgsl (prepended).
 
 @group(0) @binding(1) var<storage, read> qa: array<u32>;
@@ -34,14 +39,14 @@ const BN: u32 = TN * WX;
 // Packed words per block of 32 int8.
 const WORDS: u32 = 8u;
 
-// Two blocks' exact i32 sums of the workgroup's BM × BN outputs, row-major: block b's in half
+// Two blocks' exact i32 sums of the workgroup's BM × BN outputs, rows SUMS_STRIDE apart: block b's in half
 // b % 2. One barrier a block suffices: block b + 2 overwrites the half block b was read from
 // only after every invocation passed block b + 1's barrier, which it reaches after reading b.
-var<workgroup> sums: array<i32, 2u * BM * BN>;
+var<workgroup> sums: array<i32, 2u * BM * SUMS_STRIDE>;
 
 // The block sums of one block for one subgroup's FR·FM rows × FC·FN columns: A's rows from word
 // `a_word` of qa and B's from word `b_word` of qb, `row_words` words apart; into `sums` from
-// `sums_at`, rows BN apart. Called by whole subgroups in uniform control flow.
+// `sums_at`, rows SUMS_STRIDE apart. Called by whole subgroups in uniform control flow.
 fn tc_block_sums(a_word: u32, b_word: u32, row_words: u32, sums_at: u32, lane: u32) {
     for (var o = lane; o < FR * FM * FC * FN; o += SUBGROUP) {
         let r = o / (FC * FN);
@@ -50,7 +55,7 @@ fn tc_block_sums(a_word: u32, b_word: u32, row_words: u32, sums_at: u32, lane: u
         for (var w = 0u; w < WORDS; w++) {
             acc = dot4I8Packed(qa[a_word + r * row_words + w], qb[b_word + c * row_words + w]) + acc;
         }
-        sums[sums_at + r * BN + c] = acc;
+        sums[sums_at + r * SUMS_STRIDE + c] = acc;
     }
 }
 
@@ -83,12 +88,12 @@ fn gemm_tc(
     }
 
     for (var blk = 0u; blk < blocks; blk++) {
-        let half = (blk % 2u) * BM * BN;
+        let half = (blk % 2u) * BM * SUMS_STRIDE;
         tc_block_sums(
             (a_rows + row0 + sub_row) * row_words + blk * WORDS,
             (b_rows + col0 + sub_col) * row_words + blk * WORDS,
             row_words,
-            half + sub_row * BN + sub_col,
+            half + sub_row * SUMS_STRIDE + sub_col,
             lane,
         );
         workgroupBarrier();
@@ -97,18 +102,18 @@ fn gemm_tc(
         var xa: array<i32, TM>;
         var xb: array<i32, TN>;
         for (var i = 0u; i < TM; i++) {
-            let row = row0 + lid.y * TM + i;
+            let row = row0 + lid.y + i * WY;
             xa[i] = select(0, ea[(a_rows + row) * blocks + blk], row < m);
         }
         for (var j = 0u; j < TN; j++) {
-            let col = col0 + lid.x * TN + j;
+            let col = col0 + lid.x + j * WX;
             xb[j] = select(0, eb[(b_rows + col) * blocks + blk], col < n);
         }
         // The block's terms, added in block order (gemm_units.wgsl says why each path is exact).
         clean = clean && fast_range(xa, xb);
         for (var i = 0u; i < TM; i++) {
             for (var j = 0u; j < TN; j++) {
-                let acc = sums[half + (lid.y * TM + i) * BN + lid.x * TN + j];
+                let acc = sums[half + (lid.y + i * WY) * SUMS_STRIDE + lid.x + j * WX];
                 if clean {
                     let scale = bitcast<f32>(((xa[i] + 127) << 23u) + (xb[j] << 23u));
                     sum[i * TN + j] = sum[i * TN + j] + f32(acc) * scale;
@@ -120,9 +125,9 @@ fn gemm_tc(
     }
 
     for (var i = 0u; i < TM; i++) {
-        let row = row0 + lid.y * TM + i;
+        let row = row0 + lid.y + i * WY;
         for (var j = 0u; j < TN; j++) {
-            let col = col0 + lid.x * TN + j;
+            let col = col0 + lid.x + j * WX;
             if row < m && col < n {
                 store_output(wid.z, row, col, sum[i * TN + j]);
             }

@@ -263,14 +263,14 @@ fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Ve
             }
         }
     }
-    let tile_cols = coop.cols();
+    let stride = coop.sums_stride();
     for r in 0..coop.fr {
         for c in 0..coop.fc {
-            let offset = b.u32(r * coop.fm * tile_cols + c * coop.fn_);
+            let offset = b.u32(r * coop.fm * stride + c * coop.fn_);
             let at = b.id();
             body.push(inst(Op::IAdd, vec![b.u32_type, at, sums_at, offset]));
             let pointer_type = b.workgroup_i32;
-            b.store(&mut body, sums, pointer_type, at, acc[(r * coop.fc + c) as usize], tile_cols);
+            b.store(&mut body, sums, pointer_type, at, acc[(r * coop.fc + c) as usize], stride);
         }
     }
     Ok(body)
