@@ -223,7 +223,30 @@ fn torch_row(trainer: &str, threads: usize, run: Result<TorchRun, String>) -> Ro
 }
 
 /// One kind of op in the breakdown: its label, calls per step and seconds per step.
-type OpTime = (String, usize, f64);
+#[derive(Clone)]
+struct OpTime {
+    label: String,
+    calls: usize,
+    seconds: f64,
+    /// Bytes per step the element-wise ops' buffers move (a word read, written, or both for an
+    /// in-place update): what their time is measured against. `None` for products, whose
+    /// ceiling is their path's (`bench gemm`).
+    bytes: Option<f64>,
+}
+
+/// Bytes `op` must move at least: each word of its ranges once read, once written (`None` for a
+/// product, whose strided views' ranges overstate what it touches).
+fn moved_bytes(op: &Op) -> Option<f64> {
+    if matches!(op, Op::Matmul(_)) {
+        return None;
+    }
+    let words: u64 = op
+        .accesses()
+        .iter()
+        .map(|a| (a.end.saturating_sub(a.start)) * if a.kind == lockstep_luts::ops::Kind::Update { 2 } else { 1 })
+        .sum();
+    Some(words as f64 * 4.0)
+}
 
 /// What a matmul op is, for the breakdown.
 fn op_label(op: &Op) -> String {
@@ -270,12 +293,14 @@ fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Resul
             device.run(&copies)?;
             let seconds = started.elapsed().as_secs_f64() / repeat as f64;
             let label = op_label(op);
-            match totals.iter_mut().find(|(l, _, _)| *l == label) {
+            let bytes = moved_bytes(op);
+            match totals.iter_mut().find(|t| t.label == label) {
                 Some(entry) => {
-                    entry.1 += 1;
-                    entry.2 += seconds;
+                    entry.calls += 1;
+                    entry.seconds += seconds;
+                    entry.bytes = entry.bytes.zip(bytes).map(|(a, b)| a + b);
                 }
-                None => totals.push((label, 1, seconds)),
+                None => totals.push(OpTime { label, calls: 1, seconds, bytes }),
             }
         }
     }
@@ -285,10 +310,11 @@ fn breakdown(args: &TrainBenchArgs, threads: u32, steps: usize) -> anyhow::Resul
     }
     let whole = started.elapsed().as_secs_f64() / steps as f64;
     for entry in &mut totals {
-        entry.1 /= steps;
-        entry.2 /= steps as f64;
+        entry.calls /= steps;
+        entry.seconds /= steps as f64;
+        entry.bytes = entry.bytes.map(|b| b / steps as f64);
     }
-    totals.sort_by(|a, b| b.2.total_cmp(&a.2));
+    totals.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     Ok((totals, whole))
 }
 
@@ -297,14 +323,15 @@ fn print_breakdown(args: &TrainBenchArgs, step_tokens: usize, on_gpu: bool) -> a
     let (rows, whole) = breakdown(args, 0, 5)?;
     // Host threads do not feed a GPU's ops: one pass there.
     let (one, one_whole) = if on_gpu { (rows.clone(), whole) } else { breakdown(args, 1, 3)? };
-    let sum: f64 = rows.iter().map(|r| r.2).sum();
-    let alone = |label: &str| one.iter().find(|r| r.0 == label).map_or(f64::NAN, |r| r.2);
+    let sum: f64 = rows.iter().map(|r| r.seconds).sum();
+    let alone = |label: &str| one.iter().find(|r| r.label == label).map_or(f64::NAN, |r| r.seconds);
+    let rate = |r: &OpTime| r.bytes.map(|b| b / r.seconds / 1e9);
     if args.json {
-        for (label, calls, seconds) in &rows {
+        for r in &rows {
             println!(
                 "{}",
-                serde_json::json!({"breakdown_op": label, "calls_per_step": calls, "ms_per_step": seconds * 1e3, "share": seconds / sum,
-                    "threads": all, "ms_per_step_1_thread": alone(label) * 1e3})
+                serde_json::json!({"breakdown_op": r.label, "calls_per_step": r.calls, "ms_per_step": r.seconds * 1e3, "share": r.seconds / sum,
+                    "threads": all, "ms_per_step_1_thread": alone(&r.label) * 1e3, "bytes_per_step": r.bytes, "gb_per_s": rate(r)})
             );
         }
         println!(
@@ -319,9 +346,17 @@ fn print_breakdown(args: &TrainBenchArgs, step_tokens: usize, on_gpu: bool) -> a
             "where a step's time goes: `{}` on its device, each op timed alone (10 copies of it in one call, waited for)",
             args.backend
         );
-        println!("{:<36} {:>6} {:>12} {:>7}", "op", "calls", "ms/step", "share");
-        for (label, calls, seconds) in &rows {
-            println!("{:<36} {:>6} {:>12.2} {:>6.1}%", label, calls, seconds * 1e3, 100.0 * seconds / sum);
+        println!("{:<36} {:>6} {:>12} {:>7} {:>9}", "op", "calls", "ms/step", "share", "GB/s");
+        for r in &rows {
+            let gbs = rate(r).map_or("-".to_string(), |g| format!("{g:.1}"));
+            println!(
+                "{:<36} {:>6} {:>12.2} {:>6.1}% {:>9}",
+                r.label,
+                r.calls,
+                r.seconds * 1e3,
+                100.0 * r.seconds / sum,
+                gbs
+            );
         }
         println!(
             "the whole sequence in one call: {:.1} ms/step ({:.0} tokens/s before the rest of the step: the gradient out, the mean in, Adam and the hash)",
@@ -332,24 +367,26 @@ fn print_breakdown(args: &TrainBenchArgs, step_tokens: usize, on_gpu: bool) -> a
     }
     println!("where a step's time goes: `{}`, each op timed alone, at 1 and {all} threads", args.backend);
     println!(
-        "{:<36} {:>6} {:>12} {:>12} {:>8} {:>7}",
+        "{:<36} {:>6} {:>12} {:>12} {:>8} {:>7} {:>9}",
         "op",
         "calls",
         "ms/step 1t",
         format!("ms/step {all}t"),
         "speedup",
-        "share"
+        "share",
+        "GB/s"
     );
-    for (label, calls, seconds) in &rows {
-        let single = alone(label);
+    for r in &rows {
+        let single = alone(&r.label);
         println!(
-            "{:<36} {:>6} {:>12.2} {:>12.2} {:>7.1}x {:>6.1}%",
-            label,
-            calls,
+            "{:<36} {:>6} {:>12.2} {:>12.2} {:>7.1}x {:>6.1}% {:>9}",
+            r.label,
+            r.calls,
             single * 1e3,
-            seconds * 1e3,
-            single / seconds,
-            100.0 * seconds / sum
+            r.seconds * 1e3,
+            single / r.seconds,
+            100.0 * r.seconds / sum,
+            rate(r).map_or("-".to_string(), |g| format!("{g:.1}"))
         );
     }
     println!(

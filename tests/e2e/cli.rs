@@ -217,6 +217,15 @@ fn bench_train_reports_rows_and_the_step_breakdown() {
         ("embed_backward", 1),
     ];
     assert_eq!(ops, expected.into_iter().collect(), "{stdout}");
+    // Element-wise ops are set against the bytes their buffers move; products are not. GELU
+    // reads x and writes y: 2 · 4 · rows · 4c bytes a step (4 × 32 tokens, width 128).
+    for line in lines.iter().filter(|l| l.get("breakdown_op").is_some()) {
+        let product = line["breakdown_op"].as_str().unwrap().starts_with("matmul");
+        assert_eq!(line["gb_per_s"].is_null(), product, "{line}");
+        assert_eq!(line["bytes_per_step"].is_null(), product, "{line}");
+    }
+    let gelu = lines.iter().find(|l| l["breakdown_op"] == "gelu").unwrap();
+    assert_eq!(gelu["bytes_per_step"].as_f64(), Some(2.0 * 4.0 * 128.0 * 128.0), "{gelu}");
     let summary = lines.iter().find(|l| l.get("breakdown_sequence_ms").is_some()).expect("a summary line");
     assert!(summary["breakdown_sequence_ms"].as_f64().unwrap() > 0.0, "{summary}");
 }
