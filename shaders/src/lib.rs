@@ -388,8 +388,8 @@ impl Kernel {
 
 /// The complete WGSL module for `kernel` with `product`. `tile` matters only for
 /// [`Kernel::GemmUnits`]: the split kernel's shape is fixed ([`SPLIT_TILE`]), and the cooperative
-/// kernels carry their [`CoopTile`] (a `GemmTc` whose tile has no epilogue panics; the `tc` kernels
-/// always use the DP4A snippet). `product` does not matter for the step kernels (one module holds
+/// kernels carry their [`CoopTile`] (a `GemmTc` whose tile has no epilogue panics; `PeakTc`
+/// always takes the DP4A snippet). `product` does not matter for the step kernels (one module holds
 /// them all; each is built from it by its entry point).
 pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     let product_src = match product {
