@@ -339,17 +339,16 @@ const GEMM_TC: &str = include_str!("../wgsl/gemm_tc.wgsl");
 const GEMM_TILE: &str = include_str!("../wgsl/gemm_tile.wgsl");
 const PEAK: &str = include_str!("../wgsl/peak.wgsl");
 const PEAK_TC: &str = include_str!("../wgsl/peak_tc.wgsl");
+const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 
 /// `peak.wgsl`: rounds of eight `dot4`s an invocation runs, and its workgroup width.
 pub const PEAK_ITERATIONS: u32 = 1024;
 pub const PEAK_WORKGROUP: u32 = 256;
-/// `peak_tc.wgsl`: calls of `tc_peak` (64 multiply-adds each) a subgroup makes, and subgroups a
-/// workgroup.
+/// `peak_tc.wgsl`: calls of `tc_peak` a subgroup makes, subgroups a workgroup, and the
+/// cooperative multiply-adds one call makes (the `tc` plugin's spliced body).
 pub const PEAK_CALLS: u32 = 64;
 pub const PEAK_TC_SUBGROUPS: u32 = 4;
-/// Cooperative multiply-adds one `tc_peak` call makes.
 pub const PEAK_TC_MULADDS: u32 = 64;
-const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 const ARENA: &str = include_str!("../wgsl/arena.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
 /// The op table's parameter slots and the definitions' constants (generated from
@@ -372,6 +371,20 @@ fn record_prelude() -> String {
 }
 
 impl Kernel {
+    /// A path-ceiling kernel's ([`Kernel::Peak`], [`Kernel::PeakTc`]) workgroup: its invocations
+    /// (one dimension) and the int8 operations, a multiply and an add each, it makes.
+    pub fn peak_workgroup(self) -> Option<(u32, u64)> {
+        match self {
+            // Eight `dot4` chains, four multiply-adds each, every round.
+            Kernel::Peak => Some((PEAK_WORKGROUP, u64::from(PEAK_WORKGROUP * PEAK_ITERATIONS) * 8 * 4 * 2)),
+            Kernel::PeakTc(c) => Some((
+                PEAK_TC_SUBGROUPS * c.subgroup,
+                u64::from(PEAK_TC_SUBGROUPS * PEAK_CALLS * PEAK_TC_MULADDS) * u64::from(c.fm * c.fn_ * c.fk) * 2,
+            )),
+            _ => None,
+        }
+    }
+
     /// The entry point's name.
     pub fn entry_point(self) -> &'static str {
         match self {
@@ -388,9 +401,10 @@ impl Kernel {
 
 /// The complete WGSL module for `kernel` with `product`. `tile` matters only for
 /// [`Kernel::GemmUnits`]: the split kernel's shape is fixed ([`SPLIT_TILE`]), and the cooperative
-/// kernels carry their [`CoopTile`] (a `GemmTc` whose tile has no epilogue panics; `PeakTc`
-/// always takes the DP4A snippet). `product` does not matter for the step kernels (one module holds
-/// them all; each is built from it by its entry point).
+/// kernels carry their [`CoopTile`] (a `GemmTc` whose tile has no epilogue panics). `product`
+/// does not matter for the step kernels (one module holds them all; each is built from it by its
+/// entry point) nor for the cooperative ones (their portable bodies call `dot4I8Packed`: the DP4A
+/// snippet, whose `requires` they need).
 pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
     let product_src = match product {
         Product::Dp4a => PRODUCT_DP4A,
@@ -408,7 +422,7 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
             let e = coop.epilogue().unwrap_or_else(|| panic!("{coop:?} has no epilogue tile"));
             let CoopTile { fm, fn_, fk, fr, fc, sr, sc, subgroup } = coop;
             format!(
-                "{product_src}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst SUMS_STRIDE: u32 = {}u;\n\
+                "{PRODUCT_DP4A}\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WX: u32 = {}u;\nconst WY: u32 = {}u;\nconst SUMS_STRIDE: u32 = {}u;\n\
                  const FM: u32 = {fm}u;\nconst FN: u32 = {fn_}u;\nconst FK: u32 = {fk}u;\nconst FR: u32 = {fr}u;\nconst FC: u32 = {fc}u;\n\
                  const SR: u32 = {sr}u;\nconst SC: u32 = {sc}u;\nconst SUBGROUP: u32 = {subgroup}u;\n\n{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{GEMM_COMMON}\n{GEMM_TILE}\n{GEMM_TC}",
                 e.tm, e.tn, e.wx, e.wy, coop.sums_stride(), record_prelude()
@@ -483,12 +497,13 @@ mod tests {
         }
         assert_eq!(coop_tile(8, 8, 12, 8).epilogue(), None, "k's block of 32 is not a whole number of 12");
         for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (8, 8, 8, 8)] {
-            let module = validate(Kernel::PeakTc(coop_tile(fm, fn_, fk, subgroup)), Product::Dp4a, TILES[0]);
-            assert_eq!(module.entry_points[0].workgroup_size, [PEAK_TC_SUBGROUPS * subgroup, 1, 1]);
+            let kernel = Kernel::PeakTc(coop_tile(fm, fn_, fk, subgroup));
+            let module = validate(kernel, Product::Dp4a, TILES[0]);
+            assert_eq!(module.entry_points[0].workgroup_size, [kernel.peak_workgroup().unwrap().0, 1, 1]);
         }
         for product in [Product::Dp4a, Product::Lut] {
             let module = validate(Kernel::Peak, product, TILES[0]);
-            assert_eq!(module.entry_points[0].workgroup_size, [PEAK_WORKGROUP, 1, 1]);
+            assert_eq!(module.entry_points[0].workgroup_size, [Kernel::Peak.peak_workgroup().unwrap().0, 1, 1]);
         }
     }
 

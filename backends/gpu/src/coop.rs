@@ -36,26 +36,23 @@ impl std::fmt::Display for CoopError {
 impl std::error::Error for CoopError {}
 
 /// SPIR-V of the `tc` unit kernel for `coop`, its overrides set (`SOFT_FLOAT`, `PAGES`), with
-/// cooperative-matrix block sums (`cooperative`) or naga's portable ones (tests compare both).
-pub fn spirv(coop: CoopTile, soft_float: bool, pages: u32, cooperative: bool) -> Result<Vec<u32>, CoopError> {
-    let overrides = [("SOFT_FLOAT", if soft_float { 1.0 } else { 0.0 }), ("PAGES", f64::from(pages))];
-    let words = naga_spirv(Kernel::GemmTc(coop), &overrides)?;
-    if cooperative {
-        splice(&words, "tc_block_sums", coop, block_sums_body)
-    } else {
-        Ok(words)
-    }
+/// cooperative-matrix block sums.
+pub fn spirv(coop: CoopTile, soft_float: bool, pages: u32) -> Result<Vec<u32>, CoopError> {
+    splice(
+        &naga_spirv(Kernel::GemmTc(coop), &unit_overrides(soft_float, pages))?,
+        "tc_block_sums",
+        coop,
+        block_sums_body,
+    )
 }
 
-/// SPIR-V of the `tc` path's ceiling (`peak_tc.wgsl`) for `coop`, with cooperative
-/// multiply-adds (`cooperative`) or naga's portable stand-in.
-pub fn peak_spirv(coop: CoopTile, cooperative: bool) -> Result<Vec<u32>, CoopError> {
-    let words = naga_spirv(Kernel::PeakTc(coop), &[])?;
-    if cooperative {
-        splice(&words, "tc_peak", coop, peak_body)
-    } else {
-        Ok(words)
-    }
+/// SPIR-V of the `tc` path's ceiling (`peak_tc.wgsl`) for `coop`, with cooperative multiply-adds.
+pub fn peak_spirv(coop: CoopTile) -> Result<Vec<u32>, CoopError> {
+    splice(&naga_spirv(Kernel::PeakTc(coop), &[])?, "tc_peak", coop, peak_body)
+}
+
+fn unit_overrides(soft_float: bool, pages: u32) -> [(&'static str, f64); 2] {
+    [("SOFT_FLOAT", if soft_float { 1.0 } else { 0.0 }), ("PAGES", f64::from(pages))]
 }
 
 /// naga's SPIR-V for `kernel`'s WGSL, as wgpu would write it, with `overrides` set.
@@ -144,12 +141,45 @@ enum Array {
 /// What builds a spliced function's body from its parameters.
 type BodyFn = fn(&mut Builder, &[u32], CoopTile) -> Result<Vec<Inst>, CoopError>;
 
-/// What a spliced body is built with: fresh ids, new types and constants (appended to the type
-/// section), naga's globals by name, and the cooperative types of the shape.
-struct Builder {
+/// Fresh ids, and the new types and constants (appended to the type section), u32 constants
+/// declared once each.
+struct Declared {
     bound: u32,
     types: Vec<Inst>,
-    constants: HashMap<(u32, u32), u32>,
+    constants: HashMap<u32, u32>,
+    u32_type: u32,
+}
+
+impl Declared {
+    fn id(&mut self) -> u32 {
+        self.bound += 1;
+        self.bound - 1
+    }
+
+    /// The u32 constant `value`, declared once.
+    fn u32(&mut self, value: u32) -> u32 {
+        if let Some(&id) = self.constants.get(&value) {
+            return id;
+        }
+        let id = self.id();
+        self.types.push(inst(Op::Constant, vec![self.u32_type, id, value]));
+        self.constants.insert(value, id);
+        id
+    }
+
+    /// A new type or constant `op` whose result id is its operand `at`.
+    fn declare(&mut self, op: Op, mut operands: Vec<u32>, at: usize) -> u32 {
+        let id = self.id();
+        operands.insert(at, id);
+        self.types.push(inst(op, operands));
+        id
+    }
+}
+
+/// What a spliced body is built with: [`Declared`], naga's globals by name, and the cooperative
+/// types of the shape.
+struct Builder {
+    declared: Declared,
     names: HashMap<Vec<u32>, u32>,
     u32_type: u32,
     /// `FM × FK` i8 (use A), `FK × FN` i8 (use B), `FM × FN` i32 (accumulator), and the zero
@@ -169,20 +199,58 @@ struct Builder {
 }
 
 impl Builder {
-    fn id(&mut self) -> u32 {
-        self.bound += 1;
-        self.bound - 1
+    /// Declares the cooperative types of `coop` and the pointer types the bodies use, after naga's
+    /// module's types (`u32_type`, `i32_type`, ids from `bound`).
+    fn new(bound: u32, u32_type: u32, i32_type: u32, names: HashMap<Vec<u32>, u32>, coop: CoopTile) -> Self {
+        use spirv::CooperativeMatrixUse as Use;
+        use spirv::StorageClass as Class;
+        let mut d = Declared { bound, types: Vec::new(), constants: HashMap::new(), u32_type };
+        let i8_type = d.declare(Op::TypeInt, vec![8, 1], 0);
+        let scope = d.u32(spirv::Scope::Subgroup as u32);
+        let mut matrix = |component: u32, rows: u32, cols: u32, usage: Use| {
+            let (rows, cols, usage) = (d.u32(rows), d.u32(cols), d.u32(usage as u32));
+            d.declare(Op::TypeCooperativeMatrixKHR, vec![component, scope, rows, cols, usage], 0)
+        };
+        let a_type = matrix(i8_type, coop.fm, coop.fk, Use::MatrixAKHR);
+        let b_type = matrix(i8_type, coop.fk, coop.fn_, Use::MatrixBKHR);
+        let acc_type = matrix(i32_type, coop.fm, coop.fn_, Use::MatrixAccumulatorKHR);
+        let zero_i32 = d.declare(Op::Constant, vec![i32_type, 0], 1);
+        let zero_acc = d.declare(Op::ConstantComposite, vec![acc_type, zero_i32], 1);
+        let mut pointer = |class: Class, ty: u32| d.declare(Op::TypePointer, vec![class as u32, ty], 0);
+        let (storage_u32, workgroup_u32, workgroup_i32) = (
+            pointer(Class::StorageBuffer, u32_type),
+            pointer(Class::Workgroup, u32_type),
+            pointer(Class::Workgroup, i32_type),
+        );
+        let row_major = d.u32(spirv::CooperativeMatrixLayout::RowMajorKHR as u32);
+        let col_major = d.u32(spirv::CooperativeMatrixLayout::ColumnMajorKHR as u32);
+        let signed = spirv::CooperativeMatrixOperands::MATRIX_A_SIGNED_COMPONENTS_KHR
+            | spirv::CooperativeMatrixOperands::MATRIX_B_SIGNED_COMPONENTS_KHR
+            | spirv::CooperativeMatrixOperands::MATRIX_C_SIGNED_COMPONENTS_KHR
+            | spirv::CooperativeMatrixOperands::MATRIX_RESULT_SIGNED_COMPONENTS_KHR;
+        Builder {
+            declared: d,
+            names,
+            u32_type,
+            a_type,
+            b_type,
+            acc_type,
+            zero_acc,
+            storage_u32,
+            workgroup_u32,
+            workgroup_i32,
+            row_major,
+            col_major,
+            signed: signed.bits(),
+        }
     }
 
-    /// The u32 constant `value`, declared once.
+    fn id(&mut self) -> u32 {
+        self.declared.id()
+    }
+
     fn u32(&mut self, value: u32) -> u32 {
-        if let Some(&id) = self.constants.get(&(self.u32_type, value)) {
-            return id;
-        }
-        let id = self.id();
-        self.types.push(inst(Op::Constant, vec![self.u32_type, id, value]));
-        self.constants.insert((self.u32_type, value), id);
-        id
+        self.declared.u32(value)
     }
 
     fn named(&self, name: &str) -> Result<u32, CoopError> {
@@ -325,54 +393,7 @@ fn splice(words: &[u32], function: &str, coop: CoopTile, build: BodyFn) -> Resul
         return Err(CoopError("naga's module already declares an i8 type".into()));
     }
     let names = code.iter().filter(|i| i.op == Op::Name as u32).map(|i| (i.words[1..].to_vec(), i.words[0])).collect();
-    let mut b = Builder {
-        bound: header[3],
-        types: Vec::new(),
-        constants: HashMap::new(),
-        names,
-        u32_type,
-        a_type: 0,
-        b_type: 0,
-        acc_type: 0,
-        zero_acc: 0,
-        storage_u32: 0,
-        workgroup_u32: 0,
-        workgroup_i32: 0,
-        row_major: 0,
-        col_major: 0,
-        signed: (spirv::CooperativeMatrixOperands::MATRIX_A_SIGNED_COMPONENTS_KHR
-            | spirv::CooperativeMatrixOperands::MATRIX_B_SIGNED_COMPONENTS_KHR
-            | spirv::CooperativeMatrixOperands::MATRIX_C_SIGNED_COMPONENTS_KHR
-            | spirv::CooperativeMatrixOperands::MATRIX_RESULT_SIGNED_COMPONENTS_KHR)
-            .bits(),
-    };
-    let i8_type = b.id();
-    b.types.push(inst(Op::TypeInt, vec![i8_type, 8, 1]));
-    let scope = b.u32(spirv::Scope::Subgroup as u32);
-    use spirv::CooperativeMatrixUse as Use;
-    let matrix = |b: &mut Builder, component: u32, rows: u32, cols: u32, usage: Use| {
-        let (rows, cols, usage) = (b.u32(rows), b.u32(cols), b.u32(usage as u32));
-        let id = b.id();
-        b.types.push(inst(Op::TypeCooperativeMatrixKHR, vec![id, component, scope, rows, cols, usage]));
-        id
-    };
-    b.a_type = matrix(&mut b, i8_type, coop.fm, coop.fk, Use::MatrixAKHR);
-    b.b_type = matrix(&mut b, i8_type, coop.fk, coop.fn_, Use::MatrixBKHR);
-    b.acc_type = matrix(&mut b, i32_type, coop.fm, coop.fn_, Use::MatrixAccumulatorKHR);
-    let zero_i32 = b.id();
-    b.types.push(inst(Op::Constant, vec![i32_type, zero_i32, 0]));
-    b.zero_acc = b.id();
-    b.types.push(inst(Op::ConstantComposite, vec![b.acc_type, b.zero_acc, zero_i32]));
-    use spirv::StorageClass as Class;
-    for (slot, class, ty) in
-        [(0, Class::StorageBuffer, u32_type), (1, Class::Workgroup, u32_type), (2, Class::Workgroup, i32_type)]
-    {
-        let id = b.id();
-        b.types.push(inst(Op::TypePointer, vec![id, class as u32, ty]));
-        *[&mut b.storage_u32, &mut b.workgroup_u32, &mut b.workgroup_i32][slot] = id;
-    }
-    b.row_major = b.u32(spirv::CooperativeMatrixLayout::RowMajorKHR as u32);
-    b.col_major = b.u32(spirv::CooperativeMatrixLayout::ColumnMajorKHR as u32);
+    let mut b = Builder::new(header[3], u32_type, i32_type, names, coop);
 
     let target = b.named(function)?;
     let start = code
@@ -410,17 +431,17 @@ fn splice(words: &[u32], function: &str, coop: CoopTile, build: BodyFn) -> Resul
     let first_non_capability =
         code.iter().position(|i| i.op != Op::Capability as u32).ok_or_else(|| missing("instructions"))?;
     let first_function = code.iter().position(|i| i.op == Op::Function as u32).ok_or_else(|| missing("function"))?;
-    let mut out = Vec::with_capacity(code.len() + body.len() + b.types.len() + 4);
+    let mut out = Vec::with_capacity(code.len() + body.len() + b.declared.types.len() + 4);
     out.extend_from_slice(&code[..first_non_capability]);
     out.push(inst(Op::Capability, vec![spirv::Capability::Int8 as u32]));
     out.push(inst(Op::Capability, vec![spirv::Capability::CooperativeMatrixKHR as u32]));
     out.push(inst(Op::Extension, string_words("SPV_KHR_cooperative_matrix")));
     out.extend(code[first_non_capability..first_function].iter().filter(|i| !orphan(i)).cloned());
-    out.append(&mut b.types);
+    out.append(&mut b.declared.types);
     out.extend_from_slice(&code[first_function..body_start]);
     out.extend(body);
     out.extend_from_slice(&code[end..]);
-    header[3] = b.bound;
+    header[3] = b.declared.bound;
     Ok(assemble(header, &out))
 }
 
@@ -436,8 +457,8 @@ mod tests {
     fn the_splice_replaces_the_portable_body_with_cooperative_products() {
         for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (16, 8, 32, 32), (8, 8, 8, 8)] {
             let coop = lockstep_shaders::coop_tile(fm, fn_, fk, subgroup);
-            let portable = spirv(coop, false, 1, false).unwrap();
-            let spliced = spirv(coop, false, 1, true).unwrap();
+            let portable = naga_spirv(Kernel::GemmTc(coop), &unit_overrides(false, 1)).unwrap();
+            let spliced = spirv(coop, false, 1).unwrap();
             let count = |words: &[u32], op: Op| ops(words).iter().filter(|&&o| o == op as u32).count();
             // The portable body's dot products are gone, the multiply-adds are there: 32 / fk
             // slices of fr × fc fragments, fr + fc loads a slice, one store a fragment.
@@ -462,6 +483,7 @@ mod tests {
 /// unpacks (trixie's `spirv-val`, under trixie's dynamic loader).
 #[cfg(test)]
 mod validator {
+    use lockstep_shaders::Kernel;
     use std::path::PathBuf;
     use std::process::Command;
 
@@ -499,16 +521,14 @@ mod validator {
     fn spirv_val_accepts_every_cooperative_module() {
         for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (16, 8, 32, 32), (8, 8, 8, 8)] {
             let coop = lockstep_shaders::coop_tile(fm, fn_, fk, subgroup);
+            let shape = format!("{fm}x{fn_}x{fk}");
             for pages in [1, 4] {
-                for cooperative in [false, true] {
-                    let words = super::spirv(coop, false, pages, cooperative).unwrap();
-                    validate(&words, &format!("{fm}x{fn_}x{fk}-pages{pages}-coop{cooperative}"));
-                }
+                let portable = super::naga_spirv(Kernel::GemmTc(coop), &super::unit_overrides(false, pages)).unwrap();
+                validate(&portable, &format!("{shape}-pages{pages}-portable"));
+                validate(&super::spirv(coop, false, pages).unwrap(), &format!("{shape}-pages{pages}"));
             }
-            for cooperative in [false, true] {
-                let words = super::peak_spirv(coop, cooperative).unwrap();
-                validate(&words, &format!("peak-{fm}x{fn_}x{fk}-coop{cooperative}"));
-            }
+            validate(&super::naga_spirv(Kernel::PeakTc(coop), &[]).unwrap(), &format!("peak-{shape}-portable"));
+            validate(&super::peak_spirv(coop).unwrap(), &format!("peak-{shape}"));
         }
     }
 }

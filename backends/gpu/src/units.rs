@@ -336,7 +336,7 @@ impl GpuUnits {
                 let mut refusals = Vec::new();
                 let mut found = None;
                 for adapter in adapters {
-                    let name = adapter.get_info().name;
+                    let info = adapter.get_info();
                     let tile = if has_integer_dot_product(&adapter) {
                         cooperative_tile(&adapter)
                     } else {
@@ -347,7 +347,7 @@ impl GpuUnits {
                             found = Some((adapter, tile));
                             break;
                         }
-                        Err(why) => refusals.push(format!("{name} ({}) {why}", adapter.get_info().driver_info)),
+                        Err(why) => refusals.push(format!("{} ({}) {why}", info.name, info.driver_info)),
                     }
                 }
                 let (adapter, tile) = found.ok_or_else(|| {
@@ -534,14 +534,20 @@ impl GpuUnits {
             return Ok(p.clone());
         }
         let pages = if paged { lockstep_shaders::MAX_PAGES as f64 } else { 1.0 };
-        if let Kernel::GemmTc(coop) | Kernel::PeakTc(coop) = kernel {
-            let words = match kernel {
-                Kernel::PeakTc(_) => crate::coop::peak_spirv(coop, true),
-                _ => crate::coop::spirv(coop, self.soft_float, pages as u32, true),
-            };
+        // The `tc` engine's kernels: SPIR-V with cooperative matrices, passed through.
+        let cooperative = match kernel {
+            Kernel::GemmTc(coop) => {
+                Some((crate::coop::spirv(coop, self.soft_float, pages as u32), coop.threads(), &self.gemm_layout))
+            }
+            Kernel::PeakTc(coop) => {
+                let (threads, _) = kernel.peak_workgroup().expect("a path-ceiling kernel");
+                Some((crate::coop::peak_spirv(coop), threads, &self.peak_layout))
+            }
+            _ => None,
+        };
+        if let Some((words, threads, layout)) = cooperative {
             let words = words.map_err(|e| GpuError::Device(e.to_string()))?;
-            let layout = if kernel == Kernel::GemmTc(coop) { &self.gemm_layout } else { &self.peak_layout };
-            let pipeline = self.cooperative_pipeline(kernel, words, layout.clone())?;
+            let pipeline = self.passthrough_pipeline(kernel.entry_point(), words, threads, layout)?;
             self.pipelines.insert((kernel, tile, paged), pipeline.clone());
             return Ok(pipeline);
         }
@@ -593,20 +599,16 @@ impl GpuUnits {
         Ok(pipeline)
     }
 
-    /// A pipeline of the `tc` engine's SPIR-V (`coop`: its unit kernel or its path's ceiling,
-    /// with cooperative matrices), passed through to the driver, on `layout`.
-    fn cooperative_pipeline(
-        &mut self,
-        kernel: Kernel,
+    /// A pipeline of SPIR-V `words` (the `tc` engine's, from `coop`: naga's module with
+    /// cooperative matrices spliced in) passed through to the driver: entry point `name`, a
+    /// workgroup of `threads`, on `layout`.
+    fn passthrough_pipeline(
+        &self,
+        name: &str,
         words: Vec<u32>,
-        layout: wgpu::BindGroupLayout,
+        threads: u32,
+        layout: &wgpu::BindGroupLayout,
     ) -> Result<wgpu::ComputePipeline, GpuError> {
-        let name = kernel.entry_point();
-        let threads = match kernel {
-            Kernel::GemmTc(coop) => coop.threads(),
-            Kernel::PeakTc(coop) => lockstep_shaders::PEAK_TC_SUBGROUPS * coop.subgroup,
-            _ => return Err(GpuError::Device(format!("{name} is not a cooperative kernel"))),
-        };
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let entry = [wgpu::PassthroughShaderEntryPoint { name: name.into(), workgroup_size: (threads, 1, 1) }];
         // SAFETY: the words are naga's module for the kernel's WGSL (validated by naga) with one
@@ -622,7 +624,7 @@ impl GpuUnits {
         };
         let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: None,
-            bind_group_layouts: &[Some(&layout)],
+            bind_group_layouts: &[Some(layout)],
             immediate_size: 0,
         });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -778,10 +780,19 @@ impl GpuUnits {
         Ok(())
     }
 
-    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, kernel_uses_exponents: bool) -> wgpu::BindGroup {
+    /// The bind group `kernel` runs with on a plain call: the unit kernels' (operands,
+    /// exponents, output), the path ceilings' (output, table), the integer product's.
+    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, kernel: Kernel) -> wgpu::BindGroup {
         let b = &self.buffers;
         let get = |buf: &Option<wgpu::Buffer>| buf.clone().expect("uploaded");
-        if kernel_uses_exponents {
+        fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
+            buf.as_ref().expect("uploaded").as_entire_binding()
+        }
+        let table = self
+            .mul_lut
+            .iter()
+            .map(|t| wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: t.as_entire_binding() });
+        if uses_unit_group(kernel) {
             let [params, qa, qb, ea, eb, out, stand_in] =
                 [&b.params, &b.a, &b.b, &b.a_exp, &b.b_exp, &b.out, &b.page_stand_in].map(get);
             return self.unit_group(
@@ -790,18 +801,24 @@ impl GpuUnits {
                 &[out, stand_in.clone(), stand_in.clone(), stand_in],
             );
         }
-        fn whole(buf: &Option<wgpu::Buffer>) -> wgpu::BindingResource<'_> {
-            buf.as_ref().expect("uploaded").as_entire_binding()
+        let out = wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) };
+        if kernel.peak_workgroup().is_some() {
+            let entries: Vec<_> = std::iter::once(out).chain(table).collect();
+            return self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &self.peak_layout,
+                entries: &entries,
+            });
         }
-        let mut entries = vec![
+        let entries: Vec<_> = [
             wgpu::BindGroupEntry { binding: binding::PARAMS, resource: whole(&b.params) },
             wgpu::BindGroupEntry { binding: binding::A, resource: whole(&b.a) },
             wgpu::BindGroupEntry { binding: binding::B, resource: whole(&b.b) },
-            wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) },
-        ];
-        if let Some(table) = &self.mul_lut {
-            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
-        }
+            out,
+        ]
+        .into_iter()
+        .chain(table)
+        .collect();
         let layout = pipeline.get_bind_group_layout(0);
         self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
     }
@@ -852,8 +869,8 @@ impl GpuUnits {
         let pipeline = &self.pipeline(kernel, self.tile, false)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let unit = matches!(kernel, Kernel::GemmUnits | Kernel::GemmTc(_));
-        let bind_group = self.bind_group(pipeline, unit);
+        let unit = uses_unit_group(kernel);
+        let bind_group = self.bind_group(pipeline, kernel);
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
@@ -864,9 +881,9 @@ impl GpuUnits {
                 pass.dispatch_workgroups(groups.0, groups.1, 1);
             }
         }
-        let staging = self.buffers.staging.clone().expect("uploaded");
-        if !out.is_empty() {
-            encoder.copy_buffer_to_buffer(self.buffers.out.as_ref().expect("uploaded"), 0, &staging, 0, out_bytes);
+        let staging = (!out.is_empty()).then(|| self.buffers.staging.clone().expect("uploaded"));
+        if let Some(staging) = &staging {
+            encoder.copy_buffer_to_buffer(self.buffers.out.as_ref().expect("uploaded"), 0, staging, 0, out_bytes);
         }
         self.queue.submit([encoder.finish()]);
         let oom = pollster::block_on(oom.pop());
@@ -874,11 +891,10 @@ impl GpuUnits {
         if let Some(error) = validation.or(oom) {
             return Err(GpuError::Device(format!("dispatch failed: {error}")));
         }
-        if out.is_empty() {
-            self.wait()?;
-            return Ok(());
+        match staging {
+            Some(staging) => self.map_staging(&staging, out)?,
+            None => self.wait()?,
         }
-        self.map_staging(&staging, out)?;
         self.take_uncaptured()
     }
 
@@ -1020,59 +1036,26 @@ impl GpuUnits {
 
     /// The product path's ceiling: `repeat` dispatches of the register-resident loop of its
     /// product (`peak.wgsl`: `dot4` of DP4A or the table; `peak_tc.wgsl`: cooperative
-    /// multiply-adds) after one warm-up, timed with the host waiting. Returns int8 operations
-    /// (a multiply and an add each) per second.
+    /// multiply-adds) after one warm-up, timed with the host waiting, as [`Self::time_kernel`]
+    /// times the unit. Returns int8 operations (a multiply and an add each) per second.
     pub fn time_peak(&mut self, repeat: usize) -> Result<f64, GpuError> {
-        use lockstep_shaders::{PEAK_CALLS, PEAK_ITERATIONS, PEAK_TC_MULADDS, PEAK_TC_SUBGROUPS, PEAK_WORKGROUP};
-        use wgpu::BufferUsages as U;
-        self.take_uncaptured()?;
         // Enough workgroups to fill a large GPU (an H200 has 132 multiprocessors); a software
         // adapter gets a few, so a test's call stays short.
         let wide: u32 = if self.adapter.software { 4 } else { 132 * 16 };
-        let (kernel, threads, ops_per_group) = match self.coop {
-            Some(c) => {
-                let threads = PEAK_TC_SUBGROUPS * c.subgroup;
-                let calls = u64::from(PEAK_TC_SUBGROUPS * PEAK_CALLS * PEAK_TC_MULADDS);
-                (Kernel::PeakTc(c), threads, calls * 2 * u64::from(c.fm * c.fn_ * c.fk))
-            }
-            None => (Kernel::Peak, PEAK_WORKGROUP, u64::from(PEAK_WORKGROUP * PEAK_ITERATIONS) * 8 * 4 * 2),
-        };
-        let pipeline = self.pipeline(kernel, self.tile, false)?;
+        let kernel = self.coop.map_or(Kernel::Peak, Kernel::PeakTc);
+        let (threads, ops) = kernel.peak_workgroup().expect("a path-ceiling kernel");
         let bytes = u64::from(wide * threads) * 4;
-        let out = ensure(&self.device, &mut self.buffers.out, "out", bytes, U::STORAGE | U::COPY_SRC);
-        let mut entries = vec![wgpu::BindGroupEntry { binding: binding::OUT, resource: out.as_entire_binding() }];
-        if let Some(table) = &self.mul_lut {
-            entries.push(wgpu::BindGroupEntry { binding: binding::MUL_LUT, resource: table.as_entire_binding() });
-        }
-        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &self.peak_layout,
-            entries: &entries,
-        });
-        let dispatch = |times: usize| -> Result<f64, GpuError> {
-            let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-            {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                for _ in 0..times {
-                    pass.dispatch_workgroups(wide, 1, 1);
-                }
-            }
-            let start = Instant::now();
-            self.queue.submit([encoder.finish()]);
-            if let Some(error) = pollster::block_on(scope.pop()) {
-                return Err(GpuError::Device(format!("the {} dispatch failed: {error}", kernel.entry_point())));
-            }
-            self.wait()?;
-            Ok(start.elapsed().as_secs_f64())
-        };
-        dispatch(1)?;
-        let repeat = repeat.max(1);
-        let seconds = dispatch(repeat)?;
-        self.take_uncaptured()?;
-        Ok((u64::from(wide) * ops_per_group) as f64 * repeat as f64 / seconds)
+        ensure(
+            &self.device,
+            &mut self.buffers.out,
+            "out",
+            bytes,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        );
+        self.run(kernel, (wide, 1), 1, 0, &mut [])?;
+        let start = Instant::now();
+        self.run(kernel, (wide, 1), repeat, 0, &mut [])?;
+        Ok((u64::from(wide) * ops) as f64 * repeat as f64 / start.elapsed().as_secs_f64())
     }
 
     /// Kernel-only timing: uploads random quantized operands of an `m × n × k` unit once,
@@ -1100,6 +1083,11 @@ impl GpuUnits {
         self.run(kernel, groups, repeat, out_bytes, &mut [])?;
         Ok(start.elapsed().as_secs_f64() / repeat as f64)
     }
+}
+
+/// Whether `kernel` binds the unit kernel's group (its record at a dynamic offset).
+fn uses_unit_group(kernel: Kernel) -> bool {
+    matches!(kernel, Kernel::GemmUnits | Kernel::GemmTc(_))
 }
 
 /// One `size`-byte parameter record of `buffer`, bound at a dynamic offset.
