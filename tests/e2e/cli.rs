@@ -237,11 +237,16 @@ const TINY: &[&str] = &["--eval-batches", "0", "--json"];
 
 /// Runs `lockstep train` on the tiny model and returns its JSON lines (steps and swaps).
 fn train_json(extra: &[&str]) -> Vec<serde_json::Value> {
+    train_json_on(lockstep, extra)
+}
+
+/// `train` on the tiny model through `run` (the binary here, or elsewhere), its JSON lines.
+fn train_json_on(run: fn(&[&str]) -> Output, extra: &[&str]) -> Vec<serde_json::Value> {
     let mut args = vec!["train"];
     args.extend_from_slice(TINY_MODEL);
     args.extend_from_slice(TINY);
     args.extend_from_slice(extra);
-    let out = lockstep(&args);
+    let out = run(&args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
@@ -328,18 +333,14 @@ fn tc_is_refused_cleanly_without_cooperative_matrices() {
 /// loader (trixie's C library is what its Mesa needs), so the gate's child process — the same
 /// file — runs there too; only that driver is visible.
 fn lockstep_on_the_cooperative_driver(args: &[&str]) -> Output {
-    let root = std::env::var_os("LOCKSTEP_COOPMAT_ROOT").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/lockstep/vulkan-coopmat")
-    });
-    assert!(root.join("ready").exists(), "{} is missing: run scripts/vulkan-coopmat.sh", root.display());
-    let lib = root.join("fs/usr/lib/x86_64-linux-gnu");
+    let driver = lockstep_faulty_plugins::coopmat::CoopmatDriver::unpacked();
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_lockstep"));
     let copy = std::env::temp_dir().join(format!("lockstep-coopmat-{}", std::process::id()));
     if !copy.exists() {
         std::fs::copy(&exe, &copy).unwrap();
         let patched = Command::new("patchelf")
             .arg("--set-interpreter")
-            .arg(lib.join("ld-linux-x86-64.so.2"))
+            .arg(driver.loader())
             .arg(&copy)
             .output()
             .expect("patchelf runs (scripts/test.sh installs it)");
@@ -347,8 +348,8 @@ fn lockstep_on_the_cooperative_driver(args: &[&str]) -> Output {
     }
     Command::new(&copy)
         .args(args)
-        .env("LD_LIBRARY_PATH", &lib)
-        .env("VK_DRIVER_FILES", root.join("lvp.json"))
+        .env("LD_LIBRARY_PATH", driver.lib())
+        .env("VK_DRIVER_FILES", driver.icd())
         .env("LOCKSTEP_PLUGIN_DIR", exe.parent().unwrap())
         .output()
         .expect("the patched lockstep runs")
@@ -365,16 +366,9 @@ fn tc_on_cooperative_matrices_is_admitted_and_trains_to_the_cpu_hash_at_every_st
     assert!(shown.contains("ADMITTED: backend `tc`"), "{shown}");
     assert!(shown.contains("Mesa 26") && shown.contains("int8 cooperative matrices 8x8x8"), "{shown}");
     let cpu = step_hashes(&train_json(&["--steps", "8", "--backend", "cpu"]));
-    let mut args = vec!["train"];
-    args.extend_from_slice(TINY_MODEL);
-    args.extend_from_slice(TINY);
-    args.extend_from_slice(&["--steps", "8", "--backend", "tc"]);
-    let out = lockstep_on_the_cooperative_driver(&args);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let tc = step_hashes(&train_json_on(lockstep_on_the_cooperative_driver, &["--steps", "8", "--backend", "tc"]));
     assert_eq!(cpu.len(), 8);
-    assert_eq!(step_hashes(&lines), cpu, "--backend tc");
+    assert_eq!(tc, cpu, "--backend tc");
     std::fs::remove_file(std::env::temp_dir().join(format!("lockstep-coopmat-{}", std::process::id()))).ok();
 }
 

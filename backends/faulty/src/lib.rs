@@ -3,8 +3,11 @@
 //! plugin; `examples/bad_*.rs` are plugins broken at the ABI level instead; `examples/mutant.rs`
 //! is any one of the [`mutants`] catalogue's mutants of the reference.
 //!
+//! [`coopmat`] locates the Vulkan driver the `tc` backend's tests run on.
+//!
 //! Nothing here is used by the product.
 
+pub mod coopmat;
 mod flaws;
 pub mod mutants;
 

@@ -483,31 +483,15 @@ mod tests {
 /// unpacks (trixie's `spirv-val`, under trixie's dynamic loader).
 #[cfg(test)]
 mod validator {
+    use lockstep_faulty_plugins::coopmat::CoopmatDriver;
     use lockstep_shaders::Kernel;
-    use std::path::PathBuf;
-    use std::process::Command;
-
-    fn root() -> PathBuf {
-        let root = std::env::var_os("LOCKSTEP_COOPMAT_ROOT").map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/lockstep/vulkan-coopmat")
-        });
-        assert!(root.join("ready").exists(), "{} is missing: run scripts/vulkan-coopmat.sh", root.display());
-        root
-    }
 
     fn validate(words: &[u32], what: &str) {
-        let root = root();
-        let lib = root.join("fs/usr/lib/x86_64-linux-gnu");
+        let driver = CoopmatDriver::unpacked();
         let file = std::env::temp_dir().join(format!("lockstep-coop-{}-{what}.spv", std::process::id()));
         std::fs::write(&file, words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
-        let out = Command::new(lib.join("ld-linux-x86-64.so.2"))
-            .arg("--library-path")
-            .arg(&lib)
-            .arg(root.join("fs/usr/bin/spirv-val"))
-            .args(["--target-env", "vulkan1.3"])
-            .arg(&file)
-            .output()
-            .unwrap();
+        let out =
+            driver.command(&driver.bin("spirv-val")).args(["--target-env", "vulkan1.3"]).arg(&file).output().unwrap();
         let _ = std::fs::remove_file(&file);
         assert!(
             out.status.success(),

@@ -15,11 +15,8 @@ fn open(name: &str) -> Backend {
     let path = resolve_plugin(name).unwrap_or_else(|e| panic!("{e}"));
     let plugin = Plugin::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let backend = plugin.instantiate(0).unwrap_or_else(|e| panic!("backend `{name}` cannot be created here: {e}"));
-    if name == "tc" {
-        // Its products are the cooperative kernel's, not a fallback's.
-        assert!(backend.describe().contains("int8 cooperative matrices 8x8x8"), "{}", backend.describe());
-        eprintln!("tc: {}", backend.describe());
-    }
+    // `tc`'s products are the cooperative kernel's, not a fallback's.
+    assert_eq!(backend.describe().contains("int8 cooperative matrices"), name == "tc", "{}", backend.describe());
     backend
 }
 
@@ -193,16 +190,6 @@ fn non_finite_inputs_are_refused_with_their_place(name: &str) {
     check(&mut backend, "after-refusal", 2, 2, 2, &[1.0, 2.0, 3.0, 4.0], &[0.5, 0.25, -1.0, 8.0]);
 }
 
-/// Where `scripts/vulkan-coopmat.sh` unpacked the lavapipe that reports int8 cooperative
-/// matrices (Mesa 26 from trixie-backports, with trixie's C library and loader).
-fn cooperative_driver_root() -> std::path::PathBuf {
-    let root = std::env::var_os("LOCKSTEP_COOPMAT_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/lockstep/vulkan-coopmat")
-    });
-    assert!(root.join("ready").exists(), "{} is missing: run scripts/vulkan-coopmat.sh", root.display());
-    root
-}
-
 /// Set in the child process [`on_the_cooperative_driver`] starts.
 const COOPERATIVE_CHILD: &str = "LOCKSTEP_COOPMAT_CHILD";
 
@@ -211,16 +198,11 @@ const COOPERATIVE_CHILD: &str = "LOCKSTEP_COOPMAT_CHILD";
 /// system's lavapipe (Mesa 22.3) has no cooperative matrices, so this is where `tc` runs its
 /// products for real in CI (the device machine runs it on NVIDIA's tensor cores).
 fn on_the_cooperative_driver(test: &str, plugin: &str) {
-    let root = cooperative_driver_root();
-    let lib = root.join("fs/usr/lib/x86_64-linux-gnu");
     let plugin_dir = resolve_plugin(plugin).unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(lib.join("ld-linux-x86-64.so.2"))
-        .arg("--library-path")
-        .arg(&lib)
-        .arg(std::env::current_exe().unwrap())
+    let out = lockstep_faulty_plugins::coopmat::CoopmatDriver::unpacked()
+        .command(&std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads", "1"])
         .env(COOPERATIVE_CHILD, "1")
-        .env("VK_DRIVER_FILES", root.join("lvp.json"))
         // Under the loader this binary's own path is the loader's: name the plugins' directory.
         .env("LOCKSTEP_PLUGIN_DIR", plugin_dir.parent().unwrap())
         .output()
