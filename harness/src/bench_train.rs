@@ -19,20 +19,15 @@ use lockstep_tui::run_args::RunArgs;
 const TORCH_SCRIPT: &str = include_str!("../bench/torch_gpt.py");
 /// The trainer name of PyTorch's CPU rows.
 const TORCH_CPU: &str = "pytorch eager f32";
-const TORCH_CUDA_EAGER: &str = "pytorch cuda eager f32 (tf32 off)";
-/// PyTorch's CUDA modes (`--torch-modes`): eager or compiled, each in f32 with TF32 off, with
-/// TF32 matmuls, or under bf16 autocast — what a user would pick.
-const TORCH_CUDA_MODES: &[(&str, &str, &str)] = &[
-    ("eager-f32", "eager", "f32"),
-    ("eager-tf32", "eager", "tf32"),
-    ("eager-bf16", "eager", "bf16"),
-    ("compile-f32", "compile", "f32"),
-    ("compile-tf32", "compile", "tf32"),
-    ("compile-bf16", "compile", "bf16"),
-];
+/// PyTorch's CUDA modes (`--torch-modes`), each `MODE-PRECISION` as `torch_gpt.py` takes them:
+/// eager or compiled, each in f32 with TF32 off, with TF32 matmuls, or under bf16 autocast —
+/// what a user would pick. The first always runs: the GPU rows' first peer.
+const TORCH_CUDA_MODES: [&str; 6] =
+    ["eager-f32", "eager-tf32", "eager-bf16", "compile-f32", "compile-tf32", "compile-bf16"];
 
-/// The trainer name of a PyTorch CUDA row.
-fn torch_cuda_trainer(mode: &str, precision: &str) -> String {
+/// The trainer name of a PyTorch CUDA row of `mode` (one of [`TORCH_CUDA_MODES`]).
+fn torch_cuda_trainer(mode: &str) -> String {
+    let (mode, precision) = mode.split_once('-').expect("MODE-PRECISION");
     let precision = match precision {
         "f32" => "f32 (tf32 off)",
         "tf32" => "tf32",
@@ -57,12 +52,12 @@ pub struct TrainBenchArgs {
     /// Skip PyTorch even when it is installed.
     #[arg(long)]
     no_torch: bool,
-    /// PyTorch's CUDA modes to run, from eager-f32, eager-tf32, eager-bf16, compile-f32,
-    /// compile-tf32, compile-bf16 (eager-f32 always runs: the GPU rows' first peer).
+    /// PyTorch's CUDA modes to run (eager-f32 always runs: the GPU rows' first peer).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "eager-f32,eager-tf32,eager-bf16,compile-f32,compile-tf32,compile-bf16"
+        value_parser = clap::builder::PossibleValuesParser::new(TORCH_CUDA_MODES),
+        default_values_t = TORCH_CUDA_MODES.map(String::from)
     )]
     torch_modes: Vec<String>,
     /// Skip the float reference trainer (one thread, plain sgemm: minutes a step at large
@@ -153,7 +148,9 @@ struct TorchRun {
     note: String,
 }
 
-fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str, precision: &str) -> Result<TorchRun, String> {
+/// PyTorch on `device` in `mode` (`MODE-PRECISION`, [`TORCH_CUDA_MODES`]; the CPU runs `eager-f32`).
+fn torch(args: &TrainBenchArgs, threads: usize, device: &str, mode: &str) -> Result<TorchRun, String> {
+    let (mode, precision) = mode.split_once('-').expect("MODE-PRECISION");
     let dir = std::env::temp_dir().join(format!("lockstep-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let corpus = dir.join("corpus.txt");
@@ -438,22 +435,14 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     if !args.no_torch {
         // PyTorch on the CPU at every thread count the units ran at: the peer of each row.
         for &threads in &thread_counts {
-            rows.push(torch_row(TORCH_CPU, threads, torch(&args, threads, "cpu", "eager", "f32")));
+            rows.push(torch_row(TORCH_CPU, threads, torch(&args, threads, "cpu", "eager-f32")));
         }
-        for wanted in &args.torch_modes {
-            if !TORCH_CUDA_MODES.iter().any(|(name, _, _)| name == wanted) {
-                anyhow::bail!("--torch-modes: unknown mode {wanted:?}");
-            }
-        }
-        match torch(&args, all, "cuda", "eager", "f32") {
+        match torch(&args, all, "cuda", TORCH_CUDA_MODES[0]) {
             Err(why) if why.contains("no CUDA device") => cuda_note = Some("no CUDA device: no CUDA rows".to_string()),
             eager => {
-                rows.push(torch_row(TORCH_CUDA_EAGER, all, eager));
-                for &(name, mode, precision) in &TORCH_CUDA_MODES[1..] {
-                    if args.torch_modes.iter().any(|m| m == name) {
-                        let run = torch(&args, all, "cuda", mode, precision);
-                        rows.push(torch_row(&torch_cuda_trainer(mode, precision), all, run));
-                    }
+                rows.push(torch_row(&torch_cuda_trainer(TORCH_CUDA_MODES[0]), all, eager));
+                for mode in TORCH_CUDA_MODES[1..].iter().filter(|m| args.torch_modes.iter().any(|w| w == *m)) {
+                    rows.push(torch_row(&torch_cuda_trainer(mode), all, torch(&args, all, "cuda", mode)));
                 }
             }
         }
@@ -480,7 +469,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
     let gpu_ratios = on_gpu.then(|| {
         let ours = speed(&format!("units ({})", args.backend)).unwrap_or(f64::NAN);
         (
-            speed(TORCH_CUDA_EAGER).map(|p| ours / p),
+            speed(&torch_cuda_trainer(TORCH_CUDA_MODES[0])).map(|p| ours / p),
             speed("units (cpu)").map(|p| ours / p),
             torch_best.as_ref().map(|(name, p)| (name.clone(), ours / p)),
         )
@@ -545,7 +534,15 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::device_peak_mib;
+    use super::{device_peak_mib, torch_cuda_trainer, TORCH_CUDA_MODES};
+
+    #[test]
+    fn every_pytorch_cuda_mode_has_a_row_name_of_its_own() {
+        let names: Vec<String> = TORCH_CUDA_MODES.iter().map(|m| torch_cuda_trainer(m)).collect();
+        assert_eq!(names[0], "pytorch cuda eager f32 (tf32 off)");
+        assert_eq!(names[5], "pytorch cuda compile bf16 autocast");
+        assert_eq!(names.iter().collect::<std::collections::BTreeSet<_>>().len(), names.len());
+    }
 
     #[test]
     fn the_device_peak_is_read_off_a_gpu_plugins_description() {
