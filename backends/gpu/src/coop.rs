@@ -51,7 +51,9 @@ pub fn peak_spirv(coop: CoopTile) -> Result<Vec<u32>, CoopError> {
     splice(&naga_spirv(Kernel::PeakTc(coop), &[])?, "tc_peak", coop, peak_body)
 }
 
-fn unit_overrides(soft_float: bool, pages: u32) -> [(&'static str, f64); 2] {
+/// The pipeline overrides of the modules with the exact arithmetic and the arena (every unit and
+/// step kernel, WGSL or passed through): `SOFT_FLOAT` and `PAGES`.
+pub(crate) fn unit_overrides(soft_float: bool, pages: u32) -> [(&'static str, f64); 2] {
     [("SOFT_FLOAT", if soft_float { 1.0 } else { 0.0 }), ("PAGES", f64::from(pages))]
 }
 

@@ -533,11 +533,11 @@ impl GpuUnits {
         if let Some(p) = self.pipelines.get(&(kernel, tile, paged)) {
             return Ok(p.clone());
         }
-        let pages = if paged { lockstep_shaders::MAX_PAGES as f64 } else { 1.0 };
+        let pages = if paged { lockstep_shaders::MAX_PAGES as u32 } else { 1 };
         // The `tc` engine's kernels: SPIR-V with cooperative matrices, passed through.
         let cooperative = match kernel {
             Kernel::GemmTc(coop) => {
-                Some((crate::coop::spirv(coop, self.soft_float, pages as u32), coop.threads(), &self.gemm_layout))
+                Some((crate::coop::spirv(coop, self.soft_float, pages), coop.threads(), &self.gemm_layout))
             }
             Kernel::PeakTc(coop) => {
                 let (threads, _) = kernel.peak_workgroup().expect("a path-ceiling kernel");
@@ -566,7 +566,7 @@ impl GpuUnits {
                 wgpu::ShaderRuntimeChecks::unchecked(),
             )
         };
-        let overrides = [("SOFT_FLOAT", if self.soft_float { 1.0 } else { 0.0 }), ("PAGES", pages)];
+        let overrides = crate::coop::unit_overrides(self.soft_float, pages);
         let bind_layout = match kernel {
             Kernel::GemmUnits | Kernel::GemmUnitsSplit | Kernel::GemmTc(_) => Some(&self.gemm_layout),
             Kernel::Peak | Kernel::PeakTc(_) => Some(&self.peak_layout),
