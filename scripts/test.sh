@@ -43,4 +43,4 @@ scripts/vulkan-coopmat.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --all-targets --locked
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast

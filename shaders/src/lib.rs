@@ -12,6 +12,13 @@
 //! Every combination computes the same bits: the tile only decides which invocation computes
 //! an output, never the order of its additions.
 
+mod peak;
+
+pub use peak::{
+    peak_tc_words, peak_words, PEAK_CALLS, PEAK_ITERATIONS, PEAK_SEED_MASK, PEAK_TC_MULADDS, PEAK_TC_SUBGROUPS,
+    PEAK_WORKGROUP,
+};
+
 /// A kernel family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -341,14 +348,6 @@ const PEAK: &str = include_str!("../wgsl/peak.wgsl");
 const PEAK_TC: &str = include_str!("../wgsl/peak_tc.wgsl");
 const EXACT_F32: &str = include_str!("../wgsl/exact_f32.wgsl");
 
-/// `peak.wgsl`: rounds of eight `dot4`s an invocation runs, and its workgroup width.
-pub const PEAK_ITERATIONS: u32 = 1024;
-pub const PEAK_WORKGROUP: u32 = 256;
-/// `peak_tc.wgsl`: calls of `tc_peak` a subgroup makes, subgroups a workgroup, and the
-/// cooperative multiply-adds one call makes (the `tc` plugin's spliced body).
-pub const PEAK_CALLS: u32 = 64;
-pub const PEAK_TC_SUBGROUPS: u32 = 4;
-pub const PEAK_TC_MULADDS: u32 = 64;
 const ARENA: &str = include_str!("../wgsl/arena.wgsl");
 const STEP_OPS: &str = include_str!("../wgsl/step_ops.wgsl");
 /// The op table's parameter slots and the definitions' constants (generated from
@@ -432,7 +431,7 @@ pub fn source(kernel: Kernel, product: Product, tile: Tile) -> String {
         Kernel::Peak => format!("{product_src}\nconst PEAK_ITERATIONS: u32 = {PEAK_ITERATIONS}u;\n{PEAK}"),
         Kernel::PeakTc(coop) => format!(
             "{PRODUCT_DP4A}\nconst FM: u32 = {}u;\nconst FN: u32 = {}u;\nconst FK: u32 = {}u;\nconst SUBGROUP: u32 = {}u;\n\
-             const SUBGROUPS: u32 = {PEAK_TC_SUBGROUPS}u;\nconst PEAK_CALLS: u32 = {PEAK_CALLS}u;\n{PEAK_TC}",
+             const SUBGROUPS: u32 = {PEAK_TC_SUBGROUPS}u;\nconst PEAK_CALLS: u32 = {PEAK_CALLS}u;\nconst PEAK_SEED_MASK: u32 = {PEAK_SEED_MASK:#x}u;\n{PEAK_TC}",
             coop.fm, coop.fn_, coop.fk, coop.subgroup
         ),
         Kernel::Step(_) => format!("{}\n{GENERATED_OPS}\n{EXACT_F32}\n{ARENA}\n{STEP_OPS}", record_prelude()),

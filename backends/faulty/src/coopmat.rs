@@ -42,6 +42,21 @@ impl CoopmatDriver {
         self.root.join("fs/usr/bin").join(name)
     }
 
+    /// This test binary's `test` again, in a child process under the driver's loader with
+    /// only that driver visible (`child` set in its environment, so the test knows to run its
+    /// body there); fails with the child's output unless it passed.
+    pub fn rerun_test(&self, test: &str, child: &str, env: &[(&str, &std::ffi::OsStr)]) {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut command = self.command(&exe);
+        command.args(["--exact", test, "--nocapture", "--test-threads", "1"]).env(child, "1");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let out = command.output().expect("the test binary runs under the driver's loader");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{test} on the cooperative driver:\n{text}");
+    }
+
     /// `program` run under the driver's loader with only that driver visible.
     pub fn command(&self, program: &Path) -> Command {
         let mut command = Command::new(self.loader());

@@ -66,6 +66,10 @@ pub enum Flaw {
     /// their int32 block sums and makes one term of them: one rounding where the definition
     /// has one per block (an outsider's "optimisation" the battery once admitted).
     MergeEqualExponents,
+    /// Where every block of an output shares one scale exponent, takes the output as one
+    /// integer dot product: the block sums added exactly and rounded once, where the definition
+    /// rounds after each block (equal while the running sum stays below 2^24 units of the scale).
+    MergeOneExponentRow,
 }
 
 impl Flaw {
@@ -96,6 +100,7 @@ impl Flaw {
         Flaw::PairwiseBlocks,
         Flaw::TermsInF64,
         Flaw::MergeEqualExponents,
+        Flaw::MergeOneExponentRow,
     ];
 }
 
@@ -232,6 +237,15 @@ pub fn flawed_gemm(
             let mut f32_sum = 0.0f32;
             // Flaw::MergeEqualExponents: the run of blocks with one exponent, its summed sums.
             let mut run: Option<(i64, i32)> = None;
+            let one_exponent = (0..blocks).all(|blk| qa[i][blk].1 + qb[j][blk].1 == qa[i][0].1 + qb[j][0].1);
+            if flaw == Flaw::MergeOneExponentRow && blocks > 0 && one_exponent {
+                let sum = (0..blocks).map(|blk| i64::from(dot(flaw, &qa[i][blk].0, &qb[j][blk].0))).sum();
+                let e = qa[i][0].1 + qb[j][0].1;
+                if merged_term(sum, e).is_normal() {
+                    c[i * n + j] = canonicalize(merged_term(sum, e));
+                    continue;
+                }
+            }
             for blk in 0..blocks {
                 let ((xa, ea), (xb, eb)) = (&qa[i][blk], &qb[j][blk]);
                 if flaw == Flaw::MergeEqualExponents {

@@ -99,6 +99,7 @@ catalogue! {
     "units-pairwise-blocks" U(Flaw::PairwiseBlocks) => "block terms added as a tree",
     "units-terms-in-f64" U(Flaw::TermsInF64) => "block terms added in f64, rounded once",
     "units-merge-equal-exponents" U(Flaw::MergeEqualExponents) => "neighbouring blocks of one exponent: their block sums added, rounded once",
+    "units-merge-one-exponent-row" U(Flaw::MergeOneExponentRow) => "an output whose blocks share one exponent: one integer dot product, rounded once",
     "layer-norm-eps-1e-6" O(M::LayerNormEps6) => "ε = 1e-6",
     "layer-norm-bessel" O(M::LayerNormBessel) => "variance divided by c − 1",
     "layer-norm-index-order" O(M::LayerNormIndexOrder) => "row sums in index order, not lane sums",

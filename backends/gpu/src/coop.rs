@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 
 use lockstep_shaders::{CoopTile, Kernel, Product};
+use naga::back::spv::BindingMap;
 use spirv::Op;
 
 /// Why a cooperative module could not be built (a bug of this crate, never of the input).
@@ -36,19 +37,17 @@ impl std::fmt::Display for CoopError {
 impl std::error::Error for CoopError {}
 
 /// SPIR-V of the `tc` unit kernel for `coop`, its overrides set (`SOFT_FLOAT`, `PAGES`), with
-/// cooperative-matrix block sums.
-pub fn spirv(coop: CoopTile, soft_float: bool, pages: u32) -> Result<Vec<u32>, CoopError> {
-    splice(
-        &naga_spirv(Kernel::GemmTc(coop), &unit_overrides(soft_float, pages))?,
-        "tc_block_sums",
-        coop,
-        block_sums_body,
-    )
+/// cooperative-matrix block sums, its bindings numbered as `bindings` says (the layout's Vulkan
+/// numbers: `units.rs`, `Layout`).
+pub fn spirv(coop: CoopTile, soft_float: bool, pages: u32, bindings: &BindingMap) -> Result<Vec<u32>, CoopError> {
+    let overrides = unit_overrides(soft_float, pages);
+    splice(&naga_spirv(Kernel::GemmTc(coop), &overrides, bindings)?, "tc_block_sums", coop, block_sums_body)
 }
 
-/// SPIR-V of the `tc` path's ceiling (`peak_tc.wgsl`) for `coop`, with cooperative multiply-adds.
-pub fn peak_spirv(coop: CoopTile) -> Result<Vec<u32>, CoopError> {
-    splice(&naga_spirv(Kernel::PeakTc(coop), &[])?, "tc_peak", coop, peak_body)
+/// SPIR-V of the `tc` path's ceiling (`peak_tc.wgsl`) for `coop`, with cooperative multiply-adds,
+/// its bindings numbered as `bindings` says.
+pub fn peak_spirv(coop: CoopTile, bindings: &BindingMap) -> Result<Vec<u32>, CoopError> {
+    splice(&naga_spirv(Kernel::PeakTc(coop), &[], bindings)?, "tc_peak", coop, peak_body)
 }
 
 /// The pipeline overrides of the modules with the exact arithmetic and the arena (every unit and
@@ -57,8 +56,9 @@ pub(crate) fn unit_overrides(soft_float: bool, pages: u32) -> [(&'static str, f6
     [("SOFT_FLOAT", if soft_float { 1.0 } else { 0.0 }), ("PAGES", f64::from(pages))]
 }
 
-/// naga's SPIR-V for `kernel`'s WGSL, as wgpu would write it, with `overrides` set.
-fn naga_spirv(kernel: Kernel, overrides: &[(&str, f64)]) -> Result<Vec<u32>, CoopError> {
+/// naga's SPIR-V for `kernel`'s WGSL, as wgpu would write it, with `overrides` set and its
+/// bindings renumbered by `bindings` (those it does not name keep their WGSL numbers).
+fn naga_spirv(kernel: Kernel, overrides: &[(&str, f64)], bindings: &BindingMap) -> Result<Vec<u32>, CoopError> {
     let tile = match kernel {
         Kernel::GemmTc(coop) => coop.epilogue().ok_or_else(|| CoopError(format!("{coop:?} has no epilogue tile")))?,
         _ => lockstep_shaders::TILES[0],
@@ -83,6 +83,7 @@ fn naga_spirv(kernel: Kernel, overrides: &[(&str, f64)]) -> Result<Vec<u32>, Coo
         // As wgpu compiles the other unit kernels (`create_shader_module_trusted`): every
         // index is in range by construction (gemm_tc.wgsl says how), and loops are bounded.
         force_loop_bounding: false,
+        binding_map: bindings.clone(),
         ..naga::back::spv::Options::default()
     };
     naga::back::spv::write_vec(&module, &info, &options, None).map_err(|e| CoopError(format!("{e}")))
@@ -269,6 +270,13 @@ impl Builder {
         word
     }
 
+    /// `base + offset` in u32, into `body`.
+    fn plus(&mut self, body: &mut Vec<Inst>, base: u32, offset: u32) -> u32 {
+        let (offset, sum) = (self.u32(offset), self.id());
+        body.push(inst(Op::IAdd, vec![self.u32_type, sum, base, offset]));
+        sum
+    }
+
     /// A cooperative load of `ty` from word `word` of array `from`, rows or columns `stride`
     /// words apart.
     fn load(&mut self, body: &mut Vec<Inst>, from: Array, word: u32, ty: u32, layout: u32, stride: u32) -> u32 {
@@ -336,9 +344,7 @@ fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Ve
     let stride = coop.sums_stride();
     for r in 0..coop.fr {
         for c in 0..coop.fc {
-            let offset = b.u32(r * coop.fm * stride + c * coop.fn_);
-            let at = b.id();
-            body.push(inst(Op::IAdd, vec![b.u32_type, at, sums_at, offset]));
+            let at = b.plus(&mut body, sums_at, r * coop.fm * stride + c * coop.fn_);
             let pointer_type = b.workgroup_i32;
             b.store(&mut body, sums, pointer_type, at, acc[(r * coop.fc + c) as usize], stride);
         }
@@ -346,31 +352,33 @@ fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Ve
     Ok(body)
 }
 
-/// The cooperative body of `tc_peak(at, lane)`: one A and one B fragment from the subgroup's
-/// region of `peak_tile`, [`lockstep_shaders::PEAK_TC_MULADDS`] multiply-adds into four
-/// independent accumulators, the accumulators stored back over the region, a subgroup barrier.
+/// The cooperative body of `tc_peak(at, lane)` (`peak_tc.wgsl` says why each part is there): the A
+/// fragment from the start of the region's first accumulator, the B fragment from the start of
+/// its second, the four accumulators loaded, [`lockstep_shaders::PEAK_TC_MULADDS`] multiply-adds
+/// into them in turn, the four stored back, a subgroup barrier. `lockstep_shaders::peak_tc_words`
+/// is the same on the host.
 fn peak_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Vec<Inst>, CoopError> {
     let &[at, _lane] = params else {
         return Err(CoopError(format!("tc_peak has {} parameters, not 2", params.len())));
     };
     let tile = b.named("peak_tile")?;
     let mut body = Vec::new();
-    let words_k = b.u32(coop.fk / 4);
+    let acc_words = coop.fm * coop.fn_;
+    let (words_k, row_words) = (b.u32(coop.fk / 4), b.u32(coop.fn_));
     let a = b.load(&mut body, Array::Workgroup(tile), at, b.a_type, b.row_major, words_k);
-    let after_a = b.u32(coop.fm * coop.fk / 4);
-    let b_at = b.id();
-    body.push(inst(Op::IAdd, vec![b.u32_type, b_at, at, after_a]));
+    let b_at = b.plus(&mut body, at, acc_words);
     let fragment = b.load(&mut body, Array::Workgroup(tile), b_at, b.b_type, b.col_major, words_k);
-    let mut acc = [b.zero_acc; 4];
+    let places: Vec<u32> = (0..4).map(|j| b.plus(&mut body, at, j * acc_words)).collect();
+    let mut acc: Vec<u32> = places
+        .iter()
+        .map(|&word| b.load(&mut body, Array::Workgroup(tile), word, b.acc_type, b.row_major, row_words))
+        .collect();
     for round in 0..lockstep_shaders::PEAK_TC_MULADDS as usize {
         acc[round % 4] = b.mul_add(&mut body, a, fragment, acc[round % 4]);
     }
-    for (j, &value) in acc.iter().enumerate() {
-        let offset = b.u32(j as u32 * coop.fm * coop.fn_);
-        let store_at = b.id();
-        body.push(inst(Op::IAdd, vec![b.u32_type, store_at, at, offset]));
+    for (&word, &value) in places.iter().zip(&acc) {
         let pointer_type = b.workgroup_u32;
-        b.store(&mut body, tile, pointer_type, store_at, value, coop.fn_);
+        b.store(&mut body, tile, pointer_type, word, value, coop.fn_);
     }
     // The next call's loads read what other lanes stored.
     let (scope, semantics) = (
@@ -459,8 +467,8 @@ mod tests {
     fn the_splice_replaces_the_portable_body_with_cooperative_products() {
         for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (16, 8, 32, 32), (8, 8, 8, 8)] {
             let coop = lockstep_shaders::coop_tile(fm, fn_, fk, subgroup);
-            let portable = naga_spirv(Kernel::GemmTc(coop), &unit_overrides(false, 1)).unwrap();
-            let spliced = spirv(coop, false, 1).unwrap();
+            let portable = naga_spirv(Kernel::GemmTc(coop), &unit_overrides(false, 1), &BindingMap::default()).unwrap();
+            let spliced = spirv(coop, false, 1, &BindingMap::default()).unwrap();
             let count = |words: &[u32], op: Op| ops(words).iter().filter(|&&o| o == op as u32).count();
             // The portable body's dot products are gone, the multiply-adds are there: 32 / fk
             // slices of fr × fc fragments, fr + fc loads a slice, one store a fragment.
@@ -478,6 +486,26 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn the_path_ceiling_makes_the_multiply_adds_it_counts() {
+        // `Kernel::peak_workgroup` counts PEAK_TC_MULADDS multiply-adds of fm · fn · fk a call;
+        // the spliced body has exactly that many, on two operand loads and four accumulator
+        // loads and stores (that every one of them is executed is `time_peak`'s check of the
+        // output against `lockstep_shaders::peak_tc_words`).
+        for (fm, fn_, fk, subgroup) in [(16, 16, 32, 32), (16, 8, 32, 32), (8, 8, 8, 8)] {
+            let coop = lockstep_shaders::coop_tile(fm, fn_, fk, subgroup);
+            let words = peak_spirv(coop, &BindingMap::default()).unwrap();
+            let count = |op: Op| ops(&words).iter().filter(|&&o| o == op as u32).count();
+            assert_eq!(count(Op::CooperativeMatrixMulAddKHR), lockstep_shaders::PEAK_TC_MULADDS as usize);
+            assert_eq!(count(Op::CooperativeMatrixLoadKHR), 6);
+            assert_eq!(count(Op::CooperativeMatrixStoreKHR), 4);
+            let (_, counted) = Kernel::PeakTc(coop).peak_workgroup().unwrap();
+            let per_call = u64::from(lockstep_shaders::PEAK_TC_MULADDS) * u64::from(fm * fn_ * fk) * 2;
+            let calls = u64::from(lockstep_shaders::PEAK_TC_SUBGROUPS * lockstep_shaders::PEAK_CALLS);
+            assert_eq!(counted, per_call * calls);
+        }
+    }
 }
 
 /// SPIRV-Tools' validator, run on every cooperative module this crate builds (for Vulkan 1.3,
@@ -487,6 +515,7 @@ mod tests {
 mod validator {
     use lockstep_faulty_plugins::coopmat::CoopmatDriver;
     use lockstep_shaders::Kernel;
+    use naga::back::spv::BindingMap;
 
     fn validate(words: &[u32], what: &str) {
         let driver = CoopmatDriver::unpacked();
@@ -509,12 +538,17 @@ mod validator {
             let coop = lockstep_shaders::coop_tile(fm, fn_, fk, subgroup);
             let shape = format!("{fm}x{fn_}x{fk}");
             for pages in [1, 4] {
-                let portable = super::naga_spirv(Kernel::GemmTc(coop), &super::unit_overrides(false, pages)).unwrap();
+                let overrides = super::unit_overrides(false, pages);
+                let portable = super::naga_spirv(Kernel::GemmTc(coop), &overrides, &BindingMap::default()).unwrap();
                 validate(&portable, &format!("{shape}-pages{pages}-portable"));
-                validate(&super::spirv(coop, false, pages).unwrap(), &format!("{shape}-pages{pages}"));
+                validate(
+                    &super::spirv(coop, false, pages, &BindingMap::default()).unwrap(),
+                    &format!("{shape}-pages{pages}"),
+                );
             }
-            validate(&super::naga_spirv(Kernel::PeakTc(coop), &[]).unwrap(), &format!("peak-{shape}-portable"));
-            validate(&super::peak_spirv(coop).unwrap(), &format!("peak-{shape}"));
+            let portable = super::naga_spirv(Kernel::PeakTc(coop), &[], &BindingMap::default()).unwrap();
+            validate(&portable, &format!("peak-{shape}-portable"));
+            validate(&super::peak_spirv(coop, &BindingMap::default()).unwrap(), &format!("peak-{shape}"));
         }
     }
 }

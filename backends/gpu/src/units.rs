@@ -144,10 +144,10 @@ pub struct GpuUnits {
     /// are built with the instance's) and whether it chooses among several arena pages.
     pipelines: HashMap<(Kernel, Tile, bool), wgpu::ComputePipeline>,
     /// Explicit layouts (dynamic parameter offsets) of the unit kernel and the step kernels.
-    gemm_layout: wgpu::BindGroupLayout,
-    step_layout: wgpu::BindGroupLayout,
+    gemm_layout: Layout,
+    step_layout: Layout,
     /// The path-ceiling kernels' layout: their output (and the product table, LUT).
-    peak_layout: wgpu::BindGroupLayout,
+    peak_layout: Layout,
     mul_lut: Option<wgpu::Buffer>,
     buffers: Buffers,
     arena: step::Arena,
@@ -537,11 +537,12 @@ impl GpuUnits {
         // The `tc` engine's kernels: SPIR-V with cooperative matrices, passed through.
         let cooperative = match kernel {
             Kernel::GemmTc(coop) => {
-                Some((crate::coop::spirv(coop, self.soft_float, pages), coop.threads(), &self.gemm_layout))
+                let words = crate::coop::spirv(coop, self.soft_float, pages, &self.gemm_layout.vulkan);
+                Some((words, coop.threads(), &self.gemm_layout.group))
             }
             Kernel::PeakTc(coop) => {
                 let (threads, _) = kernel.peak_workgroup().expect("a path-ceiling kernel");
-                Some((crate::coop::peak_spirv(coop), threads, &self.peak_layout))
+                Some((crate::coop::peak_spirv(coop, &self.peak_layout.vulkan), threads, &self.peak_layout.group))
             }
             _ => None,
         };
@@ -568,9 +569,9 @@ impl GpuUnits {
         };
         let overrides = crate::coop::unit_overrides(self.soft_float, pages);
         let bind_layout = match kernel {
-            Kernel::GemmUnits | Kernel::GemmUnitsSplit | Kernel::GemmTc(_) => Some(&self.gemm_layout),
-            Kernel::Peak | Kernel::PeakTc(_) => Some(&self.peak_layout),
-            Kernel::Step(_) => Some(&self.step_layout),
+            Kernel::GemmUnits | Kernel::GemmUnitsSplit | Kernel::GemmTc(_) => Some(&self.gemm_layout.group),
+            Kernel::Peak | Kernel::PeakTc(_) => Some(&self.peak_layout.group),
+            Kernel::Step(_) => Some(&self.step_layout.group),
             Kernel::GemmI8 => None,
         };
         let layout = bind_layout.map(|l| {
@@ -801,15 +802,16 @@ impl GpuUnits {
                 &[out, stand_in.clone(), stand_in.clone(), stand_in],
             );
         }
-        let out = wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) };
         if kernel.peak_workgroup().is_some() {
+            let out = wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) };
             let entries: Vec<_> = std::iter::once(out).chain(table).collect();
             return self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
-                layout: &self.peak_layout,
+                layout: &self.peak_layout.group,
                 entries: &entries,
             });
         }
+        let out = wgpu::BindGroupEntry { binding: binding::OUT, resource: whole(&b.out) };
         let entries: Vec<_> = [
             wgpu::BindGroupEntry { binding: binding::PARAMS, resource: whole(&b.params) },
             wgpu::BindGroupEntry { binding: binding::A, resource: whole(&b.a) },
@@ -850,7 +852,7 @@ impl GpuUnits {
         }
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
-            layout: &self.gemm_layout,
+            layout: &self.gemm_layout.group,
             entries: &entries,
         })
     }
@@ -982,7 +984,7 @@ impl GpuUnits {
             use step_binding as s;
             self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: None,
-                layout: &self.step_layout,
+                layout: &self.step_layout.group,
                 entries: &[
                     wgpu::BindGroupEntry { binding: s::PARAMS, resource: record(&params, step_params::BYTES) },
                     wgpu::BindGroupEntry { binding: s::MEM, resource: pages[0].as_entire_binding() },
@@ -1055,7 +1057,27 @@ impl GpuUnits {
         self.run(kernel, (wide, 1), 1, 0, &mut [])?;
         let start = Instant::now();
         self.run(kernel, (wide, 1), repeat, 0, &mut [])?;
-        Ok((u64::from(wide) * ops) as f64 * repeat as f64 / start.elapsed().as_secs_f64())
+        let rate = (u64::from(wide) * ops) as f64 * repeat as f64 / start.elapsed().as_secs_f64();
+        // The rate counts every operation as done: the kernels fold each one into their output,
+        // so a workgroup's words equal the host's model only if none was dropped.
+        let out = self.buffers.out.clone().expect("ensured above");
+        let (first, last) = (0, wide - 1);
+        for workgroup in [first, last] {
+            let expected = match self.coop {
+                Some(c) => lockstep_shaders::peak_tc_words(c.fm, c.fn_, c.fk, c.subgroup, workgroup),
+                None => lockstep_shaders::peak_words(workgroup),
+            };
+            let mut bytes = vec![0u8; expected.len() * 4];
+            self.read_back(&out, u64::from(workgroup * threads) * 4, &mut bytes)?;
+            let words = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            if let Some((i, (got, want))) = words.zip(&expected).enumerate().find(|(_, (g, w))| g != *w) {
+                return Err(GpuError::Device(format!(
+                    "the {} kernel did not compute what it counts (workgroup {workgroup}, word {i}: {got:#010x}, the host's model {want:#010x}); its rate would not be a ceiling",
+                    kernel.entry_point()
+                )));
+            }
+        }
+        Ok(rate)
     }
 
     /// Kernel-only timing: uploads random quantized operands of an `m × n × k` unit once,
@@ -1095,13 +1117,25 @@ fn record(buffer: &wgpu::Buffer, size: u64) -> wgpu::BindingResource<'_> {
     wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset: 0, size: std::num::NonZeroU64::new(size) })
 }
 
+/// A bind group layout, and where its bindings are in Vulkan's numbering.
+///
+/// wgpu's Vulkan backend numbers a layout's bindings `0..n` in the order of its entries, not by
+/// their WGSL numbers, and renumbers the bindings of every WGSL module it compiles to match
+/// (wgpu-hal's `binding_map`). A module passed through as SPIR-V is not renumbered: it must be
+/// written with `vulkan`'s numbers already. (Written with the WGSL numbers, `tc`'s modules read
+/// other buffers than the ones bound — the path ceiling's lone binding 5 past the only
+/// descriptor, which crashed Mesa 26's lavapipe; the unit kernel's arena pages 1-3 one binding
+/// off, which wrote a product's outputs to the wrong page once a run's buffers took more than one:
+/// `docs/TENSOR_CORES.md`.)
+struct Layout {
+    group: wgpu::BindGroupLayout,
+    vulkan: naga::back::spv::BindingMap,
+}
+
 /// The explicit bind group layouts of the unit kernel and of the step kernels: the first
 /// binding of each is a uniform record at a dynamic offset.
 /// And the path-ceiling kernels' (`time_peak`): their output, and the table for the LUT.
-fn layouts(
-    device: &wgpu::Device,
-    product: Product,
-) -> (wgpu::BindGroupLayout, wgpu::BindGroupLayout, wgpu::BindGroupLayout) {
+fn layouts(device: &wgpu::Device, product: Product) -> (Layout, Layout, Layout) {
     let entry = |binding: u32, ty: wgpu::BufferBindingType, dynamic: Option<u64>| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -1139,14 +1173,27 @@ fn layouts(
         entry(PAGE_BINDINGS[1], rw, None),
         entry(PAGE_BINDINGS[2], rw, None),
     ];
-    let make = |label: &str, entries: &[wgpu::BindGroupLayoutEntry]| {
-        device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries })
+    let make = |label: &str, entries: &[wgpu::BindGroupLayoutEntry]| Layout {
+        group: device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries }),
+        vulkan: vulkan_bindings(entries),
     };
     let mut peak = vec![entry(binding::OUT, rw, None)];
     if product == Product::Lut {
         peak.push(entry(binding::MUL_LUT, read, None));
     }
     (make("unit kernel", &gemm), make("step kernels", &step), make("path ceiling", &peak))
+}
+
+/// Group 0's bindings as wgpu's Vulkan backend numbers them: by position among `entries`.
+fn vulkan_bindings(entries: &[wgpu::BindGroupLayoutEntry]) -> naga::back::spv::BindingMap {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(at, entry)| {
+            let info = naga::back::spv::BindingInfo { descriptor_set: 0, binding: at as u32, binding_array_size: None };
+            (naga::ResourceBinding { group: 0, binding: entry.binding }, info)
+        })
+        .collect()
 }
 
 /// Maps a [`GpuError`] onto a plugin error.

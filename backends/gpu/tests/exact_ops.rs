@@ -34,7 +34,7 @@ fn moderate(rng: &mut SplitMix64, len: usize) -> Vec<u32> {
 
 /// `page_words`: hold arena pages to that many words (`None`: one page holds everything);
 /// `tiles`: the unit kernel's tile and narrow tile (`None`: the adapter's choice).
-fn check(soft_float: bool, page_words: Option<u64>, tiles: Option<(Tile, Tile)>) {
+fn check(engine: Engine, soft_float: bool, page_words: Option<u64>, tiles: Option<(Tile, Tile)>) {
     let options = GpuOptions {
         soft_float,
         page_words,
@@ -42,7 +42,7 @@ fn check(soft_float: bool, page_words: Option<u64>, tiles: Option<(Tile, Tile)>)
         narrow: tiles.map(|t| t.1),
         ..GpuOptions::default()
     };
-    let mut units = GpuUnits::new(Engine::Lut, &options).unwrap_or_else(|e| panic!("{e}"));
+    let mut units = GpuUnits::new(engine, &options).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = SplitMix64::new(0xe8ac7 + u64::from(soft_float));
     let len = 30_011usize;
     let (rows, width) = (97u32, 61u32);
@@ -149,12 +149,12 @@ fn check(soft_float: bool, page_words: Option<u64>, tiles: Option<(Tile, Tile)>)
 /// the narrow tile, the first on the tiled kernel, the second then on the split kernel.
 #[test]
 fn step_ops_match_the_reference_on_the_hardware_path() {
-    check(false, None, Some((DEFAULT_TILE, NARROW_TILE)));
+    check(Engine::Lut, false, None, Some((DEFAULT_TILE, NARROW_TILE)));
 }
 
 #[test]
 fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routines() {
-    check(true, None, None);
+    check(Engine::Lut, true, None, None);
 }
 
 /// Pages of 100,000 words hold three of the twelve buffers each: the arena takes all four
@@ -163,7 +163,7 @@ fn step_ops_match_the_reference_with_every_add_and_multiply_on_the_integer_routi
 /// page choice, with the reference's bits; a thirteenth buffer fits in no page and is refused.
 #[test]
 fn step_ops_match_the_reference_across_four_arena_pages() {
-    check(false, Some(100_000), None);
+    check(Engine::Lut, false, Some(100_000), None);
     let mut units = GpuUnits::new(Engine::Dp4a, &GpuOptions { page_words: Some(1024), ..GpuOptions::default() })
         .unwrap_or_else(|e| panic!("{e}"));
     for _ in 0..4 {
@@ -173,6 +173,26 @@ fn step_ops_match_the_reference_across_four_arena_pages() {
     assert!(refused.contains("4 pages of 1024 words"), "{refused}");
     let too_big = units.buffer_create(1100).unwrap_err().to_string();
     assert!(too_big.contains("largest storage binding holds 1024 words"), "{too_big}");
+}
+
+/// Set in the child process [`tc_ops_match_the_reference_across_four_arena_pages`] starts.
+const COOPERATIVE_CHILD: &str = "LOCKSTEP_COOPMAT_CHILD";
+
+/// The same on `tc`, whose unit kernel is SPIR-V passed through wgpu: its tiled product's
+/// output lies in the arena's last page. Its modules once kept their WGSL binding numbers where
+/// wgpu's Vulkan backend numbers a layout's bindings by position, so pages 1 to 3 were one
+/// binding off and a product wrote to the wrong page (or none) once a run's buffers took more
+/// than one (`docs/TENSOR_CORES.md`). Runs on Mesa 26's lavapipe, in a child process.
+#[test]
+fn tc_ops_match_the_reference_across_four_arena_pages() {
+    if std::env::var_os(COOPERATIVE_CHILD).is_some() {
+        return check(Engine::Tc, false, Some(100_000), None);
+    }
+    lockstep_faulty_plugins::coopmat::CoopmatDriver::unpacked().rerun_test(
+        "tc_ops_match_the_reference_across_four_arena_pages",
+        COOPERATIVE_CHILD,
+        &[],
+    );
 }
 
 /// An op whose output overlaps its input (an in-place GELU, a product written over its own

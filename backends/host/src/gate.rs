@@ -409,6 +409,23 @@ pub fn battery() -> Vec<Case> {
     }
     cases.push(f32_case("neighbouring-blocks-one-exponent", m, n, k, a, b));
 
+    // Every block of an output with one exponent, the running sum past 2^24 units of it: the
+    // definition rounds after each block, so once the sum passes 2^24 (ulp 2) each odd block sum
+    // is a tie to even; the output as one integer dot product rounded once lands elsewhere.
+    // Forty blocks of 127 · 127 pairs, each block's last b one smaller (126: block sums 516,001;
+    // 124: 515,747), rows ±127: per block 20,640,032 and 20,629,888; rounded once 20,640,040
+    // and 20,629,880 (one rounding up, one down).
+    let (m, n, k) = (2, 2, 40 * 32);
+    let a: Vec<f32> = (0..m * k).map(|i| if i < k { 127.0 } else { -127.0 }).collect();
+    let b: Vec<f32> = (0..n * k)
+        .map(|i| match (i / k, i % 32) {
+            (0, 31) => 126.0,
+            (1, 31) => 124.0,
+            _ => 127.0,
+        })
+        .collect();
+    cases.push(f32_case("one-exponent-row-past-2^24", m, n, k, a, b));
+
     // The integer product past 2^24: equal large values over a long k (an f32 accumulator would
     // round), and the full range at k = 70000 (sums wrap nowhere, but pass 2^24 and 2^31/2).
     let (m, n, k) = (2, 3, 70_000);
@@ -841,6 +858,7 @@ mod tests {
             "subnormal-partial-sums",
             "last-addition-flush-and-dropped-terms",
             "neighbouring-blocks-one-exponent",
+            "one-exponent-row-past-2^24",
             "int8-sums-past-2^24",
             "repeated-call",
             "buffers-reused-in-place",
@@ -891,6 +909,14 @@ mod tests {
             panic!()
         };
         assert_eq!(bits(&gemm_nt(*m, *n, *k, a, b).unwrap()), [0x507c_0400, 0x507c_0400, 0xd07c_0400, 0xd07c_0400]);
+        // The one-exponent rows end where rounding after every block ends (worked out in the
+        // case's comment), not on the once-rounded 0x4b9d7894 / 0x4b9d64bc.
+        let Input::F32 { m, n, k, a, b } =
+            &cases.iter().find(|c| c.name == "one-exponent-row-past-2^24").expect("present").input
+        else {
+            panic!()
+        };
+        assert_eq!(bits(&gemm_nt(*m, *n, *k, a, b).unwrap()), [0x4b9d_7890, 0x4b9d_64c0, 0xcb9d_7890, 0xcb9d_64c0]);
         // The fixed cross-entropy case tells `sum · (1/rows)` from `sum / rows`.
         let (rows, vocab) = (CE_FIXED_ROWS, CE_FIXED_VOCAB);
         let (mut d, mut losses) = (vec![0.0f32; rows * vocab], vec![0.0f32; rows]);

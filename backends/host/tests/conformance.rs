@@ -199,21 +199,20 @@ const COOPERATIVE_CHILD: &str = "LOCKSTEP_COOPMAT_CHILD";
 /// products for real in CI (the device machine runs it on NVIDIA's tensor cores).
 fn on_the_cooperative_driver(test: &str, plugin: &str) {
     let plugin_dir = resolve_plugin(plugin).unwrap_or_else(|e| panic!("{e}"));
-    let out = lockstep_faulty_plugins::coopmat::CoopmatDriver::unpacked()
-        .command(&std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-        .env(COOPERATIVE_CHILD, "1")
-        // Under the loader this binary's own path is the loader's: name the plugins' directory.
-        .env("LOCKSTEP_PLUGIN_DIR", plugin_dir.parent().unwrap())
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.contains("1 passed"), "{test} on the cooperative driver:\n{text}");
+    // Under the loader this binary's own path is the loader's: name the plugins' directory.
+    let dir = plugin_dir.parent().unwrap().as_os_str();
+    lockstep_faulty_plugins::coopmat::CoopmatDriver::unpacked().rerun_test(
+        test,
+        COOPERATIVE_CHILD,
+        &[("LOCKSTEP_PLUGIN_DIR", dir)],
+    );
 }
 
 /// A plugin that claims `PEAK_TIMING` reports a finite positive rate for its product path (the
 /// GPU plugins: DP4A, table lookups or cooperative matrices in a register loop); one that does
-/// not is answered `UNSUPPORTED` by the host without a call.
+/// not is answered `UNSUPPORTED` by the host without a call. A GPU plugin reports a rate only
+/// after its kernel's output matched the host's model of every operation the rate counts
+/// (`lockstep_shaders::peak_words`, `peak_tc_words`): a kernel a driver cut short fails here.
 fn times_its_product_path(name: &str) {
     let mut backend = open(name);
     let claims = backend.plugin().capabilities() & lockstep_worker_api::caps::PEAK_TIMING != 0;
