@@ -3,7 +3,7 @@
 //! From a checkpoint (the last step two members agreed on, say) or from a fresh run, each named
 //! backend trains the next steps with **every op of every step** recomputed by the reference
 //! (`lockstep_luts::ops::run_reference`) from copies of what the op read, before the next op
-//! runs (`Trainer::set_audit_all`, `device::Audit::Every`). Ops before the first departure
+//! runs (`Trainer::set_audit_all`, `audit::Audit::Every`). Ops before the first departure
 //! agree bit for bit, so the first op whose words differ is the backend's own error: it is named
 //! with the step, its position and name, the buffer and word, the definition's bits and the
 //! backend's, and how many words differ. Backends that follow the definition to the end report

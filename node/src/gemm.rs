@@ -23,6 +23,10 @@ pub trait Gemm: Send {
     /// What computes the products, for reports.
     fn label(&self) -> String;
 
+    /// Whether these are the verified units (an admitted backend: bit-exact with the
+    /// definition, so checked against it at a run's shapes), not the float reference.
+    fn units(&self) -> bool;
+
     /// Threads the host may use for its own work beside the products (Adam, the element-wise
     /// ops of a product-only backend): the user's thread count. It never changes a bit.
     fn threads(&self) -> usize {
@@ -106,6 +110,10 @@ impl Gemm for FloatGemm {
 
     fn label(&self) -> String {
         "float reference (f32 sgemm)".into()
+    }
+
+    fn units(&self) -> bool {
+        false
     }
 
     fn threads(&self) -> usize {

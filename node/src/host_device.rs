@@ -22,6 +22,18 @@ pub struct HostMemory {
     c: Vec<f32>,
 }
 
+impl HostMemory {
+    /// Memory holding `buffers` (each handle's words), new handles past the largest.
+    pub fn with_buffers(buffers: BTreeMap<Handle, Vec<u32>>) -> HostMemory {
+        let next = buffers.keys().next_back().copied().unwrap_or(0);
+        HostMemory { buffers, next, ..HostMemory::default() }
+    }
+
+    pub fn into_buffers(self) -> BTreeMap<Handle, Vec<u32>> {
+        self.buffers
+    }
+}
+
 /// Host memory plus a [`Gemm`] for the products.
 pub struct HostDevice<'a> {
     pub memory: &'a mut HostMemory,

@@ -6,6 +6,8 @@
 //! `kit` its inference.
 
 pub mod adam;
+pub mod admission;
+pub mod audit;
 pub mod checkpoint;
 pub mod compute_error;
 pub mod config;

@@ -20,8 +20,9 @@ use std::sync::Mutex;
 use lockstep_luts::ops::{self, Handle, Op, Span};
 use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
+use crate::audit::{run_audited, Audited, Auditing};
 use crate::compute_error::ComputeError;
-use crate::device::{run_audited, Audit, Audited, Device};
+use crate::device::Device;
 use crate::gemm::Gemm;
 use crate::host_device::{HostDevice, HostMemory};
 use crate::params::Layout;
@@ -201,6 +202,19 @@ impl Model {
         self.step(gemm, Weights::Host(w), tokens, targets, batch, seq, None, 0).map(|(loss, grad, _)| (loss, grad))
     }
 
+    /// Frees the buffers this model holds on `gemm`'s device (its training program and the
+    /// optimizer state there), when it holds any: the state on the device is gone after this.
+    pub fn release(&self, gemm: &mut dyn Gemm) {
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(device) = gemm.device() else { return };
+        if let Some(old) = cached.take_if(|c| c.device == Some(device.instance())) {
+            let moments = old.moments.iter().flat_map(|m| [m.m, m.v, m.hash]);
+            for b in old.program.buffers().iter().copied().chain(moments) {
+                device.free_buffer(b);
+            }
+        }
+    }
+
     /// The cached training program for `gemm`'s device (or host memory) and this batch shape,
     /// built (and the previous one's buffers freed) when there is none, with room reserved for
     /// `extra` words more; whether it was built now.
@@ -333,7 +347,7 @@ impl Model {
         targets: &[u8],
         batch: usize,
         seq: usize,
-        audit: Option<Audit>,
+        audit: Option<Auditing<'_>>,
         step: u32,
         adam: AdamStep,
     ) -> Result<(f32, u32, Option<Audited>), ComputeError> {
@@ -383,7 +397,7 @@ impl Model {
         targets: &[u8],
         batch: usize,
         seq: usize,
-        audit: Option<Audit>,
+        audit: Option<Auditing<'_>>,
         step: u32,
     ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
         self.check(w, tokens, batch, seq);

@@ -12,6 +12,7 @@ use std::error::Error;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
+use crate::admission::{check_at_run_shapes, ShapesAdmitted, ShapesRefused};
 use crate::checkpoint::{self, CheckpointError};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
@@ -45,6 +46,11 @@ pub enum ReplicaError {
         asked: u32,
         at: u32,
     },
+    /// The backend passed the gate but departs from the definition at the run's own shapes
+    /// (`admission.rs`): it may not take part in this run.
+    Shapes(ShapesRefused),
+    /// No referee for the admission at the run's shapes (the CPU mirror could not be opened).
+    Referee(ForeignError),
 }
 
 impl std::fmt::Display for ReplicaError {
@@ -59,6 +65,8 @@ impl std::fmt::Display for ReplicaError {
             ReplicaError::Checkpoint(e) => write!(f, "{e}"),
             ReplicaError::Restore(e) => write!(f, "{e}"),
             ReplicaError::WrongStep { asked, at } => write!(f, "asked for step {asked} at step {at}"),
+            ReplicaError::Shapes(e) => write!(f, "{e}"),
+            ReplicaError::Referee(e) => write!(f, "no referee to admit the backend at the run's shapes: {e}"),
         }
     }
 }
@@ -66,7 +74,8 @@ impl std::fmt::Display for ReplicaError {
 impl Error for ReplicaError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            ReplicaError::Backend(e) | ReplicaError::Data(e) => Some(e.as_ref()),
+            ReplicaError::Backend(e) | ReplicaError::Data(e) | ReplicaError::Referee(e) => Some(e.as_ref()),
+            ReplicaError::Shapes(e) => Some(e),
             ReplicaError::Compute(e) => Some(e),
             ReplicaError::NonFinite(e) => Some(e),
             ReplicaError::Checkpoint(e) => Some(e),
@@ -140,6 +149,11 @@ pub trait Replica: Send + 'static {
     fn take_backend_change(&mut self) -> Option<BackendChange> {
         None
     }
+    /// The last admission at a run's shapes since the last call (`configure` makes one): what
+    /// it checked, in seconds.
+    fn take_admission_at_shapes(&mut self) -> Option<(ShapesAdmitted, f64)> {
+        None
+    }
     /// Elastic windows: where the adapter tells the window under way to end
     /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run just
     /// configured (the adapter asks once, after `configure`); `None` before a run.
@@ -163,6 +177,17 @@ pub trait Provider: Send {
     fn open_backend(&mut self, name: &str) -> Result<Box<dyn Gemm + Send>, ForeignError>;
     /// This node's data stream, seeded `seed`.
     fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError>;
+    /// What recomputes the products when a backend is admitted at a run's shapes: the CPU
+    /// mirror, gated, on every core.
+    fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError>;
+}
+
+/// What checking a backend at the current run's shapes needs ([`TrainerReplica::shapes_kit`]),
+/// taken out of the replica so the check holds no lock while it runs.
+pub struct ShapesKit {
+    pub run: RunConfig,
+    pub referee: Box<dyn Gemm + Send>,
+    pub data: Box<dyn DataSource>,
 }
 
 /// A backend admitted by the gate and waiting for the next step boundary.
@@ -200,6 +225,10 @@ pub struct TrainerReplica {
     /// The state before a step taken tentatively, until the step stands or is undone (and the
     /// weight hash it had).
     undo: Option<(Undo, u32)>,
+    /// The referee of the admissions at a run's shapes, opened at the first.
+    referee: Option<Box<dyn Gemm + Send>>,
+    /// The last admission at a run's shapes: what it checked and how long it took (seconds).
+    admitted_at_shapes: Option<(ShapesAdmitted, f64)>,
 }
 
 /// The trainer away on the thread running ahead.
@@ -235,6 +264,72 @@ impl TrainerReplica {
             poison: None,
             ahead: None,
             undo: None,
+            referee: None,
+            admitted_at_shapes: None,
+        }
+    }
+
+    /// What an admission at the current run's shapes needs (the referee lent out until
+    /// [`TrainerReplica::return_referee`]); `None` between runs, where the next `configure`
+    /// checks the backend it takes.
+    pub fn shapes_kit(&mut self) -> Result<Option<ShapesKit>, ReplicaError> {
+        self.settle();
+        let Some(run) = self.trainer.as_ref().map(|t| *t.run_config()) else { return Ok(None) };
+        let referee = self.take_referee()?;
+        let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
+        Ok(Some(ShapesKit { run, referee, data }))
+    }
+
+    /// The referee [`TrainerReplica::shapes_kit`] lent out, back for the next admission.
+    pub fn return_referee(&mut self, referee: Box<dyn Gemm + Send>) {
+        self.referee = Some(referee);
+    }
+
+    fn take_referee(&mut self) -> Result<Box<dyn Gemm + Send>, ReplicaError> {
+        match self.referee.take() {
+            Some(referee) => Ok(referee),
+            None => self.provider.referee().map_err(ReplicaError::Referee),
+        }
+    }
+
+    /// `gemm` admitted at `run`'s own shapes, or refused (it is kept for a later run, whose
+    /// shapes may differ).
+    fn admit_at_shapes(
+        &mut self,
+        run: &RunConfig,
+        gemm: Box<dyn Gemm + Send>,
+    ) -> Result<Box<dyn Gemm + Send>, ReplicaError> {
+        if !gemm.units() {
+            // The float reference is not the units: nothing to hold it to.
+            return Ok(gemm);
+        }
+        let referee = match self.take_referee() {
+            Ok(referee) => referee,
+            Err(e) => {
+                self.admitted = Some(gemm);
+                return Err(e);
+            }
+        };
+        let data = match self.provider.data_source(node_data_seed(run.seed, self.me)) {
+            Ok(data) => data,
+            Err(e) => {
+                self.admitted = Some(gemm);
+                self.referee = Some(referee);
+                return Err(ReplicaError::Data(e));
+            }
+        };
+        let began = std::time::Instant::now();
+        let checked = check_at_run_shapes(run, gemm, referee, data);
+        self.referee = Some(checked.referee);
+        match checked.verdict {
+            Ok(admitted) => {
+                self.admitted_at_shapes = Some((admitted, began.elapsed().as_secs_f64()));
+                Ok(checked.gemm)
+            }
+            Err(refused) => {
+                self.admitted = Some(checked.gemm);
+                Err(ReplicaError::Shapes(refused))
+            }
         }
     }
 
@@ -390,6 +485,8 @@ impl Replica for TrainerReplica {
         } else {
             self.provider.open_backend(&self.backend).map_err(ReplicaError::Backend)?
         };
+        // Admitted by the gate; now at the run's own shapes, before it computes any of it.
+        let gemm = self.admit_at_shapes(&run, gemm)?;
         let trainer = Trainer::new(run, gemm, data).map_err(ReplicaError::Config)?;
         let weights = trainer.parameter_count();
         self.failed = None;
@@ -555,6 +652,10 @@ impl Replica for TrainerReplica {
         self.change.take()
     }
 
+    fn take_admission_at_shapes(&mut self) -> Option<(ShapesAdmitted, f64)> {
+        self.admitted_at_shapes.take()
+    }
+
     fn hurry(&self) -> Option<Arc<AtomicU32>> {
         // Asked right after a configure, when the trainer is here (not away running ahead).
         self.trainer.as_ref().map(Trainer::hurry)
@@ -578,6 +679,10 @@ mod tests {
 
         fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
             Ok(Box::new(CorpusSource::builtin(seed)))
+        }
+
+        fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError> {
+            Err(Arc::new(std::io::Error::other("no referee in this test (float products are not checked)")))
         }
     }
 

@@ -17,10 +17,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::adam::{schedule, Adam};
+use crate::audit::{Audit, Auditing};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, ModelConfig, RunConfig};
 use crate::data::{Batch, DataSource, Origin};
-use crate::device::Audit;
 use crate::gemm::Gemm;
 use crate::model::{AdamStep, Model, Weights};
 use crate::params::{init, weight_hash, Layout};
@@ -79,8 +79,11 @@ pub struct Trainer {
     data: Box<dyn DataSource>,
     /// Live audit period in steps (0: off).
     audit_every: u32,
-    /// Every op of every step recomputed by the reference (`lockstep bisect`).
+    /// Every op of every step recomputed by the reference (`lockstep bisect`, the admission at
+    /// a run's shapes).
     audit_all: bool,
+    /// What recomputes an audit's products, where not the scalar reference's units.
+    referee: Option<Box<dyn Gemm + Send>>,
     last_audited: Option<(usize, &'static str)>,
     /// This node's side of every sync (the mode's own state with it).
     sync: Strategy,
@@ -127,6 +130,7 @@ impl Trainer {
             data,
             audit_every: 0,
             audit_all: false,
+            referee: None,
             last_audited: None,
             on_device: None,
             data_at_sync: None,
@@ -229,7 +233,10 @@ impl Trainer {
     }
 
     /// What computes the products, for the next run.
-    pub fn into_gemm(self) -> Box<dyn Gemm + Send> {
+    pub fn into_gemm(mut self) -> Box<dyn Gemm + Send> {
+        // What this trainer's model holds on the backend's device goes with it: the next
+        // trainer on this backend builds its own.
+        self.model.release(self.gemm.as_mut());
         self.gemm
     }
 
@@ -260,6 +267,13 @@ impl Trainer {
     /// ops run on the reference already: its products are checked.
     pub fn set_audit_all(&mut self, all: bool) {
         self.audit_all = all;
+    }
+
+    /// The audits' products recomputed by `referee` (an admitted CPU mirror on every core)
+    /// instead of the scalar reference: the same bits, fast enough for a run's own sizes.
+    /// Returns the referee there was.
+    pub fn set_referee(&mut self, referee: Option<Box<dyn Gemm + Send>>) -> Option<Box<dyn Gemm + Send>> {
+        std::mem::replace(&mut self.referee, referee)
     }
 
     /// The next batch and the op an audit recomputes in this step (if any), with the training
@@ -303,7 +317,7 @@ impl Trainer {
             &batch.targets,
             self.run.batch,
             self.run.model.context,
-            target,
+            auditing(target, &mut self.referee),
             self.step + 1,
         )?;
         self.last_audited = audited.map(|a| (a.index, a.name));
@@ -323,7 +337,7 @@ impl Trainer {
                 &batch.targets,
                 self.run.batch,
                 self.run.model.context,
-                target,
+                auditing(target, &mut self.referee),
                 self.step + 1,
             )?;
             self.last_audited = audited.map(|a| (a.index, a.name));
@@ -337,7 +351,7 @@ impl Trainer {
             &batch.targets,
             self.run.batch,
             self.run.model.context,
-            target,
+            auditing(target, &mut self.referee),
             self.step + 1,
             adam,
         )?;
@@ -606,4 +620,8 @@ impl Member for Trainer {
         self.step += steps;
         self.data.seek(u64::from(self.step));
     }
+}
+/// The audit `target` picks, its products recomputed by `referee` when there is one.
+fn auditing(target: Option<Audit>, referee: &mut Option<Box<dyn Gemm + Send>>) -> Option<Auditing<'_>> {
+    target.map(|which| Auditing { which, referee: referee.as_deref_mut().map(|g| g as &mut dyn Gemm) })
 }

@@ -66,6 +66,10 @@ impl Gemm for ProductsOnly {
     fn label(&self) -> String {
         format!("{} (products only)", self.0.label())
     }
+
+    fn units(&self) -> bool {
+        true
+    }
 }
 
 /// Evaluation and the forward pass run on the backend's executor when it has one (buffers made

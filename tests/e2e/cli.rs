@@ -232,6 +232,47 @@ fn bench_train_reports_rows_and_the_step_breakdown() {
 
 /// The tiny model's flags (for `train` and `demo`).
 const TINY_MODEL: &[&str] = &["--width", "32", "--context", "32", "--layers", "1", "--heads", "2", "--batch", "4"];
+
+/// The admission at a run's own shapes from the command line: a plugin exact on the gate's
+/// products and wrong past 16 Ki outputs a product (`flaw_past_size`) is admitted by `lockstep
+/// gate` and refused by `lockstep train` before it trains a step (exit 2, as for a backend the
+/// gate refuses, with the op, buffer,
+/// word and both values, in text and in `--json`); an exact backend is admitted at the run's
+/// shapes with every op of one step checked, and then trains.
+#[test]
+fn train_refuses_a_plugin_wrong_only_at_the_runs_sizes() {
+    let _phase = crate::common::phase(module_path!());
+    let plugin = fixture("flaw_past_size");
+    let out = lockstep(&["gate", &plugin]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut args = vec!["train", "--steps", "2", "--eval-batches", "0", "--backend", &plugin];
+    args.extend_from_slice(TINY_MODEL);
+    let out = lockstep(&args);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("may not train this run: refused at the run's own shapes: op #"), "{shown}");
+    assert!(!shown.contains("step      1"), "it trained nothing: {shown}");
+    args.push("--json");
+    let out = lockstep(&args);
+    let refused: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(refused["event"], "refused-at-run-shapes", "{refused}");
+    assert_eq!(
+        (refused["op"].as_str(), refused["actual_bits"].as_str()),
+        (Some("matmul"), Some("0x00000000")),
+        "{refused}"
+    );
+    assert!(refused["word"].as_u64().unwrap() >= 16 * 1024 && refused["buffer"].is_u64(), "{refused}");
+    let mut args = vec!["train", "--steps", "2", "--eval-batches", "0", "--backend", "cpu", "--json"];
+    args.extend_from_slice(TINY_MODEL);
+    let out = lockstep(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let admitted: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(admitted["event"], "admitted-at-run-shapes", "{admitted}");
+    assert!(admitted["ops"].as_u64().unwrap() > 30, "every op of a step: {admitted}");
+    assert_eq!(stdout.lines().filter(|l| l.contains("\"whash\"")).count(), 2, "then it trains: {stdout}");
+}
 /// `train` on the tiny model, JSON lines, no evaluation.
 const TINY: &[&str] = &["--eval-batches", "0", "--json"];
 

@@ -336,6 +336,47 @@ fn wrong_arithmetic_after_admission_is_caught_by_the_probe() {
     assert_eq!(stop["probe_mismatch"], serde_json::json!([c.id]), "{stop}");
 }
 
+/// A plugin right on the gate's small products and wrong past a size (`flaw_past_size`: every
+/// output past 16 Ki of a product +0, what `tc` did at GPT-2 size) is admitted by the gate, then
+/// refused when it joins a run, at the run's own shapes: it says which op, buffer and word and
+/// both values, tells its peers (its verdict is a rejection at "the run's shapes"), never enters
+/// a step's roster, and the others train on.
+#[test]
+fn a_plugin_wrong_only_at_the_runs_sizes_is_refused_when_it_joins() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b]);
+    a.command(tiny(1_000_000));
+    a.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
+    let past_size = dir.join("libflaw_past_size.so");
+    assert!(past_size.is_file(), "{} is missing: build all targets first", past_size.display());
+    let c = Node::spawn(&signal, past_size.to_str().unwrap());
+    let gated = c.wait_for("the gate's verdict", |e| e["message"].as_str().is_some_and(|m| m.starts_with("gate:")), 30);
+    assert!(gated["message"].as_str().unwrap().contains("ADMITTED"), "the gate's battery admits it: {gated}");
+    let refused = c.wait_for("refused at the run's shapes", |e| e["event"] == "refused-at-run-shapes", 60);
+    assert_eq!(refused["op"], "matmul", "{refused}");
+    assert_eq!(refused["actual_bits"], "0x00000000", "{refused}");
+    assert_ne!(refused["expected_bits"], "0x00000000", "{refused}");
+    assert!(refused["word"].as_u64().unwrap() >= 16 * 1024, "{refused}");
+    let rejected = |e: &Value| e["event"] == "peer-info" && e["peer"] == c.id && e["verdict"]["outcome"] == "rejected";
+    let told = a.wait_for("c's verdict", rejected, 30);
+    assert!(told["verdict"]["case"].as_str().unwrap().starts_with("the run's shapes, op #"), "{told}");
+    let dropped = a.wait_for("c out of the run", |e| e["event"] == "dropped" && e["peer"] == c.id, 30);
+    assert_eq!(dropped["kind"], "cannot-compute", "{dropped}");
+    // The others train on: twenty more steps, none with c in its roster, one hash each.
+    let after = dropped["step"].as_u64().unwrap() + 20;
+    for node in [&a, &b] {
+        node.wait_for("twenty steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    let in_roster = |e: &Value| e["event"] == "step" && e["roster"].as_array().unwrap().contains(&c.id.into());
+    assert!(!a.events().iter().any(in_roster), "c never in a step's roster");
+    assert!(!c.events().iter().any(|e| e["event"] == "weights"), "c computed nothing of the run");
+    one_hash_per_step(&[&a, &b]);
+}
+
 #[test]
 fn a_late_joiner_is_resumed_and_identical_from_then_on() {
     let _phase = crate::common::phase(module_path!());

@@ -375,3 +375,77 @@ fn every_file_the_architecture_names_exists() {
         assert!(found, "docs/ARCHITECTURE.md names `{name}`, which is not in the repository");
     }
 }
+
+/// Names the page may use that no code of this repository defines: other projects' types and
+/// instructions it explains ours by.
+const NAMED_ELSEWHERE: &[&str] = &["RawNode", "OpCooperativeMatrixMulAddKHR", "TestBackend", "PASSTHROUGH_SHADERS"];
+
+/// The code of every source file in the repository (`.rs` comments dropped), for
+/// [`every_name_the_architecture_uses_is_in_the_code`].
+fn all_code() -> String {
+    let root = root();
+    let mut code = String::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("listing {}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let kind = path.extension().map(|x| x.to_string_lossy().to_string()).unwrap_or_default();
+            if path.is_dir() && !name.starts_with('.') && name != "target" {
+                stack.push(path);
+            } else if kind == "rs" {
+                for line in read(&path).lines() {
+                    code.push_str(line.split("//").next().unwrap_or(""));
+                    code.push('\n');
+                }
+            } else if ["wgsl", "py", "js", "h", "c", "sh", "html"].contains(&kind.as_str()) {
+                code.push_str(&read(&path));
+            }
+        }
+    }
+    code
+}
+
+/// Whether `word` occurs in `code` as a whole identifier.
+fn mentions(code: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    code.match_indices(word).any(|(i, _)| !code[..i].ends_with(ident) && !code[i + word.len()..].starts_with(ident))
+}
+
+/// The types, functions and paths the page names in backquotes are in the code: a type
+/// (`Contributions`), a path (`Session::take_committed`, `sync::reduce`) segment by segment, a
+/// function or other name with an underscore (`run_reference`). A renamed or deleted item makes
+/// the page false; this makes the build say so.
+#[test]
+fn every_name_the_architecture_uses_is_in_the_code() {
+    let code = all_code();
+    let text = read(&root().join("docs/ARCHITECTURE.md"));
+    let identifier = |t: &str| {
+        t.starts_with(|c: char| c.is_ascii_alphabetic()) && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut missing = BTreeSet::new();
+    let mut checked = 0;
+    for token in text.split('`').skip(1).step_by(2) {
+        let token = token.trim_end_matches("()");
+        let segments: Vec<&str> = token.split("::").collect();
+        if !segments.iter().all(|s| identifier(s)) || NAMED_ELSEWHERE.contains(&token) {
+            continue;
+        }
+        let camel =
+            |s: &str| s.starts_with(|c: char| c.is_ascii_uppercase()) && s.contains(|c: char| c.is_ascii_lowercase());
+        let named = segments.len() > 1
+            || camel(token)
+            || (token.contains('_') && token.contains(|c: char| c.is_ascii_lowercase()));
+        if !named {
+            continue;
+        }
+        checked += 1;
+        for segment in segments {
+            if !mentions(&code, segment) {
+                missing.insert(format!("`{token}` ({segment})"));
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} names checked");
+    assert!(missing.is_empty(), "docs/ARCHITECTURE.md names what no code has: {missing:?}");
+}

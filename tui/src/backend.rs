@@ -5,6 +5,9 @@ use std::sync::OnceLock;
 use anyhow::Context;
 use lockstep_backends::gate::GateProgress;
 use lockstep_backends::{resolve_plugin, Backend, InstanceOptions, Plugin, UnitsGemm};
+use lockstep_node::admission::{check_at_run_shapes, AtRunShapes, ShapesAdmitted};
+use lockstep_node::config::RunConfig;
+use lockstep_node::data::DataSource;
 use lockstep_node::gemm::{FloatGemm, Gemm};
 use lockstep_node::verdict::Verdict;
 use lockstep_worker_api::create_flags;
@@ -181,6 +184,31 @@ pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<Un
         }
     };
     Ok(admit(name, threads, Opening::default(), &mut |_| {}, &mut print)?.gemm)
+}
+
+/// The referee of the admissions at a run's shapes (`lockstep_node::admission`): the CPU
+/// mirror, gated like every backend, on every core.
+pub fn referee() -> anyhow::Result<Box<dyn Gemm + Send>> {
+    let admitted = admit("cpu", 0, Opening::default(), &mut |_| {}, &mut |_| {})
+        .context("opening the CPU mirror as the referee of the run's shapes")?;
+    Ok(Box::new(admitted.gemm))
+}
+
+/// `gemm` admitted at `run`'s own shapes (`lockstep_node::admission`, one step checked op by op
+/// against the referee), or refused; `data` gives the step its batch. The float reference is
+/// not the units and passes through. Both the backend and the verdict (with the seconds the
+/// check took) come back.
+pub fn admit_at_run_shapes(
+    run: &RunConfig,
+    gemm: Box<dyn Gemm + Send>,
+    data: Box<dyn DataSource>,
+) -> anyhow::Result<(Box<dyn Gemm + Send>, AtRunShapes)> {
+    if !gemm.units() {
+        return Ok((gemm, Ok((ShapesAdmitted { ops: 0 }, 0.0))));
+    }
+    let began = std::time::Instant::now();
+    let checked = check_at_run_shapes(run, gemm, referee()?, data);
+    Ok((checked.gemm, checked.verdict.map(|admitted| (admitted, began.elapsed().as_secs_f64()))))
 }
 
 /// `threads`, or every core for 0.

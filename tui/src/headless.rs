@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use lockstep_mesh::{CheckpointTarget, Command, Report, SwapProgress};
+use lockstep_node::admission::{AtRunShapes, ShapesRefused};
 use lockstep_node::config::RunConfig;
 use lockstep_node::session::{DropReason, Event};
 use lockstep_node::settings;
@@ -59,6 +60,7 @@ pub fn report_json(report: &Report) -> Value {
             json!({"event": "swap-refused", "backend": backend, "verdict": verdict_json(verdict),
                     "why": verdict.to_string()})
         }
+        Report::AtRunShapes { backend, verdict } => at_run_shapes_json(backend, verdict),
         Report::BackendSwapped(change) => json!({"event": "swapped", "backend": change.backend,
                 "verdict": verdict_json(&change.verdict), "step": change.step}),
         Report::CheckpointSaved { path, step, whash } => json!({"event": "checkpoint-saved",
@@ -121,7 +123,7 @@ pub fn report_json(report: &Report) -> Value {
                     "weight_mismatch": f.weight_mismatch, "probe_mismatch": f.probe_mismatch,
                     "message": f.to_string()}),
             Event::RunFinished { step } => json!({"event": "run-finished", "step": step}),
-            Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why}),
+            Event::Ignored { from, why } => json!({"event": "ignored", "from": from, "why": why.to_string()}),
             Event::Dropped { peer, step, why } => {
                 json!({"event": "dropped", "peer": peer, "step": step, "kind": drop_kind(why), "why": why.to_string()})
             }
@@ -140,6 +142,24 @@ pub fn report_json(report: &Report) -> Value {
     }
 }
 
+/// A backend's admission at a run's shapes as JSON: admitted (ops, seconds), or refused with
+/// the op, buffer, word and both values where it departed (`lockstep train --json` prints the
+/// same object).
+pub fn at_run_shapes_json(backend: &str, verdict: &AtRunShapes) -> Value {
+    match verdict {
+        Ok((admitted, seconds)) => json!({"event": "admitted-at-run-shapes", "backend": backend,
+            "ops": admitted.ops, "seconds": seconds}),
+        Err(ShapesRefused::Departed(f)) => {
+            let m = &f.mismatch;
+            json!({"event": "refused-at-run-shapes", "backend": backend, "op_index": m.call, "op": m.op,
+                "buffer": m.buffer, "word": m.index, "expected_bits": format!("{:#010x}", m.expected_bits),
+                "actual_bits": format!("{:#010x}", m.actual_bits), "differing": m.differing,
+                "message": verdict.as_ref().err().map(ToString::to_string)})
+        }
+        Err(refused) => json!({"event": "refused-at-run-shapes", "backend": backend, "message": refused.to_string()}),
+    }
+}
+
 /// A short stable name for why a member was dropped (the JSON's `kind`).
 fn drop_kind(why: &DropReason) -> &'static str {
     match why {
@@ -149,6 +169,7 @@ fn drop_kind(why: &DropReason) -> &'static str {
         DropReason::Left => "left",
         DropReason::Forgotten => "forgotten",
         DropReason::Gone { .. } => "gone",
+        DropReason::CannotCompute => "cannot-compute",
         DropReason::Removed(Removal::Kicked(_)) => "kicked",
         DropReason::Removed(Removal::Slow { .. }) => "slow",
     }

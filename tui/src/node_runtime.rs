@@ -10,11 +10,13 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
 use lockstep_mesh::{new_member_id, Command, Ended, LinkShim, MeshConfig, Report, SwapProgress};
+use lockstep_node::admission::check_at_run_shapes;
 use lockstep_node::checkpoint;
 use lockstep_node::data::{Corpus, CorpusSource, DataSource};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{ForeignError, Provider, Replica, TrainerReplica};
 use lockstep_node::session::{AgreementTiming, StepDeadline};
+use lockstep_node::verdict::Verdict;
 
 use crate::backend::{admit, gemm_for, Opening};
 use crate::route::bind_ip_for;
@@ -112,6 +114,10 @@ impl Provider for HostProvider {
             Text::Corpus(corpus) => Box::new(CorpusSource::new(corpus.clone(), seed)),
         })
     }
+
+    fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError> {
+        crate::backend::referee().map_err(|e| Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e)))
+    }
 }
 
 /// Where a node's reports go.
@@ -170,17 +176,46 @@ impl NodeHandle {
             let mut progress = |p: lockstep_backends::gate::GateProgress<'_>| {
                 sink(Report::Swap(SwapProgress::Gating { backend: name.clone(), done: p.done, total: p.total }))
             };
-            match admit(&name, threads, opening, &mut progress, &mut |_| {}) {
-                Ok(admitted) => {
-                    sink(Report::Swap(SwapProgress::Staged {
-                        backend: admitted.name.clone(),
-                        verdict: admitted.verdict.clone(),
-                    }));
-                    let mut replica = replica.lock().unwrap_or_else(|p| p.into_inner());
-                    replica.stage(admitted.name, admitted.verdict, Box::new(admitted.gemm));
+            let admitted = match admit(&name, threads, opening, &mut progress, &mut |_| {}) {
+                Ok(admitted) => admitted,
+                Err(refused) => {
+                    return sink(Report::Swap(SwapProgress::Refused { backend: name, verdict: refused.verdict }))
                 }
-                Err(refused) => sink(Report::Swap(SwapProgress::Refused { backend: name, verdict: refused.verdict })),
-            }
+            };
+            // Then at the running run's own shapes, without holding the replica while it checks.
+            let lock = || replica.lock().unwrap_or_else(|p| p.into_inner());
+            let kit = lock().shapes_kit();
+            let gemm: Box<dyn Gemm + Send> = Box::new(admitted.gemm);
+            let gemm = match kit {
+                Ok(None) => gemm,
+                Ok(Some(kit)) => {
+                    let began = std::time::Instant::now();
+                    let checked = check_at_run_shapes(&kit.run, gemm, kit.referee, kit.data);
+                    lock().return_referee(checked.referee);
+                    let backend = admitted.name.clone();
+                    match checked.verdict {
+                        Ok(ops) => {
+                            let verdict = Ok((ops, began.elapsed().as_secs_f64()));
+                            sink(Report::AtRunShapes { backend, verdict });
+                            checked.gemm
+                        }
+                        // The current backend stays: the swap is what is refused.
+                        Err(refused) => {
+                            let verdict = refused.verdict();
+                            return sink(Report::Swap(SwapProgress::Refused { backend, verdict }));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let verdict = Verdict::NotLoadable { why: e.to_string() };
+                    return sink(Report::Swap(SwapProgress::Refused { backend: name, verdict }));
+                }
+            };
+            sink(Report::Swap(SwapProgress::Staged {
+                backend: admitted.name.clone(),
+                verdict: admitted.verdict.clone(),
+            }));
+            lock().stage(admitted.name, admitted.verdict, gemm);
         });
     }
 

@@ -8,13 +8,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use lockstep_mesh::data_client::RemoteSource;
+use lockstep_node::admission::{AtRunShapes, ShapesRefused};
 use lockstep_node::checkpoint;
 use lockstep_node::config::RunConfig;
 use lockstep_node::data::{Corpus, CorpusSource, DataSource, Origin};
 use lockstep_node::sync::{self, Values};
 use lockstep_node::trainer::{TrainState, Trainer};
 
-use crate::backend::gemm_for;
+use crate::backend::{admit_at_run_shapes, gemm_for};
 use crate::run_args::{CorpusArg, RunArgs};
 
 #[derive(clap::Args)]
@@ -74,7 +75,7 @@ pub struct TrainArgs {
 
 /// A mesh group's arithmetic in one process: one trainer per member id (each on its own data
 /// stream, as `lockstep node` samples it), contributions averaged as the run's sync settings
-/// say. Averaged here by hand rather than with the session's `StepCollector`, so the mesh tests
+/// say. Averaged here by hand rather than with the session's `Contributions`, so the mesh tests
 /// compare the protocol's arithmetic with an independent statement of it: f32 summed in
 /// ascending id order; int8 and int4 by `sync::reduce` (the exact sum, weighed in elastic
 /// windows), whose bits no order or schedule can change — its unit tests and the session
@@ -219,9 +220,14 @@ fn parse_swaps(specs: &[String]) -> anyhow::Result<Vec<(u32, String)>> {
 
 /// Gates `name` and, if admitted, makes it compute from the next step on; otherwise says why
 /// and keeps the current backend.
-fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool) {
+fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool, data: Box<dyn DataSource>) {
     let step = trainer.step_count();
+    let run = *trainer.run_config();
     match gemm_for(name, threads, true).and_then(|gemm| {
+        let (gemm, verdict) = admit_at_run_shapes(&run, gemm, data)?;
+        if let Err(refused) = report_at_run_shapes(name, &verdict, json) {
+            bail!("{refused}");
+        }
         let label = gemm.label();
         trainer
             .replace_gemm(gemm)
@@ -243,6 +249,26 @@ fn swap_backend(trainer: &mut Trainer, name: &str, threads: u32, json: bool) {
                 println!("swap: after step {step}: `{name}` refused, keeping {}: {why}", trainer.gemm_label());
             }
         }
+    }
+}
+
+/// Says how `backend` fared at the run's own shapes (a JSON line with `json`); the refusal
+/// back as an error.
+fn report_at_run_shapes(backend: &str, verdict: &AtRunShapes, json: bool) -> Result<(), ShapesRefused> {
+    if json {
+        println!("{}", crate::headless::at_run_shapes_json(backend, verdict));
+    }
+    match verdict {
+        Ok((admitted, seconds)) => {
+            if !json && admitted.ops > 0 {
+                println!(
+                    "train: `{backend}` admitted at the run's own shapes: one step, its {} ops each checked against the definition, in {seconds:.1} s",
+                    admitted.ops
+                );
+            }
+            Ok(())
+        }
+        Err(refused) => Err(refused.clone()),
     }
 }
 
@@ -292,6 +318,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let gemm = gemm_for(&args.backend, args.threads, args.json)?;
+    // Admitted by the gate; now at the run's own shapes, before it trains any of it.
+    let check_data = || -> Box<dyn DataSource> {
+        match &corpus {
+            Some(corpus) => Box::new(CorpusSource::new(corpus.clone(), run.seed)),
+            None => Box::new(CorpusSource::builtin(run.seed)),
+        }
+    };
+    let (gemm, verdict) = admit_at_run_shapes(&run, gemm, check_data())?;
+    if let Err(refused) = report_at_run_shapes(&args.backend, &verdict, args.json) {
+        bail!("`{}` may not train this run: {refused}", args.backend);
+    }
     let mut swaps = parse_swaps(&args.swaps)?;
     let mut trainer = Trainer::new(run, gemm, source)?;
     if args.backend != "float" {
@@ -332,7 +369,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             if at > trainer.step_count() {
                 break;
             }
-            swap_backend(&mut trainer, name, args.threads, args.json);
+            swap_backend(&mut trainer, name, args.threads, args.json, check_data());
             swaps.remove(0);
         }
         let report = trainer.step().context("training step failed")?;

@@ -1,22 +1,23 @@
 //! A plugin that is exact on small products and wrong on large ones: every output past the
 //! first [`EXACT_OUTPUTS`] words of a product is +0, as a kernel whose grid or buffer is sized
 //! for the wrong limit would leave them (what `tc` did at GPT-2 size on an H100,
-//! `docs/TRUST.md`). The gate's battery multiplies small matrices and admits it; the model's
-//! own products (the default model's logits alone are 2,048 × 256 outputs) are past the limit,
+//! `docs/TRUST.md`). The gate's battery multiplies small matrices and admits it; a model's own
+//! products (the tests' 32-wide model's logits alone are 128 × 256 outputs) are past the limit,
 //! so the admission at the run's shapes must refuse it.
 
 use lockstep_faulty_plugins::ReferenceWorker;
 use lockstep_worker_api::plugin::{Worker, WorkerError};
 use lockstep_worker_api::{caps, CreateOptions};
 
-/// Outputs of one product computed right (256 KiB of f32).
-const EXACT_OUTPUTS: usize = 64 * 1024;
+/// Outputs of one product computed right (64 KiB of f32): more than any product of the gate's
+/// battery has (its largest, `shape-128x96x160`, 12,288), fewer than a model's logits have.
+const EXACT_OUTPUTS: usize = 16 * 1024;
 
 struct PastSize(ReferenceWorker);
 
 impl Worker for PastSize {
     const NAME: &'static std::ffi::CStr = c"flaw-past-size";
-    const DESCRIPTION: &'static std::ffi::CStr = c"exact below 64 Ki outputs a product, zeros past them (test fixture)";
+    const DESCRIPTION: &'static std::ffi::CStr = c"exact below 16 Ki outputs a product, zeros past them (test fixture)";
     const CAPABILITIES: u64 = caps::REQUIRED;
 
     fn create(options: &CreateOptions) -> Result<Self, WorkerError> {
@@ -24,7 +25,7 @@ impl Worker for PastSize {
     }
 
     fn describe(&self) -> String {
-        "test fixture: zeros past 64 Ki outputs".into()
+        "test fixture: zeros past 16 Ki outputs".into()
     }
 
     fn gemm_f32(

@@ -50,6 +50,10 @@ impl Gemm for UnitsGemm {
         format!("units via `{}`", self.backend.name())
     }
 
+    fn units(&self) -> bool {
+        true
+    }
+
     fn threads(&self) -> usize {
         self.threads
     }

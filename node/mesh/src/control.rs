@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use lockstep_node::admission::AtRunShapes;
 use lockstep_node::config::RunConfig;
 use lockstep_node::replica::BackendChange;
 use lockstep_node::session::Event;
@@ -108,6 +109,13 @@ pub enum Report {
         retry_ms: u64,
     },
     Swap(SwapProgress),
+    /// Our backend at the run's own shapes (`lockstep_node::admission`), before it computed any
+    /// of the run: admitted (the ops checked, in seconds) or refused (this node then watches
+    /// the run as an observer).
+    AtRunShapes {
+        backend: String,
+        verdict: AtRunShapes,
+    },
     /// Our own backend changed at a step boundary.
     BackendSwapped(BackendChange),
     CheckpointSaved {

@@ -15,7 +15,7 @@ impl Session {
                     self.send(to, Message::Raft { run, bytes });
                 }
                 for error in polled.errors {
-                    self.ignore(self.leader().unwrap_or(0), &error.to_string());
+                    self.ignore(self.leader().unwrap_or(0), Ignored::Agreement(error));
                 }
                 for committed in polled.committed {
                     self.on_committed(committed);

@@ -95,7 +95,7 @@ impl Session {
     pub(super) fn offer(&mut self, from: PeerId, gradient: Gradient) -> bool {
         let step = gradient.step;
         if !self.configured || step <= self.applied || step > self.applied + 2 {
-            self.ignore(from, &format!("a contribution to step {step}, which this node does not collect"));
+            self.ignore(from, Ignored::NotCollected { step });
             return false;
         }
         let why = match self.contributions.offer(from, gradient) {
@@ -110,15 +110,9 @@ impl Session {
                 return true;
             }
             Offer::Duplicate => return false,
-            Offer::WrongWeight { weight, allowed } => {
-                format!("a contribution of weight {weight}, the run allows {}..={}", allowed.start(), allowed.end())
-            }
-            Offer::WrongEncoding { expected, actual } => {
-                format!("a contribution sent as {actual}, the run's compression is {expected}")
-            }
-            Offer::WrongLength { expected, actual } => {
-                format!("a contribution of {actual} values, the model has {expected}")
-            }
+            Offer::WrongWeight { weight, allowed } => Ignored::WrongWeight { weight, allowed },
+            Offer::WrongEncoding { expected, actual } => Ignored::WrongEncoding { expected, actual },
+            Offer::WrongLength { expected, actual } => Ignored::WrongLength { expected, actual },
             Offer::OutOfBounds(e) => {
                 // Refused before it can reach a sum; the leader stops waiting for the sender.
                 self.event(Event::ContributionRefused { peer: from, step, why: e });
@@ -129,7 +123,7 @@ impl Session {
                 return false;
             }
         };
-        self.ignore(from, &why);
+        self.ignore(from, why);
         false
     }
 

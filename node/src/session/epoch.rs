@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use super::events::Ignored;
 use crate::wire::{Epoch, Message, PeerId};
 
 /// Step messages held per member from an epoch this node has not reached (a contribution or
@@ -21,10 +22,10 @@ pub enum Admitted {
     /// Of our epoch: take it now.
     Now(Message),
     /// From before our epoch: dropped (why, for the log).
-    Stale(String),
+    Stale(Ignored),
     /// From a later epoch: held (or, past the bound, dropped with why).
     Held,
-    Dropped(String),
+    Dropped(Ignored),
 }
 
 /// What a restore released: messages to take now, and the senders and epochs of those dropped.
@@ -68,10 +69,7 @@ impl Epochs {
         let theirs = self.of(from);
         match theirs.cmp(&self.mine) {
             Ordering::Equal => Admitted::Now(message),
-            Ordering::Less => Admitted::Stale(format!(
-                "a step message from before {} (the sender has not restored it yet)",
-                self.mine
-            )),
+            Ordering::Less => Admitted::Stale(Ignored::BeforeOurEpoch { mine: self.mine }),
             Ordering::Greater => {
                 let theirs_held = || self.held.iter().filter(|(f, _, _)| *f == from);
                 if theirs_held().any(|(_, _, m)| *m == message) {
@@ -80,7 +78,7 @@ impl Epochs {
                     self.held.push((from, theirs, message));
                     Admitted::Held
                 } else {
-                    Admitted::Dropped(format!("too many step messages from {theirs}, which this node has not restored"))
+                    Admitted::Dropped(Ignored::TooManyAhead { theirs })
                 }
             }
         }

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use super::agreement::AgreementError;
 use super::step::GuardFailure;
 use crate::config::RunConfig;
-use crate::sync::OutOfBounds;
-use crate::wire::{PeerId, Removal};
+use crate::sync::{Compression, OutOfBounds};
+use crate::wire::{Epoch, PeerId, Removal};
 
 /// What happened, for the console and the JSON-lines stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,7 +91,7 @@ pub enum Event {
     },
     Ignored {
         from: PeerId,
-        why: String,
+        why: Ignored,
     },
     /// Something the session could not do, or why its run stopped.
     Problem(Problem),
@@ -137,6 +138,118 @@ pub enum Event {
     },
 }
 
+/// Why a message was ignored: harmless (a duplicate, a late or early one, one for someone
+/// else), counted and logged, never acted on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ignored {
+    /// From a peer whose channel is not open here.
+    NotConnected,
+    /// A run config for another mesh protocol.
+    OtherProtocol {
+        protocol: u32,
+    },
+    /// A run config sent to a member (members take the run from its log).
+    RunConfigToMember,
+    /// A resume this node did not ask for.
+    UnaskedResume,
+    ResumeFromNonLeader,
+    /// A resume request to a node that is not the leader (or from a non-member).
+    CatchUpToNonLeader,
+    PushFromNonLeader,
+    RemovalFromNonLeader,
+    /// A fragment or a link message: the adapter's to handle.
+    Fragment,
+    LinkMessage,
+    ContributionFromObserver,
+    /// A repair for a member that contributes nothing (it catches up by resume).
+    RepairForQuietMember,
+    /// A repair request for a contribution this node does not hold.
+    RepairNotHeld,
+    /// A message of another run's log.
+    OtherRun,
+    /// What the run's log refused (raft-rs's reason).
+    Agreement(AgreementError),
+    /// A step message from before `mine`, the push this node's state descends from (its sender
+    /// has not restored it yet).
+    BeforeOurEpoch {
+        mine: Epoch,
+    },
+    /// A step message from `theirs`, a push this node has not restored, past those it holds.
+    TooManyAhead {
+        theirs: Epoch,
+    },
+    /// A step message from `epoch`, held for it and since replaced.
+    Replaced {
+        epoch: Epoch,
+    },
+    /// A contribution to a step this node does not collect (applied, or too far ahead).
+    NotCollected {
+        step: u32,
+    },
+    /// A contribution of a weight the run does not allow.
+    WrongWeight {
+        weight: u32,
+        allowed: std::ops::RangeInclusive<u32>,
+    },
+    /// A contribution sent in another encoding than the run's compression.
+    WrongEncoding {
+        expected: Compression,
+        actual: Compression,
+    },
+    /// A contribution of another length than the model's.
+    WrongLength {
+        expected: usize,
+        actual: usize,
+    },
+}
+
+impl std::fmt::Display for Ignored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ignored::NotConnected => f.write_str("a message from a peer that is not connected"),
+            Ignored::OtherProtocol { protocol } => write!(
+                f,
+                "a run config for mesh protocol {protocol} (this node speaks {})",
+                crate::wire::MESH_PROTOCOL_VERSION
+            ),
+            Ignored::RunConfigToMember => f.write_str("a run config (members take the run from its log)"),
+            Ignored::UnaskedResume => f.write_str("a resume this node did not ask for"),
+            Ignored::ResumeFromNonLeader => f.write_str("a resume from a peer that is not the leader"),
+            Ignored::CatchUpToNonLeader => f.write_str("a resume request, but only the leader serves them to members"),
+            Ignored::PushFromNonLeader => f.write_str("a checkpoint push from a member that is not the run's leader"),
+            Ignored::RemovalFromNonLeader => f.write_str("a removal from a peer that is not the leader"),
+            Ignored::Fragment => f.write_str("a fragment (the adapter reassembles them)"),
+            Ignored::LinkMessage => f.write_str("a link message (the adapter handles them)"),
+            Ignored::ContributionFromObserver => f.write_str("a contribution from an observer (it cannot compute)"),
+            Ignored::RepairForQuietMember => {
+                f.write_str("a repair for a member that contributes nothing (it catches up by resume)")
+            }
+            Ignored::RepairNotHeld => f.write_str("a repair request for a contribution this node does not hold"),
+            Ignored::OtherRun => f.write_str("a message of another run's log"),
+            Ignored::Agreement(e) => write!(f, "{e}"),
+            Ignored::BeforeOurEpoch { mine } => {
+                write!(f, "a step message from before {mine} (the sender has not restored it yet)")
+            }
+            Ignored::TooManyAhead { theirs } => {
+                write!(f, "too many step messages from {theirs}, which this node has not restored")
+            }
+            Ignored::Replaced { epoch } => write!(f, "a step message from {epoch}, since replaced"),
+            Ignored::NotCollected { step } => {
+                write!(f, "a contribution to step {step}, which this node does not collect")
+            }
+            Ignored::WrongWeight { weight, allowed } => {
+                write!(f, "a contribution of weight {weight}, the run allows {}..={}", allowed.start(), allowed.end())
+            }
+            Ignored::WrongEncoding { expected, actual } => {
+                write!(f, "a contribution sent as {actual}, the run's compression is {expected}")
+            }
+            Ignored::WrongLength { expected, actual } => {
+                write!(f, "a contribution of {actual} values, the model has {expected}")
+            }
+        }
+    }
+}
+
 /// Why the leader went on without a member (wire `-13` tells a member removed for good).
 #[derive(Clone, Debug, PartialEq)]
 pub enum DropReason {
@@ -156,6 +269,9 @@ pub enum DropReason {
     /// Its link has been closed for a while: out of the configuration (a member that comes
     /// back joins again as a learner).
     Gone { ms: u64 },
+    /// It says it cannot compute (its backend was refused, at the run's shapes say): out of the
+    /// configuration; it watches the run as an observer.
+    CannotCompute,
     /// Out for good.
     Removed(Removal),
 }
@@ -176,6 +292,7 @@ impl std::fmt::Display for DropReason {
             DropReason::Left => f.write_str("it left"),
             DropReason::Forgotten => f.write_str("forgotten: a person vouched it is gone"),
             DropReason::Gone { ms } => write!(f, "its link has been closed for {ms} ms"),
+            DropReason::CannotCompute => f.write_str("it cannot compute the run (its backend was refused): it watches"),
             DropReason::Removed(why) => write!(f, "{why}"),
         }
     }

@@ -13,7 +13,7 @@ impl Session {
         match self.epochs.admit(from, message) {
             Admitted::Now(message) => self.dispatch(from, message),
             Admitted::Held => {}
-            Admitted::Stale(why) | Admitted::Dropped(why) => self.ignore(from, &why),
+            Admitted::Stale(why) | Admitted::Dropped(why) => self.ignore(from, why),
         }
     }
 
@@ -24,11 +24,9 @@ impl Session {
             Message::Raft { run, bytes } => self.on_raft(from, run, &bytes),
             Message::RunConfig { protocol, run_id: _, run } => {
                 if protocol != MESH_PROTOCOL_VERSION {
-                    let why =
-                        format!("a run config for mesh protocol {protocol} (this node speaks {MESH_PROTOCOL_VERSION})");
-                    self.ignore(from, &why);
+                    self.ignore(from, Ignored::OtherProtocol { protocol });
                 } else if self.config.computes {
-                    self.ignore(from, "a run config (members take the run from its log)");
+                    self.ignore(from, Ignored::RunConfigToMember);
                 } else if self.run != Some(run) {
                     // We watch: the run as its leader tells it.
                     self.run = Some(run);
@@ -37,9 +35,9 @@ impl Session {
             }
             Message::Resume(bytes) => {
                 if !self.config.computes || self.catching_up.is_none() {
-                    self.ignore(from, "a resume this node did not ask for");
+                    self.ignore(from, Ignored::UnaskedResume);
                 } else if self.leader() != Some(from) {
-                    self.ignore(from, "a resume from a peer that is not the leader");
+                    self.ignore(from, Ignored::ResumeFromNonLeader);
                 } else if self.pending.is_none() {
                     self.pending = Some(Pending::Resume(self.epochs.of(from)));
                     self.out.push(Output::Restore { bytes });
@@ -49,21 +47,21 @@ impl Session {
                 if self.is_leader() && self.agreement.as_ref().is_some_and(|a| a.is_member(from)) {
                     self.roster.resume_wanted(from);
                 } else {
-                    self.ignore(from, "a resume request, but only the leader serves them to members");
+                    self.ignore(from, Ignored::CatchUpToNonLeader);
                 }
             }
             Message::CheckpointPush(bytes) => {
                 if self.leader() != Some(from) || self.run.is_none() {
                     // Pushes have authority: only the run's leader may rewind the group.
                     self.event(Event::PushRefused { from });
-                    self.ignore(from, "a checkpoint push from a member that is not the run's leader");
+                    self.ignore(from, Ignored::PushFromNonLeader);
                 } else {
                     self.push_bytes = Some((lockstep_luts::hash::fnv1a64(&bytes), bytes, from));
                 }
             }
             Message::Removed { step, why } => {
                 if self.leader() != Some(from) || self.is_leader() {
-                    self.ignore(from, "a removal from a peer that is not the leader");
+                    self.ignore(from, Ignored::RemovalFromNonLeader);
                 } else {
                     self.event(Event::Removed { step, why: why.clone() });
                     self.stop(Stop::Removed { step, why });
@@ -73,19 +71,19 @@ impl Session {
                 self.roster.leaving(from);
                 self.event(Event::PeerLeaving(from));
             }
-            Message::Fragment { .. } => self.ignore(from, "a fragment (the adapter reassembles them)"),
+            Message::Fragment { .. } => self.ignore(from, Ignored::Fragment),
             Message::PeerInfo { .. } | Message::Ping { .. } | Message::Pong { .. } => {
-                self.ignore(from, "a link message (the adapter handles them)")
+                self.ignore(from, Ignored::LinkMessage)
             }
             Message::Gradient(gradient) => {
                 if self.roster.is_observer(from) {
-                    self.ignore(from, "a contribution from an observer (it cannot compute)");
+                    self.ignore(from, Ignored::ContributionFromObserver);
                 } else {
                     self.offer(from, gradient);
                 }
             }
             Message::RepairRequest { step, .. } if !self.takes_part(from, step) => {
-                self.ignore(from, "a repair for a member that contributes nothing (it catches up by resume)")
+                self.ignore(from, Ignored::RepairForQuietMember)
             }
             Message::RepairRequest { step, peer } => match self.contributions.get(step, peer) {
                 Some(held) => {
@@ -93,7 +91,7 @@ impl Session {
                     self.send(from, Message::RepairResponse { peer, gradient });
                     self.event(Event::RepairServed { step, peer, to: from });
                 }
-                None => self.ignore(from, "a repair request for a contribution this node does not hold"),
+                None => self.ignore(from, Ignored::RepairNotHeld),
             },
             Message::RepairResponse { peer, gradient } => {
                 let step = gradient.step;
@@ -113,7 +111,7 @@ impl Session {
         let ours = self.agreement.as_ref().map(Agreement::run);
         if ours != Some(run) {
             if self.in_run() && ours.is_some() || !self.config.computes {
-                return self.ignore(from, "a message of another run's log");
+                return self.ignore(from, Ignored::OtherRun);
             }
             // A run reached us (or a new one, ours being over): its log starts empty here.
             match Agreement::join(self.config.me, run, self.config.agreement) {
@@ -125,7 +123,7 @@ impl Session {
         match agreement.step(from, bytes) {
             Ok(()) => {}
             Err(e @ AgreementError::Broken(_)) => self.stop(Stop::Agreement(e)),
-            Err(e) => self.ignore(from, &e.to_string()),
+            Err(e) => self.ignore(from, Ignored::Agreement(e)),
         }
     }
 }

@@ -68,7 +68,7 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
-pub use events::{DropReason, Event, Failure, LeaderAction, Problem, Stop, Task};
+pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
 pub use timing::StepDeadline;
@@ -440,7 +440,7 @@ impl Session {
                     self.heard_ms.insert(from, self.timing.now_ms());
                     self.on_message(from, message);
                 } else {
-                    self.ignore(from, "a message from a peer that is not connected");
+                    self.ignore(from, Ignored::NotConnected);
                 }
             }
             Input::Computed(gradient) => self.on_computed(gradient),
@@ -450,6 +450,12 @@ impl Session {
             Input::Failed { task, error } => {
                 if self.pending == Some(Pending::Configure) && self.agreement.is_none() {
                     self.run = None; // the run we were starting did not begin
+                }
+                if task == Task::Configure && self.agreement.is_some() {
+                    // This node cannot compute the run its log holds (its backend was refused at
+                    // the run's shapes, say): it watches it, an observer, as one whose backend
+                    // the gate refused does.
+                    self.config.computes = false;
                 }
                 self.pending = None;
                 self.event(Event::Problem(Problem::Failed { task, error }));
@@ -476,9 +482,9 @@ impl Session {
         self.out.push(Output::Event(event));
     }
 
-    fn ignore(&mut self, from: PeerId, why: &str) {
+    fn ignore(&mut self, from: PeerId, why: Ignored) {
         self.ignored += 1;
-        self.event(Event::Ignored { from, why: why.to_string() });
+        self.event(Event::Ignored { from, why });
     }
 
     fn send(&mut self, to: PeerId, message: Message) {
@@ -667,7 +673,7 @@ impl Session {
         }
         let released = self.epochs.release();
         for (from, epoch) in released.stale {
-            self.ignore(from, &format!("a step message from {epoch}, since replaced"));
+            self.ignore(from, Ignored::Replaced { epoch });
         }
         for (from, message) in released.now {
             self.dispatch(from, message);

@@ -16,7 +16,8 @@
 //! - A member that says it is leaving, that a person forgets or kicks, or whose link has been
 //!   closed for [`GONE_MS`] leaves the configuration (`Change::Remove`); kicked ones stay out.
 //! - A member whose peer info says it cannot compute is an **observer**: never in the
-//!   configuration; the leader tells it the run and sends it one resume, so it can watch.
+//!   configuration (one that says so once in it — its backend refused at the run's shapes —
+//!   leaves it); the leader tells it the run and sends it one resume, so it can watch.
 //!
 //! One configuration change is under way at a time (Raft's rule); removals go first, then
 //! demotions, additions, promotions.
@@ -260,6 +261,9 @@ impl Roster {
             }
             if self.forgotten.contains(&peer) {
                 return Some((Change::Remove(peer), Some(DropReason::Forgotten)));
+            }
+            if self.is_observer(peer) {
+                return Some((Change::Remove(peer), Some(DropReason::CannotCompute)));
             }
         }
         for &peer in &learners {

@@ -506,6 +506,18 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
                 state.log(format!("swap to `{backend}` refused, keeping `{}`: {verdict}", state.node.backend));
             }
         },
+        Report::AtRunShapes { backend, verdict: Ok((admitted, seconds)) } => state.log(format!(
+            "`{backend}` admitted at the run's own shapes: one step, its {} ops each checked against the definition, in {seconds:.1} s",
+            admitted.ops
+        )),
+        Report::AtRunShapes { backend, verdict: Err(refused) } => {
+            let verdict = refused.verdict();
+            state.node.verdict = verdict.clone();
+            if let Some(me) = state.node.me {
+                state.node.peer(me).verdict = Some(verdict);
+            }
+            state.log(format!("`{backend}` {refused}; this node watches the run"));
+        }
         Report::BackendSwapped(change) => {
             state.node.swap = None;
             state.node.backend = change.backend.clone();

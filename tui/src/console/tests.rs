@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use lockstep_mesh::{CheckpointTarget, Command, Report, StepTiming, SwapProgress};
 use lockstep_node::config::RunConfig;
 use lockstep_node::replica::BackendChange;
-use lockstep_node::session::Event;
 use lockstep_node::session::GuardFailure;
+use lockstep_node::session::{Event, Ignored};
 use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
 use lockstep_node::verdict::Verdict;
 use ratatui::backend::TestBackend;
@@ -468,7 +468,7 @@ fn repeated_log_lines_are_counted_not_repeated() {
     // A slow leader: each of two peers asks for a repair every two seconds.
     for round in 0..10 {
         for from in [2, 3] {
-            let why = "a repair request for step 121 from a non-leader".to_string();
+            let why = Ignored::RepairNotHeld;
             report(&mut state, Report::Session(Event::Ignored { from, why }), 40.0 + f64::from(round) * 2.0);
         }
     }
@@ -477,17 +477,13 @@ fn repeated_log_lines_are_counted_not_repeated() {
     assert_eq!(
         last,
         [
-            "00:58 ignored from node 3: a repair request for step 121 from a non-leader (×10)",
-            "00:58 ignored from node 2: a repair request for step 121 from a non-leader (×10)",
+            "00:58 ignored from node 3: a repair request for a contribution this node does not hold (×10)",
+            "00:58 ignored from node 2: a repair request for a contribution this node does not hold (×10)",
         ]
     );
     // Something else in between is kept in order; a repeat after it is counted again.
     update(&mut state, Action::Log("the operator says hello".into()));
-    report(
-        &mut state,
-        Report::Session(Event::Ignored { from: 2, why: "a repair request for step 121 from a non-leader".into() }),
-        80.0,
-    );
+    report(&mut state, Report::Session(Event::Ignored { from: 2, why: Ignored::RepairNotHeld }), 80.0);
     let last: Vec<String> = state.panes.log.lines.iter().rev().take(3).map(|l| l.text.clone()).collect();
     assert_eq!(last[1], "the operator says hello");
     assert_eq!(state.panes.log.lines.back().map(|l| l.count), Some(11));

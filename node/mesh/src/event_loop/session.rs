@@ -78,6 +78,26 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 };
                 // The run's trainer is new: so is where its windows are told to end.
                 self.hurry = hurry;
+                let backend = match &self.hello {
+                    Message::PeerInfo { backend, .. } => backend.clone(),
+                    _ => self.config.backend.clone(),
+                };
+                match &result {
+                    Ok(_) => {
+                        if let Some(admitted) = self.replica().take_admission_at_shapes() {
+                            (self.report)(Report::AtRunShapes { backend, verdict: Ok(admitted) });
+                        }
+                    }
+                    Err(ReplicaError::Shapes(refused)) => {
+                        // This node cannot compute the run: every peer is told (it is an
+                        // observer from now on), then the session hears why.
+                        self.hello = Message::PeerInfo { backend: backend.clone(), verdict: refused.verdict() };
+                        let hello = self.hello.clone();
+                        self.links.broadcast(&hello);
+                        (self.report)(Report::AtRunShapes { backend, verdict: Err(refused.clone()) });
+                    }
+                    Err(_) => {}
+                }
                 return Some(match result {
                     Ok(weights) => Input::Configured { weights },
                     Err(error) => Input::Failed { task: Task::Configure, error: Failure::new(error) },
