@@ -106,12 +106,8 @@ fn check_op(
     let mut expected = snapshot(device, op)?;
     device.run(std::slice::from_ref(op))?;
     match referee {
-        Some(gemm) if matches!(op, Op::Matmul(_)) => {
-            let mut memory = HostMemory::with_buffers(expected);
-            HostDevice { memory: &mut memory, gemm }.run(std::slice::from_ref(op))?;
-            expected = memory.into_buffers();
-        }
-        _ => ops::run_reference(op, &mut expected).map_err(op_error)?,
+        Some(gemm) => expected = on_referee(gemm, op, expected)?,
+        None => ops::run_reference(op, &mut expected).map_err(op_error)?,
     }
     let actual = snapshot(device, op)?;
     for (buffer, want) in &expected {
@@ -131,4 +127,37 @@ fn check_op(
         }
     }
     Ok(())
+}
+
+/// `op` recomputed by `referee` on copies of what it touched (`memory`): on the referee's own
+/// executor when it has one (the CPU mirror runs every op on every core, the reference's bits),
+/// else its products through host memory and the rest by the reference.
+fn on_referee(
+    referee: &mut (dyn Gemm + '_),
+    op: &Op,
+    mut memory: BTreeMap<Handle, Vec<u32>>,
+) -> Result<BTreeMap<Handle, Vec<u32>>, ComputeError> {
+    let Some(device) = referee.device() else {
+        let mut memory = HostMemory::with_buffers(memory);
+        HostDevice { memory: &mut memory, gemm: referee }.run(std::slice::from_ref(op))?;
+        return Ok(memory.into_buffers());
+    };
+    let mut theirs = BTreeMap::new();
+    let mut ran = || -> Result<(), ComputeError> {
+        for (&buffer, words) in &memory {
+            let copy = device.create_buffer(words.len())?;
+            theirs.insert(buffer, copy);
+            device.write(copy, 0, words)?;
+        }
+        device.run(std::slice::from_ref(&op.with_buffers(|h| theirs[&h])))?;
+        for (buffer, words) in &mut memory {
+            device.read(theirs[buffer], 0, words)?;
+        }
+        Ok(())
+    };
+    let result = ran();
+    for copy in theirs.into_values() {
+        device.free_buffer(copy);
+    }
+    result.map(|()| memory)
 }
