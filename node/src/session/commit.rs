@@ -4,6 +4,104 @@
 
 use super::*;
 
+/// The weights taking the log: how far they are, what is committed and waits for them, a step
+/// taken ahead of its commit, the repairs and the resume waited for, a push's bytes.
+#[derive(Debug, Default)]
+pub(super) struct Taking {
+    /// Steps applied: the weights are the result of `applied` updates.
+    pub applied: u32,
+    pub queue: VecDeque<Queued>,
+    /// A step the weights took before its record committed.
+    pub tentative: Option<Tentative>,
+    pub repairs: Repairs,
+    /// Since when this node waits for a resume, and when it last asked.
+    pub catching_up: Option<(u64, u64)>,
+    /// A push's bytes, held until its entry commits (their digest, and who sent them).
+    pub push_bytes: Option<(u64, Vec<u8>, PeerId)>,
+}
+
+/// What to do about a committed step's missing contributions now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RepairRound {
+    /// A round was asked for within its wait: nothing yet.
+    Wait,
+    /// Ask again: round `attempt` (1 and 2 ask the leader and the authors, later ones everyone).
+    Ask { attempt: u32 },
+    /// Repairs will not do (too many rounds, or the steps to catch up are gone): a resume.
+    Resume,
+}
+
+/// What to do about a resume waited for now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ResumeAsk {
+    /// Asked within [`CATCH_UP_AGAIN_MS`]: nothing yet.
+    Wait,
+    /// Ask (again); `first`: the wait began now.
+    Ask { first: bool },
+}
+
+impl Taking {
+    /// The next round of repairs of `step` at `now_ms`: each round waits twice as long as the
+    /// last (from `after_ms`, up to 16 times it); past [`REPAIRS_BEFORE_RESUME`] rounds, or when
+    /// the log committed (`committed`) more steps past ours than contributions are kept, a
+    /// resume.
+    pub fn repair_round(&mut self, step: u32, now_ms: u64, after_ms: u64, committed: u32) -> RepairRound {
+        if self.repairs.step != step {
+            self.repairs = Repairs { step, last_ms: None, attempts: 0 };
+        }
+        let wait = after_ms << self.repairs.attempts.min(4);
+        if self.repairs.last_ms.is_some_and(|t| now_ms.saturating_sub(t) < wait) {
+            return RepairRound::Wait;
+        }
+        if self.repairs.attempts >= REPAIRS_BEFORE_RESUME || self.applied + RETAINED_STEPS < committed {
+            return RepairRound::Resume;
+        }
+        self.repairs.last_ms = Some(now_ms);
+        self.repairs.attempts += 1;
+        RepairRound::Ask { attempt: self.repairs.attempts }
+    }
+
+    /// Whether to ask for the resume waited for at `now_ms` (again every
+    /// [`CATCH_UP_AGAIN_MS`]).
+    pub fn resume_ask(&mut self, now_ms: u64) -> ResumeAsk {
+        match self.catching_up {
+            Some((_, asked)) if now_ms.saturating_sub(asked) < CATCH_UP_AGAIN_MS => ResumeAsk::Wait,
+            Some((since, _)) => {
+                self.catching_up = Some((since, now_ms));
+                ResumeAsk::Ask { first: false }
+            }
+            None => {
+                self.catching_up = Some((now_ms, now_ms));
+                ResumeAsk::Ask { first: true }
+            }
+        }
+    }
+}
+
+/// A committed entry the weights have yet to take.
+#[derive(Clone, Debug)]
+pub(super) enum Queued {
+    Step { record: StepRecord, index: u64, term: u64 },
+    Push { epoch: Epoch, digest: u64 },
+}
+
+/// A step taken tentatively: its record, replicated and not yet committed, and what was
+/// computed on top of it (our next contribution, held back until the record commits).
+#[derive(Clone, Debug)]
+pub(super) struct Tentative {
+    pub record: StepRecord,
+    pub loss: f32,
+    pub held: Option<(Gradient, u64)>,
+}
+
+/// The repairs of the step waiting for them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Repairs {
+    pub step: u32,
+    pub last_ms: Option<u64>,
+    pub attempts: u32,
+}
+
 impl Session {
     /// What raft-rs has ready: messages go out, committed entries are taken in order.
     pub(super) fn pump(&mut self) {
@@ -33,26 +131,22 @@ impl Session {
                 // unless they are there already (a tentative step is undone first: its record
                 // may be inside the snapshot, never to come as an entry).
                 self.roll_back();
-                self.queue.clear();
+                self.taking.queue.clear();
                 self.follow_run(state.run);
             }
             Committed::Step { record, index, term } => {
-                if record.step > self.applied || self.pending.is_some() {
-                    self.queue.push_back(Queued::Step { record, index, term });
+                if record.step > self.taking.applied || self.pending.is_some() {
+                    self.taking.queue.push_back(Queued::Step { record, index, term });
                 }
             }
-            Committed::Push { epoch, digest } => self.queue.push_back(Queued::Push { epoch, digest }),
+            Committed::Push { epoch, digest } => self.taking.queue.push_back(Queued::Push { epoch, digest }),
             Committed::Members { voters, learners, index } => {
-                let now = self.applied;
-                for peer in voters.iter().chain(&learners) {
-                    self.joined_at.entry(*peer).or_insert(now);
-                }
-                self.joined_at.retain(|p, _| voters.contains(p) || learners.contains(p));
+                self.computing.configuration(&voters, &learners, self.taking.applied);
                 self.event(Event::Members { voters, learners, index });
             }
         }
-        while self.queue.len() > MAX_QUEUED {
-            self.queue.pop_front();
+        while self.taking.queue.len() > MAX_QUEUED {
+            self.taking.queue.pop_front();
         }
     }
 
@@ -75,30 +169,34 @@ impl Session {
         let at_the_start = state.epoch == Epoch::default() && state.step == 0;
         self.configured
             && self.pending.is_none()
-            && self.queue.is_empty()
-            && self.tentative.is_none()
+            && self.taking.queue.is_empty()
+            && self.taking.tentative.is_none()
             && self.epochs.mine() == state.epoch
-            && (if at_the_start { self.applied == 0 } else { state.step == 0 || self.applied == state.step })
+            && (if at_the_start {
+                self.taking.applied == 0
+            } else {
+                state.step == 0 || self.taking.applied == state.step
+            })
     }
 
     /// The weights take the committed entries they can, in order.
     pub(super) fn take_committed(&mut self) {
         while self.configured && self.pending.is_none() && self.stopped.is_none() {
-            let Some(front) = self.queue.front().cloned() else { return };
+            let Some(front) = self.taking.queue.front().cloned() else { return };
             // A tentative step stands only if the next thing committed is its very record.
-            let confirms = matches!((&front, &self.tentative),
+            let confirms = matches!((&front, &self.taking.tentative),
                 (Queued::Step { record, .. }, Some(t)) if *record == t.record);
-            if !confirms && self.tentative.is_some() {
-                let below = matches!(&front, Queued::Step { record, .. } if record.step <= self.applied);
+            if !confirms && self.taking.tentative.is_some() {
+                let below = matches!(&front, Queued::Step { record, .. } if record.step <= self.taking.applied);
                 if !below {
                     self.roll_back();
                 }
             }
             match front {
-                Queued::Step { record, .. } if record.step <= self.applied => {
-                    self.queue.pop_front();
+                Queued::Step { record, .. } if record.step <= self.taking.applied => {
+                    self.taking.queue.pop_front();
                 }
-                Queued::Step { record, .. } if record.step > self.applied + 1 => {
+                Queued::Step { record, .. } if record.step > self.taking.applied + 1 => {
                     self.catch_up();
                     return;
                 }
@@ -106,23 +204,23 @@ impl Session {
                     if !self.apply(&record, index, term) {
                         return;
                     }
-                    self.queue.pop_front();
+                    self.taking.queue.pop_front();
                     // A step boundary: the leader serves what waits for one before it computes on.
                     self.serve_at_boundary();
                 }
                 Queued::Push { epoch, digest } => {
                     if epoch <= self.epochs.mine() {
-                        self.queue.pop_front();
+                        self.taking.queue.pop_front();
                         continue;
                     }
-                    match self.push_bytes.take() {
+                    match self.taking.push_bytes.take() {
                         Some((held, bytes, from)) if held == digest => {
-                            self.queue.pop_front();
+                            self.taking.queue.pop_front();
                             self.pending = Some(Pending::Push { from, epoch });
                             self.out.push(Output::Restore { bytes });
                         }
                         other => {
-                            self.push_bytes = other;
+                            self.taking.push_bytes = other;
                             self.catch_up();
                         }
                     }
@@ -135,7 +233,7 @@ impl Session {
     /// Applies a committed record once its contributions are here; false while they are not
     /// (repairs asked for) or when the guard stopped the run.
     pub(super) fn apply(&mut self, record: &StepRecord, index: u64, term: u64) -> bool {
-        if let Some(tentative) = self.tentative.take_if(|t| t.record == *record) {
+        if let Some(tentative) = self.taking.tentative.take_if(|t| t.record == *record) {
             // Taken already: it stands (its events first, as for any step), and what was
             // computed on top of it goes out.
             self.applied_committed(record, index, term, tentative.loss);
@@ -177,9 +275,9 @@ impl Session {
         } else {
             Vec::new()
         };
-        self.applied = step;
+        self.taking.applied = step;
         self.contributions.applied(step);
-        self.repairs = Repairs::default();
+        self.taking.repairs = Repairs::default();
         let peers = record.roster();
         self.event(Event::StepApplied {
             step,
@@ -216,7 +314,7 @@ impl Session {
         {
             return;
         }
-        let step = self.applied + 1;
+        let step = self.taking.applied + 1;
         // Nothing to compute after the run's last step.
         if step >= run.syncs() {
             return;
@@ -239,18 +337,18 @@ impl Session {
         let Some((reduced, loss)) = self.contributions.reduce(&record) else { return };
         let ours = record.contributions.iter().any(|c| c.peer == me);
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: true });
-        self.tentative = Some(Tentative { record, loss, held: None });
+        self.taking.tentative = Some(Tentative { record, loss, held: None });
         self.ask_compute(&run, step + 1);
     }
 
     /// Undoes the step taken tentatively, if there is one: the weights are again the committed
     /// ones, and the compute on top of it is forgotten (asked again once they move on).
     pub(super) fn roll_back(&mut self) {
-        let Some(tentative) = self.tentative.take() else { return };
+        let Some(tentative) = self.taking.tentative.take() else { return };
         let step = tentative.record.step;
         self.out.push(Output::Rollback { step });
-        if self.asked.is_some_and(|a| a.step == step + 1) {
-            self.asked = None;
+        if self.computing.asked.is_some_and(|a| a.step == step + 1) {
+            self.computing.asked = None;
         }
         self.event(Event::Undone { step });
     }
@@ -258,28 +356,21 @@ impl Session {
     /// Asks for the contributions a committed record names that are not here: from the leader,
     /// or their authors; after a few rounds, from everyone; past that, a resume.
     pub(super) fn repair(&mut self, step: u32, missing: &[PeerId]) {
-        if self.repairs.step != step {
-            self.repairs = Repairs { step, last_ms: None, attempts: 0 };
-        }
         let now = self.timing.now_ms();
-        let wait = self.config.repair_after_ms << self.repairs.attempts.min(4);
-        if self.repairs.last_ms.is_some_and(|t| now.saturating_sub(t) < wait) {
-            return;
-        }
-        if self.repairs.attempts >= REPAIRS_BEFORE_RESUME || self.applied + RETAINED_STEPS < self.committed_step() {
-            self.catch_up();
-            return;
-        }
-        self.repairs.last_ms = Some(now);
-        self.repairs.attempts += 1;
+        let committed = self.committed_step();
+        let attempt = match self.taking.repair_round(step, now, self.config.repair_after_ms, committed) {
+            RepairRound::Wait => return,
+            RepairRound::Resume => return self.catch_up(),
+            RepairRound::Ask { attempt } => attempt,
+        };
         let me = self.config.me;
         let leader = self.leader().filter(|l| *l != me && self.members.contains(l));
         for &peer in missing {
             let mut ask: Vec<PeerId> = match leader {
-                Some(leader) if self.repairs.attempts <= 2 => vec![leader],
+                Some(leader) if attempt <= 2 => vec![leader],
                 _ => self.members.iter().copied().collect(),
             };
-            if self.repairs.attempts <= 2 && self.members.contains(&peer) && !ask.contains(&peer) {
+            if attempt <= 2 && self.members.contains(&peer) && !ask.contains(&peer) {
                 ask.push(peer);
             }
             for to in ask {
@@ -311,15 +402,47 @@ impl Session {
         let Some(leader) = self.leader().filter(|l| *l != self.config.me && self.members.contains(l)) else {
             return;
         };
-        match self.catching_up {
-            Some((_, asked)) if now.saturating_sub(asked) < CATCH_UP_AGAIN_MS => return,
-            Some((since, _)) => self.catching_up = Some((since, now)),
-            None => {
-                self.catching_up = Some((now, now));
+        match self.taking.resume_ask(now) {
+            ResumeAsk::Wait => return,
+            ResumeAsk::Ask { first: false } => {}
+            ResumeAsk::Ask { first: true } => {
                 let committed = self.committed_step();
-                self.event(Event::CatchingUp { applied: self.applied, committed });
+                self.event(Event::CatchingUp { applied: self.taking.applied, committed });
             }
         }
-        self.send(leader, Message::CatchUp { applied: self.applied });
+        self.send(leader, Message::CatchUp { applied: self.taking.applied });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repairs_wait_twice_as_long_each_round_then_a_resume_is_asked_for() {
+        let mut taking = Taking { applied: 9, ..Taking::default() };
+        let after = 100;
+        // After round k the next waits `after << k`.
+        assert_eq!(taking.repair_round(10, 0, after, 10), RepairRound::Ask { attempt: 1 });
+        assert_eq!(taking.repair_round(10, 199, after, 10), RepairRound::Wait);
+        assert_eq!(taking.repair_round(10, 200, after, 10), RepairRound::Ask { attempt: 2 });
+        assert_eq!(taking.repair_round(10, 599, after, 10), RepairRound::Wait);
+        assert_eq!(taking.repair_round(10, 600, after, 10), RepairRound::Ask { attempt: 3 });
+        assert_eq!(taking.repair_round(10, 1400, after, 10), RepairRound::Ask { attempt: 4 });
+        assert_eq!(taking.repair_round(10, 2999, after, 10), RepairRound::Wait);
+        assert_eq!(taking.repair_round(10, 3000, after, 10), RepairRound::Resume);
+        // Another step starts its rounds afresh; one whose contributions are gone (the log is
+        // more steps ahead than are kept) resumes at once.
+        assert_eq!(taking.repair_round(11, 3001, after, 11), RepairRound::Ask { attempt: 1 });
+        assert_eq!(taking.repair_round(12, 3002, after, 9 + RETAINED_STEPS + 1), RepairRound::Resume);
+    }
+
+    #[test]
+    fn a_resume_is_asked_for_again_every_few_seconds() {
+        let mut taking = Taking::default();
+        assert_eq!(taking.resume_ask(1000), ResumeAsk::Ask { first: true });
+        assert_eq!(taking.resume_ask(1000 + CATCH_UP_AGAIN_MS - 1), ResumeAsk::Wait);
+        assert_eq!(taking.resume_ask(1000 + CATCH_UP_AGAIN_MS), ResumeAsk::Ask { first: false });
+        assert_eq!(taking.catching_up, Some((1000, 1000 + CATCH_UP_AGAIN_MS)));
     }
 }

@@ -2,7 +2,52 @@
 //! committed, sending ours to the members taking part, holding what arrives (checked, guarded,
 //! hurrying an elastic window).
 
+use std::collections::BTreeMap;
+
 use super::*;
+
+/// Our computing, and whom we send contributions to.
+#[derive(Debug, Default)]
+pub(super) struct Computing {
+    /// The step this node computes, and its timing.
+    pub asked: Option<Asked>,
+    /// The last step each member contributed to, and the step each joined the configuration
+    /// at (who is sent contributions: [`QUIET_STEPS`]).
+    pub contributed: BTreeMap<PeerId, u32>,
+    pub joined_at: BTreeMap<PeerId, u32>,
+}
+
+impl Computing {
+    /// `peer` contributed to `step`.
+    pub fn contributed(&mut self, peer: PeerId, step: u32) {
+        let last = self.contributed.entry(peer).or_insert(step);
+        *last = (*last).max(step);
+    }
+
+    /// The configuration is `voters` and `learners` now, `applied` steps in: a member new to
+    /// it joined at that step; one that left it is forgotten.
+    pub fn configuration(&mut self, voters: &[PeerId], learners: &[PeerId], applied: u32) {
+        for peer in voters.iter().chain(learners) {
+            self.joined_at.entry(*peer).or_insert(applied);
+        }
+        self.joined_at.retain(|p, _| voters.contains(p) || learners.contains(p));
+    }
+
+    /// Whether `peer` contributed or joined within [`QUIET_STEPS`] of `step`.
+    pub fn lately(&self, peer: PeerId, step: u32) -> bool {
+        let within = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
+        within(self.contributed.get(&peer)) || within(self.joined_at.get(&peer))
+    }
+}
+
+/// The step this node computes, and its timing.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Asked {
+    pub step: u32,
+    pub at_ms: u64,
+    /// When our contribution was ready, and how long it took.
+    pub ready: Option<(u64, u64)>,
+}
 
 impl Session {
     /// Computes the next step when the weights hold everything committed.
@@ -17,8 +62,8 @@ impl Session {
         {
             return;
         }
-        let step = self.applied + 1;
-        if step > run.syncs() || self.asked.is_some_and(|a| a.step == step) {
+        let step = self.taking.applied + 1;
+        if step > run.syncs() || self.computing.asked.is_some_and(|a| a.step == step) {
             return;
         }
         self.ask_compute(&run, step);
@@ -28,26 +73,26 @@ impl Session {
     /// Asks the adapter to compute our contribution to `step`, from now.
     pub(super) fn ask_compute(&mut self, run: &RunConfig, step: u32) {
         let now = self.timing.now_ms();
-        self.asked = Some(Asked { step, at_ms: now, ready: None });
+        self.computing.asked = Some(Asked { step, at_ms: now, ready: None });
         let cap = self.window.compute(run, step, now);
         self.out.push(Output::Compute { step, cap });
     }
 
     pub(super) fn on_computed(&mut self, gradient: Gradient) {
         let now = self.timing.now_ms();
-        let Some(asked) = self.asked.filter(|a| a.step == gradient.step && a.ready.is_none()) else {
+        let Some(asked) = self.computing.asked.filter(|a| a.step == gradient.step && a.ready.is_none()) else {
             return; // a stale result: the weights moved on
         };
         if self.stopped.is_some() || self.pending.is_some() {
             return;
         }
         let compute_ms = now.saturating_sub(asked.at_ms);
-        if let Some(tentative) = self.tentative.as_mut().filter(|t| t.record.step + 1 == gradient.step) {
+        if let Some(tentative) = self.taking.tentative.as_mut().filter(|t| t.record.step + 1 == gradient.step) {
             // Computed behind the commit: it goes out once the record it stands on commits.
             tentative.held = Some((gradient, compute_ms));
             return;
         }
-        if gradient.step != self.applied + 1 {
+        if gradient.step != self.taking.applied + 1 {
             return;
         }
         self.contribute(gradient, compute_ms);
@@ -57,14 +102,11 @@ impl Session {
     pub(super) fn contribute(&mut self, gradient: Gradient, compute_ms: u64) {
         let me = self.config.me;
         let now = self.timing.now_ms();
-        let Some(asked) = self.asked.as_mut().filter(|a| a.step == gradient.step) else { return };
+        let Some(asked) = self.computing.asked.as_mut().filter(|a| a.step == gradient.step) else { return };
         asked.ready = Some((now, compute_ms));
         if self.is_leader() {
             let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);
-            self.due.push_back((gradient.step, now + deadline));
-            if self.due.len() > 8 {
-                self.due.pop_front();
-            }
+            self.lead.expect(gradient.step, now + deadline);
         }
         if let Some(run) = self.run {
             self.window.computed(&run, gradient.weight, now);
@@ -83,25 +125,20 @@ impl Session {
     /// group no bandwidth.
     pub(super) fn takes_part(&self, peer: PeerId, step: u32) -> bool {
         let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(peer)) else { return false };
-        let lately = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
         !self.roster.is_observer(peer)
-            && (agreement.is_voter(peer)
-                || self.roster.expected(peer)
-                || lately(self.contributed.get(&peer))
-                || lately(self.joined_at.get(&peer)))
+            && (agreement.is_voter(peer) || self.roster.expected(peer) || self.computing.lately(peer, step))
     }
 
     /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s).
     pub(super) fn offer(&mut self, from: PeerId, gradient: Gradient) -> bool {
         let step = gradient.step;
-        if !self.configured || step <= self.applied || step > self.applied + 2 {
+        if !self.configured || step <= self.taking.applied || step > self.taking.applied + 2 {
             self.ignore(from, Ignored::NotCollected { step });
             return false;
         }
         let why = match self.contributions.offer(from, gradient) {
             Offer::Accepted => {
-                let last = self.contributed.entry(from).or_insert(step);
-                *last = (*last).max(step);
+                self.computing.contributed(from, step);
                 if from != self.config.me {
                     self.hurry_if_beaten(step);
                     self.arrived(from, step);
@@ -158,5 +195,24 @@ impl Session {
         if self.window.hurry(&run, step, whole, self.timing.now_ms()) {
             self.out.push(Output::Hurry { step });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_is_sent_contributions_while_it_contributed_or_joined_lately() {
+        let mut computing = Computing::default();
+        computing.configuration(&[1, 2], &[3], 10);
+        assert!(computing.lately(3, 10 + QUIET_STEPS) && !computing.lately(3, 11 + QUIET_STEPS));
+        computing.contributed(3, 30);
+        computing.contributed(3, 25);
+        assert!(computing.lately(3, 30 + QUIET_STEPS) && !computing.lately(3, 31 + QUIET_STEPS));
+        // Out of the configuration: its join is forgotten (not its last contribution).
+        computing.configuration(&[1, 2], &[], 40);
+        assert_eq!(computing.joined_at.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert!(!computing.lately(4, 40));
     }
 }

@@ -3,6 +3,50 @@
 
 use super::*;
 
+/// (Leader) what the leader keeps between its proposals.
+#[derive(Debug, Default)]
+pub(super) struct Lead {
+    /// The step proposed in a term.
+    pub proposed: Option<(u64, u32)>,
+    /// Each recent step's deadline: when its members' contributions are due.
+    pub due: VecDeque<(u32, u64)>,
+    /// When it last asked late members again for their contribution to a step.
+    pub late_asked: Option<(u32, u64)>,
+    /// A push proposed and not yet restored (its digest): nothing else is proposed.
+    pub pushing: Option<u64>,
+}
+
+/// Steps whose deadlines the leader keeps.
+const DUE_KEPT: usize = 8;
+
+impl Lead {
+    /// Contributions to `step` are due at `due_ms` (the few most recent steps are kept).
+    pub fn expect(&mut self, step: u32, due_ms: u64) {
+        self.due.push_back((step, due_ms));
+        while self.due.len() > DUE_KEPT {
+            self.due.pop_front();
+        }
+    }
+
+    /// Whether a contribution to `step` arriving at `now_ms` came within its deadline (one
+    /// whose deadline is not kept counts as in time).
+    pub fn in_time(&self, step: u32, now_ms: u64) -> bool {
+        self.due.iter().find(|(s, _)| *s == step).is_none_or(|(_, due)| now_ms <= *due)
+    }
+
+    /// Whether to ask the late members of `step` again now, `waited_ms` after our own
+    /// contribution was ready: once a repair interval (`after_ms`) has passed, and then once
+    /// an interval; true marks it asked.
+    pub fn ask_late(&mut self, step: u32, now_ms: u64, waited_ms: u64, after_ms: u64) -> bool {
+        let asked_recently = self.late_asked.is_some_and(|(s, t)| s == step && now_ms.saturating_sub(t) < after_ms);
+        if waited_ms < after_ms || asked_recently {
+            return false;
+        }
+        self.late_asked = Some((step, now_ms));
+        true
+    }
+}
+
 impl Session {
     /// The leader's work: the configuration, resumes at boundaries, the next record.
     pub(super) fn lead(&mut self) {
@@ -22,7 +66,7 @@ impl Session {
             match agreement.change(change) {
                 Ok(true) => {
                     if let (Change::Remove(peer), Some(why)) = (change, why) {
-                        self.event(Event::Dropped { peer, step: self.applied, why });
+                        self.event(Event::Dropped { peer, step: self.taking.applied, why });
                     }
                 }
                 Ok(false) => {}
@@ -40,7 +84,8 @@ impl Session {
     /// with an overlap runs ahead: only the next apply is a boundary.)
     fn at_boundary(&self) -> bool {
         let one_step = self.run.is_some_and(|r| r.sync.mode.steps_per_sync() == 1);
-        self.finished || self.asked.is_none_or(|a| a.step != self.applied + 1 || (one_step && a.ready.is_some()))
+        self.finished
+            || self.computing.asked.is_none_or(|a| a.step != self.taking.applied + 1 || (one_step && a.ready.is_some()))
     }
 
     /// (Leader, weights at a step boundary) resumes asked for and observers not yet told.
@@ -66,16 +111,17 @@ impl Session {
         let me = self.config.me;
         let now = self.timing.now_ms();
         let Some(run) = self.run else { return };
-        let step = self.applied + 1;
-        if step > run.syncs() || self.pushing.is_some() || !self.current() || self.pending.is_some() {
+        let step = self.taking.applied + 1;
+        if step > run.syncs() || self.lead.pushing.is_some() || !self.current() || self.pending.is_some() {
             return;
         }
         let Some(agreement) = self.agreement.as_ref() else { return };
         let term = agreement.term();
-        if self.proposed == Some((term, step)) {
+        if self.lead.proposed == Some((term, step)) {
             return;
         }
-        let Some(Asked { ready: Some((ready_ms, compute_ms)), .. }) = self.asked.filter(|a| a.step == step) else {
+        let Some(Asked { ready: Some((ready_ms, compute_ms)), .. }) = self.computing.asked.filter(|a| a.step == step)
+        else {
             return;
         };
         let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
@@ -110,7 +156,7 @@ impl Session {
             Some(Ok(false)) | None => return,
             Some(Err(e)) => return self.stop(Stop::Agreement(e)),
         }
-        self.proposed = Some((term, step));
+        self.lead.proposed = Some((term, step));
         if late.is_empty() {
             self.timing.waited(waited);
         }
@@ -129,12 +175,9 @@ impl Session {
     /// asked for it (it may have been lost with a link that closed), once per interval.
     pub(super) fn ask_late(&mut self, step: u32, late: &[PeerId], waited: u64) {
         let now = self.timing.now_ms();
-        let after = self.config.repair_after_ms;
-        let asked_recently = self.late_asked.is_some_and(|(s, t)| s == step && now.saturating_sub(t) < after);
-        if waited < after || asked_recently {
+        if !self.lead.ask_late(step, now, waited, self.config.repair_after_ms) {
             return;
         }
-        self.late_asked = Some((step, now));
         let reachable: Vec<PeerId> = late.iter().copied().filter(|p| self.members.contains(p)).collect();
         for peer in reachable {
             self.send(peer, Message::RepairRequest { step, peer });
@@ -146,7 +189,7 @@ impl Session {
     pub(super) fn remove_for_good(&mut self, peer: PeerId, why: Removal) {
         self.roster.kick(peer, why.clone());
         if self.members.contains(&peer) {
-            self.send(peer, Message::Removed { step: self.applied, why });
+            self.send(peer, Message::Removed { step: self.taking.applied, why });
         }
     }
 
@@ -162,7 +205,7 @@ impl Session {
     }
 
     pub(super) fn on_push(&mut self, bytes: Vec<u8>) {
-        if self.pending.is_some() || self.pushing.is_some() {
+        if self.pending.is_some() || self.lead.pushing.is_some() {
             self.event(Event::Problem(Problem::Busy));
             return;
         }
@@ -189,9 +232,9 @@ impl Session {
                 return;
             }
         }
-        self.pushing = Some(digest);
+        self.lead.pushing = Some(digest);
         self.broadcast(&Message::CheckpointPush(bytes.clone()));
-        self.push_bytes = Some((digest, bytes, self.config.me));
+        self.taking.push_bytes = Some((digest, bytes, self.config.me));
     }
 
     /// (Leader) hands the lead to the most caught-up voter it reaches, if any.
@@ -219,9 +262,32 @@ impl Session {
             return;
         }
         let now = self.timing.now_ms();
-        let in_time = self.due.iter().find(|(s, _)| *s == step).is_none_or(|(_, due)| now <= *due);
+        let in_time = self.lead.in_time(step, now);
         if let Some(steps) = self.roster.arrived(from, step, in_time) {
             self.event(Event::Readmitted { peer: from, steps });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_contribution_is_in_time_until_its_step_is_due_and_late_members_are_asked_once_an_interval() {
+        let mut lead = Lead::default();
+        for step in 1..=10 {
+            lead.expect(step, 1000 * u64::from(step));
+        }
+        assert!(lead.in_time(5, 5000) && !lead.in_time(5, 5001));
+        // The first two steps' deadlines are gone: nothing says they were late.
+        assert!(lead.in_time(1, u64::MAX));
+        assert_eq!(lead.due.len(), DUE_KEPT);
+        // Asked after a repair interval of waiting, then not again within an interval.
+        assert!(!lead.ask_late(7, 100, 499, 500));
+        assert!(lead.ask_late(7, 100, 500, 500));
+        assert!(!lead.ask_late(7, 599, 999, 500));
+        assert!(lead.ask_late(7, 600, 1000, 500));
+        assert!(lead.ask_late(8, 601, 500, 500), "another step is asked for at once");
     }
 }

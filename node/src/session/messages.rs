@@ -34,7 +34,7 @@ impl Session {
                 }
             }
             Message::Resume(bytes) => {
-                if !self.config.computes || self.catching_up.is_none() {
+                if !self.config.computes || self.taking.catching_up.is_none() {
                     self.ignore(from, Ignored::UnaskedResume);
                 } else if self.leader() != Some(from) {
                     self.ignore(from, Ignored::ResumeFromNonLeader);
@@ -56,7 +56,7 @@ impl Session {
                     self.event(Event::PushRefused { from });
                     self.ignore(from, Ignored::PushFromNonLeader);
                 } else {
-                    self.push_bytes = Some((lockstep_luts::hash::fnv1a64(&bytes), bytes, from));
+                    self.taking.push_bytes = Some((lockstep_luts::hash::fnv1a64(&bytes), bytes, from));
                 }
             }
             Message::Removed { step, why } => {

@@ -74,7 +74,10 @@ pub use step::{GuardFailure, Offer, RETAINED_STEPS};
 pub use timing::StepDeadline;
 
 use agreement::Agreement;
+use commit::{Queued, Repairs, Taking};
+use contribute::{Asked, Computing};
 use epoch::{Admitted, Epochs};
+use leader::Lead;
 use log::{LogEntry, Named, StepRecord};
 use roster::Roster;
 use step::Contributions;
@@ -223,39 +226,6 @@ enum Pending {
     },
 }
 
-/// A committed entry the weights have yet to take.
-#[derive(Clone, Debug)]
-enum Queued {
-    Step { record: StepRecord, index: u64, term: u64 },
-    Push { epoch: Epoch, digest: u64 },
-}
-
-/// The step this node computes, and its timing.
-#[derive(Clone, Copy, Debug)]
-struct Asked {
-    step: u32,
-    at_ms: u64,
-    /// When our contribution was ready, and how long it took.
-    ready: Option<(u64, u64)>,
-}
-
-/// A step taken tentatively: its record, replicated and not yet committed, and what was
-/// computed on top of it (our next contribution, held back until the record commits).
-#[derive(Clone, Debug)]
-struct Tentative {
-    record: StepRecord,
-    loss: f32,
-    held: Option<(Gradient, u64)>,
-}
-
-/// The repairs of the step waiting for them.
-#[derive(Clone, Copy, Debug, Default)]
-struct Repairs {
-    step: u32,
-    last_ms: Option<u64>,
-    attempts: u32,
-}
-
 /// The session state machine. See the module docs.
 pub struct Session {
     config: SessionConfig,
@@ -273,30 +243,13 @@ pub struct Session {
     /// The model is built for the run.
     configured: bool,
     weights: usize,
-    /// Steps applied: the weights are the result of `applied` updates.
-    applied: u32,
     contributions: Contributions,
-    queue: VecDeque<Queued>,
-    /// A step the weights took before its record committed.
-    tentative: Option<Tentative>,
-    asked: Option<Asked>,
-    /// (Leader) the step proposed in a term.
-    proposed: Option<(u64, u32)>,
-    /// (Leader) each recent step's deadline: when its members' contributions are due.
-    due: VecDeque<(u32, u64)>,
-    /// (Leader) when it last asked late members again for their contribution to a step.
-    late_asked: Option<(u32, u64)>,
-    /// The last step each member contributed to, and the step each joined the configuration
-    /// at (who is sent contributions: [`QUIET_STEPS`]).
-    contributed: std::collections::BTreeMap<PeerId, u32>,
-    joined_at: std::collections::BTreeMap<PeerId, u32>,
-    /// (Leader) a push proposed and not yet restored (its digest): nothing else is proposed.
-    pushing: Option<u64>,
-    /// A push's bytes, held until its entry commits (their digest, and who sent them).
-    push_bytes: Option<(u64, Vec<u8>, PeerId)>,
-    repairs: Repairs,
-    /// Since when this node waits for a resume, and when it last asked.
-    catching_up: Option<(u64, u64)>,
+    /// The weights taking the log (`commit.rs`).
+    taking: Taking,
+    /// (Leader) what the leader keeps between its proposals (`leader.rs`).
+    lead: Lead,
+    /// Our computing and whom we send contributions (`contribute.rs`).
+    computing: Computing,
     /// Whether this node said it quits.
     quitting: bool,
     /// What this node last said of the leader, and since when it has none.
@@ -326,20 +279,10 @@ impl Session {
             run: None,
             configured: false,
             weights: 0,
-            applied: 0,
             contributions: Contributions::new(0, &crate::sync::SyncConfig::SEED),
-            queue: VecDeque::new(),
-            tentative: None,
-            asked: None,
-            proposed: None,
-            due: VecDeque::new(),
-            late_asked: None,
-            contributed: std::collections::BTreeMap::new(),
-            joined_at: std::collections::BTreeMap::new(),
-            pushing: None,
-            push_bytes: None,
-            repairs: Repairs::default(),
-            catching_up: None,
+            taking: Taking::default(),
+            lead: Lead::default(),
+            computing: Computing::default(),
             quitting: false,
             told_leader: None,
             leaderless_since: None,
@@ -382,7 +325,7 @@ impl Session {
 
     /// Steps applied so far.
     pub fn applied(&self) -> u32 {
-        self.applied
+        self.taking.applied
     }
 
     pub fn members(&self) -> &BTreeSet<PeerId> {
@@ -543,7 +486,7 @@ impl Session {
         if self.is_leader() && self.roster.expected(peer) && self.in_run() {
             // Nothing more will come from it: the step goes on without waiting out a deadline.
             let backoff = self.roster.missed(peer);
-            let step = self.applied + 1;
+            let step = self.taking.applied + 1;
             self.event(Event::Dropped { peer, step, why: DropReason::Disconnected { backoff } });
         }
     }
@@ -577,18 +520,9 @@ impl Session {
         self.agreement = agreement;
         self.run = None;
         self.configured = false;
-        self.applied = 0;
-        self.queue.clear();
-        self.tentative = None;
-        self.asked = None;
-        self.proposed = None;
-        self.due.clear();
-        self.contributed.clear();
-        self.joined_at.clear();
-        self.pushing = None;
-        self.push_bytes = None;
-        self.repairs = Repairs::default();
-        self.catching_up = None;
+        self.taking = Taking::default();
+        self.lead = Lead::default();
+        self.computing = Computing::default();
         self.told_leader = None;
         self.leaderless_since = None;
         self.told_no_majority = false;
@@ -616,7 +550,7 @@ impl Session {
         self.pending = None;
         let Some(run) = self.run else { return };
         self.weights = weights;
-        self.applied = 0;
+        self.taking.applied = 0;
         self.configured = true;
         self.contributions = Contributions::new(weights, &run.sync);
         if self.agreement.is_none() {
@@ -635,31 +569,31 @@ impl Session {
             return;
         };
         self.weights = weights;
-        self.applied = step;
+        self.taking.applied = step;
         self.contributions.clear();
         // The restore replaced whatever the weights took tentatively.
-        self.tentative = None;
-        self.asked = None;
+        self.taking.tentative = None;
+        self.computing.asked = None;
         // Step numbers come round again after a restore: what was proposed or due was for others.
-        self.proposed = None;
-        self.due.clear();
-        self.catching_up = None;
-        self.repairs = Repairs::default();
+        self.lead.proposed = None;
+        self.lead.due.clear();
+        self.taking.catching_up = None;
+        self.taking.repairs = Repairs::default();
         let epoch = match pending {
             Pending::Resume(epoch) => {
                 self.event(Event::Resumed { step });
                 epoch
             }
             Pending::Push { from, epoch } => {
-                self.push_bytes = None;
-                self.pushing = None;
+                self.taking.push_bytes = None;
+                self.lead.pushing = None;
                 self.event(Event::CheckpointRestored { from, step });
                 epoch
             }
             Pending::Configure => return,
         };
         // What the weights now hold, the queue no longer needs.
-        self.queue.retain(|q| match q {
+        self.taking.queue.retain(|q| match q {
             Queued::Step { record, .. } => record.step > step,
             Queued::Push { epoch: e, .. } => *e > epoch,
         });
@@ -688,11 +622,11 @@ impl Session {
         if let Some(ms) = ticked.slept_ms {
             self.event(Event::Slept { ms });
             // The gap was ours: every wait restarts where it stood.
-            if let Some(asked) = &mut self.asked {
+            if let Some(asked) = &mut self.computing.asked {
                 asked.at_ms = asked.at_ms.saturating_add(ms);
                 asked.ready = asked.ready.map(|(t, c)| (t.saturating_add(ms), c));
             }
-            self.repairs.last_ms = self.repairs.last_ms.map(|t| t.saturating_add(ms));
+            self.taking.repairs.last_ms = self.taking.repairs.last_ms.map(|t| t.saturating_add(ms));
             self.leaderless_since = self.leaderless_since.map(|t| t.saturating_add(ms));
         }
         if self.stopped.is_some() {
@@ -704,7 +638,7 @@ impl Session {
             }
         }
         // A member behind asks again; repairs are asked again.
-        if self.catching_up.is_some() {
+        if self.taking.catching_up.is_some() {
             self.catch_up();
         }
     }
