@@ -77,6 +77,8 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
             slow_windows: 0,
             agreement: lockstep_node::session::AgreementTiming::default(),
             compute_ahead,
+            // The exchange's cost alone.
+            audit_rate: 0,
             id: lockstep_mesh::new_member_id(),
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),

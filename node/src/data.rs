@@ -50,6 +50,11 @@ pub trait DataSource: Send {
     /// A member that joins a group at step `s` calls it with `s`, so its batches are the ones
     /// it would have drawn had it trained from the start (`docs/TRUST.md`).
     fn seek(&mut self, _batches: u64) {}
+    /// Whether its batches are a function of (seed, position) ([`DataSource::seek`] puts it
+    /// anywhere): only then can another member recompute a contribution trained on it (audits).
+    fn positional(&self) -> bool {
+        false
+    }
     fn describe(&self) -> String;
     /// `batches` fixed held-out batches, the same windows every time: the text the source's
     /// corpus holds out (the built-in corpus's for a source without one).
@@ -217,6 +222,10 @@ impl DataSource for CorpusSource {
 
     fn seek(&mut self, batches: u64) {
         self.position = batches;
+    }
+
+    fn positional(&self) -> bool {
+        true
     }
 
     fn describe(&self) -> String {

@@ -8,6 +8,7 @@
 //! step on, and the change is reported once. The weight hash of an update runs on a thread of
 //! its own while the next step computes (FNV-1a is byte-serial, ~0.8 GB/s).
 
+use std::collections::VecDeque;
 use std::error::Error;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -21,6 +22,10 @@ use crate::gemm::Gemm;
 use crate::trainer::{ContributeError, RestoreError, Trainer, Undo};
 use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};
+
+/// Steps whose starting weights a replica keeps for audits (a commit and its audit come a few
+/// steps behind the compute).
+const AUDIT_WEIGHTS_KEPT: usize = 4;
 
 /// An error from outside this crate (a plugin host's, a data client's), kept whole.
 pub type ForeignError = Arc<dyn Error + Send + Sync>;
@@ -51,6 +56,13 @@ pub enum ReplicaError {
     Shapes(ShapesRefused),
     /// No referee for the admission at the run's shapes (the CPU mirror could not be opened).
     Referee(ForeignError),
+    /// An audit of `step` asked for weights no longer kept.
+    AuditWeightsGone {
+        step: u32,
+    },
+    /// Batches from this source are not a function of (seed, member, step): no contribution
+    /// trained on it can be recomputed.
+    NotAuditable(String),
 }
 
 impl std::fmt::Display for ReplicaError {
@@ -67,6 +79,12 @@ impl std::fmt::Display for ReplicaError {
             ReplicaError::WrongStep { asked, at } => write!(f, "asked for step {asked} at step {at}"),
             ReplicaError::Shapes(e) => write!(f, "{e}"),
             ReplicaError::Referee(e) => write!(f, "no referee to admit the backend at the run's shapes: {e}"),
+            ReplicaError::NotAuditable(source) => {
+                write!(f, "{source} gives batches that are not a function of the seed and the step: no audit")
+            }
+            ReplicaError::AuditWeightsGone { step } => {
+                write!(f, "the weights step {step} was computed from are no longer kept: it cannot be audited")
+            }
         }
     }
 }
@@ -81,7 +99,10 @@ impl Error for ReplicaError {
             ReplicaError::Checkpoint(e) => Some(e),
             ReplicaError::Restore(e) => Some(e),
             ReplicaError::Config(e) => Some(e),
-            ReplicaError::NoRun | ReplicaError::WrongStep { .. } => None,
+            ReplicaError::NoRun
+            | ReplicaError::WrongStep { .. }
+            | ReplicaError::AuditWeightsGone { .. }
+            | ReplicaError::NotAuditable(_) => None,
         }
     }
 }
@@ -142,6 +163,10 @@ pub trait Replica: Send + 'static {
     /// Fault injection for tests: every value of this replica's contributions becomes `value`
     /// from the next one on (the hashes stay honest, so only the receivers' checks can see it).
     fn poison_contributions(&mut self, _value: f32) {}
+    /// Fault injection for tests and `bench audit`: from the next contribution on, this replica
+    /// is a rogue of kind `rogue` (finite values in bounds, honest hashes: only an audit by
+    /// recomputation can see it).
+    fn play_rogue(&mut self, _rogue: Rogue) {}
     /// This node's id in the group, known once the signaling server has welcomed it.
     fn set_identity(&mut self, _peer: PeerId) {}
     /// A backend swap that took effect since the last call (at a step boundary, before the
@@ -154,11 +179,52 @@ pub trait Replica: Send + 'static {
     fn take_admission_at_shapes(&mut self) -> Option<(ShapesAdmitted, f64)> {
         None
     }
+    /// Audits by recomputation: from now on keep the weights each of the last few steps was
+    /// computed from ([`Replica::audit_kit`] recomputes another member's contribution from them).
+    fn keep_audit_weights(&mut self, _on: bool) {}
+    /// What recomputing `target`'s contribution to `step` needs, taken out so the audit runs
+    /// without the replica: the weights `step` was computed from, `target`'s batch of it and a
+    /// referee (lent until [`Replica::audit_done`]).
+    fn audit_kit(&mut self, _step: u32, _target: PeerId) -> Result<AuditKit, ReplicaError> {
+        Err(ReplicaError::NoRun)
+    }
+    /// The referee an [`AuditKit`] lent, back.
+    fn audit_done(&mut self, _referee: Box<dyn Gemm + Send>) {}
     /// Elastic windows: where the adapter tells the window under way to end
     /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run just
     /// configured (the adapter asks once, after `configure`); `None` before a run.
     fn hurry(&self) -> Option<Arc<AtomicU32>> {
         None
+    }
+}
+
+/// A wrong member's kinds, for fault injection ([`Replica::play_rogue`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Rogue {
+    /// Every value of its contribution times this factor (`1.001`: a contribution one part in
+    /// a thousand off).
+    Scale(f32),
+    /// The values of one tensor (the token embedding's) sign-flipped.
+    FlipTensor,
+    /// The contribution computed on another member's batch.
+    OthersBatch(PeerId),
+    /// The values of its previous contribution sent again (a copy of an honest contribution).
+    Stale,
+}
+
+impl std::str::FromStr for Rogue {
+    type Err = String;
+
+    /// `scale:F`, `flip`, `batch:PEER`, `stale`.
+    fn from_str(text: &str) -> Result<Rogue, String> {
+        let bad = || format!("`{text}` is not a rogue (scale:F, flip, batch:PEER, stale)");
+        Ok(match text.split_once(':') {
+            None if text == "flip" => Rogue::FlipTensor,
+            None if text == "stale" => Rogue::Stale,
+            Some(("scale", f)) => Rogue::Scale(f.parse().map_err(|_| bad())?),
+            Some(("batch", p)) => Rogue::OthersBatch(p.parse().map_err(|_| bad())?),
+            _ => return Err(bad()),
+        })
     }
 }
 
@@ -180,6 +246,34 @@ pub trait Provider: Send {
     /// What recomputes the products when a backend is admitted at a run's shapes: the CPU
     /// mirror, gated, on every core.
     fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError>;
+}
+
+/// What recomputing one member's contribution needs ([`Replica::audit_kit`]).
+pub struct AuditKit {
+    pub run: RunConfig,
+    pub step: u32,
+    /// The weights the step was computed from.
+    pub weights: Arc<Vec<f32>>,
+    /// The audited member's data stream, at its batch of the step.
+    pub data: Box<dyn DataSource>,
+    pub referee: Box<dyn Gemm + Send>,
+}
+
+impl AuditKit {
+    /// The audited member's contribution as the definition gives it (`every-step`, f32): its
+    /// loss and gradient on its batch at the weights, the products and ops on the referee.
+    pub fn recompute(&mut self) -> Result<(f32, Values), ComputeError> {
+        let run = self.run;
+        let model = crate::model::Model::new(crate::params::Layout::new(run.model));
+        let (batch, _) = self.data.next_batch(run.batch, run.model.context);
+        let weights = crate::model::Weights::Host(&self.weights);
+        let (t, b) = (run.model.context, run.batch);
+        let stepped = model.step(self.referee.as_mut(), weights, &batch.tokens, &batch.targets, b, t, None, self.step);
+        // The model's buffers on the referee go with it.
+        model.release(self.referee.as_mut());
+        let (loss, grad, _) = stepped?;
+        Ok((loss, Values::F32(grad)))
+    }
 }
 
 /// What checking a backend at the current run's shapes needs ([`TrainerReplica::shapes_kit`]),
@@ -218,6 +312,8 @@ pub struct TrainerReplica {
     failed: Option<ComputeError>,
     /// Fault injection: the value every contribution carries instead of the honest ones.
     poison: Option<f32>,
+    /// Fault injection: a rogue's kind, and its last contribution's values (for `Stale`).
+    rogue: Option<(Rogue, Option<Values>)>,
     /// `outer:H` with an overlap: the trainer, on a thread of its own, running the next
     /// window's first steps while the group sums the contribution just made; joined by
     /// whatever needs the trainer next (the mean's `apply`, usually).
@@ -229,6 +325,8 @@ pub struct TrainerReplica {
     referee: Option<Box<dyn Gemm + Send>>,
     /// The last admission at a run's shapes: what it checked and how long it took (seconds).
     admitted_at_shapes: Option<(ShapesAdmitted, f64)>,
+    /// Audits: the weights each of the last few computed steps started from (`None`: not kept).
+    audit_weights: Option<VecDeque<(u32, Arc<Vec<f32>>)>>,
 }
 
 /// The trainer away on the thread running ahead.
@@ -262,10 +360,12 @@ impl TrainerReplica {
             hash_seconds: 0.0,
             failed: None,
             poison: None,
+            rogue: None,
             ahead: None,
             undo: None,
             referee: None,
             admitted_at_shapes: None,
+            audit_weights: None,
         }
     }
 
@@ -461,6 +561,11 @@ impl TrainerReplica {
     }
 }
 
+/// The seed of a trainer's run.
+fn run_seed(trainer: &Trainer) -> u64 {
+    trainer.run_config().seed
+}
+
 /// Syncs a trainer's weights are the result of (checkpoints are taken at sync boundaries).
 fn syncs_done(trainer: &Trainer) -> u32 {
     trainer.step_count() / trainer.run_config().steps_per_sync().max(1)
@@ -505,15 +610,48 @@ impl Replica for TrainerReplica {
         if let Some(e) = self.failed.take() {
             return Err(ReplicaError::Compute(e));
         }
-        let trainer = self.trainer()?;
+        let Self { trainer, audit_weights, .. } = self;
+        let trainer = trainer.as_mut().ok_or(ReplicaError::NoRun)?;
         let done = syncs_done(trainer);
         if done + 1 != step {
             return Err(ReplicaError::WrongStep { asked: step, at: done });
         }
+        if let Some(kept) = audit_weights {
+            let weights = Arc::new(trainer.weights()?.to_vec());
+            kept.retain(|(s, _)| *s < step);
+            kept.push_back((step, weights));
+            while kept.len() > AUDIT_WEIGHTS_KEPT {
+                kept.pop_front();
+            }
+        }
         let probing = std::time::Instant::now();
         let phash = trainer.probe_hash()?;
         let probe_seconds = probing.elapsed().as_secs_f64();
+        if let Some((Rogue::OthersBatch(peer), _)) = self.rogue {
+            // Its batch of this step is another member's.
+            let mut other =
+                self.provider.data_source(node_data_seed(run_seed(trainer), peer)).map_err(ReplicaError::Data)?;
+            other.seek(u64::from(trainer.step_count()));
+            trainer.replace_data(other);
+        }
         let mut contribution = trainer.contribute()?;
+        if let (Some((rogue, last)), Values::F32(values)) = (&mut self.rogue, &mut contribution.values) {
+            let honest = values.clone();
+            match *rogue {
+                Rogue::Scale(factor) => values.iter_mut().for_each(|v| *v *= factor),
+                Rogue::FlipTensor => {
+                    let layout = crate::params::Layout::new(trainer.run_config().model);
+                    values[layout.tok_emb].iter_mut().for_each(|v| *v = -*v);
+                }
+                Rogue::Stale => {
+                    if let Some(Values::F32(previous)) = last.take() {
+                        *values = previous;
+                    }
+                }
+                Rogue::OthersBatch(_) => {}
+            }
+            *last = Some(Values::F32(honest));
+        }
         if let Some(value) = self.poison {
             contribution.values = match contribution.values {
                 Values::F32(v) => Values::F32(vec![value; v.len()]),
@@ -597,6 +735,10 @@ impl Replica for TrainerReplica {
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(u32, usize), ReplicaError> {
         self.undo = None;
+        // The steps those weights started from are another history's.
+        if let Some(kept) = &mut self.audit_weights {
+            kept.clear();
+        }
         let trainer = self.trainer()?;
         let mut state =
             checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(ReplicaError::Checkpoint)?;
@@ -633,6 +775,10 @@ impl Replica for TrainerReplica {
         self.poison = Some(value);
     }
 
+    fn play_rogue(&mut self, rogue: Rogue) {
+        self.rogue = Some((rogue, None));
+    }
+
     fn set_identity(&mut self, peer: u64) {
         self.me = peer;
     }
@@ -654,6 +800,31 @@ impl Replica for TrainerReplica {
 
     fn take_admission_at_shapes(&mut self) -> Option<(ShapesAdmitted, f64)> {
         self.admitted_at_shapes.take()
+    }
+
+    fn keep_audit_weights(&mut self, on: bool) {
+        if on != self.audit_weights.is_some() {
+            self.audit_weights = on.then(VecDeque::new);
+        }
+    }
+
+    fn audit_kit(&mut self, step: u32, target: PeerId) -> Result<AuditKit, ReplicaError> {
+        self.settle();
+        let run = *self.trainer.as_ref().ok_or(ReplicaError::NoRun)?.run_config();
+        let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
+        let weights = kept.map(|(_, w)| w.clone()).ok_or(ReplicaError::AuditWeightsGone { step })?;
+        let mut data = self.provider.data_source(node_data_seed(run.seed, target)).map_err(ReplicaError::Data)?;
+        if !data.positional() {
+            return Err(ReplicaError::NotAuditable(data.describe()));
+        }
+        // A member's batch of a step is the one its stream draws at that position.
+        data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
+        let referee = self.take_referee()?;
+        Ok(AuditKit { run, step, weights, data, referee })
+    }
+
+    fn audit_done(&mut self, referee: Box<dyn Gemm + Send>) {
+        self.referee.get_or_insert(referee);
     }
 
     fn hurry(&self) -> Option<Arc<AtomicU32>> {

@@ -152,6 +152,11 @@ impl Trainer {
     }
 
     /// The data source's sampler state.
+    /// Trains on `data` from now on (fault injection: a rogue that takes another member's batches).
+    pub fn replace_data(&mut self, data: Box<dyn DataSource>) {
+        self.data = data;
+    }
+
     pub fn data_state(&self) -> u64 {
         self.data.state()
     }

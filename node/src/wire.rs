@@ -16,12 +16,13 @@
 //! | `-10` | ping: `[u64 nonce]` |
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
-//! | `-13` | removed: `[u32 step][u8 kind][…]` (the leader took the receiver out of the run, not to return): kind 0 kicked `[u16 n][the user's words, n bytes UTF-8]`, 1 too slow `[u32 windows]` |
+//! | `-13` | removed: `[u32 step][u8 kind][…]` (the leader took the receiver out of the run, not to return): kind 0 kicked `[u16 n][the user's words, n bytes UTF-8]`, 1 too slow `[u32 windows]`, 2 an audit's verdict `[verdict]` (`wire/audit.rs`) |
 //! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` (weight: the inner steps it stands for in elastic windows, else 1; never 0) |
 //! | `-18` | packed gradient (`int4`): as `-14`, with the quants two to a byte: `[u8 (q[2i] & 15) \| (q[2i+1] << 4)] × ⌈len/2⌉` (4-bit two's complement, each in `[-7, 7]`; an odd length's last high nibble is 0) |
 //! | `-15` | leaving: nothing more (the sender quits on purpose: the leader takes it out of the run's configuration) |
 //! | `-19` | agreement: `[u64 run][a Raft message, raft-rs's protobuf encoding]` (the run's log: `session/agreement.rs`) |
 //! | `-20` | catch up: `[u32 applied]` (the sender's weights are behind what the log committed: it asks the leader for a resume) |
+//! | `-21` | accusation: `[u32 step][u64 target][evidence]` (the sender's recomputation of `target`'s contribution to `step` departs from it: the leader checks it; evidence as in `wire/audit.rs`) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
 //! protocols 7–9 and are retired: a decoder refuses them as unknown.
@@ -38,19 +39,24 @@
 
 use std::collections::HashMap;
 
+mod audit;
+
+pub use audit::{AuditVerdict, Evidence};
+
 use crate::config::RunConfig;
 pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (10: agreement through a Raft log, `-19`
+/// The mesh protocol version carried in the run config (11: audits by recomputation, `-21`,
+/// removals for an audit's verdict and the log's verdict entries; 10: agreement through a Raft log, `-19`
 /// and `-20`, rosters and the quorum's messages retired, a run config names its log; 9: packed
 /// gradients carry their weight,
 /// for elastic windows; 8: every sum of the step is a lane sum,
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 10;
+pub const MESH_PROTOCOL_VERSION: u32 = 11;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -73,6 +79,7 @@ const LEAVING: i32 = -15;
 const PACKED4_GRADIENT: i32 = -18;
 const RAFT: i32 = -19;
 const CATCH_UP: i32 = -20;
+const ACCUSATION: i32 = -21;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -260,6 +267,13 @@ pub enum Message {
     CatchUp {
         applied: u32,
     },
+    /// The sender recomputed `target`'s contribution to `step` and it departs, as `evidence`
+    /// shows: the leader checks it by recomputing it too.
+    Accusation {
+        step: u32,
+        target: PeerId,
+        evidence: Evidence,
+    },
 }
 
 /// Why the leader took a member out of the run for good (wire `-13`, the console, the headless
@@ -271,6 +285,8 @@ pub enum Removal {
     /// Elastic windows' slow-member rule: each of its last `windows` contributions stood for a
     /// quarter of the window or less (`--drop-slow-after`).
     Slow { windows: u32 },
+    /// An audit's verdict, committed through the run's log.
+    Audit(AuditVerdict),
 }
 
 impl std::fmt::Display for Removal {
@@ -281,12 +297,14 @@ impl std::fmt::Display for Removal {
                 f,
                 "too slow: each of its last {windows} contributions stood for a quarter of the window or less"
             ),
+            Removal::Audit(verdict) => write!(f, "{verdict}"),
         }
     }
 }
 
 const REMOVAL_KICKED: u8 = 0;
 const REMOVAL_SLOW: u8 = 1;
+const REMOVAL_AUDIT: u8 = 2;
 
 /// Why bytes are not a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -348,6 +366,11 @@ impl<'a> Reader<'a> {
 
     fn u32(&mut self) -> Result<u32, WireError> {
         Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    /// Gives back the unread tail of what [`Reader::rest`] took (a part read by its own codec).
+    fn put_back(&mut self, rest: &'a [u8]) {
+        self.at = self.bytes.len() - rest.len();
     }
 
     fn i32(&mut self) -> Result<i32, WireError> {
@@ -568,6 +591,10 @@ pub fn encode(message: &Message) -> Vec<u8> {
                     out.push(REMOVAL_SLOW);
                     out.extend_from_slice(&windows.to_le_bytes());
                 }
+                Removal::Audit(verdict) => {
+                    out.push(REMOVAL_AUDIT);
+                    verdict.encode(&mut out);
+                }
             }
         }
         Message::Leaving => out.extend_from_slice(&LEAVING.to_le_bytes()),
@@ -579,6 +606,12 @@ pub fn encode(message: &Message) -> Vec<u8> {
         Message::CatchUp { applied } => {
             out.extend_from_slice(&CATCH_UP.to_le_bytes());
             out.extend_from_slice(&applied.to_le_bytes());
+        }
+        Message::Accusation { step, target, evidence } => {
+            out.extend_from_slice(&ACCUSATION.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&target.to_le_bytes());
+            evidence.encode(&mut out);
         }
     }
     out
@@ -650,6 +683,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             let why = match r.u8()? {
                 REMOVAL_KICKED => Removal::Kicked(r.text()?),
                 REMOVAL_SLOW => Removal::Slow { windows: r.u32()? },
+                REMOVAL_AUDIT => {
+                    let mut rest = r.rest();
+                    let verdict =
+                        AuditVerdict::decode(&mut rest).ok_or(WireError::Invalid("an audit's verdict".into()))?;
+                    r.put_back(rest);
+                    Removal::Audit(verdict)
+                }
                 other => return Err(WireError::Invalid(format!("removal kind {other}"))),
             };
             Message::Removed { step, why }
@@ -660,6 +700,13 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             Message::Raft { run, bytes: r.rest().to_vec() }
         }
         CATCH_UP => Message::CatchUp { applied: r.u32()? },
+        ACCUSATION => {
+            let (step, target) = (r.u32()?, r.u64()?);
+            let mut rest = r.rest();
+            let evidence = Evidence::decode(&mut rest).ok_or(WireError::Invalid("an accusation's evidence".into()))?;
+            r.put_back(rest);
+            Message::Accusation { step, target, evidence }
+        }
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;

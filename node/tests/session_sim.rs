@@ -19,7 +19,7 @@ use lockstep_node::session::{
     StepDeadline, Stop, Task,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
-use lockstep_node::wire::{Epoch, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{Epoch, Evidence, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
 const LEN: usize = 16;
@@ -142,6 +142,11 @@ struct Node {
     /// `outer:H`: a window was computed since the last apply (a real replica's weights are then
     /// mid-window: no checkpoint may be taken of them).
     mid_window: bool,
+    /// The weights each recent step was computed from (what an audit of it recomputes from).
+    computed_from: BTreeMap<u32, Toy>,
+    /// A rogue of a subtler kind: its f32 contributions scaled by this factor (finite, in bounds:
+    /// only an audit can see it).
+    scale: Option<f32>,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -172,6 +177,8 @@ struct Net {
     slow: BTreeSet<PeerId>,
     /// Whether nodes joined from now on compute behind the commit (`SessionConfig::compute_ahead`).
     compute_ahead: bool,
+    /// Audits by recomputation of nodes joined from now on (`SessionConfig::audit_rate`).
+    audit_rate: u32,
 }
 
 impl Net {
@@ -191,6 +198,7 @@ impl Net {
             slow_windows: 0,
             slow: BTreeSet::new(),
             compute_ahead: true,
+            audit_rate: 0,
         }
     }
 
@@ -210,6 +218,7 @@ impl Net {
             computes,
             agreement: TIMING,
             compute_ahead: self.compute_ahead,
+            audit_rate: self.audit_rate,
         };
         let node = Node {
             session: Session::new(config),
@@ -231,6 +240,8 @@ impl Net {
             tentative: 0,
             undone: 0,
             mid_window: false,
+            computed_from: BTreeMap::new(),
+            scale: None,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -328,7 +339,12 @@ impl Net {
                         if node.lazy {
                             continue; // asked, never answers
                         }
-                        let grad = node.toy.gradient(id, step);
+                        node.computed_from.insert(step, node.toy.clone());
+                        node.computed_from.retain(|&s, _| s + 8 > step);
+                        let mut grad = node.toy.gradient(id, step);
+                        if let Some(factor) = node.scale {
+                            grad.iter_mut().for_each(|g| *g *= factor);
+                        }
                         let values = match node.session.run().map(|r| r.sync.compression) {
                             Some(Compression::Int8) if node.poison.is_some() => {
                                 let mut packed = sync::pack(&grad).unwrap();
@@ -433,6 +449,15 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
+                    Output::Audit { step, target } => {
+                        // The toy's contribution of `target` from the weights the step started from
+                        // (honest auditors recompute it as the definition says).
+                        let outcome = match node.computed_from.get(&step) {
+                            Some(toy) => Ok((1.0 / step as f32, Values::F32(toy.gradient(target, step)))),
+                            None => Err(Failure::new(std::io::Error::other("weights gone"))),
+                        };
+                        queue.push_back(Input::Audited { step, target, outcome });
+                    }
                     Output::Event(event) => node.events.push(event),
                 }
             }
@@ -1172,6 +1197,7 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
         computes: false,
         agreement: TIMING,
         compute_ahead: true,
+        audit_rate: 0,
     });
     watcher.handle(Input::Connected(1));
     let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run_id: 3, run: settings(3) };
@@ -1404,6 +1430,7 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         computes: true,
         agreement: TIMING,
         compute_ahead: true,
+        audit_rate: 0,
     });
     // It starts a run alone (the leader of a group of one).
     let asked = session.handle(Input::Start(settings(10)));
@@ -1888,5 +1915,93 @@ fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
         // Both ways a step taken ahead ends are played: it stands (nearly always), and another
         // leader's record replaces it (27 times in these seeds).
         assert!(taken_ahead > 10_000 && undone > 0, "{taken_ahead} taken ahead, {undone} undone");
+    }
+}
+
+/// Four members auditing one another at `rate` (per mille), every step, f32.
+fn audited(seed: u64, rate: u32, steps: u32) -> Net {
+    let mut net = Net::new(seed);
+    net.audit_rate = rate;
+    for id in [1, 2, 3, 4] {
+        net.join(id);
+    }
+    net.start(1, steps);
+    net
+}
+
+/// Audits by recomputation: a member whose contributions are finite, in bounds and carry the
+/// right hashes — scaled by 1.001, or sign-flipped — passes every check on arrival and the
+/// guard; the members the committed records assign recompute it, the leader checks the
+/// accusation by recomputing it too, and the verdict commits through the log with its evidence
+/// (the first differing value, both bits): every member names the same member, which is told
+/// and stops, and the others train on to the end, equal.
+#[test]
+fn a_rogue_contribution_is_recomputed_named_and_removed_through_the_log() {
+    for (seed, factor) in [(1201, 1.001f32), (1202, -1.0), (1203, 1.001), (1204, -1.0)] {
+        let mut net = audited(seed, 500, 40);
+        let mut rogue = false;
+        net.run(400_000, |net, top| {
+            if top == 3 && !rogue {
+                net.nodes.get_mut(&3).unwrap().scale = Some(factor);
+                rogue = true;
+            }
+        });
+        let what = format!("seed {seed} ×{factor}\n{}", net.describe());
+        let verdict = |id: PeerId| {
+            net.nodes[&id].events.iter().find_map(|e| match e {
+                Event::Verdict(v) => Some(*v),
+                _ => None,
+            })
+        };
+        let named = verdict(1).unwrap_or_else(|| panic!("nobody was named: {what}"));
+        assert_eq!(named.target, 3, "{what}");
+        // Named within a few syncs of the first wrong contribution (step 4 or 5).
+        assert!(named.step <= 12, "named at step {}: {what}", named.step);
+        let Evidence::Word { word, expected, claimed } = named.evidence else { panic!("{named:?}") };
+        assert!(word >= 1, "a value, not the loss: {named:?}");
+        assert_eq!(f32::from_bits(claimed), f32::from_bits(expected) * factor, "{named:?}");
+        for id in [2, 4] {
+            assert_eq!(verdict(id), Some(named), "node {id}: {what}");
+        }
+        let told = net.nodes[&3]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::Removed { why: Removal::Audit(v), .. } if *v == named));
+        assert!(told, "the rogue is told why: {what}");
+        assert!(matches!(net.nodes[&3].session.stopped(), Some(Stop::Removed { .. })), "{what}");
+        assert_all_finished_equal(&net, &[1, 2, 4], 40, &what);
+        assert!(!net.nodes[&1].session.configuration().0.contains(&3), "out of the configuration: {what}");
+        // Never summed after its verdict.
+        for (step, roster) in rosters_of(&net, 1) {
+            assert!(step <= named.step + 2 || !roster.contains(&3), "step {step}: {roster:?}: {what}");
+        }
+    }
+}
+
+/// Honest members audited at every step: each assignment recomputes the same bits, nobody is
+/// accused, and the audits' counts add up.
+#[test]
+fn honest_members_audited_every_step_are_never_accused() {
+    for seed in [1301, 1302, 1303] {
+        let mut net = audited(seed, 1000, 30);
+        net.run(400_000, |_, _| {});
+        let what = format!("seed {seed}\n{}", net.describe());
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 30, &what);
+        let mut audited = 0;
+        for (id, node) in &net.nodes {
+            assert!(
+                !node.events.iter().any(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_))),
+                "node {id}: {what}"
+            );
+            let stats = node.session.audit_stats();
+            assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+            assert_eq!(stats.accused, 0);
+            let events = node.events.iter().filter(|e| matches!(e, Event::Audited { .. })).count() as u32;
+            assert_eq!(events, stats.matched, "node {id}");
+            audited += stats.audited + stats.skipped;
+        }
+        // Every member of every step's roster was assigned one audit (those the worker was busy
+        // for were skipped and counted).
+        assert!(audited >= 4 * 25, "{audited} audits: {what}");
     }
 }

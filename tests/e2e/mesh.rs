@@ -111,18 +111,38 @@ fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
 /// One group of cpu, lut and dp4a nodes trains twice: the seed's exchange (every step, f32
 /// averaged in roster order), then `outer:4` with int8 contributions (exact integer sums,
 /// error feedback, Nesterov outer steps). Each run gives one weight hash per sync on every
-/// node, equal to one process replaying the group.
+/// node, equal to one process replaying the group. In the first, every node audits another
+/// each step (`--audit-rate 1`): the CPU mirror's recomputation of a lut or dp4a member's
+/// contribution is that contribution, bit for bit, and nobody is ever accused.
 #[test]
 fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let mut a = Node::spawn(&signal, "cpu");
-    let b = Node::spawn(&signal, "lut");
-    let c = Node::spawn(&signal, "dp4a");
+    let audit = ["--audit-rate", "1"];
+    let mut a = Node::spawn_with(&signal, "cpu", &audit);
+    let b = Node::spawn_with(&signal, "lut", &audit);
+    let c = Node::spawn_with(&signal, "dp4a", &audit);
     channels_open(&[&a, &b, &c]);
     a.command(tiny(30));
     for node in [&a, &b, &c] {
         finished(node, 180);
+    }
+    let audited: Vec<(u64, u64)> = [&a, &b, &c]
+        .iter()
+        .flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audited"))
+        .map(|e| (e["target"].as_u64().unwrap(), e["step"].as_u64().unwrap()))
+        .collect();
+    assert!(audited.len() >= 15, "{} audits: {audited:?}", audited.len());
+    for target in [b.id, c.id] {
+        assert!(audited.iter().any(|(t, _)| *t == target), "node {target}'s contributions were audited");
+    }
+    for node in [&a, &b, &c] {
+        let accused: Vec<Value> = node
+            .events()
+            .into_iter()
+            .filter(|e| ["accused", "verdict", "audit-failed"].contains(&e["event"].as_str().unwrap_or("")))
+            .collect();
+        assert!(accused.is_empty(), "node {}: {accused:?}", node.id);
     }
     let hashes = a.hashes();
     assert_eq!(hashes.len(), 30);
@@ -375,6 +395,54 @@ fn a_plugin_wrong_only_at_the_runs_sizes_is_refused_when_it_joins() {
     assert!(!a.events().iter().any(in_roster), "c never in a step's roster");
     assert!(!c.events().iter().any(|e| e["event"] == "weights"), "c computed nothing of the run");
     one_hash_per_step(&[&a, &b]);
+}
+
+/// A rogue among four members whose contributions are finite, in bounds and carry honest
+/// hashes — scaled by 1.001 — passes every check on arrival and the guard; the members the
+/// committed records assign recompute it (`--audit-rate 0.5`), the leader checks the accusation
+/// by recomputing it too, and the verdict commits through the log: every honest member reports
+/// the same verdict, naming the rogue with the step, the value and both bits; the rogue is told
+/// why and stops; the others train on, one hash a step, and never sum it again.
+#[test]
+fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "0.5"];
+    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    nodes[0].command(tiny(1_000_000));
+    for node in &nodes {
+        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    }
+    let mut rogue = nodes.pop().unwrap();
+    rogue.command(serde_json::json!({"cmd": "rogue", "kind": "scale:1.001"}));
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
+    let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
+    let word = verdict["word"].as_u64().expect("a value's evidence");
+    assert!(word >= 1, "a value of the contribution: {verdict}");
+    let (expected, claimed) = (verdict["expected_bits"].as_str().unwrap(), verdict["claimed_bits"].as_str().unwrap());
+    let bits = |hex: &str| f32::from_bits(u32::from_str_radix(&hex[2..], 16).unwrap());
+    assert_eq!(bits(claimed), bits(expected) * 1.001, "{verdict}");
+    for node in &nodes[1..] {
+        let theirs = node.wait_for("the same verdict", is_verdict, 30);
+        assert_eq!(
+            (&theirs["step"], &theirs["word"], &theirs["claimed_bits"]),
+            (&verdict["step"], &verdict["word"], &verdict["claimed_bits"])
+        );
+    }
+    let removed = rogue.wait_for("told why", |e| e["event"] == "removed", 30);
+    assert!(removed["why"].as_str().unwrap().contains("an audit found"), "{removed}");
+    let after = verdict["step"].as_u64().unwrap() + 10;
+    for node in &nodes {
+        node.wait_for("ten steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    let summed_after = |e: &Value| {
+        e["event"] == "step"
+            && e["step"].as_u64().unwrap() > verdict["step"].as_u64().unwrap() + 2
+            && e["roster"].as_array().unwrap().contains(&rogue.id.into())
+    };
+    assert!(!nodes[0].events().iter().any(summed_after), "the rogue summed after its verdict");
+    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
 #[test]

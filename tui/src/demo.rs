@@ -56,6 +56,10 @@ pub struct DemoArgs {
     /// Where the console saves checkpoints.
     #[arg(long, default_value = "checkpoints")]
     ckpt_dir: PathBuf,
+    /// Audits by recomputation: the share of its steps in which each node recomputes another's
+    /// contribution (`lockstep node --audit-rate`).
+    #[arg(long, default_value_t = 0.1)]
+    audit_rate: f64,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -148,6 +152,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         election_ms: lockstep_node::session::AgreementTiming::default().longest_election_ms() / 2,
         drop_slow_after: 0,
         no_compute_ahead: false,
+        audit_rate: args.audit_rate,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
         corpus: args.corpus.clone(),

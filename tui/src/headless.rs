@@ -14,7 +14,7 @@ use lockstep_node::config::RunConfig;
 use lockstep_node::session::{DropReason, Event};
 use lockstep_node::settings;
 use lockstep_node::verdict::Verdict;
-use lockstep_node::wire::{PeerId, Removal};
+use lockstep_node::wire::{Evidence, PeerId, Removal};
 use serde_json::{json, Value};
 
 use crate::backend::Opening;
@@ -135,6 +135,22 @@ pub fn report_json(report: &Report) -> Value {
                     "index": why.index})
             }
             Event::Removed { step, why } => json!({"event": "removed", "step": step, "why": why.to_string()}),
+            Event::Audited { step, target } => json!({"event": "audited", "step": step, "target": target}),
+            Event::Accused { step, target, by, evidence } => {
+                let mut fields = json!({"event": "accused", "step": step, "target": target, "by": by,
+                    "evidence": evidence.to_string()});
+                evidence_json(&mut fields, evidence);
+                fields
+            }
+            Event::Verdict(verdict) => {
+                let mut fields = json!({"event": "verdict", "step": verdict.step, "target": verdict.target,
+                    "found_by": verdict.found_by, "message": verdict.to_string()});
+                evidence_json(&mut fields, &verdict.evidence);
+                fields
+            }
+            Event::AuditFailed { step, target, error } => {
+                json!({"event": "audit-failed", "step": step, "target": target, "message": error.to_string()})
+            }
             Event::Problem(problem) => {
                 json!({"event": "error", "kind": problem.kind(), "message": problem.to_string()})
             }
@@ -160,6 +176,24 @@ pub fn at_run_shapes_json(backend: &str, verdict: &AtRunShapes) -> Value {
     }
 }
 
+/// An audit's evidence as fields of `fields`: `word`, `expected_bits`, `claimed_bits` (the loss is
+/// word 0, value `i` word `1 + i`); `named_digest`, `recomputed_digest`; or `falsely_accused`.
+fn evidence_json(fields: &mut Value, evidence: &Evidence) {
+    let hex = |v: u32| format!("{v:#010x}");
+    let extra = match *evidence {
+        Evidence::Word { word, expected, claimed } => {
+            json!({"word": word, "expected_bits": hex(expected), "claimed_bits": hex(claimed)})
+        }
+        Evidence::Digest { named, recomputed } => {
+            json!({"named_digest": format!("{named:#018x}"), "recomputed_digest": format!("{recomputed:#018x}")})
+        }
+        Evidence::FalseAccusation { accused } => json!({"falsely_accused": accused}),
+    };
+    if let (Some(object), Value::Object(extra)) = (fields.as_object_mut(), extra) {
+        object.extend(extra);
+    }
+}
+
 /// A short stable name for why a member was dropped (the JSON's `kind`).
 fn drop_kind(why: &DropReason) -> &'static str {
     match why {
@@ -172,6 +206,7 @@ fn drop_kind(why: &DropReason) -> &'static str {
         DropReason::CannotCompute => "cannot-compute",
         DropReason::Removed(Removal::Kicked(_)) => "kicked",
         DropReason::Removed(Removal::Slow { .. }) => "slow",
+        DropReason::Removed(Removal::Audit(_)) => "audit",
     }
 }
 
@@ -257,10 +292,14 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             };
             Command::PoisonContributions(value)
         }
+        Some("rogue") => {
+            let kind = value["kind"].as_str().context("`rogue` needs a `kind`: scale:F, flip, batch:PEER or stale")?;
+            Command::PlayRogue(kind.parse().map_err(anyhow::Error::msg)?)
+        }
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, quit)"
             )
         }
     };

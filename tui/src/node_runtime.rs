@@ -62,6 +62,11 @@ pub struct MeshArgs {
     /// computes while the record is replicated, and its contribution waits for the commit).
     #[arg(long)]
     pub no_compute_ahead: bool,
+    /// Audits by recomputation (`docs/TRUST.md`): the share of the steps this node contributes
+    /// to in which it recomputes another member's contribution, chosen by the committed record,
+    /// on the CPU mirror beside its own step (0: none; `every-step` f32 runs).
+    #[arg(long, default_value_t = 0.1, value_parser = parse_share)]
+    pub audit_rate: f64,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
     /// a slow member's steps still count).
@@ -87,6 +92,14 @@ pub struct MeshArgs {
     /// (seeded).
     #[arg(long, default_value_t = 0)]
     pub link_loss_per_mille: u32,
+}
+
+/// A share in `[0, 1]`.
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("`{text}` is not a share between 0 and 1")),
+    }
 }
 
 /// Where a node's training text comes from.
@@ -284,6 +297,9 @@ pub fn prepare(
         slow_windows: args.drop_slow_after,
         agreement: agreement_timing(args.election_ms),
         compute_ahead: !args.no_compute_ahead,
+        // `/data`'s slices are not a function of the seed: nobody's contribution can be
+        // recomputed (`docs/TRUST.md`).
+        audit_rate: if args.data.is_some() { 0 } else { (args.audit_rate * 1000.0).round() as u32 },
         id: new_member_id(),
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),

@@ -82,6 +82,9 @@ pub struct MeshConfig {
     pub agreement: AgreementTiming,
     /// Whether the next step computes behind a record's commit (`SessionConfig::compute_ahead`).
     pub compute_ahead: bool,
+    /// Audits by recomputation: in how many of a thousand steps this member recomputes another
+    /// member's contribution (`SessionConfig::audit_rate`).
+    pub audit_rate: u32,
     /// This member's id: its own, drawn when the process starts ([`new_member_id`]), carried
     /// in its join request; the signaling server refuses a second claim of a live one.
     pub id: lockstep_node::wire::PeerId,

@@ -41,6 +41,9 @@ pub enum Command {
     /// For fault-injection tests: from the next step on, send this value in place of every
     /// value of this node's contributions (with the honest hashes): a rogue member.
     PoisonContributions(f32),
+    /// Fault injection: this node sends wrong contributions of `Rogue`'s kind from its next one
+    /// on (finite, in bounds, honest hashes: only audits can see them).
+    PlayRogue(lockstep_node::replica::Rogue),
     /// Room host: admit a waiting joiner.
     Approve(PeerId),
     /// Room host: turn a waiting joiner away.

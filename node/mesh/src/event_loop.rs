@@ -441,6 +441,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                     "fault injection: contributions replaced by {value} after step {step}"
                 )));
             }
+            Some(Command::PlayRogue(rogue)) => {
+                self.replica().play_rogue(rogue);
+                let step = self.session.as_ref().map_or(0, Session::applied);
+                (self.report)(Report::Warning(format!("fault injection: a rogue ({rogue:?}) after step {step}")));
+            }
             Some(Command::NeverCompute) => {
                 self.lazy = true;
                 (self.report)(Report::Warning("fault injection: this node never computes from now on".into()));
@@ -481,6 +486,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Inbound::Saved(Err(why)) => (self.report)(Report::Warning(format!("checkpoint not saved: {why}"))),
             Inbound::Computed(computed) => self.on_computed(computed),
+            Inbound::Audited { step, target, outcome, referee } => {
+                if let Some(referee) = referee {
+                    self.replica().audit_done(referee);
+                }
+                let outcome = outcome.map_err(Failure::new);
+                self.drive(vec![Input::Audited { step, target, outcome }]);
+            }
         }
         Flow::Continue
     }
@@ -512,6 +524,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         computes: self.config.verdict.is_admitted(),
                         agreement: self.config.agreement,
                         compute_ahead: self.config.compute_ahead,
+                        audit_rate: self.config.audit_rate,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{BackendChange, ReplicaError};
-use lockstep_node::wire::{Gradient, PeerId};
+use lockstep_node::wire::{Gradient, PeerId, Values};
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
 use tokio::sync::mpsc;
 use webrtc::data_channel::DataChannel;
@@ -24,6 +25,15 @@ pub(crate) enum Inbound {
     Frame(PeerId, u64, BytesMut),
     ChannelClosed(PeerId, Option<u64>),
     Computed(Computed),
+    /// An audit's answer: `target`'s contribution to `step` recomputed (its loss and values), or
+    /// why it could not be.
+    Audited {
+        step: u32,
+        target: PeerId,
+        outcome: Result<(f32, Values), ReplicaError>,
+        /// The referee the audit borrowed, for the replica to keep.
+        referee: Option<Box<dyn Gemm + Send>>,
+    },
     Saved(Result<Saved, SaveError>),
 }
 

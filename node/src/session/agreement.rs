@@ -96,6 +96,8 @@ pub enum Committed {
         learners: Vec<PeerId>,
         index: u64,
     },
+    /// An audit's verdict (`audit.rs`).
+    Verdict(crate::wire::AuditVerdict),
     /// A snapshot replaced the log below `index`: this is the state it amounts to.
     State {
         state: LogState,
@@ -547,6 +549,7 @@ impl Agreement {
                 }
                 polled.committed.push(Committed::Push { epoch, digest });
             }
+            LogEntry::Verdict(verdict) => polled.committed.push(Committed::Verdict(verdict)),
         }
     }
 

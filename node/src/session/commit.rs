@@ -140,6 +140,7 @@ impl Session {
                 }
             }
             Committed::Push { epoch, digest } => self.taking.queue.push_back(Queued::Push { epoch, digest }),
+            Committed::Verdict(verdict) => self.on_verdict(verdict),
             Committed::Members { voters, learners, index } => {
                 self.computing.configuration(&voters, &learners, self.taking.applied);
                 self.event(Event::Members { voters, learners, index });
@@ -295,6 +296,7 @@ impl Session {
             self.finished = true;
             self.event(Event::RunFinished { step });
         }
+        self.audit_after(record);
     }
 
     /// Takes the next step tentatively while its record is replicated, when this node holds

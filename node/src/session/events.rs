@@ -7,7 +7,7 @@ use super::agreement::AgreementError;
 use super::step::GuardFailure;
 use crate::config::RunConfig;
 use crate::sync::{Compression, OutOfBounds};
-use crate::wire::{Epoch, PeerId, Removal};
+use crate::wire::{AuditVerdict, Epoch, Evidence, PeerId, Removal};
 
 /// What happened, for the console and the JSON-lines stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +118,30 @@ pub enum Event {
         step: u32,
         why: OutOfBounds,
     },
+    /// This node recomputed `target`'s contribution to `step` (an audit the committed record
+    /// assigned it): it is the definition's, bit for bit.
+    Audited {
+        step: u32,
+        target: PeerId,
+    },
+    /// `by` (this node, or, at the leader, the member whose accusation arrived) recomputed
+    /// `target`'s contribution to `step` and it departs, as `evidence` shows: the leader checks
+    /// it.
+    Accused {
+        step: u32,
+        target: PeerId,
+        by: PeerId,
+        evidence: Evidence,
+    },
+    /// An audit's verdict committed: its target is out of the run for good, on every member.
+    Verdict(AuditVerdict),
+    /// An audit assigned to this node could not be done (the weights it needed are gone, the
+    /// worker failed): nobody is accused.
+    AuditFailed {
+        step: u32,
+        target: PeerId,
+        error: Failure,
+    },
     /// The leader took this node out of the run at `step`, not to return.
     Removed {
         step: u32,
@@ -201,6 +225,13 @@ pub enum Ignored {
         expected: usize,
         actual: usize,
     },
+    /// An accusation sent to a member that is not the leader (only the leader checks them).
+    AccusationToNonLeader,
+    /// An accusation of a contribution no record this node holds names.
+    AccusationOfNoContribution {
+        step: u32,
+        target: PeerId,
+    },
 }
 
 impl std::fmt::Display for Ignored {
@@ -246,6 +277,11 @@ impl std::fmt::Display for Ignored {
             Ignored::WrongLength { expected, actual } => {
                 write!(f, "a contribution of {actual} values, the model has {expected}")
             }
+            Ignored::AccusationToNonLeader => f.write_str("an accusation, but only the leader checks them"),
+            Ignored::AccusationOfNoContribution { step, target } => write!(
+                f,
+                "an accusation of node {target}'s contribution to step {step}, which no record held here names"
+            ),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! | `1` run | `[u32 protocol][run settings]` (`RunConfig::encode`): the log's first entry |
 //! | `2` step | `[u32 step][u32 whash][u32 n][u64 peer, u64 digest, u32 weight × n]`: a step's (or outer sync's) commit record |
 //! | `3` push | `[u32 count][u64 pusher][u64 digest]`: a checkpoint push every member restores |
+//! | `4` verdict | an audit's verdict (`wire/audit.rs`): every member takes the member it names out of the run, with its evidence |
 //!
 //! The state a snapshot carries (what a member that missed the log's start must know):
 //! `[u32 protocol][run settings][u32 epoch count][u64 pusher][u32 step][u32 whash]` — the run,
@@ -15,11 +16,12 @@
 //! Every decoder checks lengths and returns a [`LogError`]; nothing here panics on input.
 
 use crate::config::RunConfig;
-use crate::wire::{Epoch, PeerId, MESH_PROTOCOL_VERSION};
+use crate::wire::{AuditVerdict, Epoch, PeerId, MESH_PROTOCOL_VERSION};
 
 const RUN: u8 = 1;
 const STEP: u8 = 2;
 const PUSH: u8 = 3;
+const VERDICT: u8 = 4;
 /// Contributions a record may name (a room is far smaller).
 const MAX_CONTRIBUTIONS: usize = 4096;
 
@@ -33,6 +35,8 @@ pub enum LogEntry {
     /// A checkpoint push by the leader: every member restores the checkpoint with this digest
     /// (whose bytes the leader sends beside the log, wire `-2`) and enters `epoch`.
     Push { epoch: Epoch, digest: u64 },
+    /// An audit's verdict: every member takes its target out of the run for good, saying why.
+    Verdict(AuditVerdict),
 }
 
 /// A step's (or outer sync's) commit record: which contributions the step sums, in the order
@@ -163,6 +167,10 @@ impl LogEntry {
                 out.extend_from_slice(&epoch.pusher.to_le_bytes());
                 out.extend_from_slice(&digest.to_le_bytes());
             }
+            LogEntry::Verdict(verdict) => {
+                out.push(VERDICT);
+                verdict.encode(&mut out);
+            }
         }
         out
     }
@@ -189,6 +197,7 @@ impl LogEntry {
                 LogEntry::Step(StepRecord { step, whash, contributions })
             }
             PUSH => LogEntry::Push { epoch: Epoch { count: r.u32()?, pusher: r.u64()? }, digest: r.u64()? },
+            VERDICT => LogEntry::Verdict(AuditVerdict::decode(&mut r.0).ok_or(LogError::Truncated)?),
             other => return Err(LogError::UnknownKind(other)),
         };
         r.finish()?;
@@ -247,7 +256,7 @@ mod tests {
         let push = LogEntry::Push { epoch: Epoch { count: 2, pusher: 7 }, digest: 1 }.encode();
         assert_eq!(push, vec![3, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
         let run = LogEntry::Run(RunConfig::DEFAULT).encode();
-        assert_eq!(run[..5], [1, 10, 0, 0, 0]);
+        assert_eq!(run[..5], [1, 11, 0, 0, 0]);
         assert_eq!(run[5..], RunConfig::DEFAULT.encode());
     }
 
@@ -258,6 +267,12 @@ mod tests {
             LogEntry::Step(record()),
             LogEntry::Step(StepRecord { step: 1, whash: 0, contributions: vec![] }),
             LogEntry::Push { epoch: Epoch { count: 1, pusher: 3 }, digest: 99 },
+            LogEntry::Verdict(AuditVerdict {
+                step: 4,
+                target: 9,
+                found_by: 2,
+                evidence: crate::wire::Evidence::Digest { named: 1, recomputed: 2 },
+            }),
         ] {
             assert_eq!(LogEntry::decode(&entry.encode()), Ok(entry));
         }
@@ -282,7 +297,7 @@ mod tests {
         assert!(matches!(LogEntry::decode(&LogEntry::Step(swapped).encode()), Err(LogError::Invalid(_))));
         // A log of another protocol is refused by its number.
         let mut old = LogEntry::Run(RunConfig::DEFAULT).encode();
-        old[1] = 9;
-        assert_eq!(LogEntry::decode(&old), Err(LogError::Protocol(9)));
+        old[1] = 10;
+        assert_eq!(LogEntry::decode(&old), Err(LogError::Protocol(10)));
     }
 }

@@ -43,6 +43,7 @@ impl Session {
                     self.out.push(Output::Restore { bytes });
                 }
             }
+            Message::Accusation { step, target, evidence } => self.on_accusation(from, step, target, evidence),
             Message::CatchUp { applied: _ } => {
                 if self.is_leader() && self.agreement.as_ref().is_some_and(|a| a.is_member(from)) {
                     self.roster.resume_wanted(from);

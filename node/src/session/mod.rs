@@ -53,6 +53,7 @@
 //! - Duplicate, late, early and outsider messages are ignored and counted.
 
 mod agreement;
+mod audit;
 mod commit;
 mod contribute;
 mod epoch;
@@ -68,12 +69,14 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
+pub use audit::{assignment, AuditStats};
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
 pub use timing::StepDeadline;
 
 use agreement::Agreement;
+use audit::Audits;
 use commit::{Queued, Repairs, Taking};
 use contribute::{Asked, Computing};
 use epoch::{Admitted, Epochs};
@@ -85,7 +88,7 @@ use timing::Timing;
 use window::Window;
 
 use crate::config::RunConfig;
-use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
+use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, Values, MESH_PROTOCOL_VERSION};
 
 /// Committed entries a member holds for its weights to take (beyond them it needs a resume).
 const MAX_QUEUED: usize = 1024;
@@ -118,6 +121,9 @@ pub enum Input {
     /// A task failed: a `Configure` or `Restore` (the session reports it and stays as it was),
     /// or a `Compute` (this node stops contributing and says so).
     Failed { task: Task, error: Failure },
+    /// Answer to `Output::Audit`: the audited member's contribution to `step` as the definition
+    /// gives it (its loss and values), or why it could not be recomputed.
+    Audited { step: u32, target: PeerId, outcome: Result<(f32, Values), Failure> },
     /// Time passes (milliseconds on any monotonic clock).
     Tick { now_ms: u64 },
     /// The user starts a run; this node leads it.
@@ -179,6 +185,13 @@ pub enum Output {
     Restore {
         bytes: Vec<u8>,
     },
+    /// Recompute `target`'s contribution to `step` from the weights the step was computed from
+    /// (those before it) and `target`'s own batch, off the step's path; answer `Audited` (later,
+    /// interleaved with other inputs).
+    Audit {
+        step: u32,
+        target: PeerId,
+    },
     /// Elastic windows: another member finished its whole window of `step` first, so ours ends
     /// after the inner step under way (`Compute { step }` is still answered, with the steps
     /// done). Nothing to answer.
@@ -211,6 +224,9 @@ pub struct SessionConfig {
     /// Whether the weights take a record tentatively while it is replicated, so the next step
     /// computes behind the commit (see the module docs).
     pub compute_ahead: bool,
+    /// Audits by recomputation (`audit.rs`): how many in a thousand of the steps this node
+    /// contributes to it audits another member's contribution of (0: none).
+    pub audit_rate: u32,
 }
 
 /// Why the adapter is owed an answer.
@@ -250,6 +266,8 @@ pub struct Session {
     lead: Lead,
     /// Our computing and whom we send contributions (`contribute.rs`).
     computing: Computing,
+    /// Audits by recomputation (`audit.rs`).
+    audits: Audits,
     /// Whether this node said it quits.
     quitting: bool,
     /// What this node last said of the leader, and since when it has none.
@@ -283,6 +301,7 @@ impl Session {
             taking: Taking::default(),
             lead: Lead::default(),
             computing: Computing::default(),
+            audits: Audits::default(),
             quitting: false,
             told_leader: None,
             leaderless_since: None,
@@ -350,6 +369,11 @@ impl Session {
         self.epochs.mine()
     }
 
+    /// What this node's audits have done in this run.
+    pub fn audit_stats(&self) -> AuditStats {
+        self.audits.stats
+    }
+
     /// Messages ignored so far (duplicates, late, out of range, outsiders), over the run.
     pub fn ignored(&self) -> u64 {
         self.ignored
@@ -387,6 +411,7 @@ impl Session {
                 }
             }
             Input::Computed(gradient) => self.on_computed(gradient),
+            Input::Audited { step, target, outcome } => self.on_audited(step, target, outcome),
             Input::Configured { weights } => self.on_configured(weights),
             Input::Restored { step, weights } => self.on_restored(step, weights),
             Input::Failed { task: Task::Compute { step }, error } => self.stop(Stop::Compute { step, error }),
@@ -523,6 +548,7 @@ impl Session {
         self.taking = Taking::default();
         self.lead = Lead::default();
         self.computing = Computing::default();
+        self.audits = Audits::default();
         self.told_leader = None;
         self.leaderless_since = None;
         self.told_no_majority = false;
@@ -585,6 +611,8 @@ impl Session {
                 epoch
             }
             Pending::Push { from, epoch } => {
+                // Records of the weights before the push are no evidence about those after it.
+                self.audits.forget_records();
                 self.taking.push_bytes = None;
                 self.lead.pushing = None;
                 self.event(Event::CheckpointRestored { from, step });

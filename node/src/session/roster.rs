@@ -138,6 +138,11 @@ impl Roster {
         self.kicked.insert(peer, why);
     }
 
+    /// Whether `peer` is out of the run for good (kicked, or convicted by an audit).
+    pub fn is_out(&self, peer: PeerId) -> bool {
+        self.kicked.contains_key(&peer)
+    }
+
     /// A new run: the members stay, what was decided about them goes (kicks included: they
     /// were for the old run).
     pub fn new_run(&mut self) {

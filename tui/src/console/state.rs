@@ -692,6 +692,18 @@ fn on_event(state: &mut State, event: Event) {
         Event::Removed { step, why } => {
             state.log(format!("the leader took this node out of the run at step {step}: {why}"))
         }
+        Event::Audited { step, target } => state.log(format!(
+            "audit: node {target}'s contribution to step {step} recomputed: the definition's, bit for bit"
+        )),
+        Event::Accused { step, target, by, evidence } => {
+            state.log(format!("audit: node {by} finds node {target}'s contribution to step {step} wrong: {evidence}"))
+        }
+        Event::Verdict(verdict) => {
+            state.log(format!("VERDICT: {verdict}; node {} is out of the run", verdict.target))
+        }
+        Event::AuditFailed { step, target, error } => {
+            state.log(format!("audit of node {target}'s contribution to step {step} not done: {error}"))
+        }
         Event::Problem(problem) => {
             state.log(format!("error: {problem}"));
             if let Problem::Stopped(stop) = problem {

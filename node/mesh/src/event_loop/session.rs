@@ -84,6 +84,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 };
                 match &result {
                     Ok(_) => {
+                        self.replica().keep_audit_weights(self.config.audit_rate > 0);
                         if let Some(admitted) = self.replica().take_admission_at_shapes() {
                             (self.report)(Report::AtRunShapes { backend, verdict: Ok(admitted) });
                         }
@@ -104,6 +105,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step, cap } => self.spawn_compute(step, cap),
+            Output::Audit { step, target } => self.spawn_audit(step, target),
             Output::Hurry { .. } => {
                 if let Some(hurry) = &self.hurry {
                     hurry.store(0, Ordering::Relaxed);
@@ -236,6 +238,26 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let change = replica.take_backend_change();
             let seconds = began.elapsed().as_secs_f64();
             let _ = tx.send(Inbound::Computed(Computed { step, result, seconds, hash, change, generation }));
+        });
+    }
+
+    /// Recomputes `target`'s contribution to `step`: what it needs is taken from the replica
+    /// now (its weights of the step, kept; the target's batch; the referee), and the
+    /// recomputation runs on a blocking thread without it, beside the member's own next step
+    /// (`Inbound::Audited` answers and brings the referee back).
+    pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId) {
+        let kit = self.replica().audit_kit(step, target);
+        let tx = self.inbound.clone();
+        let mut kit = match kit {
+            Ok(kit) => kit,
+            Err(e) => {
+                let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None });
+                return;
+            }
+        };
+        tokio::task::spawn_blocking(move || {
+            let outcome = kit.recompute().map_err(ReplicaError::Compute);
+            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(kit.referee) });
         });
     }
 

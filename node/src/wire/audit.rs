@@ -1,0 +1,184 @@
+//! What an audit by recomputation found, in bytes: the evidence an accusation carries (wire
+//! `-21`), the verdict the run's log commits (entry kind 4) and a removal for it tells the
+//! removed member (`-13`, kind 2) — one encoding for the three (`docs/PROTOCOL.md`).
+//!
+//! | part | bytes |
+//! |---|---|
+//! | evidence, a word | `[u8 0][u32 word][u32 the definition's bits][u32 the member's bits]` (word 0: the loss, `1 + i`: value `i`) |
+//! | evidence, a digest | `[u8 1][u64 the record's digest][u64 the definition's]` (the contribution itself no longer held) |
+//! | evidence, a false accusation | `[u8 2][u64 the member it accused]` |
+//! | verdict | `[u32 step][u64 target][u64 found by][evidence]` |
+
+use super::PeerId;
+
+/// Where a contribution departs from the definition, or why an accusation was false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// Word `word` of the contribution (0: its loss; `1 + i`: value `i`): the definition's
+    /// bits (recomputed from the committed weights and the member's own batch) and the member's.
+    Word { word: u32, expected: u32, claimed: u32 },
+    /// The contribution's digest: the commit record named `named`, the definition gives
+    /// `recomputed` (the contribution itself was no longer held where it was checked).
+    Digest { named: u64, recomputed: u64 },
+    /// The target accused `accused`, whose contribution the leader's recomputation found to be
+    /// the definition's.
+    FalseAccusation { accused: PeerId },
+}
+
+impl std::fmt::Display for Evidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Evidence::Word { word: 0, expected, claimed } => write!(
+                f,
+                "its loss: the definition gives {expected:#010x} ({}), it sent {claimed:#010x} ({})",
+                f32::from_bits(expected),
+                f32::from_bits(claimed)
+            ),
+            Evidence::Word { word, expected, claimed } => write!(
+                f,
+                "value {} of its contribution: the definition gives {expected:#010x} ({}), it sent {claimed:#010x} ({})",
+                word - 1,
+                f32::from_bits(expected),
+                f32::from_bits(claimed)
+            ),
+            Evidence::Digest { named, recomputed } => write!(
+                f,
+                "its contribution's digest: the record named {named:#018x}, the definition gives {recomputed:#018x}"
+            ),
+            Evidence::FalseAccusation { accused } => {
+                write!(f, "it accused node {accused}, whose contribution the leader recomputed and found right")
+            }
+        }
+    }
+}
+
+/// A verdict of the run's audits, committed through its log: `target`'s contribution to `step`
+/// departs from the definition (or `target` accused falsely), as `found_by` found and the
+/// leader confirmed by recomputing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditVerdict {
+    pub step: u32,
+    pub target: PeerId,
+    pub found_by: PeerId,
+    pub evidence: Evidence,
+}
+
+impl std::fmt::Display for AuditVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "an audit found node {}'s contribution to step {} wrong (found by node {}): {}",
+            self.target, self.step, self.found_by, self.evidence
+        )
+    }
+}
+
+const WORD: u8 = 0;
+const DIGEST: u8 = 1;
+const FALSE_ACCUSATION: u8 = 2;
+
+impl Evidence {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Evidence::Word { word, expected, claimed } => {
+                out.push(WORD);
+                for v in [word, expected, claimed] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Evidence::Digest { named, recomputed } => {
+                out.push(DIGEST);
+                out.extend_from_slice(&named.to_le_bytes());
+                out.extend_from_slice(&recomputed.to_le_bytes());
+            }
+            Evidence::FalseAccusation { accused } => {
+                out.push(FALSE_ACCUSATION);
+                out.extend_from_slice(&accused.to_le_bytes());
+            }
+        }
+    }
+
+    /// Reads evidence from the front of `bytes`, which it advances; `None`: cut short or of an
+    /// unknown kind.
+    pub fn decode(bytes: &mut &[u8]) -> Option<Evidence> {
+        Some(match take::<1>(bytes)?[0] {
+            WORD => Evidence::Word { word: u32_of(bytes)?, expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
+            DIGEST => Evidence::Digest { named: u64_of(bytes)?, recomputed: u64_of(bytes)? },
+            FALSE_ACCUSATION => Evidence::FalseAccusation { accused: u64_of(bytes)? },
+            _ => return None,
+        })
+    }
+}
+
+impl AuditVerdict {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.step.to_le_bytes());
+        out.extend_from_slice(&self.target.to_le_bytes());
+        out.extend_from_slice(&self.found_by.to_le_bytes());
+        self.evidence.encode(out);
+    }
+
+    /// Reads a verdict from the front of `bytes`, which it advances.
+    pub fn decode(bytes: &mut &[u8]) -> Option<AuditVerdict> {
+        Some(AuditVerdict {
+            step: u32_of(bytes)?,
+            target: u64_of(bytes)?,
+            found_by: u64_of(bytes)?,
+            evidence: Evidence::decode(bytes)?,
+        })
+    }
+}
+
+fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+    let (head, rest) = bytes.split_first_chunk::<N>()?;
+    *bytes = rest;
+    Some(*head)
+}
+
+fn u32_of(bytes: &mut &[u8]) -> Option<u32> {
+    take(bytes).map(u32::from_le_bytes)
+}
+
+fn u64_of(bytes: &mut &[u8]) -> Option<u64> {
+    take(bytes).map(u64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_bytes_and_refusals() {
+        let verdict = AuditVerdict {
+            step: 7,
+            target: 9,
+            found_by: 3,
+            evidence: Evidence::Word { word: 2, expected: 0x3f80_0000, claimed: 0xbf80_0000 },
+        };
+        let mut bytes = Vec::new();
+        verdict.encode(&mut bytes);
+        let mut expected = vec![7, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0];
+        expected.extend_from_slice(&[0, 0, 0x80, 0x3f, 0, 0, 0x80, 0xbf]);
+        assert_eq!(bytes, expected);
+        for evidence in [
+            Evidence::Word { word: 0, expected: 1, claimed: 2 },
+            Evidence::Digest { named: u64::MAX, recomputed: 5 },
+            Evidence::FalseAccusation { accused: 12 },
+        ] {
+            let v = AuditVerdict { evidence, ..verdict };
+            let mut bytes = Vec::new();
+            v.encode(&mut bytes);
+            let mut read = bytes.as_slice();
+            assert_eq!(AuditVerdict::decode(&mut read), Some(v));
+            assert!(read.is_empty());
+            for cut in 0..bytes.len() {
+                assert_eq!(AuditVerdict::decode(&mut &bytes[..cut]), None, "{cut} bytes");
+            }
+        }
+        assert_eq!(Evidence::decode(&mut &[3u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        assert_eq!(
+            Evidence::Word { word: 3, expected: 0x3f80_0000, claimed: 0x3f80_0001 }.to_string(),
+            "value 2 of its contribution: the definition gives 0x3f800000 (1), it sent 0x3f800001 (1.0000001)"
+        );
+    }
+}
