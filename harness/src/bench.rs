@@ -27,6 +27,9 @@ pub enum BenchCommand {
     /// latency and loss by the mesh's socket shim), one run per sync mode: tokens/s, bytes
     /// per token, utilisation, held-out loss. Needs root.
     Wan(crate::bench_wan::WanArgs),
+    /// Audits by recomputation on real processes: each wrong-member kind named and removed
+    /// (syncs), false accusations, the audits' share of the group's throughput.
+    Audit(crate::bench_audit::AuditArgs),
 }
 
 #[derive(clap::Args)]
@@ -94,6 +97,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Train(args) => return crate::bench_train::run(args),
         BenchCommand::Exchange(args) => return crate::bench_exchange::run(args),
         BenchCommand::Wan(args) => return crate::bench_wan::run(args),
+        BenchCommand::Audit(args) => return crate::bench_audit::run(args),
     };
     let shapes: Vec<(usize, usize, usize)> =
         args.shapes.iter().map(|s| parse_shape(s)).collect::<anyhow::Result<_>>()?;

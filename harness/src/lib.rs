@@ -7,6 +7,7 @@
 //! settings as flags, a group's replay) and the binary's subcommands stay as they were.
 
 pub mod bench;
+mod bench_audit;
 mod bench_exchange;
 mod bench_train;
 mod bench_wan;

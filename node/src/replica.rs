@@ -183,13 +183,16 @@ pub trait Replica: Send + 'static {
     /// computed from ([`Replica::audit_kit`] recomputes another member's contribution from them).
     fn keep_audit_weights(&mut self, _on: bool) {}
     /// What recomputing `target`'s contribution to `step` needs, taken out so the audit runs
-    /// without the replica: the weights `step` was computed from, `target`'s batch of it and a
-    /// referee (lent until [`Replica::audit_done`]).
-    fn audit_kit(&mut self, _step: u32, _target: PeerId) -> Result<AuditKit, ReplicaError> {
+    /// without the replica: the weights `step` was computed from, `target`'s batch of it and
+    /// `referee` (the last audit's; `None`: a new one is opened).
+    fn audit_kit(
+        &mut self,
+        _step: u32,
+        _target: PeerId,
+        _referee: Option<Box<dyn Gemm + Send>>,
+    ) -> Result<AuditKit, ReplicaError> {
         Err(ReplicaError::NoRun)
     }
-    /// The referee an [`AuditKit`] lent, back.
-    fn audit_done(&mut self, _referee: Box<dyn Gemm + Send>) {}
     /// Elastic windows: where the adapter tells the window under way to end
     /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run just
     /// configured (the adapter asks once, after `configure`); `None` before a run.
@@ -808,7 +811,12 @@ impl Replica for TrainerReplica {
         }
     }
 
-    fn audit_kit(&mut self, step: u32, target: PeerId) -> Result<AuditKit, ReplicaError> {
+    fn audit_kit(
+        &mut self,
+        step: u32,
+        target: PeerId,
+        referee: Option<Box<dyn Gemm + Send>>,
+    ) -> Result<AuditKit, ReplicaError> {
         self.settle();
         let run = *self.trainer.as_ref().ok_or(ReplicaError::NoRun)?.run_config();
         let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
@@ -819,12 +827,11 @@ impl Replica for TrainerReplica {
         }
         // A member's batch of a step is the one its stream draws at that position.
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
-        let referee = self.take_referee()?;
+        let referee = match referee {
+            Some(referee) => referee,
+            None => self.provider.referee().map_err(ReplicaError::Referee)?,
+        };
         Ok(AuditKit { run, step, weights, data, referee })
-    }
-
-    fn audit_done(&mut self, referee: Box<dyn Gemm + Send>) {
-        self.referee.get_or_insert(referee);
     }
 
     fn hurry(&self) -> Option<Arc<AtomicU32>> {

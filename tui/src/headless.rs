@@ -67,6 +67,8 @@ pub fn report_json(report: &Report) -> Value {
                 "path": path.display().to_string(), "step": step, "whash": hex(*whash)}),
         Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
         Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
+                "audited": timing.audits.audited, "audits_matched": timing.audits.matched,
+                "audits_skipped": timing.audits.skipped, "audit_ms": timing.audit_seconds * 1e3,
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
                 "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes,
                 "utilization": timing.utilization()}),

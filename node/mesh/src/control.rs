@@ -165,6 +165,10 @@ pub struct StepTiming {
     /// Bytes this node sent over all its links since the step before was applied (its
     /// contribution to every member, rosters, repairs, pings: everything).
     pub sent_bytes: u64,
+    /// Seconds this node's audits recomputed since the step before (beside its own step, on
+    /// the referee), and its audits' counts in the run so far.
+    pub audit_seconds: f64,
+    pub audits: lockstep_node::session::AuditStats,
 }
 
 impl StepTiming {

@@ -205,6 +205,12 @@ pub(crate) struct MeshLoop<R> {
     computing: usize,
     /// Fault injection: asked to compute, this node never does.
     lazy: bool,
+    /// Audits: the one waiting for the replica (busy computing) to hand out its kit, the referee
+    /// the audits recompute on (kept here between audits), and the seconds they took since the
+    /// last step was reported.
+    audit_waiting: Option<(u32, PeerId)>,
+    audit_referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    audit_seconds: f64,
     /// Elastic windows: where the compute under way is told to end its window
     /// (`Replica::hurry`, taken at each configure: it belongs to the run's trainer).
     hurry: Option<Arc<AtomicU32>>,
@@ -246,6 +252,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             reassembler: Reassembler::default(),
             hello,
             timing: StepTiming::default(),
+            audit_waiting: None,
+            audit_referee: None,
+            audit_seconds: 0.0,
             computed_at: None,
             unreported: None,
             tentative: None,
@@ -486,10 +495,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Inbound::Saved(Err(why)) => (self.report)(Report::Warning(format!("checkpoint not saved: {why}"))),
             Inbound::Computed(computed) => self.on_computed(computed),
-            Inbound::Audited { step, target, outcome, referee } => {
-                if let Some(referee) = referee {
-                    self.replica().audit_done(referee);
-                }
+            Inbound::Audited { step, target, outcome, referee, seconds } => {
+                self.audit_referee = referee.or(self.audit_referee.take());
+                self.audit_seconds += seconds;
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Audited { step, target, outcome }]);
             }

@@ -31,8 +31,9 @@ pub(crate) enum Inbound {
         step: u32,
         target: PeerId,
         outcome: Result<(f32, Values), ReplicaError>,
-        /// The referee the audit borrowed, for the replica to keep.
+        /// The referee the audit ran on, kept for the next.
         referee: Option<Box<dyn Gemm + Send>>,
+        seconds: f64,
     },
     Saved(Result<Saved, SaveError>),
 }

@@ -83,7 +83,13 @@ fn running_with(mut state: State) -> State {
             index: 7 + u64::from(step),
         };
         report(&mut state, Report::Session(applied), at);
-        let timing = StepTiming { compute: 0.180, hash_guard: 0.004, exchange: 0.061, sent_bytes: 7_010_000 };
+        let timing = StepTiming {
+            compute: 0.180,
+            hash_guard: 0.004,
+            exchange: 0.061,
+            sent_bytes: 7_010_000,
+            ..StepTiming::default()
+        };
         report(&mut state, Report::Applied { step, whash: 0x5eed_0000 + step, timing }, at);
     }
     report(&mut state, Report::Session(Event::RepairServed { step: 40, peer: 2, to: 3 }), 12.0);
@@ -521,5 +527,31 @@ fn a_member_behind_in_elastic_windows_is_told_once_counted() {
     assert_eq!(
         state.panes.log.lines.back().unwrap().to_string(),
         "02:10 elastic windows: this node's window ended after 7 of 20 inner steps (a faster member finished first) (×5)"
+    );
+}
+
+/// The step-health pane says what this node's audits did: how many contributions it recomputed
+/// and found right, how long the last step's audits took, and loudly any that were wrong; the
+/// log names a verdict's member and why.
+#[test]
+fn step_health_shows_the_audits_and_the_log_the_verdict() {
+    use lockstep_node::session::AuditStats;
+    use lockstep_node::wire::{AuditVerdict, Evidence};
+    let mut state = running();
+    let audits = AuditStats { audited: 12, matched: 12, skipped: 3, accused: 0 };
+    let timing = StepTiming { compute: 0.1, audit_seconds: 0.042, audits, ..StepTiming::default() };
+    report(&mut state, Report::Applied { step: 102, whash: 1, timing }, 50.0);
+    let shown = draw(&state, 120, 40);
+    assert!(shown.contains("sync every-step none  audits 12 ok 42ms"), "{shown}");
+    let audits = AuditStats { audited: 13, matched: 12, skipped: 3, accused: 1 };
+    report(&mut state, Report::Applied { step: 103, whash: 1, timing: StepTiming { audits, ..timing } }, 51.0);
+    assert!(draw(&state, 120, 40).contains("audits 12 ok, 1 WRONG 42ms"));
+    let evidence = Evidence::Word { word: 3, expected: 0x3f80_0000, claimed: 0x3f80_20c5 };
+    let verdict = AuditVerdict { step: 101, target: 3, found_by: 2, evidence };
+    report(&mut state, Report::Session(Event::Verdict(verdict)), 52.0);
+    let line = state.panes.log.lines.back().map(ToString::to_string).unwrap_or_default();
+    assert!(
+        line.contains("VERDICT: an audit found node 3's contribution to step 101 wrong (found by node 2): value 2 of its contribution: the definition gives 0x3f800000 (1), it sent 0x3f8020c5"),
+        "{line}"
     );
 }

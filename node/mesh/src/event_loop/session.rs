@@ -8,6 +8,10 @@ use super::*;
 impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     pub(super) fn on_computed(&mut self, Computed { step, result, seconds, hash, change, generation }: Computed) {
         self.computing -= 1;
+        // The replica is free: an audit waiting for it takes its kit now.
+        if let Some((step, target)) = self.audit_waiting.take() {
+            self.spawn_audit(step, target);
+        }
         if let Some(change) = change {
             self.announce(change);
         }
@@ -116,6 +120,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.last_computed = None;
                 let waited = self.computed_at.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
                 let mut timing = self.timing;
+                timing.audit_seconds = std::mem::take(&mut self.audit_seconds);
+                timing.audits = self.session.as_ref().map(Session::audit_stats).unwrap_or_default();
                 {
                     let mut replica = self.replica();
                     if tentative {
@@ -242,22 +248,31 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 
     /// Recomputes `target`'s contribution to `step`: what it needs is taken from the replica
-    /// now (its weights of the step, kept; the target's batch; the referee), and the
-    /// recomputation runs on a blocking thread without it, beside the member's own next step
-    /// (`Inbound::Audited` answers and brings the referee back).
+    /// (its weights of the step, kept; the target's batch) as soon as no compute holds it — the
+    /// loop never waits for one: the audit waits for the compute's answer instead — and the
+    /// recomputation runs on a blocking thread without it, on the referee, beside the member's
+    /// own next step (`Inbound::Audited` answers and brings the referee back).
     pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId) {
-        let kit = self.replica().audit_kit(step, target);
+        let kit = match self.replica.try_lock() {
+            Ok(mut replica) => replica.audit_kit(step, target, self.audit_referee.take()),
+            Err(_) => {
+                self.audit_waiting = Some((step, target));
+                return;
+            }
+        };
         let tx = self.inbound.clone();
         let mut kit = match kit {
             Ok(kit) => kit,
             Err(e) => {
-                let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None });
+                let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, seconds: 0.0 });
                 return;
             }
         };
         tokio::task::spawn_blocking(move || {
+            let began = Instant::now();
             let outcome = kit.recompute().map_err(ReplicaError::Compute);
-            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(kit.referee) });
+            let seconds = began.elapsed().as_secs_f64();
+            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(kit.referee), seconds });
         });
     }
 

@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 
 use lockstep_mesh::StepTiming;
+use lockstep_node::session::AuditStats;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::symbols::Marker;
 use ratatui::text::Line;
@@ -30,6 +31,9 @@ pub struct Health {
     /// Bytes this node sent in the last step (sync), and the share of its time computing.
     pub sent_bytes: u64,
     pub utilization: f64,
+    /// This node's audits in the run, and the milliseconds they recomputed in the last step.
+    pub audits: AuditStats,
+    pub audit_ms: f64,
 }
 
 impl Health {
@@ -47,6 +51,8 @@ impl Health {
         self.exchange_ms = timing.exchange * 1e3;
         self.sent_bytes = timing.sent_bytes;
         self.utilization = timing.utilization();
+        self.audits = timing.audits;
+        self.audit_ms = timing.audit_seconds * 1e3;
         self.step_times.push_back((now, step));
     }
 
@@ -116,6 +122,14 @@ impl Pane for Health {
             _ => "loss -".to_string(),
         };
         let whash = self.whash.map_or_else(|| "-".to_string(), |w| format!("{w:#010x}"));
+        let a = self.audits;
+        let audits = if a.audited + a.skipped > 0 {
+            let wrong = a.audited - a.matched;
+            let wrong = if wrong > 0 { format!(", {wrong} WRONG") } else { String::new() };
+            format!("  audits {} ok{wrong} {:.0}ms", a.matched, self.audit_ms)
+        } else {
+            String::new()
+        };
         let lines = vec![
             Line::from(format!("{steps}  {rate}  {tokens}")),
             Line::from(format!(
@@ -128,8 +142,8 @@ impl Pane for Health {
             Line::from(match node.run.as_ref().filter(|r| r.sync.overlap > 0 && node.step < r.syncs()) {
                 // An overlapped run: the sync in flight is summed while the next window runs
                 // (its mean lands `overlap` steps into it).
-                Some(_) => format!("sync {sync} · {} in flight", node.step + 1),
-                None => format!("sync {sync}"),
+                Some(_) => format!("sync {sync} · {} in flight{audits}", node.step + 1),
+                None => format!("sync {sync}{audits}"),
             }),
             Line::from(guard),
             Line::from(format!("{loss}  whash {whash}")),
