@@ -14,10 +14,11 @@ use crate::sync::{SyncConfig, SyncError, SyncState};
 use crate::trainer::TrainState;
 
 pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
-/// Version 3 stores the run settings as one block (`RunConfig::encode`, the run config
-/// message's bytes) and the sync tensors as a counted list; version 2 (the sync settings after
-/// the optimizer, two tensors) and version 1 (every-step, uncompressed) still load.
-pub const VERSION: u32 = 3;
+/// Version 4 stores the run settings as one block (`RunConfig::encode`, the run config
+/// message's bytes, the corpus's digest last) and the sync tensors as a counted list; version 3
+/// (the block without the corpus's digest), version 2 (the sync settings after the optimizer,
+/// two tensors) and version 1 (every-step, uncompressed) still load.
+pub const VERSION: u32 = 4;
 
 /// Why a checkpoint was refused. Nothing is applied from a refused file.
 #[derive(Clone, Debug, PartialEq)]
@@ -173,9 +174,12 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     if vocab as usize != VOCAB {
         return Err(CheckpointError::Vocab(vocab));
     }
-    let mut run = if version >= 3 {
+    let mut run = if version >= 4 {
         let block = r.take(RunConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
         RunConfig::decode(block).map_err(CheckpointError::Sync)?
+    } else if version == 3 {
+        let block = r.take(RunConfig::ENCODED_LEN_V3)?.try_into().expect("ENCODED_LEN_V3 bytes");
+        RunConfig::decode_v3(block).map_err(CheckpointError::Sync)?
     } else {
         legacy_run(&mut r)?
     };
@@ -238,7 +242,15 @@ fn legacy_run(r: &mut Reader<'_>) -> Result<RunConfig, CheckpointError> {
         *dim = r.u32()? as usize;
     }
     let model = ModelConfig { width: dims[0], context: dims[1], layers: dims[2], heads: dims[3] };
-    Ok(RunConfig { model, batch: dims[4], steps: r.u32()?, lr: r.f32()?, seed: r.u64()?, sync: SyncConfig::SEED })
+    Ok(RunConfig {
+        model,
+        batch: dims[4],
+        steps: r.u32()?,
+        lr: r.f32()?,
+        seed: r.u64()?,
+        sync: SyncConfig::SEED,
+        corpus: 0,
+    })
 }
 
 /// The length a well-formed file with this header would have; a header cut short yields the
@@ -254,8 +266,11 @@ fn minimum_len(bytes: &[u8]) -> Option<usize> {
         let _vocab = r.u32()?;
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         let model = if version >= 3 {
-            let block = r.take(RunConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
-            match RunConfig::decode(block) {
+            let len = if version >= 4 { RunConfig::ENCODED_LEN } else { RunConfig::ENCODED_LEN_V3 };
+            // The model's dimensions are the block's first words in either encoding.
+            let mut block = [0u8; RunConfig::ENCODED_LEN];
+            block[..len].copy_from_slice(r.take(len)?);
+            match RunConfig::decode(&block) {
                 Ok(run) => run.model,
                 Err(_) => return Ok(None),
             }

@@ -56,12 +56,23 @@ pub struct RunConfig {
     pub seed: u64,
     /// How a group syncs (a lone node trains as a group of one).
     pub sync: SyncConfig,
+    /// The digest of the text the run trains on (`Corpus::digest`), which the node that starts
+    /// a run sets from its own: a member on other text is refused with both digests (its
+    /// contributions could not be audited). 0: not known (a `/data` run, an older checkpoint).
+    pub corpus: u64,
 }
 
 impl RunConfig {
     /// The default run: see `docs/MODEL.md` for how long it is and what loss it reaches.
-    pub const DEFAULT: RunConfig =
-        RunConfig { model: ModelConfig::DEFAULT, batch: 16, steps: 600, lr: 3e-3, seed: 1, sync: SyncConfig::SEED };
+    pub const DEFAULT: RunConfig = RunConfig {
+        model: ModelConfig::DEFAULT,
+        batch: 16,
+        steps: 600,
+        lr: 3e-3,
+        seed: 1,
+        sync: SyncConfig::SEED,
+        corpus: 0,
+    };
 
     /// Tokens per step.
     pub fn tokens_per_step(&self) -> usize {
@@ -79,13 +90,17 @@ impl RunConfig {
     }
 
     /// Bytes of [`RunConfig::encode`].
-    pub const ENCODED_LEN: usize = 6 * 4 + 4 + 8 + SyncConfig::ENCODED_LEN;
+    pub const ENCODED_LEN: usize = Self::ENCODED_LEN_V3 + 8;
+    /// Bytes of the encoding before the corpus's digest (mesh protocols 4–10, checkpoint
+    /// version 3): [`RunConfig::decode_v3`] reads it.
+    pub const ENCODED_LEN_V3: usize = 6 * 4 + 4 + 8 + SyncConfig::ENCODED_LEN;
 
     /// The one encoding of a run's settings, in the run config message (`-3`, after the
     /// protocol version) and in checkpoints (from version 3), little-endian: `[u32 width][u32
     /// context][u32 batch][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed]` and the sync
-    /// settings ([`SyncConfig::encode`]). Sizes past `u32` cannot be valid runs
-    /// ([`RunConfig::validate`] bounds them far below).
+    /// settings ([`SyncConfig::encode`]), then `[u64 corpus]` (mesh protocol 11, checkpoint
+    /// version 4). Sizes past `u32` cannot be valid runs ([`RunConfig::validate`] bounds them
+    /// far below).
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let mut out = [0u8; Self::ENCODED_LEN];
         let m = &self.model;
@@ -95,13 +110,21 @@ impl RunConfig {
         }
         out[24..28].copy_from_slice(&self.lr.to_le_bytes());
         out[28..36].copy_from_slice(&self.seed.to_le_bytes());
-        out[36..].copy_from_slice(&self.sync.encode());
+        out[36..Self::ENCODED_LEN_V3].copy_from_slice(&self.sync.encode());
+        out[Self::ENCODED_LEN_V3..].copy_from_slice(&self.corpus.to_le_bytes());
         out
     }
 
     /// Reads [`RunConfig::encode`]'s bytes (not validated: [`RunConfig::validate`] says whether
     /// they are a usable run); an unknown sync mode or compression is named.
     pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<RunConfig, SyncError> {
+        let (before, corpus) = bytes.split_at(Self::ENCODED_LEN_V3);
+        let run = RunConfig::decode_v3(before.try_into().expect("the bytes before the corpus"))?;
+        Ok(RunConfig { corpus: u64::from_le_bytes(corpus.try_into().expect("8 bytes")), ..run })
+    }
+
+    /// Reads the encoding of mesh protocols 4–10 and checkpoint version 3 (no corpus: 0).
+    pub fn decode_v3(bytes: &[u8; Self::ENCODED_LEN_V3]) -> Result<RunConfig, SyncError> {
         let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
         let sync = SyncConfig::decode(bytes[36..].try_into().expect("the sync settings' bytes"))?;
         Ok(RunConfig {
@@ -116,6 +139,7 @@ impl RunConfig {
             lr: f32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes")),
             seed: u64::from_le_bytes(bytes[28..36].try_into().expect("8 bytes")),
             sync,
+            corpus: 0,
         })
     }
 
@@ -244,6 +268,7 @@ pub(crate) mod tests {
                 overlap: 3,
                 elastic: true,
             },
+            corpus: 0x1122_3344_5566_7788,
         }
     }
 
@@ -265,10 +290,14 @@ pub(crate) mod tests {
             &[128 + 4, 8, 0, 0, 0, 1],
             &0.75f32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
+            &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11],
         ]
         .concat();
         assert_eq!(bytes.to_vec(), golden);
         assert_eq!(RunConfig::decode(&bytes), Ok(run));
+        // Protocols 4-10 and checkpoint version 3: the same without the corpus's digest.
+        let v3: [u8; RunConfig::ENCODED_LEN_V3] = bytes[..RunConfig::ENCODED_LEN_V3].try_into().unwrap();
+        assert_eq!(RunConfig::decode_v3(&v3), Ok(RunConfig { corpus: 0, ..run }));
         // The mode byte is 1 + the overlap for outer:H, plus 128 for elastic windows: every
         // byte but 128 is some setting, and `RunConfig::validate` says which are runs.
         let mut other = bytes;

@@ -48,6 +48,7 @@ mod tests {
             lr: 0.001,
             seed: 1,
             sync: crate::sync::SyncConfig::SEED,
+            corpus: 0,
         };
         let layout = crate::params::Layout::new(run.model);
         let state = TrainState {

@@ -63,6 +63,27 @@ pub enum ReplicaError {
     /// Batches from this source are not a function of (seed, member, step): no contribution
     /// trained on it can be recomputed.
     NotAuditable(String),
+    /// The run trains on text of digest `run`, this node on text of digest `ours` (0: not
+    /// known): it may not take part (its contributions could not be audited).
+    OtherText {
+        run: u64,
+        ours: u64,
+    },
+}
+
+impl ReplicaError {
+    /// The verdict a node that cannot take part in the run tells its peers (it watches as an
+    /// observer), where the error means that: its backend refused at the run's shapes, or other
+    /// text than the run's.
+    pub fn cannot_take_part(&self) -> Option<Verdict> {
+        match self {
+            ReplicaError::Shapes(refused) => Some(refused.verdict()),
+            ReplicaError::OtherText { .. } => {
+                Some(Verdict::Rejected { case: "the run's text".into(), detail: self.to_string() })
+            }
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for ReplicaError {
@@ -79,6 +100,15 @@ impl std::fmt::Display for ReplicaError {
             ReplicaError::WrongStep { asked, at } => write!(f, "asked for step {asked} at step {at}"),
             ReplicaError::Shapes(e) => write!(f, "{e}"),
             ReplicaError::Referee(e) => write!(f, "no referee to admit the backend at the run's shapes: {e}"),
+            ReplicaError::OtherText { run, ours } => write!(
+                f,
+                "the run trains on the corpus of digest {run:#018x}, this node on {}",
+                if *ours == 0 {
+                    "text not known by its digest (`--data`)".to_string()
+                } else {
+                    format!("{ours:#018x}")
+                }
+            ),
             ReplicaError::NotAuditable(source) => {
                 write!(f, "{source} gives batches that are not a function of the seed and the step: no audit")
             }
@@ -102,7 +132,8 @@ impl Error for ReplicaError {
             ReplicaError::NoRun
             | ReplicaError::WrongStep { .. }
             | ReplicaError::AuditWeightsGone { .. }
-            | ReplicaError::NotAuditable(_) => None,
+            | ReplicaError::NotAuditable(_)
+            | ReplicaError::OtherText { .. } => None,
         }
     }
 }
@@ -169,6 +200,10 @@ pub trait Replica: Send + 'static {
     fn play_rogue(&mut self, _rogue: Rogue) {}
     /// This node's id in the group, known once the signaling server has welcomed it.
     fn set_identity(&mut self, _peer: PeerId) {}
+    /// The digest of the text this node trains on ([`RunConfig::corpus`] of a run it starts).
+    fn corpus_digest(&mut self) -> u64 {
+        0
+    }
     /// A backend swap that took effect since the last call (at a step boundary, before the
     /// step's compute), if any.
     fn take_backend_change(&mut self) -> Option<BackendChange> {
@@ -246,6 +281,10 @@ pub trait Provider: Send {
     fn open_backend(&mut self, name: &str) -> Result<Box<dyn Gemm + Send>, ForeignError>;
     /// This node's data stream, seeded `seed`.
     fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError>;
+    /// The digest of the text this node trains on (`Corpus::digest`); 0: not known (`/data`).
+    fn corpus_digest(&self) -> u64 {
+        0
+    }
     /// What recomputes the products when a backend is admitted at a run's shapes: the CPU
     /// mirror, gated, on every core.
     fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError>;
@@ -578,6 +617,10 @@ impl Replica for TrainerReplica {
     fn configure(&mut self, run: &RunConfig) -> Result<usize, ReplicaError> {
         let run = *run;
         run.validate().map_err(ReplicaError::Config)?;
+        let ours = self.provider.corpus_digest();
+        if run.corpus != 0 && run.corpus != ours {
+            return Err(ReplicaError::OtherText { run: run.corpus, ours });
+        }
         self.settle();
         self.undo = None;
         let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
@@ -784,6 +827,10 @@ impl Replica for TrainerReplica {
 
     fn set_identity(&mut self, peer: u64) {
         self.me = peer;
+    }
+
+    fn corpus_digest(&mut self) -> u64 {
+        self.provider.corpus_digest()
     }
 
     fn flip_weight_bit(&mut self) {

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `≥ 0` | gradient: `[i32 step][u32 whash][u32 phash][f32 loss][f32 grad…]` |
 //! | `-2` | checkpoint push: `[u32 len][checkpoint bytes]` |
-//! | `-3` | run config: `[u32 protocol][u64 run][run settings]` (`RunConfig::encode`: `[u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed][sync settings]`; `run` since protocol 10: the run's log) — told to observers; members read the run from the log |
+//! | `-3` | run config: `[u32 protocol][u64 run][run settings]` (`RunConfig::encode`: `[u32 c][u32 t][u32 b][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed][sync settings][u64 corpus]`; `run` since protocol 10: the run's log; `corpus`, the digest of the text it trains on, since 11) — told to observers; members read the run from the log |
 //! | `-5` | fragment: `[u32 id][u16 index][u16 count][payload]`, payload ≤ 48 KB − 12 |
 //! | `-6` | mid-run resume: `[u32 len][checkpoint bytes]` (weights, step, optimizer, sampler) |
 //! | `-7` | repair request: `[u32 step][u64 peer]` |
@@ -528,7 +528,9 @@ pub fn encode(message: &Message) -> Vec<u8> {
             if *protocol >= 10 {
                 out.extend_from_slice(&run_id.to_le_bytes());
             }
-            out.extend_from_slice(&run.encode());
+            // An older protocol's settings end before the corpus's digest.
+            let len = if *protocol >= 11 { RunConfig::ENCODED_LEN } else { RunConfig::ENCODED_LEN_V3 };
+            out.extend_from_slice(&run.encode()[..len]);
         }
         Message::Fragment { id, index, count, payload } => {
             out.extend_from_slice(&FRAGMENT.to_le_bytes());
@@ -636,12 +638,15 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             let run = if protocol < 4 {
                 // An older node's config has no sync settings (the session refuses it by its
                 // version): its fields, the seed's sync settings.
-                let fields = r.array::<{ RunConfig::ENCODED_LEN - SyncConfig::ENCODED_LEN }>()?;
+                let fields = r.array::<{ RunConfig::ENCODED_LEN_V3 - SyncConfig::ENCODED_LEN }>()?;
                 r.rest();
-                let mut bytes = [0u8; RunConfig::ENCODED_LEN];
+                let mut bytes = [0u8; RunConfig::ENCODED_LEN_V3];
                 bytes[..fields.len()].copy_from_slice(&fields);
                 bytes[fields.len()..].copy_from_slice(&SyncConfig::SEED.encode());
-                RunConfig::decode(&bytes)
+                RunConfig::decode_v3(&bytes)
+            } else if protocol < 11 {
+                // Before the corpus's digest (the session refuses it by its version).
+                RunConfig::decode_v3(&r.array::<{ RunConfig::ENCODED_LEN_V3 }>()?)
             } else {
                 RunConfig::decode(&r.array::<{ RunConfig::ENCODED_LEN }>()?)
             };

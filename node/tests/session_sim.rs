@@ -36,6 +36,7 @@ fn settings_with(steps: u32, sync: SyncConfig) -> RunConfig {
         lr: 0.1,
         seed: 7,
         sync,
+        corpus: 0,
     }
 }
 

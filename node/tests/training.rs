@@ -19,6 +19,7 @@ fn small_run(steps: u32) -> RunConfig {
         lr: 0.005,
         seed: 11,
         sync: SyncConfig::SEED,
+        corpus: 0,
     }
 }
 
@@ -115,6 +116,7 @@ fn same_seed_same_hash_at_every_step_across_runs_and_threads() {
         lr: 0.005,
         seed: 3,
         sync: SyncConfig::SEED,
+        corpus: 0,
     };
     let one = hashes(&mut trainer(run, units(1)), 12);
     let two = hashes(&mut trainer(run, units(2)), 12);
@@ -207,8 +209,8 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     assert_eq!(refused(b"LOCK", None), CheckpointError::BadMagic);
 
     let mut bad_version = good.clone();
-    bad_version[8] = 4;
-    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(4));
+    bad_version[8] = 5;
+    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(5));
 
     // Files of versions 1 (no sync settings: every step, f32) and 2 (the sync settings and two
     // tensors after the optimizer) still load: written here byte by byte as
@@ -219,6 +221,17 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
         let error = refused(&old[..old.len() - 9], None);
         assert!(matches!(error, CheckpointError::Truncated { .. }), "version {version}: {error:?}");
     }
+
+    // Version 3: the run's block without the corpus's digest (which reads as 0, not known).
+    let block = before.run.encode();
+    let at = good.windows(block.len()).position(|w| w == block).expect("the run's block");
+    let mut v3 = [&good[..at + RunConfig::ENCODED_LEN_V3], &good[at + RunConfig::ENCODED_LEN..good.len() - 8]].concat();
+    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let sum = lockstep_luts::hash::fnv1a64(&v3);
+    v3.extend_from_slice(&sum.to_le_bytes());
+    let read = checkpoint::decode(&v3, Some(run.model)).expect("a version 3 file");
+    assert_eq!(read.run.corpus, 0);
+    assert_eq!(read.weights, before.weights);
 
     for cut in [20, good.len() / 2, good.len() - 1] {
         let error = refused(&good[..cut], None);

@@ -445,6 +445,38 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
+/// The text a run trains on is part of its settings (the digest of the starting node's
+/// corpus): a member on other text — here the built-in 35 KB text beside the packaged corpus —
+/// is refused when the run reaches it, both digests named, and watches as an observer (its
+/// contributions could never be audited); the others train on.
+#[test]
+fn a_member_on_other_text_is_refused_with_both_digests() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b]);
+    a.command(tiny(1_000_000));
+    let started = a.wait_for("the run", |e| e["event"] == "run-started", 30);
+    let digest = started["corpus"].as_str().expect("the run's corpus digest").to_string();
+    assert_ne!(digest, "0x0000000000000000", "{started}");
+    a.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
+    let c = Node::spawn_with(&signal, "cpu", &["--corpus", "builtin"]);
+    let refused = c.wait_for("refused", |e| e["event"] == "error" && e["kind"] == "failed", 60);
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("the run trains on the corpus of digest {digest}, this node on 0x")),
+        "{message}"
+    );
+    let told = |e: &Value| e["event"] == "peer-info" && e["peer"] == c.id && e["verdict"]["case"] == "the run's text";
+    a.wait_for("c's verdict", told, 30);
+    let dropped = a.wait_for("c out", |e| e["event"] == "dropped" && e["peer"] == c.id, 30);
+    assert_eq!(dropped["kind"], "cannot-compute");
+    let after = dropped["step"].as_u64().unwrap() + 5;
+    b.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    assert!(!c.events().iter().any(|e| e["event"] == "weights"), "c computed nothing");
+}
+
 #[test]
 fn a_late_joiner_is_resumed_and_identical_from_then_on() {
     let _phase = crate::common::phase(module_path!());

@@ -92,6 +92,7 @@ pub fn report_json(report: &Report) -> Value {
                 fields.insert("event".into(), json!("run-started"));
                 fields.insert("leader".into(), json!(leader));
                 fields.insert("syncs".into(), json!(settings.syncs()));
+                fields.insert("corpus".into(), json!(format!("{:#018x}", settings.corpus)));
                 Value::Object(fields)
             }
             Event::StepApplied { step, loss, peers, whash, weights, term, index } => {

@@ -128,6 +128,13 @@ impl Provider for HostProvider {
         })
     }
 
+    fn corpus_digest(&self) -> u64 {
+        match &self.text {
+            Text::Corpus(corpus) => corpus.digest(),
+            Text::Remote(_) => 0,
+        }
+    }
+
     fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError> {
         crate::backend::referee().map_err(|e| Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e)))
     }

@@ -298,7 +298,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         (Some(state), Some(_)) => Some(extend_run(state, args.run.run_config()?.steps)?),
         (resumed, _) => resumed,
     };
-    let run = match &resumed {
+    let mut run = match &resumed {
         Some(state) => state.run,
         None => args.run.run_config()?,
     };
@@ -317,6 +317,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             (Box::new(CorpusSource::new(corpus.clone(), run.seed)), Some(corpus))
         }
     };
+    if resumed.is_none() {
+        // The run's text, as a group's would record it (its checkpoints carry it).
+        run.corpus = corpus.as_ref().map_or(0, |c| c.digest());
+    }
     let gemm = gemm_for(&args.backend, args.threads, args.json)?;
     // Admitted by the gate; now at the run's own shapes, before it trains any of it.
     let check_data = || -> Box<dyn DataSource> {

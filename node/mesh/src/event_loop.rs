@@ -429,7 +429,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     fn on_command(&mut self, command: Option<Command>) -> Flow {
         match command {
             None | Some(Command::Quit) => return Flow::Stop(Ended::Quit),
-            Some(Command::Start(settings)) => self.drive(vec![Input::Start(settings)]),
+            Some(Command::Start(mut settings)) => {
+                // The run trains on the text this node starts it on: its members must too.
+                settings.corpus = self.replica().corpus_digest();
+                self.drive(vec![Input::Start(settings)])
+            }
             Some(Command::PushCheckpoint(bytes)) => self.drive(vec![Input::PushCheckpoint { bytes }]),
             Some(Command::CutLinkTo(peer)) => self.links.cut.push(peer),
             Some(Command::HealLinkTo(peer)) => self.links.cut.retain(|p| *p != peer),

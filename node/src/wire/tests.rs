@@ -107,13 +107,17 @@ fn golden_bytes() {
     // The run's bytes are `RunConfig::encode`'s (pinned in config.rs), after the protocol.
     let run = crate::config::tests::unlike_the_default();
     let config = encode(&Message::RunConfig { protocol: 4, run_id: 0, run });
-    assert_eq!(config[8..], run.encode());
+    assert_eq!(config[8..], run.encode()[..RunConfig::ENCODED_LEN_V3]);
     assert_eq!(config[..8], [0xfd, 0xff, 0xff, 0xff, 4, 0, 0, 0]);
     assert_eq!(config.len(), 4 + 7 * 4 + 4 + 8 + 1 + 4 + 1 + 4 + 4);
-    // Since protocol 10 the run's log follows the protocol.
+    // Since protocol 10 the run's log follows the protocol; since 11 the corpus's digest ends
+    // the settings.
     let config = encode(&Message::RunConfig { protocol: 10, run_id: 0x0203, run });
     assert_eq!(config[..16], [0xfd, 0xff, 0xff, 0xff, 10, 0, 0, 0, 3, 2, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(config[16..], run.encode()[..RunConfig::ENCODED_LEN_V3]);
+    let config = encode(&Message::RunConfig { protocol: 11, run_id: 0x0203, run });
     assert_eq!(config[16..], run.encode());
+    assert_eq!(config[config.len() - 8..], [0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
 }
 
 /// A contribution's digest is a function of its wire bytes: the same whatever path it took
@@ -300,6 +304,32 @@ fn every_message_round_trips() {
     for m in messages {
         assert_eq!(decode(&encode(&m)).unwrap(), m);
     }
+}
+
+/// The audits' messages: an accusation of each evidence kind, a removal for a verdict.
+#[test]
+fn audit_messages_round_trip() {
+    use crate::wire::{AuditVerdict, Evidence};
+    let evidences = [
+        Evidence::Word { word: 7, expected: 1, claimed: 2 },
+        Evidence::Digest { named: 3, recomputed: 4 },
+        Evidence::FalseAccusation { accused: 9 },
+    ];
+    for evidence in evidences {
+        let accusation = Message::Accusation { step: 12, target: 5, evidence };
+        assert_eq!(decode(&encode(&accusation)), Ok(accusation.clone()));
+        let bytes = encode(&accusation);
+        for cut in 0..bytes.len() {
+            assert!(decode(&bytes[..cut]).is_err(), "{cut} bytes");
+        }
+        let verdict = AuditVerdict { step: 12, target: 5, found_by: 2, evidence };
+        let removed = Message::Removed { step: 14, why: Removal::Audit(verdict) };
+        assert_eq!(decode(&encode(&removed)), Ok(removed));
+    }
+    assert_eq!(
+        encode(&Message::Accusation { step: 1, target: 2, evidence: evidences[2] })[..4],
+        [0xeb, 0xff, 0xff, 0xff]
+    );
 }
 
 #[test]

@@ -93,15 +93,18 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                             (self.report)(Report::AtRunShapes { backend, verdict: Ok(admitted) });
                         }
                     }
-                    Err(ReplicaError::Shapes(refused)) => {
-                        // This node cannot compute the run: every peer is told (it is an
-                        // observer from now on), then the session hears why.
-                        self.hello = Message::PeerInfo { backend: backend.clone(), verdict: refused.verdict() };
-                        let hello = self.hello.clone();
-                        self.links.broadcast(&hello);
-                        (self.report)(Report::AtRunShapes { backend, verdict: Err(refused.clone()) });
+                    Err(error) => {
+                        if let Some(verdict) = error.cannot_take_part() {
+                            // This node cannot compute the run: every peer is told (it is an
+                            // observer from now on), then the session hears why.
+                            self.hello = Message::PeerInfo { backend: backend.clone(), verdict };
+                            let hello = self.hello.clone();
+                            self.links.broadcast(&hello);
+                        }
+                        if let ReplicaError::Shapes(refused) = error {
+                            (self.report)(Report::AtRunShapes { backend, verdict: Err(refused.clone()) });
+                        }
                     }
-                    Err(_) => {}
                 }
                 return Some(match result {
                     Ok(weights) => Input::Configured { weights },
