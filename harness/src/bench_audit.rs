@@ -1,15 +1,15 @@
 //! `lockstep bench audit`: audits by recomputation measured on real processes (`docs/TRUST.md`).
 //!
 //! For each wrong-member kind (`--kinds`: the headless `rogue` command's kinds) it runs a group of
-//! `--members` CPU nodes on loopback, `--runs` times: the group trains `every-step` f32 with
-//! `--audit-rate`, the last member turns rogue after a few steps, and the bench records the syncs
+//! `--members` CPU nodes on loopback, `--runs` times: the group trains `every-step` (f32, or
+//! packed with `--compress int8|int4`) with `--audit-rate`, the last member turns rogue after a few steps, and the bench records the syncs
 //! from its first wrong contribution until every honest member has reported the verdict that
 //! removes it, and any verdict against anyone else (a false accusation). Then the same group
 //! honest, with audits at the rate and without: the audited honest contributions (and any
 //! accusation among them) and the audits' share of the group's tokens/s.
 //!
-//! Modes other than `every-step` f32 are not audited (`docs/TRUST.md`, "Not yet"): the bench
-//! says so rather than measuring them.
+//! `outer:H` is not audited (`docs/TRUST.md`, "Not yet"): the bench says so rather than
+//! measuring it.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -32,9 +32,12 @@ pub struct AuditArgs {
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
     /// Wrong-member kinds (the headless `rogue` command's): `scale:F`, `flip`, `batch` (the first
-    /// member's batch), `stale`.
+    /// member's batch), `stale`, `state` (packed runs: a forged residual).
     #[arg(long, value_delimiter = ',', default_value = "stale,flip,scale:1.001,batch")]
     kinds: Vec<String>,
+    /// The contributions' compression: `none` (f32), `int8` or `int4`.
+    #[arg(long, default_value = "none", value_parser = ["none", "int8", "int4"])]
+    compress: String,
     /// Steps of the honest group, with audits and without, for their cost.
     #[arg(long, default_value_t = 60)]
     honest_steps: u32,
@@ -74,10 +77,12 @@ impl Group {
         Ok(Group { _server: server, nodes })
     }
 
-    fn train(&mut self, model: &[u32], steps: u32) -> anyhow::Result<()> {
-        let [width, context, layers, heads, batch] = model else { anyhow::bail!("--model takes five numbers") };
+    fn train(&mut self, args: &AuditArgs, steps: u32) -> anyhow::Result<()> {
+        let [width, context, layers, heads, batch] = &args.model[..] else {
+            anyhow::bail!("--model takes five numbers")
+        };
         let start = json!({"cmd": "start", "steps": steps, "width": width, "context": context,
-            "layers": layers, "heads": heads, "batch": batch});
+            "layers": layers, "heads": heads, "batch": batch, "compress": args.compress});
         self.nodes[0].command(&start)
     }
 
@@ -105,7 +110,7 @@ struct Caught {
 
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught> {
     let mut group = Group::start(bin, args.members, args.rate)?;
-    group.train(&args.model, 1_000_000)?;
+    group.train(args, 1_000_000)?;
     group.wait_step(3, Duration::from_secs(60))?;
     let kind = if kind == "batch" { format!("batch:{}", group.nodes[0].id) } else { kind.to_string() };
     let mut rogue = group.nodes.pop().context("a member")?;
@@ -140,7 +145,7 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught>
 /// Steps per second of an honest group at `rate`, and its audits and accusations.
 fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize)> {
     let mut group = Group::start(bin, args.members, rate)?;
-    group.train(&args.model, args.honest_steps + 5)?;
+    group.train(args, args.honest_steps + 5)?;
     group.wait_step(5, Duration::from_secs(60))?;
     let began = Instant::now();
     group.wait_step(u64::from(args.honest_steps) + 5, Duration::from_secs(600))?;
@@ -168,15 +173,16 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (plain, _, _) = honest_run(&bin, &args, 0.0)?;
     let (audited_rate, honest_audits, honest_accused) = honest_run(&bin, &args, args.rate)?;
     let share = 1.0 - audited_rate / plain;
-    let summary = json!({"members": args.members, "rate": args.rate, "model": args.model, "mode": "every-step/none",
+    let mode = format!("every-step/{}", args.compress);
+    let summary = json!({"members": args.members, "rate": args.rate, "model": args.model, "mode": mode,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share,
         "audited_contributions": honest_audits, "accusations": honest_accused},
-        "not_audited": ["every-step/int8", "every-step/int4", "outer:H"]});
+        "not_audited": ["outer:H"]});
     if args.json {
         println!("{summary}");
     } else {
-        println!("bench audit: {} CPU members on loopback, every-step f32, audit rate {}", args.members, args.rate);
+        println!("bench audit: {} CPU members on loopback, {mode}, audit rate {}", args.members, args.rate);
         println!(
             "{:<14} {:>5} {:>28} {:>10} {:>8} {:>8}",
             "rogue", "runs", "syncs to removal", "within 10", "false", "audits"
@@ -208,7 +214,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             honest_audits,
             honest_accused
         );
-        println!("not audited (private state, docs/TRUST.md): every-step int8/int4, outer:H");
+        println!("not audited (private inner state, docs/TRUST.md): outer:H");
     }
     let clean =
         honest_accused == 0 && summary["kinds"].as_array().into_iter().flatten().all(|r| r["false_accusations"] == 0);

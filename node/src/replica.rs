@@ -19,6 +19,8 @@ use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
 use crate::data::{node_data_seed, DataSource};
 use crate::gemm::Gemm;
+use crate::session::{PrivateInputs, Recomputed};
+use crate::sync::Tamper;
 use crate::trainer::{ContributeError, RestoreError, Trainer, Undo};
 use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};
@@ -26,6 +28,38 @@ use crate::wire::{Gradient, PeerId, Values};
 /// Steps whose starting weights a replica keeps for audits (a commit and its audit come a few
 /// steps behind the compute).
 const AUDIT_WEIGHTS_KEPT: usize = 4;
+
+/// The private states (int8 and int4 residuals) a member's last few contributions were packed
+/// with, by step, shared with the adapter so it serves an auditor's `-22` without waiting for
+/// the replica (which a compute may hold).
+#[derive(Clone, Debug, Default)]
+pub struct KeptStates(Arc<std::sync::Mutex<VecDeque<KeptState>>>);
+
+/// A step, and the residual its contribution named.
+type KeptState = (u32, Arc<Vec<f32>>);
+
+impl KeptStates {
+    /// The state step `step`'s contribution named (a recompute of the step replaces it, and
+    /// drops those of later steps: another history's).
+    pub fn keep(&self, step: u32, state: Arc<Vec<f32>>) {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        kept.retain(|(s, _)| *s < step);
+        kept.push_back((step, state));
+        while kept.len() > AUDIT_WEIGHTS_KEPT {
+            kept.pop_front();
+        }
+    }
+
+    /// The state of `step`'s contribution, if still kept.
+    pub fn get(&self, step: u32) -> Option<Arc<Vec<f32>>> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter().rev().find(|(s, _)| *s == step).map(|(_, state)| state.clone())
+    }
+
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
 
 /// An error from outside this crate (a plugin host's, a data client's), kept whole.
 pub type ForeignError = Arc<dyn Error + Send + Sync>;
@@ -228,6 +262,11 @@ pub trait Replica: Send + 'static {
     ) -> Result<AuditKit, ReplicaError> {
         Err(ReplicaError::NoRun)
     }
+    /// The private states this member's packed contributions were made with (one handle for
+    /// the replica's life: the adapter serves auditors from it).
+    fn kept_states(&self) -> KeptStates {
+        KeptStates::default()
+    }
     /// Elastic windows: where the adapter tells the window under way to end
     /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run just
     /// configured (the adapter asks once, after `configure`); `None` before a run.
@@ -248,17 +287,21 @@ pub enum Rogue {
     OthersBatch(PeerId),
     /// The values of its previous contribution sent again (a copy of an honest contribution).
     Stale,
+    /// `int8`, `int4`: its residual doubled before each contribution — the contribution is
+    /// what that state gives, and names it, but its own past did not leave it.
+    ForgeState,
 }
 
 impl std::str::FromStr for Rogue {
     type Err = String;
 
-    /// `scale:F`, `flip`, `batch:PEER`, `stale`.
+    /// `scale:F`, `flip`, `batch:PEER`, `stale`, `state`.
     fn from_str(text: &str) -> Result<Rogue, String> {
-        let bad = || format!("`{text}` is not a rogue (scale:F, flip, batch:PEER, stale)");
+        let bad = || format!("`{text}` is not a rogue (scale:F, flip, batch:PEER, stale, state)");
         Ok(match text.split_once(':') {
             None if text == "flip" => Rogue::FlipTensor,
             None if text == "stale" => Rogue::Stale,
+            None if text == "state" => Rogue::ForgeState,
             Some(("scale", f)) => Rogue::Scale(f.parse().map_err(|_| bad())?),
             Some(("batch", p)) => Rogue::OthersBatch(p.parse().map_err(|_| bad())?),
             _ => return Err(bad()),
@@ -299,12 +342,18 @@ pub struct AuditKit {
     /// The audited member's data stream, at its batch of the step.
     pub data: Box<dyn DataSource>,
     pub referee: Box<dyn Gemm + Send>,
+    /// `int8`, `int4`: the residual the member's contribution named (served by it, its digest
+    /// checked) and the grid the group summed the step on.
+    pub private: Option<PrivateInputs>,
 }
 
 impl AuditKit {
-    /// The audited member's contribution as the definition gives it (`every-step`, f32): its
-    /// loss and gradient on its batch at the weights, the products and ops on the referee.
-    pub fn recompute(&mut self) -> Result<(f32, Values), ComputeError> {
+    /// The audited member's contribution as the definition gives it (`every-step`): its loss
+    /// and gradient on its batch at the weights, the products and ops on the referee; packed,
+    /// the gradient plus the residual it named, packed ([`crate::sync::repack`]), and the
+    /// digest of the residual that leaves on the group's grid (what its next contribution
+    /// must name).
+    pub fn recompute(&mut self) -> Result<Recomputed, ComputeError> {
         let run = self.run;
         let model = crate::model::Model::new(crate::params::Layout::new(run.model));
         let (batch, _) = self.data.next_batch(run.batch, run.model.context);
@@ -314,7 +363,14 @@ impl AuditKit {
         // The model's buffers on the referee go with it.
         model.release(self.referee.as_mut());
         let (loss, grad, _) = stepped?;
-        Ok((loss, Values::F32(grad)))
+        let Some(PrivateInputs { residual: state, grid }) = &self.private else {
+            return Ok(Recomputed { loss, values: Values::F32(grad), next_state: None });
+        };
+        // The session checked the residual's length and digest against what the member named.
+        let repacked = crate::sync::repack(grad, state, run.sync.compression, grid)
+            .map_err(|e| ComputeError::backend(std::io::Error::other(e.to_string())))?;
+        let next_state = Some(crate::wire::state_digest(&repacked.next_state));
+        Ok(Recomputed { loss, values: repacked.values, next_state })
     }
 }
 
@@ -369,6 +425,9 @@ pub struct TrainerReplica {
     admitted_at_shapes: Option<(ShapesAdmitted, f64)>,
     /// Audits: the weights each of the last few computed steps started from (`None`: not kept).
     audit_weights: Option<VecDeque<(u32, Arc<Vec<f32>>)>>,
+    /// The residuals the last few packed contributions were made with (always kept: any
+    /// member may be audited).
+    kept_states: KeptStates,
 }
 
 /// The trainer away on the thread running ahead.
@@ -408,6 +467,7 @@ impl TrainerReplica {
             referee: None,
             admitted_at_shapes: None,
             audit_weights: None,
+            kept_states: KeptStates::default(),
         }
     }
 
@@ -623,6 +683,7 @@ impl Replica for TrainerReplica {
         }
         self.settle();
         self.undo = None;
+        self.kept_states.clear();
         let data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
         // The backend: a swap staged during the last run, else the one admitted at start-up,
         // else the last run's (a path-loaded or swapped-in plugin stays), else open one.
@@ -680,24 +741,31 @@ impl Replica for TrainerReplica {
             other.seek(u64::from(trainer.step_count()));
             trainer.replace_data(other);
         }
-        let mut contribution = trainer.contribute()?;
-        if let (Some((rogue, last)), Values::F32(values)) = (&mut self.rogue, &mut contribution.values) {
-            let honest = values.clone();
-            match *rogue {
-                Rogue::Scale(factor) => values.iter_mut().for_each(|v| *v *= factor),
-                Rogue::FlipTensor => {
-                    let layout = crate::params::Layout::new(trainer.run_config().model);
-                    values[layout.tok_emb].iter_mut().for_each(|v| *v = -*v);
-                }
-                Rogue::Stale => {
-                    if let Some(Values::F32(previous)) = last.take() {
-                        *values = previous;
-                    }
-                }
-                Rogue::OthersBatch(_) => {}
+        let tamper = match self.rogue {
+            Some((Rogue::Scale(factor), _)) => Some(Tamper::Scale(factor)),
+            Some((Rogue::FlipTensor, _)) => {
+                Some(Tamper::Negate(crate::params::Layout::new(trainer.run_config().model).tok_emb))
             }
-            *last = Some(Values::F32(honest));
+            Some((Rogue::ForgeState, _)) => Some(Tamper::ForgeResidual(2.0)),
+            _ => None,
+        };
+        trainer.tamper(tamper);
+        let mut contribution = trainer.contribute()?;
+        if let Some((Rogue::Stale, last)) = &mut self.rogue {
+            let honest = contribution.values.clone();
+            if let Some(previous) = last.take().filter(|p| p.len() == honest.len()) {
+                contribution.values = previous;
+            }
+            *last = Some(honest);
         }
+        let state = match contribution.state.take() {
+            Some(state) => {
+                let digest = crate::wire::state_digest(&state);
+                self.kept_states.keep(step, state);
+                digest
+            }
+            None => 0,
+        };
         if let Some(value) = self.poison {
             contribution.values = match contribution.values {
                 Values::F32(v) => Values::F32(vec![value; v.len()]),
@@ -725,6 +793,7 @@ impl Replica for TrainerReplica {
             loss: contribution.loss,
             values: contribution.values,
             weight: contribution.weight,
+            state,
         })
     }
 
@@ -785,6 +854,7 @@ impl Replica for TrainerReplica {
         if let Some(kept) = &mut self.audit_weights {
             kept.clear();
         }
+        self.kept_states.clear();
         let trainer = self.trainer()?;
         let mut state =
             checkpoint::decode(bytes, Some(trainer.run_config().model)).map_err(ReplicaError::Checkpoint)?;
@@ -878,7 +948,11 @@ impl Replica for TrainerReplica {
             Some(referee) => referee,
             None => self.provider.referee().map_err(ReplicaError::Referee)?,
         };
-        Ok(AuditKit { run, step, weights, data, referee })
+        Ok(AuditKit { run, step, weights, data, referee, private: None })
+    }
+
+    fn kept_states(&self) -> KeptStates {
+        self.kept_states.clone()
     }
 
     fn hurry(&self) -> Option<Arc<AtomicU32>> {

@@ -410,6 +410,11 @@ impl Trainer {
         self.with_strategy(|strategy, me| strategy.contribute(me))
     }
 
+    /// Fault injection: what the next contributions do wrong ([`Strategy::tamper`]).
+    pub fn tamper(&mut self, tamper: Option<crate::sync::Tamper>) {
+        self.sync.tamper(tamper);
+    }
+
     /// `outer:H` with an overlap, after [`Trainer::contribute`]: the next window's first steps,
     /// run while the group sums this one ([`Strategy::run_ahead`]); nothing in other modes.
     pub fn run_ahead(&mut self) -> Result<(), ComputeError> {

@@ -17,12 +17,14 @@
 //! | `-11` | pong: `[u64 nonce]` (the ping's nonce, echoed) |
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //! | `-13` | removed: `[u32 step][u8 kind][…]` (the leader took the receiver out of the run, not to return): kind 0 kicked `[u16 n][the user's words, n bytes UTF-8]`, 1 too slow `[u32 windows]`, 2 an audit's verdict `[verdict]` (`wire/audit.rs`) |
-//! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` (weight: the inner steps it stands for in elastic windows, else 1; never 0) |
+//! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u64 state][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` (weight: the inner steps it stands for in elastic windows, else 1; never 0; state, since protocol 12: [`state_digest`] of the error-feedback residual the values were packed with, what an auditor asks for with `-22`) |
 //! | `-18` | packed gradient (`int4`): as `-14`, with the quants two to a byte: `[u8 (q[2i] & 15) \| (q[2i+1] << 4)] × ⌈len/2⌉` (4-bit two's complement, each in `[-7, 7]`; an odd length's last high nibble is 0) |
 //! | `-15` | leaving: nothing more (the sender quits on purpose: the leader takes it out of the run's configuration) |
 //! | `-19` | agreement: `[u64 run][a Raft message, raft-rs's protobuf encoding]` (the run's log: `session/agreement.rs`) |
 //! | `-20` | catch up: `[u32 applied]` (the sender's weights are behind what the log committed: it asks the leader for a resume) |
 //! | `-21` | accusation: `[u32 step][u64 target][evidence]` (the sender's recomputation of `target`'s contribution to `step` departs from it: the leader checks it; evidence as in `wire/audit.rs`) |
+//! | `-22` | state request: `[u32 step]` (an auditor asks for the private state the sender's packed contribution to `step` was made with) |
+//! | `-23` | state: `[u32 step][f32 residual…]` (the answer to `-22`: the error-feedback residual whose digest the contribution named; no values when it is no longer kept) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
 //! protocols 7–9 and are retired: a decoder refuses them as unknown.
@@ -48,7 +50,8 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (11: audits by recomputation, `-21`,
+/// The mesh protocol version carried in the run config (12: a packed contribution commits to
+/// the residual it was packed with, `-22` and `-23` serve it to an auditor; 11: audits by recomputation, `-21`,
 /// removals for an audit's verdict and the log's verdict entries; 10: agreement through a Raft log, `-19`
 /// and `-20`, rosters and the quorum's messages retired, a run config names its log; 9: packed
 /// gradients carry their weight,
@@ -56,7 +59,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 11;
+pub const MESH_PROTOCOL_VERSION: u32 = 12;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -80,6 +83,8 @@ const PACKED4_GRADIENT: i32 = -18;
 const RAFT: i32 = -19;
 const CATCH_UP: i32 = -20;
 const ACCUSATION: i32 = -21;
+const STATE_REQUEST: i32 = -22;
+const STATE: i32 = -23;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -116,6 +121,19 @@ pub struct Gradient {
     /// Its weight in the group's mean (`sync::SyncConfig::weights_allowed`): the inner steps it
     /// stands for in elastic windows, else 1. Packed messages carry it; an f32 one is 1.
     pub weight: u32,
+    /// The private state the values were made with, by digest ([`state_digest`] of the int8 or
+    /// int4 error-feedback residual added before packing): what an auditor asks for (`-22`) to
+    /// recompute the contribution. Packed messages carry it; an f32 one is 0.
+    pub state: u64,
+}
+
+/// The digest a contribution names its private state by: [`WordHash`] over the values' f32
+/// bits, two to a word, as a contribution's own values are hashed.
+pub fn state_digest(values: &[f32]) -> u64 {
+    let mut h = WordHash(WordHash::BASIS);
+    h.word(values.len() as u64);
+    h.f32s(values);
+    h.0
 }
 
 /// The word hash behind [`Gradient::digest`]: FNV-1a's step on 64-bit words (xor the word, then
@@ -131,6 +149,14 @@ impl WordHash {
 
     fn word(&mut self, word: u64) {
         self.0 = (self.0 ^ word).wrapping_mul(Self::PRIME);
+    }
+
+    /// f32 bits two to a word (the first in the low half), the last one padded with zeros.
+    fn f32s(&mut self, values: &[f32]) {
+        for pair in values.chunks(2) {
+            let high = pair.get(1).map_or(0, |v| u64::from(v.to_bits()));
+            self.word(u64::from(pair[0].to_bits()) | high << 32);
+        }
     }
 
     /// Bytes as little-endian words, the last one padded with zeros.
@@ -151,7 +177,7 @@ impl WordHash {
 impl Gradient {
     /// The contribution's 64-bit digest, what a step's commit record names it by
     /// (`docs/PROTOCOL.md`, "The log"): [`WordHash`] over the words `step`, `whash`, `phash`,
-    /// the loss's bits, `weight`, the encoding (0 f32, 1 int8, 2 int4) and the value count, then
+    /// the loss's bits, `weight`, `state`, the encoding (0 f32, 1 int8, 2 int4) and the value count, then
     /// the values — f32 bits two to a word; packed: the block bytes, then the quants one byte
     /// each, as little-endian words. A function of what the wire carries, so a repair (`-8`) has
     /// the same digest as the original.
@@ -166,16 +192,11 @@ impl Gradient {
         for word in [u64::from(self.step), u64::from(self.whash), u64::from(self.phash)] {
             h.word(word);
         }
-        for word in [u64::from(self.loss.to_bits()), u64::from(self.weight), kind, len] {
+        for word in [u64::from(self.loss.to_bits()), u64::from(self.weight), self.state, kind, len] {
             h.word(word);
         }
         match &self.values {
-            Values::F32(values) => {
-                for pair in values.chunks(2) {
-                    let high = pair.get(1).map_or(0, |v| u64::from(v.to_bits()));
-                    h.word(u64::from(pair[0].to_bits()) | high << 32);
-                }
-            }
+            Values::F32(values) => h.f32s(values),
             Values::Int8(p) | Values::Int4(p) => {
                 h.bytes(&p.exponents);
                 // Quants are i8: their bytes are their two's complement.
@@ -273,6 +294,17 @@ pub enum Message {
         step: u32,
         target: PeerId,
         evidence: Evidence,
+    },
+    /// An auditor asks for the private state the receiver's contribution to `step` was made
+    /// with (its residual: [`Gradient::state`] names it).
+    StateRequest {
+        step: u32,
+    },
+    /// The answer to a [`Message::StateRequest`]: the residual, or nothing when it is no
+    /// longer kept.
+    State {
+        step: u32,
+        residual: Vec<f32>,
     },
 }
 
@@ -434,8 +466,10 @@ fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     out.extend_from_slice(&g.loss.to_le_bytes());
     if sentinel.is_some() {
         out.extend_from_slice(&g.weight.to_le_bytes());
+        out.extend_from_slice(&g.state.to_le_bytes());
     } else {
         assert_eq!(g.weight, 1, "an f32 gradient's weight is 1 (elastic windows need int8 or int4)");
+        assert_eq!(g.state, 0, "an f32 gradient has no private state");
     }
     match &g.values {
         Values::F32(values) => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
@@ -478,6 +512,7 @@ fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
     if weight == 0 {
         return Err(WireError::Invalid("a gradient of weight 0".into()));
     }
+    let state = if packed { r.u64()? } else { 0 };
     let values = if packed {
         let len = r.u32()? as usize;
         if len > MAX_MESSAGE_BYTES {
@@ -507,7 +542,7 @@ fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
         }
         Values::F32(body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     };
-    Ok(Gradient { step, whash, phash, loss, values, weight })
+    Ok(Gradient { step, whash, phash, loss, values, weight, state })
 }
 
 /// The message's bytes (unfragmented).
@@ -615,6 +650,15 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&target.to_le_bytes());
             evidence.encode(&mut out);
         }
+        Message::StateRequest { step } => {
+            out.extend_from_slice(&STATE_REQUEST.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+        }
+        Message::State { step, residual } => {
+            out.extend_from_slice(&STATE.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            residual.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
     }
     out
 }
@@ -711,6 +755,18 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             let evidence = Evidence::decode(&mut rest).ok_or(WireError::Invalid("an accusation's evidence".into()))?;
             r.put_back(rest);
             Message::Accusation { step, target, evidence }
+        }
+        STATE_REQUEST => Message::StateRequest { step: r.u32()? },
+        STATE => {
+            let step = r.u32()?;
+            let body = r.rest();
+            if !body.len().is_multiple_of(4) {
+                return Err(WireError::Invalid(format!("a state of {} bytes is not whole f32s", body.len())));
+            }
+            Message::State {
+                step,
+                residual: body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            }
         }
         other => return Err(WireError::UnknownSentinel(other)),
     };

@@ -15,11 +15,11 @@ use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
-    AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Session, SessionConfig,
-    StepDeadline, Stop, Task,
+    AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Recomputed, Session,
+    SessionConfig, StepDeadline, Stop, Task,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
-use lockstep_node::wire::{Epoch, Evidence, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{state_digest, Epoch, Evidence, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
 
 const PHASH: u32 = 0xdf23_2627;
 const LEN: usize = 16;
@@ -148,6 +148,14 @@ struct Node {
     /// A rogue of a subtler kind: its f32 contributions scaled by this factor (finite, in bounds:
     /// only an audit can see it).
     scale: Option<f32>,
+    /// Packed runs: the residual each recent contribution was packed with (what it serves an
+    /// auditor).
+    states: BTreeMap<u32, Vec<f32>>,
+    /// A rogue that doubles its residual before each packed contribution (each consistent with
+    /// the state it names, which its past did not leave).
+    forge: bool,
+    /// A rogue that serves no state when asked.
+    withhold: bool,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -243,6 +251,9 @@ impl Net {
             mid_window: false,
             computed_from: BTreeMap::new(),
             scale: None,
+            states: BTreeMap::new(),
+            forge: false,
+            withhold: false,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -353,19 +364,28 @@ impl Net {
                                 Values::Int8(packed)
                             }
                             _ if node.poison.is_some() => Values::F32(vec![node.poison.unwrap(); LEN]),
-                            Some(Compression::Int8) => {
+                            Some(compression @ (Compression::Int8 | Compression::Int4)) => {
+                                if node.forge {
+                                    node.residual.iter_mut().for_each(|r| *r *= 2.0);
+                                }
+                                node.states.insert(step, node.residual.clone());
+                                node.states.retain(|&s, _| s + 8 > step);
                                 let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
-                                let packed = sync::pack(&x).unwrap();
+                                let packed =
+                                    if compression == Compression::Int8 { sync::pack(&x) } else { sync::pack4(&x) };
+                                let packed = packed.unwrap();
                                 node.packed = Some((x, packed.clone()));
-                                Values::Int8(packed)
-                            }
-                            Some(Compression::Int4) => {
-                                let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
-                                let packed = sync::pack4(&x).unwrap();
-                                node.packed = Some((x, packed.clone()));
-                                Values::Int4(packed)
+                                if compression == Compression::Int8 {
+                                    Values::Int8(packed)
+                                } else {
+                                    Values::Int4(packed)
+                                }
                             }
                             _ => Values::F32(grad),
+                        };
+                        let state = match values {
+                            Values::F32(_) => 0,
+                            _ => node.states.get(&step).map_or(0, |r| state_digest(r)),
                         };
                         // Elastic windows: a whole window stands for its H inner steps.
                         let weight = match node.session.run().map(|r| r.sync) {
@@ -379,6 +399,7 @@ impl Net {
                             loss: 1.0 / step as f32,
                             values,
                             weight,
+                            state,
                         };
                         node.computing.push_back(gradient);
                     }
@@ -450,14 +471,35 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
-                    Output::Audit { step, target } => {
+                    Output::Audit { step, target, private } => {
                         // The toy's contribution of `target` from the weights the step started from
-                        // (honest auditors recompute it as the definition says).
-                        let outcome = match node.computed_from.get(&step) {
-                            Some(toy) => Ok((1.0 / step as f32, Values::F32(toy.gradient(target, step)))),
-                            None => Err(Failure::new(std::io::Error::other("weights gone"))),
+                        // (honest auditors recompute it as the definition says); packed, plus the
+                        // residual it named, as `sync::repack` does.
+                        let compression = node.session.run().map_or(Compression::None, |r| r.sync.compression);
+                        let outcome = match (node.computed_from.get(&step), private) {
+                            (Some(toy), None) => Ok(Recomputed {
+                                loss: 1.0 / step as f32,
+                                values: Values::F32(toy.gradient(target, step)),
+                                next_state: None,
+                            }),
+                            (Some(toy), Some(private)) => {
+                                let (state, grid) = (&private.residual, &private.grid);
+                                let again = sync::repack(toy.gradient(target, step), state, compression, grid).unwrap();
+                                Ok(Recomputed {
+                                    loss: 1.0 / step as f32,
+                                    values: again.values,
+                                    next_state: Some(state_digest(&again.next_state)),
+                                })
+                            }
+                            (None, _) => Err(Failure::new(std::io::Error::other("weights gone"))),
                         };
                         queue.push_back(Input::Audited { step, target, outcome });
+                    }
+                    Output::ServeState { to, step } => {
+                        if !node.withhold {
+                            let residual = node.states.get(&step).cloned().unwrap_or_default();
+                            self.links.entry((id, to)).or_default().push_back(Message::State { step, residual });
+                        }
                     }
                     Output::Event(event) => node.events.push(event),
                 }
@@ -2004,5 +2046,119 @@ fn honest_members_audited_every_step_are_never_accused() {
         // Every member of every step's roster was assigned one audit (those the worker was busy
         // for were skipped and counted).
         assert!(audited >= 4 * 25, "{audited} audits: {what}");
+    }
+}
+
+/// A group of four with audits at `rate` per mille, packed with `compression`.
+fn audited_packed(seed: u64, rate: u32, steps: u32, compression: Compression) -> Net {
+    let mut net = Net::new(seed);
+    net.audit_rate = rate;
+    net.sync = SyncConfig { compression, ..SyncConfig::SEED };
+    for id in [1, 2, 3, 4] {
+        net.join(id);
+    }
+    net.start(1, steps);
+    net
+}
+
+/// The verdict node `id` heard, if any.
+fn verdict_of(net: &Net, id: PeerId) -> Option<lockstep_node::wire::AuditVerdict> {
+    net.nodes[&id].events.iter().find_map(|e| match e {
+        Event::Verdict(v) => Some(*v),
+        _ => None,
+    })
+}
+
+/// Packed contributions audited: each is recomputed from the residual it names (served on
+/// request, `-22`/`-23`). A member whose values are wrong is named by the first differing
+/// value; one whose residual is forged (its contributions consistent with the state each
+/// names) by the broken link — the state its next contribution named is not the one its
+/// audited contribution left; one that serves no state by withholding, confirmed by the
+/// leader's own request. Each is removed through the log on every member, the others train on
+/// to the end, equal.
+#[test]
+fn packed_rogues_are_named_by_their_values_their_broken_link_or_their_silence() {
+    #[derive(Clone, Copy, Debug)]
+    enum Kind {
+        Scale(f32),
+        Forge,
+        Withhold,
+    }
+    let cases = [
+        (1401, Compression::Int8, Kind::Scale(-1.0)),
+        (1402, Compression::Int8, Kind::Scale(1.01)),
+        (1403, Compression::Int4, Kind::Scale(-1.0)),
+        (1404, Compression::Int8, Kind::Forge),
+        (1405, Compression::Int4, Kind::Forge),
+        (1406, Compression::Int8, Kind::Withhold),
+    ];
+    for (seed, compression, kind) in cases {
+        let mut net = audited_packed(seed, 500, 40, compression);
+        let mut rogue = false;
+        net.run(600_000, |net, top| {
+            if top == 3 && !rogue {
+                let node = net.nodes.get_mut(&3).unwrap();
+                match kind {
+                    Kind::Scale(factor) => node.scale = Some(factor),
+                    Kind::Forge => node.forge = true,
+                    Kind::Withhold => node.withhold = true,
+                }
+                rogue = true;
+            }
+        });
+        let what = format!("seed {seed} {compression:?} {kind:?}\n{}", net.describe());
+        let named = verdict_of(&net, 1).unwrap_or_else(|| panic!("nobody was named: {what}"));
+        assert_eq!(named.target, 3, "{what}");
+        assert!(named.step <= 16, "named at step {}: {what}", named.step);
+        match (kind, named.evidence) {
+            (Kind::Scale(_), Evidence::Word { word, .. }) => assert!(word >= 1, "{named:?}"),
+            (Kind::Forge, Evidence::State { expected, claimed }) => assert_ne!(expected, claimed),
+            (Kind::Withhold, Evidence::Withheld) => {}
+            _ => panic!("{kind:?} named by {named:?}: {what}"),
+        }
+        for id in [2, 4] {
+            assert_eq!(verdict_of(&net, id), Some(named), "node {id}: {what}");
+        }
+        let Some(Stop::Removed { step: removed, .. }) = net.nodes[&3].session.stopped().cloned() else {
+            panic!("not removed: {what}")
+        };
+        // Withholding is named once the auditor's and the leader's waits for the state ran out.
+        let waits = if matches!(kind, Kind::Withhold) { 12 } else { 0 };
+        assert!(removed <= named.step + 3 + waits, "removed at step {removed}: {what}");
+        assert_all_finished_equal(&net, &[1, 2, 4], 40, &what);
+        for (step, roster) in rosters_of(&net, 1) {
+            assert!(step <= removed + 2 || !roster.contains(&3), "step {step}: {roster:?}: {what}");
+        }
+        // Nobody honest was accused.
+        for id in [1, 2, 4] {
+            let accused_honest =
+                net.nodes[&id].events.iter().any(|e| matches!(e, Event::Accused { target, .. } if *target != 3));
+            assert!(!accused_honest, "node {id}: {what}");
+        }
+    }
+}
+
+/// Honest packed members audited at every step: every recomputation from the served residual
+/// gives the bits sent, every link holds, nobody is accused.
+#[test]
+fn honest_packed_members_audited_every_step_are_never_accused_and_their_links_hold() {
+    for (seed, compression) in [(1501, Compression::Int8), (1502, Compression::Int4), (1503, Compression::Int8)] {
+        let mut net = audited_packed(seed, 1000, 30, compression);
+        net.run(600_000, |_, _| {});
+        let what = format!("seed {seed} {compression:?}\n{}", net.describe());
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 30, &what);
+        let (mut audited, mut linked) = (0, 0);
+        for (id, node) in &net.nodes {
+            assert!(
+                !node.events.iter().any(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_))),
+                "node {id}: {what}"
+            );
+            let stats = node.session.audit_stats();
+            assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+            audited += stats.audited;
+            linked += stats.linked;
+        }
+        assert!(audited >= 4 * 15, "{audited} audits: {what}");
+        assert!(linked >= audited / 2, "{linked} links of {audited} audits: {what}");
     }
 }

@@ -445,6 +445,44 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
+/// int8 contributions are audited too: each names the residual it was packed with, which an
+/// auditor asks for (`-22`) and recomputes the contribution from. A member that doubles its
+/// residual before each contribution sends values consistent with the state each names — but
+/// not the state its own past left: the link from an audited step to the next breaks, and the
+/// member is named with both residuals' digests and removed while the others train on; before
+/// it, honest links held.
+#[test]
+fn a_member_forging_its_residual_is_named_by_the_broken_link_in_an_int8_group() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "1"];
+    let mut nodes: Vec<Node> = (0..3).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    let mut start = tiny(1_000_000);
+    start["compress"] = "int8".into();
+    nodes[0].command(start);
+    let linked = |e: &Value| e["event"] == "weights" && e["audits_linked"].as_u64().unwrap_or(0) >= 2;
+    nodes[0].wait_for("honest links checked", linked, 90);
+    let mut rogue = nodes.pop().unwrap();
+    rogue.command(serde_json::json!({"cmd": "rogue", "kind": "state"}));
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
+    let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
+    let (expected, named) = (verdict["expected_state"].as_str(), verdict["named_state"].as_str());
+    assert!(expected.is_some() && named.is_some() && expected != named, "a broken link: {verdict}");
+    assert_eq!(nodes[1].wait_for("the same verdict", is_verdict, 30)["named_state"], verdict["named_state"]);
+    let removed = rogue.wait_for("told why", |e| e["event"] == "removed", 30);
+    assert!(removed["why"].as_str().unwrap().contains("the residual its next contribution named"), "{removed}");
+    let after = verdict["step"].as_u64().unwrap() + 8;
+    for node in &nodes {
+        node.wait_for("eight steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    assert!(
+        !nodes.iter().any(|n| n.events().iter().any(|e| e["event"] == "accused" && e["target"] != rogue.id)),
+        "an honest member accused"
+    );
+    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
+}
+
 /// The text a run trains on is part of its settings (the digest of the starting node's
 /// corpus): a member on other text — here the built-in 35 KB text beside the packaged corpus —
 /// is refused when the run reaches it, both digests named, and watches as an observer (its

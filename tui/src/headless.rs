@@ -68,7 +68,7 @@ pub fn report_json(report: &Report) -> Value {
         Report::ChannelOpen(peer) => json!({"event": "channel-open", "peer": peer}),
         Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
                 "audited": timing.audits.audited, "audits_matched": timing.audits.matched,
-                "audits_skipped": timing.audits.skipped, "audit_ms": timing.audit_seconds * 1e3,
+                "audits_skipped": timing.audits.skipped, "audits_linked": timing.audits.linked, "audit_ms": timing.audit_seconds * 1e3,
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
                 "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes,
                 "utilization": timing.utilization()}),
@@ -180,7 +180,8 @@ pub fn at_run_shapes_json(backend: &str, verdict: &AtRunShapes) -> Value {
 }
 
 /// An audit's evidence as fields of `fields`: `word`, `expected_bits`, `claimed_bits` (the loss is
-/// word 0, value `i` word `1 + i`); `named_digest`, `recomputed_digest`; or `falsely_accused`.
+/// word 0, value `i` word `1 + i`); `named_digest`, `recomputed_digest`; `falsely_accused`;
+/// `expected_state`, `named_state` (a packed contribution's link); or `withheld: true`.
 fn evidence_json(fields: &mut Value, evidence: &Evidence) {
     let hex = |v: u32| format!("{v:#010x}");
     let extra = match *evidence {
@@ -191,6 +192,10 @@ fn evidence_json(fields: &mut Value, evidence: &Evidence) {
             json!({"named_digest": format!("{named:#018x}"), "recomputed_digest": format!("{recomputed:#018x}")})
         }
         Evidence::FalseAccusation { accused } => json!({"falsely_accused": accused}),
+        Evidence::State { expected, claimed } => {
+            json!({"expected_state": format!("{expected:#018x}"), "named_state": format!("{claimed:#018x}")})
+        }
+        Evidence::Withheld => json!({"withheld": true}),
     };
     if let (Some(object), Value::Object(extra)) = (fields.as_object_mut(), extra) {
         object.extend(extra);
@@ -296,7 +301,7 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             Command::PoisonContributions(value)
         }
         Some("rogue") => {
-            let kind = value["kind"].as_str().context("`rogue` needs a `kind`: scale:F, flip, batch:PEER or stale")?;
+            let kind = value["kind"].as_str().context("`rogue` needs a `kind`: scale:F, flip, batch:PEER, stale or state")?;
             Command::PlayRogue(kind.parse().map_err(anyhow::Error::msg)?)
         }
         Some("quit") => Command::Quit,

@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lockstep_node::replica::{BackendChange, Replica, ReplicaError};
-use lockstep_node::session::{Event, Failure, Input, Output, Problem, Session, SessionConfig, Stop, Task};
+use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, ReplicaError};
+use lockstep_node::session::{
+    Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
+};
 use lockstep_node::wire::{self, Message, PeerId, Reassembler};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
@@ -208,12 +210,15 @@ pub(crate) struct MeshLoop<R> {
     /// Audits: the one waiting for the replica (busy computing) to hand out its kit, the referee
     /// the audits recompute on (kept here between audits), and the seconds they took since the
     /// last step was reported.
-    audit_waiting: Option<(u32, PeerId)>,
+    audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>)>,
     audit_referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
     audit_seconds: f64,
     /// Elastic windows: where the compute under way is told to end its window
     /// (`Replica::hurry`, taken at each configure: it belongs to the run's trainer).
     hurry: Option<Arc<AtomicU32>>,
+    /// The residuals our packed contributions were made with, served to auditors (`-22`)
+    /// without the replica's lock (`Replica::kept_states`, taken once).
+    kept_states: KeptStates,
     /// How many times the replica's state was replaced (a restore or a new run): a gradient
     /// begun before that belongs to the old state and is dropped.
     generation: u64,
@@ -232,7 +237,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         signal_out: mpsc::UnboundedSender<ClientMessage>,
     ) -> Self {
         let hello = Message::PeerInfo { backend: config.backend.clone(), verdict: config.verdict.clone() };
+        let kept_states = replica.lock().unwrap_or_else(|p| p.into_inner()).kept_states();
         MeshLoop {
+            kept_states,
             config,
             replica,
             report,

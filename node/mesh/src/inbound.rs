@@ -5,7 +5,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{BackendChange, ReplicaError};
-use lockstep_node::wire::{Gradient, PeerId, Values};
+use lockstep_node::session::Recomputed;
+use lockstep_node::wire::{Gradient, PeerId};
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
 use tokio::sync::mpsc;
 use webrtc::data_channel::DataChannel;
@@ -25,12 +26,11 @@ pub(crate) enum Inbound {
     Frame(PeerId, u64, BytesMut),
     ChannelClosed(PeerId, Option<u64>),
     Computed(Computed),
-    /// An audit's answer: `target`'s contribution to `step` recomputed (its loss and values), or
-    /// why it could not be.
+    /// An audit's answer: `target`'s contribution to `step` recomputed, or why it could not be.
     Audited {
         step: u32,
         target: PeerId,
-        outcome: Result<(f32, Values), ReplicaError>,
+        outcome: Result<Recomputed, ReplicaError>,
         /// The referee the audit ran on, kept for the next.
         referee: Option<Box<dyn Gemm + Send>>,
         seconds: f64,

@@ -18,12 +18,23 @@
 //!   convicted member out of the run for good (as a kick: the leader removes it from the
 //!   configuration and tells it, `-13` kind 2).
 //!
-//! Audits run on `every-step` runs whose contributions are f32 (an int8 contribution depends on
-//! its member's private error-feedback residual, an `outer:H` one on its inner optimizer state:
-//! not built, `docs/TRUST.md`). One audit at a time per member: an assignment that finds the
-//! worker busy is skipped and counted.
+//! - **Packed contributions** (`int8`, `int4`) are the gradient plus the member's private
+//!   error-feedback residual, packed; each names its residual by digest ([`Gradient::state`]).
+//!   The auditor asks the target for it (`-22`), checks it against the digest, recomputes the
+//!   contribution from it ([`crate::sync::repack`]) — and derives the residual the step leaves
+//!   on the group's grid, which the target's next contribution must name: a **link** checked
+//!   once that record commits ([`Evidence::State`]). A residual forged to make a wrong
+//!   contribution look right breaks the link before it. A target that does not serve the state
+//!   it named, or serves another, while it is heard from, is accused of withholding it
+//!   ([`Evidence::Withheld`]); the leader asks it too, and convicts it if it withholds again
+//!   (never the accuser: the target may have served the leader only).
+//!
+//! Audits run on `every-step` runs (an `outer:H` contribution depends on its inner optimizer
+//! state: not built, `docs/TRUST.md`). One audit at a time per member: an assignment that finds
+//! the worker busy is skipped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use super::log::{LogEntry, StepRecord};
 use super::*;
@@ -31,10 +42,71 @@ use crate::wire::{AuditVerdict, Evidence};
 
 /// Committed records a member keeps to check accusations against (the digest each named).
 const RECORDS_KEPT: usize = 256;
+/// Packed runs: the steps whose grid and named states a member keeps (an audit starts within
+/// a few steps of its record's commit).
+const PRIVATE_KEPT: usize = 8;
+/// How long an auditor waits for the state it asked for, in the run's longest election
+/// timeouts (30 s by default), before it calls it withheld (when it heard from the target
+/// meanwhile) or gives the audit up (when it did not).
+pub const STATE_WAIT_ELECTIONS: u64 = 5;
+/// A member serves the states of its last few contributions: asked about a step at most this
+/// many behind the asker's, "none kept" is withholding; further behind, the audit is given up.
+const STATE_PROMISED_STEPS: u32 = 3;
+
+/// What recomputing a packed contribution needs beside the weights and the batch
+/// ([`Output::Audit`]): the residual it named (served by its member, length and digest checked)
+/// and the grid the group summed the step on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrivateInputs {
+    pub residual: Arc<Vec<f32>>,
+    pub grid: Arc<Vec<u8>>,
+}
+
+/// A committed step of a packed run, as audits need it: the grid it was summed on and the
+/// state each contribution named.
+#[derive(Debug)]
+struct StepPrivate {
+    step: u32,
+    grid: Arc<Vec<u8>>,
+    states: BTreeMap<PeerId, u64>,
+}
+
+/// An audit's recomputation of a contribution ([`Input::Audited`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recomputed {
+    pub loss: f32,
+    pub values: Values,
+    /// Packed: the digest of the residual the contribution leaves on the group's grid (what
+    /// the member's next contribution must name).
+    pub next_state: Option<u64>,
+}
+
+/// Why an audit was given up (nobody is accused).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unfinished {
+    /// The committed contribution's named state or the step's grid is no longer held here.
+    NotHeld,
+    /// The target no longer keeps the state (asked too long after the step).
+    StateGone,
+    /// Nothing heard from the target while waiting for its state (it may be gone).
+    TargetSilent,
+}
+
+impl std::fmt::Display for Unfinished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unfinished::NotHeld => "the contribution's named state or the step's grid is no longer held here",
+            Unfinished::StateGone => "the member no longer keeps that step's state (asked too late)",
+            Unfinished::TargetSilent => "nothing heard from the member while waiting for its state",
+        })
+    }
+}
+
+impl std::error::Error for Unfinished {}
 
 /// What the audit worker is recomputing: whose contribution to which step, the digest the
 /// committed record named, the contribution itself (while held: the evidence's source), and the
-/// members whose accusation this recomputation checks (the leader's).
+/// members whose accusation this recomputation checks, with their evidence (the leader's).
 #[derive(Clone, Debug)]
 pub(super) struct Running {
     pub step: u32,
@@ -42,6 +114,26 @@ pub(super) struct Running {
     pub whash: u32,
     pub named: u64,
     pub claimed: Option<Gradient>,
+    pub accusers: Vec<(PeerId, Evidence)>,
+    /// Packed runs: the state the contribution named and the step's grid.
+    pub private: Option<Private>,
+}
+
+/// A packed contribution's audit: the residual it named and the grid the step was summed on;
+/// `asked_ms`: while the auditor waits for the target to serve it.
+#[derive(Clone, Debug)]
+pub(super) struct Private {
+    pub state: u64,
+    pub grid: Arc<Vec<u8>>,
+    pub asked_ms: Option<u64>,
+}
+
+/// A link to check once `target`'s next contribution is committed: the residual its audited
+/// contribution left (by digest), and the accusers of a broken link this check settles.
+#[derive(Clone, Debug)]
+pub(super) struct Link {
+    pub from_step: u32,
+    pub expected: u64,
     pub accusers: Vec<PeerId>,
 }
 
@@ -55,6 +147,9 @@ pub struct AuditStats {
     pub skipped: u32,
     /// Accusations this member made.
     pub accused: u32,
+    /// Packed runs: links checked (a member's next contribution named the residual its audited
+    /// one left).
+    pub linked: u32,
 }
 
 /// The audits' part of the session.
@@ -62,9 +157,14 @@ pub struct AuditStats {
 pub(super) struct Audits {
     /// The last committed records (of this epoch), newest last.
     records: VecDeque<StepRecord>,
+    /// Packed runs: for the last few committed steps, the grid they were summed on and the
+    /// state each contribution named.
+    private: VecDeque<StepPrivate>,
     pub running: Option<Running>,
-    /// (Leader) accusations waiting for the worker: by (step, target), who accused.
-    pub checks: BTreeMap<(u32, PeerId), Vec<PeerId>>,
+    /// (Leader) accusations waiting for the worker: by (step, target), who accused and how.
+    pub checks: BTreeMap<(u32, PeerId), Vec<(PeerId, Evidence)>>,
+    /// Links waiting for their record: by (the next step, target).
+    pub links: BTreeMap<(u32, PeerId), Link>,
     /// Members a verdict was proposed or committed against (nothing twice).
     pub convicted: BTreeSet<PeerId>,
     pub stats: AuditStats,
@@ -79,6 +179,20 @@ impl Audits {
         }
     }
 
+    /// Packed runs: a committed step's grid and the states its contributions named.
+    fn keep_private(&mut self, step: u32, grid: Vec<u8>, states: BTreeMap<PeerId, u64>) {
+        self.private.push_back(StepPrivate { step, grid: Arc::new(grid), states });
+        while self.private.len() > PRIVATE_KEPT {
+            self.private.pop_front();
+        }
+    }
+
+    /// The grid of `step` and the state `target`'s contribution to it named, if kept.
+    fn private_of(&self, step: u32, target: PeerId) -> Option<(Arc<Vec<u8>>, u64)> {
+        let kept = self.private.iter().rev().find(|p| p.step == step)?;
+        Some((kept.grid.clone(), *kept.states.get(&target)?))
+    }
+
     /// The record of `step` this member holds.
     pub fn record(&self, step: u32) -> Option<&StepRecord> {
         self.records.iter().rev().find(|r| r.step == step)
@@ -87,22 +201,41 @@ impl Audits {
     /// A push or a restore replaced the state: records of other weights are no evidence now.
     pub fn forget_records(&mut self) {
         self.records.clear();
+        self.private.clear();
         self.checks.clear();
+        self.links.clear();
     }
 }
 
-/// Whether a run's contributions can be audited: `every-step`, f32 (see the module docs).
+/// Whether a run's contributions can be audited: `every-step` (see the module docs).
 fn auditable(run: &RunConfig) -> bool {
-    run.sync.mode.steps_per_sync() == 1 && run.sync.compression == crate::sync::Compression::None
+    run.sync.mode.steps_per_sync() == 1
+}
+
+fn packed(run: &RunConfig) -> bool {
+    run.sync.compression != crate::sync::Compression::None
 }
 
 impl Session {
-    /// A committed record was applied: kept (accusations are checked against it), and the audit
-    /// it assigns this member started.
+    /// A committed record was applied: kept (accusations are checked against it), the links
+    /// it settles checked, and the audit it assigns this member started.
     pub(super) fn audit_after(&mut self, record: &StepRecord) {
         self.audits.committed(record);
-        if !self.run.is_some_and(|run| auditable(&run)) {
-            return;
+        let Some(run) = self.run.filter(auditable) else { return };
+        if packed(&run) {
+            let held: Vec<&Gradient> = record
+                .contributions
+                .iter()
+                .filter_map(|c| self.contributions.get(record.step, c.peer))
+                .map(|h| &h.gradient)
+                .collect();
+            // Every contribution the record names is held here (the step was just reduced).
+            if held.len() == record.contributions.len() {
+                let grid = crate::sync::group_grid(held.iter().filter_map(|g| g.values.packed()));
+                let states = record.contributions.iter().zip(&held).map(|(c, g)| (c.peer, g.state)).collect();
+                self.audits.keep_private(record.step, grid, states);
+            }
+            self.check_links(record.step);
         }
         let me = self.config.me;
         let Some(target) = assignment(record, me, self.config.audit_rate) else { return };
@@ -113,54 +246,177 @@ impl Session {
         self.start_audit(record, target, Vec::new());
     }
 
-    /// Asks the adapter to recompute `target`'s contribution to `record`'s step; `accusers`: the
-    /// members whose accusation it checks.
-    fn start_audit(&mut self, record: &StepRecord, target: PeerId, accusers: Vec<PeerId>) {
+    /// Starts recomputing `target`'s contribution to `record`'s step (`accusers`: whose
+    /// accusations it checks): at once for an f32 one; packed, once the target serves the state
+    /// it named.
+    fn start_audit(&mut self, record: &StepRecord, target: PeerId, accusers: Vec<(PeerId, Evidence)>) {
         let Some(named) = record.contributions.iter().find(|c| c.peer == target).map(|c| c.digest) else { return };
         let step = record.step;
         let claimed = self.contributions.get(step, target).map(|h| h.gradient.clone());
-        self.audits.running = Some(Running { step, target, whash: record.whash, named, claimed, accusers });
-        self.out.push(Output::Audit { step, target });
+        let mut running = Running { step, target, whash: record.whash, named, claimed, accusers, private: None };
+        if self.run.is_some_and(|run| packed(&run)) {
+            let Some((grid, state)) = self.audits.private_of(step, target) else {
+                return self.give_up(step, target, Unfinished::NotHeld);
+            };
+            running.private = Some(Private { state, grid, asked_ms: Some(self.timing.now_ms()) });
+            self.audits.running = Some(running);
+            return self.send(target, Message::StateRequest { step });
+        }
+        self.audits.running = Some(running);
+        self.out.push(Output::Audit { step, target, private: None });
+    }
+
+    /// An audit ends without a recomputation: said, and the worker free for the next.
+    fn give_up(&mut self, step: u32, target: PeerId, why: Unfinished) {
+        self.event(Event::AuditFailed { step, target, error: Failure::new(why) });
+        self.next_check();
+    }
+
+    /// `from` asks for the state its contribution to `step` named: the adapter serves it.
+    pub(super) fn on_state_request(&mut self, from: PeerId, step: u32) {
+        if !self.run.is_some_and(|run| packed(&run)) {
+            return self.ignore(from, Ignored::StateOfNoPackedRun);
+        }
+        self.out.push(Output::ServeState { to: from, step });
+    }
+
+    /// `from` served the state its contribution to `step` named (empty: none kept).
+    pub(super) fn on_state(&mut self, from: PeerId, step: u32, residual: Vec<f32>) {
+        let asked = |r: &Running| {
+            r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some())
+        };
+        let Some(running) = self.audits.running.as_mut().filter(|r| asked(r)) else {
+            return self.ignore(from, Ignored::UnaskedState);
+        };
+        let private = running.private.as_mut().expect("asked: packed");
+        if residual.is_empty() && self.taking.applied > step + STATE_PROMISED_STEPS {
+            self.audits.running = None;
+            return self.give_up(step, from, Unfinished::StateGone);
+        }
+        let len = self.contributions.len();
+        if residual.len() != len || crate::wire::state_digest(&residual) != private.state {
+            let running = self.audits.running.take().expect("matched above");
+            return self.withheld(running);
+        }
+        private.asked_ms = None;
+        let grid = private.grid.clone();
+        let private = PrivateInputs { residual: Arc::new(residual), grid };
+        self.out.push(Output::Audit { step, target: from, private: Some(private) });
+    }
+
+    /// Time passes: an auditor waiting too long for a state calls it withheld (the target was
+    /// heard from meanwhile) or gives up (it was not).
+    pub(super) fn audit_tick(&mut self, now_ms: u64) {
+        let Some(asked) = self.audits.running.as_ref().and_then(|r| r.private.as_ref()?.asked_ms) else { return };
+        if now_ms.saturating_sub(asked) < STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms() {
+            return;
+        }
+        let running = self.audits.running.take().expect("waiting");
+        if self.heard_ms.get(&running.target).is_some_and(|&t| t > asked) {
+            self.withheld(running);
+        } else {
+            self.give_up(running.step, running.target, Unfinished::TargetSilent);
+        }
+    }
+
+    /// The target did not serve the state its contribution named: accused (never its accusers
+    /// convicted for it: the target may have served them).
+    fn withheld(&mut self, running: Running) {
+        let Running { step, target, accusers, .. } = running;
+        self.accuse(step, target, accusers.first().map(|(a, _)| *a), Evidence::Withheld);
+        self.next_check();
+    }
+
+    /// `target`'s contribution to `step` departs as `evidence` shows: the leader convicts it;
+    /// another member accuses it to the leader (`found_by`: the accuser whose check this was,
+    /// `None` for this member's own audit).
+    fn accuse(&mut self, step: u32, target: PeerId, found_by: Option<PeerId>, evidence: Evidence) {
+        let me = self.config.me;
+        if found_by.is_none() {
+            self.audits.stats.accused += 1;
+            self.event(Event::Accused { step, target, by: me, evidence });
+        }
+        if self.is_leader() {
+            self.convict(AuditVerdict { step, target, found_by: found_by.unwrap_or(me), evidence });
+        } else if let Some(leader) = self.leader().filter(|&l| l != me && l != target) {
+            self.send(leader, Message::Accusation { step, target, evidence });
+        }
     }
 
     /// The adapter's recomputation of `target`'s contribution to `step`.
-    pub(super) fn on_audited(&mut self, step: u32, target: PeerId, outcome: Result<(f32, Values), Failure>) {
+    pub(super) fn on_audited(&mut self, step: u32, target: PeerId, outcome: Result<Recomputed, Failure>) {
         let Some(running) = self.audits.running.take_if(|r| r.step == step && r.target == target) else {
             return; // not asked (a new run began since)
         };
         match outcome {
             Err(error) => self.event(Event::AuditFailed { step, target, error }),
-            Ok((loss, values)) => self.compare(running, loss, values),
+            Ok(recomputed) => self.compare(running, recomputed),
         }
         self.next_check();
     }
 
-    fn compare(&mut self, running: Running, loss: f32, values: Values) {
+    fn compare(&mut self, running: Running, recomputed: Recomputed) {
         let me = self.config.me;
-        let Running { step, target, whash, named, claimed, accusers } = running;
-        let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight: 1 };
+        let Running { step, target, whash, named, claimed, accusers, private } = running;
+        let Recomputed { loss, values, next_state } = recomputed;
+        let state = private.as_ref().map_or(0, |p| p.state);
+        let weight = 1;
+        let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };
         self.audits.stats.audited += 1;
         if recomputed.digest() == named {
             self.audits.stats.matched += 1;
             self.event(Event::Audited { step, target });
-            // The contribution is the definition's: whoever accused it accused falsely.
-            for accuser in accusers {
-                let evidence = Evidence::FalseAccusation { accused: target };
-                self.convict(AuditVerdict { step, target: accuser, found_by: me, evidence });
+            // The contribution is the definition's: whoever accused its arithmetic accused
+            // falsely; an accusation of its link waits for the link's check.
+            let mut link_accusers = Vec::new();
+            for (accuser, evidence) in accusers {
+                match evidence {
+                    Evidence::Withheld => {}
+                    Evidence::State { .. } => link_accusers.push(accuser),
+                    _ => self.convict(AuditVerdict {
+                        step,
+                        target: accuser,
+                        found_by: me,
+                        evidence: Evidence::FalseAccusation { accused: target },
+                    }),
+                }
+            }
+            if let Some(expected) = next_state {
+                let link = Link { from_step: step, expected, accusers: link_accusers };
+                self.audits.links.insert((step + 1, target), link);
+                self.check_links(step + 1);
             }
             return;
         }
         let evidence = evidence(&recomputed, claimed.as_ref(), named);
-        let found_by = accusers.first().copied().unwrap_or(me);
-        if accusers.is_empty() {
-            self.audits.stats.accused += 1;
-            self.event(Event::Accused { step, target, by: me, evidence });
+        self.accuse(step, target, accusers.first().map(|(a, _)| *a), evidence);
+    }
+
+    /// The links whose next step `step` is, once its record committed here: the state each
+    /// target's contribution to it named is the one its audited contribution left, or the
+    /// target is accused. A target that did not contribute to it leaves its link unchecked.
+    fn check_links(&mut self, step: u32) {
+        if self.audits.record(step).is_none() {
+            return;
         }
-        if self.is_leader() {
-            self.convict(AuditVerdict { step, target, found_by, evidence });
-        } else if let Some(leader) = self.leader().filter(|&l| l != me && l != target) {
-            self.send(leader, Message::Accusation { step, target, evidence });
+        let me = self.config.me;
+        let due: Vec<PeerId> = self.audits.links.range((step, 0)..=(step, PeerId::MAX)).map(|(k, _)| k.1).collect();
+        for target in due {
+            let link = self.audits.links.remove(&(step, target)).expect("listed");
+            let Some((_, named)) = self.audits.private_of(step, target) else { continue };
+            if named == link.expected {
+                self.audits.stats.linked += 1;
+                for accuser in link.accusers {
+                    let evidence = Evidence::FalseAccusation { accused: target };
+                    self.convict(AuditVerdict { step: link.from_step, target: accuser, found_by: me, evidence });
+                }
+                continue;
+            }
+            let evidence = Evidence::State { expected: link.expected, claimed: named };
+            self.accuse(link.from_step, target, link.accusers.first().copied(), evidence);
         }
+        // Links of steps long committed (their target never contributed again) go.
+        self.audits.links.retain(|&(next, _), _| next + PRIVATE_KEPT as u32 > step);
     }
 
     /// (Leader) the next accusation waiting, checked once the worker is free.
@@ -192,8 +448,8 @@ impl Session {
             return;
         }
         let accusers = self.audits.checks.entry((step, target)).or_default();
-        if !accusers.contains(&from) {
-            accusers.push(from);
+        if !accusers.iter().any(|(a, _)| *a == from) {
+            accusers.push((from, evidence));
         }
         self.next_check();
     }
@@ -251,8 +507,9 @@ pub fn assignment(record: &StepRecord, me: PeerId, rate: u32) -> Option<PeerId> 
 }
 
 /// Where `claimed` departs from `recomputed` (the definition's): the first differing word (the
-/// loss, then the values), or the digests where the contribution is not held or differs
-/// elsewhere (its encoding, its length).
+/// loss, then the values; a packed value as the f32 it stands for, [`crate::sync::Packed::value`]),
+/// or the digests where the contribution is not held or differs elsewhere (its encoding, its
+/// length, its named state).
 pub fn evidence(recomputed: &Gradient, claimed: Option<&Gradient>, named: u64) -> Evidence {
     let digest = Evidence::Digest { named, recomputed: recomputed.digest() };
     let Some(claimed) = claimed else { return digest };
@@ -265,6 +522,18 @@ pub fn evidence(recomputed: &Gradient, claimed: Option<&Gradient>, named: u64) -
                 Some(i) => {
                     Evidence::Word { word: i as u32 + 1, expected: want[i].to_bits(), claimed: got[i].to_bits() }
                 }
+                None => digest,
+            }
+        }
+        (Values::Int8(want), Values::Int8(got)) | (Values::Int4(want), Values::Int4(got))
+            if want.len() == got.len() =>
+        {
+            match (0..want.len()).find(|&i| want.value(i).to_bits() != got.value(i).to_bits()) {
+                Some(i) => Evidence::Word {
+                    word: i as u32 + 1,
+                    expected: want.value(i).to_bits(),
+                    claimed: got.value(i).to_bits(),
+                },
                 None => digest,
             }
         }
@@ -322,8 +591,15 @@ mod tests {
 
     #[test]
     fn the_evidence_is_the_first_word_that_departs() {
-        let g =
-            |loss: f32, v: Vec<f32>| Gradient { step: 3, whash: 1, phash: 2, loss, values: Values::F32(v), weight: 1 };
+        let g = |loss: f32, v: Vec<f32>| Gradient {
+            step: 3,
+            whash: 1,
+            phash: 2,
+            loss,
+            values: Values::F32(v),
+            weight: 1,
+            state: 0,
+        };
         let right = g(2.5, vec![1.0, -0.5, 0.25]);
         let scaled = g(2.5, vec![1.0, -0.5 * 1.001, 0.25 * 1.001]);
         assert_eq!(

@@ -232,6 +232,10 @@ pub enum Ignored {
         step: u32,
         target: PeerId,
     },
+    /// A state request, but the run's contributions are not packed (they have no private state).
+    StateOfNoPackedRun,
+    /// A state this node did not ask for (or no longer waits for).
+    UnaskedState,
 }
 
 impl std::fmt::Display for Ignored {
@@ -282,6 +286,10 @@ impl std::fmt::Display for Ignored {
                 f,
                 "an accusation of node {target}'s contribution to step {step}, which no record held here names"
             ),
+            Ignored::StateOfNoPackedRun => {
+                f.write_str("a state request, but this run's contributions have no private state")
+            }
+            Ignored::UnaskedState => f.write_str("a state this node did not ask for"),
         }
     }
 }

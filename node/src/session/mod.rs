@@ -69,7 +69,7 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
-pub use audit::{assignment, AuditStats};
+pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
@@ -123,7 +123,7 @@ pub enum Input {
     Failed { task: Task, error: Failure },
     /// Answer to `Output::Audit`: the audited member's contribution to `step` as the definition
     /// gives it (its loss and values), or why it could not be recomputed.
-    Audited { step: u32, target: PeerId, outcome: Result<(f32, Values), Failure> },
+    Audited { step: u32, target: PeerId, outcome: Result<Recomputed, Failure> },
     /// Time passes (milliseconds on any monotonic clock).
     Tick { now_ms: u64 },
     /// The user starts a run; this node leads it.
@@ -191,6 +191,15 @@ pub enum Output {
     Audit {
         step: u32,
         target: PeerId,
+        /// Packed runs: the residual the contribution named (served by the target, its digest
+        /// checked) and the grid the group summed the step on.
+        private: Option<PrivateInputs>,
+    },
+    /// Send `to` the private state (the residual) our contribution to `step` was made with, if
+    /// still kept (`-23`; nothing kept: no values). Nothing to answer.
+    ServeState {
+        to: PeerId,
+        step: u32,
     },
     /// Elastic windows: another member finished its whole window of `step` first, so ours ends
     /// after the inner step under way (`Compute { step }` is still answered, with the steps
@@ -660,6 +669,7 @@ impl Session {
         if self.stopped.is_some() {
             return;
         }
+        self.audit_tick(now_ms);
         for _ in 0..ticked.raft_ticks {
             if let Some(Err(e)) = self.agreement.as_mut().map(Agreement::tick) {
                 return self.stop(Stop::Agreement(e));

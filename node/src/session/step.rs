@@ -102,6 +102,11 @@ impl Contributions {
         }
     }
 
+    /// The model's length (every contribution's).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
     /// Checks a contribution and holds it (the caller decides which steps it takes).
     pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
         if gradient.values.compression() != self.compression {
@@ -229,7 +234,7 @@ mod tests {
     use crate::sync::Values;
 
     fn g(step: u32, whash: u32, values: &[f32]) -> Gradient {
-        Gradient { step, whash, phash: 7, loss: 1.0, values: Values::F32(values.to_vec()), weight: 1 }
+        Gradient { step, whash, phash: 7, loss: 1.0, values: Values::F32(values.to_vec()), weight: 1, state: 0 }
     }
 
     fn record_of(c: &Contributions, step: u32, whash: u32, peers: &[PeerId]) -> StepRecord {

@@ -1,6 +1,8 @@
 //! One member's side of a sync: what it keeps between syncs, what it contributes, and what it
 //! does with the group's mean ([`Strategy`]), for every mode.
 
+use std::sync::Arc;
+
 use super::*;
 
 /// What a member keeps between syncs besides its weights and Adam's state: tensors the sync
@@ -89,6 +91,43 @@ pub struct Contribution {
     /// Its weight in the group's mean ([`SyncConfig::weights_allowed`]): in elastic windows the
     /// inner steps it stands for, else 1.
     pub weight: u32,
+    /// `int8`, `int4`: the residual added before packing (the private state an auditor needs to
+    /// recompute the values, `docs/TRUST.md`); `None` without compression.
+    pub state: Option<Arc<Vec<f32>>>,
+}
+
+/// A wrong member's arithmetic, for fault injection (`crate::replica::Rogue`): what it does to
+/// its contribution before any packing, so a packed contribution departs as an f32 one does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tamper {
+    /// Every value times this factor.
+    Scale(f32),
+    /// These values sign-flipped (one tensor).
+    Negate(std::ops::Range<usize>),
+    /// `int8`, `int4`: the residual multiplied by this factor before it is added and named —
+    /// a state that its own past contributions did not leave.
+    ForgeResidual(f32),
+}
+
+/// What recomputing a packed contribution from its values before packing gives
+/// ([`repack`]): the contribution's values, and what the group's sum on `grid` leaves as
+/// the member's next residual.
+pub struct Repacked {
+    pub values: Values,
+    pub next_state: Vec<f32>,
+}
+
+/// A member's packed contribution recomputed, as [`Strategy::contribute`] makes it: `x` (its
+/// gradient or pseudo-gradient) plus `state` (the residual it named), packed as `compression`
+/// packs; and the residual it leaves when summed on the group's `grid` (`Strategy::finish`).
+pub fn repack(mut x: Vec<f32>, state: &[f32], compression: Compression, grid: &[u8]) -> Result<Repacked, NonFinite> {
+    for (v, r) in x.iter_mut().zip(state) {
+        *v += r;
+    }
+    let packed = if compression == Compression::Int4 { pack4(&x)? } else { pack(&x)? };
+    let next_state = residual(&x, &packed, grid);
+    let values = if compression == Compression::Int4 { Values::Int4(packed) } else { Values::Int8(packed) };
+    Ok(Repacked { values, next_state })
 }
 
 /// Why a contribution could not be made.
@@ -169,6 +208,7 @@ pub struct Strategy {
     in_flight: Option<InFlight>,
     ahead: Option<Ahead>,
     rebased: Option<Rebased>,
+    tamper: Option<Tamper>,
 }
 
 impl Default for SyncConfig {
@@ -179,7 +219,12 @@ impl Default for SyncConfig {
 
 impl Strategy {
     pub fn new(config: SyncConfig, state: SyncState) -> Strategy {
-        Strategy { config, state, in_flight: None, ahead: None, rebased: None }
+        Strategy { config, state, in_flight: None, ahead: None, rebased: None, tamper: None }
+    }
+
+    /// Fault injection: what the next contributions do wrong (`None`: nothing).
+    pub fn tamper(&mut self, tamper: Option<Tamper>) {
+        self.tamper = tamper;
     }
 
     pub fn config(&self) -> &SyncConfig {
@@ -239,20 +284,27 @@ impl Strategy {
                 (losses / done as f32, delta, Some(global), weight)
             }
         };
-        let (values, packed) = match self.config.compression {
-            Compression::None => (Values::F32(x), None),
+        match &self.tamper {
+            Some(Tamper::Scale(factor)) => x.iter_mut().for_each(|v| *v *= factor),
+            Some(Tamper::Negate(range)) => x[range.clone()].iter_mut().for_each(|v| *v = -*v),
+            Some(Tamper::ForgeResidual(factor)) => self.state.residual.iter_mut().for_each(|r| *r *= factor),
+            None => {}
+        }
+        let (values, packed, state) = match self.config.compression {
+            Compression::None => (Values::F32(x), None, None),
             compression @ (Compression::Int8 | Compression::Int4) => {
+                let state = Arc::new(self.state.residual.clone());
                 for (v, r) in x.iter_mut().zip(&self.state.residual) {
                     *v += r;
                 }
                 let packed = if compression == Compression::Int8 { pack(&x) } else { pack4(&x) };
                 let packed = packed.map_err(ContributeError::NonFinite)?;
                 let values = if compression == Compression::Int8 { Values::Int8 } else { Values::Int4 };
-                (values(packed.clone()), Some((x, packed)))
+                (values(packed.clone()), Some((x, packed)), Some(state))
             }
         };
         self.in_flight = Some(InFlight { global, packed });
-        Ok(Contribution { loss, values, weight })
+        Ok(Contribution { loss, values, weight, state })
     }
 
     /// `outer:H` with an overlap, between [`Strategy::contribute`] and [`Strategy::finish`]:

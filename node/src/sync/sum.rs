@@ -27,6 +27,15 @@ impl Packed {
         self.q.is_empty()
     }
 
+    /// Value `i` as the contribution stands for it, `q · 2^e` (exact in f32: `|q| < 2^7`, `e`
+    /// within f32's range); 0 in an empty block.
+    pub fn value(&self, i: usize) -> f32 {
+        match self.exponents[i / BLOCK] {
+            EMPTY_BLOCK => 0.0,
+            e => (f64::from(self.q[i]) * pow2(i32::from(e) - EXPONENT_BIAS)) as f32,
+        }
+    }
+
     /// Checks the shape and ranges a decoder cannot (a block byte per block, quants within
     /// `±limit`, an empty block all zeros).
     pub fn validate(&self, limit: i8) -> Result<(), SyncError> {

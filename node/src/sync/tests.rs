@@ -445,3 +445,73 @@ fn a_failed_step_ahead_or_after_the_mean_rewinds_to_the_sync() {
     assert!(strategy.contribute(&mut toy).is_err());
     assert_eq!((toy.step, bits(&toy.weights)), (4, bits(&group)));
 }
+
+/// An `every-step` member whose gradient at step `k` is a fixed function of `k`.
+struct Ramp {
+    step: u32,
+    weights: Vec<f32>,
+}
+
+impl Ramp {
+    fn gradient_at(k: u32) -> Vec<f32> {
+        (0..100).map(|i| ((i * 7 + k as usize * 13) % 23) as f32 / 9.0 - 1.2 + k as f32 * 1e-3).collect()
+    }
+}
+
+impl Member for Ramp {
+    fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError> {
+        self.step += 1;
+        Ok((1.0, Ramp::gradient_at(self.step)))
+    }
+    fn apply(&mut self, _grad: &[f32]) -> Result<(), ComputeError> {
+        Ok(())
+    }
+    fn weights(&mut self) -> &mut Vec<f32> {
+        &mut self.weights
+    }
+    fn rewind(&mut self, _steps: u32) {}
+    fn steps_left(&self) -> u32 {
+        u32::MAX
+    }
+    fn skip(&mut self, _steps: u32) {}
+}
+
+/// A packed contribution is a function of public data and the state it names: `repack` of its
+/// gradient and that state gives its values, and the residual it leaves on the group's grid is
+/// the state the next contribution names — a link an auditor checks. A forged residual still
+/// repacks to what was sent (the contribution is consistent with the state it names) but
+/// breaks the link.
+#[test]
+fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what_it_left() {
+    for compression in [Compression::Int8, Compression::Int4] {
+        let config = SyncConfig { compression, ..SyncConfig::SEED };
+        let mut strategy = Strategy::new(config, SyncState::new(&config, 100));
+        let mut ramp = Ramp { step: 0, weights: vec![0.0; 100] };
+        // Another member's contribution, larger in some blocks: the grid is not ours alone.
+        let big: Vec<f32> = (0..100).map(|i| if i < 40 { 30.0 } else { 0.01 }).collect();
+        let other = match compression {
+            Compression::Int4 => Values::Int4(pack4(&big).unwrap()),
+            _ => Values::Int8(pack(&big).unwrap()),
+        };
+        let mut left: Option<Vec<f32>> = None;
+        for k in 1..=6u32 {
+            if k == 4 {
+                strategy.tamper(Some(Tamper::ForgeResidual(2.0)));
+            }
+            let contribution = strategy.contribute(&mut ramp).unwrap();
+            let state = contribution.state.clone().expect("a packed contribution names its state");
+            let linked = left.as_ref().map(|l| bits(l) == bits(&state));
+            assert_eq!(linked, (k > 1).then_some(k != 4), "k = {k}");
+            let reduced = reduce(&[&contribution.values, &other], &[1, 1]);
+            let again = repack(Ramp::gradient_at(k), &state, compression, &reduced.grid).unwrap();
+            assert_eq!(again.values, contribution.values, "k = {k}");
+            strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
+            left = Some(again.next_state);
+            strategy.tamper(None);
+        }
+    }
+    let f32_contribution = Strategy::new(SyncConfig::SEED, SyncState::default())
+        .contribute(&mut Ramp { step: 0, weights: Vec::new() })
+        .unwrap();
+    assert_eq!(f32_contribution.state, None, "f32 contributions have no private state");
+}

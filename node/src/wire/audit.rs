@@ -7,6 +7,8 @@
 //! | evidence, a word | `[u8 0][u32 word][u32 the definition's bits][u32 the member's bits]` (word 0: the loss, `1 + i`: value `i`) |
 //! | evidence, a digest | `[u8 1][u64 the record's digest][u64 the definition's]` (the contribution itself no longer held) |
 //! | evidence, a false accusation | `[u8 2][u64 the member it accused]` |
+//! | evidence, a state | `[u8 3][u64 the state the step leaves, by digest][u64 the one its next contribution named]` |
+//! | evidence, a state withheld | `[u8 4]` (asked for the state its contribution named, `-22`, it served none, or another) |
 //! | verdict | `[u32 step][u64 target][u64 found by][evidence]` |
 
 use super::PeerId;
@@ -23,6 +25,13 @@ pub enum Evidence {
     /// The target accused `accused`, whose contribution the leader's recomputation found to be
     /// the definition's.
     FalseAccusation { accused: PeerId },
+    /// The private state the member's next contribution named (by digest) is not the one its
+    /// contribution to this step leaves: the definition's residual after it (`expected`, from
+    /// the recomputed values, the state served and the group's grid) and the one named.
+    State { expected: u64, claimed: u64 },
+    /// Asked for the state its contribution named, the member served none, or another (the
+    /// leader asked it too).
+    Withheld,
 }
 
 impl std::fmt::Display for Evidence {
@@ -48,6 +57,11 @@ impl std::fmt::Display for Evidence {
             Evidence::FalseAccusation { accused } => {
                 write!(f, "it accused node {accused}, whose contribution the leader recomputed and found right")
             }
+            Evidence::State { expected, claimed } => write!(
+                f,
+                "the residual its next contribution named: the step leaves {expected:#018x}, it named {claimed:#018x}"
+            ),
+            Evidence::Withheld => write!(f, "it did not serve the residual its contribution named"),
         }
     }
 }
@@ -76,6 +90,8 @@ impl std::fmt::Display for AuditVerdict {
 const WORD: u8 = 0;
 const DIGEST: u8 = 1;
 const FALSE_ACCUSATION: u8 = 2;
+const STATE: u8 = 3;
+const WITHHELD: u8 = 4;
 
 impl Evidence {
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -95,6 +111,12 @@ impl Evidence {
                 out.push(FALSE_ACCUSATION);
                 out.extend_from_slice(&accused.to_le_bytes());
             }
+            Evidence::State { expected, claimed } => {
+                out.push(STATE);
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&claimed.to_le_bytes());
+            }
+            Evidence::Withheld => out.push(WITHHELD),
         }
     }
 
@@ -105,6 +127,8 @@ impl Evidence {
             WORD => Evidence::Word { word: u32_of(bytes)?, expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
             DIGEST => Evidence::Digest { named: u64_of(bytes)?, recomputed: u64_of(bytes)? },
             FALSE_ACCUSATION => Evidence::FalseAccusation { accused: u64_of(bytes)? },
+            STATE => Evidence::State { expected: u64_of(bytes)?, claimed: u64_of(bytes)? },
+            WITHHELD => Evidence::Withheld,
             _ => return None,
         })
     }
@@ -164,6 +188,8 @@ mod tests {
             Evidence::Word { word: 0, expected: 1, claimed: 2 },
             Evidence::Digest { named: u64::MAX, recomputed: 5 },
             Evidence::FalseAccusation { accused: 12 },
+            Evidence::State { expected: 1 << 40, claimed: 3 },
+            Evidence::Withheld,
         ] {
             let v = AuditVerdict { evidence, ..verdict };
             let mut bytes = Vec::new();
@@ -175,7 +201,7 @@ mod tests {
                 assert_eq!(AuditVerdict::decode(&mut &bytes[..cut]), None, "{cut} bytes");
             }
         }
-        assert_eq!(Evidence::decode(&mut &[3u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        assert_eq!(Evidence::decode(&mut &[5u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
         assert_eq!(
             Evidence::Word { word: 3, expected: 0x3f80_0000, claimed: 0x3f80_0001 }.to_string(),
             "value 2 of its contribution: the definition gives 0x3f800000 (1), it sent 0x3f800001 (1.0000001)"

@@ -9,6 +9,7 @@ fn gradient(n: usize) -> Gradient {
         loss: 2.5,
         values: Values::F32((0..n).map(|i| i as f32 * 0.25 - 1.0).collect()),
         weight: 1,
+        state: 0,
     }
 }
 
@@ -26,6 +27,7 @@ fn golden_bytes() {
         loss: 1.0,
         values: Values::F32(vec![-2.0]),
         weight: 1,
+        state: 0,
     };
     assert_eq!(
         encode(&Message::Gradient(g.clone())),
@@ -77,14 +79,26 @@ fn golden_bytes() {
     for retired in [-4i32, -16, -17] {
         assert_eq!(decode(&retired.to_le_bytes()), Err(WireError::UnknownSentinel(retired)));
     }
+    assert_eq!(encode(&Message::StateRequest { step: 258 }), vec![0xea, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
+    let state = Message::State { step: 3, residual: vec![1.0, -2.0] };
+    assert_eq!(encode(&state), vec![0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
+    assert_eq!(decode(&encode(&state)), Ok(state));
+    let nothing_kept = Message::State { step: 3, residual: Vec::new() };
+    assert_eq!(decode(&encode(&nothing_kept)), Ok(nothing_kept));
+    assert!(matches!(decode(&[0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 1, 2]), Err(WireError::Invalid(_))));
     // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
-    // steps of an elastic window).
-    let p = Gradient { values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()), weight: 3, ..g.clone() };
+    // steps of an elastic window); the residual it was packed with named 0x0807060504030201.
+    let p = Gradient {
+        values: Values::Int8(crate::sync::pack(&[127.0, -1.0]).unwrap()),
+        weight: 3,
+        state: 0x0807_0605_0403_0201,
+        ..g.clone()
+    };
     assert_eq!(
         encode(&Message::Gradient(p.clone())),
         vec![
-            0xf2, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 3, 0, 0, 0, 2, 0,
-            0, 0, 0x85, 127, 0xff
+            0xf2, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 3, 0, 0, 0, 1, 2,
+            3, 4, 5, 6, 7, 8, 2, 0, 0, 0, 0x85, 127, 0xff
         ]
     );
     assert_eq!(decode(&encode(&Message::Gradient(p.clone()))), Ok(Message::Gradient(p.clone())));
@@ -97,8 +111,8 @@ fn golden_bytes() {
     assert_eq!(
         bytes,
         vec![
-            0xee, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 1, 0, 0, 0, 3, 0,
-            0, 0, 0x89, 0x07, 0x09
+            0xee, 0xff, 0xff, 0xff, 3, 0, 0, 0, 4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0, 0, 0, 0x80, 0x3f, 1, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0x89, 0x07, 0x09
         ]
     );
     assert_eq!(decode(&bytes), Ok(Message::Gradient(p4.clone())));
@@ -137,6 +151,11 @@ fn a_digest_names_one_contribution() {
     assert_ne!(changed.digest(), g.digest());
     assert_ne!(Gradient { weight: 2, ..g.clone() }.digest(), g.digest());
     assert_ne!(Gradient { whash: g.whash ^ 1, ..g.clone() }.digest(), g.digest());
+    assert_ne!(Gradient { state: g.state ^ 1, ..g.clone() }.digest(), g.digest());
+    // A state's digest names its values, in order.
+    assert_ne!(state_digest(&[1.0, 2.0]), state_digest(&[2.0, 1.0]));
+    assert_ne!(state_digest(&[0.0]), state_digest(&[0.0, 0.0]));
+    assert_ne!(state_digest(&[0.0]), state_digest(&[-0.0]));
     assert_ne!(gradient(10).digest(), gradient(11).digest());
     // The definition, stated again byte by byte: FNV-1a's step on little-endian 64-bit words
     // of the header, then the values (odd lengths padded with zeros).
@@ -147,7 +166,7 @@ fn a_digest_names_one_contribution() {
             Values::Int8(_) => 1,
             Values::Int4(_) => 2,
         };
-        for word in [g.step as u64, g.whash as u64, g.phash as u64, g.loss.to_bits() as u64, g.weight as u64] {
+        for word in [g.step as u64, g.whash as u64, g.phash as u64, g.loss.to_bits() as u64, g.weight as u64, g.state] {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
         bytes.extend_from_slice(&kind.to_le_bytes());
@@ -166,7 +185,8 @@ fn a_digest_names_one_contribution() {
             (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0x0000_0100_0000_01b3)
         })
     };
-    for g in [gradient(4), gradient(5), gradient(40_000), packed(70_000), packed(33)] {
+    let named = Gradient { state: 0x1234_5678_9abc_def0, ..packed(33) };
+    for g in [gradient(4), gradient(5), gradient(40_000), packed(70_000), packed(33), named] {
         assert_eq!(g.digest(), by_hand(&g));
     }
 }
@@ -195,7 +215,7 @@ fn packed_gradients_are_checked_on_arrival() {
     assert!(matches!(decode(&minus_128), Err(WireError::Sync(SyncError::QuantRange { quant: -128, .. }))));
     // A block marked empty with values in it.
     let mut empty = good.clone();
-    empty[28] = crate::sync::EMPTY_BLOCK;
+    empty[36] = crate::sync::EMPTY_BLOCK;
     assert!(matches!(decode(&empty), Err(WireError::Sync(SyncError::EmptyBlockNotEmpty { block: 0 }))));
     // A contribution that stands for nothing.
     let mut weightless = good.clone();
@@ -214,13 +234,13 @@ fn int4_gradients_are_checked_on_arrival() {
     let good = encode(&Message::Gradient(g.clone()));
     assert_eq!(decode(&good), Ok(Message::Gradient(g)));
     // 41 values: 2 block bytes, 21 bytes of nibbles, the last high nibble empty.
-    assert_eq!(good.len(), 28 + 2 + 21);
+    assert_eq!(good.len(), 36 + 2 + 21);
     let mut high = good.clone();
     *high.last_mut().unwrap() |= 0x10;
     assert!(matches!(decode(&high), Err(WireError::Invalid(_))), "a nibble past the length");
     // Nibble 8 is -8, which the quantizer never makes.
     let mut eight = good.clone();
-    eight[30] = (eight[30] & 0xf0) | 8;
+    eight[38] = (eight[38] & 0xf0) | 8;
     assert!(matches!(decode(&eight), Err(WireError::Sync(SyncError::QuantRange { index: 0, quant: -8 }))));
     assert!(matches!(decode(&good[..good.len() - 1]), Err(WireError::Truncated { .. })));
 }

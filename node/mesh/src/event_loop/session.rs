@@ -9,8 +9,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     pub(super) fn on_computed(&mut self, Computed { step, result, seconds, hash, change, generation }: Computed) {
         self.computing -= 1;
         // The replica is free: an audit waiting for it takes its kit now.
-        if let Some((step, target)) = self.audit_waiting.take() {
-            self.spawn_audit(step, target);
+        if let Some((step, target, private)) = self.audit_waiting.take() {
+            self.spawn_audit(step, target, private);
         }
         if let Some(change) = change {
             self.announce(change);
@@ -112,7 +112,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step, cap } => self.spawn_compute(step, cap),
-            Output::Audit { step, target } => self.spawn_audit(step, target),
+            Output::Audit { step, target, private } => self.spawn_audit(step, target, private),
+            Output::ServeState { to, step } => {
+                let residual = self.kept_states.get(step).map(|state| state.to_vec()).unwrap_or_default();
+                self.links.send(to, &Message::State { step, residual });
+            }
             Output::Hurry { .. } => {
                 if let Some(hurry) = &self.hurry {
                     hurry.store(0, Ordering::Relaxed);
@@ -255,17 +259,17 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// loop never waits for one: the audit waits for the compute's answer instead — and the
     /// recomputation runs on a blocking thread without it, on the referee, beside the member's
     /// own next step (`Inbound::Audited` answers and brings the referee back).
-    pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId) {
+    pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId, private: Option<PrivateInputs>) {
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target, self.audit_referee.take()),
             Err(_) => {
-                self.audit_waiting = Some((step, target));
+                self.audit_waiting = Some((step, target, private));
                 return;
             }
         };
         let tx = self.inbound.clone();
         let mut kit = match kit {
-            Ok(kit) => kit,
+            Ok(kit) => AuditKit { private, ..kit },
             Err(e) => {
                 let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, seconds: 0.0 });
                 return;

@@ -126,7 +126,8 @@ impl Pane for Health {
         let audits = if a.audited + a.skipped > 0 {
             let wrong = a.audited - a.matched;
             let wrong = if wrong > 0 { format!(", {wrong} WRONG") } else { String::new() };
-            format!("  audits {} ok{wrong} {:.0}ms", a.matched, self.audit_ms)
+            let links = if a.linked > 0 { format!(", {} linked", a.linked) } else { String::new() };
+            format!("  audits {} ok{wrong}{links} {:.0}ms", a.matched, self.audit_ms)
         } else {
             String::new()
         };
