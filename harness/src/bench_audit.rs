@@ -32,7 +32,9 @@ pub struct AuditArgs {
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
     /// Wrong-member kinds (the headless `rogue` command's): `scale:F`, `flip`, `batch` (the first
-    /// member's batch), `stale`, `state` (packed runs: a forged residual).
+    /// member's batch), `stale`, `state` (packed runs: a forged residual); or `plugin:PATH`, the
+    /// last member computing on that plugin from the run's first step (`flaw_rare_flip`: a bit
+    /// flipped once in a thousand products), counted from step 1.
     #[arg(long, value_delimiter = ',', default_value = "stale,flip,scale:1.001,batch")]
     kinds: Vec<String>,
     /// The contributions' compression: `none` (f32), `int8` or `int4`.
@@ -59,13 +61,15 @@ struct Group {
 }
 
 impl Group {
-    fn start(bin: &Path, members: usize, rate: f64) -> anyhow::Result<Group> {
+    /// `last`: the last member's backend (the others compute on `cpu`).
+    fn start(bin: &Path, members: usize, rate: f64, last: &str) -> anyhow::Result<Group> {
         let server = SignalServer::on_loopback(bin, None)?;
         let url = server.url();
         let rate = rate.to_string();
         let mut nodes = Vec::new();
-        for _ in 0..members {
-            let command = node_command(std::process::Command::new(bin), &url, "cpu", &["--audit-rate", &rate]);
+        for i in 0..members {
+            let backend = if i + 1 == members { last } else { "cpu" };
+            let command = node_command(std::process::Command::new(bin), &url, backend, &["--audit-rate", &rate]);
             nodes.push(Headless::join(command, Duration::from_secs(30))?);
         }
         for node in &nodes {
@@ -109,13 +113,21 @@ struct Caught {
 }
 
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught> {
-    let mut group = Group::start(bin, args.members, args.rate)?;
+    let plugin = kind.strip_prefix("plugin:");
+    let mut group = Group::start(bin, args.members, args.rate, plugin.unwrap_or("cpu"))?;
     group.train(args, 1_000_000)?;
-    group.wait_step(3, Duration::from_secs(60))?;
-    let kind = if kind == "batch" { format!("batch:{}", group.nodes[0].id) } else { kind.to_string() };
     let mut rogue = group.nodes.pop().context("a member")?;
-    let from = rogue.last_step() + 1;
-    rogue.command(&json!({"cmd": "rogue", "kind": kind}))?;
+    let from = match plugin {
+        Some(_) => 1,
+        None => {
+            group.wait_step(3, Duration::from_secs(60))?;
+            rogue.wait_for("a step", Duration::from_secs(60), |e| e["event"] == "weights")?;
+            let kind = if kind == "batch" { format!("batch:{}", group.nodes[0].id) } else { kind.to_string() };
+            let from = rogue.last_step() + 1;
+            rogue.command(&json!({"cmd": "rogue", "kind": kind}))?;
+            from
+        }
+    };
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
     let mut removed_at = Some(0);
     for node in &group.nodes {
@@ -144,7 +156,7 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught>
 
 /// Steps per second of an honest group at `rate`, and its audits and accusations.
 fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize)> {
-    let mut group = Group::start(bin, args.members, rate)?;
+    let mut group = Group::start(bin, args.members, rate, "cpu")?;
     group.train(args, args.honest_steps + 5)?;
     group.wait_step(5, Duration::from_secs(60))?;
     let began = Instant::now();
@@ -165,8 +177,9 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
         }
         let syncs: Vec<Option<u64>> = caught.iter().map(|c| c.syncs).collect();
         let within_10 = syncs.iter().filter(|s| s.is_some_and(|s| s <= 10)).count();
+        let within_100 = syncs.iter().filter(|s| s.is_some_and(|s| s <= 100)).count();
         rows.push(json!({"kind": kind, "runs": args.runs, "syncs_to_removal": syncs,
-            "removed_within_10_syncs": within_10,
+            "removed_within_10_syncs": within_10, "removed_within_100_syncs": within_100,
             "false_accusations": caught.iter().map(|c| c.false_accusations).sum::<usize>(),
             "audited": caught.iter().map(|c| c.audited).sum::<usize>()}));
     }
@@ -184,8 +197,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("bench audit: {} CPU members on loopback, {mode}, audit rate {}", args.members, args.rate);
         println!(
-            "{:<14} {:>5} {:>28} {:>10} {:>8} {:>8}",
-            "rogue", "runs", "syncs to removal", "within 10", "false", "audits"
+            "{:<14} {:>5} {:>28} {:>10} {:>11} {:>8} {:>8}",
+            "rogue", "runs", "syncs to removal", "within 10", "within 100", "false", "audits"
         );
         for row in summary["kinds"].as_array().into_iter().flatten() {
             let syncs: Vec<String> = row["syncs_to_removal"]
@@ -195,12 +208,16 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 .map(|s| s.as_u64().map_or("missed".to_string(), |s| s.to_string()))
                 .collect();
             let number = |key: &str| row[key].as_u64().unwrap_or(0);
+            let kind = row["kind"].as_str().unwrap_or("");
+            // A plugin's path, by its file name.
+            let kind = kind.rsplit('/').next().unwrap_or(kind);
             println!(
-                "{:<14} {:>5} {:>28} {:>10} {:>8} {:>8}",
-                row["kind"].as_str().unwrap_or(""),
+                "{:<14} {:>5} {:>28} {:>10} {:>11} {:>8} {:>8}",
+                kind,
                 number("runs"),
                 syncs.join(" "),
                 number("removed_within_10_syncs"),
+                number("removed_within_100_syncs"),
                 number("false_accusations"),
                 number("audited")
             );

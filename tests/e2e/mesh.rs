@@ -445,6 +445,38 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
+/// A plugin wrong once in a thousand large products, by one bit (`flaw_rare_flip`), is admitted
+/// by the gate and at the run's shapes, and the guard's probe never sees it; the audits
+/// (`--audit-rate 1`) recompute its contributions and name it at the first flip they draw —
+/// with the first value the flip moved and both bits — and the others train on.
+#[test]
+fn a_rare_bit_flip_is_named_by_the_audits() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "1"];
+    let mut a = Node::spawn_with(&signal, "cpu", &audit);
+    let b = Node::spawn_with(&signal, "cpu", &audit);
+    let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
+    let rare = dir.join("libflaw_rare_flip.so");
+    assert!(rare.is_file(), "{} is missing: build all targets first", rare.display());
+    let c = Node::spawn_with(&signal, rare.to_str().unwrap(), &audit);
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    c.wait_for("admitted at the run's shapes", |e| e["event"] == "admitted-at-run-shapes", 60);
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
+    let verdict = a.wait_for("the flip's verdict", is_verdict, 300);
+    let bits = |key: &str| u32::from_str_radix(&verdict[key].as_str().unwrap()[2..], 16).unwrap();
+    let (expected, claimed) = (bits("expected_bits"), bits("claimed_bits"));
+    assert_ne!(expected, claimed, "{verdict}");
+    assert_eq!(b.wait_for("the same verdict", is_verdict, 30)["word"], verdict["word"]);
+    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never saw it");
+    let after = verdict["step"].as_u64().unwrap() + 5;
+    for node in [&a, &b] {
+        node.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    one_hash_per_step(&[&a, &b]);
+}
+
 /// int8 contributions are audited too: each names the residual it was packed with, which an
 /// auditor asks for (`-22`) and recomputes the contribution from. A member that doubles its
 /// residual before each contribution sends values consistent with the state each names — but

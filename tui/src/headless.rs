@@ -301,7 +301,8 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             Command::PoisonContributions(value)
         }
         Some("rogue") => {
-            let kind = value["kind"].as_str().context("`rogue` needs a `kind`: scale:F, flip, batch:PEER, stale or state")?;
+            let kind =
+                value["kind"].as_str().context("`rogue` needs a `kind`: scale:F, flip, batch:PEER, stale or state")?;
             Command::PlayRogue(kind.parse().map_err(anyhow::Error::msg)?)
         }
         Some("quit") => Command::Quit,

@@ -249,6 +249,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let result = replica.compute(step);
             let hash = replica.take_hash_seconds();
             let change = replica.take_backend_change();
+            // Free before the answer: an audit waiting for the replica takes its kit on it.
+            drop(replica);
             let seconds = began.elapsed().as_secs_f64();
             let _ = tx.send(Inbound::Computed(Computed { step, result, seconds, hash, change, generation }));
         });
