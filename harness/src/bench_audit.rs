@@ -8,8 +8,9 @@
 //! honest, with audits at the rate and without: the audited honest contributions (and any
 //! accusation among them) and the audits' share of the group's tokens/s.
 //!
-//! `outer:H` is not audited (`docs/TRUST.md`, "Not yet"): the bench says so rather than
-//! measuring it.
+//! `--sync outer:H` runs windows instead of steps (audited when packed); f32 windows and
+//! overlapped ones are not audited (`docs/TRUST.md`): the bench says so rather than measuring
+//! them.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -37,6 +38,9 @@ pub struct AuditArgs {
     /// flipped once in a thousand products), counted from step 1.
     #[arg(long, value_delimiter = ',', default_value = "stale,flip,scale:1.001,batch")]
     kinds: Vec<String>,
+    /// The sync mode: `every-step` or `outer:H` (audited when packed, without an overlap).
+    #[arg(long, default_value = "every-step")]
+    sync: String,
     /// The contributions' compression: `none` (f32), `int8` or `int4`.
     #[arg(long, default_value = "none", value_parser = ["none", "int8", "int4"])]
     compress: String,
@@ -86,7 +90,7 @@ impl Group {
             anyhow::bail!("--model takes five numbers")
         };
         let start = json!({"cmd": "start", "steps": steps, "width": width, "context": context,
-            "layers": layers, "heads": heads, "batch": batch, "compress": args.compress});
+            "layers": layers, "heads": heads, "batch": batch, "compress": args.compress, "sync": args.sync});
         self.nodes[0].command(&start)
     }
 
@@ -154,10 +158,15 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught>
     Ok(Caught { syncs: removed_at.map(|at| (at + 1).saturating_sub(from)), false_accusations, audited })
 }
 
-/// Steps per second of an honest group at `rate`, and its audits and accusations.
+/// Optimizer steps per sync of `--sync` (`outer:H`: `H`).
+fn steps_per_sync(sync: &str) -> u32 {
+    sync.strip_prefix("outer:").and_then(|h| h.parse().ok()).unwrap_or(1)
+}
+
+/// Syncs per second of an honest group at `rate`, and its audits and accusations.
 fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize)> {
     let mut group = Group::start(bin, args.members, rate, "cpu")?;
-    group.train(args, args.honest_steps + 5)?;
+    group.train(args, (args.honest_steps + 5) * steps_per_sync(&args.sync))?;
     group.wait_step(5, Duration::from_secs(60))?;
     let began = Instant::now();
     group.wait_step(u64::from(args.honest_steps) + 5, Duration::from_secs(600))?;
@@ -186,12 +195,12 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (plain, _, _) = honest_run(&bin, &args, 0.0)?;
     let (audited_rate, honest_audits, honest_accused) = honest_run(&bin, &args, args.rate)?;
     let share = 1.0 - audited_rate / plain;
-    let mode = format!("every-step/{}", args.compress);
+    let mode = format!("{}/{}", args.sync, args.compress);
     let summary = json!({"members": args.members, "rate": args.rate, "model": args.model, "mode": mode,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share,
         "audited_contributions": honest_audits, "accusations": honest_accused},
-        "not_audited": ["outer:H"]});
+        "not_audited": ["outer:H f32", "outer:H with an overlap"]});
     if args.json {
         println!("{summary}");
     } else {
@@ -231,7 +240,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             honest_audits,
             honest_accused
         );
-        println!("not audited (private inner state, docs/TRUST.md): outer:H");
+        println!("not audited (docs/TRUST.md): outer:H in f32 or with an overlap");
     }
     let clean =
         honest_accused == 0 && summary["kinds"].as_array().into_iter().flatten().all(|r| r["false_accusations"] == 0);

@@ -21,7 +21,7 @@ use crate::data::{node_data_seed, DataSource};
 use crate::gemm::Gemm;
 use crate::session::{PrivateInputs, Recomputed};
 use crate::sync::Tamper;
-use crate::trainer::{ContributeError, RestoreError, Trainer, Undo};
+use crate::trainer::{ContributeError, RestoreError, TrainState, Trainer, Undo};
 use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};
 
@@ -348,12 +348,22 @@ pub struct AuditKit {
 }
 
 impl AuditKit {
-    /// The audited member's contribution as the definition gives it (`every-step`): its loss
-    /// and gradient on its batch at the weights, the products and ops on the referee; packed,
-    /// the gradient plus the residual it named, packed ([`crate::sync::repack`]), and the
-    /// digest of the residual that leaves on the group's grid (what its next contribution
-    /// must name).
-    pub fn recompute(&mut self) -> Result<Recomputed, ComputeError> {
+    /// The audited member's contribution as the definition gives it, and the referee back.
+    /// `every-step`: its loss and gradient on its batch at the weights, the products and ops on
+    /// the referee; packed, the gradient plus the residual it named, packed
+    /// ([`crate::sync::repack`]), and the digest of the residual that leaves on the group's
+    /// grid (what its next contribution must name). `outer:H` (packed, no overlap): its window
+    /// run again by a trainer on the referee from the group's weights, the inner optimizer state
+    /// it named, its batches and the steps it claims — the member's own code path — and the
+    /// digest of the state the window leaves.
+    pub fn recompute(self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
+        match self.run.sync.mode {
+            crate::sync::SyncMode::EveryStep => self.recompute_step(),
+            crate::sync::SyncMode::Outer { .. } => self.recompute_window(),
+        }
+    }
+
+    fn recompute_step(mut self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
         let run = self.run;
         let model = crate::model::Model::new(crate::params::Layout::new(run.model));
         let (batch, _) = self.data.next_batch(run.batch, run.model.context);
@@ -362,15 +372,70 @@ impl AuditKit {
         let stepped = model.step(self.referee.as_mut(), weights, &batch.tokens, &batch.targets, b, t, None, self.step);
         // The model's buffers on the referee go with it.
         model.release(self.referee.as_mut());
-        let (loss, grad, _) = stepped?;
-        let Some(PrivateInputs { residual: state, grid }) = &self.private else {
-            return Ok(Recomputed { loss, values: Values::F32(grad), next_state: None });
+        let outcome = stepped.map(|(loss, grad, _)| {
+            let Some(PrivateInputs { residual: state, grid, .. }) = &self.private else {
+                return Recomputed { loss, values: Values::F32(grad), next_state: None };
+            };
+            // The session checked the residual's length and digest against what the member named.
+            match crate::sync::repack(grad, state, run.sync.compression, grid) {
+                Ok(repacked) => {
+                    let next_state = repacked.next_state.as_deref().map(crate::wire::state_digest);
+                    Recomputed { loss, values: repacked.values, next_state }
+                }
+                Err(_) => Recomputed::no_contribution(loss),
+            }
+        });
+        (outcome, self.referee)
+    }
+
+    fn recompute_window(self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
+        let AuditKit { run, step, weights, data, referee, private } = self;
+        let Some(PrivateInputs { residual: state, grid, weight }) = private else {
+            let refused = std::io::Error::other("an outer:H contribution is audited with the state it named");
+            return (Err(ComputeError::backend(refused)), referee);
         };
-        // The session checked the residual's length and digest against what the member named.
-        let repacked = crate::sync::repack(grad, state, run.sync.compression, grid)
-            .map_err(|e| ComputeError::backend(std::io::Error::other(e.to_string())))?;
-        let next_state = Some(crate::wire::state_digest(&repacked.next_state));
-        Ok(Recomputed { loss, values: repacked.values, next_state })
+        let n = weights.len();
+        let Some((adam, residual)) = crate::sync::split_window_state(&state, n) else {
+            let refused = std::io::Error::other("the named state is not an outer:H window's");
+            return (Err(ComputeError::backend(refused)), referee);
+        };
+        let data_state = data.state();
+        let mut trainer = match Trainer::new(run, referee, data) {
+            Ok(trainer) => trainer,
+            Err(e) => unreachable!("the run was validated when it was configured: {e}"),
+        };
+        let sync = crate::sync::SyncState { outer_momentum: vec![0.0; n], residual };
+        let at = TrainState {
+            run,
+            step: (step - 1) * run.steps_per_sync(),
+            weights: weights.to_vec(),
+            adam,
+            data_state,
+            sync,
+        };
+        let outcome = trainer.restore(at).map_err(|e| ComputeError::backend(std::io::Error::other(e.to_string())));
+        let outcome = outcome.and_then(|()| {
+            if run.sync.elastic {
+                trainer.hurry().store(weight, std::sync::atomic::Ordering::Relaxed);
+            }
+            let contribution = match trainer.contribute() {
+                Ok(contribution) => contribution,
+                Err(ContributeError::Compute(e)) => return Err(e),
+                Err(ContributeError::NonFinite(_)) => return Ok(Recomputed::no_contribution(f32::NAN)),
+            };
+            // The residual the window leaves is computed before the outer step, whatever mean;
+            // values that do not fit the group's grid are not what it summed (no state left).
+            let fits = contribution.values.packed().is_some_and(|p| crate::sync::fits(p, &grid));
+            let next_state = if fits {
+                trainer.finish_sync(&vec![0.0; n], &grid, true)?;
+                let after = trainer.state()?;
+                Some(crate::wire::state_digest(&crate::sync::window_state(&after.adam, &after.sync.residual)))
+            } else {
+                None
+            };
+            Ok(Recomputed { loss: contribution.loss, values: contribution.values, next_state })
+        });
+        (outcome, trainer.into_gemm())
     }
 }
 
@@ -750,6 +815,8 @@ impl Replica for TrainerReplica {
             _ => None,
         };
         trainer.tamper(tamper);
+        let window_start = matches!(trainer.run_config().sync.mode, crate::sync::SyncMode::Outer { .. })
+            .then(|| trainer.adam().clone());
         let mut contribution = trainer.contribute()?;
         if let Some((Rogue::Stale, last)) = &mut self.rogue {
             let honest = contribution.values.clone();
@@ -759,7 +826,12 @@ impl Replica for TrainerReplica {
             *last = Some(honest);
         }
         let state = match contribution.state.take() {
-            Some(state) => {
+            Some(residual) => {
+                // `outer:H`: the window's inner optimizer state at its start, then the residual.
+                let state = match &window_start {
+                    Some(adam) => Arc::new(crate::sync::window_state(adam, &residual)),
+                    None => residual,
+                };
                 let digest = crate::wire::state_digest(&state);
                 self.kept_states.keep(step, state);
                 digest
@@ -1094,6 +1166,54 @@ mod tests {
             Some(BackendChange { backend: "second".into(), verdict: Verdict::Admitted { cases: 40 }, step: 2 })
         );
         assert_eq!(replica.take_backend_change(), None);
+    }
+
+    /// An audit recomputes a packed contribution from the state it named, in every audited
+    /// mode — `every-step` (the residual) and `outer:H` (the window's inner optimizer state and
+    /// the residual; the window run again by a trainer on the referee): the values and loss
+    /// bit for bit, and the digest of the state the contribution leaves is the one the
+    /// member's next contribution names. A state the member did not start from gives other
+    /// values.
+    #[test]
+    fn an_audit_recomputes_a_packed_contribution_and_the_state_it_leaves() {
+        for (sync, compress) in [("every-step", "int8"), ("outer:2", "int8"), ("outer:3", "int4")] {
+            let run = crate::settings::with(tiny(), [("sync", sync), ("compress", compress)]).expect("a sync mode");
+            let mut member = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+            member.set_identity(5);
+            member.keep_audit_weights(true);
+            member.configure(&run).expect("a run");
+            let kept = member.kept_states();
+            let mut left: Option<u64> = None;
+            for step in 1..=3 {
+                let sent = member.compute(step).expect("a contribution");
+                let state = kept.get(step).expect("the state it named is kept");
+                assert_eq!(crate::wire::state_digest(&state), sent.state, "{sync} {compress} step {step}");
+                let n = crate::params::Layout::new(run.model).len;
+                assert_eq!(state.len(), crate::sync::private_state_len(&run.sync, n));
+                if let Some(left) = left {
+                    assert_eq!(sent.state, left, "{sync} {compress} step {step}: the link holds");
+                }
+                let reduced = crate::sync::reduce_one(sent.values.clone());
+                let grid = Arc::new(reduced.grid.clone());
+                let audit = |state: Arc<Vec<f32>>, member: &mut TrainerReplica| {
+                    let mut kit = member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1)))).expect("a kit");
+                    kit.private = Some(PrivateInputs { residual: state, grid: grid.clone(), weight: sent.weight });
+                    kit.recompute().0.expect("recomputed")
+                };
+                let again = audit(state.clone(), &mut member);
+                assert_eq!(again.values, sent.values, "{sync} {compress} step {step}");
+                assert_eq!(again.loss.to_bits(), sent.loss.to_bits(), "{sync} {compress} step {step}");
+                left = again.next_state;
+                if step > 1 {
+                    // The residual doubled, as the `state` rogue does (it is the state's tail).
+                    let mut forged = state.to_vec();
+                    forged[state.len() - n..].iter_mut().for_each(|r| *r *= 2.0);
+                    let forged = Arc::new(forged);
+                    assert_ne!(audit(forged, &mut member).values, sent.values, "{sync} {compress} step {step}");
+                }
+                member.apply(&reduced.mean, &reduced.grid, true);
+            }
+        }
     }
 
     /// A member resumed from a checkpoint at step 3 computes, at step 4, the gradient a member

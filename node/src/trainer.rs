@@ -410,6 +410,12 @@ impl Trainer {
         self.with_strategy(|strategy, me| strategy.contribute(me))
     }
 
+    /// The inner optimizer's state on the host (`outer:H` keeps it there; in other modes the
+    /// device may hold newer moments).
+    pub fn adam(&self) -> &Adam {
+        &self.adam
+    }
+
     /// Fault injection: what the next contributions do wrong ([`Strategy::tamper`]).
     pub fn tamper(&mut self, tamper: Option<crate::sync::Tamper>) {
         self.sync.tamper(tamper);

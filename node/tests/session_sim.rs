@@ -488,7 +488,7 @@ impl Net {
                                 Ok(Recomputed {
                                     loss: 1.0 / step as f32,
                                     values: again.values,
-                                    next_state: Some(state_digest(&again.next_state)),
+                                    next_state: again.next_state.as_deref().map(state_digest),
                                 })
                             }
                             (None, _) => Err(Failure::new(std::io::Error::other("weights gone"))),

@@ -111,9 +111,10 @@ fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
 /// One group of cpu, lut and dp4a nodes trains twice: the seed's exchange (every step, f32
 /// averaged in roster order), then `outer:4` with int8 contributions (exact integer sums,
 /// error feedback, Nesterov outer steps). Each run gives one weight hash per sync on every
-/// node, equal to one process replaying the group. In the first, every node audits another
-/// each step (`--audit-rate 1`): the CPU mirror's recomputation of a lut or dp4a member's
-/// contribution is that contribution, bit for bit, and nobody is ever accused.
+/// node, equal to one process replaying the group. Every node audits another each step
+/// (`--audit-rate 1`): the CPU mirror's recomputation of a lut or dp4a member's contribution —
+/// a step's gradient, an int8 window's — is that contribution, bit for bit, and nobody is ever
+/// accused.
 #[test]
 fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let _phase = crate::common::phase(module_path!());
@@ -164,6 +165,20 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     assert_eq!(b.hashes_of_last_run(), outer_hashes);
     assert_eq!(c.hashes_of_last_run(), outer_hashes);
     assert_eq!(replay(&[&a, &b, &c], &["--steps", "24", "--sync", "outer:4", "--compress", "int8"]), outer_hashes);
+    // Its windows were audited too: each run again on the CPU mirror from the inner optimizer
+    // state and residual its member named (served on request), bit for bit, lut's and dp4a's
+    // among them; nobody accused.
+    let windows: Vec<Value> = [&a, &b, &c].iter().flat_map(|n| n.events_of_last_run("audited")).collect();
+    assert!(windows.len() >= 3, "{} window audits", windows.len());
+    assert!(windows.iter().any(|e| e["target"] == b.id || e["target"] == c.id), "{windows:?}");
+    for node in [&a, &b, &c] {
+        let accused: Vec<Value> = node
+            .events()
+            .into_iter()
+            .filter(|e| ["accused", "verdict", "audit-failed"].contains(&e["event"].as_str().unwrap_or("")))
+            .collect();
+        assert!(accused.is_empty(), "node {}: {accused:?}", node.id);
+    }
     // Each outer step sent a packed contribution to each of the two others: about 1 byte per
     // weight each, where an f32 step sends 4. (A step in which the leader also served a repair
     // — the GPU nodes run on lavapipe here, slow enough for a follower's repair timer to fire —
@@ -512,6 +527,35 @@ fn a_member_forging_its_residual_is_named_by_the_broken_link_in_an_int8_group() 
         !nodes.iter().any(|n| n.events().iter().any(|e| e["event"] == "accused" && e["target"] != rogue.id)),
         "an honest member accused"
     );
+    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
+}
+
+/// `outer:H` windows in int8 are audited: each names its inner optimizer's state at the window's
+/// start with its residual; an auditor runs the window again from the group's weights and that
+/// state. A member whose windows' token-embedding deltas are sign-flipped is named by the first
+/// value that departs, and removed; the others go on, one hash per sync.
+#[test]
+fn a_rogue_in_outer_windows_is_named_by_the_window_run_again() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "1"];
+    let mut nodes: Vec<Node> = (0..3).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    nodes[0].command(tiny_outer_int8(400_000, 2));
+    let linked = |e: &Value| e["event"] == "weights" && e["audits_linked"].as_u64().unwrap_or(0) >= 1;
+    nodes[0].wait_for("an honest window's link checked", linked, 90);
+    let mut rogue = nodes.pop().unwrap();
+    rogue.command(serde_json::json!({"cmd": "rogue", "kind": "flip"}));
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
+    let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
+    assert!(verdict["word"].as_u64().is_some_and(|w| w >= 1), "a value of the window: {verdict}");
+    assert_ne!(verdict["expected_bits"], verdict["claimed_bits"], "{verdict}");
+    assert_eq!(nodes[1].wait_for("the same verdict", is_verdict, 30)["word"], verdict["word"]);
+    rogue.wait_for("told why", |e| e["event"] == "removed", 30);
+    let after = verdict["step"].as_u64().unwrap() + 4;
+    for node in &nodes {
+        node.wait_for("four syncs more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 

@@ -29,9 +29,14 @@
 //!   ([`Evidence::Withheld`]); the leader asks it too, and convicts it if it withholds again
 //!   (never the accuser: the target may have served the leader only).
 //!
-//! Audits run on `every-step` runs (an `outer:H` contribution depends on its inner optimizer
-//! state: not built, `docs/TRUST.md`). One audit at a time per member: an assignment that finds
-//! the worker busy is skipped and counted.
+//! - **`outer:H` windows** (packed, no overlap) name their inner optimizer's state at the
+//!   window's start with the residual (`sync::window_state`); the auditor runs the window again
+//!   from the group's weights, that state, the target's batches and the inner steps it claims
+//!   (its weight), on the member's own code path, and the link is the state the window leaves.
+//!
+//! Not audited: f32 `outer:H` (its message has no room for the state) and overlapped windows
+//! (their first steps ran from the member's own weights). One audit at a time per member: an
+//! assignment that finds the worker busy is skipped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -58,8 +63,11 @@ const STATE_PROMISED_STEPS: u32 = 3;
 /// and the grid the group summed the step on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PrivateInputs {
+    /// The state it named: `every-step`, the residual; `outer:H`, `sync::window_state`.
     pub residual: Arc<Vec<f32>>,
     pub grid: Arc<Vec<u8>>,
+    /// The inner steps it claims to stand for (elastic windows; else 1).
+    pub weight: u32,
 }
 
 /// A committed step of a packed run, as audits need it: the grid it was summed on and the
@@ -79,6 +87,16 @@ pub struct Recomputed {
     /// Packed: the digest of the residual the contribution leaves on the group's grid (what
     /// the member's next contribution must name).
     pub next_state: Option<u64>,
+}
+
+impl Recomputed {
+    /// From the state the member named, the definition gives values that are not finite: no
+    /// contribution could be made of them (an honest member whose training diverged sends
+    /// none), so the one it sent departs — its evidence the digests (the recomputation's is
+    /// of no values).
+    pub fn no_contribution(loss: f32) -> Recomputed {
+        Recomputed { loss, values: Values::F32(Vec::new()), next_state: None }
+    }
 }
 
 /// Why an audit was given up (nobody is accused).
@@ -113,6 +131,8 @@ pub(super) struct Running {
     pub target: PeerId,
     pub whash: u32,
     pub named: u64,
+    /// The weight the record gave the contribution (the inner steps it claims).
+    pub weight: u32,
     pub claimed: Option<Gradient>,
     pub accusers: Vec<(PeerId, Evidence)>,
     /// Packed runs: the state the contribution named and the step's grid.
@@ -207,9 +227,12 @@ impl Audits {
     }
 }
 
-/// Whether a run's contributions can be audited: `every-step` (see the module docs).
+/// Whether a run's contributions can be audited: `every-step`, and packed `outer:H` without an
+/// overlap (an f32 window's message has no room for the state it depends on; an overlapped
+/// window's first steps ran from the member's own weights: see the module docs).
 fn auditable(run: &RunConfig) -> bool {
-    run.sync.mode.steps_per_sync() == 1
+    let sync = run.sync;
+    sync.mode.steps_per_sync() == 1 || sync.compression != crate::sync::Compression::None && sync.overlap == 0
 }
 
 fn packed(run: &RunConfig) -> bool {
@@ -250,10 +273,11 @@ impl Session {
     /// accusations it checks): at once for an f32 one; packed, once the target serves the state
     /// it named.
     fn start_audit(&mut self, record: &StepRecord, target: PeerId, accusers: Vec<(PeerId, Evidence)>) {
-        let Some(named) = record.contributions.iter().find(|c| c.peer == target).map(|c| c.digest) else { return };
-        let step = record.step;
+        let Some(c) = record.contributions.iter().find(|c| c.peer == target) else { return };
+        let (named, weight, step) = (c.digest, c.weight, record.step);
         let claimed = self.contributions.get(step, target).map(|h| h.gradient.clone());
-        let mut running = Running { step, target, whash: record.whash, named, claimed, accusers, private: None };
+        let whash = record.whash;
+        let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None };
         if self.run.is_some_and(|run| packed(&run)) {
             let Some((grid, state)) = self.audits.private_of(step, target) else {
                 return self.give_up(step, target, Unfinished::NotHeld);
@@ -293,14 +317,14 @@ impl Session {
             self.audits.running = None;
             return self.give_up(step, from, Unfinished::StateGone);
         }
-        let len = self.contributions.len();
+        let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
         if residual.len() != len || crate::wire::state_digest(&residual) != private.state {
             let running = self.audits.running.take().expect("matched above");
             return self.withheld(running);
         }
         private.asked_ms = None;
         let grid = private.grid.clone();
-        let private = PrivateInputs { residual: Arc::new(residual), grid };
+        let private = PrivateInputs { residual: Arc::new(residual), grid, weight: running.weight };
         self.out.push(Output::Audit { step, target: from, private: Some(private) });
     }
 
@@ -357,10 +381,9 @@ impl Session {
 
     fn compare(&mut self, running: Running, recomputed: Recomputed) {
         let me = self.config.me;
-        let Running { step, target, whash, named, claimed, accusers, private } = running;
+        let Running { step, target, whash, named, weight, claimed, accusers, private } = running;
         let Recomputed { loss, values, next_state } = recomputed;
         let state = private.as_ref().map_or(0, |p| p.state);
-        let weight = 1;
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };
         self.audits.stats.audited += 1;
         if recomputed.digest() == named {

@@ -109,12 +109,53 @@ pub enum Tamper {
     ForgeResidual(f32),
 }
 
+/// The private state an `outer:H` window's contribution depends on, as one vector of words
+/// (what it names by digest and serves an auditor): the inner optimizer's moments `m`, `v`, its
+/// two bias-correction powers and its update count (the count's bits as a word), then the
+/// residual (packed runs). Every-step runs name the residual alone.
+pub fn window_state(adam: &crate::adam::Adam, residual: &[f32]) -> Vec<f32> {
+    let mut state = Vec::with_capacity(adam.m.len() * 2 + 3 + residual.len());
+    state.extend_from_slice(&adam.m);
+    state.extend_from_slice(&adam.v);
+    state.extend_from_slice(&[adam.beta1_power, adam.beta2_power, f32::from_bits(adam.t)]);
+    state.extend_from_slice(residual);
+    state
+}
+
+/// [`window_state`] read back for a model of `len` weights; `None`: another length.
+pub fn split_window_state(state: &[f32], len: usize) -> Option<(crate::adam::Adam, Vec<f32>)> {
+    if state.len() != 3 * len + 3 {
+        return None;
+    }
+    let (m, rest) = state.split_at(len);
+    let (v, rest) = rest.split_at(len);
+    let (powers, residual) = rest.split_at(3);
+    let adam = crate::adam::Adam {
+        m: m.to_vec(),
+        v: v.to_vec(),
+        beta1_power: powers[0],
+        beta2_power: powers[1],
+        t: powers[2].to_bits(),
+    };
+    Some((adam, residual.to_vec()))
+}
+
+/// How many words a packed contribution's private state has, for a model of `len` weights
+/// (`every-step`: the residual; `outer:H`: [`window_state`]).
+pub fn private_state_len(config: &SyncConfig, len: usize) -> usize {
+    match config.mode {
+        SyncMode::EveryStep => len,
+        SyncMode::Outer { .. } => 3 * len + 3,
+    }
+}
+
 /// What recomputing a packed contribution from its values before packing gives
 /// ([`repack`]): the contribution's values, and what the group's sum on `grid` leaves as
-/// the member's next residual.
+/// the member's next residual (`None` where the values do not fit the grid: they are not the
+/// contribution the group summed).
 pub struct Repacked {
     pub values: Values,
-    pub next_state: Vec<f32>,
+    pub next_state: Option<Vec<f32>>,
 }
 
 /// A member's packed contribution recomputed, as [`Strategy::contribute`] makes it: `x` (its
@@ -125,7 +166,7 @@ pub fn repack(mut x: Vec<f32>, state: &[f32], compression: Compression, grid: &[
         *v += r;
     }
     let packed = if compression == Compression::Int4 { pack4(&x)? } else { pack(&x)? };
-    let next_state = residual(&x, &packed, grid);
+    let next_state = fits(&packed, grid).then(|| residual(&x, &packed, grid));
     let values = if compression == Compression::Int4 { Values::Int4(packed) } else { Values::Int8(packed) };
     Ok(Repacked { values, next_state })
 }

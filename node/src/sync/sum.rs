@@ -152,6 +152,13 @@ fn shift_round_half_even(q: i8, shift: u32) -> i32 {
     }
 }
 
+/// Whether `p` can be put on `grid`: a byte per block, and no block's exponent above the grid's
+/// (true of every contribution on the grid of a sum it is part of; an audit's recomputation of
+/// a wrong contribution may not be).
+pub fn fits(p: &Packed, grid: &[u8]) -> bool {
+    p.exponents.len() == grid.len() && p.exponents.iter().zip(grid).all(|(&e, &g)| e == EMPTY_BLOCK || e <= g)
+}
+
 /// Adds `p`'s values `range` (block-aligned start) to `sum`, each put on `grid` on its own:
 /// `round_half_even(q · 2^(e − E))` for a block of exponent `e` on a grid of exponent `E`.
 pub fn on_grid(p: &Packed, grid: &[u8], range: std::ops::Range<usize>, sum: &mut [i32]) {

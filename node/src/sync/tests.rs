@@ -506,7 +506,7 @@ fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what
             let again = repack(Ramp::gradient_at(k), &state, compression, &reduced.grid).unwrap();
             assert_eq!(again.values, contribution.values, "k = {k}");
             strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
-            left = Some(again.next_state);
+            left = again.next_state;
             strategy.tamper(None);
         }
     }

@@ -270,7 +270,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
         };
         let tx = self.inbound.clone();
-        let mut kit = match kit {
+        let kit = match kit {
             Ok(kit) => AuditKit { private, ..kit },
             Err(e) => {
                 let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, seconds: 0.0 });
@@ -279,9 +279,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         };
         tokio::task::spawn_blocking(move || {
             let began = Instant::now();
-            let outcome = kit.recompute().map_err(ReplicaError::Compute);
+            let (outcome, referee) = kit.recompute();
+            let outcome = outcome.map_err(ReplicaError::Compute);
             let seconds = began.elapsed().as_secs_f64();
-            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(kit.referee), seconds });
+            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(referee), seconds });
         });
     }
 
