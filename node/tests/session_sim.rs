@@ -156,6 +156,8 @@ struct Node {
     forge: bool,
     /// A rogue that serves no state when asked.
     withhold: bool,
+    /// A rogue (leader) that never hears an accusation against itself.
+    deaf: bool,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -254,6 +256,7 @@ impl Net {
             states: BTreeMap::new(),
             forge: false,
             withhold: false,
+            deaf: false,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -547,6 +550,9 @@ impl Net {
                     | Message::RepairResponse { .. }
             );
             if self.cut.contains(&(from, to)) || (lossy && self.rng.below(1000) < self.loss_per_mille) {
+                return true;
+            }
+            if self.nodes[&to].deaf && matches!(message, Message::Accusation { target, .. } if target == to) {
                 return true;
             }
             self.delivered += 1;
@@ -2160,5 +2166,41 @@ fn honest_packed_members_audited_every_step_are_never_accused_and_their_links_ho
         }
         assert!(audited >= 4 * 15, "{audited} audits: {what}");
         assert!(linked >= audited / 2, "{linked} links of {audited} audits: {what}");
+    }
+}
+
+/// A wrong leader never proposes a verdict against itself (here it never even hears an
+/// accusation against it). The member whose audit finds its contribution wrong tells every
+/// member; each rechecks it and follows that leader no more; they elect another among
+/// themselves, which proposes the verdict through the log: the old leader is named and
+/// removed on every member, and the others finish the run, equal.
+#[test]
+fn a_wrong_leader_is_named_by_the_members_it_leads_and_replaced() {
+    for seed in [1601, 1602, 1603, 1604] {
+        let mut net = audited(seed, 500, 40);
+        let mut rogue = false;
+        net.run(600_000, |net, top| {
+            if top == 3 && !rogue {
+                let node = net.nodes.get_mut(&1).unwrap();
+                node.scale = Some(1.001);
+                node.deaf = true;
+                rogue = true;
+            }
+        });
+        let what = format!("seed {seed}\n{}", net.describe());
+        let named = verdict_of(&net, 2).unwrap_or_else(|| panic!("nobody was named: {what}"));
+        assert_eq!(named.target, 1, "{what}");
+        assert!(matches!(named.evidence, Evidence::Word { .. }), "{named:?}");
+        for id in [3, 4] {
+            assert_eq!(verdict_of(&net, id), Some(named), "node {id}: {what}");
+        }
+        let shunned = [2, 3, 4]
+            .iter()
+            .filter(|id| net.nodes[id].events.iter().any(|e| matches!(e, Event::LeaderShunned { leader: 1, .. })))
+            .count();
+        assert!(shunned >= 2, "a majority of the others followed it no more: {what}");
+        assert!(net.nodes[&2].session.leader().is_some_and(|l| l != 1), "another leader: {what}");
+        assert_all_finished_equal(&net, &[2, 3, 4], 40, &what);
+        assert!(!net.nodes[&2].session.configuration().0.contains(&1), "out of the configuration: {what}");
     }
 }

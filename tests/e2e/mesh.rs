@@ -492,6 +492,37 @@ fn a_rare_bit_flip_is_named_by_the_audits() {
     one_hash_per_step(&[&a, &b]);
 }
 
+/// The leader itself sends wrong contributions (×1.001): the auditor that finds it tells every
+/// member, the leader too; the others recheck it and follow it no more, and the verdict
+/// commits — proposed by the leader against itself (its code is honest here) or by the next
+/// one — and the others train on under a leader of their own.
+#[test]
+fn a_wrong_leader_is_named_and_the_others_train_on() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "1"];
+    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    nodes[0].command(tiny(1_000_000));
+    for node in &nodes {
+        node.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
+    }
+    let mut leader = nodes.remove(0);
+    leader.command(serde_json::json!({"cmd": "rogue", "kind": "scale:1.001"}));
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == leader.id;
+    let verdict = nodes[0].wait_for("the leader's verdict", is_verdict, 120);
+    assert!(verdict["word"].as_u64().is_some(), "{verdict}");
+    for node in &nodes[1..] {
+        assert_eq!(node.wait_for("the same verdict", is_verdict, 30)["word"], verdict["word"]);
+    }
+    leader.wait_for("told why", |e| e["event"] == "removed" || e["event"] == "error", 30);
+    let after = verdict["step"].as_u64().unwrap() + 10;
+    for node in &nodes {
+        node.wait_for("ten steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
+}
+
 /// int8 contributions are audited too: each names the residual it was packed with, which an
 /// auditor asks for (`-22`) and recomputes the contribution from. A member that doubles its
 /// residual before each contribution sends values consistent with the state each names — but

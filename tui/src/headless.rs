@@ -151,6 +151,9 @@ pub fn report_json(report: &Report) -> Value {
                 evidence_json(&mut fields, &verdict.evidence);
                 fields
             }
+            Event::LeaderShunned { leader, step } => {
+                json!({"event": "leader-shunned", "leader": leader, "step": step})
+            }
             Event::AuditFailed { step, target, error } => {
                 json!({"event": "audit-failed", "step": step, "target": target, "message": error.to_string()})
             }

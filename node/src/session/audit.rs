@@ -34,6 +34,13 @@
 //!   from the group's weights, that state, the target's batches and the inner steps it claims
 //!   (its weight), on the member's own code path, and the link is the state the window leaves.
 //!
+//! - **A wrong leader** would never propose a verdict against itself. An auditor that finds the
+//!   leader's contribution wrong tells every member (the leader too: an honest one checks
+//!   itself); each rechecks it and, confirming it, drops the leader's Raft messages from then
+//!   on ([`Audits::shunned`]): the members that confirmed elect another leader among
+//!   themselves, which proposes the verdict. A false accusation against an honest leader is
+//!   checked by the leader, which convicts its accuser.
+//!
 //! Not audited: f32 `outer:H` (its message has no room for the state) and overlapped windows
 //! (their first steps ran from the member's own weights). One audit at a time per member: an
 //! assignment that finds the worker busy is skipped and counted.
@@ -187,6 +194,10 @@ pub(super) struct Audits {
     pub links: BTreeMap<(u32, PeerId), Link>,
     /// Members a verdict was proposed or committed against (nothing twice).
     pub convicted: BTreeSet<PeerId>,
+    /// Leaders this member found wrong (its own audit, or its check of another's accusation):
+    /// their Raft messages are no longer taken, so the honest members elect another leader,
+    /// which proposes the verdict (a leader would never propose one against itself).
+    pub shunned: BTreeMap<PeerId, AuditVerdict>,
     pub stats: AuditStats,
 }
 
@@ -360,10 +371,45 @@ impl Session {
             self.audits.stats.accused += 1;
             self.event(Event::Accused { step, target, by: me, evidence });
         }
+        let verdict = AuditVerdict { step, target, found_by: found_by.unwrap_or(me), evidence };
         if self.is_leader() {
-            self.convict(AuditVerdict { step, target, found_by: found_by.unwrap_or(me), evidence });
+            self.convict(verdict);
+        } else if self.leader() == Some(target) {
+            // The leader itself departs: every member is told (the leader too: an honest one
+            // checks itself), and this one follows it no more.
+            if found_by.is_none() {
+                let members: Vec<PeerId> = self.members.iter().copied().collect();
+                for member in members {
+                    self.send(member, Message::Accusation { step, target, evidence });
+                }
+            }
+            self.shun(verdict);
         } else if let Some(leader) = self.leader().filter(|&l| l != me && l != target) {
             self.send(leader, Message::Accusation { step, target, evidence });
+        }
+    }
+
+    /// The leader was found wrong: its Raft messages are dropped from now on (`on_raft`), so
+    /// this member's election timer runs out and the members that found the same elect another
+    /// leader, which proposes `verdict` ([`Session::propose_shunned`]).
+    fn shun(&mut self, verdict: AuditVerdict) {
+        if self.audits.shunned.insert(verdict.target, verdict).is_none() {
+            self.event(Event::LeaderShunned { leader: verdict.target, step: verdict.step });
+        }
+    }
+
+    /// Whether `from`'s Raft messages are dropped (a leader this member found wrong).
+    pub(super) fn shuns(&self, from: PeerId) -> bool {
+        self.audits.shunned.contains_key(&from)
+    }
+
+    /// (A new leader) proposes the verdicts against the leaders it shunned.
+    pub(super) fn propose_shunned(&mut self) {
+        if self.is_leader() {
+            for verdict in std::mem::take(&mut self.audits.shunned).into_values() {
+                self.audits.shunned.insert(verdict.target, verdict);
+                self.convict(verdict);
+            }
         }
     }
 
@@ -442,13 +488,17 @@ impl Session {
         self.audits.links.retain(|&(next, _), _| next + PRIVATE_KEPT as u32 > step);
     }
 
-    /// (Leader) the next accusation waiting, checked once the worker is free.
+    /// The next accusation waiting, checked once the worker is free: the leader checks every
+    /// one; another member, those against the leader.
     fn next_check(&mut self) {
-        if self.audits.running.is_some() || !self.is_leader() {
+        if self.audits.running.is_some() {
             return;
         }
-        while let Some(((step, target), accusers)) = self.audits.checks.pop_first() {
-            if self.audits.convicted.contains(&target) {
+        let (leading, leader) = (self.is_leader(), self.leader());
+        let ours = |target: PeerId| leading || leader == Some(target);
+        while let Some(&(step, target)) = self.audits.checks.keys().find(|(_, t)| ours(*t)) {
+            let accusers = self.audits.checks.remove(&(step, target)).expect("found");
+            if self.audits.convicted.contains(&target) || self.audits.shunned.contains_key(&target) {
                 continue;
             }
             if let Some(record) = self.audits.record(step).cloned() {
@@ -457,9 +507,10 @@ impl Session {
         }
     }
 
-    /// `from` accuses `target`'s contribution to `step`: the leader checks it by recomputing it.
+    /// `from` accuses `target`'s contribution to `step`: the leader checks it by recomputing it;
+    /// an accusation against the leader, every member checks.
     pub(super) fn on_accusation(&mut self, from: PeerId, step: u32, target: PeerId, evidence: Evidence) {
-        if !self.is_leader() {
+        if !self.is_leader() && self.leader() != Some(target) {
             return self.ignore(from, Ignored::AccusationToNonLeader);
         }
         let named = self.audits.record(step).is_some_and(|r| r.roster().contains(&target));

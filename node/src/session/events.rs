@@ -135,6 +135,13 @@ pub enum Event {
     },
     /// An audit's verdict committed: its target is out of the run for good, on every member.
     Verdict(AuditVerdict),
+    /// This node found the leader's contribution to `step` wrong (its own audit, or its check
+    /// of another's accusation): it follows that leader no more, and the next leader proposes
+    /// the verdict.
+    LeaderShunned {
+        leader: PeerId,
+        step: u32,
+    },
     /// An audit assigned to this node could not be done (the weights it needed are gone, the
     /// worker failed): nobody is accused.
     AuditFailed {

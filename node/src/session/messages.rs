@@ -111,6 +111,9 @@ impl Session {
         if self.stopped.is_some() && self.agreement.as_ref().is_some_and(|a| a.run() == run) {
             return; // a stopped node takes no part in its run's agreement any more
         }
+        if self.shuns(from) {
+            return; // a leader found wrong is followed no more (`session/audit.rs`)
+        }
         let ours = self.agreement.as_ref().map(Agreement::run);
         if ours != Some(run) {
             if self.in_run() && ours.is_some() || !self.config.computes {

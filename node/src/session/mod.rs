@@ -697,6 +697,9 @@ impl Session {
                 if self.told_leader != Some((leader, term)) {
                     self.told_leader = Some((leader, term));
                     self.event(Event::Leader { peer: leader, term });
+                    if leader == me {
+                        self.propose_shunned();
+                    }
                 }
             }
             None => {

@@ -701,6 +701,9 @@ fn on_event(state: &mut State, event: Event) {
         Event::Verdict(verdict) => {
             state.log(format!("VERDICT: {verdict}; node {} is out of the run", verdict.target))
         }
+        Event::LeaderShunned { leader, step } => state.log(format!(
+            "audit: the leader, node {leader}, sent a wrong contribution to step {step}: this node follows it no more (the next leader proposes the verdict)"
+        )),
         Event::AuditFailed { step, target, error } => {
             state.log(format!("audit of node {target}'s contribution to step {step} not done: {error}"))
         }
