@@ -14,6 +14,21 @@ use crate::device::{op_error, Device};
 use crate::gemm::Gemm;
 use crate::host_device::{HostDevice, HostMemory};
 
+/// The nice value of the threads that audit other members' contributions: the lowest priority,
+/// so an audit takes only cycles the member's own step leaves (`docs/TRUST.md`).
+pub const AUDIT_NICE: i32 = 19;
+
+/// Lowers the calling thread to [`AUDIT_NICE`] (Linux keeps a nice value per thread, and the
+/// threads it starts inherit it: a referee opened here computes on low-priority threads too).
+/// Elsewhere, or where the call is refused, the thread keeps its priority.
+pub fn yield_to_training() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `setpriority` reads no memory of ours; `who = 0` names the calling thread.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, AUDIT_NICE);
+    }
+}
+
 /// Copies of the buffers an op touches, as the reference's memory.
 fn snapshot(device: &mut dyn Device, op: &Op) -> Result<BTreeMap<Handle, Vec<u32>>, ComputeError> {
     let mut copies = BTreeMap::new();
@@ -160,4 +175,167 @@ fn on_referee(
         device.free_buffer(copy);
     }
     result.map(|()| memory)
+}
+
+/// Words an op's trace hashes at a time. An op's digest is the digest of its chunks' digests, so
+/// a dispute narrows a departure to one chunk, then one word, without sending the op's output.
+pub const TRACE_CHUNK_WORDS: usize = 4096;
+
+pub use crate::wire::Trace;
+
+/// What [`trace_ops`] records.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tracing {
+    /// Every op's chunk digests.
+    Whole,
+    /// Compared with another's trace op by op: the first op whose chunks differ, and this
+    /// side's words of the first chunk that differs.
+    Against(std::sync::Arc<Trace>),
+    /// The words of chunk `chunk` of op `op`.
+    Chunk { op: usize, chunk: usize },
+}
+
+/// What [`trace_ops`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Traced {
+    Whole(Trace),
+    /// Every op agrees with the other trace.
+    Agrees,
+    /// The other trace is not of this sequence: it has `theirs` ops, this one `ours`.
+    Unlike {
+        ours: usize,
+        theirs: usize,
+    },
+    Departs(Departure),
+    /// The chunk asked for (empty: no such op or chunk).
+    Chunk(Vec<u32>),
+}
+
+/// Words of one buffer, in a row: (buffer, first word, words).
+pub type Stretch = (Handle, u64, u64);
+
+/// The first op where two traces of one step part.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Departure {
+    pub op: usize,
+    pub name: &'static str,
+    /// The op's code (`lockstep_luts::ops::OPS`).
+    pub code: u32,
+    /// The first chunk of the op's written words whose digests differ.
+    pub chunk: usize,
+    /// This side's words of that chunk.
+    pub words: Vec<u32>,
+    /// Where the chunk's words lie: runs of (buffer, first word, words), in order.
+    pub places: Vec<Stretch>,
+}
+
+impl Departure {
+    /// Where word `i` of the chunk lies: its buffer and its index there.
+    pub fn place(&self, i: usize) -> Option<(Handle, u64)> {
+        let mut skip = i as u64;
+        for &(buffer, start, len) in &self.places {
+            if skip < len {
+                return Some((buffer, start + skip));
+            }
+            skip -= len;
+        }
+        None
+    }
+}
+
+/// The words `op` wrote, its written ranges concatenated, and the ranges (buffer, start, words).
+fn written(device: &mut dyn Device, op: &Op) -> Result<(Vec<u32>, Vec<Stretch>), ComputeError> {
+    let (mut words, mut ranges) = (Vec::new(), Vec::new());
+    for access in op.accesses().into_iter().filter(|a| a.writes() && !a.is_empty()) {
+        let len = (access.end - access.start) as usize;
+        let at = words.len();
+        words.resize(at + len, 0);
+        device.read(access.buffer, access.start as usize, &mut words[at..])?;
+        ranges.push((access.buffer, access.start, len as u64));
+    }
+    Ok((words, ranges))
+}
+
+/// The runs of `ranges` (concatenated) that chunk `chunk` covers.
+fn places_of(ranges: &[Stretch], chunk: usize) -> Vec<Stretch> {
+    let (from, to) = ((chunk * TRACE_CHUNK_WORDS) as u64, ((chunk + 1) * TRACE_CHUNK_WORDS) as u64);
+    let (mut at, mut places) = (0u64, Vec::new());
+    for &(buffer, start, len) in ranges {
+        let (lo, hi) = (from.max(at), to.min(at + len));
+        if lo < hi {
+            places.push((buffer, start + lo - at, hi - lo));
+        }
+        at += len;
+    }
+    places
+}
+
+fn chunk_words(words: &[u32], chunk: usize) -> &[u32] {
+    let from = (chunk * TRACE_CHUNK_WORDS).min(words.len());
+    &words[from..(from + TRACE_CHUNK_WORDS).min(words.len())]
+}
+
+/// Runs `ops` on `device` and records what `tracing` asks of the words each op wrote: what two
+/// members compare when one's contribution is disputed (the network form of
+/// [`Audit::Every`], which compares with the reference in one process).
+pub fn trace_ops(device: &mut dyn Device, ops: &[Op], tracing: &Tracing) -> Result<Traced, ComputeError> {
+    if let Tracing::Chunk { op, chunk } = *tracing {
+        let Some(target) = ops.get(op) else { return Ok(Traced::Chunk(Vec::new())) };
+        device.run(&ops[..op])?;
+        device.run(std::slice::from_ref(target))?;
+        let (words, _) = written(device, target)?;
+        return Ok(Traced::Chunk(chunk_words(&words, chunk).to_vec()));
+    }
+    let mut trace = Trace::default();
+    for (i, op) in ops.iter().enumerate() {
+        device.run(std::slice::from_ref(op))?;
+        let (words, ranges) = written(device, op)?;
+        let chunks: Vec<u64> = words.chunks(TRACE_CHUNK_WORDS).map(crate::wire::words_digest).collect();
+        if let Tracing::Against(theirs) = tracing {
+            let Some(their) = theirs.ops.get(i) else {
+                return Ok(Traced::Unlike { ours: ops.len(), theirs: theirs.ops.len() });
+            };
+            if *their != chunks {
+                let chunk = chunks.iter().zip(their).position(|(a, b)| a != b).unwrap_or(chunks.len().min(their.len()));
+                let words = chunk_words(&words, chunk).to_vec();
+                let places = places_of(&ranges, chunk);
+                let (name, code) = (op.name(), op.code());
+                return Ok(Traced::Departs(Departure { op: i, name, code, chunk, words, places }));
+            }
+            continue;
+        }
+        trace.ops.push(chunks);
+    }
+    Ok(match tracing {
+        Tracing::Against(theirs) if theirs.ops.len() == ops.len() => Traced::Agrees,
+        Tracing::Against(theirs) => Traced::Unlike { ours: ops.len(), theirs: theirs.ops.len() },
+        _ => Traced::Whole(trace),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The calling thread's nice value.
+    #[cfg(target_os = "linux")]
+    fn nice() -> i32 {
+        // SAFETY: `getpriority` reads no memory of ours; `who = 0` names the calling thread.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
+
+    /// An audit thread runs at the lowest priority, and so do the threads it starts (a
+    /// referee's pool opened there); the thread that started it keeps its own.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_audit_thread_and_the_threads_it_starts_yield_to_training() {
+        let before = nice();
+        let (audit, started) = std::thread::spawn(|| {
+            super::yield_to_training();
+            (nice(), std::thread::spawn(nice).join().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!((audit, started), (super::AUDIT_NICE, super::AUDIT_NICE));
+        assert_eq!(nice(), before, "the caller's priority is its own");
+        assert!(before < super::AUDIT_NICE);
+    }
 }

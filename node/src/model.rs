@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use lockstep_luts::ops::{self, Handle, Op, Span};
 use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
-use crate::audit::{run_audited, Audited, Auditing};
+use crate::audit::{run_audited, trace_ops, Audited, Auditing, Traced, Tracing};
 use crate::compute_error::ComputeError;
 use crate::device::Device;
 use crate::gemm::Gemm;
@@ -400,6 +400,47 @@ impl Model {
         audit: Option<Auditing<'_>>,
         step: u32,
     ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
+        self.with_step(gemm, w, tokens, targets, batch, seq, |device, program| {
+            let audited = run_audited(device, program.step(), audit, step)?;
+            let mut loss = [0u32];
+            device.read(program.loss, 0, &mut loss)?;
+            let mut grads = vec![0f32; self.layout.len];
+            device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
+            Ok((f32::from_bits(loss[0]), grads, audited))
+        })
+    }
+
+    /// One step's ops from weights `w` on `tokens`, traced as `tracing` asks
+    /// ([`crate::audit::trace_ops`]): what a disputed member and its auditor compare.
+    #[allow(clippy::too_many_arguments)]
+    pub fn trace(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: &[f32],
+        tokens: &[u8],
+        targets: &[u8],
+        batch: usize,
+        seq: usize,
+        tracing: &Tracing,
+    ) -> Result<Traced, ComputeError> {
+        self.with_step(gemm, Weights::Host(w), tokens, targets, batch, seq, |device, program| {
+            trace_ops(device, program.step(), tracing)
+        })
+    }
+
+    /// Runs `run` on the device (or host memory) holding the step's program, its weights (when
+    /// given here) and batch written.
+    #[allow(clippy::too_many_arguments)]
+    fn with_step<R>(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: Weights<'_>,
+        tokens: &[u8],
+        targets: &[u8],
+        batch: usize,
+        seq: usize,
+        run: impl FnOnce(&mut dyn Device, &Program) -> Result<R, ComputeError>,
+    ) -> Result<R, ComputeError> {
         self.check(w, tokens, batch, seq);
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
         let (entry, built) = self.program_for(&mut cached, gemm, batch, seq, 0)?;
@@ -419,12 +460,7 @@ impl Model {
         }
         device.write(program.tokens, 0, &token_words(tokens))?;
         device.write(program.targets, 0, &token_words(targets))?;
-        let audited = run_audited(device, program.step(), audit, step)?;
-        let mut loss = [0u32];
-        device.read(program.loss, 0, &mut loss)?;
-        let mut grads = vec![0f32; self.layout.len];
-        device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
-        Ok((f32::from_bits(loss[0]), grads, audited))
+        run(device, program)
     }
 }
 
@@ -434,6 +470,11 @@ mod tests {
     use crate::config::ModelConfig;
     use crate::gemm::FloatGemm;
     use crate::params::init;
+    use std::sync::Arc;
+
+    use crate::audit::{Trace, TRACE_CHUNK_WORDS};
+    use crate::data::{CorpusSource, DataSource};
+    use crate::gemm::Gemm;
 
     /// Central differences on the float path: the hand-written backward pass agrees with the
     /// loss it differentiates, for weights of every kind.
@@ -488,5 +529,84 @@ mod tests {
                 "weight {index}: analytic {analytic:e} vs numeric {numeric:e}"
             );
         }
+    }
+
+    /// The reference units as products; `flip`: the lowest bit of output `flip` of every product
+    /// with more outputs than that flipped (a backend wrong past a size).
+    struct FlipUnits {
+        flip: Option<usize>,
+    }
+
+    impl Gemm for FlipUnits {
+        fn gemm_nt(
+            &mut self,
+            m: usize,
+            n: usize,
+            k: usize,
+            a: &[f32],
+            b: &[f32],
+            c: &mut [f32],
+        ) -> Result<(), ComputeError> {
+            c.copy_from_slice(&lockstep_luts::gemm_nt(m, n, k, a, b).map_err(ComputeError::backend)?);
+            if let Some(i) = self.flip.filter(|&i| i < c.len()) {
+                c[i] = f32::from_bits(c[i].to_bits() ^ 1);
+            }
+            Ok(())
+        }
+
+        fn label(&self) -> String {
+            "units".into()
+        }
+
+        fn units(&self) -> bool {
+            true
+        }
+    }
+
+    /// One step of a small model traced as `tracing` asks, on `gemm`.
+    fn traced(gemm: &mut FlipUnits, tracing: &Tracing) -> Traced {
+        let cfg = ModelConfig { width: 32, context: 32, layers: 1, heads: 2 };
+        let model = Model::new(Layout::new(cfg));
+        let weights = init(&Layout::new(cfg), 5);
+        let (batch, _) = CorpusSource::builtin(7).next_batch(2, cfg.context);
+        model.trace(gemm, &weights, &batch.tokens, &batch.targets, 2, cfg.context, tracing).unwrap()
+    }
+
+    /// Two backends' traces of one step part at the first op whose words differ — a product
+    /// past the size where one of them goes wrong — and nowhere before; the departure names
+    /// that op, the first differing chunk and where its words lie, and the wrong side's words
+    /// of that chunk (asked for alone, as a disputed member is) are the ones its trace's digest
+    /// names and differ from the definition's by the flipped bit. Right against right agrees;
+    /// a trace of another step's length is unlike.
+    #[test]
+    fn a_dispute_narrows_two_traces_to_the_first_op_chunk_and_word_that_differ() {
+        let (mut right, mut wrong) = (FlipUnits { flip: None }, FlipUnits { flip: Some(5000) });
+        let Traced::Whole(definition) = traced(&mut right, &Tracing::Whole) else { panic!("a trace") };
+        let Traced::Whole(theirs) = traced(&mut wrong, &Tracing::Whole) else { panic!("a trace") };
+        assert_eq!(definition.ops.len(), theirs.ops.len());
+        let first = (0..theirs.ops.len()).find(|&i| definition.ops[i] != theirs.ops[i]).expect("they differ");
+        assert!(first > 0, "the small products before it agree");
+        assert_ne!(definition.op_digest(first), theirs.op_digest(first));
+        let Traced::Departs(departure) = traced(&mut right, &Tracing::Against(Arc::new(theirs.clone()))) else {
+            panic!("departs")
+        };
+        assert_eq!((departure.op, departure.name), (first, "matmul"));
+        assert_eq!(departure.chunk, 5000 / TRACE_CHUNK_WORDS, "the chunk holding output 5000");
+        let Traced::Chunk(words) = traced(&mut wrong, &Tracing::Chunk { op: first, chunk: departure.chunk }) else {
+            panic!("the chunk")
+        };
+        assert_eq!(crate::wire::words_digest(&words), theirs.ops[first][departure.chunk]);
+        let at = (0..words.len()).find(|&i| words[i] != departure.words[i]).expect("a word differs");
+        assert_eq!(words[at], departure.words[at] ^ 1);
+        assert_eq!(at, 5000 % TRACE_CHUNK_WORDS);
+        let (buffer, word) = departure.place(at).expect("in the chunk");
+        let (start, len) = departure.places.iter().find(|p| p.0 == buffer).map(|p| (p.1, p.2)).unwrap();
+        assert!(word >= start && word < start + len);
+        assert_eq!(departure.place(departure.words.len()), None);
+        assert_eq!(traced(&mut right, &Tracing::Against(Arc::new(definition.clone()))), Traced::Agrees);
+        let short = Trace { ops: definition.ops[..3].to_vec() };
+        let ours = definition.ops.len();
+        assert_eq!(traced(&mut right, &Tracing::Against(Arc::new(short))), Traced::Unlike { ours, theirs: 3 });
+        assert_eq!(traced(&mut right, &Tracing::Chunk { op: ours, chunk: 0 }), Traced::Chunk(Vec::new()));
     }
 }

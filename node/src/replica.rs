@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use crate::admission::{check_at_run_shapes, ShapesAdmitted, ShapesRefused};
+use crate::audit::{Traced, Tracing};
 use crate::checkpoint::{self, CheckpointError};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
@@ -26,8 +27,17 @@ use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};
 
 /// Steps whose starting weights a replica keeps for audits (a commit and its audit come a few
-/// steps behind the compute).
+/// steps behind the compute; a dispute's traces a few more): at least this many…
 const AUDIT_WEIGHTS_KEPT: usize = 4;
+/// …and as many more as fit this many bytes, up to [`AUDIT_WEIGHTS_MOST`] (small models step
+/// hundreds of times a second: a dispute's round trips span tens of their steps).
+const AUDIT_WEIGHTS_BYTES: usize = 64 << 20;
+const AUDIT_WEIGHTS_MOST: usize = 64;
+
+/// How many steps' weights of `len` values a replica keeps for audits.
+fn audit_weights_kept(len: usize) -> usize {
+    (AUDIT_WEIGHTS_BYTES / (len.max(1) * 4)).clamp(AUDIT_WEIGHTS_KEPT, AUDIT_WEIGHTS_MOST)
+}
 
 /// The private states (int8 and int4 residuals) a member's last few contributions were packed
 /// with, by step, shared with the adapter so it serves an auditor's `-22` without waiting for
@@ -262,6 +272,12 @@ pub trait Replica: Send + 'static {
     ) -> Result<AuditKit, ReplicaError> {
         Err(ReplicaError::NoRun)
     }
+    /// Disputes: this member's own step `step` computed again on its backend, from the weights
+    /// it started from (kept for audits) and its own batch, traced as `tracing` asks — what an
+    /// auditor narrows a disputed contribution to one op with (`docs/TRUST.md`).
+    fn trace(&mut self, _step: u32, _tracing: &Tracing) -> Result<Traced, ReplicaError> {
+        Err(ReplicaError::NoRun)
+    }
     /// The private states this member's packed contributions were made with (one handle for
     /// the replica's life: the adapter serves auditors from it).
     fn kept_states(&self) -> KeptStates {
@@ -361,6 +377,20 @@ impl AuditKit {
             crate::sync::SyncMode::EveryStep => self.recompute_step(),
             crate::sync::SyncMode::Outer { .. } => self.recompute_window(),
         }
+    }
+
+    /// A disputed contribution's step run again on the referee (the definition), compared op
+    /// by op with `theirs`, the target's trace of it: where the two first part (this side's
+    /// words of the first differing chunk), or that they agree. `every-step` only.
+    pub fn settle(mut self, theirs: Arc<crate::audit::Trace>) -> (Result<Traced, ComputeError>, Box<dyn Gemm + Send>) {
+        let run = self.run;
+        let model = crate::model::Model::new(crate::params::Layout::new(run.model));
+        let (batch, _) = self.data.next_batch(run.batch, run.model.context);
+        let (b, t) = (run.batch, run.model.context);
+        let tracing = Tracing::Against(theirs);
+        let traced = model.trace(self.referee.as_mut(), &self.weights, &batch.tokens, &batch.targets, b, t, &tracing);
+        model.release(self.referee.as_mut());
+        (traced, self.referee)
     }
 
     fn recompute_step(mut self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
@@ -790,9 +820,10 @@ impl Replica for TrainerReplica {
         }
         if let Some(kept) = audit_weights {
             let weights = Arc::new(trainer.weights()?.to_vec());
+            let most = audit_weights_kept(weights.len());
             kept.retain(|(s, _)| *s < step);
             kept.push_back((step, weights));
-            while kept.len() > AUDIT_WEIGHTS_KEPT {
+            while kept.len() > most {
                 kept.pop_front();
             }
         }
@@ -1018,13 +1049,36 @@ impl Replica for TrainerReplica {
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
         let referee = match referee {
             Some(referee) => referee,
-            None => self.provider.referee().map_err(ReplicaError::Referee)?,
+            // Opened on a low-priority thread: the threads it computes on inherit it.
+            None => std::thread::scope(|scope| {
+                let provider = &mut self.provider;
+                let opening = scope.spawn(move || {
+                    crate::audit::yield_to_training();
+                    provider.referee()
+                });
+                opening
+                    .join()
+                    .unwrap_or_else(|_| Err(Arc::new(std::io::Error::other("the referee's opening panicked"))))
+            })
+            .map_err(ReplicaError::Referee)?,
         };
         Ok(AuditKit { run, step, weights, data, referee, private: None })
     }
 
     fn kept_states(&self) -> KeptStates {
         self.kept_states.clone()
+    }
+
+    fn trace(&mut self, step: u32, tracing: &Tracing) -> Result<Traced, ReplicaError> {
+        self.settle();
+        let trainer = self.trainer.as_mut().ok_or(ReplicaError::NoRun)?;
+        let run = *trainer.run_config();
+        let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
+        let weights = kept.map(|(_, w)| w.clone()).ok_or(ReplicaError::AuditWeightsGone { step })?;
+        let mut data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
+        data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
+        let (batch, _) = data.next_batch(run.batch, run.model.context);
+        trainer.trace_step(&weights, &batch.tokens, &batch.targets, tracing).map_err(ReplicaError::Compute)
     }
 
     fn hurry(&self) -> Option<Arc<AtomicU32>> {

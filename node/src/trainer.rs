@@ -237,6 +237,23 @@ impl Trainer {
         Ok(probe_hash(&c))
     }
 
+    /// One step of this trainer's backend from `weights` on `tokens`, traced as `tracing` asks
+    /// (a disputed contribution's ops, `docs/TRUST.md`): on a program of its own beside the
+    /// trainer's, freed after, so nothing the trainer holds changes.
+    pub fn trace_step(
+        &mut self,
+        weights: &[f32],
+        tokens: &[u8],
+        targets: &[u8],
+        tracing: &crate::audit::Tracing,
+    ) -> Result<crate::audit::Traced, ComputeError> {
+        let model = Model::new(crate::params::Layout::new(self.run.model));
+        let (b, t) = (self.run.batch, self.run.model.context);
+        let traced = model.trace(self.gemm.as_mut(), weights, tokens, targets, b, t, tracing);
+        model.release(self.gemm.as_mut());
+        traced
+    }
+
     /// What computes the products, for the next run.
     pub fn into_gemm(mut self) -> Box<dyn Gemm + Send> {
         // What this trainer's model holds on the backend's device goes with it: the next

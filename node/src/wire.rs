@@ -25,6 +25,8 @@
 //! | `-21` | accusation: `[u32 step][u64 target][evidence]` (the sender's recomputation of `target`'s contribution to `step` departs from it: the leader checks it; evidence as in `wire/audit.rs`) |
 //! | `-22` | state request: `[u32 step]` (an auditor asks for the private state the sender's packed contribution to `step` was made with) |
 //! | `-23` | state: `[u32 step][f32 residual…]` (the answer to `-22`: the error-feedback residual whose digest the contribution named; no values when it is no longer kept) |
+//! | `-24` | trace request: `[u32 step][u32 op][u32 chunk]` (a leader disputing the receiver's contribution to `step` asks for its trace of the step, op `0xffffffff`, or for the words of chunk `chunk` of op `op`) |
+//! | `-25` | trace: `[u32 step][u32 op][u32 chunk][…]` (the answer to `-24`: op `0xffffffff`, the whole trace `[u32 ops]` then each op's `[u32 chunks][u64 digest × chunks]`, no ops when it cannot be made; else the chunk's words `[u32 word…]`, none when it cannot) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
 //! protocols 7–9 and are retired: a decoder refuses them as unknown.
@@ -50,7 +52,8 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (12: a packed contribution commits to
+/// The mesh protocol version carried in the run config (13: disputes narrowed to one op, `-24`
+/// and `-25`, evidence kind 5; 12: a packed contribution commits to
 /// the residual it was packed with, `-22` and `-23` serve it to an auditor; 11: audits by recomputation, `-21`,
 /// removals for an audit's verdict and the log's verdict entries; 10: agreement through a Raft log, `-19`
 /// and `-20`, rosters and the quorum's messages retired, a run config names its log; 9: packed
@@ -59,7 +62,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 12;
+pub const MESH_PROTOCOL_VERSION: u32 = 13;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -85,6 +88,10 @@ const CATCH_UP: i32 = -20;
 const ACCUSATION: i32 = -21;
 const STATE_REQUEST: i32 = -22;
 const STATE: i32 = -23;
+const TRACE_REQUEST: i32 = -24;
+const TRACE: i32 = -25;
+/// The op number in `-24`/`-25` that means the whole trace of the step.
+const WHOLE_TRACE: u32 = u32::MAX;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -133,6 +140,25 @@ pub fn state_digest(values: &[f32]) -> u64 {
     let mut h = WordHash(WordHash::BASIS);
     h.word(values.len() as u64);
     h.f32s(values);
+    h.0
+}
+
+/// The digest of words (a chunk of what an op wrote, [`Trace`]): [`WordHash`] over
+/// their count, then the words two to a 64-bit word (the first in the low half).
+pub fn words_digest(words: &[u32]) -> u64 {
+    let mut h = WordHash(WordHash::BASIS);
+    h.word(words.len() as u64);
+    for pair in words.chunks(2) {
+        h.word(u64::from(pair[0]) | u64::from(pair.get(1).copied().unwrap_or(0)) << 32);
+    }
+    h.0
+}
+
+/// The digest of digests (an op's, from its chunks' [`words_digest`]s).
+pub fn digests_digest(digests: &[u64]) -> u64 {
+    let mut h = WordHash(WordHash::BASIS);
+    h.word(digests.len() as u64);
+    digests.iter().for_each(|&d| h.word(d));
     h.0
 }
 
@@ -306,6 +332,49 @@ pub enum Message {
         step: u32,
         residual: Vec<f32>,
     },
+    /// A leader disputing the receiver's contribution to `step` asks for the receiver's trace
+    /// of the step, or the words of one chunk of one op (`docs/TRUST.md`, "Disputes").
+    TraceRequest {
+        step: u32,
+        part: TracePart,
+    },
+    /// The answer to a [`Message::TraceRequest`].
+    Trace {
+        step: u32,
+        answer: TraceAnswer,
+    },
+}
+
+/// A step's ops as one backend computed them (`docs/TRUST.md`, "Disputes"): for each op, in
+/// order, the digests of the words it wrote (its written ranges in the order it names them,
+/// concatenated), `TRACE_CHUNK_WORDS` (`audit.rs`) at a time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub ops: Vec<Vec<u64>>,
+}
+
+impl Trace {
+    /// Op `i`'s digest: the digest of its chunks' digests.
+    pub fn op_digest(&self, i: usize) -> u64 {
+        digests_digest(&self.ops[i])
+    }
+}
+
+/// What a [`Message::TraceRequest`] asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TracePart {
+    /// Every op's chunk digests ([`Trace`]).
+    Whole,
+    /// The words of chunk `chunk` of op `op`.
+    Chunk { op: u32, chunk: u32 },
+}
+
+/// A [`Message::Trace`]'s content: what was asked, or nothing (an empty trace, no words) when
+/// the step can no longer be traced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TraceAnswer {
+    Whole(Trace),
+    Chunk { op: u32, chunk: u32, words: Vec<u32> },
 }
 
 /// Why the leader took a member out of the run for good (wire `-13`, the console, the headless
@@ -390,6 +459,10 @@ impl<'a> Reader<'a> {
 
     fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.take(1)?[0])
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
     }
 
     fn u16(&mut self) -> Result<u16, WireError> {
@@ -659,6 +732,36 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&step.to_le_bytes());
             residual.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
+        Message::TraceRequest { step, part } => {
+            out.extend_from_slice(&TRACE_REQUEST.to_le_bytes());
+            let (op, chunk) = match *part {
+                TracePart::Whole => (WHOLE_TRACE, 0),
+                TracePart::Chunk { op, chunk } => (op, chunk),
+            };
+            for v in [*step, op, chunk] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        Message::Trace { step, answer } => {
+            out.extend_from_slice(&TRACE.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            match answer {
+                TraceAnswer::Whole(trace) => {
+                    for v in [WHOLE_TRACE, 0, trace.ops.len() as u32] {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                    for chunks in &trace.ops {
+                        out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+                        chunks.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+                    }
+                }
+                TraceAnswer::Chunk { op, chunk, words } => {
+                    out.extend_from_slice(&op.to_le_bytes());
+                    out.extend_from_slice(&chunk.to_le_bytes());
+                    words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
+                }
+            }
+        }
     }
     out
 }
@@ -767,6 +870,38 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 step,
                 residual: body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             }
+        }
+        TRACE_REQUEST => {
+            let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
+            let part = if op == WHOLE_TRACE { TracePart::Whole } else { TracePart::Chunk { op, chunk } };
+            Message::TraceRequest { step, part }
+        }
+        TRACE => {
+            let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
+            let answer = if op == WHOLE_TRACE {
+                let n = r.u32()?;
+                if n as usize > r.remaining() / 4 {
+                    return Err(WireError::Invalid(format!("a trace of {n} ops")));
+                }
+                let mut trace = Trace::default();
+                for _ in 0..n {
+                    let chunks = r.u32()? as usize;
+                    // Each digest is 8 bytes: a count past what is left is refused before any allocation.
+                    if chunks > r.remaining() / 8 {
+                        return Err(WireError::Invalid(format!("a trace's op of {chunks} chunks")));
+                    }
+                    trace.ops.push((0..chunks).map(|_| r.u64()).collect::<Result<_, _>>()?);
+                }
+                TraceAnswer::Whole(trace)
+            } else {
+                let body = r.rest();
+                if !body.len().is_multiple_of(4) {
+                    return Err(WireError::Invalid(format!("a chunk of {} bytes is not whole words", body.len())));
+                }
+                let words = body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                TraceAnswer::Chunk { op, chunk, words }
+            };
+            Message::Trace { step, answer }
         }
         other => return Err(WireError::UnknownSentinel(other)),
     };

@@ -13,15 +13,21 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
+use lockstep_node::audit::{Departure, Trace, Traced, TRACE_CHUNK_WORDS};
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
     AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Recomputed, Session,
     SessionConfig, StepDeadline, Stop, Task,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
-use lockstep_node::wire::{state_digest, Epoch, Evidence, Gradient, Message, PeerId, Removal, MESH_PROTOCOL_VERSION};
+use lockstep_node::wire::{
+    state_digest, words_digest, Epoch, Evidence, Gradient, Message, PeerId, Removal, TraceAnswer, TracePart,
+    MESH_PROTOCOL_VERSION,
+};
 
 const PHASH: u32 = 0xdf23_2627;
+/// The op code a toy step's one op has in its trace (the products').
+const MATMUL: u32 = 1;
 const LEN: usize = 16;
 
 fn settings(steps: u32) -> RunConfig {
@@ -74,6 +80,22 @@ impl Toy {
             .enumerate()
             .map(|(i, w)| w * 0.25 + ((me as usize * 31 + step as usize * 7 + i) % 13) as f32 * 0.01 - 0.06)
             .collect()
+    }
+
+    /// The gradient a backend computes: the definition's, or with value `wrong`'s lowest bit
+    /// flipped.
+    fn computed(&self, me: PeerId, step: u32, wrong: Option<usize>) -> Vec<f32> {
+        let mut grad = self.gradient(me, step);
+        if let Some(i) = wrong {
+            grad[i] = f32::from_bits(grad[i].to_bits() ^ 1);
+        }
+        grad
+    }
+
+    /// A toy step's trace: one op (the gradient product, buffer 1), its words' chunk digests.
+    fn trace(grad: &[f32]) -> Trace {
+        let words: Vec<u32> = grad.iter().map(|g| g.to_bits()).collect();
+        Trace { ops: vec![words.chunks(TRACE_CHUNK_WORDS).map(words_digest).collect()] }
     }
 
     fn apply(&mut self, gradient: &[f32]) {
@@ -158,6 +180,11 @@ struct Node {
     withhold: bool,
     /// A rogue (leader) that never hears an accusation against itself.
     deaf: bool,
+    /// A wrong backend: value `i` of every gradient it computes has its lowest bit flipped —
+    /// in its contributions and in its trace of a step alike (what a dispute narrows to).
+    wrong_value: Option<usize>,
+    /// Answers no trace request (a dispute ends on the contribution's evidence).
+    untraced: bool,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -257,6 +284,8 @@ impl Net {
             forge: false,
             withhold: false,
             deaf: false,
+            wrong_value: None,
+            untraced: false,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -356,7 +385,7 @@ impl Net {
                         }
                         node.computed_from.insert(step, node.toy.clone());
                         node.computed_from.retain(|&s, _| s + 8 > step);
-                        let mut grad = node.toy.gradient(id, step);
+                        let mut grad = node.toy.computed(id, step, node.wrong_value);
                         if let Some(factor) = node.scale {
                             grad.iter_mut().for_each(|g| *g *= factor);
                         }
@@ -497,6 +526,55 @@ impl Net {
                             (None, _) => Err(Failure::new(std::io::Error::other("weights gone"))),
                         };
                         queue.push_back(Input::Audited { step, target, outcome });
+                    }
+                    Output::ServeTrace { to, step, part } => {
+                        // Its backend's step again, from the weights the step started from.
+                        if node.untraced {
+                            continue;
+                        }
+                        let grad = node.computed_from.get(&step).map(|toy| toy.computed(id, step, node.wrong_value));
+                        let answer = match (grad, part) {
+                            (Some(grad), TracePart::Whole) => TraceAnswer::Whole(Toy::trace(&grad)),
+                            (grad, TracePart::Chunk { op, chunk }) => {
+                                let words: Vec<u32> = grad.unwrap_or_default().iter().map(|g| g.to_bits()).collect();
+                                let from = (chunk as usize * TRACE_CHUNK_WORDS).min(words.len());
+                                let to = (from + TRACE_CHUNK_WORDS).min(words.len());
+                                let words = if op == 0 { words[from..to].to_vec() } else { Vec::new() };
+                                TraceAnswer::Chunk { op, chunk, words }
+                            }
+                            (None, TracePart::Whole) => TraceAnswer::Whole(Trace::default()),
+                        };
+                        self.links.entry((id, to)).or_default().push_back(Message::Trace { step, answer });
+                    }
+                    Output::Settle { step, target, theirs } => {
+                        // The definition's step against the target's trace, as `trace_ops` compares.
+                        let outcome = match node.computed_from.get(&step) {
+                            None => Err(Failure::new(std::io::Error::other("weights gone"))),
+                            Some(toy) => {
+                                let grad = toy.gradient(target, step);
+                                let ours = Toy::trace(&grad);
+                                Ok(if theirs.ops.len() != 1 {
+                                    Traced::Unlike { ours: 1, theirs: theirs.ops.len() }
+                                } else if ours == *theirs {
+                                    Traced::Agrees
+                                } else {
+                                    let chunk =
+                                        ours.ops[0].iter().zip(&theirs.ops[0]).position(|(a, b)| a != b).unwrap();
+                                    let words: Vec<u32> = grad.iter().map(|g| g.to_bits()).collect();
+                                    let from = chunk * TRACE_CHUNK_WORDS;
+                                    let to = (from + TRACE_CHUNK_WORDS).min(words.len());
+                                    Traced::Departs(Departure {
+                                        op: 0,
+                                        name: "matmul",
+                                        code: MATMUL,
+                                        chunk,
+                                        words: words[from..to].to_vec(),
+                                        places: vec![(1, from as u64, (to - from) as u64)],
+                                    })
+                                })
+                            }
+                        };
+                        queue.push_back(Input::Settled { step, target, outcome });
                     }
                     Output::ServeState { to, step } => {
                         if !node.withhold {
@@ -2023,6 +2101,69 @@ fn a_rogue_contribution_is_recomputed_named_and_removed_through_the_log() {
         // Never summed after its verdict.
         for (step, roster) in rosters_of(&net, 1) {
             assert!(step <= named.step + 2 || !roster.contains(&3), "step {step}: {roster:?}: {what}");
+        }
+    }
+}
+
+/// Disputes: before the verdict, the leader narrows the departure to one op of the target's
+/// step — the target runs its step again on its own backend and sends its trace (`-24`/`-25`),
+/// the leader runs the definition's against it, asks for the words of the first chunk where
+/// they part and names the op, buffer and word with both values. A wrong backend is named so;
+/// a rogue whose step's ops are honest (it scales what they give) and one that answers no
+/// trace request keep the contribution's evidence. Meanwhile the target is not summed.
+#[test]
+fn a_dispute_narrows_a_wrong_backend_to_its_op_and_keeps_a_rogues_contribution_evidence() {
+    enum Kind {
+        Backend,
+        Scale,
+        Silent,
+    }
+    for (seed, kind) in [(1401, Kind::Backend), (1402, Kind::Backend), (1403, Kind::Scale), (1404, Kind::Silent)] {
+        let mut net = audited(seed, 500, 40);
+        let mut wrong = false;
+        net.run(400_000, |net, top| {
+            if top == 3 && !wrong {
+                let node = net.nodes.get_mut(&3).unwrap();
+                match kind {
+                    Kind::Backend => node.wrong_value = Some(5),
+                    Kind::Scale => node.scale = Some(1.001),
+                    Kind::Silent => (node.scale, node.untraced) = (Some(1.001), true),
+                }
+                wrong = true;
+            }
+        });
+        let what = format!("seed {seed}\n{}", net.describe());
+        let named = verdict_of(&net, 1).unwrap_or_else(|| panic!("nobody was named: {what}"));
+        assert_eq!(named.target, 3, "{what}");
+        assert!(named.step <= 12, "named at step {}: {what}", named.step);
+        match kind {
+            Kind::Backend => {
+                let Evidence::Op { op, code, buffer, word, expected, claimed } = named.evidence else {
+                    panic!("narrowed to an op: {named:?}: {what}")
+                };
+                assert_eq!((op, code, buffer, word), (0, MATMUL, 1, 5), "{named:?}");
+                assert_eq!(claimed, expected ^ 1, "{named:?}");
+            }
+            Kind::Scale | Kind::Silent => {
+                let Evidence::Word { expected, claimed, .. } = named.evidence else { panic!("{named:?}: {what}") };
+                assert_eq!(f32::from_bits(claimed), f32::from_bits(expected) * 1.001, "{named:?}");
+            }
+        }
+        for id in [2, 4] {
+            assert_eq!(verdict_of(&net, id), Some(named), "node {id}: {what}");
+        }
+        let leader = net.nodes.iter().find(|(_, n)| n.events.iter().any(|e| matches!(e, Event::Disputing { .. })));
+        let (&leader, node) = leader.unwrap_or_else(|| panic!("a dispute: {what}"));
+        let began = node.events.iter().find_map(|e| match e {
+            Event::Disputing { step, target: 3, .. } => Some(*step),
+            _ => None,
+        });
+        let began = began.unwrap_or_else(|| panic!("node {leader} disputed node 3: {what}"));
+        assert_all_finished_equal(&net, &[1, 2, 4], 40, &what);
+        // Not summed once disputed: the leader proposed no record with it after the dispute
+        // began (a record under way may still name it).
+        for (step, roster) in rosters_of(&net, 1) {
+            assert!(step <= began + 3 || !roster.contains(&3), "step {step}: {roster:?}: {what}");
         }
     }
 }

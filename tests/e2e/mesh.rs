@@ -433,7 +433,7 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     rogue.command(serde_json::json!({"cmd": "rogue", "kind": "scale:1.001"}));
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
     let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
-    let word = verdict["word"].as_u64().expect("a value's evidence");
+    let word = verdict["word"].as_u64().unwrap_or_else(|| panic!("a value's evidence: {verdict}"));
     assert!(word >= 1, "a value of the contribution: {verdict}");
     let (expected, claimed) = (verdict["expected_bits"].as_str().unwrap(), verdict["claimed_bits"].as_str().unwrap());
     let bits = |hex: &str| f32::from_bits(u32::from_str_radix(&hex[2..], 16).unwrap());
@@ -451,13 +451,66 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     for node in &nodes {
         node.wait_for("ten steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
     }
+    // The verdict names the step of the contribution found wrong; it commits later (the audit
+    // and the leader's check run at the lowest priority, beside the steps): from the step
+    // applied when it committed on, the rogue is never summed (one in flight aside).
+    let committed_at = verdict["at_s"].as_f64().unwrap();
+    let applied_then = nodes[0]
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "step" && e["at_s"].as_f64().unwrap() <= committed_at)
+        .filter_map(|e| e["step"].as_u64())
+        .max()
+        .unwrap_or(0);
     let summed_after = |e: &Value| {
         e["event"] == "step"
-            && e["step"].as_u64().unwrap() > verdict["step"].as_u64().unwrap() + 2
+            && e["step"].as_u64().unwrap() > applied_then + 2
             && e["roster"].as_array().unwrap().contains(&rogue.id.into())
     };
     assert!(!nodes[0].events().iter().any(summed_after), "the rogue summed after its verdict");
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
+}
+
+/// A plugin that goes wrong after a warm-up (`flaw_after_warmup`: one bit of one output of
+/// every large product, once 200 were exact) is admitted by the gate and at the run's shapes;
+/// the audits find its contributions wrong, and before the verdict the leader disputes it
+/// (`disputing`): the member runs its step again on its own plugin and sends its trace, the
+/// leader runs the definition's against it and asks for the words of the first chunk where
+/// they part — so the verdict every member commits names the op of the step (a product), the
+/// buffer and word it wrote and both values, one bit apart; the others train on.
+#[test]
+fn a_wrong_backend_is_named_by_the_op_of_its_step_where_it_departs() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "1"];
+    let mut a = Node::spawn_with(&signal, "cpu", &audit);
+    let b = Node::spawn_with(&signal, "cpu", &audit);
+    let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
+    let warm = dir.join("libflaw_after_warmup.so");
+    assert!(warm.is_file(), "{} is missing: build all targets first", warm.display());
+    let c = Node::spawn_with(&signal, warm.to_str().unwrap(), &audit);
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    c.wait_for("admitted at the run's shapes", |e| e["event"] == "admitted-at-run-shapes", 60);
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
+    let verdict = a.wait_for("the verdict", is_verdict, 300);
+    assert_eq!(verdict["op_name"], "matmul", "{verdict}");
+    let bits = |key: &str| u32::from_str_radix(&verdict[key].as_str().unwrap()[2..], 16).unwrap();
+    assert_eq!(bits("expected_bits") ^ bits("claimed_bits"), 1, "one bit apart: {verdict}");
+    assert!(verdict["buffer"].as_u64().is_some() && verdict["word"].as_u64().is_some(), "{verdict}");
+    let message = verdict["message"].as_str().unwrap();
+    assert!(message.contains(&format!("its step departs at op #{} (matmul)", verdict["op"])), "{message}");
+    let disputed = |e: &Value| e["event"] == "disputing" && e["target"] == c.id;
+    let disputing = [&a, &b].iter().flat_map(|n| n.events()).find(|e| disputed(e));
+    let disputing = disputing.unwrap_or_else(|| panic!("the leader disputed it first: {verdict}"));
+    assert!(disputing["word"].as_u64().is_some(), "with the contribution's evidence: {disputing}");
+    assert_eq!(b.wait_for("the same verdict", is_verdict, 30)["op"], verdict["op"]);
+    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never saw it");
+    let after = verdict["step"].as_u64().unwrap() + 5;
+    for node in [&a, &b] {
+        node.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    one_hash_per_step(&[&a, &b]);
 }
 
 /// A plugin wrong once in a thousand large products, by one bit (`flaw_rare_flip`), is admitted

@@ -154,6 +154,12 @@ pub fn report_json(report: &Report) -> Value {
             Event::LeaderShunned { leader, step } => {
                 json!({"event": "leader-shunned", "leader": leader, "step": step})
             }
+            Event::Disputing { step, target, evidence } => {
+                let mut fields = json!({"event": "disputing", "step": step, "target": target,
+                    "evidence": evidence.to_string()});
+                evidence_json(&mut fields, evidence);
+                fields
+            }
             Event::AuditFailed { step, target, error } => {
                 json!({"event": "audit-failed", "step": step, "target": target, "message": error.to_string()})
             }
@@ -184,7 +190,9 @@ pub fn at_run_shapes_json(backend: &str, verdict: &AtRunShapes) -> Value {
 
 /// An audit's evidence as fields of `fields`: `word`, `expected_bits`, `claimed_bits` (the loss is
 /// word 0, value `i` word `1 + i`); `named_digest`, `recomputed_digest`; `falsely_accused`;
-/// `expected_state`, `named_state` (a packed contribution's link); or `withheld: true`.
+/// `expected_state`, `named_state` (a packed contribution's link); `withheld: true`; or `op`,
+/// `op_name`, `buffer`, `word`, `expected_bits`, `claimed_bits` (a dispute narrowed to one op:
+/// the word of the buffer that op wrote).
 fn evidence_json(fields: &mut Value, evidence: &Evidence) {
     let hex = |v: u32| format!("{v:#010x}");
     let extra = match *evidence {
@@ -199,6 +207,10 @@ fn evidence_json(fields: &mut Value, evidence: &Evidence) {
             json!({"expected_state": format!("{expected:#018x}"), "named_state": format!("{claimed:#018x}")})
         }
         Evidence::Withheld => json!({"withheld": true}),
+        Evidence::Op { op, code, buffer, word, expected, claimed } => json!({
+            "op": op, "op_name": Evidence::op_name(code), "buffer": buffer, "word": word,
+            "expected_bits": hex(expected), "claimed_bits": hex(claimed),
+        }),
     };
     if let (Some(object), Value::Object(extra)) = (fields.as_object_mut(), extra) {
         object.extend(extra);

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use lockstep_node::audit::{Trace, Traced, Tracing};
 use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, ReplicaError};
 use lockstep_node::session::{
     Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
 };
-use lockstep_node::wire::{self, Message, PeerId, Reassembler};
+use lockstep_node::wire::{self, Message, PeerId, Reassembler, TraceAnswer, TracePart};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
 use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
@@ -212,6 +213,9 @@ pub(crate) struct MeshLoop<R> {
     /// last step was reported.
     audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>)>,
     audit_referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    /// Disputes: a trace of this node's step is being made for the leader (one at a time: each
+    /// costs a step).
+    tracing: bool,
     audit_seconds: f64,
     /// Elastic windows: where the compute under way is told to end its window
     /// (`Replica::hurry`, taken at each configure: it belongs to the run's trainer).
@@ -261,6 +265,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             timing: StepTiming::default(),
             audit_waiting: None,
             audit_referee: None,
+            tracing: false,
             audit_seconds: 0.0,
             computed_at: None,
             unreported: None,
@@ -511,6 +516,15 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.audit_seconds += seconds;
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Audited { step, target, outcome }]);
+            }
+            Inbound::Settled { step, target, outcome, referee } => {
+                self.audit_referee = referee.or(self.audit_referee.take());
+                let outcome = outcome.map_err(Failure::new);
+                self.drive(vec![Input::Settled { step, target, outcome }]);
+            }
+            Inbound::TraceServed { to, step, answer } => {
+                self.tracing = false;
+                self.links.send(to, &Message::Trace { step, answer });
             }
         }
         Flow::Continue

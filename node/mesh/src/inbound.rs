@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use lockstep_node::audit::Traced;
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{BackendChange, ReplicaError};
 use lockstep_node::session::Recomputed;
-use lockstep_node::wire::{Gradient, PeerId};
+use lockstep_node::wire::{Gradient, PeerId, TraceAnswer};
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
 use tokio::sync::mpsc;
 use webrtc::data_channel::DataChannel;
@@ -34,6 +35,21 @@ pub(crate) enum Inbound {
         /// The referee the audit ran on, kept for the next.
         referee: Option<Box<dyn Gemm + Send>>,
         seconds: f64,
+    },
+    /// Disputes (leader): the definition's run of `target`'s step against its trace, or why
+    /// it could not be run, and the referee it ran on.
+    Settled {
+        step: u32,
+        target: PeerId,
+        outcome: Result<Traced, ReplicaError>,
+        referee: Option<Box<dyn Gemm + Send>>,
+    },
+    /// Disputes (target): this node's trace of `step` for the leader `to`, made on a blocking
+    /// thread, to send.
+    TraceServed {
+        to: PeerId,
+        step: u32,
+        answer: TraceAnswer,
     },
     Saved(Result<Saved, SaveError>),
 }

@@ -50,7 +50,7 @@ use std::sync::Arc;
 
 use super::log::{LogEntry, StepRecord};
 use super::*;
-use crate::wire::{AuditVerdict, Evidence};
+use crate::wire::{AuditVerdict, Evidence, TraceAnswer};
 
 /// Committed records a member keeps to check accusations against (the digest each named).
 const RECORDS_KEPT: usize = 256;
@@ -61,6 +61,10 @@ const PRIVATE_KEPT: usize = 8;
 /// timeouts (30 s by default), before it calls it withheld (when it heard from the target
 /// meanwhile) or gives the audit up (when it did not).
 pub const STATE_WAIT_ELECTIONS: u64 = 5;
+/// How long the leader waits for a disputed member's trace (and for each of its answers), in
+/// the run's longest election timeouts, before it proposes the verdict on the contribution's
+/// evidence alone.
+pub const DISPUTE_WAIT_ELECTIONS: u64 = 1;
 /// A member serves the states of its last few contributions: asked about a step at most this
 /// many behind the asker's, "none kept" is withholding; further behind, the audit is given up.
 const STATE_PROMISED_STEPS: u32 = 3;
@@ -164,6 +168,27 @@ pub(super) struct Link {
     pub accusers: Vec<PeerId>,
 }
 
+/// (Leader) a departure narrowed to one op before its verdict is proposed: the verdict as the
+/// contribution's evidence gives it (what is proposed if the narrowing does not end in an op),
+/// since when the leader waits, and for what.
+#[derive(Clone, Debug)]
+pub(super) struct Dispute {
+    pub verdict: AuditVerdict,
+    pub since_ms: u64,
+    pub stage: Stage,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Stage {
+    /// The target's trace of the step, asked for (`-24`).
+    Trace,
+    /// The definition's run of the step against the target's trace, on the worker.
+    Definition { theirs: Arc<crate::audit::Trace> },
+    /// The target's words of the first chunk where the two part, asked for: the definition's
+    /// words of it and the digest the target's trace gave that chunk.
+    Words { departure: crate::audit::Departure, digest: u64 },
+}
+
 /// The counts the step-health pane and the headless JSON show.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AuditStats {
@@ -198,6 +223,8 @@ pub(super) struct Audits {
     /// their Raft messages are no longer taken, so the honest members elect another leader,
     /// which proposes the verdict (a leader would never propose one against itself).
     pub shunned: BTreeMap<PeerId, AuditVerdict>,
+    /// (Leader) the departure being narrowed to one op (one at a time).
+    pub dispute: Option<Dispute>,
     pub stats: AuditStats,
 }
 
@@ -227,6 +254,11 @@ impl Audits {
     /// The record of `step` this member holds.
     pub fn record(&self, step: u32) -> Option<&StepRecord> {
         self.records.iter().rev().find(|r| r.step == step)
+    }
+
+    /// Whether `peer`'s contribution is being disputed (the leader does not sum it meanwhile).
+    pub fn disputed(&self, peer: PeerId) -> bool {
+        self.dispute.as_ref().is_some_and(|d| d.verdict.target == peer)
     }
 
     /// A push or a restore replaced the state: records of other weights are no evidence now.
@@ -342,6 +374,7 @@ impl Session {
     /// Time passes: an auditor waiting too long for a state calls it withheld (the target was
     /// heard from meanwhile) or gives up (it was not).
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
+        self.dispute_tick(now_ms);
         let Some(asked) = self.audits.running.as_ref().and_then(|r| r.private.as_ref()?.asked_ms) else { return };
         if now_ms.saturating_sub(asked) < STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms() {
             return;
@@ -373,7 +406,7 @@ impl Session {
         }
         let verdict = AuditVerdict { step, target, found_by: found_by.unwrap_or(me), evidence };
         if self.is_leader() {
-            self.convict(verdict);
+            self.dispute_or_convict(verdict);
         } else if self.leader() == Some(target) {
             // The leader itself departs: every member is told (the leader too: an honest one
             // checks itself), and this one follows it no more.
@@ -457,7 +490,18 @@ impl Session {
             }
             return;
         }
-        let evidence = evidence(&recomputed, claimed.as_ref(), named);
+        let mut evidence = evidence(&recomputed, claimed.as_ref(), named);
+        if matches!(evidence, Evidence::Digest { .. }) {
+            // The contribution is no longer held here (a check that waited for the worker): an
+            // accuser's word whose definition's bits this recomputation confirms names it better.
+            let confirmed = |e: &Evidence| match *e {
+                Evidence::Word { word, expected, .. } => word_of(&recomputed, word) == Some(expected),
+                _ => false,
+            };
+            if let Some((_, word)) = accusers.iter().find(|(_, e)| confirmed(e)) {
+                evidence = *word;
+            }
+        }
         self.accuse(step, target, accusers.first().map(|(a, _)| *a), evidence);
     }
 
@@ -498,7 +542,8 @@ impl Session {
         let ours = |target: PeerId| leading || leader == Some(target);
         while let Some(&(step, target)) = self.audits.checks.keys().find(|(_, t)| ours(*t)) {
             let accusers = self.audits.checks.remove(&(step, target)).expect("found");
-            if self.audits.convicted.contains(&target) || self.audits.shunned.contains_key(&target) {
+            let decided = self.audits.convicted.contains(&target) || self.audits.disputed(target);
+            if decided || self.audits.shunned.contains_key(&target) {
                 continue;
             }
             if let Some(record) = self.audits.record(step).cloned() {
@@ -518,7 +563,7 @@ impl Session {
             return self.ignore(from, Ignored::AccusationOfNoContribution { step, target });
         }
         self.event(Event::Accused { step, target, by: from, evidence });
-        if self.audits.convicted.contains(&target) {
+        if self.audits.convicted.contains(&target) || self.audits.disputed(target) {
             return;
         }
         let accusers = self.audits.checks.entry((step, target)).or_default();
@@ -526,6 +571,106 @@ impl Session {
             accusers.push((from, evidence));
         }
         self.next_check();
+    }
+
+    /// (Leader) a contribution to an `every-step` run found to depart by its values: before the
+    /// verdict is proposed, the dispute is narrowed to the op of the target's step where it
+    /// first departs (`docs/TRUST.md`, "Disputes"), the target not summed meanwhile. Other
+    /// evidence (a state, a withheld one, a false accusation), a target gone or a dispute
+    /// already under way: the verdict is proposed at once.
+    fn dispute_or_convict(&mut self, verdict: AuditVerdict) {
+        let target = verdict.target;
+        if self.audits.disputed(target) {
+            return; // its dispute ends in a verdict
+        }
+        let by_values = matches!(verdict.evidence, Evidence::Word { .. } | Evidence::Digest { .. });
+        let every_step = self.run.is_some_and(|run| run.sync.mode.steps_per_sync() == 1);
+        let free = self.audits.dispute.is_none() && !self.audits.convicted.contains(&target);
+        if !(by_values && every_step && free && target != self.config.me && self.members.contains(&target)) {
+            return self.convict(verdict);
+        }
+        let since_ms = self.timing.now_ms();
+        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace });
+        self.event(Event::Disputing { step: verdict.step, target, evidence: verdict.evidence });
+        self.send(target, Message::TraceRequest { step: verdict.step, part: TracePart::Whole });
+    }
+
+    /// The dispute ends: its verdict proposed with `evidence` (an op), or with the contribution's.
+    fn settle(&mut self, evidence: Option<Evidence>) {
+        let Some(dispute) = self.audits.dispute.take() else { return };
+        let verdict = AuditVerdict { evidence: evidence.unwrap_or(dispute.verdict.evidence), ..dispute.verdict };
+        self.convict(verdict);
+    }
+
+    /// The leader asks for this member's trace of `step` (a dispute of its contribution): the
+    /// adapter runs the step again on this member's backend and answers. Only the leader's
+    /// requests are served (each costs a step).
+    pub(super) fn on_trace_request(&mut self, from: PeerId, step: u32, part: TracePart) {
+        if self.leader() != Some(from) || self.is_leader() {
+            return self.ignore(from, Ignored::TraceRequestFromNonLeader);
+        }
+        self.out.push(Output::ServeTrace { to: from, step, part });
+    }
+
+    /// The disputed member's answer: its whole trace (the definition's run compares with it on
+    /// the worker), or its words of the chunk where the two part — checked against the digest
+    /// its trace gave that chunk, then compared word by word with the definition's.
+    pub(super) fn on_trace(&mut self, from: PeerId, step: u32, answer: TraceAnswer) {
+        let asked = |d: &Dispute| d.verdict.target == from && d.verdict.step == step;
+        let Some(dispute) = self.audits.dispute.as_mut().filter(|d| asked(d)) else {
+            return self.ignore(from, Ignored::UnaskedTrace);
+        };
+        match (&dispute.stage, answer) {
+            (Stage::Trace, TraceAnswer::Whole(trace)) => {
+                if trace.ops.is_empty() {
+                    return self.settle(None); // it could not trace the step
+                }
+                let theirs = Arc::new(trace);
+                dispute.stage = Stage::Definition { theirs: theirs.clone() };
+                dispute.since_ms = self.timing.now_ms();
+                self.out.push(Output::Settle { step, target: from, theirs });
+            }
+            (Stage::Words { departure, digest }, TraceAnswer::Chunk { op, chunk, words })
+                if op as usize == departure.op && chunk as usize == departure.chunk =>
+            {
+                // Words that are not the chunk its trace named prove nothing about the op.
+                let evidence =
+                    (crate::wire::words_digest(&words) == *digest).then(|| op_evidence(departure, &words)).flatten();
+                self.settle(evidence);
+            }
+            _ => self.ignore(from, Ignored::UnaskedTrace),
+        }
+    }
+
+    /// The definition's run of the disputed step against the target's trace: the first op
+    /// where they part (its words of the first differing chunk asked for next), or nothing to
+    /// narrow to (every op agrees — the contribution departs after its step's ops — or the
+    /// traces are not of one step, or the run failed): the verdict on the contribution's evidence.
+    pub(super) fn on_settled(&mut self, step: u32, target: PeerId, outcome: Result<Traced, Failure>) {
+        let running = |d: &Dispute| {
+            d.verdict.target == target && d.verdict.step == step && matches!(d.stage, Stage::Definition { .. })
+        };
+        let Some(dispute) = self.audits.dispute.as_mut().filter(|d| running(d)) else { return };
+        let Stage::Definition { theirs } = &dispute.stage else { unreachable!("matched above") };
+        let Ok(Traced::Departs(departure)) = outcome else { return self.settle(None) };
+        let Some(&digest) = theirs.ops.get(departure.op).and_then(|chunks| chunks.get(departure.chunk)) else {
+            return self.settle(None); // the definition wrote words where the target wrote none
+        };
+        let part = TracePart::Chunk { op: departure.op as u32, chunk: departure.chunk as u32 };
+        dispute.stage = Stage::Words { departure, digest };
+        dispute.since_ms = self.timing.now_ms();
+        self.send(target, Message::TraceRequest { step, part });
+    }
+
+    /// (Leader) a dispute whose target has not answered for [`DISPUTE_WAIT_ELECTIONS`] election
+    /// timeouts ends on the contribution's evidence.
+    fn dispute_tick(&mut self, now_ms: u64) {
+        let Some(since) = self.audits.dispute.as_ref().map(|d| d.since_ms) else { return };
+        let waiting = !self.audits.dispute.as_ref().is_some_and(|d| matches!(d.stage, Stage::Definition { .. }));
+        let wait = DISPUTE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
+        if waiting && now_ms.saturating_sub(since) >= wait {
+            self.settle(None);
+        }
     }
 
     /// (Leader) proposes `verdict` to the run's log, once a member.
@@ -560,6 +705,22 @@ impl Session {
     }
 }
 
+/// The first word where the target's words of a chunk part from the definition's, as
+/// evidence: the op, the buffer and word it wrote, both values (`None`: they do not part).
+fn op_evidence(departure: &crate::audit::Departure, theirs: &[u32]) -> Option<Evidence> {
+    let ours = &departure.words;
+    let at = (0..ours.len().min(theirs.len())).find(|&i| ours[i] != theirs[i])?;
+    let (buffer, word) = departure.place(at)?;
+    Some(Evidence::Op {
+        op: departure.op as u32,
+        code: departure.code,
+        buffer,
+        word,
+        expected: ours[at],
+        claimed: theirs[at],
+    })
+}
+
 /// The member `me` audits after `record` committed, if any: each roster member draws from the
 /// record's digests (and its own id) whether it audits (`rate` in a thousand) and whom, among
 /// the other members of the roster.
@@ -578,6 +739,17 @@ pub fn assignment(record: &StepRecord, me: PeerId, rate: u32) -> Option<PeerId> 
     }
     let others: Vec<PeerId> = roster.into_iter().filter(|&p| p != me).collect();
     Some(others[draw.below(others.len() as u64) as usize])
+}
+
+/// Word `word` of a contribution as evidence counts it (0: the loss's bits; `1 + i`: value `i`,
+/// a packed one as the f32 it stands for).
+fn word_of(g: &Gradient, word: u32) -> Option<u32> {
+    let Some(i) = word.checked_sub(1) else { return Some(g.loss.to_bits()) };
+    let i = i as usize;
+    match &g.values {
+        Values::F32(values) => values.get(i).map(|v| v.to_bits()),
+        Values::Int8(p) | Values::Int4(p) => (i < p.len()).then(|| p.value(i).to_bits()),
+    }
 }
 
 /// Where `claimed` departs from `recomputed` (the definition's): the first differing word (the

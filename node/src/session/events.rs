@@ -142,6 +142,14 @@ pub enum Event {
         leader: PeerId,
         step: u32,
     },
+    /// (Leader) `target`'s contribution to `step` departs (`evidence`): before the verdict is
+    /// proposed, the dispute is narrowed to the op of its step where it first departs; the
+    /// target is not summed meanwhile.
+    Disputing {
+        step: u32,
+        target: PeerId,
+        evidence: Evidence,
+    },
     /// An audit assigned to this node could not be done (the weights it needed are gone, the
     /// worker failed): nobody is accused.
     AuditFailed {
@@ -243,6 +251,10 @@ pub enum Ignored {
     StateOfNoPackedRun,
     /// A state this node did not ask for (or no longer waits for).
     UnaskedState,
+    /// A trace request from a member that is not the leader (only the leader disputes).
+    TraceRequestFromNonLeader,
+    /// A trace this node did not ask for (or no longer waits for).
+    UnaskedTrace,
 }
 
 impl std::fmt::Display for Ignored {
@@ -297,6 +309,10 @@ impl std::fmt::Display for Ignored {
                 f.write_str("a state request, but this run's contributions have no private state")
             }
             Ignored::UnaskedState => f.write_str("a state this node did not ask for"),
+            Ignored::TraceRequestFromNonLeader => {
+                f.write_str("a trace request from a member that is not the leader (only the leader disputes)")
+            }
+            Ignored::UnaskedTrace => f.write_str("a trace this node did not ask for"),
         }
     }
 }

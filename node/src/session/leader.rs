@@ -129,7 +129,9 @@ impl Session {
         let present: Vec<(PeerId, Named)> = self
             .contributions
             .at(step)
-            .filter(|(p, _)| *p == me || agreement.is_member(*p) && !self.roster.is_out(*p))
+            .filter(|(p, _)| {
+                *p == me || agreement.is_member(*p) && !self.roster.is_out(*p) && !self.audits.disputed(*p)
+            })
             .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.gradient.weight }))
             .collect();
         let has = |p: &PeerId| present.iter().any(|(q, _)| q == p);
@@ -137,7 +139,9 @@ impl Session {
             .iter()
             .chain(&learners)
             .copied()
-            .filter(|p| *p != me && self.roster.expected(*p) && !has(p) && !self.roster.is_out(*p))
+            .filter(|p| {
+                *p != me && self.roster.expected(*p) && !has(p) && !self.roster.is_out(*p) && !self.audits.disputed(*p)
+            })
             .collect();
         let waited = now.saturating_sub(ready_ms);
         let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);

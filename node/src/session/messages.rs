@@ -46,6 +46,8 @@ impl Session {
             Message::Accusation { step, target, evidence } => self.on_accusation(from, step, target, evidence),
             Message::StateRequest { step } => self.on_state_request(from, step),
             Message::State { step, residual } => self.on_state(from, step, residual),
+            Message::TraceRequest { step, part } => self.on_trace_request(from, step, part),
+            Message::Trace { step, answer } => self.on_trace(from, step, answer),
             Message::CatchUp { applied: _ } => {
                 if self.is_leader() && self.agreement.as_ref().is_some_and(|a| a.is_member(from)) {
                     self.roster.resume_wanted(from);

@@ -69,7 +69,9 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
-pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
+pub use audit::{
+    assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, DISPUTE_WAIT_ELECTIONS, STATE_WAIT_ELECTIONS,
+};
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
@@ -87,8 +89,11 @@ use step::Contributions;
 use timing::Timing;
 use window::Window;
 
+use std::sync::Arc;
+
+use crate::audit::{Trace, Traced};
 use crate::config::RunConfig;
-use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, Values, MESH_PROTOCOL_VERSION};
+use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, TracePart, Values, MESH_PROTOCOL_VERSION};
 
 /// Committed entries a member holds for its weights to take (beyond them it needs a resume).
 const MAX_QUEUED: usize = 1024;
@@ -124,6 +129,10 @@ pub enum Input {
     /// Answer to `Output::Audit`: the audited member's contribution to `step` as the definition
     /// gives it (its loss and values), or why it could not be recomputed.
     Audited { step: u32, target: PeerId, outcome: Result<Recomputed, Failure> },
+    /// Answer to `Output::Settle`: where the definition's trace of the step first parts from
+    /// the target's (this side's words of the first differing chunk), that they agree, or why
+    /// it could not be run.
+    Settled { step: u32, target: PeerId, outcome: Result<Traced, Failure> },
     /// Time passes (milliseconds on any monotonic clock).
     Tick { now_ms: u64 },
     /// The user starts a run; this node leads it.
@@ -194,6 +203,21 @@ pub enum Output {
         /// Packed runs: the residual the contribution named (served by the target, its digest
         /// checked) and the grid the group summed the step on.
         private: Option<PrivateInputs>,
+    },
+    /// Disputes: send `to` (the leader) our trace of `step` — our own backend's step run again
+    /// from the weights it started from, every op's chunk digests — or the words of one chunk
+    /// of one op (`-25`; empty when it cannot be made). Nothing to answer.
+    ServeTrace {
+        to: PeerId,
+        step: u32,
+        part: TracePart,
+    },
+    /// Disputes (leader): `target`'s step `step` run again on the referee (the definition),
+    /// compared op by op with `theirs`, its trace; answer `Settled`.
+    Settle {
+        step: u32,
+        target: PeerId,
+        theirs: Arc<Trace>,
     },
     /// Send `to` the private state (the residual) our contribution to `step` was made with, if
     /// still kept (`-23`; nothing kept: no values). Nothing to answer.
@@ -421,6 +445,7 @@ impl Session {
             }
             Input::Computed(gradient) => self.on_computed(gradient),
             Input::Audited { step, target, outcome } => self.on_audited(step, target, outcome),
+            Input::Settled { step, target, outcome } => self.on_settled(step, target, outcome),
             Input::Configured { weights } => self.on_configured(weights),
             Input::Restored { step, weights } => self.on_restored(step, weights),
             Input::Failed { task: Task::Compute { step }, error } => self.stop(Stop::Compute { step, error }),

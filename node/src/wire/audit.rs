@@ -9,6 +9,7 @@
 //! | evidence, a false accusation | `[u8 2][u64 the member it accused]` |
 //! | evidence, a state | `[u8 3][u64 the state the step leaves, by digest][u64 the one its next contribution named]` |
 //! | evidence, a state withheld | `[u8 4]` (asked for the state its contribution named, `-22`, it served none, or another) |
+//! | evidence, an op | `[u8 5][u32 op][u32 code][u64 buffer][u64 word][u32 the definition's bits][u32 the member's bits]` (a dispute narrowed the step to op `op`, of code `code`: word `word` of `buffer` as it wrote it) |
 //! | verdict | `[u32 step][u64 target][u64 found by][evidence]` |
 
 use super::PeerId;
@@ -32,6 +33,18 @@ pub enum Evidence {
     /// Asked for the state its contribution named, the member served none, or another (the
     /// leader asked it too).
     Withheld,
+    /// A dispute narrowed the departure to one op of the member's step (its own backend run
+    /// again on the step's weights and batch, traced, against the definition's): the op's
+    /// position in the step and its code (`lockstep_luts::ops::OPS`), the word of the buffer
+    /// it wrote first, the definition's bits and the member's.
+    Op { op: u32, code: u32, buffer: u64, word: u64, expected: u32, claimed: u32 },
+}
+
+impl Evidence {
+    /// An op's name from its code (`?` for a code this build does not know).
+    pub fn op_name(code: u32) -> &'static str {
+        lockstep_luts::ops::OPS.get(code as usize).map_or("?", |spec| spec.name)
+    }
 }
 
 impl std::fmt::Display for Evidence {
@@ -62,6 +75,13 @@ impl std::fmt::Display for Evidence {
                 "the residual its next contribution named: the step leaves {expected:#018x}, it named {claimed:#018x}"
             ),
             Evidence::Withheld => write!(f, "it did not serve the residual its contribution named"),
+            Evidence::Op { op, code, buffer, word, expected, claimed } => write!(
+                f,
+                "its step departs at op #{op} ({}): word {word} of buffer {buffer}: the definition gives {expected:#010x} ({}), it computed {claimed:#010x} ({})",
+                Evidence::op_name(code),
+                f32::from_bits(expected),
+                f32::from_bits(claimed)
+            ),
         }
     }
 }
@@ -92,6 +112,7 @@ const DIGEST: u8 = 1;
 const FALSE_ACCUSATION: u8 = 2;
 const STATE: u8 = 3;
 const WITHHELD: u8 = 4;
+const OP: u8 = 5;
 
 impl Evidence {
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -117,6 +138,15 @@ impl Evidence {
                 out.extend_from_slice(&claimed.to_le_bytes());
             }
             Evidence::Withheld => out.push(WITHHELD),
+            Evidence::Op { op, code, buffer, word, expected, claimed } => {
+                out.push(OP);
+                out.extend_from_slice(&op.to_le_bytes());
+                out.extend_from_slice(&code.to_le_bytes());
+                out.extend_from_slice(&buffer.to_le_bytes());
+                out.extend_from_slice(&word.to_le_bytes());
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&claimed.to_le_bytes());
+            }
         }
     }
 
@@ -129,6 +159,14 @@ impl Evidence {
             FALSE_ACCUSATION => Evidence::FalseAccusation { accused: u64_of(bytes)? },
             STATE => Evidence::State { expected: u64_of(bytes)?, claimed: u64_of(bytes)? },
             WITHHELD => Evidence::Withheld,
+            OP => Evidence::Op {
+                op: u32_of(bytes)?,
+                code: u32_of(bytes)?,
+                buffer: u64_of(bytes)?,
+                word: u64_of(bytes)?,
+                expected: u32_of(bytes)?,
+                claimed: u32_of(bytes)?,
+            },
             _ => return None,
         })
     }
@@ -190,6 +228,7 @@ mod tests {
             Evidence::FalseAccusation { accused: 12 },
             Evidence::State { expected: 1 << 40, claimed: 3 },
             Evidence::Withheld,
+            Evidence::Op { op: 58, code: 1, buffer: 66, word: 1 << 33, expected: 0xbeca_d100, claimed: 0 },
         ] {
             let v = AuditVerdict { evidence, ..verdict };
             let mut bytes = Vec::new();
@@ -201,7 +240,12 @@ mod tests {
                 assert_eq!(AuditVerdict::decode(&mut &bytes[..cut]), None, "{cut} bytes");
             }
         }
-        assert_eq!(Evidence::decode(&mut &[5u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        assert_eq!(Evidence::decode(&mut &[6u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        let matmul = lockstep_luts::ops::OPS.iter().find(|s| s.name == "matmul").expect("an op").code;
+        assert_eq!(
+            Evidence::Op { op: 58, code: matmul, buffer: 66, word: 0, expected: 0xbeca_d100, claimed: 0 }.to_string(),
+            "its step departs at op #58 (matmul): word 0 of buffer 66: the definition gives 0xbecad100 (-0.3961258), it computed 0x00000000 (0)"
+        );
         assert_eq!(
             Evidence::Word { word: 3, expected: 0x3f80_0000, claimed: 0x3f80_0001 }.to_string(),
             "value 2 of its contribution: the definition gives 0x3f800000 (1), it sent 0x3f800001 (1.0000001)"

@@ -86,6 +86,41 @@ fn golden_bytes() {
     let nothing_kept = Message::State { step: 3, residual: Vec::new() };
     assert_eq!(decode(&encode(&nothing_kept)), Ok(nothing_kept));
     assert!(matches!(decode(&[0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 1, 2]), Err(WireError::Invalid(_))));
+    // Disputes: a trace request (the whole trace, then one chunk) and the answers.
+    assert_eq!(
+        encode(&Message::TraceRequest { step: 2, part: TracePart::Whole }),
+        vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]
+    );
+    let chunk = Message::TraceRequest { step: 2, part: TracePart::Chunk { op: 5, chunk: 1 } };
+    assert_eq!(encode(&chunk), vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0]);
+    assert_eq!(decode(&encode(&chunk)), Ok(chunk));
+    let trace = Trace { ops: vec![vec![0x0102], vec![], vec![3, 4]] };
+    let whole = Message::Trace { step: 2, answer: TraceAnswer::Whole(trace) };
+    let mut bytes = vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 3, 0, 0, 0];
+    bytes.extend([1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    bytes.extend([2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(encode(&whole), bytes);
+    assert_eq!(decode(&bytes), Ok(whole));
+    for cut in 4..bytes.len() {
+        assert!(decode(&bytes[..cut]).is_err(), "{cut} bytes");
+    }
+    // An op count or a chunk count past what the message holds is refused before allocating.
+    let mut huge = bytes[..16].to_vec();
+    huge.extend(u32::MAX.to_le_bytes());
+    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))));
+    let mut huge = bytes[..20].to_vec();
+    huge.extend(u32::MAX.to_le_bytes());
+    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))));
+    let words = Message::Trace { step: 2, answer: TraceAnswer::Chunk { op: 5, chunk: 1, words: vec![7, 0x8000_0000] } };
+    assert_eq!(
+        encode(&words),
+        vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0x80]
+    );
+    assert_eq!(decode(&encode(&words)), Ok(words));
+    assert!(matches!(
+        decode(&[0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 7]),
+        Err(WireError::Invalid(_))
+    ));
     // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
     // steps of an elastic window); the residual it was packed with named 0x0807060504030201.
     let p = Gradient {

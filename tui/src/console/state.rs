@@ -704,6 +704,9 @@ fn on_event(state: &mut State, event: Event) {
         Event::LeaderShunned { leader, step } => state.log(format!(
             "audit: the leader, node {leader}, sent a wrong contribution to step {step}: this node follows it no more (the next leader proposes the verdict)"
         )),
+        Event::Disputing { step, target, evidence } => state.log(format!(
+            "audit: node {target}'s contribution to step {step} departs ({evidence}): narrowing it to one op of its step before the verdict; it is not summed meanwhile"
+        )),
         Event::AuditFailed { step, target, error } => {
             state.log(format!("audit of node {target}'s contribution to step {step} not done: {error}"))
         }

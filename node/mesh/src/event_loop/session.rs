@@ -113,6 +113,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Output::Compute { step, cap } => self.spawn_compute(step, cap),
             Output::Audit { step, target, private } => self.spawn_audit(step, target, private),
+            Output::ServeTrace { to, step, part } => self.spawn_trace(to, step, part),
+            Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
             Output::ServeState { to, step } => {
                 let residual = self.kept_states.get(step).map(|state| state.to_vec()).unwrap_or_default();
                 self.links.send(to, &Message::State { step, residual });
@@ -277,13 +279,69 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 return;
             }
         };
-        tokio::task::spawn_blocking(move || {
+        // A thread of its own at the lowest priority: the member's own step comes first.
+        let spawned = std::thread::Builder::new().name("audit".into()).spawn(move || {
+            lockstep_node::audit::yield_to_training();
             let began = Instant::now();
             let (outcome, referee) = kit.recompute();
             let outcome = outcome.map_err(ReplicaError::Compute);
             let seconds = began.elapsed().as_secs_f64();
             let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(referee), seconds });
         });
+        if let Err(e) = spawned {
+            // The session hears that this audit is not done (its worker is free again).
+            let outcome = Err(ReplicaError::Compute(lockstep_node::compute_error::ComputeError::backend(e)));
+            let _ = self.inbound.send(Inbound::Audited { step, target, outcome, referee: None, seconds: 0.0 });
+        }
+    }
+
+    /// Disputes (target): this node's step `step` run again on its own backend, traced as the
+    /// leader `to` asks, on a blocking thread that holds the replica meanwhile (one step's
+    /// time); the answer goes back through the loop (`Inbound::TraceServed`). One at a time: a
+    /// request while one is being made is answered empty.
+    fn spawn_trace(&mut self, to: PeerId, step: u32, part: TracePart) {
+        let tx = self.inbound.clone();
+        if std::mem::replace(&mut self.tracing, true) {
+            let answer = empty_trace(part);
+            let _ = tx.send(Inbound::TraceServed { to, step, answer });
+            return;
+        }
+        let replica = self.replica.clone();
+        tokio::task::spawn_blocking(move || {
+            let tracing = match part {
+                TracePart::Whole => Tracing::Whole,
+                TracePart::Chunk { op, chunk } => Tracing::Chunk { op: op as usize, chunk: chunk as usize },
+            };
+            let traced = replica.lock().unwrap_or_else(|p| p.into_inner()).trace(step, &tracing);
+            let answer = match (traced, part) {
+                (Ok(Traced::Whole(trace)), _) => TraceAnswer::Whole(trace),
+                (Ok(Traced::Chunk(words)), TracePart::Chunk { op, chunk }) => TraceAnswer::Chunk { op, chunk, words },
+                _ => empty_trace(part),
+            };
+            let _ = tx.send(Inbound::TraceServed { to, step, answer });
+        });
+    }
+
+    /// Disputes (leader): the definition's run of `target`'s step `step` (its weights, kept;
+    /// its batch) on the referee, compared op by op with its trace, on a low-priority thread.
+    fn spawn_settle(&mut self, step: u32, target: PeerId, theirs: Arc<Trace>) {
+        let (replica, tx, referee) = (self.replica.clone(), self.inbound.clone(), self.audit_referee.take());
+        let spawned = std::thread::Builder::new().name("dispute".into()).spawn(move || {
+            lockstep_node::audit::yield_to_training();
+            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target, referee);
+            let (outcome, referee) = match kit {
+                Ok(kit) => {
+                    let (outcome, referee) = kit.settle(theirs);
+                    (outcome.map_err(ReplicaError::Compute), Some(referee))
+                }
+                Err(e) => (Err(e), None),
+            };
+            let _ = tx.send(Inbound::Settled { step, target, outcome, referee });
+        });
+        if let Err(e) = spawned {
+            let outcome = Err(ReplicaError::Compute(lockstep_node::compute_error::ComputeError::backend(e)));
+            let _ = self.inbound.send(Inbound::Settled { step, target, outcome, referee: None });
+        }
     }
 
     /// Undoes the step taken ahead of its commit: the replica goes back to the state before it,
@@ -343,5 +401,13 @@ fn must_stop(event: &Event) -> Option<String> {
             Some(format!("the state the group sent could not be restored: {error}"))
         }
         _ => None,
+    }
+}
+
+/// The answer to a trace request that cannot be made: no ops, or no words.
+fn empty_trace(part: TracePart) -> TraceAnswer {
+    match part {
+        TracePart::Whole => TraceAnswer::Whole(Trace::default()),
+        TracePart::Chunk { op, chunk } => TraceAnswer::Chunk { op, chunk, words: Vec::new() },
     }
 }
