@@ -47,6 +47,12 @@ pub struct AuditArgs {
     /// Steps of the honest group, with audits and without, for their cost.
     #[arg(long, default_value_t = 60)]
     honest_steps: u32,
+    /// The honest group's backends, member by member (repeated when fewer than `--members`):
+    /// a plugin name (`cpu`, `lut`, `dp4a`, `tc`) or `cpu@PATH`, the CPU mirror on one path of
+    /// this CPU's (`avx512-vnni`, `avx-vnni`, `avx2`, `portable`: `LOCKSTEP_CPU_PATH`) — members of
+    /// two CPU kinds on one machine.
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    honest_backends: Vec<String>,
     /// The model: width, context, layers, heads, batch (the tests' tiny model by default).
     #[arg(long, value_delimiter = ',', default_value = "32,32,1,2,4")]
     model: Vec<u32>,
@@ -65,15 +71,21 @@ struct Group {
 }
 
 impl Group {
-    /// `last`: the last member's backend (the others compute on `cpu`).
-    fn start(bin: &Path, members: usize, rate: f64, last: &str) -> anyhow::Result<Group> {
+    /// `backends`: member `i`'s backend is `backends[i]` (`cpu@PATH`: the CPU mirror on that path).
+    fn start(bin: &Path, rate: f64, backends: &[String]) -> anyhow::Result<Group> {
         let server = SignalServer::on_loopback(bin, None)?;
         let url = server.url();
         let rate = rate.to_string();
         let mut nodes = Vec::new();
-        for i in 0..members {
-            let backend = if i + 1 == members { last } else { "cpu" };
-            let command = node_command(std::process::Command::new(bin), &url, backend, &["--audit-rate", &rate]);
+        for backend in backends {
+            let (name, path) = match backend.split_once('@') {
+                Some((name, path)) => (name, Some(path)),
+                None => (backend.as_str(), None),
+            };
+            let mut command = node_command(std::process::Command::new(bin), &url, name, &["--audit-rate", &rate]);
+            if let Some(path) = path {
+                command.env(lockstep_worker_api::CPU_PATH_ENV, path);
+            }
             nodes.push(Headless::join(command, Duration::from_secs(30))?);
         }
         for node in &nodes {
@@ -118,7 +130,9 @@ struct Caught {
 
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught> {
     let plugin = kind.strip_prefix("plugin:");
-    let mut group = Group::start(bin, args.members, args.rate, plugin.unwrap_or("cpu"))?;
+    let mut backends = vec!["cpu".to_string(); args.members];
+    backends[args.members - 1] = plugin.unwrap_or("cpu").to_string();
+    let mut group = Group::start(bin, args.rate, &backends)?;
     group.train(args, 1_000_000)?;
     let mut rogue = group.nodes.pop().context("a member")?;
     let from = match plugin {
@@ -165,7 +179,8 @@ fn steps_per_sync(sync: &str) -> u32 {
 
 /// Syncs per second of an honest group at `rate`, and its audits and accusations.
 fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize)> {
-    let mut group = Group::start(bin, args.members, rate, "cpu")?;
+    let backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
+    let mut group = Group::start(bin, rate, &backends)?;
     group.train(args, (args.honest_steps + 5) * steps_per_sync(&args.sync))?;
     group.wait_step(5, Duration::from_secs(60))?;
     let began = Instant::now();
@@ -196,7 +211,9 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (audited_rate, honest_audits, honest_accused) = honest_run(&bin, &args, args.rate)?;
     let share = 1.0 - audited_rate / plain;
     let mode = format!("{}/{}", args.sync, args.compress);
+    let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
     let summary = json!({"members": args.members, "rate": args.rate, "model": args.model, "mode": mode,
+        "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share,
         "audited_contributions": honest_audits, "accusations": honest_accused},
@@ -232,7 +249,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!(
-            "honest group, {} steps: {:.2} steps/s without audits, {:.2} with (the audits' share {:.1}%); {} contributions audited, {} accusations",
+            "honest group ({}), {} steps: {:.2} steps/s without audits, {:.2} with (the audits' share {:.1}%); {} contributions audited, {} accusations",
+            honest_backends.join(", "),
             args.honest_steps,
             plain,
             audited_rate,

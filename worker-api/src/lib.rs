@@ -20,3 +20,8 @@ pub mod ops;
 pub mod plugin;
 
 pub use abi::*;
+
+/// The environment variable that tells the `cpu` plugin which of its paths to run
+/// (`avx512-vnni`, `avx-vnni`, `avx2`, `portable`) instead of the fastest this CPU has: members of
+/// two CPU kinds on one machine (every path gives the same bits). A host sets it per process.
+pub const CPU_PATH_ENV: &str = "LOCKSTEP_CPU_PATH";

@@ -5,6 +5,11 @@ use lockstep_luts::units::{Operand, UnitError, BLOCK};
 use crate::portable;
 use crate::quantize::{first_non_finite_error, quantize_rows};
 
+/// The environment variable that picks a [`Path`] instead of the fastest ([`Path::chosen`]);
+/// it also caps the element-wise ops' vector width (`avx512-vnni` their AVX-512 tier, `avx-vnni`
+/// and `avx2` their AVX2 tier, `portable` scalar).
+pub const PATH_ENV: &str = lockstep_worker_api::CPU_PATH_ENV;
+
 /// Which kernel computes the tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
@@ -43,6 +48,24 @@ impl Path {
     /// The fastest path this CPU supports.
     pub fn detect() -> Self {
         Path::available()[0]
+    }
+
+    /// The path named by [`PATH_ENV`] (`avx512-vnni`, `avx-vnni`, `avx2`, `portable`), or the
+    /// fastest when it is unset: one machine runs members of two CPU kinds (every path gives the
+    /// same bits; a mixed group checks it). A name this CPU cannot run, or no path's, is refused.
+    pub fn chosen() -> Result<Self, String> {
+        Path::named(std::env::var(PATH_ENV).ok().as_deref())
+    }
+
+    /// The path called `name` if this CPU runs it (`None`: the fastest).
+    pub fn named(name: Option<&str>) -> Result<Self, String> {
+        let Some(name) = name else { return Ok(Path::detect()) };
+        let available = Path::available();
+        let names: Vec<&str> = available.iter().map(|p| p.name()).collect();
+        match available.iter().find(|p| p.name() == name) {
+            Some(&path) => Ok(path),
+            None => Err(format!("{PATH_ENV}={name}: this CPU runs {}", names.join(", "))),
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -615,6 +638,22 @@ fn exact_epilogue(
 
 #[cfg(test)]
 mod tests {
+    /// A path is chosen by its name where the CPU runs it; another name, or one this CPU
+    /// cannot run, is refused with the paths it runs.
+    #[test]
+    fn a_path_is_chosen_by_name_and_an_unknown_or_missing_one_refused() {
+        assert_eq!(super::Path::named(None), Ok(super::Path::detect()));
+        for path in super::Path::available() {
+            assert_eq!(super::Path::named(Some(path.name())), Ok(path));
+        }
+        let refused = super::Path::named(Some("sse9")).unwrap_err();
+        assert!(refused.starts_with("LOCKSTEP_CPU_PATH=sse9: this CPU runs ") && refused.ends_with("portable"));
+        let all = [super::Path::Avx512Vnni, super::Path::AvxVnni, super::Path::Avx2];
+        for missing in all.into_iter().filter(|p| !super::Path::available().contains(p)) {
+            assert!(super::Path::named(Some(missing.name())).is_err(), "{missing:?}");
+        }
+    }
+
     use super::*;
     use lockstep_luts::rng::SplitMix64;
 

@@ -24,7 +24,7 @@ use lockstep_quantize as quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use gemm::{gemm_f32, Path, Scratch};
+pub use gemm::{gemm_f32, Path, Scratch, PATH_ENV};
 
 /// The plugin instance.
 pub struct CpuWorker {
@@ -59,11 +59,12 @@ impl Worker for CpuWorker {
         } else {
             None
         };
-        Ok(Self { threads, pool, path: Path::detect(), scratch: Scratch::default(), buffers: ops::Buffers::default() })
+        let path = Path::chosen().map_err(|why| WorkerError::new(status::INVALID_ARGUMENT, why))?;
+        Ok(Self { threads, pool, path, scratch: Scratch::default(), buffers: ops::Buffers::default() })
     }
 
     fn describe(&self) -> String {
-        format!("{} path, {} thread(s)", self.path.name(), self.threads)
+        format!("{} path, element-wise {}, {} thread(s)", self.path.name(), ops::widest_name(), self.threads)
     }
 
     fn gemm_f32(

@@ -114,10 +114,43 @@ impl Tier {
         tiers
     }
 
+    /// The widest tier the CPU has, at most the one [`crate::PATH_ENV`]'s path implies.
     fn widest() -> Tier {
         static WIDEST: std::sync::OnceLock<Tier> = std::sync::OnceLock::new();
-        *WIDEST.get_or_init(|| Tier::available()[0])
+        *WIDEST.get_or_init(|| Tier::capped(std::env::var(crate::PATH_ENV).ok().as_deref()))
     }
+
+    /// The widest tier the CPU has at most as wide as the one path `path` implies.
+    fn capped(path: Option<&str>) -> Tier {
+        let cap = match path {
+            Some("portable") => Tier::Portable,
+            Some("avx2" | "avx-vnni") => Tier::Avx2,
+            _ => Tier::Avx512,
+        };
+        Tier::available().into_iter().find(|&t| t.rank() <= cap.rank()).unwrap_or(Tier::Portable)
+    }
+
+    /// Wider tiers rank higher.
+    fn rank(self) -> u8 {
+        match self {
+            Tier::Avx512 => 2,
+            Tier::Avx2 => 1,
+            Tier::Portable => 0,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Tier::Avx512 => "avx512",
+            Tier::Avx2 => "avx2",
+            Tier::Portable => "portable",
+        }
+    }
+}
+
+/// The element-wise ops' tier, by name (the plugin's description says it).
+pub fn widest_name() -> &'static str {
+    Tier::widest().name()
 }
 
 /// `$name(args)` runs `$kernel(args)` compiled for the widest [`Tier`] the CPU has (`$name::on`
@@ -746,6 +779,19 @@ mod tests {
 
     /// Bad ops get typed refusals and leave the instance usable: a view past its buffer, an
     /// unknown buffer, a token past the vocabulary, a NaN into the units.
+    /// The element-wise ops follow the path a member is told to run: no wider than it implies,
+    /// never wider than the CPU has.
+    #[test]
+    fn the_element_wise_tier_is_capped_by_the_chosen_path() {
+        let widest = Tier::available()[0];
+        assert_eq!(Tier::capped(None), widest);
+        assert_eq!(Tier::capped(Some("avx512-vnni")), widest);
+        assert_eq!(Tier::capped(Some("portable")), Tier::Portable);
+        let avx2 = if Tier::available().contains(&Tier::Avx2) { Tier::Avx2 } else { Tier::Portable };
+        assert_eq!(Tier::capped(Some("avx2")), avx2);
+        assert_eq!(Tier::capped(Some("avx-vnni")), avx2);
+    }
+
     #[test]
     fn bad_ops_are_refused_with_their_reason() {
         let mut buffers = Buffers::default();

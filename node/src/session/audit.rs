@@ -721,12 +721,15 @@ fn op_evidence(departure: &crate::audit::Departure, theirs: &[u32]) -> Option<Ev
     })
 }
 
-/// The member `me` audits after `record` committed, if any: each roster member draws from the
-/// record's digests (and its own id) whether it audits (`rate` in a thousand) and whom, among
-/// the other members of the roster.
+/// The member `me` audits after `record` committed, if any. The record's digests seed one draw
+/// every member makes alike: the roster in a random cycle (Sattolo's shuffle), each member's
+/// target the next in it — so at rate 1000 every contribution is audited exactly once, and at
+/// any rate no member audits itself and none is audited twice while another is skipped. Each
+/// member then draws from the same seed and its own id whether it audits (`rate` in a thousand).
 pub fn assignment(record: &StepRecord, me: PeerId, rate: u32) -> Option<PeerId> {
     let roster = record.roster();
-    if roster.len() < 2 || !roster.contains(&me) || rate == 0 {
+    let at = roster.iter().position(|&p| p == me)?;
+    if roster.len() < 2 || rate == 0 {
         return None;
     }
     let mut seed = lockstep_luts::hash::fnv1a64(&record.step.to_le_bytes()) ^ u64::from(record.whash);
@@ -737,8 +740,14 @@ pub fn assignment(record: &StepRecord, me: PeerId, rate: u32) -> Option<PeerId> 
     if draw.below(1000) >= u64::from(rate) {
         return None;
     }
-    let others: Vec<PeerId> = roster.into_iter().filter(|&p| p != me).collect();
-    Some(others[draw.below(others.len() as u64) as usize])
+    let mut cycle: Vec<usize> = (0..roster.len()).collect();
+    let mut shuffle = lockstep_luts::rng::SplitMix64::new(seed);
+    for i in (1..cycle.len()).rev() {
+        let j = shuffle.below(i as u64) as usize;
+        cycle.swap(i, j);
+    }
+    // `cycle` is one cycle through every position: `at`'s target is the next one in it.
+    Some(roster[cycle[at]])
 }
 
 /// Word `word` of a contribution as evidence counts it (0: the loss's bits; `1 + i`: value `i`,
@@ -822,6 +831,19 @@ mod tests {
         // A quarter of 8,000 draws, each target about a quarter of those.
         assert!((1800..2200).contains(&audits), "{audits}");
         assert!(of.values().all(|&n| (400..600).contains(&n)), "{of:?}");
+        // At rate 1000 every member of a roster is audited exactly once, by another: the
+        // targets are a permutation without fixed points, a different one from step to step.
+        let mut cycles = BTreeSet::new();
+        for step in 1..=200 {
+            let r = record(step, &[3, 8, 21, 40, 55]);
+            let targets: Vec<PeerId> = r.roster().iter().map(|&me| assignment(&r, me, 1000).unwrap()).collect();
+            let mut sorted = targets.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, r.roster(), "step {step}: {targets:?}");
+            cycles.insert(targets);
+        }
+        // Five members make 4! = 24 cycles; 200 steps see nearly all of them.
+        assert!(cycles.len() >= 20, "{} cycles", cycles.len());
         // One digest of the record changed: another assignment (a member cannot foresee it).
         let (a, mut b) = (record(5, &peers), record(5, &peers));
         b.contributions[2].digest ^= 1;
