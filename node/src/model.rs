@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use lockstep_luts::ops::{self, Handle, Op, Span};
 use lockstep_luts::words::{of_f32s, of_f32s_mut};
 
-use crate::audit::{run_audited, trace_ops, Audited, Auditing, Traced, Tracing};
+use crate::audit::{run_audited, trace_ops, Audited, Auditing, Trace, Traced, Tracing};
 use crate::compute_error::ComputeError;
 use crate::device::Device;
 use crate::gemm::Gemm;
@@ -425,6 +425,31 @@ impl Model {
     ) -> Result<Traced, ComputeError> {
         self.with_step(gemm, Weights::Host(w), tokens, targets, batch, seq, |device, program| {
             trace_ops(device, program.step(), tracing)
+        })
+    }
+
+    /// [`Model::step`] from weights `w`, every op's written words traced as it runs
+    /// ([`Tracing::Whole`]): a leader's check, which records the definition's trace of the
+    /// contribution it recomputes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_traced(
+        &self,
+        gemm: &mut dyn Gemm,
+        w: &[f32],
+        tokens: &[u8],
+        targets: &[u8],
+        batch: usize,
+        seq: usize,
+    ) -> Result<(f32, Vec<f32>, Trace), ComputeError> {
+        self.with_step(gemm, Weights::Host(w), tokens, targets, batch, seq, |device, program| {
+            let Traced::Whole(trace) = trace_ops(device, program.step(), &Tracing::Whole)? else {
+                unreachable!("a whole trace asked for")
+            };
+            let mut loss = [0u32];
+            device.read(program.loss, 0, &mut loss)?;
+            let mut grads = vec![0f32; self.layout.len];
+            device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
+            Ok((f32::from_bits(loss[0]), grads, trace))
         })
     }
 

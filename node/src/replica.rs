@@ -361,6 +361,8 @@ pub struct AuditKit {
     /// `int8`, `int4`: the residual the member's contribution named (served by it, its digest
     /// checked) and the grid the group summed the step on.
     pub private: Option<PrivateInputs>,
+    /// Record the definition's trace of the step as it is recomputed (`every-step`).
+    pub trace: bool,
 }
 
 impl AuditKit {
@@ -399,18 +401,25 @@ impl AuditKit {
         let (batch, _) = self.data.next_batch(run.batch, run.model.context);
         let weights = crate::model::Weights::Host(&self.weights);
         let (t, b) = (run.model.context, run.batch);
-        let stepped = model.step(self.referee.as_mut(), weights, &batch.tokens, &batch.targets, b, t, None, self.step);
+        let (tokens, targets) = (&batch.tokens, &batch.targets);
+        let stepped = if self.trace {
+            let traced = model.step_traced(self.referee.as_mut(), &self.weights, tokens, targets, b, t);
+            traced.map(|(loss, grad, trace)| (loss, grad, Some(Arc::new(trace))))
+        } else {
+            let stepped = model.step(self.referee.as_mut(), weights, tokens, targets, b, t, None, self.step);
+            stepped.map(|(loss, grad, _)| (loss, grad, None))
+        };
         // The model's buffers on the referee go with it.
         model.release(self.referee.as_mut());
-        let outcome = stepped.map(|(loss, grad, _)| {
+        let outcome = stepped.map(|(loss, grad, trace)| {
             let Some(PrivateInputs { residual: state, grid, .. }) = &self.private else {
-                return Recomputed { loss, values: Values::F32(grad), next_state: None };
+                return Recomputed { loss, values: Values::F32(grad), next_state: None, trace };
             };
             // The session checked the residual's length and digest against what the member named.
             match crate::sync::repack(grad, state, run.sync.compression, grid) {
                 Ok(repacked) => {
                     let next_state = repacked.next_state.as_deref().map(crate::wire::state_digest);
-                    Recomputed { loss, values: repacked.values, next_state }
+                    Recomputed { loss, values: repacked.values, next_state, trace }
                 }
                 Err(_) => Recomputed::no_contribution(loss),
             }
@@ -419,7 +428,7 @@ impl AuditKit {
     }
 
     fn recompute_window(self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
-        let AuditKit { run, step, weights, data, referee, private } = self;
+        let AuditKit { run, step, weights, data, referee, private, .. } = self;
         let Some(PrivateInputs { residual: state, grid, weight }) = private else {
             let refused = std::io::Error::other("an outer:H contribution is audited with the state it named");
             return (Err(ComputeError::backend(refused)), referee);
@@ -463,7 +472,7 @@ impl AuditKit {
             } else {
                 None
             };
-            Ok(Recomputed { loss: contribution.loss, values: contribution.values, next_state })
+            Ok(Recomputed { loss: contribution.loss, values: contribution.values, next_state, trace: None })
         });
         (outcome, trainer.into_gemm())
     }
@@ -1062,7 +1071,7 @@ impl Replica for TrainerReplica {
             })
             .map_err(ReplicaError::Referee)?,
         };
-        Ok(AuditKit { run, step, weights, data, referee, private: None })
+        Ok(AuditKit { run, step, weights, data, referee, private: None, trace: false })
     }
 
     fn kept_states(&self) -> KeptStates {

@@ -10,6 +10,7 @@
 //! thing.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
@@ -503,7 +504,7 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
-                    Output::Audit { step, target, private } => {
+                    Output::Audit { step, target, private, trace } => {
                         // The toy's contribution of `target` from the weights the step started from
                         // (honest auditors recompute it as the definition says); packed, plus the
                         // residual it named, as `sync::repack` does.
@@ -513,6 +514,7 @@ impl Net {
                                 loss: 1.0 / step as f32,
                                 values: Values::F32(toy.gradient(target, step)),
                                 next_state: None,
+                                trace: trace.then(|| Arc::new(Toy::trace(&toy.gradient(target, step)))),
                             }),
                             (Some(toy), Some(private)) => {
                                 let (state, grid) = (&private.residual, &private.grid);
@@ -521,6 +523,7 @@ impl Net {
                                     loss: 1.0 / step as f32,
                                     values: again.values,
                                     next_state: again.next_state.as_deref().map(state_digest),
+                                    trace: trace.then(|| Arc::new(Toy::trace(&toy.gradient(target, step)))),
                                 })
                             }
                             (None, _) => Err(Failure::new(std::io::Error::other("weights gone"))),
@@ -2118,7 +2121,8 @@ fn a_dispute_narrows_a_wrong_backend_to_its_op_and_keeps_a_rogues_contribution_e
         Scale,
         Silent,
     }
-    for (seed, kind) in [(1401, Kind::Backend), (1402, Kind::Backend), (1403, Kind::Scale), (1404, Kind::Silent)] {
+    let kinds = [(1401, Kind::Backend), (1402, Kind::Backend), (1405, Kind::Backend), (1406, Kind::Backend)];
+    for (seed, kind) in kinds.into_iter().chain([(1403, Kind::Scale), (1404, Kind::Silent), (1407, Kind::Scale)]) {
         let mut net = audited(seed, 500, 40);
         let mut wrong = false;
         net.run(400_000, |net, top| {

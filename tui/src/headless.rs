@@ -70,7 +70,7 @@ pub fn report_json(report: &Report) -> Value {
                 "audited": timing.audits.audited, "audits_matched": timing.audits.matched,
                 "audits_skipped": timing.audits.skipped, "audits_linked": timing.audits.linked, "audit_ms": timing.audit_seconds * 1e3,
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
-                "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes,
+                "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes, "audit_bytes": timing.audit_bytes,
                 "utilization": timing.utilization()}),
         Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
         Report::Warning(message) => json!({"event": "warning", "message": message}),

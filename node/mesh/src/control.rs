@@ -165,6 +165,9 @@ pub struct StepTiming {
     /// Bytes this node sent over all its links since the step before was applied (its
     /// contribution to every member, rosters, repairs, pings: everything).
     pub sent_bytes: u64,
+    /// Of `sent_bytes`, the answers this node served to auditors (its residuals and window
+    /// states, `-23`; its traces, `-25`).
+    pub audit_bytes: u64,
     /// Seconds this node's audits recomputed since the step before (beside its own step, on
     /// the referee), and its audits' counts in the run so far.
     pub audit_seconds: f64,

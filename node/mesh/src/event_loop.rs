@@ -101,6 +101,8 @@ struct Links {
     /// Peers nothing is sent to (fault injection; the channel stays open).
     cut: Vec<PeerId>,
     next_message_id: u32,
+    /// Bytes of the answers served to auditors (states, traces), also counted per link.
+    audit_bytes_out: u64,
 }
 
 impl Links {
@@ -113,8 +115,12 @@ impl Links {
         self.next_message_id = self.next_message_id.wrapping_add(1);
         let link = self.stats.entry(to).or_default();
         let urgent = urgent(message);
+        let served = matches!(message, Message::State { .. } | Message::Trace { .. });
         for frame in wire::frames(wire::encode(message), self.next_message_id) {
             link.bytes_out += frame.len() as u64;
+            if served {
+                self.audit_bytes_out += frame.len() as u64;
+            }
             writer.send(frame, urgent);
         }
     }
@@ -129,6 +135,11 @@ impl Links {
     /// Bytes sent to every peer so far.
     fn sent(&self) -> u64 {
         self.stats.values().map(|s| s.bytes_out).sum()
+    }
+
+    /// Of [`Links::sent`], the answers served to auditors.
+    fn sent_for_audits(&self) -> u64 {
+        self.audit_bytes_out
     }
 
     /// Peers whose data channel is open.
@@ -204,6 +215,8 @@ pub(crate) struct MeshLoop<R> {
     deferred_saves: Vec<CheckpointTarget>,
     /// `Links::sent` when the last step was applied.
     sent_at_apply: u64,
+    /// [`Links::sent_for_audits`] when the last step was applied.
+    audit_sent_at_apply: u64,
     /// Compute tasks under way.
     computing: usize,
     /// Fault injection: asked to compute, this node never does.
@@ -211,7 +224,7 @@ pub(crate) struct MeshLoop<R> {
     /// Audits: the one waiting for the replica (busy computing) to hand out its kit, the referee
     /// the audits recompute on (kept here between audits), and the seconds they took since the
     /// last step was reported.
-    audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>)>,
+    audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>, bool)>,
     audit_referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
     /// Disputes: a trace of this node's step is being made for the leader (one at a time: each
     /// costs a step).
@@ -273,6 +286,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             last_computed: None,
             deferred_saves: Vec::new(),
             sent_at_apply: 0,
+            audit_sent_at_apply: 0,
             computing: 0,
             lazy: false,
             hurry: None,

@@ -50,6 +50,7 @@ use std::sync::Arc;
 
 use super::log::{LogEntry, StepRecord};
 use super::*;
+use crate::audit::Departure;
 use crate::wire::{AuditVerdict, Evidence, TraceAnswer};
 
 /// Committed records a member keeps to check accusations against (the digest each named).
@@ -98,6 +99,9 @@ pub struct Recomputed {
     /// Packed: the digest of the residual the contribution leaves on the group's grid (what
     /// the member's next contribution must name).
     pub next_state: Option<u64>,
+    /// Asked for (`Output::Audit`'s `trace`): the definition's trace of the step, recorded as
+    /// it was recomputed — what a dispute compares the target's with.
+    pub trace: Option<Arc<Trace>>,
 }
 
 impl Recomputed {
@@ -106,7 +110,7 @@ impl Recomputed {
     /// none), so the one it sent departs — its evidence the digests (the recomputation's is
     /// of no values).
     pub fn no_contribution(loss: f32) -> Recomputed {
-        Recomputed { loss, values: Values::F32(Vec::new()), next_state: None }
+        Recomputed { loss, values: Values::F32(Vec::new()), next_state: None, trace: None }
     }
 }
 
@@ -148,6 +152,9 @@ pub(super) struct Running {
     pub accusers: Vec<(PeerId, Evidence)>,
     /// Packed runs: the state the contribution named and the step's grid.
     pub private: Option<Private>,
+    /// (Leader) the recomputation records the definition's trace (for a check, the target was
+    /// asked for its own at once), so a departure is narrowed without running the step again.
+    pub trace: bool,
 }
 
 /// A packed contribution's audit: the residual it named and the grid the step was summed on;
@@ -180,13 +187,13 @@ pub(super) struct Dispute {
 
 #[derive(Clone, Debug)]
 pub(super) enum Stage {
-    /// The target's trace of the step, asked for (`-24`).
-    Trace,
-    /// The definition's run of the step against the target's trace, on the worker.
-    Definition { theirs: Arc<crate::audit::Trace> },
-    /// The target's words of the first chunk where the two part, asked for: the definition's
-    /// words of it and the digest the target's trace gave that chunk.
-    Words { departure: crate::audit::Departure, digest: u64 },
+    /// The target's trace of the step, asked for (`-24`), and the definition's, recorded by the
+    /// leader's recomputation.
+    Trace { definition: Arc<Trace> },
+    /// The first op and chunk where the two part: the definition's words of it (the worker runs
+    /// the step again up to that op) and the target's (`-25`, their digest the one its trace
+    /// gave the chunk), each once here.
+    Narrowing { op: usize, chunk: usize, digest: u64, ours: Option<Departure>, theirs: Option<Vec<u32>> },
 }
 
 /// The counts the step-health pane and the headless JSON show.
@@ -225,6 +232,11 @@ pub(super) struct Audits {
     pub shunned: BTreeMap<PeerId, AuditVerdict>,
     /// (Leader) the departure being narrowed to one op (one at a time).
     pub dispute: Option<Dispute>,
+    /// (Leader) the traces asked for as a check began, by (step, target), each once it came.
+    pub traces: BTreeMap<(u32, PeerId), Option<Arc<Trace>>>,
+    /// The definition's trace of the contribution just found to depart, for the dispute it
+    /// opens (set only while [`Session::accuse`] runs for it).
+    definition: Option<((u32, PeerId), Arc<Trace>)>,
     pub stats: AuditStats,
 }
 
@@ -267,6 +279,7 @@ impl Audits {
         self.private.clear();
         self.checks.clear();
         self.links.clear();
+        self.traces.clear();
     }
 }
 
@@ -320,7 +333,16 @@ impl Session {
         let (named, weight, step) = (c.digest, c.weight, record.step);
         let claimed = self.contributions.get(step, target).map(|h| h.gradient.clone());
         let whash = record.whash;
-        let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None };
+        // The leader's recomputations record the definition's trace, which a dispute compares
+        // the target's with; for a check of an accusation the target's is asked for now, beside
+        // the recomputation — a departure then narrows at once.
+        let every_step = self.run.is_some_and(|run| run.sync.mode.steps_per_sync() == 1);
+        let trace = every_step && self.is_leader();
+        let ask = trace && !accusers.is_empty() && target != self.config.me && self.members.contains(&target);
+        if ask && self.audits.traces.insert((step, target), None).is_none() {
+            self.send(target, Message::TraceRequest { step, part: TracePart::Whole });
+        }
+        let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None, trace };
         if self.run.is_some_and(|run| packed(&run)) {
             let Some((grid, state)) = self.audits.private_of(step, target) else {
                 return self.give_up(step, target, Unfinished::NotHeld);
@@ -330,7 +352,7 @@ impl Session {
             return self.send(target, Message::StateRequest { step });
         }
         self.audits.running = Some(running);
-        self.out.push(Output::Audit { step, target, private: None });
+        self.out.push(Output::Audit { step, target, private: None, trace });
     }
 
     /// An audit ends without a recomputation: said, and the worker free for the next.
@@ -368,7 +390,8 @@ impl Session {
         private.asked_ms = None;
         let grid = private.grid.clone();
         let private = PrivateInputs { residual: Arc::new(residual), grid, weight: running.weight };
-        self.out.push(Output::Audit { step, target: from, private: Some(private) });
+        let trace = running.trace;
+        self.out.push(Output::Audit { step, target: from, private: Some(private), trace });
     }
 
     /// Time passes: an auditor waiting too long for a state calls it withheld (the target was
@@ -460,12 +483,13 @@ impl Session {
 
     fn compare(&mut self, running: Running, recomputed: Recomputed) {
         let me = self.config.me;
-        let Running { step, target, whash, named, weight, claimed, accusers, private } = running;
-        let Recomputed { loss, values, next_state } = recomputed;
+        let Running { step, target, whash, named, weight, claimed, accusers, private, .. } = running;
+        let Recomputed { loss, values, next_state, trace } = recomputed;
         let state = private.as_ref().map_or(0, |p| p.state);
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };
         self.audits.stats.audited += 1;
         if recomputed.digest() == named {
+            self.audits.traces.remove(&(step, target));
             self.audits.stats.matched += 1;
             self.event(Event::Audited { step, target });
             // The contribution is the definition's: whoever accused its arithmetic accused
@@ -502,7 +526,9 @@ impl Session {
                 evidence = *word;
             }
         }
+        self.audits.definition = trace.map(|t| ((step, target), t));
         self.accuse(step, target, accusers.first().map(|(a, _)| *a), evidence);
+        self.audits.definition = None;
     }
 
     /// The links whose next step `step` is, once its record committed here: the state each
@@ -576,23 +602,73 @@ impl Session {
     /// (Leader) a contribution to an `every-step` run found to depart by its values: before the
     /// verdict is proposed, the dispute is narrowed to the op of the target's step where it
     /// first departs (`docs/TRUST.md`, "Disputes"), the target not summed meanwhile. Other
-    /// evidence (a state, a withheld one, a false accusation), a target gone or a dispute
-    /// already under way: the verdict is proposed at once.
+    /// evidence (a state, a withheld one, a false accusation), no trace of the definition (an
+    /// `outer:H` window), a target gone or a dispute already under way: the verdict is proposed
+    /// at once.
     fn dispute_or_convict(&mut self, verdict: AuditVerdict) {
         let target = verdict.target;
         if self.audits.disputed(target) {
             return; // its dispute ends in a verdict
         }
+        let key = (verdict.step, target);
+        let definition = self.audits.definition.take().filter(|(k, _)| *k == key).map(|(_, t)| t);
         let by_values = matches!(verdict.evidence, Evidence::Word { .. } | Evidence::Digest { .. });
-        let every_step = self.run.is_some_and(|run| run.sync.mode.steps_per_sync() == 1);
         let free = self.audits.dispute.is_none() && !self.audits.convicted.contains(&target);
-        if !(by_values && every_step && free && target != self.config.me && self.members.contains(&target)) {
+        let reachable = target != self.config.me && self.members.contains(&target);
+        let Some(definition) = definition.filter(|_| by_values && free && reachable) else {
+            self.audits.traces.remove(&key);
             return self.convict(verdict);
-        }
+        };
         let since_ms = self.timing.now_ms();
-        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace });
+        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace { definition } });
         self.event(Event::Disputing { step: verdict.step, target, evidence: verdict.evidence });
-        self.send(target, Message::TraceRequest { step: verdict.step, part: TracePart::Whole });
+        match self.audits.traces.remove(&key) {
+            // Asked as the check began, and here: compared at once.
+            Some(Some(theirs)) => self.on_their_trace(theirs),
+            // Asked, on its way.
+            Some(None) => {
+                self.audits.traces.insert(key, None);
+            }
+            None => self.send(target, Message::TraceRequest { step: verdict.step, part: TracePart::Whole }),
+        }
+    }
+
+    /// The disputed member's trace, compared with the definition's: at the first op and chunk
+    /// where they part, both sides' words of that chunk are asked for at once (the definition's
+    /// from the worker, which runs the step again up to that op).
+    fn on_their_trace(&mut self, theirs: Arc<Trace>) {
+        let Some(dispute) = self.audits.dispute.as_mut() else { return };
+        let Stage::Trace { definition } = &dispute.stage else { return };
+        let definition = definition.clone();
+        let (step, target) = (dispute.verdict.step, dispute.verdict.target);
+        self.audits.traces.remove(&(step, target));
+        if theirs.ops.is_empty() {
+            return self.settle(None); // it could not trace the step
+        }
+        dispute.since_ms = self.timing.now_ms();
+        if definition.ops.len() != theirs.ops.len() {
+            return self.settle(None); // not a trace of this step
+        }
+        let parted = (0..theirs.ops.len()).find(|&i| definition.ops[i] != theirs.ops[i]);
+        let Some(op) = parted else { return self.settle(None) }; // every op agrees
+        let (ours, their) = (&definition.ops[op], &theirs.ops[op]);
+        let chunk = ours.iter().zip(their).position(|(a, b)| a != b).unwrap_or(ours.len().min(their.len()));
+        let Some(&digest) = their.get(chunk) else { return self.settle(None) };
+        dispute.stage = Stage::Narrowing { op, chunk, digest, ours: None, theirs: None };
+        self.out.push(Output::Settle { step, target, theirs });
+        let part = TracePart::Chunk { op: op as u32, chunk: chunk as u32 };
+        self.send(target, Message::TraceRequest { step, part });
+    }
+
+    /// A narrowing with both sides' words of the chunk where they part ends in the op's evidence.
+    fn narrowed(&mut self) {
+        let Some(Dispute { stage: Stage::Narrowing { ours: Some(ours), theirs: Some(theirs), .. }, .. }) =
+            &self.audits.dispute
+        else {
+            return;
+        };
+        let evidence = op_evidence(ours, theirs);
+        self.settle(evidence);
     }
 
     /// The dispute ends: its verdict proposed with `evidence` (an op), or with the contribution's.
@@ -612,63 +688,65 @@ impl Session {
         self.out.push(Output::ServeTrace { to: from, step, part });
     }
 
-    /// The disputed member's answer: its whole trace (the definition's run compares with it on
-    /// the worker), or its words of the chunk where the two part — checked against the digest
-    /// its trace gave that chunk, then compared word by word with the definition's.
+    /// A disputed member's answer (or one asked for as a check began, kept until its dispute):
+    /// its whole trace, or its words of the chunk where it parts from the definition — checked
+    /// against the digest its trace gave that chunk.
     pub(super) fn on_trace(&mut self, from: PeerId, step: u32, answer: TraceAnswer) {
-        let asked = |d: &Dispute| d.verdict.target == from && d.verdict.step == step;
-        let Some(dispute) = self.audits.dispute.as_mut().filter(|d| asked(d)) else {
-            return self.ignore(from, Ignored::UnaskedTrace);
-        };
-        match (&dispute.stage, answer) {
-            (Stage::Trace, TraceAnswer::Whole(trace)) => {
-                if trace.ops.is_empty() {
-                    return self.settle(None); // it could not trace the step
+        let disputed = self.audits.dispute.as_ref().is_some_and(|d| d.verdict.target == from && d.verdict.step == step);
+        match answer {
+            TraceAnswer::Whole(trace) if !disputed => match self.audits.traces.get_mut(&(step, from)) {
+                Some(slot @ None) => *slot = Some(Arc::new(trace)),
+                _ => self.ignore(from, Ignored::UnaskedTrace),
+            },
+            TraceAnswer::Whole(trace) => {
+                if matches!(self.audits.dispute.as_ref().map(|d| &d.stage), Some(Stage::Trace { .. })) {
+                    self.on_their_trace(Arc::new(trace));
+                } else {
+                    self.ignore(from, Ignored::UnaskedTrace);
                 }
-                let theirs = Arc::new(trace);
-                dispute.stage = Stage::Definition { theirs: theirs.clone() };
-                dispute.since_ms = self.timing.now_ms();
-                self.out.push(Output::Settle { step, target: from, theirs });
             }
-            (Stage::Words { departure, digest }, TraceAnswer::Chunk { op, chunk, words })
-                if op as usize == departure.op && chunk as usize == departure.chunk =>
-            {
+            TraceAnswer::Chunk { op, chunk, words } => {
+                let Some(Dispute { stage: Stage::Narrowing { op: o, chunk: c, digest, theirs, .. }, .. }) =
+                    self.audits.dispute.as_mut().filter(|_| disputed)
+                else {
+                    return self.ignore(from, Ignored::UnaskedTrace);
+                };
+                if (op as usize, chunk as usize) != (*o, *c) || theirs.is_some() {
+                    return self.ignore(from, Ignored::UnaskedTrace);
+                }
                 // Words that are not the chunk its trace named prove nothing about the op.
-                let evidence =
-                    (crate::wire::words_digest(&words) == *digest).then(|| op_evidence(departure, &words)).flatten();
-                self.settle(evidence);
+                if crate::wire::words_digest(&words) != *digest {
+                    return self.settle(None);
+                }
+                *theirs = Some(words);
+                self.narrowed();
             }
-            _ => self.ignore(from, Ignored::UnaskedTrace),
         }
     }
 
-    /// The definition's run of the disputed step against the target's trace: the first op
-    /// where they part (its words of the first differing chunk asked for next), or nothing to
-    /// narrow to (every op agrees — the contribution departs after its step's ops — or the
-    /// traces are not of one step, or the run failed): the verdict on the contribution's evidence.
+    /// The definition's run of the disputed step up to the op where the two traces part: its
+    /// words of the chunk that differs (the narrowing ends once the target's are here too), or,
+    /// where it parts elsewhere or failed, the verdict on the contribution's evidence.
     pub(super) fn on_settled(&mut self, step: u32, target: PeerId, outcome: Result<Traced, Failure>) {
-        let running = |d: &Dispute| {
-            d.verdict.target == target && d.verdict.step == step && matches!(d.stage, Stage::Definition { .. })
-        };
-        let Some(dispute) = self.audits.dispute.as_mut().filter(|d| running(d)) else { return };
-        let Stage::Definition { theirs } = &dispute.stage else { unreachable!("matched above") };
+        let ours = |d: &Dispute| d.verdict.target == target && d.verdict.step == step;
+        let Some(dispute) = self.audits.dispute.as_mut().filter(|d| ours(d)) else { return };
         let Ok(Traced::Departs(departure)) = outcome else { return self.settle(None) };
-        let Some(&digest) = theirs.ops.get(departure.op).and_then(|chunks| chunks.get(departure.chunk)) else {
-            return self.settle(None); // the definition wrote words where the target wrote none
-        };
-        let part = TracePart::Chunk { op: departure.op as u32, chunk: departure.chunk as u32 };
-        dispute.stage = Stage::Words { departure, digest };
-        dispute.since_ms = self.timing.now_ms();
-        self.send(target, Message::TraceRequest { step, part });
+        match &mut dispute.stage {
+            Stage::Narrowing { op, chunk, ours, .. } if (*op, *chunk) == (departure.op, departure.chunk) => {
+                *ours = Some(departure);
+                self.narrowed();
+            }
+            // The definition's run parted from the trace elsewhere than its own trace did.
+            _ => self.settle(None),
+        }
     }
 
     /// (Leader) a dispute whose target has not answered for [`DISPUTE_WAIT_ELECTIONS`] election
     /// timeouts ends on the contribution's evidence.
     fn dispute_tick(&mut self, now_ms: u64) {
         let Some(since) = self.audits.dispute.as_ref().map(|d| d.since_ms) else { return };
-        let waiting = !self.audits.dispute.as_ref().is_some_and(|d| matches!(d.stage, Stage::Definition { .. }));
         let wait = DISPUTE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
-        if waiting && now_ms.saturating_sub(since) >= wait {
+        if now_ms.saturating_sub(since) >= wait {
             self.settle(None);
         }
     }
@@ -707,7 +785,7 @@ impl Session {
 
 /// The first word where the target's words of a chunk part from the definition's, as
 /// evidence: the op, the buffer and word it wrote, both values (`None`: they do not part).
-fn op_evidence(departure: &crate::audit::Departure, theirs: &[u32]) -> Option<Evidence> {
+fn op_evidence(departure: &Departure, theirs: &[u32]) -> Option<Evidence> {
     let ours = &departure.words;
     let at = (0..ours.len().min(theirs.len())).find(|&i| ours[i] != theirs[i])?;
     let (buffer, word) = departure.place(at)?;

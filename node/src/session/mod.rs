@@ -203,6 +203,9 @@ pub enum Output {
         /// Packed runs: the residual the contribution named (served by the target, its digest
         /// checked) and the grid the group summed the step on.
         private: Option<PrivateInputs>,
+        /// Record the definition's trace of the step too (`Recomputed::trace`): a leader's
+        /// check, whose departure it narrows to one op.
+        trace: bool,
     },
     /// Disputes: send `to` (the leader) our trace of `step` — our own backend's step run again
     /// from the weights it started from, every op's chunk digests — or the words of one chunk

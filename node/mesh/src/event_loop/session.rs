@@ -9,8 +9,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     pub(super) fn on_computed(&mut self, Computed { step, result, seconds, hash, change, generation }: Computed) {
         self.computing -= 1;
         // The replica is free: an audit waiting for it takes its kit now.
-        if let Some((step, target, private)) = self.audit_waiting.take() {
-            self.spawn_audit(step, target, private);
+        if let Some((step, target, private, trace)) = self.audit_waiting.take() {
+            self.spawn_audit(step, target, private, trace);
         }
         if let Some(change) = change {
             self.announce(change);
@@ -112,7 +112,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step, cap } => self.spawn_compute(step, cap),
-            Output::Audit { step, target, private } => self.spawn_audit(step, target, private),
+            Output::Audit { step, target, private, trace } => self.spawn_audit(step, target, private, trace),
             Output::ServeTrace { to, step, part } => self.spawn_trace(to, step, part),
             Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
             Output::ServeState { to, step } => {
@@ -143,6 +143,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 timing.exchange = waited;
                 let sent = self.links.sent();
                 timing.sent_bytes = sent.saturating_sub(std::mem::replace(&mut self.sent_at_apply, sent));
+                let served = self.links.sent_for_audits();
+                timing.audit_bytes = served.saturating_sub(std::mem::replace(&mut self.audit_sent_at_apply, served));
                 if tentative {
                     self.tentative = Some((step, timing));
                 } else {
@@ -263,17 +265,17 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// loop never waits for one: the audit waits for the compute's answer instead — and the
     /// recomputation runs on a blocking thread without it, on the referee, beside the member's
     /// own next step (`Inbound::Audited` answers and brings the referee back).
-    pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId, private: Option<PrivateInputs>) {
+    pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId, private: Option<PrivateInputs>, trace: bool) {
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target, self.audit_referee.take()),
             Err(_) => {
-                self.audit_waiting = Some((step, target, private));
+                self.audit_waiting = Some((step, target, private, trace));
                 return;
             }
         };
         let tx = self.inbound.clone();
         let kit = match kit {
-            Ok(kit) => AuditKit { private, ..kit },
+            Ok(kit) => AuditKit { private, trace, ..kit },
             Err(e) => {
                 let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, seconds: 0.0 });
                 return;
