@@ -5,8 +5,9 @@
 //! packed with `--compress int8|int4`) with `--audit-rate`, the last member turns rogue after a few steps, and the bench records the syncs
 //! from its first wrong contribution until every honest member has reported the verdict that
 //! removes it, and any verdict against anyone else (a false accusation). Then the same group
-//! honest, with audits at the rate and without: the audited honest contributions (and any
-//! accusation among them) and the audits' share of the group's tokens/s.
+//! honest, with audits at the rate and without, alternated `--pairs` times: the audited honest
+//! contributions (and any accusation among them) and the audits' share of the group's tokens/s
+//! (the median of the pairs').
 //!
 //! `--sync outer:H` runs windows instead of steps (audited when packed); f32 windows and
 //! overlapped ones are not audited (`docs/TRUST.md`): the bench says so rather than measuring
@@ -47,6 +48,10 @@ pub struct AuditArgs {
     /// Steps of the honest group, with audits and without, for their cost.
     #[arg(long, default_value_t = 60)]
     honest_steps: u32,
+    /// Honest runs without audits and with them, alternated this many times: the audits' share
+    /// is the median of the pairs' (one machine's load drifts between runs).
+    #[arg(long, default_value_t = 3)]
+    pairs: usize,
     /// The honest group's backends, member by member (repeated when fewer than `--members`):
     /// a plugin name (`cpu`, `lut`, `dp4a`, `tc`) or `cpu@PATH`, the CPU mirror on one path of
     /// this CPU's (`avx512-vnni`, `avx-vnni`, `avx2`, `portable`: `LOCKSTEP_CPU_PATH`) — members of
@@ -141,9 +146,12 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught>
             group.wait_step(3, Duration::from_secs(60))?;
             rogue.wait_for("a step", Duration::from_secs(60), |e| e["event"] == "weights")?;
             let kind = if kind == "batch" { format!("batch:{}", group.nodes[0].id) } else { kind.to_string() };
-            let from = rogue.last_step() + 1;
             rogue.command(&json!({"cmd": "rogue", "kind": kind}))?;
-            from
+            // Counted from its first wrong contribution (steps already computing when the
+            // command came are honest).
+            let began = rogue
+                .wait_for("its first wrong contribution", Duration::from_secs(60), |e| e["event"] == "rogue-began")?;
+            began["step"].as_u64().context("the step")?
         }
     };
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
@@ -207,15 +215,29 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             "false_accusations": caught.iter().map(|c| c.false_accusations).sum::<usize>(),
             "audited": caught.iter().map(|c| c.audited).sum::<usize>()}));
     }
-    let (plain, _, _) = honest_run(&bin, &args, 0.0)?;
-    let (audited_rate, honest_audits, honest_accused) = honest_run(&bin, &args, args.rate)?;
-    let share = 1.0 - audited_rate / plain;
+    ensure!(args.pairs >= 1, "--pairs: at least one");
+    let (mut shares, mut plains, mut withs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut honest_audits, mut honest_accused) = (0, 0);
+    for _ in 0..args.pairs {
+        let (plain, _, _) = honest_run(&bin, &args, 0.0)?;
+        let (with, audits, accused) = honest_run(&bin, &args, args.rate)?;
+        shares.push(1.0 - with / plain);
+        (honest_audits, honest_accused) = (honest_audits + audits, honest_accused + accused);
+        plains.push(plain);
+        withs.push(with);
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (share, plain, audited_rate) = (median(&shares), median(&plains), median(&withs));
     let mode = format!("{}/{}", args.sync, args.compress);
     let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
     let summary = json!({"members": args.members, "rate": args.rate, "model": args.model, "mode": mode,
         "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
-        "steps_per_s_with": audited_rate, "audits_share_of_throughput": share,
+        "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,
         "audited_contributions": honest_audits, "accusations": honest_accused},
         "not_audited": ["outer:H f32", "outer:H with an overlap"]});
     if args.json {
@@ -248,10 +270,13 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 number("audited")
             );
         }
+        let pairs: Vec<String> = shares.iter().map(|s| format!("{:.1}%", 100.0 * s)).collect();
         println!(
-            "honest group ({}), {} steps: {:.2} steps/s without audits, {:.2} with (the audits' share {:.1}%); {} contributions audited, {} accusations",
+            "honest group ({}), {} steps × {} pairs ({}): median {:.2} steps/s without audits, {:.2} with (the audits' share {:.1}%); {} contributions audited, {} accusations",
             honest_backends.join(", "),
             args.honest_steps,
+            args.pairs,
+            pairs.join(" "),
             plain,
             audited_rate,
             100.0 * share,

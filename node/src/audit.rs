@@ -18,6 +18,17 @@ use crate::host_device::{HostDevice, HostMemory};
 /// so an audit takes only cycles the member's own step leaves (`docs/TRUST.md`).
 pub const AUDIT_NICE: i32 = 19;
 
+/// How a recomputation of another member's work is scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Urgency {
+    /// A routine audit: on spare cycles only ([`yield_to_training`]).
+    Routine,
+    /// The leader's check of an accusation, or a dispute's run: at the member's own priority —
+    /// a wrong contribution may be summed meanwhile, and accusations are rare (a false one
+    /// convicts its accuser at the first).
+    Check,
+}
+
 /// Lowers the calling thread to [`AUDIT_NICE`] (Linux keeps a nice value per thread, and the
 /// threads it starts inherit it: a referee opened here computes on low-priority threads too).
 /// Elsewhere, or where the call is refused, the thread keeps its priority.

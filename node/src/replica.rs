@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use crate::admission::{check_at_run_shapes, ShapesAdmitted, ShapesRefused};
-use crate::audit::{Traced, Tracing};
+use crate::audit::{Traced, Tracing, Urgency};
 use crate::checkpoint::{self, CheckpointError};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
@@ -248,6 +248,11 @@ pub trait Replica: Send + 'static {
     fn corpus_digest(&mut self) -> u64 {
         0
     }
+    /// Fault injection: the step of the first contribution a rogue ([`Replica::play_rogue`])
+    /// made wrong, once.
+    fn take_rogue_began(&mut self) -> Option<u32> {
+        None
+    }
     /// A backend swap that took effect since the last call (at a step boundary, before the
     /// step's compute), if any.
     fn take_backend_change(&mut self) -> Option<BackendChange> {
@@ -263,12 +268,14 @@ pub trait Replica: Send + 'static {
     fn keep_audit_weights(&mut self, _on: bool) {}
     /// What recomputing `target`'s contribution to `step` needs, taken out so the audit runs
     /// without the replica: the weights `step` was computed from, `target`'s batch of it and
-    /// `referee` (the last audit's; `None`: a new one is opened).
+    /// `referee` (the last audit's of this urgency; `None`: a new one is opened, on threads of
+    /// a routine audit's low priority or of the member's own for a check).
     fn audit_kit(
         &mut self,
         _step: u32,
         _target: PeerId,
         _referee: Option<Box<dyn Gemm + Send>>,
+        _urgency: Urgency,
     ) -> Result<AuditKit, ReplicaError> {
         Err(ReplicaError::NoRun)
     }
@@ -516,6 +523,10 @@ pub struct TrainerReplica {
     poison: Option<f32>,
     /// Fault injection: a rogue's kind, and its last contribution's values (for `Stale`).
     rogue: Option<(Rogue, Option<Values>)>,
+    /// Fault injection: the step whose contribution a rogue first made wrong (once, for
+    /// [`Replica::take_rogue_began`]), and whether it was told.
+    rogue_began: Option<u32>,
+    rogue_told: bool,
     /// `outer:H` with an overlap: the trainer, on a thread of its own, running the next
     /// window's first steps while the group sums the contribution just made; joined by
     /// whatever needs the trainer next (the mean's `apply`, usually).
@@ -566,6 +577,8 @@ impl TrainerReplica {
             failed: None,
             poison: None,
             rogue: None,
+            rogue_began: None,
+            rogue_told: false,
             ahead: None,
             undo: None,
             referee: None,
@@ -854,16 +867,22 @@ impl Replica for TrainerReplica {
             Some((Rogue::ForgeState, _)) => Some(Tamper::ForgeResidual(2.0)),
             _ => None,
         };
+        let wrong = tamper.is_some() || matches!(self.rogue, Some((Rogue::OthersBatch(_), _)));
         trainer.tamper(tamper);
         let window_start = matches!(trainer.run_config().sync.mode, crate::sync::SyncMode::Outer { .. })
             .then(|| trainer.adam().clone());
         let mut contribution = trainer.contribute()?;
+        let mut stale = false;
         if let Some((Rogue::Stale, last)) = &mut self.rogue {
             let honest = contribution.values.clone();
             if let Some(previous) = last.take().filter(|p| p.len() == honest.len()) {
                 contribution.values = previous;
+                stale = true;
             }
             *last = Some(honest);
+        }
+        if (wrong || stale) && !self.rogue_told {
+            (self.rogue_began, self.rogue_told) = (Some(step), true);
         }
         let state = match contribution.state.take() {
             Some(residual) => {
@@ -1005,6 +1024,11 @@ impl Replica for TrainerReplica {
 
     fn play_rogue(&mut self, rogue: Rogue) {
         self.rogue = Some((rogue, None));
+        self.rogue_told = false;
+    }
+
+    fn take_rogue_began(&mut self) -> Option<u32> {
+        self.rogue_began.take()
     }
 
     fn set_identity(&mut self, peer: u64) {
@@ -1045,6 +1069,7 @@ impl Replica for TrainerReplica {
         step: u32,
         target: PeerId,
         referee: Option<Box<dyn Gemm + Send>>,
+        urgency: Urgency,
     ) -> Result<AuditKit, ReplicaError> {
         self.settle();
         let run = *self.trainer.as_ref().ok_or(ReplicaError::NoRun)?.run_config();
@@ -1058,11 +1083,14 @@ impl Replica for TrainerReplica {
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
         let referee = match referee {
             Some(referee) => referee,
-            // Opened on a low-priority thread: the threads it computes on inherit it.
+            // A routine audit's is opened on a low-priority thread: the threads it computes on
+            // inherit it.
             None => std::thread::scope(|scope| {
                 let provider = &mut self.provider;
                 let opening = scope.spawn(move || {
-                    crate::audit::yield_to_training();
+                    if urgency == Urgency::Routine {
+                        crate::audit::yield_to_training();
+                    }
                     provider.referee()
                 });
                 opening
@@ -1259,7 +1287,8 @@ mod tests {
                 let reduced = crate::sync::reduce_one(sent.values.clone());
                 let grid = Arc::new(reduced.grid.clone());
                 let audit = |state: Arc<Vec<f32>>, member: &mut TrainerReplica| {
-                    let mut kit = member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1)))).expect("a kit");
+                    let mut kit =
+                        member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1))), Urgency::Routine).expect("a kit");
                     kit.private = Some(PrivateInputs { residual: state, grid: grid.clone(), weight: sent.weight });
                     kit.recompute().0.expect("recomputed")
                 };

@@ -504,7 +504,7 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
-                    Output::Audit { step, target, private, trace } => {
+                    Output::Audit { step, target, private, trace, .. } => {
                         // The toy's contribution of `target` from the weights the step started from
                         // (honest auditors recompute it as the definition says); packed, plus the
                         // residual it named, as `sync::repack` does.

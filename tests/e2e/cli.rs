@@ -568,6 +568,46 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
     assert!(step["compute_ms"].as_f64().unwrap() > 0.0);
 }
 
+/// `bench audit` on real processes: a ×1.001 member named and removed (syncs counted from its
+/// first wrong contribution), nobody falsely accused, an honest group of two CPU kinds audited
+/// with no accusation, and the audits' share of its throughput from alternated pairs.
+#[test]
+fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
+    let _phase = crate::common::phase(module_path!());
+    let out = lockstep(&[
+        "bench",
+        "audit",
+        "--json",
+        "--runs",
+        "1",
+        "--kinds",
+        "scale:1.001",
+        "--rate",
+        "1",
+        "--honest-steps",
+        "10",
+        "--pairs",
+        "1",
+        "--honest-backends",
+        "cpu,cpu@portable",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let row = &summary["kinds"][0];
+    assert_eq!(
+        (row["kind"].as_str(), row["runs"].as_u64(), row["false_accusations"].as_u64()),
+        (Some("scale:1.001"), Some(1), Some(0))
+    );
+    let syncs = row["syncs_to_removal"][0].as_u64().unwrap_or_else(|| panic!("named and removed: {summary}"));
+    assert!(syncs >= 1, "{summary}");
+    let honest = &summary["honest"];
+    assert_eq!(honest["accusations"], 0, "{summary}");
+    assert!(honest["audited_contributions"].as_u64().unwrap() >= 10, "{summary}");
+    assert!(honest["audits_share_of_throughput"].as_f64().is_some(), "{summary}");
+    assert_eq!(honest["pairs_shares"].as_array().map(Vec::len), Some(1));
+    assert_eq!(summary["honest_backends"], serde_json::json!(["cpu", "cpu@portable", "cpu", "cpu@portable"]));
+}
+
 #[test]
 fn the_headless_demo_trains_three_nodes_to_one_hash() {
     let _phase = crate::common::phase(module_path!());

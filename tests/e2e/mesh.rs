@@ -434,6 +434,8 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     rogue.command(serde_json::json!({"cmd": "rogue", "kind": "scale:1.001"}));
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
     let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
+    let began = rogue.wait_for("its first wrong contribution", |e| e["event"] == "rogue-began", 10);
+    assert!(began["step"].as_u64() <= verdict["step"].as_u64(), "wrong from {began}, named for {verdict}");
     let word = verdict["word"].as_u64().unwrap_or_else(|| panic!("a value's evidence: {verdict}"));
     assert!(word >= 1, "a value of the contribution: {verdict}");
     let (expected, claimed) = (verdict["expected_bits"].as_str().unwrap(), verdict["claimed_bits"].as_str().unwrap());

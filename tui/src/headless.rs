@@ -74,6 +74,7 @@ pub fn report_json(report: &Report) -> Value {
                 "utilization": timing.utilization()}),
         Report::Restored { step, whash } => json!({"event": "restored", "step": step, "whash": hex(*whash)}),
         Report::Warning(message) => json!({"event": "warning", "message": message}),
+        Report::RogueBegan { step } => json!({"event": "rogue-began", "step": step}),
         Report::SignalLost { why, retry_ms } => json!({"event": "signal-lost", "why": why, "retry_ms": retry_ms}),
         Report::SignalRestored { group, host } => json!({"event": "signal-restored", "group": group, "host": host}),
         Report::Session(event) => match event {

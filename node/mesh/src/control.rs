@@ -64,6 +64,10 @@ pub enum Command {
 /// What the node reports: session events plus the adapter's own.
 #[derive(Clone, Debug)]
 pub enum Report {
+    /// Fault injection: this node's contribution to `step` is the first its rogue made wrong.
+    RogueBegan {
+        step: u32,
+    },
     Connected {
         id: PeerId,
         members: Vec<PeerId>,

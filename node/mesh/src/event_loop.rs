@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lockstep_node::audit::{Trace, Traced, Tracing};
+use lockstep_node::audit::{Trace, Traced, Tracing, Urgency};
 use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, ReplicaError};
 use lockstep_node::session::{
     Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
@@ -89,6 +89,34 @@ impl LinkStats {
                 self.ping = None;
             }
         }
+    }
+}
+
+/// The referees kept between recomputations of others' work: a routine audit's computes on
+/// low-priority threads (it was opened on one), a check's on threads of the member's own
+/// priority, so each is kept for its kind.
+#[derive(Default)]
+struct Referees {
+    routine: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    check: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+}
+
+impl Referees {
+    fn slot(&mut self, urgency: Urgency) -> &mut Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
+        match urgency {
+            Urgency::Routine => &mut self.routine,
+            Urgency::Check => &mut self.check,
+        }
+    }
+
+    fn take(&mut self, urgency: Urgency) -> Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
+        self.slot(urgency).take()
+    }
+
+    /// A referee back from a recomputation of `urgency` (the one kept, if it brought none).
+    fn give_back(&mut self, urgency: Urgency, referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>) {
+        let slot = self.slot(urgency);
+        *slot = referee.or(slot.take());
     }
 }
 
@@ -221,11 +249,11 @@ pub(crate) struct MeshLoop<R> {
     computing: usize,
     /// Fault injection: asked to compute, this node never does.
     lazy: bool,
-    /// Audits: the one waiting for the replica (busy computing) to hand out its kit, the referee
-    /// the audits recompute on (kept here between audits), and the seconds they took since the
-    /// last step was reported.
-    audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>, bool)>,
-    audit_referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    /// Audits: the one waiting for the replica (busy computing) to hand out its kit, the referees
+    /// they recompute on (kept here between them), and the seconds they took since the last
+    /// step was reported.
+    audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>, bool, Urgency)>,
+    referees: Referees,
     /// Disputes: a trace of this node's step is being made for the leader (one at a time: each
     /// costs a step).
     tracing: bool,
@@ -277,7 +305,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             hello,
             timing: StepTiming::default(),
             audit_waiting: None,
-            audit_referee: None,
+            referees: Referees::default(),
             tracing: false,
             audit_seconds: 0.0,
             computed_at: None,
@@ -525,14 +553,14 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Inbound::Saved(Err(why)) => (self.report)(Report::Warning(format!("checkpoint not saved: {why}"))),
             Inbound::Computed(computed) => self.on_computed(computed),
-            Inbound::Audited { step, target, outcome, referee, seconds } => {
-                self.audit_referee = referee.or(self.audit_referee.take());
+            Inbound::Audited { step, target, outcome, referee, urgency, seconds } => {
+                self.referees.give_back(urgency, referee);
                 self.audit_seconds += seconds;
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Audited { step, target, outcome }]);
             }
             Inbound::Settled { step, target, outcome, referee } => {
-                self.audit_referee = referee.or(self.audit_referee.take());
+                self.referees.give_back(Urgency::Check, referee);
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Settled { step, target, outcome }]);
             }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use lockstep_node::audit::Traced;
+use lockstep_node::audit::{Traced, Urgency};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{BackendChange, ReplicaError};
 use lockstep_node::session::Recomputed;
@@ -32,8 +32,9 @@ pub(crate) enum Inbound {
         step: u32,
         target: PeerId,
         outcome: Result<Recomputed, ReplicaError>,
-        /// The referee the audit ran on, kept for the next.
+        /// The referee the audit ran on, kept for the next of its urgency.
         referee: Option<Box<dyn Gemm + Send>>,
+        urgency: Urgency,
         seconds: f64,
     },
     /// Disputes (leader): the definition's run of `target`'s step against its trace, or why
@@ -62,5 +63,7 @@ pub(crate) struct Computed {
     pub(crate) seconds: f64,
     pub(crate) hash: f64,
     pub(crate) change: Option<BackendChange>,
+    /// Fault injection: this is the first contribution a rogue made wrong.
+    pub(crate) rogue_began: Option<u32>,
     pub(crate) generation: u64,
 }

@@ -50,7 +50,7 @@ use std::sync::Arc;
 
 use super::log::{LogEntry, StepRecord};
 use super::*;
-use crate::audit::Departure;
+use crate::audit::{Departure, Urgency};
 use crate::wire::{AuditVerdict, Evidence, TraceAnswer};
 
 /// Committed records a member keeps to check accusations against (the digest each named).
@@ -155,6 +155,17 @@ pub(super) struct Running {
     /// (Leader) the recomputation records the definition's trace (for a check, the target was
     /// asked for its own at once), so a departure is narrowed without running the step again.
     pub trace: bool,
+}
+
+impl Running {
+    /// A check of accusations runs at the member's own priority, a routine audit on spare cycles.
+    fn urgency(&self) -> Urgency {
+        if self.accusers.is_empty() {
+            Urgency::Routine
+        } else {
+            Urgency::Check
+        }
+    }
 }
 
 /// A packed contribution's audit: the residual it named and the grid the step was summed on;
@@ -351,8 +362,9 @@ impl Session {
             self.audits.running = Some(running);
             return self.send(target, Message::StateRequest { step });
         }
+        let urgency = running.urgency();
         self.audits.running = Some(running);
-        self.out.push(Output::Audit { step, target, private: None, trace });
+        self.out.push(Output::Audit { step, target, private: None, trace, urgency });
     }
 
     /// An audit ends without a recomputation: said, and the worker free for the next.
@@ -390,8 +402,8 @@ impl Session {
         private.asked_ms = None;
         let grid = private.grid.clone();
         let private = PrivateInputs { residual: Arc::new(residual), grid, weight: running.weight };
-        let trace = running.trace;
-        self.out.push(Output::Audit { step, target: from, private: Some(private), trace });
+        let (trace, urgency) = (running.trace, running.urgency());
+        self.out.push(Output::Audit { step, target: from, private: Some(private), trace, urgency });
     }
 
     /// Time passes: an auditor waiting too long for a state calls it withheld (the target was

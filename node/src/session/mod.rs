@@ -91,7 +91,7 @@ use window::Window;
 
 use std::sync::Arc;
 
-use crate::audit::{Trace, Traced};
+use crate::audit::{Trace, Traced, Urgency};
 use crate::config::RunConfig;
 use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, TracePart, Values, MESH_PROTOCOL_VERSION};
 
@@ -203,9 +203,11 @@ pub enum Output {
         /// Packed runs: the residual the contribution named (served by the target, its digest
         /// checked) and the grid the group summed the step on.
         private: Option<PrivateInputs>,
-        /// Record the definition's trace of the step too (`Recomputed::trace`): a leader's
-        /// check, whose departure it narrows to one op.
+        /// Record the definition's trace of the step too (`Recomputed::trace`): the leader's,
+        /// whose departures it narrows to one op.
         trace: bool,
+        /// A routine audit (spare cycles only), or the leader's check of an accusation.
+        urgency: Urgency,
     },
     /// Disputes: send `to` (the leader) our trace of `step` — our own backend's step run again
     /// from the weights it started from, every op's chunk digests — or the words of one chunk

@@ -543,6 +543,9 @@ fn on_report(state: &mut State, report: Report, effects: &mut Vec<Effect>) {
             state.log(format!("restored: step {step}, whash {whash:#010x}"));
         }
         Report::Warning(message) => state.log(format!("warning: {message}")),
+        Report::RogueBegan { step } => {
+            state.log(format!("fault injection: this node's contribution to step {step} is the first it made wrong"))
+        }
         Report::SignalLost { why, .. } => {
             state.node.signal_lost = true;
             state.log(format!("signaling server gone ({why}); training goes on over the data channels, reconnecting"));

@@ -6,11 +6,17 @@
 use super::*;
 
 impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
-    pub(super) fn on_computed(&mut self, Computed { step, result, seconds, hash, change, generation }: Computed) {
+    pub(super) fn on_computed(
+        &mut self,
+        Computed { step, result, seconds, hash, change, rogue_began, generation }: Computed,
+    ) {
         self.computing -= 1;
+        if let Some(step) = rogue_began {
+            (self.report)(Report::RogueBegan { step });
+        }
         // The replica is free: an audit waiting for it takes its kit now.
-        if let Some((step, target, private, trace)) = self.audit_waiting.take() {
-            self.spawn_audit(step, target, private, trace);
+        if let Some((step, target, private, trace, urgency)) = self.audit_waiting.take() {
+            self.spawn_audit(step, target, private, trace, urgency);
         }
         if let Some(change) = change {
             self.announce(change);
@@ -112,7 +118,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 });
             }
             Output::Compute { step, cap } => self.spawn_compute(step, cap),
-            Output::Audit { step, target, private, trace } => self.spawn_audit(step, target, private, trace),
+            Output::Audit { step, target, private, trace, urgency } => {
+                self.spawn_audit(step, target, private, trace, urgency)
+            }
             Output::ServeTrace { to, step, part } => self.spawn_trace(to, step, part),
             Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
             Output::ServeState { to, step } => {
@@ -253,10 +261,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let result = replica.compute(step);
             let hash = replica.take_hash_seconds();
             let change = replica.take_backend_change();
+            let rogue_began = replica.take_rogue_began();
             // Free before the answer: an audit waiting for the replica takes its kit on it.
             drop(replica);
             let seconds = began.elapsed().as_secs_f64();
-            let _ = tx.send(Inbound::Computed(Computed { step, result, seconds, hash, change, generation }));
+            let computed = Computed { step, result, seconds, hash, change, rogue_began, generation };
+            let _ = tx.send(Inbound::Computed(computed));
         });
     }
 
@@ -265,11 +275,18 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// loop never waits for one: the audit waits for the compute's answer instead — and the
     /// recomputation runs on a blocking thread without it, on the referee, beside the member's
     /// own next step (`Inbound::Audited` answers and brings the referee back).
-    pub(super) fn spawn_audit(&mut self, step: u32, target: PeerId, private: Option<PrivateInputs>, trace: bool) {
+    pub(super) fn spawn_audit(
+        &mut self,
+        step: u32,
+        target: PeerId,
+        private: Option<PrivateInputs>,
+        trace: bool,
+        urgency: Urgency,
+    ) {
         let kit = match self.replica.try_lock() {
-            Ok(mut replica) => replica.audit_kit(step, target, self.audit_referee.take()),
+            Ok(mut replica) => replica.audit_kit(step, target, self.referees.take(urgency), urgency),
             Err(_) => {
-                self.audit_waiting = Some((step, target, private, trace));
+                self.audit_waiting = Some((step, target, private, trace, urgency));
                 return;
             }
         };
@@ -277,23 +294,27 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let kit = match kit {
             Ok(kit) => AuditKit { private, trace, ..kit },
             Err(e) => {
-                let _ = tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, seconds: 0.0 });
+                let _ =
+                    tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, urgency, seconds: 0.0 });
                 return;
             }
         };
-        // A thread of its own at the lowest priority: the member's own step comes first.
+        // A thread of its own, a routine audit's at the lowest priority: the member's own step
+        // comes first.
         let spawned = std::thread::Builder::new().name("audit".into()).spawn(move || {
-            lockstep_node::audit::yield_to_training();
+            if urgency == Urgency::Routine {
+                lockstep_node::audit::yield_to_training();
+            }
             let began = Instant::now();
             let (outcome, referee) = kit.recompute();
             let outcome = outcome.map_err(ReplicaError::Compute);
             let seconds = began.elapsed().as_secs_f64();
-            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(referee), seconds });
+            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(referee), urgency, seconds });
         });
         if let Err(e) = spawned {
             // The session hears that this audit is not done (its worker is free again).
             let outcome = Err(ReplicaError::Compute(lockstep_node::compute_error::ComputeError::backend(e)));
-            let _ = self.inbound.send(Inbound::Audited { step, target, outcome, referee: None, seconds: 0.0 });
+            let _ = self.inbound.send(Inbound::Audited { step, target, outcome, referee: None, urgency, seconds: 0.0 });
         }
     }
 
@@ -325,12 +346,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 
     /// Disputes (leader): the definition's run of `target`'s step `step` (its weights, kept;
-    /// its batch) on the referee, compared op by op with its trace, on a low-priority thread.
+    /// its batch) on the referee, compared op by op with its trace, at a check's priority.
     fn spawn_settle(&mut self, step: u32, target: PeerId, theirs: Arc<Trace>) {
-        let (replica, tx, referee) = (self.replica.clone(), self.inbound.clone(), self.audit_referee.take());
+        let check = Urgency::Check;
+        let (replica, tx, referee) = (self.replica.clone(), self.inbound.clone(), self.referees.take(check));
         let spawned = std::thread::Builder::new().name("dispute".into()).spawn(move || {
-            lockstep_node::audit::yield_to_training();
-            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target, referee);
+            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target, referee, check);
             let (outcome, referee) = match kit {
                 Ok(kit) => {
                     let (outcome, referee) = kit.settle(theirs);
