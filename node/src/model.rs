@@ -402,11 +402,8 @@ impl Model {
     ) -> Result<(f32, Vec<f32>, Option<Audited>), ComputeError> {
         self.with_step(gemm, w, tokens, targets, batch, seq, |device, program| {
             let audited = run_audited(device, program.step(), audit, step)?;
-            let mut loss = [0u32];
-            device.read(program.loss, 0, &mut loss)?;
-            let mut grads = vec![0f32; self.layout.len];
-            device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
-            Ok((f32::from_bits(loss[0]), grads, audited))
+            let (loss, grads) = self.loss_and_grads_of(device, program)?;
+            Ok((loss, grads, audited))
         })
     }
 
@@ -445,12 +442,18 @@ impl Model {
             let Traced::Whole(trace) = trace_ops(device, program.step(), &Tracing::Whole)? else {
                 unreachable!("a whole trace asked for")
             };
-            let mut loss = [0u32];
-            device.read(program.loss, 0, &mut loss)?;
-            let mut grads = vec![0f32; self.layout.len];
-            device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
-            Ok((f32::from_bits(loss[0]), grads, trace))
+            let (loss, grads) = self.loss_and_grads_of(device, program)?;
+            Ok((loss, grads, trace))
         })
+    }
+
+    /// The loss and the gradient a step's program left on `device`.
+    fn loss_and_grads_of(&self, device: &mut dyn Device, program: &Program) -> Result<(f32, Vec<f32>), ComputeError> {
+        let mut loss = [0u32];
+        device.read(program.loss, 0, &mut loss)?;
+        let mut grads = vec![0f32; self.layout.len];
+        device.read(program.grads, 0, of_f32s_mut(&mut grads))?;
+        Ok((f32::from_bits(loss[0]), grads))
     }
 
     /// Runs `run` on the device (or host memory) holding the step's program, its weights (when
