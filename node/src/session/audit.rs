@@ -541,6 +541,13 @@ impl Session {
         self.audits.definition = trace.map(|t| ((step, target), t));
         self.accuse(step, target, accusers.first().map(|(a, _)| *a), evidence);
         self.audits.definition = None;
+        let disputing =
+            self.audits.dispute.as_ref().is_some_and(|d| (d.verdict.step, d.verdict.target) == (step, target));
+        if !disputing {
+            // No dispute of this step came of it (this member no longer leads, or one of an
+            // earlier step is under way): its trace is not waited for.
+            self.audits.traces.remove(&(step, target));
+        }
     }
 
     /// The links whose next step `step` is, once its record committed here: the state each
