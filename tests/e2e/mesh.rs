@@ -474,6 +474,32 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
+/// Two CPU members and one on the faulty plugin `fixture`, audited at every step, in a run the
+/// first starts; the third admitted at the run's shapes.
+fn two_cpu_members_and_one_on(signal: &Signal, fixture: &str) -> (Node, Node, Node) {
+    let audit = ["--audit-rate", "1"];
+    let mut a = Node::spawn_with(signal, "cpu", &audit);
+    let b = Node::spawn_with(signal, "cpu", &audit);
+    let plugin = std::path::PathBuf::from(BIN).parent().unwrap().join("examples").join(format!("lib{fixture}.so"));
+    assert!(plugin.is_file(), "{} is missing: build all targets first", plugin.display());
+    let c = Node::spawn_with(signal, plugin.to_str().unwrap(), &audit);
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(1_000_000));
+    c.wait_for("admitted at the run's shapes", |e| e["event"] == "admitted-at-run-shapes", 60);
+    (a, b, c)
+}
+
+/// After `verdict`, the guard never having seen the wrong member, `a` and `b` train five steps
+/// more with one hash per step.
+fn the_others_train_on(a: &Node, b: &Node, verdict: &Value) {
+    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never saw it");
+    let after = verdict["step"].as_u64().unwrap() + 5;
+    for node in [a, b] {
+        node.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    one_hash_per_step(&[a, b]);
+}
+
 /// A plugin that goes wrong after a warm-up (`flaw_after_warmup`: one bit of one output of
 /// every large product, once 200 were exact) is admitted by the gate and at the run's shapes;
 /// the audits find its contributions wrong, and before the verdict the leader disputes it
@@ -485,16 +511,7 @@ fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
 fn a_wrong_backend_is_named_by_the_op_of_its_step_where_it_departs() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let audit = ["--audit-rate", "1"];
-    let mut a = Node::spawn_with(&signal, "cpu", &audit);
-    let b = Node::spawn_with(&signal, "cpu", &audit);
-    let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
-    let warm = dir.join("libflaw_after_warmup.so");
-    assert!(warm.is_file(), "{} is missing: build all targets first", warm.display());
-    let c = Node::spawn_with(&signal, warm.to_str().unwrap(), &audit);
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(1_000_000));
-    c.wait_for("admitted at the run's shapes", |e| e["event"] == "admitted-at-run-shapes", 60);
+    let (a, b, c) = two_cpu_members_and_one_on(&signal, "flaw_after_warmup");
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
     let verdict = a.wait_for("the verdict", is_verdict, 300);
     assert_eq!(verdict["op_name"], "matmul", "{verdict}");
@@ -510,12 +527,7 @@ fn a_wrong_backend_is_named_by_the_op_of_its_step_where_it_departs() {
     let disputing = disputing.unwrap_or_else(|| panic!("the leader disputed it first: {verdict}"));
     assert!(disputing["word"].as_u64().is_some(), "with the contribution's evidence: {disputing}");
     assert_eq!(b.wait_for("the same verdict", is_verdict, 30)["op"], verdict["op"]);
-    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never saw it");
-    let after = verdict["step"].as_u64().unwrap() + 5;
-    for node in [&a, &b] {
-        node.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
-    }
-    one_hash_per_step(&[&a, &b]);
+    the_others_train_on(&a, &b, &verdict);
 }
 
 /// A plugin wrong once in a thousand large products, by one bit (`flaw_rare_flip`), is admitted
@@ -526,28 +538,14 @@ fn a_wrong_backend_is_named_by_the_op_of_its_step_where_it_departs() {
 fn a_rare_bit_flip_is_named_by_the_audits() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let audit = ["--audit-rate", "1"];
-    let mut a = Node::spawn_with(&signal, "cpu", &audit);
-    let b = Node::spawn_with(&signal, "cpu", &audit);
-    let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
-    let rare = dir.join("libflaw_rare_flip.so");
-    assert!(rare.is_file(), "{} is missing: build all targets first", rare.display());
-    let c = Node::spawn_with(&signal, rare.to_str().unwrap(), &audit);
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(1_000_000));
-    c.wait_for("admitted at the run's shapes", |e| e["event"] == "admitted-at-run-shapes", 60);
+    let (a, b, c) = two_cpu_members_and_one_on(&signal, "flaw_rare_flip");
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
     let verdict = a.wait_for("the flip's verdict", is_verdict, 300);
     let bits = |key: &str| u32::from_str_radix(&verdict[key].as_str().unwrap()[2..], 16).unwrap();
     let (expected, claimed) = (bits("expected_bits"), bits("claimed_bits"));
     assert_ne!(expected, claimed, "{verdict}");
     assert_eq!(b.wait_for("the same verdict", is_verdict, 30)["word"], verdict["word"]);
-    assert!(!a.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never saw it");
-    let after = verdict["step"].as_u64().unwrap() + 5;
-    for node in [&a, &b] {
-        node.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
-    }
-    one_hash_per_step(&[&a, &b]);
+    the_others_train_on(&a, &b, &verdict);
 }
 
 /// The leader itself sends wrong contributions (×1.001): the auditor that finds it tells every
