@@ -56,6 +56,7 @@ mod agreement;
 mod audit;
 mod commit;
 mod contribute;
+mod dispute;
 mod epoch;
 mod events;
 mod leader;
@@ -69,9 +70,8 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
-pub use audit::{
-    assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, DISPUTE_WAIT_ELECTIONS, STATE_WAIT_ELECTIONS,
-};
+pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
+pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
