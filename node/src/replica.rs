@@ -39,6 +39,16 @@ fn audit_weights_kept(len: usize) -> usize {
     (AUDIT_WEIGHTS_BYTES / (len.max(1) * 4)).clamp(AUDIT_WEIGHTS_KEPT, AUDIT_WEIGHTS_MOST)
 }
 
+/// How many contributions' private states of `len` values a member keeps to serve auditors:
+/// the promise ([`crate::session::STATE_PROMISED_STEPS`] behind the asker's applied step) with
+/// room for this member's compute one step ahead and an asker a few steps behind the group
+/// (four kept once named an honest member "withheld" when its next compute was under way), and
+/// as many as the audit weights' budget holds.
+fn states_kept(len: usize) -> usize {
+    const COMPUTE_AHEAD_AND_ASKER_LAG: usize = 5;
+    audit_weights_kept(len).max(crate::session::STATE_PROMISED_STEPS as usize + COMPUTE_AHEAD_AND_ASKER_LAG)
+}
+
 /// The private states (int8 and int4 residuals) a member's last few contributions were packed
 /// with, by step, shared with the adapter so it serves an auditor's `-22` without waiting for
 /// the replica (which a compute may hold).
@@ -54,8 +64,9 @@ impl KeptStates {
     pub fn keep(&self, step: u32, state: Arc<Vec<f32>>) {
         let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|(s, _)| *s < step);
+        let most = states_kept(state.len());
         kept.push_back((step, state));
-        while kept.len() > AUDIT_WEIGHTS_KEPT {
+        while kept.len() > most {
             kept.pop_front();
         }
     }
@@ -1129,6 +1140,28 @@ mod tests {
     use super::*;
     use crate::data::CorpusSource;
     use crate::gemm::FloatGemm;
+
+    /// An auditor whose applied step is the promise ahead of a contribution's may ask for its
+    /// state while this member computes the next step and lags by one more: still served, at a
+    /// GPT-2-sized residual (the fewest kept) as at a tiny one.
+    #[test]
+    fn states_are_served_past_the_promise_while_the_next_step_computes() {
+        for len in [10_000, 85_800_000] {
+            let kept = KeptStates::default();
+            let state = Arc::new(vec![0.5f32; len]);
+            let promised = crate::session::STATE_PROMISED_STEPS;
+            // The asker applied step 1 + promised + 1 (it lags the group by one); this member
+            // applied the group's step 1 + promised + 2 and computes the next.
+            for step in 1..=1 + promised + 3 {
+                kept.keep(step, state.clone());
+            }
+            assert!(
+                kept.get(1).is_some(),
+                "len {len}: kept {:?}",
+                kept.0.lock().unwrap().iter().map(|(s, _)| *s).collect::<Vec<_>>()
+            );
+        }
+    }
 
     /// Float products and the built-in corpus; a backend opened by name is refused, so a test
     /// that needed one fails.

@@ -65,7 +65,8 @@ const PRIVATE_KEPT: usize = 8;
 pub const STATE_WAIT_ELECTIONS: u64 = 5;
 /// A member serves the states of its last few contributions: asked about a step at most this
 /// many behind the asker's, "none kept" is withholding; further behind, the audit is given up.
-const STATE_PROMISED_STEPS: u32 = 3;
+/// (A member keeps more than this: `Replica`'s `states_kept`.)
+pub const STATE_PROMISED_STEPS: u32 = 3;
 
 /// What recomputing a packed contribution needs beside the weights and the batch
 /// ([`Output::Audit`]): the residual it named (served by its member, length and digest checked)

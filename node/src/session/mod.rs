@@ -70,7 +70,9 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
-pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
+pub use audit::{
+    assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_PROMISED_STEPS, STATE_WAIT_ELECTIONS,
+};
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
