@@ -30,6 +30,10 @@ pub struct AuditArgs {
     /// Runs per wrong-member kind.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Every member's `--threads` (its training's; its audits run on a worker of their own at
+    /// the lowest priority, whatever this is).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Every member's `--audit-rate`.
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
@@ -77,17 +81,22 @@ struct Group {
 
 impl Group {
     /// `backends`: member `i`'s backend is `backends[i]` (`cpu@PATH`: the CPU mirror on that path).
-    fn start(bin: &Path, rate: f64, backends: &[String]) -> anyhow::Result<Group> {
+    fn start(bin: &Path, args: &AuditArgs, rate: f64, backends: &[String]) -> anyhow::Result<Group> {
         let server = SignalServer::on_loopback(bin, None)?;
         let url = server.url();
-        let rate = rate.to_string();
+        let (rate, threads) = (rate.to_string(), args.threads.to_string());
         let mut nodes = Vec::new();
         for backend in backends {
             let (name, path) = match backend.split_once('@') {
                 Some((name, path)) => (name, Some(path)),
                 None => (backend.as_str(), None),
             };
-            let mut command = node_command(std::process::Command::new(bin), &url, name, &["--audit-rate", &rate]);
+            let mut command = node_command(
+                std::process::Command::new(bin),
+                &url,
+                name,
+                &["--audit-rate", &rate, "--threads", &threads],
+            );
             if let Some(path) = path {
                 command.env(lockstep_worker_api::CPU_PATH_ENV, path);
             }
@@ -137,7 +146,7 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught>
     let plugin = kind.strip_prefix("plugin:");
     let mut backends = vec!["cpu".to_string(); args.members];
     backends[args.members - 1] = plugin.unwrap_or("cpu").to_string();
-    let mut group = Group::start(bin, args.rate, &backends)?;
+    let mut group = Group::start(bin, args, args.rate, &backends)?;
     group.train(args, 1_000_000)?;
     let mut rogue = group.nodes.pop().context("a member")?;
     let from = match plugin {
@@ -188,7 +197,7 @@ fn steps_per_sync(sync: &str) -> u32 {
 /// Syncs per second of an honest group at `rate`, and its audits and accusations.
 fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize)> {
     let backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
-    let mut group = Group::start(bin, rate, &backends)?;
+    let mut group = Group::start(bin, args, rate, &backends)?;
     group.train(args, (args.honest_steps + 5) * steps_per_sync(&args.sync))?;
     group.wait_step(5, Duration::from_secs(60))?;
     let began = Instant::now();
@@ -234,7 +243,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (share, plain, audited_rate) = (median(&shares), median(&plains), median(&withs));
     let mode = format!("{}/{}", args.sync, args.compress);
     let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
-    let summary = json!({"members": args.members, "rate": args.rate, "model": args.model, "mode": mode,
+    let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "model": args.model, "mode": mode,
         "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,
@@ -243,7 +252,10 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{summary}");
     } else {
-        println!("bench audit: {} CPU members on loopback, {mode}, audit rate {}", args.members, args.rate);
+        println!(
+            "bench audit: {} members on loopback, {} training thread(s) each, {mode}, audit rate {}",
+            args.members, args.threads, args.rate
+        );
         println!(
             "{:<14} {:>5} {:>28} {:>10} {:>11} {:>8} {:>8}",
             "rogue", "runs", "syncs to removal", "within 10", "within 100", "false", "audits"

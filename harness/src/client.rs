@@ -35,10 +35,13 @@ pub fn at(event: &Value) -> Instant {
 }
 
 /// `lockstep node --headless` on `launcher` (the binary itself, or `ip netns exec NS binary`,
-/// which execs it): joining `url` with `backend` on one thread, repairs asked after 300 ms
-/// (a loopback group needs no more), then `extra`.
+/// which execs it): joining `url` with `backend` on one thread (unless `extra` names
+/// `--threads`), repairs asked after 300 ms (a loopback group needs no more), then `extra`.
 pub fn node_command(mut launcher: Command, url: &str, backend: &str, extra: &[&str]) -> Command {
-    launcher.args(["node", "--headless", "--signal", url, "--backend", backend, "--threads", "1"]);
+    launcher.args(["node", "--headless", "--signal", url, "--backend", backend]);
+    if !extra.contains(&"--threads") {
+        launcher.args(["--threads", "1"]);
+    }
     launcher.args(["--repair-after-ms", "300"]).args(extra);
     launcher
 }

@@ -43,7 +43,9 @@
 //!
 //! Not audited: f32 `outer:H` (its message has no room for the state) and overlapped windows
 //! (their first steps ran from the member's own weights). One audit at a time per member: an
-//! assignment that finds the worker busy is skipped and counted.
+//! assignment that finds the worker busy waits for it (the newest one only, and only while
+//! its step is within [`PENDING_WITHIN`] of the applied one); the one it replaces, or one
+//! that waited too long, is skipped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -63,6 +65,10 @@ const PRIVATE_KEPT: usize = 8;
 /// timeouts (30 s by default), before it calls it withheld (when it heard from the target
 /// meanwhile) or gives the audit up (when it did not).
 pub const STATE_WAIT_ELECTIONS: u64 = 5;
+/// An assignment that waited for a busy worker is started once it is free if its step is at
+/// most this many behind the applied one (its weights, and its target's state, are then
+/// surely kept: `Replica`'s `audit_weights_kept` and `states_kept`); else it is skipped.
+const PENDING_WITHIN: u32 = 2;
 /// A member serves the states of its last few contributions: asked about a step at most this
 /// many behind the asker's, "none kept" is withholding; further behind, the audit is given up.
 /// (A member keeps more than this: `Replica`'s `states_kept`.)
@@ -190,7 +196,8 @@ pub struct AuditStats {
     /// Contributions this member recomputed, and how many matched.
     pub audited: u32,
     pub matched: u32,
-    /// Assignments skipped because the worker was busy.
+    /// Assignments skipped because the worker was busy (replaced by a newer one while waiting
+    /// for it, or too old once it was free).
     pub skipped: u32,
     /// Accusations this member made.
     pub accused: u32,
@@ -208,6 +215,8 @@ pub(super) struct Audits {
     /// state each contribution named.
     private: VecDeque<StepPrivate>,
     pub running: Option<Running>,
+    /// The newest assignment the worker was busy for: (step, target).
+    pending: Option<(u32, PeerId)>,
     /// (Leader) accusations waiting for the worker: by (step, target), who accused and how.
     pub checks: BTreeMap<(u32, PeerId), Vec<(PeerId, Evidence)>>,
     /// Links waiting for their record: by (the next step, target).
@@ -268,6 +277,7 @@ impl Audits {
         self.checks.clear();
         self.links.clear();
         self.traces.clear();
+        self.pending = None;
     }
 }
 
@@ -307,7 +317,9 @@ impl Session {
         let me = self.config.me;
         let Some(target) = assignment(record, me, self.config.audit_rate) else { return };
         if self.audits.running.is_some() {
-            self.audits.stats.skipped += 1;
+            if self.audits.pending.replace((record.step, target)).is_some() {
+                self.audits.stats.skipped += 1;
+            }
             return;
         }
         self.start_audit(record, target, Vec::new());
@@ -555,7 +567,7 @@ impl Session {
     }
 
     /// The next accusation waiting, checked once the worker is free: the leader checks every
-    /// one; another member, those against the leader.
+    /// one; another member, those against the leader. None: the assignment that waited.
     fn next_check(&mut self) {
         if self.audits.running.is_some() {
             return;
@@ -570,6 +582,14 @@ impl Session {
             }
             if let Some(record) = self.audits.record(step).cloned() {
                 return self.start_audit(&record, target, accusers);
+            }
+        }
+        // Accusations checked first; then the assignment that waited, if still fresh.
+        if let Some((step, target)) = self.audits.pending.take() {
+            let fresh = self.taking.applied <= step + PENDING_WITHIN && !self.audits.convicted.contains(&target);
+            match self.audits.record(step).cloned() {
+                Some(record) if fresh => self.start_audit(&record, target, Vec::new()),
+                _ => self.audits.stats.skipped += 1,
             }
         }
     }
