@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `lockstep bench audit` on the device machine's 16 host cores (docs/TRUST.md): four members on
+# loopback, each training on its own thread(s) and auditing on a worker of its own at the lowest
+# priority — members with cores of their own, which the build machine's two cores are not.
+#
+# Expects, built on the build machine: .devbin/ with the stripped `lockstep`,
+# liblockstep_backend_cpu.so, libflaw_rare_flip.so and libflaw_after_warmup.so, and the packaged
+# corpus in .devbin/corpus. Writes one JSON line per part to $OUT (or ./audit-out).
+# PARTS picks parts (f32,int8,outer,plugins); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it.
+set -uo pipefail
+out=${OUT:-$PWD/audit-out}
+mkdir -p "$out"
+export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin LOCKSTEP_CORPUS=$PWD/.devbin/corpus
+bin=$PWD/.devbin/lockstep
+parts=${PARTS:-f32,int8,outer,plugins}
+common=(--runs "${RUNS:-10}" --pairs "${PAIRS:-3}" --rate "${RATE:-0.6}" --threads "${THREADS:-1}" --json)
+has() { [[ ",$parts," == *",$1,"* ]]; }
+part() {
+  local name=$1 limit=$2
+  shift 2
+  local started=$SECONDS
+  timeout "$limit" "$bin" bench audit "${common[@]}" "$@" > "$out/$name.json" 2> "$out/$name.err"
+  echo "$name: exit $? after $((SECONDS - started)) s"
+}
+
+nproc
+has f32 && part f32 240 --honest-steps "${HONEST_STEPS:-200}"
+has int8 && part int8 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-200}"
+has outer && part outer 300 --compress int8 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
+  --honest-steps "${HONEST_STEPS:-100}"
+has plugins && part plugins 400 --kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so" \
+  --pairs 1 --honest-steps 20 --within-s 180
