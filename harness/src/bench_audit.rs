@@ -34,6 +34,10 @@ pub struct AuditArgs {
     /// the lowest priority, whatever this is).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Every member's `--audit-state-part` (packed runs: the share of a residual a routine
+    /// audit asks for; 1: the whole).
+    #[arg(long, default_value_t = lockstep_tui::node_runtime::AUDIT_STATE_PART)]
+    state_part: f64,
     /// Every member's `--audit-rate`.
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
@@ -84,7 +88,7 @@ impl Group {
     fn start(bin: &Path, args: &AuditArgs, rate: f64, backends: &[String]) -> anyhow::Result<Group> {
         let server = SignalServer::on_loopback(bin, None)?;
         let url = server.url();
-        let (rate, threads) = (rate.to_string(), args.threads.to_string());
+        let (rate, threads, part) = (rate.to_string(), args.threads.to_string(), args.state_part.to_string());
         let mut nodes = Vec::new();
         for backend in backends {
             let (name, path) = match backend.split_once('@') {
@@ -95,7 +99,7 @@ impl Group {
                 std::process::Command::new(bin),
                 &url,
                 name,
-                &["--audit-rate", &rate, "--threads", &threads],
+                &["--audit-rate", &rate, "--threads", &threads, "--audit-state-part", &part],
             );
             if let Some(path) = path {
                 command.env(lockstep_worker_api::CPU_PATH_ENV, path);
@@ -243,7 +247,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (share, plain, audited_rate) = (median(&shares), median(&plains), median(&withs));
     let mode = format!("{}/{}", args.sync, args.compress);
     let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
-    let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "model": args.model, "mode": mode,
+    let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "state_part": args.state_part, "model": args.model, "mode": mode,
         "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,
@@ -253,8 +257,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
         println!("{summary}");
     } else {
         println!(
-            "bench audit: {} members on loopback, {} training thread(s) each, {mode}, audit rate {}",
-            args.members, args.threads, args.rate
+            "bench audit: {} members on loopback, {} training thread(s) each, {mode}, audit rate {}, state part {}",
+            args.members, args.threads, args.rate, args.state_part
         );
         println!(
             "{:<14} {:>5} {:>28} {:>10} {:>11} {:>8} {:>8}",

@@ -55,26 +55,39 @@ fn states_kept(len: usize) -> usize {
 #[derive(Clone, Debug, Default)]
 pub struct KeptStates(Arc<std::sync::Mutex<VecDeque<KeptState>>>);
 
-/// A step, and the residual its contribution named.
-type KeptState = (u32, Arc<Vec<f32>>);
+/// A step, the residual its contribution named, and its chunks' digests.
+type KeptState = (u32, Arc<Vec<f32>>, Arc<Vec<u64>>);
 
 impl KeptStates {
-    /// The state step `step`'s contribution named (a recompute of the step replaces it, and
-    /// drops those of later steps: another history's).
-    pub fn keep(&self, step: u32, state: Arc<Vec<f32>>) {
+    /// The state step `step`'s contribution named, and the digest it is named by (a recompute
+    /// of the step replaces it, and drops those of later steps: another history's).
+    pub fn keep(&self, step: u32, state: Arc<Vec<f32>>) -> u64 {
+        let digests = crate::wire::state_chunk_digests(&state);
+        let digest = crate::wire::state_digest_of(state.len(), &digests);
         let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        kept.retain(|(s, _)| *s < step);
+        kept.retain(|(s, _, _)| *s < step);
         let most = states_kept(state.len());
-        kept.push_back((step, state));
+        kept.push_back((step, state, Arc::new(digests)));
         while kept.len() > most {
             kept.pop_front();
         }
+        digest
     }
 
     /// The state of `step`'s contribution, if still kept.
     pub fn get(&self, step: u32) -> Option<Arc<Vec<f32>>> {
         let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        kept.iter().rev().find(|(s, _)| *s == step).map(|(_, state)| state.clone())
+        kept.iter().rev().find(|(s, _, _)| *s == step).map(|(_, state, _)| state.clone())
+    }
+
+    /// What an auditor asking for `part` of the state of `step`'s contribution is served
+    /// (nothing when it is no longer kept).
+    pub fn served(&self, step: u32, part: &crate::wire::StatePart) -> crate::wire::ServedState {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match kept.iter().rev().find(|(s, _, _)| *s == step) {
+            Some((_, state, digests)) => crate::wire::ServedState::of(state, digests, part),
+            None => crate::wire::ServedState::default(),
+        }
     }
 
     pub fn clear(&self) {
@@ -430,13 +443,16 @@ impl AuditKit {
         // The model's buffers on the referee go with it.
         model.release(self.referee.as_mut());
         let outcome = stepped.map(|(loss, grad, trace)| {
-            let Some(PrivateInputs { residual: state, grid, .. }) = &self.private else {
+            let Some(PrivateInputs { residual: state, grid, checked, .. }) = &self.private else {
                 return Recomputed { loss, values: Values::F32(grad), next_state: None, trace };
             };
-            // The session checked the residual's length and digest against what the member named.
-            match crate::sync::repack(grad, state, run.sync.compression, grid) {
+            // The session checked the residual's length and digests against what the member
+            // named; of a part, only the chunks checked are the member's.
+            let part: Option<Vec<_>> =
+                checked.as_ref().map(|c| c.iter().map(|&c| crate::wire::chunk_range(c, state.len())).collect());
+            match crate::sync::repack(grad, state, run.sync.compression, grid, part.as_deref()) {
                 Ok(repacked) => {
-                    let next_state = repacked.next_state.as_deref().map(crate::wire::state_digest);
+                    let next_state = repacked.next_state.as_deref().map(crate::wire::state_chunk_digests);
                     Recomputed { loss, values: repacked.values, next_state, trace }
                 }
                 Err(_) => Recomputed::no_contribution(loss),
@@ -447,7 +463,7 @@ impl AuditKit {
 
     fn recompute_window(self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
         let AuditKit { run, step, weights, data, referee, private, .. } = self;
-        let Some(PrivateInputs { residual: state, grid, weight }) = private else {
+        let Some(PrivateInputs { residual: state, grid, weight, .. }) = private else {
             let refused = std::io::Error::other("an outer:H contribution is audited with the state it named");
             return (Err(ComputeError::backend(refused)), referee);
         };
@@ -486,7 +502,7 @@ impl AuditKit {
             let next_state = if fits {
                 trainer.finish_sync(&vec![0.0; n], &grid, true)?;
                 let after = trainer.state()?;
-                Some(crate::wire::state_digest(&crate::sync::window_state(&after.adam, &after.sync.residual)))
+                Some(crate::wire::state_chunk_digests(&crate::sync::window_state(&after.adam, &after.sync.residual)))
             } else {
                 None
             };
@@ -902,9 +918,7 @@ impl Replica for TrainerReplica {
                     Some(adam) => Arc::new(crate::sync::window_state(adam, &residual)),
                     None => residual,
                 };
-                let digest = crate::wire::state_digest(&state);
-                self.kept_states.keep(step, state);
-                digest
+                self.kept_states.keep(step, state)
             }
             None => 0,
         };
@@ -1158,7 +1172,7 @@ mod tests {
             assert!(
                 kept.get(1).is_some(),
                 "len {len}: kept {:?}",
-                kept.0.lock().unwrap().iter().map(|(s, _)| *s).collect::<Vec<_>>()
+                kept.0.lock().unwrap().iter().map(|(s, _, _)| *s).collect::<Vec<_>>()
             );
         }
     }
@@ -1297,7 +1311,8 @@ mod tests {
     /// the residual; the window run again by a trainer on the referee): the values and loss
     /// bit for bit, and the digest of the state the contribution leaves is the one the
     /// member's next contribution names. A state the member did not start from gives other
-    /// values.
+    /// values. An audit of a part (`every-step`: two chunks of the residual, zeros elsewhere)
+    /// gives the same values and the same next residual in those chunks.
     #[test]
     fn an_audit_recomputes_a_packed_contribution_and_the_state_it_leaves() {
         for (sync, compress) in [("every-step", "int8"), ("outer:2", "int8"), ("outer:3", "int4")] {
@@ -1319,16 +1334,43 @@ mod tests {
                 }
                 let reduced = crate::sync::reduce_one(sent.values.clone());
                 let grid = Arc::new(reduced.grid.clone());
-                let audit = |state: Arc<Vec<f32>>, member: &mut TrainerReplica| {
+                let audit_part = |state: Arc<Vec<f32>>, checked: Option<Vec<u32>>, member: &mut TrainerReplica| {
                     let mut kit =
                         member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1))), Urgency::Routine).expect("a kit");
-                    kit.private = Some(PrivateInputs { residual: state, grid: grid.clone(), weight: sent.weight });
+                    let (grid, weight, checked) = (grid.clone(), sent.weight, checked.map(Arc::new));
+                    kit.private = Some(PrivateInputs { residual: state, checked, grid, weight });
                     kit.recompute().0.expect("recomputed")
                 };
+                let audit = |state: Arc<Vec<f32>>, member: &mut TrainerReplica| audit_part(state, None, member);
                 let again = audit(state.clone(), &mut member);
                 assert_eq!(again.values, sent.values, "{sync} {compress} step {step}");
                 assert_eq!(again.loss.to_bits(), sent.loss.to_bits(), "{sync} {compress} step {step}");
-                left = again.next_state;
+                let next = again.next_state.clone().expect("the values fit the grid");
+                left = Some(crate::wire::state_digest_of(state.len(), &next));
+                if sync == "every-step" {
+                    assert!(crate::wire::chunks_of(state.len()) > 3, "a residual of more than three chunks");
+                    let mut part = vec![0.0; state.len()];
+                    for c in [1, 3] {
+                        let range = crate::wire::chunk_range(c, state.len());
+                        part[range.clone()].copy_from_slice(&state[range]);
+                    }
+                    let of_part = audit_part(Arc::new(part), Some(vec![1, 3]), &mut member);
+                    let (Values::Int8(whole), Values::Int8(got)) = (&sent.values, &of_part.values) else {
+                        panic!("int8 values")
+                    };
+                    for c in [1, 3] {
+                        let range = crate::wire::chunk_range(c, state.len());
+                        let values =
+                            |p: &crate::sync::Packed| range.clone().map(|i| p.value(i).to_bits()).collect::<Vec<_>>();
+                        assert_eq!(values(got), values(whole), "chunk {c} at step {step}");
+                        assert_eq!(
+                            of_part.next_state.as_ref().expect("fits")[c as usize],
+                            next[c as usize],
+                            "chunk {c}"
+                        );
+                    }
+                    assert_eq!(of_part.loss.to_bits(), sent.loss.to_bits());
+                }
                 if step > 1 {
                     // The residual doubled, as the `state` rogue does (it is the state's tail).
                     let mut forged = state.to_vec();

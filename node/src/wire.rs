@@ -23,8 +23,8 @@
 //! | `-19` | agreement: `[u64 run][a Raft message, raft-rs's protobuf encoding]` (the run's log: `session/agreement.rs`) |
 //! | `-20` | catch up: `[u32 applied]` (the sender's weights are behind what the log committed: it asks the leader for a resume) |
 //! | `-21` | accusation: `[u32 step][u64 target][evidence]` (the sender's recomputation of `target`'s contribution to `step` departs from it: the leader checks it; evidence as in `wire/audit.rs`) |
-//! | `-22` | state request: `[u32 step]` (an auditor asks for the private state the sender's packed contribution to `step` was made with) |
-//! | `-23` | state: `[u32 step][f32 residual…]` (the answer to `-22`: the error-feedback residual whose digest the contribution named; no values when it is no longer kept) |
+//! | `-22` | state request: `[u32 step][the part asked for]` (an auditor asks for the private state, or some chunks of it, the receiver's packed contribution to `step` was made with: `wire/state.rs`) |
+//! | `-23` | state: `[u32 step][the state served]` (the answer to `-22`: every chunk's digest, of which the contribution named the digest, and the chunks asked for; nothing when it is no longer kept: `wire/state.rs`) |
 //! | `-24` | trace request: `[u32 step][u32 op][u32 chunk]` (a leader disputing the receiver's contribution to `step` asks for its trace of the step, op `0xffffffff`, or for the words of chunk `chunk` of op `op`) |
 //! | `-25` | trace: `[u32 step][u32 op][u32 chunk][…]` (the answer to `-24`: op `0xffffffff`, the whole trace `[u32 ops]` then each op's `[u32 chunks][u64 digest × chunks]`, no ops when it cannot be made; else the chunk's words `[u32 word…]`, none when it cannot) |
 //!
@@ -44,15 +44,21 @@
 use std::collections::HashMap;
 
 mod audit;
+mod state;
 
 pub use audit::{AuditVerdict, Evidence};
+pub use state::{
+    chunk_range, chunks_of, state_chunk_digests, state_digest, state_digest_of, NotServed, ServedState, StatePart,
+    STATE_CHUNK,
+};
 
 use crate::config::RunConfig;
 pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (13: disputes narrowed to one op, `-24`
+/// The mesh protocol version carried in the run config (14: a state is named by its chunks'
+/// digests, and an auditor asks for some chunks of it, `-22` and `-23` changed; 13: disputes narrowed to one op, `-24`
 /// and `-25`, evidence kind 5; 12: a packed contribution commits to
 /// the residual it was packed with, `-22` and `-23` serve it to an auditor; 11: audits by recomputation, `-21`,
 /// removals for an audit's verdict and the log's verdict entries; 10: agreement through a Raft log, `-19`
@@ -62,7 +68,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 13;
+pub const MESH_PROTOCOL_VERSION: u32 = 14;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -132,15 +138,6 @@ pub struct Gradient {
     /// int4 error-feedback residual added before packing): what an auditor asks for (`-22`) to
     /// recompute the contribution. Packed messages carry it; an f32 one is 0.
     pub state: u64,
-}
-
-/// The digest a contribution names its private state by: [`WordHash`] over the values' f32
-/// bits, two to a word, as a contribution's own values are hashed.
-pub fn state_digest(values: &[f32]) -> u64 {
-    let mut h = WordHash(WordHash::BASIS);
-    h.word(values.len() as u64);
-    h.f32s(values);
-    h.0
 }
 
 /// The digest of words (a chunk of what an op wrote, [`Trace`]): [`WordHash`] over
@@ -322,15 +319,16 @@ pub enum Message {
         evidence: Evidence,
     },
     /// An auditor asks for the private state the receiver's contribution to `step` was made
-    /// with (its residual: [`Gradient::state`] names it).
+    /// with (its residual: [`Gradient::state`] names it), or a part of it.
     StateRequest {
         step: u32,
+        part: StatePart,
     },
-    /// The answer to a [`Message::StateRequest`]: the residual, or nothing when it is no
-    /// longer kept.
+    /// The answer to a [`Message::StateRequest`]: every chunk's digest and the part asked
+    /// for, or nothing when it is no longer kept.
     State {
         step: u32,
-        residual: Vec<f32>,
+        served: ServedState,
     },
     /// A leader disputing the receiver's contribution to `step` asks for the receiver's trace
     /// of the step, or the words of one chunk of one op (`docs/TRUST.md`, "Disputes").
@@ -723,14 +721,15 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&target.to_le_bytes());
             evidence.encode(&mut out);
         }
-        Message::StateRequest { step } => {
+        Message::StateRequest { step, part } => {
             out.extend_from_slice(&STATE_REQUEST.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
+            part.encode(&mut out);
         }
-        Message::State { step, residual } => {
+        Message::State { step, served } => {
             out.extend_from_slice(&STATE.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
-            residual.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            served.encode(&mut out);
         }
         Message::TraceRequest { step, part } => {
             out.extend_from_slice(&TRACE_REQUEST.to_le_bytes());
@@ -859,18 +858,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             r.put_back(rest);
             Message::Accusation { step, target, evidence }
         }
-        STATE_REQUEST => Message::StateRequest { step: r.u32()? },
-        STATE => {
-            let step = r.u32()?;
-            let body = r.rest();
-            if !body.len().is_multiple_of(4) {
-                return Err(WireError::Invalid(format!("a state of {} bytes is not whole f32s", body.len())));
-            }
-            Message::State {
-                step,
-                residual: body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            }
-        }
+        STATE_REQUEST => Message::StateRequest { step: r.u32()?, part: StatePart::decode(&mut r)? },
+        STATE => Message::State { step: r.u32()?, served: ServedState::decode(&mut r)? },
         TRACE_REQUEST => {
             let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
             let part = if op == WHOLE_TRACE { TracePart::Whole } else { TracePart::Chunk { op, chunk } };

@@ -22,14 +22,14 @@ use lockstep_node::session::{
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
 use lockstep_node::wire::{
-    state_digest, words_digest, Epoch, Evidence, Gradient, Message, PeerId, Removal, TraceAnswer, TracePart,
-    MESH_PROTOCOL_VERSION,
+    state_chunk_digests, state_digest, words_digest, Epoch, Evidence, Gradient, Message, PeerId, Removal, ServedState,
+    StatePart, TraceAnswer, TracePart, MESH_PROTOCOL_VERSION,
 };
 
 const PHASH: u32 = 0xdf23_2627;
 /// The op code a toy step's one op has in its trace (the products').
 const MATMUL: u32 = 1;
-const LEN: usize = 16;
+const LEN: usize = 2 * lockstep_node::wire::STATE_CHUNK + 16;
 
 fn settings(steps: u32) -> RunConfig {
     settings_with(steps, SyncConfig::SEED)
@@ -179,6 +179,8 @@ struct Node {
     forge: bool,
     /// A rogue that serves no state when asked.
     withhold: bool,
+    /// States asked of it: (whole, some chunks, the digests alone).
+    asked: (u32, u32, u32),
     /// A rogue (leader) that never hears an accusation against itself.
     deaf: bool,
     /// A wrong backend: value `i` of every gradient it computes has its lowest bit flipped —
@@ -218,6 +220,8 @@ struct Net {
     compute_ahead: bool,
     /// Audits by recomputation of nodes joined from now on (`SessionConfig::audit_rate`).
     audit_rate: u32,
+    /// How much of a state their routine audits ask for (`SessionConfig::audit_state_part`).
+    audit_state_part: u32,
 }
 
 impl Net {
@@ -238,6 +242,7 @@ impl Net {
             slow: BTreeSet::new(),
             compute_ahead: true,
             audit_rate: 0,
+            audit_state_part: 1000,
         }
     }
 
@@ -258,6 +263,7 @@ impl Net {
             agreement: TIMING,
             compute_ahead: self.compute_ahead,
             audit_rate: self.audit_rate,
+            audit_state_part: self.audit_state_part,
         };
         let node = Node {
             session: Session::new(config),
@@ -284,6 +290,7 @@ impl Net {
             states: BTreeMap::new(),
             forge: false,
             withhold: false,
+            asked: (0, 0, 0),
             deaf: false,
             wrong_value: None,
             untraced: false,
@@ -518,11 +525,15 @@ impl Net {
                             }),
                             (Some(toy), Some(private)) => {
                                 let (state, grid) = (&private.residual, &private.grid);
-                                let again = sync::repack(toy.gradient(target, step), state, compression, grid).unwrap();
+                                let part: Option<Vec<_>> = private.checked.as_ref().map(|c| {
+                                    c.iter().map(|&c| lockstep_node::wire::chunk_range(c, state.len())).collect()
+                                });
+                                let gradient = toy.gradient(target, step);
+                                let again = sync::repack(gradient, state, compression, grid, part.as_deref()).unwrap();
                                 Ok(Recomputed {
                                     loss: 1.0 / step as f32,
                                     values: again.values,
-                                    next_state: again.next_state.as_deref().map(state_digest),
+                                    next_state: again.next_state.as_deref().map(state_chunk_digests),
                                     trace: trace.then(|| Arc::new(Toy::trace(&toy.gradient(target, step)))),
                                 })
                             }
@@ -579,10 +590,18 @@ impl Net {
                         };
                         queue.push_back(Input::Settled { step, target, outcome });
                     }
-                    Output::ServeState { to, step } => {
+                    Output::ServeState { to, step, part } => {
+                        match &part {
+                            StatePart::Whole => node.asked.0 += 1,
+                            StatePart::Chunks(c) if !c.is_empty() => node.asked.1 += 1,
+                            StatePart::Chunks(_) => node.asked.2 += 1,
+                        }
                         if !node.withhold {
-                            let residual = node.states.get(&step).cloned().unwrap_or_default();
-                            self.links.entry((id, to)).or_default().push_back(Message::State { step, residual });
+                            let served = match node.states.get(&step) {
+                                Some(state) => ServedState::of(state, &state_chunk_digests(state), &part),
+                                None => ServedState::default(),
+                            };
+                            self.links.entry((id, to)).or_default().push_back(Message::State { step, served });
                         }
                     }
                     Output::Event(event) => node.events.push(event),
@@ -1328,6 +1347,7 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
         agreement: TIMING,
         compute_ahead: true,
         audit_rate: 0,
+        audit_state_part: 1000,
     });
     watcher.handle(Input::Connected(1));
     let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run_id: 3, run: settings(3) };
@@ -1561,6 +1581,7 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         agreement: TIMING,
         compute_ahead: true,
         audit_rate: 0,
+        audit_state_part: 1000,
     });
     // It starts a run alone (the leader of a group of one).
     let asked = session.handle(Input::Start(settings(10)));
@@ -2200,10 +2221,13 @@ fn honest_members_audited_every_step_are_never_accused() {
     }
 }
 
-/// A group of four with audits at `rate` per mille, packed with `compression`.
+/// A group of four with audits at `rate` per mille, packed with `compression`, routine audits
+/// checking a part of each state.
 fn audited_packed(seed: u64, rate: u32, steps: u32, compression: Compression) -> Net {
     let mut net = Net::new(seed);
     net.audit_rate = rate;
+    // Routine audits ask for one chunk of the toy's three; checks, for the whole.
+    net.audit_state_part = 334;
     net.sync = SyncConfig { compression, ..SyncConfig::SEED };
     for id in [1, 2, 3, 4] {
         net.join(id);
@@ -2310,6 +2334,15 @@ fn honest_packed_members_audited_every_step_are_never_accused_and_their_links_ho
             audited += stats.audited;
             linked += stats.linked;
         }
+        // Routine audits asked for one chunk, and for the next state's digests for its link;
+        // nothing was checked whole (nobody was accused).
+        let asked = net.nodes.values().fold((0, 0, 0), |a, n| (a.0 + n.asked.0, a.1 + n.asked.1, a.2 + n.asked.2));
+        assert_eq!(asked.0, 0, "{what}");
+        assert!(
+            (audited..=audited + 4).contains(&asked.1),
+            "{asked:?}, {audited} audited (some at the end unfinished): {what}"
+        );
+        assert!(asked.2 >= linked && linked > 0, "{asked:?}, {linked} linked: {what}");
         // An assignment that came while the worker waited for a residual waited for it in
         // turn: none skipped, every member of 29 rosters after the first audited.
         let skipped: u32 = net.nodes.values().map(|n| n.session.audit_stats().skipped).sum();

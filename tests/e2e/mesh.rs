@@ -119,7 +119,9 @@ fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
 fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let audit = ["--audit-rate", "1"];
+    // At the nodes' own priority: on spare cycles alone, audits may never run on a CI machine
+    // that this group and another test's keep busy.
+    let audit = ["--audit-rate", "1", "--audits-at-own-priority"];
     let mut a = Node::spawn_with(&signal, "cpu", &audit);
     let b = Node::spawn_with(&signal, "lut", &audit);
     let c = Node::spawn_with(&signal, "dp4a", &audit);

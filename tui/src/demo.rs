@@ -153,6 +153,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         drop_slow_after: 0,
         no_compute_ahead: false,
         audit_rate: args.audit_rate,
+        audit_state_part: crate::node_runtime::AUDIT_STATE_PART,
+        audits_at_own_priority: false,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
         corpus: args.corpus.clone(),

@@ -67,6 +67,17 @@ pub struct MeshArgs {
     /// on the CPU mirror beside its own step (0: none; `every-step` f32 runs).
     #[arg(long, default_value_t = 0.1, value_parser = parse_share)]
     pub audit_rate: f64,
+    /// Packed runs (`int8`, `int4`, every step): the share of a contribution's residual a
+    /// routine audit asks its member for and checks, in chunks of 1,024 values drawn after the
+    /// commit (at least one; 1: the whole residual, 4 bytes a weight; a check of an accusation
+    /// always asks for the whole).
+    #[arg(long, default_value_t = AUDIT_STATE_PART, value_parser = parse_share)]
+    pub audit_state_part: f64,
+    /// Routine audits at this node's own priority, taking their share of a machine its training
+    /// keeps busy (by default they run on spare cycles only, at the lowest priority, and on a
+    /// saturated machine may never run).
+    #[arg(long)]
+    pub audits_at_own_priority: bool,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
     /// a slow member's steps still count).
@@ -95,6 +106,9 @@ pub struct MeshArgs {
 }
 
 /// A share in `[0, 1]`.
+/// `--audit-state-part`'s default: one chunk in eight (`docs/TRUST.md`, "An audit of a part").
+pub const AUDIT_STATE_PART: f64 = 0.125;
+
 fn parse_share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
@@ -307,6 +321,8 @@ pub fn prepare(
         // `/data`'s slices are not a function of the seed: nobody's contribution can be
         // recomputed (`docs/TRUST.md`).
         audit_rate: if args.data.is_some() { 0 } else { (args.audit_rate * 1000.0).round() as u32 },
+        audit_state_part: (args.audit_state_part * 1000.0).round() as u32,
+        audits_on_spare_cycles: !args.audits_at_own_priority,
         id: new_member_id(),
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),

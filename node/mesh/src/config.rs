@@ -85,6 +85,12 @@ pub struct MeshConfig {
     /// Audits by recomputation: in how many of a thousand steps this member recomputes another
     /// member's contribution (`SessionConfig::audit_rate`).
     pub audit_rate: u32,
+    /// Packed runs: how many in a thousand of a state's chunks a routine audit checks
+    /// (`SessionConfig::audit_state_part`).
+    pub audit_state_part: u32,
+    /// Routine audits run on spare cycles only (the lowest priority: on a machine its training
+    /// keeps busy they may never run); false: at the member's own priority, taking their share.
+    pub audits_on_spare_cycles: bool,
     /// This member's id: its own, drawn when the process starts ([`new_member_id`]), carried
     /// in its join request; the signaling server refuses a second claim of a live one.
     pub id: lockstep_node::wire::PeerId,

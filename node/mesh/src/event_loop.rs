@@ -600,6 +600,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         agreement: self.config.agreement,
                         compute_ahead: self.config.compute_ahead,
                         audit_rate: self.config.audit_rate,
+                        audit_state_part: self.config.audit_state_part,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }

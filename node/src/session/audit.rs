@@ -54,7 +54,7 @@ use super::dispute::Dispute;
 use super::log::{LogEntry, StepRecord};
 use super::*;
 use crate::audit::Urgency;
-use crate::wire::{AuditVerdict, Evidence};
+use crate::wire::{AuditVerdict, Evidence, NotServed, ServedState, StatePart};
 
 /// Committed records a member keeps to check accusations against (the digest each named).
 const RECORDS_KEPT: usize = 256;
@@ -79,8 +79,13 @@ pub const STATE_PROMISED_STEPS: u32 = 3;
 /// and the grid the group summed the step on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PrivateInputs {
-    /// The state it named: `every-step`, the residual; `outer:H`, `sync::window_state`.
+    /// The state it named: `every-step`, the residual; `outer:H`, `sync::window_state` (zeros
+    /// outside the chunks served, when a part was asked for).
     pub residual: Arc<Vec<f32>>,
+    /// The chunks of it served ([`crate::wire::STATE_CHUNK`] values each), when an audit of a
+    /// part asked for some only: the contribution's values there are compared, the others
+    /// not. `None`: the whole state.
+    pub checked: Option<Arc<Vec<u32>>>,
     pub grid: Arc<Vec<u8>>,
     /// The inner steps it claims to stand for (elastic windows; else 1).
     pub weight: u32,
@@ -100,9 +105,10 @@ struct StepPrivate {
 pub struct Recomputed {
     pub loss: f32,
     pub values: Values,
-    /// Packed: the digest of the residual the contribution leaves on the group's grid (what
-    /// the member's next contribution must name).
-    pub next_state: Option<u64>,
+    /// Packed: the chunks' digests of the residual the contribution leaves on the group's
+    /// grid (its member's next contribution must name the state they make; of a part, the
+    /// chunks checked are right, the others not).
+    pub next_state: Option<Vec<u64>>,
     /// Asked for (`Output::Audit`'s `trace`): the definition's trace of the step, recorded as
     /// it was recomputed — what a dispute compares the target's with.
     pub trace: Option<Arc<Trace>>,
@@ -179,6 +185,8 @@ pub(super) struct Private {
     pub state: u64,
     pub grid: Arc<Vec<u8>>,
     pub asked_ms: Option<u64>,
+    /// What of the state was asked for: a routine audit, some chunks; a check, the whole.
+    pub part: StatePart,
 }
 
 /// A link to check once `target`'s next contribution is committed: the residual its audited
@@ -186,8 +194,17 @@ pub(super) struct Private {
 #[derive(Clone, Debug)]
 pub(super) struct Link {
     pub from_step: u32,
-    pub expected: u64,
+    pub expected: Expected,
     pub accusers: Vec<PeerId>,
+}
+
+/// The state an audited contribution leaves: by its digest (the whole state was served), or by
+/// the digests of the chunks checked (a part), which the member is asked for once its next
+/// contribution commits.
+#[derive(Clone, Debug)]
+pub(super) enum Expected {
+    Whole(u64),
+    Chunks(Vec<(u32, u64)>),
 }
 
 /// The counts the step-health pane and the headless JSON show.
@@ -221,6 +238,9 @@ pub(super) struct Audits {
     pub checks: BTreeMap<(u32, PeerId), Vec<(PeerId, Evidence)>>,
     /// Links waiting for their record: by (the next step, target).
     pub links: BTreeMap<(u32, PeerId), Link>,
+    /// Links of a part whose next state's chunk digests were asked for: by (the next step,
+    /// target), with when.
+    links_asked: BTreeMap<(u32, PeerId), (Link, u64)>,
     /// Members a verdict was proposed or committed against (nothing twice).
     pub convicted: BTreeSet<PeerId>,
     /// Leaders this member found wrong (its own audit, or its check of another's accusation):
@@ -276,6 +296,7 @@ impl Audits {
         self.private.clear();
         self.checks.clear();
         self.links.clear();
+        self.links_asked.clear();
         self.traces.clear();
         self.pending = None;
     }
@@ -347,9 +368,19 @@ impl Session {
             let Some((grid, state)) = self.audits.private_of(step, target) else {
                 return self.give_up(step, target, Unfinished::NotHeld);
             };
-            running.private = Some(Private { state, grid, asked_ms: Some(self.timing.now_ms()) });
+            // A routine audit of a contribution held here asks for a part of the state; a check
+            // (its evidence a verdict's), for the whole.
+            let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
+            let part = match running.urgency() {
+                Urgency::Routine if every_step && running.claimed.is_some() => {
+                    state_part(len, self.config.audit_state_part, named ^ self.config.me.rotate_left(23))
+                }
+                _ => StatePart::Whole,
+            };
+            let asked_ms = Some(self.timing.now_ms());
+            running.private = Some(Private { state, grid, asked_ms, part: part.clone() });
             self.audits.running = Some(running);
-            return self.send(target, Message::StateRequest { step });
+            return self.send(target, Message::StateRequest { step, part });
         }
         let urgency = running.urgency();
         self.audits.running = Some(running);
@@ -362,45 +393,107 @@ impl Session {
         self.next_check();
     }
 
-    /// `from` asks for the state its contribution to `step` named: the adapter serves it.
-    pub(super) fn on_state_request(&mut self, from: PeerId, step: u32) {
+    /// `from` asks for `part` of the state its contribution to `step` named: the adapter
+    /// serves it.
+    pub(super) fn on_state_request(&mut self, from: PeerId, step: u32, part: StatePart) {
         if !self.run.is_some_and(|run| packed(&run)) {
             return self.ignore(from, Ignored::StateOfNoPackedRun);
         }
-        self.out.push(Output::ServeState { to: from, step });
+        self.out.push(Output::ServeState { to: from, step, part });
     }
 
-    /// `from` served the state its contribution to `step` named (empty: none kept).
-    pub(super) fn on_state(&mut self, from: PeerId, step: u32, residual: Vec<f32>) {
+    /// `from` served (a part of) the state its contribution to `step` named, or none: for the
+    /// audit under way, or for the link of a part (its chunks' digests, which any answer
+    /// carries; an answer of digests alone is never the audit's, which asked for values).
+    pub(super) fn on_state(&mut self, from: PeerId, step: u32, served: ServedState) {
+        let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
+        let linked = self.audits.links_asked.remove(&(step, from));
+        let digests_alone = served.parts.is_empty() && served.len != 0;
         let asked = |r: &Running| {
             r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some())
         };
-        let Some(running) = self.audits.running.as_mut().filter(|r| asked(r)) else {
+        let waits = self.audits.running.as_ref().is_some_and(asked) && !digests_alone;
+        if let Some((link, _)) = linked {
+            self.link_served(from, step, len, link, &served);
+        } else if !waits {
             return self.ignore(from, Ignored::UnaskedState);
-        };
+        }
+        if !waits {
+            return;
+        }
+        let running = self.audits.running.as_mut().expect("waits");
         let private = running.private.as_mut().expect("asked: packed");
-        if residual.is_empty() && self.taking.applied > step + STATE_PROMISED_STEPS {
-            self.audits.running = None;
-            return self.give_up(step, from, Unfinished::StateGone);
-        }
-        let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
-        if residual.len() != len || crate::wire::state_digest(&residual) != private.state {
-            let running = self.audits.running.take().expect("matched above");
-            return self.withheld(running);
-        }
+        let residual = match served.check(len, private.state, &private.part) {
+            Ok(residual) => residual,
+            Err(NotServed::Gone) if self.taking.applied > step + STATE_PROMISED_STEPS => {
+                self.audits.running = None;
+                return self.give_up(step, from, Unfinished::StateGone);
+            }
+            Err(_) => {
+                let running = self.audits.running.take().expect("matched above");
+                return self.withheld(running);
+            }
+        };
         private.asked_ms = None;
+        let checked = match &private.part {
+            StatePart::Whole => None,
+            StatePart::Chunks(chunks) => Some(Arc::new(chunks.clone())),
+        };
         let grid = private.grid.clone();
-        let private = PrivateInputs { residual: Arc::new(residual), grid, weight: running.weight };
+        let private = PrivateInputs { residual: Arc::new(residual), checked, grid, weight: running.weight };
         let (trace, urgency) = (running.trace, running.urgency());
         self.out.push(Output::Audit { step, target: from, private: Some(private), trace, urgency });
+    }
+
+    /// The chunks' digests of the state `from`'s contribution to `step` named, asked for to
+    /// check `link`, a part's: the chunks checked must be those its audited contribution left.
+    fn link_served(&mut self, from: PeerId, step: u32, len: usize, link: Link, served: &ServedState) {
+        let Expected::Chunks(expected) = &link.expected else { return };
+        let Some((_, named)) = self.audits.private_of(step, from) else { return };
+        if served.len == 0 && served.digests.is_empty() {
+            let error = Failure::new(Unfinished::StateGone);
+            return self.event(Event::AuditFailed { step: link.from_step, target: from, error });
+        }
+        let digests = &served.digests;
+        if served.len as usize != len || crate::wire::state_digest_of(len, digests) != named {
+            return self.accuse_part(link.from_step, from, Evidence::Withheld);
+        }
+        match expected.iter().find(|&&(chunk, digest)| digests.get(chunk as usize) != Some(&digest)) {
+            None => self.audits.stats.linked += 1,
+            Some(&(chunk, digest)) => {
+                let claimed = digests.get(chunk as usize).copied().unwrap_or(0);
+                self.accuse_part(link.from_step, from, Evidence::State { expected: digest, claimed });
+            }
+        }
+    }
+
+    /// The link of a part broken (or its digests withheld): another member accuses `target`'s
+    /// contribution to `step` to the leader, whose check recomputes it whole; the leader itself
+    /// checks it whole before anything is proposed (a link's evidence in a verdict is always a
+    /// whole state's digests).
+    fn accuse_part(&mut self, step: u32, target: PeerId, evidence: Evidence) {
+        if !self.is_leader() {
+            return self.accuse(step, target, None, evidence);
+        }
+        let me = self.config.me;
+        self.audits.stats.accused += 1;
+        self.event(Event::Accused { step, target, by: me, evidence });
+        if self.audits.convicted.contains(&target) || self.audits.disputed(target) {
+            return;
+        }
+        self.audits.checks.entry((step, target)).or_default().push((me, evidence));
+        self.next_check();
     }
 
     /// Time passes: an auditor waiting too long for a state calls it withheld (the target was
     /// heard from meanwhile) or gives up (it was not).
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
         self.dispute_tick(now_ms);
+        let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
+        // A link of a part unanswered: unchecked (a member gone, or a channel cut).
+        self.audits.links_asked.retain(|_, (_, asked)| now_ms.saturating_sub(*asked) < wait);
         let Some(asked) = self.audits.running.as_ref().and_then(|r| r.private.as_ref()?.asked_ms) else { return };
-        if now_ms.saturating_sub(asked) < STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms() {
+        if now_ms.saturating_sub(asked) < wait {
             return;
         }
         let running = self.audits.running.take().expect("waiting");
@@ -489,6 +582,9 @@ impl Session {
         let state = private.as_ref().map_or(0, |p| p.state);
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };
         self.audits.stats.audited += 1;
+        if let Some(StatePart::Chunks(chunks)) = private.map(|p| p.part) {
+            return self.compare_part(target, &recomputed, claimed.as_ref(), named, &chunks, next_state, trace);
+        }
         if recomputed.digest() == named {
             self.audits.traces.remove(&(step, target));
             self.audits.stats.matched += 1;
@@ -498,6 +594,8 @@ impl Session {
             let mut link_accusers = Vec::new();
             for (accuser, evidence) in accusers {
                 match evidence {
+                    // Its own audit of a part was the accuser: nothing to convict.
+                    _ if accuser == me => {}
                     Evidence::Withheld => {}
                     Evidence::State { .. } => link_accusers.push(accuser),
                     _ => self.convict(AuditVerdict {
@@ -508,7 +606,9 @@ impl Session {
                     }),
                 }
             }
-            if let Some(expected) = next_state {
+            if let Some(digests) = next_state {
+                let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
+                let expected = Expected::Whole(crate::wire::state_digest_of(len, &digests));
                 let link = Link { from_step: step, expected, accusers: link_accusers };
                 self.audits.links.insert((step + 1, target), link);
                 self.check_links(step + 1);
@@ -527,8 +627,21 @@ impl Session {
                 evidence = *word;
             }
         }
+        self.departs(step, target, accusers.first().map(|(a, _)| *a), evidence, trace);
+    }
+
+    /// A recomputation (`trace`: the definition's trace, recorded as it ran) found `target`'s
+    /// contribution to `step` departing as `evidence` shows: accused, or disputed by the leader.
+    fn departs(
+        &mut self,
+        step: u32,
+        target: PeerId,
+        found_by: Option<PeerId>,
+        evidence: Evidence,
+        trace: Option<Arc<Trace>>,
+    ) {
         self.audits.definition = trace.map(|t| ((step, target), t));
-        self.accuse(step, target, accusers.first().map(|(a, _)| *a), evidence);
+        self.accuse(step, target, found_by, evidence);
         self.audits.definition = None;
         let disputing =
             self.audits.dispute.as_ref().is_some_and(|d| (d.verdict.step, d.verdict.target) == (step, target));
@@ -536,6 +649,49 @@ impl Session {
             // No dispute of this step came of it (this member no longer leads, or one of an
             // earlier step is under way): its trace is not waited for.
             self.audits.traces.remove(&(step, target));
+        }
+    }
+
+    /// A routine audit of a part: the loss and the values of the chunks checked compared
+    /// with the contribution held (the one the record named), and the link of those chunks
+    /// kept for the next commit. A value that departs is as much proof as a whole audit's (the
+    /// chunk's residual was checked against the digest the contribution named, and a chunk is
+    /// packed on its own): accused, or disputed, at once.
+    #[allow(clippy::too_many_arguments)]
+    fn compare_part(
+        &mut self,
+        target: PeerId,
+        recomputed: &Gradient,
+        claimed: Option<&Gradient>,
+        named: u64,
+        chunks: &[u32],
+        next_state: Option<Vec<u64>>,
+        trace: Option<Arc<Trace>>,
+    ) {
+        let step = recomputed.step;
+        // A part is audited only of a contribution held (`start_audit`), the one named.
+        let Some(claimed) = claimed.filter(|c| c.digest() == named) else {
+            self.audits.stats.audited -= 1;
+            return self.event(Event::AuditFailed { step, target, error: Failure::new(Unfinished::NotHeld) });
+        };
+        let len = recomputed.values.len();
+        let ranges: Vec<_> = chunks.iter().map(|&c| crate::wire::chunk_range(c, len)).collect();
+        let departure = if len != claimed.values.len() {
+            // No contribution can be made from the state named (its values are not finite).
+            Some(Evidence::Digest { named, recomputed: recomputed.digest() })
+        } else {
+            departure_within(recomputed, claimed, &ranges)
+        };
+        if let Some(evidence) = departure {
+            return self.departs(step, target, None, evidence, trace);
+        }
+        self.audits.stats.matched += 1;
+        self.event(Event::Audited { step, target });
+        if let Some(digests) = next_state {
+            let expected = chunks.iter().filter_map(|&c| Some((c, *digests.get(c as usize)?))).collect();
+            let link = Link { from_step: step, expected: Expected::Chunks(expected), accusers: Vec::new() };
+            self.audits.links.insert((step + 1, target), link);
+            self.check_links(step + 1);
         }
     }
 
@@ -551,7 +707,17 @@ impl Session {
         for target in due {
             let link = self.audits.links.remove(&(step, target)).expect("listed");
             let Some((_, named)) = self.audits.private_of(step, target) else { continue };
-            if named == link.expected {
+            let expected = match link.expected {
+                Expected::Whole(expected) => expected,
+                Expected::Chunks(_) => {
+                    // The next state's chunk digests are asked for (the member's answer checked
+                    // against the digest its contribution named).
+                    self.send(target, Message::StateRequest { step, part: StatePart::Chunks(Vec::new()) });
+                    self.audits.links_asked.insert((step, target), (link, self.timing.now_ms()));
+                    continue;
+                }
+            };
+            if named == expected {
                 self.audits.stats.linked += 1;
                 for accuser in link.accusers {
                     let evidence = Evidence::FalseAccusation { accused: target };
@@ -559,7 +725,7 @@ impl Session {
                 }
                 continue;
             }
-            let evidence = Evidence::State { expected: link.expected, claimed: named };
+            let evidence = Evidence::State { expected, claimed: named };
             self.accuse(link.from_step, target, link.accusers.first().copied(), evidence);
         }
         // Links of steps long committed (their target never contributed again) go.
@@ -676,6 +842,26 @@ pub fn assignment(record: &StepRecord, me: PeerId, rate: u32) -> Option<PeerId> 
     Some(roster[cycle[at]])
 }
 
+/// The chunks a routine audit of a packed contribution asks for: `per_mille` of the state's
+/// chunks (at least one), drawn from `seed` (the auditor's id and the contribution's digest:
+/// its member could not know them when it sent it); the whole state when that is every chunk.
+pub fn state_part(len: usize, per_mille: u32, seed: u64) -> StatePart {
+    let chunks = crate::wire::chunks_of(len);
+    let k = (chunks * per_mille as usize).div_ceil(1000).max(1);
+    if k >= chunks {
+        return StatePart::Whole;
+    }
+    let mut all: Vec<u32> = (0..chunks as u32).collect();
+    let mut draw = lockstep_luts::rng::SplitMix64::new(seed);
+    for i in 0..k {
+        let j = i + draw.below((chunks - i) as u64) as usize;
+        all.swap(i, j);
+    }
+    let mut picked = all[..k].to_vec();
+    picked.sort_unstable();
+    StatePart::Chunks(picked)
+}
+
 /// Word `word` of a contribution as evidence counts it (0: the loss's bits; `1 + i`: value `i`,
 /// a packed one as the f32 it stands for).
 fn word_of(g: &Gradient, word: u32) -> Option<u32> {
@@ -685,6 +871,17 @@ fn word_of(g: &Gradient, word: u32) -> Option<u32> {
         Values::F32(values) => values.get(i).map(|v| v.to_bits()),
         Values::Int8(p) | Values::Int4(p) => (i < p.len()).then(|| p.value(i).to_bits()),
     }
+}
+
+/// Where `claimed` departs from `recomputed` within the values `ranges` (an audit of a part:
+/// the values elsewhere were recomputed from no state): its loss, then the first differing
+/// value there; `None` where they agree.
+fn departure_within(recomputed: &Gradient, claimed: &Gradient, ranges: &[std::ops::Range<usize>]) -> Option<Evidence> {
+    let words = std::iter::once(0).chain(ranges.iter().flat_map(|r| r.start as u32 + 1..r.end as u32 + 1));
+    words.into_iter().find_map(|word| {
+        let (expected, got) = (word_of(recomputed, word)?, word_of(claimed, word));
+        (got != Some(expected)).then(|| Evidence::Word { word, expected, claimed: got.unwrap_or(0) })
+    })
 }
 
 /// Where `claimed` departs from `recomputed` (the definition's): the first differing word (the

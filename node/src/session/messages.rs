@@ -44,8 +44,8 @@ impl Session {
                 }
             }
             Message::Accusation { step, target, evidence } => self.on_accusation(from, step, target, evidence),
-            Message::StateRequest { step } => self.on_state_request(from, step),
-            Message::State { step, residual } => self.on_state(from, step, residual),
+            Message::StateRequest { step, part } => self.on_state_request(from, step, part),
+            Message::State { step, served } => self.on_state(from, step, served),
             Message::TraceRequest { step, part } => self.on_trace_request(from, step, part),
             Message::Trace { step, answer } => self.on_trace(from, step, answer),
             Message::CatchUp { applied: _ } => {

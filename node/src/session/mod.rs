@@ -226,11 +226,12 @@ pub enum Output {
         target: PeerId,
         theirs: Arc<Trace>,
     },
-    /// Send `to` the private state (the residual) our contribution to `step` was made with, if
-    /// still kept (`-23`; nothing kept: no values). Nothing to answer.
+    /// Send `to` `part` of the private state (the residual) our contribution to `step` was
+    /// made with, if still kept (`-23`; nothing kept: no values). Nothing to answer.
     ServeState {
         to: PeerId,
         step: u32,
+        part: crate::wire::StatePart,
     },
     /// Elastic windows: another member finished its whole window of `step` first, so ours ends
     /// after the inner step under way (`Compute { step }` is still answered, with the steps
@@ -267,6 +268,9 @@ pub struct SessionConfig {
     /// Audits by recomputation (`audit.rs`): how many in a thousand of the steps this node
     /// contributes to it audits another member's contribution of (0: none).
     pub audit_rate: u32,
+    /// Packed runs: how many in a thousand of a contribution's state's chunks a routine audit
+    /// asks for and checks (at least one; 1000: the whole state, as a check always does).
+    pub audit_state_part: u32,
 }
 
 /// Why the adapter is owed an answer.

@@ -161,11 +161,28 @@ pub struct Repacked {
 /// A member's packed contribution recomputed, as [`Strategy::contribute`] makes it: `x` (its
 /// gradient or pseudo-gradient) plus `state` (the residual it named), packed as `compression`
 /// packs; and the residual it leaves when summed on the group's `grid` (`Strategy::finish`).
-pub fn repack(mut x: Vec<f32>, state: &[f32], compression: Compression, grid: &[u8]) -> Result<Repacked, NonFinite> {
+/// `part`: only these values' state is known (block-aligned ranges, an audit of a part): the
+/// blocks outside them are left empty, so only those inside are the contribution's, and its
+/// residual's.
+pub fn repack(
+    mut x: Vec<f32>,
+    state: &[f32],
+    compression: Compression,
+    grid: &[u8],
+    part: Option<&[std::ops::Range<usize>]>,
+) -> Result<Repacked, NonFinite> {
     for (v, r) in x.iter_mut().zip(state) {
         *v += r;
     }
-    let packed = if compression == Compression::Int4 { pack4(&x)? } else { pack(&x)? };
+    let mut packed = if compression == Compression::Int4 { pack4(&x)? } else { pack(&x)? };
+    if let Some(ranges) = part {
+        let kept = |block: usize| ranges.iter().any(|r| r.contains(&(block * BLOCK)));
+        for block in (0..packed.exponents.len()).filter(|&b| !kept(b)) {
+            packed.exponents[block] = EMPTY_BLOCK;
+            let end = ((block + 1) * BLOCK).min(packed.q.len());
+            packed.q[block * BLOCK..end].fill(0);
+        }
+    }
     let next_state = fits(&packed, grid).then(|| residual(&x, &packed, grid));
     let values = if compression == Compression::Int4 { Values::Int4(packed) } else { Values::Int8(packed) };
     Ok(Repacked { values, next_state })

@@ -503,7 +503,7 @@ fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what
             let linked = left.as_ref().map(|l| bits(l) == bits(&state));
             assert_eq!(linked, (k > 1).then_some(k != 4), "k = {k}");
             let reduced = reduce(&[&contribution.values, &other], &[1, 1]);
-            let again = repack(Ramp::gradient_at(k), &state, compression, &reduced.grid).unwrap();
+            let again = repack(Ramp::gradient_at(k), &state, compression, &reduced.grid, None).unwrap();
             assert_eq!(again.values, contribution.values, "k = {k}");
             strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
             left = again.next_state;

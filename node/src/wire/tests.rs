@@ -79,13 +79,41 @@ fn golden_bytes() {
     for retired in [-4i32, -16, -17] {
         assert_eq!(decode(&retired.to_le_bytes()), Err(WireError::UnknownSentinel(retired)));
     }
-    assert_eq!(encode(&Message::StateRequest { step: 258 }), vec![0xea, 0xff, 0xff, 0xff, 2, 1, 0, 0]);
-    let state = Message::State { step: 3, residual: vec![1.0, -2.0] };
-    assert_eq!(encode(&state), vec![0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
-    assert_eq!(decode(&encode(&state)), Ok(state));
-    let nothing_kept = Message::State { step: 3, residual: Vec::new() };
+    // A state asked for whole, in two chunks, or its digests alone; served (its length, each
+    // chunk's digest, the chunks asked for) or none kept.
+    let whole = Message::StateRequest { step: 258, part: StatePart::Whole };
+    assert_eq!(encode(&whole), vec![0xea, 0xff, 0xff, 0xff, 2, 1, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+    let two = Message::StateRequest { step: 258, part: StatePart::Chunks(vec![1, 5]) };
+    assert_eq!(encode(&two), vec![0xea, 0xff, 0xff, 0xff, 2, 1, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0, 0]);
+    for request in [whole, two, Message::StateRequest { step: 3, part: StatePart::Chunks(Vec::new()) }] {
+        assert_eq!(decode(&encode(&request)), Ok(request));
+    }
+    let backwards = [0xea, 0xff, 0xff, 0xff, 2, 1, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0];
+    assert!(matches!(decode(&backwards), Err(WireError::Invalid(_))));
+    let too_many = [0xea, 0xff, 0xff, 0xff, 2, 1, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0];
+    assert!(matches!(decode(&too_many), Err(WireError::Invalid(_))));
+    let residual: Vec<f32> = (0..STATE_CHUNK + 2).map(|i| i as f32 - 3.5).collect();
+    let digests = state_chunk_digests(&residual);
+    let served = ServedState::of(&residual, &digests, &StatePart::Chunks(vec![1]));
+    assert_eq!(served.parts, vec![(1, vec![STATE_CHUNK as f32 - 3.5, STATE_CHUNK as f32 - 2.5])]);
+    let state = Message::State { step: 3, served: served.clone() };
+    let mut bytes = vec![0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 2, 4, 0, 0, 2, 0, 0, 0];
+    digests.iter().for_each(|d| bytes.extend_from_slice(&d.to_le_bytes()));
+    bytes.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0]);
+    [STATE_CHUNK as f32 - 3.5, STATE_CHUNK as f32 - 2.5].iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    assert_eq!(encode(&state), bytes);
+    assert_eq!(decode(&bytes), Ok(state));
+    let nothing_kept = Message::State { step: 3, served: ServedState::default() };
+    assert_eq!(encode(&nothing_kept), vec![0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(decode(&encode(&nothing_kept)), Ok(nothing_kept));
-    assert!(matches!(decode(&[0xe9, 0xff, 0xff, 0xff, 3, 0, 0, 0, 1, 2]), Err(WireError::Invalid(_))));
+    // A chunk count that is not the length's, a chunk past the state, a part cut short.
+    let mut wrong_count = bytes.clone();
+    wrong_count[12] = 3;
+    assert!(matches!(decode(&wrong_count), Err(WireError::Invalid(_))));
+    let mut past = bytes.clone();
+    past[36] = 2;
+    assert!(matches!(decode(&past), Err(WireError::Invalid(_))));
+    assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Truncated { .. })));
     // Disputes: a trace request (the whole trace, then one chunk) and the answers.
     assert_eq!(
         encode(&Message::TraceRequest { step: 2, part: TracePart::Whole }),
@@ -455,4 +483,34 @@ fn large_messages_fragment_and_reassemble_in_any_order() {
     assert!(r.partial.is_empty());
     // A message that fits travels whole.
     assert_eq!(frames(encode(&Message::RepairRequest { step: 1, peer: 1 }), 0).len(), 1);
+}
+
+/// An auditor takes a served state only as the one its contribution named, of the part asked
+/// for, each chunk matching its digest: the state back with the chunks in place (zeros
+/// elsewhere); anything else is another state (withholding), none served is none kept.
+#[test]
+fn a_served_state_is_checked_against_the_digest_named_chunk_by_chunk() {
+    let residual: Vec<f32> = (0..3 * STATE_CHUNK - 5).map(|i| (i as f32).sin()).collect();
+    let digests = state_chunk_digests(&residual);
+    let named = state_digest(&residual);
+    assert_eq!(named, state_digest_of(residual.len(), &digests));
+    let len = residual.len();
+    let part = StatePart::Chunks(vec![0, 2]);
+    let served = ServedState::of(&residual, &digests, &part);
+    let state = served.check(len, named, &part).expect("the state named");
+    assert_eq!(&state[..STATE_CHUNK], &residual[..STATE_CHUNK]);
+    assert!(state[STATE_CHUNK..2 * STATE_CHUNK].iter().all(|&v| v == 0.0));
+    assert_eq!(&state[2 * STATE_CHUNK..], &residual[2 * STATE_CHUNK..]);
+    let whole = ServedState::of(&residual, &digests, &StatePart::Whole);
+    assert_eq!(whole.check(len, named, &StatePart::Whole), Ok(residual.clone()));
+    assert_eq!(served.check(len, named ^ 1, &part), Err(NotServed::Another), "another state's digests");
+    assert_eq!(served.check(len, named, &StatePart::Chunks(vec![0, 1])), Err(NotServed::Another), "another part");
+    let mut tampered = served.clone();
+    tampered.parts[1].1[0] += 1.0;
+    assert_eq!(tampered.check(len, named, &part), Err(NotServed::Another), "a value not its chunk's digest's");
+    let mut doubled = residual.clone();
+    doubled.iter_mut().for_each(|v| *v *= 2.0);
+    let forged = ServedState::of(&doubled, &state_chunk_digests(&doubled), &part);
+    assert_eq!(forged.check(len, named, &part), Err(NotServed::Another), "a forged residual");
+    assert_eq!(ServedState::default().check(len, named, &part), Err(NotServed::Gone));
 }

@@ -123,9 +123,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Output::ServeTrace { to, step, part } => self.spawn_trace(to, step, part),
             Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
-            Output::ServeState { to, step } => {
-                let residual = self.kept_states.get(step).map(|state| state.to_vec()).unwrap_or_default();
-                self.links.send(to, &Message::State { step, residual });
+            Output::ServeState { to, step, part } => {
+                let served = self.kept_states.served(step, &part);
+                self.links.send(to, &Message::State { step, served });
             }
             Output::Hurry { .. } => {
                 if let Some(hurry) = &self.hurry {
@@ -283,6 +283,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         trace: bool,
         urgency: Urgency,
     ) {
+        // A member that gives its audits its own priority runs each as a check is run.
+        let urgency = if self.config.audits_on_spare_cycles { urgency } else { Urgency::Check };
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target, self.referees.take(urgency), urgency),
             Err(_) => {
