@@ -6,7 +6,7 @@
 # Expects, built on the build machine: .devbin/ with the stripped `lockstep`,
 # liblockstep_backend_cpu.so, libflaw_rare_flip.so and libflaw_after_warmup.so, and the packaged
 # corpus in .devbin/corpus. Writes one JSON line per part to $OUT (or ./audit-out).
-# PARTS picks parts (f32,int8,int8-whole,outer,plugins: int8-whole is int8 with routine audits
+# PARTS picks parts (f32,int8,int8-whole,outer,plugins,plugins1 (at rate 1): int8-whole is int8 with routine audits
 # asking for the whole residual); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it.
 set -uo pipefail
 out=${OUT:-$PWD/audit-out}
@@ -31,5 +31,8 @@ has int8-whole && part int8-whole 300 --compress int8 --kinds state,flip,scale:1
   --honest-steps "${HONEST_STEPS:-200}" --state-part 1
 has outer && part outer 300 --compress int8 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
   --honest-steps "${HONEST_STEPS:-100}"
-has plugins && part plugins 400 --kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so" \
-  --pairs 1 --honest-steps 20 --within-s 120
+plugins=(--kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so"
+  --pairs 1 --honest-steps 20 --within-s 120)
+has plugins && part plugins 300 "${plugins[@]}"
+# The same at every contribution audited once a step.
+has plugins1 && part plugins1 300 "${plugins[@]}" --rate 1
