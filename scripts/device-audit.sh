@@ -14,13 +14,13 @@ mkdir -p "$out"
 export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin LOCKSTEP_CORPUS=$PWD/.devbin/corpus
 bin=$PWD/.devbin/lockstep
 parts=${PARTS:-f32,int8,outer,plugins}
-common=(--runs "${RUNS:-10}" --pairs "${PAIRS:-3}" --rate "${RATE:-0.6}" --threads "${THREADS:-1}" --json)
+common=(--runs "${RUNS:-10}" --pairs "${PAIRS:-3}" --threads "${THREADS:-1}" --json)
 has() { [[ ",$parts," == *",$1,"* ]]; }
 part() {
   local name=$1 limit=$2
   shift 2
   local started=$SECONDS
-  timeout "$limit" "$bin" bench audit "${common[@]}" "$@" > "$out/$name.json" 2> "$out/$name.err"
+  timeout "$limit" "$bin" bench audit "${common[@]}" --rate "${rate:-${RATE:-0.6}}" "$@" > "$out/$name.json" 2> "$out/$name.err"
   echo "$name: exit $? after $((SECONDS - started)) s"
 }
 
@@ -35,4 +35,4 @@ plugins=(--kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/l
   --pairs 1 --honest-steps 20 --within-s 120)
 has plugins && part plugins 300 "${plugins[@]}"
 # The same at every contribution audited once a step.
-has plugins1 && part plugins1 300 "${plugins[@]}" --rate 1
+has plugins1 && rate=1 part plugins1 300 "${plugins[@]}"
