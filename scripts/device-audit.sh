@@ -27,12 +27,12 @@ part() {
 nproc
 has f32 && part f32 240 --honest-steps "${HONEST_STEPS:-200}"
 has int8 && part int8 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-200}"
-has int8-whole && part int8-whole 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch \
-  --honest-steps "${HONEST_STEPS:-200}" --state-part 1
 has outer && part outer 300 --compress int8 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
   --honest-steps "${HONEST_STEPS:-100}"
 plugins=(--kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so"
-  --pairs 1 --honest-steps 20 --within-s 120)
+  --pairs 1 --honest-steps 20 --within-s 60)
 has plugins && part plugins 300 "${plugins[@]}"
 # The same at every contribution audited once a step.
 has plugins1 && rate=1 part plugins1 300 "${plugins[@]}"
+has int8-whole && part int8-whole 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch \
+  --honest-steps "${HONEST_STEPS:-200}" --state-part 1
