@@ -41,12 +41,17 @@
 //! Every decoder checks lengths before reading and returns a [`WireError`]; nothing here can
 //! panic on input.
 
-use std::collections::HashMap;
-
 mod audit;
+mod frames;
+mod gradient;
+mod reader;
 mod state;
 
 pub use audit::{AuditVerdict, Evidence};
+pub use frames::{frames, Reassembler};
+pub use gradient::Gradient;
+use gradient::{is_packed_sentinel, put_gradient, read_gradient};
+use reader::Reader;
 pub use state::{
     chunk_range, chunks_of, state_chunk_digests, state_digest, state_digest_of, NotServed, ServedState, StatePart,
     STATE_CHUNK,
@@ -120,26 +125,6 @@ fn put_text(out: &mut Vec<u8>, text: &str) {
 /// request (`docs/PROTOCOL.md`); never 0. It is also the member's id in the run's Raft group.
 pub type PeerId = u64;
 
-/// One node's contribution to a step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Gradient {
-    pub step: u32,
-    /// Weight hash before the step.
-    pub whash: u32,
-    /// Probe hash through the node's live kernel.
-    pub phash: u32,
-    pub loss: f32,
-    /// The gradient (`every-step`) or pseudo-gradient (`outer:H`), f32 or packed.
-    pub values: Values,
-    /// Its weight in the group's mean (`sync::SyncConfig::weights_allowed`): the inner steps it
-    /// stands for in elastic windows, else 1. Packed messages carry it; an f32 one is 1.
-    pub weight: u32,
-    /// The private state the values were made with, by digest ([`state_digest`] of the int8 or
-    /// int4 error-feedback residual added before packing): what an auditor asks for (`-22`) to
-    /// recompute the contribution. Packed messages carry it; an f32 one is 0.
-    pub state: u64,
-}
-
 /// The digest of words (a chunk of what an op wrote, [`Trace`]): [`WordHash`] over
 /// their count, then the words two to a 64-bit word (the first in the low half).
 pub fn words_digest(words: &[u32]) -> u64 {
@@ -195,46 +180,6 @@ impl WordHash {
             self.word(u64::from_le_bytes(last));
         }
     }
-}
-
-impl Gradient {
-    /// The contribution's 64-bit digest, what a step's commit record names it by
-    /// (`docs/PROTOCOL.md`, "The log"): [`WordHash`] over the words `step`, `whash`, `phash`,
-    /// the loss's bits, `weight`, `state`, the encoding (0 f32, 1 int8, 2 int4) and the value count, then
-    /// the values — f32 bits two to a word; packed: the block bytes, then the quants one byte
-    /// each, as little-endian words. A function of what the wire carries, so a repair (`-8`) has
-    /// the same digest as the original.
-    pub fn digest(&self) -> u64 {
-        let mut h = WordHash(WordHash::BASIS);
-        let kind = match &self.values {
-            Values::F32(_) => 0,
-            Values::Int8(_) => 1,
-            Values::Int4(_) => 2,
-        };
-        let len = self.values.len() as u64;
-        for word in [u64::from(self.step), u64::from(self.whash), u64::from(self.phash)] {
-            h.word(word);
-        }
-        for word in [u64::from(self.loss.to_bits()), u64::from(self.weight), self.state, kind, len] {
-            h.word(word);
-        }
-        match &self.values {
-            Values::F32(values) => h.f32s(values),
-            Values::Int8(p) | Values::Int4(p) => {
-                h.bytes(&p.exponents);
-                // Quants are i8: their bytes are their two's complement.
-                let q: &[u8] = bytemuck_i8(&p.q);
-                h.bytes(q);
-            }
-        }
-        h.0
-    }
-}
-
-/// `i8`s as the bytes they are.
-fn bytemuck_i8(q: &[i8]) -> &[u8] {
-    // SAFETY: `i8` and `u8` have the same size, alignment and validity (every bit pattern).
-    unsafe { std::slice::from_raw_parts(q.as_ptr().cast::<u8>(), q.len()) }
 }
 
 /// Which checkpoint push a node's state descends from: how many pushes it has restored and
@@ -434,187 +379,6 @@ impl std::fmt::Display for WireError {
 }
 
 impl std::error::Error for WireError {}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
-        let end = end.ok_or(WireError::Truncated { needed: self.at.saturating_add(n), have: self.bytes.len() })?;
-        let out = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> Result<u8, WireError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.at
-    }
-
-    fn u16(&mut self) -> Result<u16, WireError> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-
-    fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    /// Gives back the unread tail of what [`Reader::rest`] took (a part read by its own codec).
-    fn put_back(&mut self, rest: &'a [u8]) {
-        self.at = self.bytes.len() - rest.len();
-    }
-
-    fn i32(&mut self) -> Result<i32, WireError> {
-        Ok(i32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
-    fn f32(&mut self) -> Result<f32, WireError> {
-        Ok(f32::from_le_bytes(self.array()?))
-    }
-
-    fn rest(&mut self) -> &'a [u8] {
-        let out = &self.bytes[self.at..];
-        self.at = self.bytes.len();
-        out
-    }
-
-    fn blob(&mut self) -> Result<Vec<u8>, WireError> {
-        let len = self.u32()? as usize;
-        if len > MAX_MESSAGE_BYTES {
-            return Err(WireError::Invalid(format!("declared length {len} is over the limit")));
-        }
-        Ok(self.take(len)?.to_vec())
-    }
-
-    fn text(&mut self) -> Result<String, WireError> {
-        let len = self.u16()? as usize;
-        if len > MAX_INFO_TEXT {
-            return Err(WireError::Invalid(format!("a text of {len} bytes")));
-        }
-        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| WireError::Invalid("text is not UTF-8".into()))
-    }
-
-    fn finish(&self) -> Result<(), WireError> {
-        match self.bytes.len() - self.at {
-            0 => Ok(()),
-            n => Err(WireError::Trailing(n)),
-        }
-    }
-}
-
-fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
-    assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
-    let sentinel = match g.values {
-        Values::F32(_) => None,
-        Values::Int8(_) => Some(PACKED_GRADIENT),
-        Values::Int4(_) => Some(PACKED4_GRADIENT),
-    };
-    match sentinel {
-        Some(sentinel) => {
-            out.extend_from_slice(&sentinel.to_le_bytes());
-            out.extend_from_slice(&g.step.to_le_bytes());
-        }
-        None => out.extend_from_slice(&(g.step as i32).to_le_bytes()),
-    }
-    out.extend_from_slice(&g.whash.to_le_bytes());
-    out.extend_from_slice(&g.phash.to_le_bytes());
-    out.extend_from_slice(&g.loss.to_le_bytes());
-    if sentinel.is_some() {
-        out.extend_from_slice(&g.weight.to_le_bytes());
-        out.extend_from_slice(&g.state.to_le_bytes());
-    } else {
-        assert_eq!(g.weight, 1, "an f32 gradient's weight is 1 (elastic windows need int8 or int4)");
-        assert_eq!(g.state, 0, "an f32 gradient has no private state");
-    }
-    match &g.values {
-        Values::F32(values) => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        Values::Int8(p) => {
-            out.extend_from_slice(&(p.q.len() as u32).to_le_bytes());
-            out.extend_from_slice(&p.exponents);
-            out.extend(p.q.iter().map(|&q| q as u8));
-        }
-        Values::Int4(p) => {
-            out.extend_from_slice(&(p.q.len() as u32).to_le_bytes());
-            out.extend_from_slice(&p.exponents);
-            out.extend(p.q.chunks(2).map(|pair| {
-                let high = pair.get(1).copied().unwrap_or(0);
-                (pair[0] as u8 & 15) | ((high as u8) << 4)
-            }));
-        }
-    }
-}
-
-/// Whether a message's first word starts a packed (int8 or int4) gradient.
-fn is_packed_sentinel(first: i32) -> bool {
-    first == PACKED_GRADIENT || first == PACKED4_GRADIENT
-}
-
-/// A gradient message, any form, from its first word on.
-fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
-    let first = r.i32()?;
-    let packed = is_packed_sentinel(first);
-    let step = if packed { r.u32()? } else { first as u32 };
-    if !packed && first < 0 {
-        return Err(WireError::Invalid(format!("gradient step {first} is negative")));
-    }
-    if step > i32::MAX as u32 {
-        return Err(WireError::Invalid(format!("gradient step {step} is beyond the wire's range")));
-    }
-    let whash = r.u32()?;
-    let phash = r.u32()?;
-    let loss = r.f32()?;
-    let weight = if packed { r.u32()? } else { 1 };
-    if weight == 0 {
-        return Err(WireError::Invalid("a gradient of weight 0".into()));
-    }
-    let state = if packed { r.u64()? } else { 0 };
-    let values = if packed {
-        let len = r.u32()? as usize;
-        if len > MAX_MESSAGE_BYTES {
-            return Err(WireError::Invalid(format!("a packed gradient of {len} values")));
-        }
-        let exponents = r.take(len.div_ceil(lockstep_luts::units::BLOCK))?.to_vec();
-        if first == PACKED_GRADIENT {
-            let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
-            let packed = Packed { exponents, q };
-            packed.validate(i8::MAX).map_err(WireError::Sync)?;
-            Values::Int8(packed)
-        } else {
-            // Each nibble sign-extended: shift it to the top of an i8 and back.
-            let bytes = r.take(len.div_ceil(2))?;
-            if len % 2 == 1 && bytes[len / 2] >> 4 != 0 {
-                return Err(WireError::Invalid("an int4 gradient's last high nibble is not 0".into()));
-            }
-            let q: Vec<i8> = (0..len).map(|i| ((bytes[i / 2] >> (4 * (i % 2))) << 4) as i8 >> 4).collect();
-            let packed = Packed { exponents, q };
-            packed.validate(crate::sync::INT4_LIMIT).map_err(WireError::Sync)?;
-            Values::Int4(packed)
-        }
-    } else {
-        let body = r.rest();
-        if !body.len().is_multiple_of(4) {
-            return Err(WireError::Invalid(format!("gradient body of {} bytes is not whole f32s", body.len())));
-        }
-        Values::F32(body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    };
-    Ok(Gradient { step, whash, phash, loss, values, weight, state })
-}
 
 /// The message's bytes (unfragmented).
 pub fn encode(message: &Message) -> Vec<u8> {
@@ -896,84 +660,6 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
     };
     r.finish()?;
     Ok(message)
-}
-
-/// Splits an encoded message into wire frames of at most [`FRAGMENT_BYTES`]; a message that
-/// fits is sent as it is.
-pub fn frames(bytes: Vec<u8>, id: u32) -> Vec<Vec<u8>> {
-    if bytes.len() <= FRAGMENT_BYTES {
-        return vec![bytes];
-    }
-    let chunk = FRAGMENT_BYTES - FRAGMENT_HEADER;
-    let count = bytes.len().div_ceil(chunk);
-    assert!(count <= u16::MAX as usize, "a message of {} bytes has too many fragments", bytes.len());
-    bytes
-        .chunks(chunk)
-        .enumerate()
-        .map(|(index, payload)| {
-            encode(&Message::Fragment { id, index: index as u16, count: count as u16, payload: payload.to_vec() })
-        })
-        .collect()
-}
-
-/// Reassembles fragmented messages per sender. Bounded: one message in flight per sender and
-/// id, at most [`MAX_MESSAGE_BYTES`] each, at most 16 partial messages per sender.
-#[derive(Default)]
-pub struct Reassembler {
-    partial: HashMap<(PeerId, u32), Partial>,
-}
-
-struct Partial {
-    count: u16,
-    parts: Vec<Option<Vec<u8>>>,
-    received: u16,
-    bytes: usize,
-}
-
-impl Reassembler {
-    /// Takes a frame from `from`: returns a complete message when one is done (a frame that is
-    /// not a fragment is complete by itself), `None` while fragments are outstanding.
-    pub fn push(&mut self, from: PeerId, frame: &[u8]) -> Result<Option<Message>, WireError> {
-        let (id, index, count, payload) = match decode(frame)? {
-            Message::Fragment { id, index, count, payload } => (id, index, count, payload),
-            whole => return Ok(Some(whole)),
-        };
-        let in_flight = self.partial.keys().filter(|(p, _)| *p == from).count();
-        let entry = match self.partial.entry((from, id)) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                if in_flight >= 16 {
-                    return Err(WireError::Invalid(format!("peer {from} has too many fragmented messages in flight")));
-                }
-                e.insert(Partial { count, parts: vec![None; count as usize], received: 0, bytes: 0 })
-            }
-        };
-        if entry.count != count {
-            self.partial.remove(&(from, id));
-            return Err(WireError::Invalid(format!("fragment count changed within message {id}")));
-        }
-        if entry.parts[index as usize].is_some() {
-            return Ok(None); // a duplicate: ignored
-        }
-        entry.bytes += payload.len();
-        if entry.bytes > MAX_MESSAGE_BYTES {
-            self.partial.remove(&(from, id));
-            return Err(WireError::Invalid("reassembled message over the size limit".into()));
-        }
-        entry.parts[index as usize] = Some(payload);
-        entry.received += 1;
-        if entry.received < entry.count {
-            return Ok(None);
-        }
-        let done = self.partial.remove(&(from, id)).expect("just completed");
-        let whole: Vec<u8> = done.parts.into_iter().flatten().flatten().collect();
-        decode(&whole).map(Some)
-    }
-
-    /// Forgets everything from a peer that left.
-    pub fn forget(&mut self, peer: PeerId) {
-        self.partial.retain(|(p, _), _| *p != peer);
-    }
 }
 
 #[cfg(test)]
