@@ -14,20 +14,23 @@ use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, Repli
 use lockstep_node::session::{
     Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
 };
-use lockstep_node::wire::{self, Message, PeerId, Reassembler, TraceAnswer, TracePart};
+use lockstep_node::wire::{Message, PeerId, Reassembler, TraceAnswer, TracePart};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
 use webrtc::data_channel::{DataChannel, RTCDataChannelInit};
-use webrtc::peer_connection::{PeerConnection, RTCSessionDescription};
+use webrtc::peer_connection::RTCSessionDescription;
 
 use crate::checkpoint_file::{save_checkpoint, CheckpointTarget};
 use crate::config::{MeshConfig, AGENT, LINK_TICK};
-use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, Writer, CHANNEL_LABEL};
+use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
 use crate::control::{Command, Ended, Report, StepTiming};
 use crate::inbound::{Computed, Inbound};
 use crate::signal_client::{connect_signal, signal_url};
 
+mod links;
 mod session;
+
+use links::{Links, Peer, Referees};
 
 /// Between attempts to reach a signaling server that went away: the first wait, and the
 /// longest (each failure doubles it).
@@ -51,146 +54,6 @@ const ATTEMPT_TAG: &str = "lockstep_attempt";
 pub(crate) enum Flow {
     Continue,
     Stop(Ended),
-}
-
-/// One peer's WebRTC connection and, once its channel is open, its writer.
-struct Peer {
-    connection: Arc<dyn PeerConnection>,
-    /// Set once the channel is open (the session then knows the peer).
-    writer: Option<Writer>,
-    /// Which attempt this connection is: events of an attempt that was replaced are dropped.
-    attempt: u64,
-    /// (Offerer) the tag our offer carried: an answer to an older offer is dropped.
-    offered: Option<u64>,
-    /// When the attempt began (one whose channel never opens is given up).
-    since: Instant,
-}
-
-/// Counters of one peer's link.
-#[derive(Default)]
-struct LinkStats {
-    bytes_in: u64,
-    bytes_out: u64,
-    rtt_ms: Option<f64>,
-    /// The outstanding ping: its nonce and when it left.
-    ping: Option<(u64, Instant)>,
-    /// When the last frame came (or the channel opened).
-    heard: Option<Instant>,
-    /// Whether the current silence was reported.
-    silence_reported: bool,
-}
-
-impl LinkStats {
-    /// The answer to our outstanding ping: the round trip is measured.
-    fn pong(&mut self, nonce: u64) {
-        if let Some((sent, at)) = self.ping {
-            if sent == nonce {
-                self.rtt_ms = Some(at.elapsed().as_secs_f64() * 1e3);
-                self.ping = None;
-            }
-        }
-    }
-}
-
-/// The referees kept between recomputations of others' work: a routine audit's computes on
-/// low-priority threads (it was opened on one), a check's on threads of the member's own
-/// priority, so each is kept for its kind.
-#[derive(Default)]
-struct Referees {
-    routine: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
-    check: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
-}
-
-impl Referees {
-    fn slot(&mut self, urgency: Urgency) -> &mut Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
-        match urgency {
-            Urgency::Routine => &mut self.routine,
-            Urgency::Check => &mut self.check,
-        }
-    }
-
-    fn take(&mut self, urgency: Urgency) -> Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
-        self.slot(urgency).take()
-    }
-
-    /// A referee back from a recomputation of `urgency` (the one kept, if it brought none).
-    fn give_back(&mut self, urgency: Urgency, referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>) {
-        let slot = self.slot(urgency);
-        *slot = referee.or(slot.take());
-    }
-}
-
-/// The peers and what goes out to them: per-peer counters, the fault-injection cuts, and the
-/// message ids for fragmentation.
-#[derive(Default)]
-struct Links {
-    peers: BTreeMap<PeerId, Peer>,
-    stats: BTreeMap<PeerId, LinkStats>,
-    /// Peers nothing is sent to (fault injection; the channel stays open).
-    cut: Vec<PeerId>,
-    next_message_id: u32,
-    /// Bytes of the answers served to auditors (states, traces), also counted per link.
-    audit_bytes_out: u64,
-}
-
-impl Links {
-    /// Encodes, fragments and queues `message` for `to` (if its channel is open and not cut).
-    fn send(&mut self, to: PeerId, message: &Message) {
-        let Some(writer) = self.peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
-        if self.cut.contains(&to) {
-            return;
-        }
-        self.next_message_id = self.next_message_id.wrapping_add(1);
-        let link = self.stats.entry(to).or_default();
-        let urgent = urgent(message);
-        let served = matches!(message, Message::State { .. } | Message::Trace { .. });
-        for frame in wire::frames(wire::encode(message), self.next_message_id) {
-            link.bytes_out += frame.len() as u64;
-            if served {
-                self.audit_bytes_out += frame.len() as u64;
-            }
-            writer.send(frame, urgent);
-        }
-    }
-
-    /// `message` to every peer whose channel is open.
-    fn broadcast(&mut self, message: &Message) {
-        for peer in self.open() {
-            self.send(peer, message);
-        }
-    }
-
-    /// Bytes sent to every peer so far.
-    fn sent(&self) -> u64 {
-        self.stats.values().map(|s| s.bytes_out).sum()
-    }
-
-    /// Of [`Links::sent`], the answers served to auditors.
-    fn sent_for_audits(&self) -> u64 {
-        self.audit_bytes_out
-    }
-
-    /// Peers whose data channel is open.
-    fn open(&self) -> Vec<PeerId> {
-        self.peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
-    }
-}
-
-/// Whether a message jumps the queue of frames waiting for a link (`connections::Writer`): the
-/// agreement's messages and the link's own are small and must not wait behind megabytes of
-/// contributions (a heartbeat held back past an election timeout unseats a healthy leader).
-/// Step messages stay in order with the epoch announcements they belong to.
-fn urgent(message: &Message) -> bool {
-    matches!(
-        message,
-        Message::Raft { .. }
-            | Message::CatchUp { .. }
-            | Message::Ping { .. }
-            | Message::Pong { .. }
-            | Message::PeerInfo { .. }
-            | Message::Leaving
-            | Message::Removed { .. }
-    )
 }
 
 /// The adapter's state between events.

@@ -1,0 +1,152 @@
+//! The adapter's links: each peer's connection and counters, what goes out to them (encoded,
+//! fragmented, urgent messages first), and the referees kept between recomputations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use lockstep_node::audit::Urgency;
+use lockstep_node::wire::{self, Message, PeerId};
+use webrtc::peer_connection::PeerConnection;
+
+use crate::connections::Writer;
+
+/// One peer's WebRTC connection and, once its channel is open, its writer.
+pub(super) struct Peer {
+    pub(super) connection: Arc<dyn PeerConnection>,
+    /// Set once the channel is open (the session then knows the peer).
+    pub(super) writer: Option<Writer>,
+    /// Which attempt this connection is: events of an attempt that was replaced are dropped.
+    pub(super) attempt: u64,
+    /// (Offerer) the tag our offer carried: an answer to an older offer is dropped.
+    pub(super) offered: Option<u64>,
+    /// When the attempt began (one whose channel never opens is given up).
+    pub(super) since: Instant,
+}
+
+/// Counters of one peer's link.
+#[derive(Default)]
+pub(super) struct LinkStats {
+    pub(super) bytes_in: u64,
+    pub(super) bytes_out: u64,
+    pub(super) rtt_ms: Option<f64>,
+    /// The outstanding ping: its nonce and when it left.
+    pub(super) ping: Option<(u64, Instant)>,
+    /// When the last frame came (or the channel opened).
+    pub(super) heard: Option<Instant>,
+    /// Whether the current silence was reported.
+    pub(super) silence_reported: bool,
+}
+
+impl LinkStats {
+    /// The answer to our outstanding ping: the round trip is measured.
+    pub(super) fn pong(&mut self, nonce: u64) {
+        if let Some((sent, at)) = self.ping {
+            if sent == nonce {
+                self.rtt_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+                self.ping = None;
+            }
+        }
+    }
+}
+
+/// The referees kept between recomputations of others' work: a routine audit's computes on
+/// low-priority threads (it was opened on one), a check's on threads of the member's own
+/// priority, so each is kept for its kind.
+#[derive(Default)]
+pub(super) struct Referees {
+    pub(super) routine: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    pub(super) check: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+}
+
+impl Referees {
+    pub(super) fn slot(&mut self, urgency: Urgency) -> &mut Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
+        match urgency {
+            Urgency::Routine => &mut self.routine,
+            Urgency::Check => &mut self.check,
+        }
+    }
+
+    pub(super) fn take(&mut self, urgency: Urgency) -> Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
+        self.slot(urgency).take()
+    }
+
+    /// A referee back from a recomputation of `urgency` (the one kept, if it brought none).
+    pub(super) fn give_back(&mut self, urgency: Urgency, referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>) {
+        let slot = self.slot(urgency);
+        *slot = referee.or(slot.take());
+    }
+}
+
+/// The peers and what goes out to them: per-peer counters, the fault-injection cuts, and the
+/// message ids for fragmentation.
+#[derive(Default)]
+pub(super) struct Links {
+    pub(super) peers: BTreeMap<PeerId, Peer>,
+    pub(super) stats: BTreeMap<PeerId, LinkStats>,
+    /// Peers nothing is sent to (fault injection; the channel stays open).
+    pub(super) cut: Vec<PeerId>,
+    pub(super) next_message_id: u32,
+    /// Bytes of the answers served to auditors (states, traces), also counted per link.
+    pub(super) audit_bytes_out: u64,
+}
+
+impl Links {
+    /// Encodes, fragments and queues `message` for `to` (if its channel is open and not cut).
+    pub(super) fn send(&mut self, to: PeerId, message: &Message) {
+        let Some(writer) = self.peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
+        if self.cut.contains(&to) {
+            return;
+        }
+        self.next_message_id = self.next_message_id.wrapping_add(1);
+        let link = self.stats.entry(to).or_default();
+        let urgent = urgent(message);
+        let served = matches!(message, Message::State { .. } | Message::Trace { .. });
+        for frame in wire::frames(wire::encode(message), self.next_message_id) {
+            link.bytes_out += frame.len() as u64;
+            if served {
+                self.audit_bytes_out += frame.len() as u64;
+            }
+            writer.send(frame, urgent);
+        }
+    }
+
+    /// `message` to every peer whose channel is open.
+    pub(super) fn broadcast(&mut self, message: &Message) {
+        for peer in self.open() {
+            self.send(peer, message);
+        }
+    }
+
+    /// Bytes sent to every peer so far.
+    pub(super) fn sent(&self) -> u64 {
+        self.stats.values().map(|s| s.bytes_out).sum()
+    }
+
+    /// Of [`Links::sent`], the answers served to auditors.
+    pub(super) fn sent_for_audits(&self) -> u64 {
+        self.audit_bytes_out
+    }
+
+    /// Peers whose data channel is open.
+    pub(super) fn open(&self) -> Vec<PeerId> {
+        self.peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
+    }
+}
+
+/// Whether a message jumps the queue of frames waiting for a link (`connections::Writer`): the
+/// agreement's messages and the link's own are small and must not wait behind megabytes of
+/// contributions (a heartbeat held back past an election timeout unseats a healthy leader).
+/// Step messages stay in order with the epoch announcements they belong to.
+fn urgent(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::Raft { .. }
+            | Message::CatchUp { .. }
+            | Message::Ping { .. }
+            | Message::Pong { .. }
+            | Message::PeerInfo { .. }
+            | Message::Leaving
+            | Message::Removed { .. }
+    )
+}
