@@ -38,6 +38,11 @@ pub struct AuditArgs {
     /// audit asks for; 1: the whole).
     #[arg(long, default_value_t = lockstep_tui::node_runtime::AUDIT_STATE_PART)]
     state_part: f64,
+    /// Routine audits at the members' own priority (`lockstep node --audits-at-own-priority`)
+    /// instead of on spare cycles only: on a machine kept busy by something else too, spare
+    /// cycles may never come.
+    #[arg(long)]
+    own_priority: bool,
     /// Every member's `--audit-rate`.
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
@@ -101,6 +106,9 @@ impl Group {
                 name,
                 &["--audit-rate", &rate, "--threads", &threads, "--audit-state-part", &part],
             );
+            if args.own_priority {
+                command.arg("--audits-at-own-priority");
+            }
             if let Some(path) = path {
                 command.env(lockstep_worker_api::CPU_PATH_ENV, path);
             }
@@ -247,7 +255,8 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (share, plain, audited_rate) = (median(&shares), median(&plains), median(&withs));
     let mode = format!("{}/{}", args.sync, args.compress);
     let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
-    let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "state_part": args.state_part, "model": args.model, "mode": mode,
+    let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "state_part": args.state_part,
+        "own_priority": args.own_priority, "model": args.model, "mode": mode,
         "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,

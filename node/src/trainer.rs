@@ -302,6 +302,12 @@ impl Trainer {
     /// state put on the backend's device first when it may live there.
     fn begin_step(&mut self) -> Result<(Batch, Option<Audit>), ComputeError> {
         let seq = self.run.model.context;
+        // A stream by position draws the batch of the step this is (`docs/TRUST.md`, batches by
+        // position), whatever steps were taken without computing them (a member that slept
+        // through some and caught up on the group's records, a window's steps rewound).
+        if self.data.positional() {
+            self.data.seek(u64::from(self.step));
+        }
         let (batch, origin) = self.data.next_batch(self.run.batch, seq);
         let computing = self.step + 1;
         // Rotate through the step's ops: the n-th audit checks op n (mod the ops the backend

@@ -590,6 +590,8 @@ fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
         "1",
         "--honest-backends",
         "cpu,cpu@portable",
+        // Spare cycles may never come on a CI machine other tests keep busy.
+        "--own-priority",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -606,6 +608,7 @@ fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
     assert!(honest["audits_share_of_throughput"].as_f64().is_some(), "{summary}");
     assert_eq!(honest["pairs_shares"].as_array().map(Vec::len), Some(1));
     assert_eq!(summary["honest_backends"], serde_json::json!(["cpu", "cpu@portable", "cpu", "cpu@portable"]));
+    assert_eq!(summary["own_priority"], true, "{summary}");
 }
 
 #[test]

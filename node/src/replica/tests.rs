@@ -244,6 +244,25 @@ fn a_member_resumed_mid_run_draws_the_batch_of_the_step() {
     assert_eq!(joiner.compute(4).expect("a step"), from_start.compute(4).expect("a step"));
 }
 
+/// A member that slept through steps and took them from the group's records (applied without
+/// computing them) draws, at its next compute, the batch of that step — not the next of its
+/// own stream, which would make its honest contribution depart from the definition and an
+/// audit remove it (a chaos campaign found it so): a member that computed every step gives the
+/// same contribution there.
+#[test]
+fn a_member_that_took_steps_without_computing_them_draws_the_batch_of_the_step() {
+    let replica = || TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+    let (mut every, mut slept) = (replica(), replica());
+    every.configure(&tiny()).expect("a run");
+    slept.configure(&tiny()).expect("a run");
+    for step in 1..=3 {
+        let gradient = every.compute(step).expect("a step");
+        every.apply(as_f32(&gradient), &[], true);
+        slept.apply(as_f32(&gradient), &[], false);
+    }
+    assert_eq!(slept.compute(4).expect("a step"), every.compute(4).expect("a step"));
+}
+
 /// `outer:4` with an overlap of 2: the replica runs the next window's first steps on a
 /// thread of its own after each contribution and gives the bits of a trainer driven by
 /// hand (contribute, run ahead, finish); its hash and checkpoint are the group's state at
