@@ -14,13 +14,14 @@ mkdir -p "$out"
 export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin LOCKSTEP_CORPUS=$PWD/.devbin/corpus
 bin=$PWD/.devbin/lockstep
 parts=${PARTS:-f32,int8,outer,plugins}
-common=(--runs "${RUNS:-10}" --pairs "${PAIRS:-3}" --threads "${THREADS:-1}" --json)
+common=(--runs "${RUNS:-10}" --threads "${THREADS:-1}" --json)
 has() { [[ ",$parts," == *",$1,"* ]]; }
 part() {
   local name=$1 limit=$2
   shift 2
   local started=$SECONDS
-  timeout "$limit" "$bin" bench audit "${common[@]}" --rate "${rate:-${RATE:-0.6}}" "$@" > "$out/$name.json" 2> "$out/$name.err"
+  timeout "$limit" "$bin" bench audit "${common[@]}" --rate "${rate:-${RATE:-0.6}}" --pairs "${pairs:-${PAIRS:-3}}" "$@" \
+    > "$out/$name.json" 2> "$out/$name.err"
   echo "$name: exit $? after $((SECONDS - started)) s"
 }
 
@@ -30,9 +31,9 @@ has int8 && part int8 300 --compress int8 --kinds state,flip,scale:1.001,stale,b
 has outer && part outer 300 --compress int8 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
   --honest-steps "${HONEST_STEPS:-100}"
 plugins=(--kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so"
-  --pairs 1 --honest-steps 20 --within-s 60)
-has plugins && part plugins 300 "${plugins[@]}"
+  --honest-steps 20 --within-s 40)
+has plugins && pairs=1 part plugins 300 "${plugins[@]}"
 # The same at every contribution audited once a step.
-has plugins1 && rate=1 part plugins1 300 "${plugins[@]}"
+has plugins1 && rate=1 pairs=1 part plugins1 300 "${plugins[@]}"
 has int8-whole && part int8-whole 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch \
   --honest-steps "${HONEST_STEPS:-200}" --state-part 1
