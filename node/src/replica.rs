@@ -9,7 +9,6 @@
 //! its own while the next step computes (FNV-1a is byte-serial, ~0.8 GB/s).
 
 use std::collections::VecDeque;
-use std::error::Error;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
@@ -27,135 +26,13 @@ use crate::verdict::Verdict;
 use crate::wire::{Gradient, PeerId, Values};
 
 mod audit;
+mod error;
+mod rogue;
 
 use audit::audit_weights_kept;
 pub use audit::{AuditKit, KeptStates};
-
-/// An error from outside this crate (a plugin host's, a data client's), kept whole.
-pub type ForeignError = Arc<dyn Error + Send + Sync>;
-
-/// Why a replica could not do what it was asked.
-#[derive(Clone, Debug)]
-pub enum ReplicaError {
-    /// Nothing to compute with: no run is configured.
-    NoRun,
-    /// The run settings are not a usable run.
-    Config(ConfigError),
-    /// No backend could be opened for the run.
-    Backend(ForeignError),
-    /// The data stream could not be opened.
-    Data(ForeignError),
-    Compute(ComputeError),
-    /// This node's contribution is not finite (its training diverged).
-    NonFinite(crate::sync::NonFinite),
-    Checkpoint(CheckpointError),
-    Restore(RestoreError),
-    /// Asked for a step that does not follow the last one applied.
-    WrongStep {
-        asked: u32,
-        at: u32,
-    },
-    /// The backend passed the gate but departs from the definition at the run's own shapes
-    /// (`admission.rs`): it may not take part in this run.
-    Shapes(ShapesRefused),
-    /// No referee for the admission at the run's shapes (the CPU mirror could not be opened).
-    Referee(ForeignError),
-    /// An audit of `step` asked for weights no longer kept.
-    AuditWeightsGone {
-        step: u32,
-    },
-    /// Batches from this source are not a function of (seed, member, step): no contribution
-    /// trained on it can be recomputed.
-    NotAuditable(String),
-    /// The run trains on text of digest `run`, this node on text of digest `ours` (0: not
-    /// known): it may not take part (its contributions could not be audited).
-    OtherText {
-        run: u64,
-        ours: u64,
-    },
-}
-
-impl ReplicaError {
-    /// The verdict a node that cannot take part in the run tells its peers (it watches as an
-    /// observer), where the error means that: its backend refused at the run's shapes, or other
-    /// text than the run's.
-    pub fn cannot_take_part(&self) -> Option<Verdict> {
-        match self {
-            ReplicaError::Shapes(refused) => Some(refused.verdict()),
-            ReplicaError::OtherText { .. } => {
-                Some(Verdict::Rejected { case: "the run's text".into(), detail: self.to_string() })
-            }
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for ReplicaError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReplicaError::NoRun => f.write_str("no run is configured"),
-            ReplicaError::Config(e) => write!(f, "invalid run settings: {e}"),
-            ReplicaError::Backend(e) => write!(f, "no backend: {e}"),
-            ReplicaError::Data(e) => write!(f, "no data source: {e}"),
-            ReplicaError::Compute(e) => write!(f, "{e}"),
-            ReplicaError::NonFinite(e) => write!(f, "{e}"),
-            ReplicaError::Checkpoint(e) => write!(f, "{e}"),
-            ReplicaError::Restore(e) => write!(f, "{e}"),
-            ReplicaError::WrongStep { asked, at } => write!(f, "asked for step {asked} at step {at}"),
-            ReplicaError::Shapes(e) => write!(f, "{e}"),
-            ReplicaError::Referee(e) => write!(f, "no referee to admit the backend at the run's shapes: {e}"),
-            ReplicaError::OtherText { run, ours } => write!(
-                f,
-                "the run trains on the corpus of digest {run:#018x}, this node on {}",
-                if *ours == 0 {
-                    "text not known by its digest (`--data`)".to_string()
-                } else {
-                    format!("{ours:#018x}")
-                }
-            ),
-            ReplicaError::NotAuditable(source) => {
-                write!(f, "{source} gives batches that are not a function of the seed and the step: no audit")
-            }
-            ReplicaError::AuditWeightsGone { step } => {
-                write!(f, "the weights step {step} was computed from are no longer kept: it cannot be audited")
-            }
-        }
-    }
-}
-
-impl Error for ReplicaError {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        match self {
-            ReplicaError::Backend(e) | ReplicaError::Data(e) | ReplicaError::Referee(e) => Some(e.as_ref()),
-            ReplicaError::Shapes(e) => Some(e),
-            ReplicaError::Compute(e) => Some(e),
-            ReplicaError::NonFinite(e) => Some(e),
-            ReplicaError::Checkpoint(e) => Some(e),
-            ReplicaError::Restore(e) => Some(e),
-            ReplicaError::Config(e) => Some(e),
-            ReplicaError::NoRun
-            | ReplicaError::WrongStep { .. }
-            | ReplicaError::AuditWeightsGone { .. }
-            | ReplicaError::NotAuditable(_)
-            | ReplicaError::OtherText { .. } => None,
-        }
-    }
-}
-
-impl From<ComputeError> for ReplicaError {
-    fn from(e: ComputeError) -> Self {
-        ReplicaError::Compute(e)
-    }
-}
-
-impl From<ContributeError> for ReplicaError {
-    fn from(e: ContributeError) -> Self {
-        match e {
-            ContributeError::Compute(e) => ReplicaError::Compute(e),
-            ContributeError::NonFinite(e) => ReplicaError::NonFinite(e),
-        }
-    }
-}
+pub use error::{ForeignError, ReplicaError};
+pub use rogue::Rogue;
 
 /// The replica's state and compute, owned by the mesh adapter; the session only decides.
 pub trait Replica: Send + 'static {
@@ -255,40 +132,6 @@ pub trait Replica: Send + 'static {
     /// configured (the adapter asks once, after `configure`); `None` before a run.
     fn hurry(&self) -> Option<Arc<AtomicU32>> {
         None
-    }
-}
-
-/// A wrong member's kinds, for fault injection ([`Replica::play_rogue`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Rogue {
-    /// Every value of its contribution times this factor (`1.001`: a contribution one part in
-    /// a thousand off).
-    Scale(f32),
-    /// The values of one tensor (the token embedding's) sign-flipped.
-    FlipTensor,
-    /// The contribution computed on another member's batch.
-    OthersBatch(PeerId),
-    /// The values of its previous contribution sent again (a copy of an honest contribution).
-    Stale,
-    /// `int8`, `int4`: its residual doubled before each contribution — the contribution is
-    /// what that state gives, and names it, but its own past did not leave it.
-    ForgeState,
-}
-
-impl std::str::FromStr for Rogue {
-    type Err = String;
-
-    /// `scale:F`, `flip`, `batch:PEER`, `stale`, `state`.
-    fn from_str(text: &str) -> Result<Rogue, String> {
-        let bad = || format!("`{text}` is not a rogue (scale:F, flip, batch:PEER, stale, state)");
-        Ok(match text.split_once(':') {
-            None if text == "flip" => Rogue::FlipTensor,
-            None if text == "stale" => Rogue::Stale,
-            None if text == "state" => Rogue::ForgeState,
-            Some(("scale", f)) => Rogue::Scale(f.parse().map_err(|_| bad())?),
-            Some(("batch", p)) => Rogue::OthersBatch(p.parse().map_err(|_| bad())?),
-            _ => return Err(bad()),
-        })
     }
 }
 

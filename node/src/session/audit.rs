@@ -52,15 +52,16 @@ use std::sync::Arc;
 
 use super::dispute::Dispute;
 use super::log::{LogEntry, StepRecord};
+use super::private::{state_part, Expected, Link, Private};
 use super::*;
 use crate::audit::Urgency;
-use crate::wire::{AuditVerdict, Evidence, NotServed, ServedState, StatePart};
+use crate::wire::{AuditVerdict, Evidence, StatePart};
 
 /// Committed records a member keeps to check accusations against (the digest each named).
 const RECORDS_KEPT: usize = 256;
 /// Packed runs: the steps whose grid and named states a member keeps (an audit starts within
 /// a few steps of its record's commit).
-const PRIVATE_KEPT: usize = 8;
+pub(super) const PRIVATE_KEPT: usize = 8;
 /// How long an auditor waits for the state it asked for, in the run's longest election
 /// timeouts (30 s by default), before it calls it withheld (when it heard from the target
 /// meanwhile) or gives the audit up (when it did not).
@@ -69,11 +70,6 @@ pub const STATE_WAIT_ELECTIONS: u64 = 5;
 /// most this many behind the applied one (its weights, and its target's state, are then
 /// surely kept: `Replica`'s `audit_weights_kept` and `states_kept`); else it is skipped.
 const PENDING_WITHIN: u32 = 2;
-/// A member serves the states of its last few contributions: asked about a step at most this
-/// many behind the asker's, "none kept" is withholding; further behind, the audit is given up.
-/// (A member keeps more than this: `Replica`'s `states_kept`.)
-pub const STATE_PROMISED_STEPS: u32 = 3;
-
 /// What recomputing a packed contribution needs beside the weights and the batch
 /// ([`Output::Audit`]): the residual it named (served by its member, length and digest checked)
 /// and the grid the group summed the step on.
@@ -169,42 +165,13 @@ pub(super) struct Running {
 
 impl Running {
     /// A check of accusations runs at the member's own priority, a routine audit on spare cycles.
-    fn urgency(&self) -> Urgency {
+    pub(super) fn urgency(&self) -> Urgency {
         if self.accusers.is_empty() {
             Urgency::Routine
         } else {
             Urgency::Check
         }
     }
-}
-
-/// A packed contribution's audit: the residual it named and the grid the step was summed on;
-/// `asked_ms`: while the auditor waits for the target to serve it.
-#[derive(Clone, Debug)]
-pub(super) struct Private {
-    pub state: u64,
-    pub grid: Arc<Vec<u8>>,
-    pub asked_ms: Option<u64>,
-    /// What of the state was asked for: a routine audit, some chunks; a check, the whole.
-    pub part: StatePart,
-}
-
-/// A link to check once `target`'s next contribution is committed: the residual its audited
-/// contribution left (by digest), and the accusers of a broken link this check settles.
-#[derive(Clone, Debug)]
-pub(super) struct Link {
-    pub from_step: u32,
-    pub expected: Expected,
-    pub accusers: Vec<PeerId>,
-}
-
-/// The state an audited contribution leaves: by its digest (the whole state was served), or by
-/// the digests of the chunks checked (a part), which the member is asked for once its next
-/// contribution commits.
-#[derive(Clone, Debug)]
-pub(super) enum Expected {
-    Whole(u64),
-    Chunks(Vec<(u32, u64)>),
 }
 
 /// The counts the step-health pane and the headless JSON show.
@@ -240,7 +207,7 @@ pub(super) struct Audits {
     pub links: BTreeMap<(u32, PeerId), Link>,
     /// Links of a part whose next state's chunk digests were asked for: by (the next step,
     /// target), with when.
-    links_asked: BTreeMap<(u32, PeerId), (Link, u64)>,
+    pub(super) links_asked: BTreeMap<(u32, PeerId), (Link, u64)>,
     /// Members a verdict was proposed or committed against (nothing twice).
     pub convicted: BTreeSet<PeerId>,
     /// Leaders this member found wrong (its own audit, or its check of another's accusation):
@@ -275,7 +242,7 @@ impl Audits {
     }
 
     /// The grid of `step` and the state `target`'s contribution to it named, if kept.
-    fn private_of(&self, step: u32, target: PeerId) -> Option<(Arc<Vec<u8>>, u64)> {
+    pub(super) fn private_of(&self, step: u32, target: PeerId) -> Option<(Arc<Vec<u8>>, u64)> {
         let kept = self.private.iter().rev().find(|p| p.step == step)?;
         Some((kept.grid.clone(), *kept.states.get(&target)?))
     }
@@ -310,7 +277,7 @@ fn auditable(run: &RunConfig) -> bool {
     sync.mode.steps_per_sync() == 1 || sync.compression != crate::sync::Compression::None && sync.overlap == 0
 }
 
-fn packed(run: &RunConfig) -> bool {
+pub(super) fn packed(run: &RunConfig) -> bool {
     run.sync.compression != crate::sync::Compression::None
 }
 
@@ -370,7 +337,7 @@ impl Session {
             };
             // A routine audit of a contribution held here asks for a part of the state; a check
             // (its evidence a verdict's), for the whole.
-            let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
+            let len = self.state_len();
             let part = match running.urgency() {
                 Urgency::Routine if every_step && running.claimed.is_some() => {
                     state_part(len, self.config.audit_state_part, named ^ self.config.me.rotate_left(23))
@@ -388,100 +355,8 @@ impl Session {
     }
 
     /// An audit ends without a recomputation: said, and the worker free for the next.
-    fn give_up(&mut self, step: u32, target: PeerId, why: Unfinished) {
+    pub(super) fn give_up(&mut self, step: u32, target: PeerId, why: Unfinished) {
         self.event(Event::AuditFailed { step, target, error: Failure::new(why) });
-        self.next_check();
-    }
-
-    /// `from` asks for `part` of the state its contribution to `step` named: the adapter
-    /// serves it.
-    pub(super) fn on_state_request(&mut self, from: PeerId, step: u32, part: StatePart) {
-        if !self.run.is_some_and(|run| packed(&run)) {
-            return self.ignore(from, Ignored::StateOfNoPackedRun);
-        }
-        self.out.push(Output::ServeState { to: from, step, part });
-    }
-
-    /// `from` served (a part of) the state its contribution to `step` named, or none: for the
-    /// audit under way, or for the link of a part (its chunks' digests, which any answer
-    /// carries; an answer of digests alone is never the audit's, which asked for values).
-    pub(super) fn on_state(&mut self, from: PeerId, step: u32, served: ServedState) {
-        let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
-        let linked = self.audits.links_asked.remove(&(step, from));
-        let digests_alone = served.parts.is_empty() && served.len != 0;
-        let asked = |r: &Running| {
-            r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some())
-        };
-        let waits = self.audits.running.as_ref().is_some_and(asked) && !digests_alone;
-        if let Some((link, _)) = linked {
-            self.link_served(from, step, len, link, &served);
-        } else if !waits {
-            return self.ignore(from, Ignored::UnaskedState);
-        }
-        if !waits {
-            return;
-        }
-        let running = self.audits.running.as_mut().expect("waits");
-        let private = running.private.as_mut().expect("asked: packed");
-        let residual = match served.check(len, private.state, &private.part) {
-            Ok(residual) => residual,
-            Err(NotServed::Gone) if self.taking.applied > step + STATE_PROMISED_STEPS => {
-                self.audits.running = None;
-                return self.give_up(step, from, Unfinished::StateGone);
-            }
-            Err(_) => {
-                let running = self.audits.running.take().expect("matched above");
-                return self.withheld(running);
-            }
-        };
-        private.asked_ms = None;
-        let checked = match &private.part {
-            StatePart::Whole => None,
-            StatePart::Chunks(chunks) => Some(Arc::new(chunks.clone())),
-        };
-        let grid = private.grid.clone();
-        let private = PrivateInputs { residual: Arc::new(residual), checked, grid, weight: running.weight };
-        let (trace, urgency) = (running.trace, running.urgency());
-        self.out.push(Output::Audit { step, target: from, private: Some(private), trace, urgency });
-    }
-
-    /// The chunks' digests of the state `from`'s contribution to `step` named, asked for to
-    /// check `link`, a part's: the chunks checked must be those its audited contribution left.
-    fn link_served(&mut self, from: PeerId, step: u32, len: usize, link: Link, served: &ServedState) {
-        let Expected::Chunks(expected) = &link.expected else { return };
-        let Some((_, named)) = self.audits.private_of(step, from) else { return };
-        if served.len == 0 && served.digests.is_empty() {
-            let error = Failure::new(Unfinished::StateGone);
-            return self.event(Event::AuditFailed { step: link.from_step, target: from, error });
-        }
-        let digests = &served.digests;
-        if served.len as usize != len || crate::wire::state_digest_of(len, digests) != named {
-            return self.accuse_part(link.from_step, from, Evidence::Withheld);
-        }
-        match expected.iter().find(|&&(chunk, digest)| digests.get(chunk as usize) != Some(&digest)) {
-            None => self.audits.stats.linked += 1,
-            Some(&(chunk, digest)) => {
-                let claimed = digests.get(chunk as usize).copied().unwrap_or(0);
-                self.accuse_part(link.from_step, from, Evidence::State { expected: digest, claimed });
-            }
-        }
-    }
-
-    /// The link of a part broken (or its digests withheld): another member accuses `target`'s
-    /// contribution to `step` to the leader, whose check recomputes it whole; the leader itself
-    /// checks it whole before anything is proposed (a link's evidence in a verdict is always a
-    /// whole state's digests).
-    fn accuse_part(&mut self, step: u32, target: PeerId, evidence: Evidence) {
-        if !self.is_leader() {
-            return self.accuse(step, target, None, evidence);
-        }
-        let me = self.config.me;
-        self.audits.stats.accused += 1;
-        self.event(Event::Accused { step, target, by: me, evidence });
-        if self.audits.convicted.contains(&target) || self.audits.disputed(target) {
-            return;
-        }
-        self.audits.checks.entry((step, target)).or_default().push((me, evidence));
         self.next_check();
     }
 
@@ -506,7 +381,7 @@ impl Session {
 
     /// The target did not serve the state its contribution named: accused (never its accusers
     /// convicted for it: the target may have served them).
-    fn withheld(&mut self, running: Running) {
+    pub(super) fn withheld(&mut self, running: Running) {
         let Running { step, target, accusers, .. } = running;
         self.accuse(step, target, accusers.first().map(|(a, _)| *a), Evidence::Withheld);
         self.next_check();
@@ -515,7 +390,7 @@ impl Session {
     /// `target`'s contribution to `step` departs as `evidence` shows: the leader convicts it;
     /// another member accuses it to the leader (`found_by`: the accuser whose check this was,
     /// `None` for this member's own audit).
-    fn accuse(&mut self, step: u32, target: PeerId, found_by: Option<PeerId>, evidence: Evidence) {
+    pub(super) fn accuse(&mut self, step: u32, target: PeerId, found_by: Option<PeerId>, evidence: Evidence) {
         let me = self.config.me;
         if found_by.is_none() {
             self.audits.stats.accused += 1;
@@ -581,10 +456,10 @@ impl Session {
         let Recomputed { loss, values, next_state, trace } = recomputed;
         let state = private.as_ref().map_or(0, |p| p.state);
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };
-        self.audits.stats.audited += 1;
         if let Some(StatePart::Chunks(chunks)) = private.map(|p| p.part) {
             return self.compare_part(target, &recomputed, claimed.as_ref(), named, &chunks, next_state, trace);
         }
+        self.audits.stats.audited += 1;
         if recomputed.digest() == named {
             self.audits.traces.remove(&(step, target));
             self.audits.stats.matched += 1;
@@ -607,7 +482,7 @@ impl Session {
                 }
             }
             if let Some(digests) = next_state {
-                let len = self.run.map_or(0, |run| crate::sync::private_state_len(&run.sync, self.contributions.len()));
+                let len = self.state_len();
                 let expected = Expected::Whole(crate::wire::state_digest_of(len, &digests));
                 let link = Link { from_step: step, expected, accusers: link_accusers };
                 self.audits.links.insert((step + 1, target), link);
@@ -632,7 +507,7 @@ impl Session {
 
     /// A recomputation (`trace`: the definition's trace, recorded as it ran) found `target`'s
     /// contribution to `step` departing as `evidence` shows: accused, or disputed by the leader.
-    fn departs(
+    pub(super) fn departs(
         &mut self,
         step: u32,
         target: PeerId,
@@ -652,89 +527,9 @@ impl Session {
         }
     }
 
-    /// A routine audit of a part: the loss and the values of the chunks checked compared
-    /// with the contribution held (the one the record named), and the link of those chunks
-    /// kept for the next commit. A value that departs is as much proof as a whole audit's (the
-    /// chunk's residual was checked against the digest the contribution named, and a chunk is
-    /// packed on its own): accused, or disputed, at once.
-    #[allow(clippy::too_many_arguments)]
-    fn compare_part(
-        &mut self,
-        target: PeerId,
-        recomputed: &Gradient,
-        claimed: Option<&Gradient>,
-        named: u64,
-        chunks: &[u32],
-        next_state: Option<Vec<u64>>,
-        trace: Option<Arc<Trace>>,
-    ) {
-        let step = recomputed.step;
-        // A part is audited only of a contribution held (`start_audit`), the one named.
-        let Some(claimed) = claimed.filter(|c| c.digest() == named) else {
-            self.audits.stats.audited -= 1;
-            return self.event(Event::AuditFailed { step, target, error: Failure::new(Unfinished::NotHeld) });
-        };
-        let len = recomputed.values.len();
-        let ranges: Vec<_> = chunks.iter().map(|&c| crate::wire::chunk_range(c, len)).collect();
-        let departure = if len != claimed.values.len() {
-            // No contribution can be made from the state named (its values are not finite).
-            Some(Evidence::Digest { named, recomputed: recomputed.digest() })
-        } else {
-            departure_within(recomputed, claimed, &ranges)
-        };
-        if let Some(evidence) = departure {
-            return self.departs(step, target, None, evidence, trace);
-        }
-        self.audits.stats.matched += 1;
-        self.event(Event::Audited { step, target });
-        if let Some(digests) = next_state {
-            let expected = chunks.iter().filter_map(|&c| Some((c, *digests.get(c as usize)?))).collect();
-            let link = Link { from_step: step, expected: Expected::Chunks(expected), accusers: Vec::new() };
-            self.audits.links.insert((step + 1, target), link);
-            self.check_links(step + 1);
-        }
-    }
-
-    /// The links whose next step `step` is, once its record committed here: the state each
-    /// target's contribution to it named is the one its audited contribution left, or the
-    /// target is accused. A target that did not contribute to it leaves its link unchecked.
-    fn check_links(&mut self, step: u32) {
-        if self.audits.record(step).is_none() {
-            return;
-        }
-        let me = self.config.me;
-        let due: Vec<PeerId> = self.audits.links.range((step, 0)..=(step, PeerId::MAX)).map(|(k, _)| k.1).collect();
-        for target in due {
-            let link = self.audits.links.remove(&(step, target)).expect("listed");
-            let Some((_, named)) = self.audits.private_of(step, target) else { continue };
-            let expected = match link.expected {
-                Expected::Whole(expected) => expected,
-                Expected::Chunks(_) => {
-                    // The next state's chunk digests are asked for (the member's answer checked
-                    // against the digest its contribution named).
-                    self.send(target, Message::StateRequest { step, part: StatePart::Chunks(Vec::new()) });
-                    self.audits.links_asked.insert((step, target), (link, self.timing.now_ms()));
-                    continue;
-                }
-            };
-            if named == expected {
-                self.audits.stats.linked += 1;
-                for accuser in link.accusers {
-                    let evidence = Evidence::FalseAccusation { accused: target };
-                    self.convict(AuditVerdict { step: link.from_step, target: accuser, found_by: me, evidence });
-                }
-                continue;
-            }
-            let evidence = Evidence::State { expected, claimed: named };
-            self.accuse(link.from_step, target, link.accusers.first().copied(), evidence);
-        }
-        // Links of steps long committed (their target never contributed again) go.
-        self.audits.links.retain(|&(next, _), _| next + PRIVATE_KEPT as u32 > step);
-    }
-
     /// The next accusation waiting, checked once the worker is free: the leader checks every
     /// one; another member, those against the leader. None: the assignment that waited.
-    fn next_check(&mut self) {
+    pub(super) fn next_check(&mut self) {
         if self.audits.running.is_some() {
             return;
         }
@@ -842,46 +637,15 @@ pub fn assignment(record: &StepRecord, me: PeerId, rate: u32) -> Option<PeerId> 
     Some(roster[cycle[at]])
 }
 
-/// The chunks a routine audit of a packed contribution asks for: `per_mille` of the state's
-/// chunks (at least one), drawn from `seed` (the auditor's id and the contribution's digest:
-/// its member could not know them when it sent it); the whole state when that is every chunk.
-pub fn state_part(len: usize, per_mille: u32, seed: u64) -> StatePart {
-    let chunks = crate::wire::chunks_of(len);
-    let k = (chunks * per_mille as usize).div_ceil(1000).max(1);
-    if k >= chunks {
-        return StatePart::Whole;
-    }
-    let mut all: Vec<u32> = (0..chunks as u32).collect();
-    let mut draw = lockstep_luts::rng::SplitMix64::new(seed);
-    for i in 0..k {
-        let j = i + draw.below((chunks - i) as u64) as usize;
-        all.swap(i, j);
-    }
-    let mut picked = all[..k].to_vec();
-    picked.sort_unstable();
-    StatePart::Chunks(picked)
-}
-
 /// Word `word` of a contribution as evidence counts it (0: the loss's bits; `1 + i`: value `i`,
 /// a packed one as the f32 it stands for).
-fn word_of(g: &Gradient, word: u32) -> Option<u32> {
+pub(super) fn word_of(g: &Gradient, word: u32) -> Option<u32> {
     let Some(i) = word.checked_sub(1) else { return Some(g.loss.to_bits()) };
     let i = i as usize;
     match &g.values {
         Values::F32(values) => values.get(i).map(|v| v.to_bits()),
         Values::Int8(p) | Values::Int4(p) => (i < p.len()).then(|| p.value(i).to_bits()),
     }
-}
-
-/// Where `claimed` departs from `recomputed` within the values `ranges` (an audit of a part:
-/// the values elsewhere were recomputed from no state): its loss, then the first differing
-/// value there; `None` where they agree.
-fn departure_within(recomputed: &Gradient, claimed: &Gradient, ranges: &[std::ops::Range<usize>]) -> Option<Evidence> {
-    let words = std::iter::once(0).chain(ranges.iter().flat_map(|r| r.start as u32 + 1..r.end as u32 + 1));
-    words.into_iter().find_map(|word| {
-        let (expected, got) = (word_of(recomputed, word)?, word_of(claimed, word));
-        (got != Some(expected)).then(|| Evidence::Word { word, expected, claimed: got.unwrap_or(0) })
-    })
 }
 
 /// Where `claimed` departs from `recomputed` (the definition's): the first differing word (the

@@ -62,6 +62,7 @@ mod events;
 mod leader;
 pub mod log;
 mod messages;
+mod private;
 mod roster;
 mod step;
 mod timing;
@@ -70,11 +71,10 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
-pub use audit::{
-    assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_PROMISED_STEPS, STATE_WAIT_ELECTIONS,
-};
+pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
+pub use private::STATE_PROMISED_STEPS;
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
 pub use timing::StepDeadline;
