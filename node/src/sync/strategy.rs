@@ -176,8 +176,12 @@ pub fn repack(
     }
     let mut packed = if compression == Compression::Int4 { pack4(&x)? } else { pack(&x)? };
     if let Some(ranges) = part {
-        let kept = |block: usize| ranges.iter().any(|r| r.contains(&(block * BLOCK)));
-        for block in (0..packed.exponents.len()).filter(|&b| !kept(b)) {
+        // One pass over the blocks (a GPT-2-sized state has millions, a part thousands of ranges).
+        let mut kept = vec![false; packed.exponents.len()];
+        for range in ranges {
+            kept[range.start / BLOCK..range.end.div_ceil(BLOCK)].fill(true);
+        }
+        for block in (0..kept.len()).filter(|&b| !kept[b]) {
             packed.exponents[block] = EMPTY_BLOCK;
             let end = ((block + 1) * BLOCK).min(packed.q.len());
             packed.q[block * BLOCK..end].fill(0);
