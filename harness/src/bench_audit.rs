@@ -80,6 +80,10 @@ pub struct AuditArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Keep every member's reports of each rogue run here (`KIND-RUN/node-ID.jsonl`, the kind
+    /// a plugin's file name), to see where a run's syncs went.
+    #[arg(long)]
+    keep: Option<std::path::PathBuf>,
 }
 
 /// A group of headless CPU nodes behind one signaling server.
@@ -150,11 +154,20 @@ struct Caught {
     /// Syncs from its first wrong contribution to the step at which every honest member had
     /// the verdict; `None`: not named in time.
     syncs: Option<u64>,
+    /// Syncs from its first wrong contribution to the first accusation of it, and to the start
+    /// of the leader's dispute (a departure in values, `every-step`), where there was one.
+    accused: Option<u64>,
+    disputing: Option<u64>,
+    /// Syncs from the first contribution of its an audit found wrong to its removal.
+    from_found: Option<u64>,
+    /// Of its contributions before the one found wrong, those no audit confirmed.
+    unconfirmed: usize,
     false_accusations: usize,
     audited: usize,
+    skipped: u64,
 }
 
-fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught> {
+fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> anyhow::Result<Caught> {
     let plugin = kind.strip_prefix("plugin:");
     let mut backends = vec!["cpu".to_string(); args.members];
     backends[args.members - 1] = plugin.unwrap_or("cpu").to_string();
@@ -179,26 +192,81 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str) -> anyhow::Result<Caught>
     let mut removed_at = Some(0);
     for node in &group.nodes {
         match node.wait_for("the verdict", Duration::from_secs(args.within_s), is_verdict) {
-            // The steps this member had applied when the verdict reached it.
-            Ok(verdict) => {
-                let at = crate::client::at(&verdict);
-                let applied = node
-                    .events()
-                    .iter()
-                    .filter(|e| e["event"] == "weights" && crate::client::at(e) <= at)
-                    .filter_map(|e| e["step"].as_u64())
-                    .max()
-                    .unwrap_or(0);
-                removed_at = removed_at.map(|r: u64| r.max(applied));
-            }
+            Ok(verdict) => removed_at = removed_at.map(|r: u64| r.max(applied_when(node, &verdict))),
             Err(_) => removed_at = None,
         }
     }
+    // Where the syncs went: the first accusation of it (an auditor's, or the leader's own
+    // audit's) and the start of the leader's dispute, each at the step the member that said it
+    // had applied then.
+    let first = |kind: &str| {
+        group
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let events = n.events();
+                let e = events.iter().find(|e| e["event"] == kind && e["target"] == rogue.id)?;
+                Some(applied_when(n, e))
+            })
+            .min()
+    };
+    let since = |at: u64| (at + 1).saturating_sub(from);
+    let (accused, disputing) = (first("accused").map(since), first("disputing").map(since));
+    // The first contribution of its that an audit found wrong (a plugin's first wrong one, where
+    // no audit of its steps was skipped: `--rate 1` audits each once).
+    let found = group
+        .nodes
+        .iter()
+        .flat_map(|n| n.events())
+        .filter(|e| e["event"] == "accused" && e["target"] == rogue.id)
+        .filter_map(|e| e["step"].as_u64())
+        .min();
+    let from_found = removed_at.zip(found).map(|(at, found)| (at + 1).saturating_sub(found));
+    // Its contributions before that one (from `from`) no audit confirmed: where none, the one
+    // found was its first wrong one.
+    let confirmed: std::collections::BTreeSet<u64> = group
+        .nodes
+        .iter()
+        .flat_map(|n| n.events())
+        .filter(|e| e["event"] == "audited" && e["target"] == rogue.id)
+        .filter_map(|e| e["step"].as_u64())
+        .collect();
+    let unconfirmed = found.map_or(0, |found| (from..found).filter(|s| !confirmed.contains(s)).count());
     let everyone: Vec<&Headless> = group.nodes.iter().chain(std::iter::once(&rogue)).collect();
+    if let Some(dir) = keep {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for node in &everyone {
+            let lines: Vec<String> = node.events().iter().map(Value::to_string).collect();
+            std::fs::write(dir.join(format!("node-{}.jsonl", node.id)), lines.join("\n") + "\n")?;
+        }
+    }
     let false_accusations =
         everyone.iter().flat_map(|n| n.events()).filter(|e| e["event"] == "verdict" && e["target"] != rogue.id).count();
     let audited = group.count("audited");
-    Ok(Caught { syncs: removed_at.map(|at| (at + 1).saturating_sub(from)), false_accusations, audited })
+    // Assignments the members' busy workers skipped (each member's count is cumulative).
+    let skipped =
+        group.nodes.iter().filter_map(|n| n.events().iter().rev().find_map(|e| e["audits_skipped"].as_u64())).sum();
+    Ok(Caught {
+        syncs: removed_at.map(since),
+        accused,
+        disputing,
+        from_found,
+        unconfirmed,
+        false_accusations,
+        audited,
+        skipped,
+    })
+}
+
+/// The last step `node` had applied when it reported `event`.
+fn applied_when(node: &Headless, event: &Value) -> u64 {
+    let at = crate::client::at(event);
+    node.events()
+        .iter()
+        .filter(|e| e["event"] == "weights" && crate::client::at(e) <= at)
+        .filter_map(|e| e["step"].as_u64())
+        .max()
+        .unwrap_or(0)
 }
 
 /// Optimizer steps per sync of `--sync` (`outer:H`: `H`).
@@ -225,16 +293,28 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for kind in &args.kinds {
         let mut caught = Vec::new();
-        for _ in 0..args.runs {
-            caught.push(rogue_run(&bin, &args, kind)?);
+        for run in 0..args.runs {
+            let keep = args.keep.as_ref().map(|dir| {
+                let kind = kind.rsplit('/').next().unwrap_or(kind).replace(':', "-");
+                dir.join(format!("{kind}-{run}"))
+            });
+            caught.push(rogue_run(&bin, &args, kind, keep.as_deref())?);
         }
         let syncs: Vec<Option<u64>> = caught.iter().map(|c| c.syncs).collect();
         let within_10 = syncs.iter().filter(|s| s.is_some_and(|s| s <= 10)).count();
         let within_100 = syncs.iter().filter(|s| s.is_some_and(|s| s <= 100)).count();
+        let accused: Vec<Option<u64>> = caught.iter().map(|c| c.accused).collect();
+        let disputing: Vec<Option<u64>> = caught.iter().map(|c| c.disputing).collect();
+        let from_found: Vec<Option<u64>> = caught.iter().map(|c| c.from_found).collect();
+        let found_within_10 = from_found.iter().filter(|s| s.is_some_and(|s| s <= 10)).count();
         rows.push(json!({"kind": kind, "runs": args.runs, "syncs_to_removal": syncs,
+            "syncs_to_accusation": accused, "syncs_to_dispute": disputing,
+            "syncs_from_found_to_removal": from_found, "removed_within_10_syncs_of_found": found_within_10,
             "removed_within_10_syncs": within_10, "removed_within_100_syncs": within_100,
             "false_accusations": caught.iter().map(|c| c.false_accusations).sum::<usize>(),
-            "audited": caught.iter().map(|c| c.audited).sum::<usize>()}));
+            "audited": caught.iter().map(|c| c.audited).sum::<usize>(),
+            "audits_skipped": caught.iter().map(|c| c.skipped).sum::<u64>(),
+            "unconfirmed_before_found": caught.iter().map(|c| c.unconfirmed).collect::<Vec<_>>()}));
     }
     ensure!(args.pairs >= 1, "--pairs: at least one");
     let (mut shares, mut plains, mut withs) = (Vec::new(), Vec::new(), Vec::new());
@@ -293,6 +373,19 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
                 number("removed_within_100_syncs"),
                 number("false_accusations"),
                 number("audited")
+            );
+            let phase = |key: &str| -> String {
+                let syncs = row[key].as_array().into_iter().flatten();
+                syncs.map(|s| s.as_u64().map_or("-".to_string(), |s| s.to_string())).collect::<Vec<_>>().join(" ")
+            };
+            println!(
+                "{:<14}   first accused at {} · disputed from {} · removed {} syncs after the first contribution found wrong ({} before it unconfirmed) · {} audits skipped",
+                "",
+                phase("syncs_to_accusation"),
+                phase("syncs_to_dispute"),
+                phase("syncs_from_found_to_removal"),
+                phase("unconfirmed_before_found"),
+                number("audits_skipped")
             );
         }
         let pairs: Vec<String> = shares.iter().map(|s| format!("{:.1}%", 100.0 * s)).collect();

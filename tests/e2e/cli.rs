@@ -574,6 +574,8 @@ fn bench_exchange_reports_throughput_and_the_step_breakdown() {
 #[test]
 fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
     let _phase = crate::common::phase(module_path!());
+    let keep = std::env::temp_dir().join(format!("lockstep-bench-audit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&keep);
     let out = lockstep(&[
         "bench",
         "audit",
@@ -592,6 +594,8 @@ fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
         "cpu,cpu@portable",
         // Spare cycles may never come on a CI machine other tests keep busy.
         "--own-priority",
+        "--keep",
+        keep.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -602,6 +606,17 @@ fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
     );
     let syncs = row["syncs_to_removal"][0].as_u64().unwrap_or_else(|| panic!("named and removed: {summary}"));
     assert!(syncs >= 1, "{summary}");
+    // Where the syncs went: accused no later than removed, and removed no later counted from
+    // the first contribution found wrong than from its first wrong one.
+    let accused = row["syncs_to_accusation"][0].as_u64().expect("accused");
+    let from_found = row["syncs_from_found_to_removal"][0].as_u64().expect("found");
+    assert!(accused <= syncs && from_found <= syncs, "{summary}");
+    // Every member's reports of the run, kept: the verdict among them.
+    let run = keep.join("scale-1.001-0");
+    let reports: Vec<_> = std::fs::read_dir(&run).expect("the run's reports").map(|e| e.unwrap().path()).collect();
+    assert_eq!(reports.len(), 4, "{reports:?}");
+    let verdicts = reports.iter().filter(|p| std::fs::read_to_string(p).unwrap().contains(r#""event":"verdict""#));
+    assert!(verdicts.count() >= 3, "the honest members report the verdict");
     let honest = &summary["honest"];
     assert_eq!(honest["accusations"], 0, "{summary}");
     assert!(honest["audited_contributions"].as_u64().unwrap() >= 10, "{summary}");
