@@ -7,7 +7,8 @@
 # liblockstep_backend_cpu.so, libflaw_rare_flip.so and libflaw_after_warmup.so, and the packaged
 # corpus in .devbin/corpus. Writes one JSON line per part to $OUT (or ./audit-out).
 # PARTS picks parts (f32,int8,int8-whole,outer,plugins,plugins1 (at rate 1): int8-whole is int8 with routine audits
-# asking for the whole residual); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it.
+# asking for the whole residual); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it; KEEP=1
+# keeps every rogue run's reports under $OUT/keep-PART (`bench audit --keep`).
 set -uo pipefail
 out=${OUT:-$PWD/audit-out}
 mkdir -p "$out"
@@ -20,7 +21,9 @@ part() {
   local name=$1 limit=$2
   shift 2
   local started=$SECONDS
-  timeout "$limit" "$bin" bench audit "${common[@]}" --rate "${rate:-${RATE:-0.6}}" --pairs "${pairs:-${PAIRS:-3}}" "$@" \
+  local keep=()
+  [[ -n "${KEEP:-}" ]] && keep=(--keep "$out/keep-$name")
+  timeout "$limit" "$bin" bench audit "${common[@]}" "${keep[@]}" --rate "${rate:-${RATE:-0.6}}" --pairs "${pairs:-${PAIRS:-3}}" "$@" \
     > "$out/$name.json" 2> "$out/$name.err"
   echo "$name: exit $? after $((SECONDS - started)) s"
 }

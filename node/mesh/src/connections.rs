@@ -15,7 +15,7 @@ use webrtc::peer_connection::{
 };
 
 use crate::config::{channel_settings, mesh_runtime, MeshConfig};
-use crate::inbound::Inbound;
+use crate::inbound::{Inbound, InboundTx};
 
 /// The data channel's label (the offerer creates it; the answerer takes it as offered).
 pub const CHANNEL_LABEL: &str = "lockstep";
@@ -24,7 +24,7 @@ struct Handler {
     peer: PeerId,
     attempt: u64,
     gathered: mpsc::UnboundedSender<()>,
-    inbound: mpsc::UnboundedSender<Inbound>,
+    inbound: InboundTx,
 }
 
 #[async_trait::async_trait]
@@ -49,12 +49,7 @@ impl PeerConnectionEventHandler for Handler {
 
 /// Reads a channel's events until it closes; `attempt` names the connection (a link to the
 /// same peer may be replaced by a later one).
-pub fn spawn_reader(
-    peer: PeerId,
-    attempt: u64,
-    channel: Arc<dyn DataChannel>,
-    inbound: mpsc::UnboundedSender<Inbound>,
-) {
+pub fn spawn_reader(peer: PeerId, attempt: u64, channel: Arc<dyn DataChannel>, inbound: InboundTx) {
     tokio::spawn(async move {
         let mut announced = false;
         while let Some(event) = channel.poll().await {
@@ -119,7 +114,7 @@ pub async fn new_connection(
     peer: PeerId,
     attempt: u64,
     large_packets: bool,
-    inbound: &mpsc::UnboundedSender<Inbound>,
+    inbound: &InboundTx,
 ) -> anyhow::Result<(Arc<dyn PeerConnection>, mpsc::UnboundedReceiver<()>)> {
     let (gathered_tx, gathered_rx) = mpsc::unbounded_channel();
     let ice_servers = if config.ice_servers.is_empty() {

@@ -24,7 +24,7 @@ use crate::checkpoint_file::{save_checkpoint, CheckpointTarget};
 use crate::config::{MeshConfig, AGENT, LINK_TICK};
 use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
 use crate::control::{Command, Ended, Report, StepTiming};
-use crate::inbound::{Computed, Inbound};
+use crate::inbound::{Computed, Inbound, InboundRx, InboundTx};
 use crate::signal_client::{connect_signal, signal_url};
 
 mod links;
@@ -62,7 +62,7 @@ pub(crate) struct MeshLoop<R> {
     replica: Arc<Mutex<dyn Replica>>,
     report: R,
     /// Where the tasks this loop spawns send their events.
-    inbound: mpsc::UnboundedSender<Inbound>,
+    inbound: InboundTx,
     /// Messages for the signaling server.
     signal_out: mpsc::UnboundedSender<ClientMessage>,
     me: Option<PeerId>,
@@ -141,7 +141,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         config: MeshConfig,
         replica: Arc<Mutex<dyn Replica>>,
         report: R,
-        inbound: mpsc::UnboundedSender<Inbound>,
+        inbound: InboundTx,
         signal_out: mpsc::UnboundedSender<ClientMessage>,
     ) -> Self {
         let hello = Message::PeerInfo { backend: config.backend.clone(), verdict: config.verdict.clone() };
@@ -193,11 +193,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     }
 
     /// Runs until `Quit`, a closed command channel, a refusal or the signaling server's end.
-    pub(crate) async fn run(
-        mut self,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-        mut inbound: mpsc::UnboundedReceiver<Inbound>,
-    ) -> Ended {
+    pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>, mut inbound: InboundRx) -> Ended {
         let mut links = tokio::time::interval(LINK_TICK);
         links.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
@@ -236,7 +232,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// On purpose: every member hears we leave (a leader hands the lead on first), and we wait
     /// until the run's configuration no longer holds us — our vote is not left behind — or a
     /// grace period passes, answering what arrives meanwhile.
-    async fn leave(&mut self, inbound: &mut mpsc::UnboundedReceiver<Inbound>) {
+    async fn leave(&mut self, inbound: &mut InboundRx) {
         self.drive(vec![Input::Quit]);
         let grace = Instant::now() + Duration::from_millis(LEAVING_GRACE_MS);
         while Instant::now() < grace && !self.session.as_ref().is_none_or(Session::out_of_run) {

@@ -51,7 +51,6 @@ pub use config::{
 pub use connections::CHANNEL_LABEL;
 pub use control::{Command, Ended, Report, StepTiming, SwapProgress};
 use event_loop::MeshLoop;
-use inbound::Inbound;
 use signal_client::{connect_signal, signal_url};
 pub use sockets::LinkShim;
 
@@ -64,7 +63,7 @@ pub async fn run(
     commands: mpsc::UnboundedReceiver<Command>,
     report: impl Fn(Report) + Send + 'static,
 ) -> anyhow::Result<Ended> {
-    let (inbound_tx, inbound) = mpsc::unbounded_channel::<Inbound>();
+    let (inbound_tx, inbound) = inbound::inbound_channel();
     let signal_tx = connect_signal(&signal_url(&config, None), inbound_tx.clone()).await?.start_reading();
     Ok(MeshLoop::new(config, replica, report, inbound_tx, signal_tx).run(commands, inbound).await)
 }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::config::{MeshConfig, AGENT};
-use crate::inbound::Inbound;
+use crate::inbound::{Inbound, InboundTx};
 
 /// A new signaling connection: the sender for messages to the server (a writer task runs
 /// already), and the reader, not yet started — it turns the server's frames into
@@ -40,10 +40,7 @@ pub(crate) fn signal_url(config: &MeshConfig, resume: Option<(PeerId, &str)>) ->
 }
 
 /// Connects to the signaling server at `url`; see [`SignalConnection`].
-pub(crate) async fn connect_signal(
-    url: &str,
-    inbound: mpsc::UnboundedSender<Inbound>,
-) -> anyhow::Result<SignalConnection> {
+pub(crate) async fn connect_signal(url: &str, inbound: InboundTx) -> anyhow::Result<SignalConnection> {
     let (ws, _) = tokio_tungstenite::connect_async(url)
         .await
         .with_context(|| format!("connecting to the signaling server at {url}"))?;

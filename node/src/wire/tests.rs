@@ -514,3 +514,49 @@ fn a_served_state_is_checked_against_the_digest_named_chunk_by_chunk() {
     assert_eq!(forged.check(len, named, &part), Err(NotServed::Another), "a forged residual");
     assert_eq!(ServedState::default().check(len, named, &part), Err(NotServed::Gone));
 }
+
+/// The agreement's, the link's and the audits' messages jump a link's outgoing queue, read
+/// from a message's first word; contributions, repairs, resumes, epochs and served states wait
+/// their turn. Only the audits' are read before what came ahead of them, never a fragment.
+#[test]
+fn the_agreements_the_links_and_the_audits_messages_jump_the_queue() {
+    let evidence = Evidence::Word { word: 1, expected: 0, claimed: 1 };
+    let served = ServedState { len: 0, digests: Vec::new(), parts: Vec::new() };
+    let agreement = [
+        Message::Raft { run: 3, bytes: vec![1; 30] },
+        Message::CatchUp { applied: 7 },
+        Message::Ping { nonce: 1 },
+        Message::Pong { nonce: 1 },
+        Message::PeerInfo { backend: "cpu".into(), verdict: Verdict::Admitted { cases: 1 } },
+        Message::Leaving,
+        Message::Removed { step: 9, why: Removal::Slow { windows: 4 } },
+    ];
+    let audits = [
+        Message::Accusation { step: 3, target: 7, evidence },
+        Message::StateRequest { step: 3, part: StatePart::Whole },
+        Message::TraceRequest { step: 3, part: TracePart::Whole },
+        Message::Trace { step: 3, answer: TraceAnswer::Chunk { op: 2, chunk: 0, words: vec![0; 4096] } },
+    ];
+    let waiting = [
+        Message::Gradient(gradient(10)),
+        Message::Gradient(packed(100)),
+        Message::RepairRequest { step: 4, peer: 77 },
+        Message::RepairResponse { peer: 2, gradient: gradient(3) },
+        Message::Resume(vec![4; 50]),
+        Message::Epoch(Epoch { count: 1, pusher: 7 }),
+        Message::State { step: 3, served },
+    ];
+    for m in &agreement {
+        assert!(jumps_the_queue(&encode(m)) && !audit_message(&encode(m)), "{m:?}");
+    }
+    for m in &audits {
+        assert!(jumps_the_queue(&encode(m)) && audit_message(&encode(m)), "{m:?}");
+    }
+    for m in &waiting {
+        assert!(!jumps_the_queue(&encode(m)) && !audit_message(&encode(m)), "{m:?}");
+    }
+    let large = Message::Trace { step: 3, answer: TraceAnswer::Chunk { op: 2, chunk: 0, words: vec![0; 40_000] } };
+    let parts = frames(encode(&large), 1);
+    assert!(parts.len() > 1 && parts.iter().all(|f| !audit_message(f)));
+    assert!(!jumps_the_queue(&[]) && !audit_message(&[0xff, 0xff]));
+}

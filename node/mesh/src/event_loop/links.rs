@@ -100,9 +100,10 @@ impl Links {
         }
         self.next_message_id = self.next_message_id.wrapping_add(1);
         let link = self.stats.entry(to).or_default();
-        let urgent = urgent(message);
         let served = matches!(message, Message::State { .. } | Message::Trace { .. });
-        for frame in wire::frames(wire::encode(message), self.next_message_id) {
+        let bytes = wire::encode(message);
+        let urgent = wire::jumps_the_queue(&bytes);
+        for frame in wire::frames(bytes, self.next_message_id) {
             link.bytes_out += frame.len() as u64;
             if served {
                 self.audit_bytes_out += frame.len() as u64;
@@ -131,54 +132,5 @@ impl Links {
     /// Peers whose data channel is open.
     pub(super) fn open(&self) -> Vec<PeerId> {
         self.peers.iter().filter(|(_, p)| p.writer.is_some()).map(|(&id, _)| id).collect()
-    }
-}
-
-/// Whether a message jumps the queue of frames waiting for a link (`connections::Writer`): the
-/// agreement's messages and the link's own are small and must not wait behind megabytes of
-/// contributions (a heartbeat held back past an election timeout unseats a healthy leader).
-/// Step messages stay in order with the epoch announcements they belong to. A dispute's
-/// messages (an accusation, a trace asked for and served) go first too: the disputed member is
-/// not summed until its verdict, and behind a fast group's queue of contributions each of its
-/// round trips waited up to 1.4 s on loopback (hundreds of syncs). A served state stays in the
-/// queue: it is a contribution's size or more, and a routine audit's.
-fn urgent(message: &Message) -> bool {
-    matches!(
-        message,
-        Message::Raft { .. }
-            | Message::CatchUp { .. }
-            | Message::Ping { .. }
-            | Message::Pong { .. }
-            | Message::PeerInfo { .. }
-            | Message::Leaving
-            | Message::Removed { .. }
-            | Message::Accusation { .. }
-            | Message::StateRequest { .. }
-            | Message::TraceRequest { .. }
-            | Message::Trace { .. }
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use lockstep_node::wire::{Evidence, Message, ServedState, StatePart, TraceAnswer, TracePart};
-
-    use super::urgent;
-
-    /// A dispute's round trips go ahead of the contributions waiting for a link; a served state,
-    /// a contribution's size or more, waits its turn with them.
-    #[test]
-    fn a_disputes_messages_jump_the_queue_and_a_served_state_waits_in_it() {
-        let evidence = Evidence::Word { word: 1, expected: 0, claimed: 1 };
-        let served = ServedState { len: 0, digests: Vec::new(), parts: Vec::new() };
-        let answer = TraceAnswer::Chunk { op: 2, chunk: 0, words: vec![0; 4096] };
-        let jumping = [
-            Message::Accusation { step: 3, target: 7, evidence },
-            Message::StateRequest { step: 3, part: StatePart::Whole },
-            Message::TraceRequest { step: 3, part: TracePart::Whole },
-            Message::Trace { step: 3, answer },
-        ];
-        assert!(jumping.iter().all(urgent));
-        assert!(!urgent(&Message::State { step: 3, served }));
     }
 }
