@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use lockstep_luts::hash::fnv1a32_f32;
 use lockstep_luts::rng::SplitMix64;
-use lockstep_node::audit::{Departure, Trace, Traced, TRACE_CHUNK_WORDS};
+use lockstep_node::audit::{Departure, Trace, Traced, Urgency, TRACE_CHUNK_WORDS};
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
     AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Recomputed, Session,
@@ -188,6 +188,9 @@ struct Node {
     wrong_value: Option<usize>,
     /// Answers no trace request (a dispute ends on the contribution's evidence).
     untraced: bool,
+    /// Its routine audits never end (a worker the machine never leaves a spare cycle); its
+    /// checks of accusations do.
+    routine_never_ends: bool,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -294,6 +297,7 @@ impl Net {
             deaf: false,
             wrong_value: None,
             untraced: false,
+            routine_never_ends: false,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -511,6 +515,7 @@ impl Net {
                             error: Failure::new(std::io::Error::other("bad checkpoint")),
                         }),
                     },
+                    Output::Audit { urgency: Urgency::Routine, .. } if node.routine_never_ends => {}
                     Output::Audit { step, target, private, trace, .. } => {
                         // The toy's contribution of `target` from the weights the step started from
                         // (honest auditors recompute it as the definition says); packed, plus the
@@ -2190,6 +2195,35 @@ fn a_dispute_narrows_a_wrong_backend_to_its_op_and_keeps_a_rogues_contribution_e
         for (step, roster) in rosters_of(&net, 1) {
             assert!(step <= began + 3 || !roster.contains(&3), "step {step}: {roster:?}: {what}");
         }
+    }
+}
+
+/// A check does not wait behind a routine recomputation: the leader's routine audits never end
+/// here (a worker starved of spare cycles), yet the others' accusations of a ×1.001 member are
+/// checked at once — the routine audit given up and counted skipped — and it is named within a
+/// few syncs. (Before, the check waited for a worker that never came free: nobody was named.)
+#[test]
+fn a_check_does_not_wait_behind_a_routine_audit_that_never_ends() {
+    for seed in [1501, 1502, 1503] {
+        let mut net = audited(seed, 1000, 40);
+        let mut leader = None;
+        net.run(400_000, |net, top| {
+            if top == 3 && leader.is_none() {
+                let (&id, node) = net.nodes.iter_mut().find(|(_, n)| n.session.is_leader()).expect("a leader");
+                node.routine_never_ends = true;
+                leader = Some(id);
+                let rogue = if id == 3 { 4 } else { 3 };
+                net.nodes.get_mut(&rogue).unwrap().scale = Some(1.001);
+            }
+        });
+        let what = format!("seed {seed}\n{}", net.describe());
+        let leader = leader.expect("a leader at step 3");
+        let rogue = if leader == 3 { 4 } else { 3 };
+        let named = verdict_of(&net, leader).unwrap_or_else(|| panic!("nobody was named: {what}"));
+        assert_eq!(named.target, rogue, "{what}");
+        assert!(named.step <= 12, "named at step {}: {what}", named.step);
+        let skipped = net.nodes[&leader].session.audit_stats().skipped;
+        assert!(skipped >= 1, "the leader's routine audit was given up for the check: {what}");
     }
 }
 

@@ -181,7 +181,7 @@ pub struct AuditStats {
     pub audited: u32,
     pub matched: u32,
     /// Assignments skipped because the worker was busy (replaced by a newer one while waiting
-    /// for it, or too old once it was free).
+    /// for it, or too old once it was free), or given up for a check of an accusation.
     pub skipped: u32,
     /// Accusations this member made.
     pub accused: u32,
@@ -530,11 +530,20 @@ impl Session {
     /// The next accusation waiting, checked once the worker is free: the leader checks every
     /// one; another member, those against the leader. None: the assignment that waited.
     pub(super) fn next_check(&mut self) {
-        if self.audits.running.is_some() {
-            return;
-        }
         let (leading, leader) = (self.is_leader(), self.leader());
         let ours = |target: PeerId| leading || leader == Some(target);
+        if let Some(running) = &self.audits.running {
+            // A check does not wait behind a routine recomputation (it runs on a referee of
+            // its own, at the member's priority): the routine one is given up, its answer
+            // ignored. One waiting for a state still holds the worker (its answer is asked for).
+            let computing = running.private.as_ref().is_none_or(|p| p.asked_ms.is_none());
+            let check_waits = self.audits.checks.keys().any(|(_, t)| ours(*t));
+            if running.urgency() == Urgency::Check || !computing || !check_waits {
+                return;
+            }
+            self.audits.running = None;
+            self.audits.stats.skipped += 1;
+        }
         while let Some(&(step, target)) = self.audits.checks.keys().find(|(_, t)| ours(*t)) {
             let accusers = self.audits.checks.remove(&(step, target)).expect("found");
             let decided = self.audits.convicted.contains(&target) || self.audits.disputed(target);
