@@ -98,6 +98,8 @@ impl Group {
         let server = SignalServer::on_loopback(bin, None)?;
         let url = server.url();
         let (rate, threads, part) = (rate.to_string(), args.threads.to_string(), args.state_part.to_string());
+        // A removed member saves its state: into a scratch directory, not the caller's.
+        let ckpt = std::env::temp_dir().join(format!("lockstep-bench-audit-{}", std::process::id()));
         let mut nodes = Vec::new();
         for backend in backends {
             let (name, path) = match backend.split_once('@') {
@@ -110,6 +112,7 @@ impl Group {
                 name,
                 &["--audit-rate", &rate, "--threads", &threads, "--audit-state-part", &part],
             );
+            command.arg("--ckpt-dir").arg(&ckpt);
             if args.own_priority {
                 command.arg("--audits-at-own-priority");
             }
