@@ -204,6 +204,9 @@ pub enum Tracing {
     Against(std::sync::Arc<Trace>),
     /// The words of chunk `chunk` of op `op`.
     Chunk { op: usize, chunk: usize },
+    /// Compared with another's trace op by op, as `Against`, recording this side's trace as it
+    /// goes: what a disputed member answers the leader's trace with ([`Traced::Answer`]).
+    Answer(std::sync::Arc<Trace>),
 }
 
 /// What [`trace_ops`] found.
@@ -220,6 +223,12 @@ pub enum Traced {
     Departs(Departure),
     /// The chunk asked for (empty: no such op or chunk).
     Chunk(Vec<u32>),
+    /// This side's trace up to and with the first op that parts from the other (every op where
+    /// none does), and that op's first parting chunk and its words.
+    Answer {
+        trace: Trace,
+        words: Option<(usize, usize, Vec<u32>)>,
+    },
 }
 
 /// Words of one buffer, in a row: (buffer, first word, words).
@@ -302,6 +311,16 @@ pub fn trace_ops(device: &mut dyn Device, ops: &[Op], tracing: &Tracing) -> Resu
         device.run(std::slice::from_ref(op))?;
         let (words, ranges) = written(device, op)?;
         let chunks: Vec<u64> = words.chunks(TRACE_CHUNK_WORDS).map(crate::wire::words_digest).collect();
+        if let Tracing::Answer(theirs) = tracing {
+            let parted = theirs.ops.get(i).filter(|their| **their != chunks).map(|their| {
+                chunks.iter().zip(their).position(|(a, b)| a != b).unwrap_or(chunks.len().min(their.len()))
+            });
+            trace.ops.push(chunks);
+            if let Some(chunk) = parted {
+                return Ok(Traced::Answer { trace, words: Some((i, chunk, chunk_words(&words, chunk).to_vec())) });
+            }
+            continue;
+        }
         if let Tracing::Against(theirs) = tracing {
             let Some(their) = theirs.ops.get(i) else {
                 return Ok(Traced::Unlike { ours: ops.len(), theirs: theirs.ops.len() });
@@ -318,6 +337,7 @@ pub fn trace_ops(device: &mut dyn Device, ops: &[Op], tracing: &Tracing) -> Resu
         trace.ops.push(chunks);
     }
     Ok(match tracing {
+        Tracing::Answer(_) => Traced::Answer { trace, words: None },
         Tracing::Against(theirs) if theirs.ops.len() == ops.len() => Traced::Agrees,
         Tracing::Against(theirs) => Traced::Unlike { ours: ops.len(), theirs: theirs.ops.len() },
         _ => Traced::Whole(trace),

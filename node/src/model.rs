@@ -636,5 +636,20 @@ mod tests {
         let ours = definition.ops.len();
         assert_eq!(traced(&mut right, &Tracing::Against(Arc::new(short))), Traced::Unlike { ours, theirs: 3 });
         assert_eq!(traced(&mut right, &Tracing::Chunk { op: ours, chunk: 0 }), Traced::Chunk(Vec::new()));
+        // A disputed member answering the definition's trace in one run: its trace up to and
+        // with the op where they part, and its words of that chunk — what the two requests
+        // above gave; against an equal trace, its whole trace and no words.
+        let Traced::Answer { trace, words } = traced(&mut wrong, &Tracing::Answer(Arc::new(definition.clone()))) else {
+            panic!("an answer")
+        };
+        assert_eq!(trace.ops[..], theirs.ops[..=first]);
+        assert_eq!(words, Some((first, departure.chunk, words_of_chunk(&mut wrong, first, departure.chunk))));
+        let agrees = traced(&mut right, &Tracing::Answer(Arc::new(definition.clone())));
+        assert_eq!(agrees, Traced::Answer { trace: definition, words: None });
+    }
+
+    fn words_of_chunk(gemm: &mut FlipUnits, op: usize, chunk: usize) -> Vec<u32> {
+        let Traced::Chunk(words) = traced(gemm, &Tracing::Chunk { op, chunk }) else { panic!("the chunk") };
+        words
     }
 }

@@ -25,8 +25,8 @@
 //! | `-21` | accusation: `[u32 step][u64 target][evidence]` (the sender's recomputation of `target`'s contribution to `step` departs from it: the leader checks it; evidence as in `wire/audit.rs`) |
 //! | `-22` | state request: `[u32 step][the part asked for]` (an auditor asks for the private state, or some chunks of it, the receiver's packed contribution to `step` was made with: `wire/state.rs`) |
 //! | `-23` | state: `[u32 step][the state served]` (the answer to `-22`: every chunk's digest, of which the contribution named the digest, and the chunks asked for; nothing when it is no longer kept: `wire/state.rs`) |
-//! | `-24` | trace request: `[u32 step][u32 op][u32 chunk]` (a leader disputing the receiver's contribution to `step` asks for its trace of the step, op `0xffffffff`, or for the words of chunk `chunk` of op `op`) |
-//! | `-25` | trace: `[u32 step][u32 op][u32 chunk][…]` (the answer to `-24`: op `0xffffffff`, the whole trace `[u32 ops]` then each op's `[u32 chunks][u64 digest × chunks]`, no ops when it cannot be made; else the chunk's words `[u32 word…]`, none when it cannot) |
+//! | `-24` | trace request: `[u32 step][u32 op][u32 chunk]` (a leader disputing the receiver's contribution to `step` asks for its trace of the step, op `0xffffffff`, or for the words of chunk `chunk` of op `op`; since protocol 15, op `0xfffffffe` with chunk 0 and the leader's trace after it: the step compared with that trace as it runs again) |
+//! | `-25` | trace: `[u32 step][u32 op][u32 chunk][…]` (the answer to `-24`: op `0xffffffff`, the whole trace `[u32 ops]` then each op's `[u32 chunks][u64 digest × chunks]`, no ops when it cannot be made; op `0xfffffffe`, the trace up to and with the first op that parts from the leader's, then `[u8 0]`, or `[u8 1][u32 op][u32 chunk][u32 word…]` that op's words of its first chunk that parts; else the chunk's words `[u32 word…]`, none when it cannot) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
 //! protocols 7–9 and are retired: a decoder refuses them as unknown.
@@ -62,7 +62,8 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (14: a state is named by its chunks'
+/// The mesh protocol version carried in the run config (15: a trace asked for against the
+/// leader's, `-24` and `-25` with op `0xfffffffe`; 14: a state is named by its chunks'
 /// digests, and an auditor asks for some chunks of it, `-22` and `-23` changed; 13: disputes narrowed to one op, `-24`
 /// and `-25`, evidence kind 5; 12: a packed contribution commits to
 /// the residual it was packed with, `-22` and `-23` serve it to an auditor; 11: audits by recomputation, `-21`,
@@ -73,7 +74,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 14;
+pub const MESH_PROTOCOL_VERSION: u32 = 15;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -103,6 +104,8 @@ const TRACE_REQUEST: i32 = -24;
 const TRACE: i32 = -25;
 /// The op number in `-24`/`-25` that means the whole trace of the step.
 const WHOLE_TRACE: u32 = u32::MAX;
+/// `-24`/`-25`'s op for a trace compared with the one sent ([`TracePart::Against`]).
+const AGAINST_TRACE: u32 = u32::MAX - 1;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -304,12 +307,17 @@ impl Trace {
 }
 
 /// What a [`Message::TraceRequest`] asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TracePart {
     /// Every op's chunk digests ([`Trace`]).
     Whole,
     /// The words of chunk `chunk` of op `op`.
     Chunk { op: u32, chunk: u32 },
+    /// The step run again compared op by op with this trace (the leader's, the definition's):
+    /// the trace up to the first op that parts from it and that op's words of the first chunk
+    /// that does, in one answer (mesh protocol 15: one round trip and one run of the step where
+    /// `Whole` and then `Chunk` took two of each).
+    Against(Trace),
 }
 
 /// A [`Message::Trace`]'s content: what was asked, or nothing (an empty trace, no words) when
@@ -317,7 +325,18 @@ pub enum TracePart {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TraceAnswer {
     Whole(Trace),
-    Chunk { op: u32, chunk: u32, words: Vec<u32> },
+    Chunk {
+        op: u32,
+        chunk: u32,
+        words: Vec<u32>,
+    },
+    /// The answer to [`TracePart::Against`]: this side's trace up to and with the first op that
+    /// parts from the one sent (every op where none does), and that op's words of its first
+    /// chunk that parts (`None` where none does).
+    Against {
+        trace: Trace,
+        words: Option<(u32, u32, Vec<u32>)>,
+    },
 }
 
 /// Why the leader took a member out of the run for good (wire `-13`, the console, the headless
@@ -527,9 +546,13 @@ pub fn encode(message: &Message) -> Vec<u8> {
             let (op, chunk) = match *part {
                 TracePart::Whole => (WHOLE_TRACE, 0),
                 TracePart::Chunk { op, chunk } => (op, chunk),
+                TracePart::Against(_) => (AGAINST_TRACE, 0),
             };
             for v in [*step, op, chunk] {
                 out.extend_from_slice(&v.to_le_bytes());
+            }
+            if let TracePart::Against(trace) = part {
+                put_trace(&mut out, trace);
             }
         }
         Message::Trace { step, answer } => {
@@ -537,23 +560,70 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&step.to_le_bytes());
             match answer {
                 TraceAnswer::Whole(trace) => {
-                    for v in [WHOLE_TRACE, 0, trace.ops.len() as u32] {
+                    for v in [WHOLE_TRACE, 0] {
                         out.extend_from_slice(&v.to_le_bytes());
                     }
-                    for chunks in &trace.ops {
-                        out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
-                        chunks.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
-                    }
+                    put_trace(&mut out, trace);
                 }
                 TraceAnswer::Chunk { op, chunk, words } => {
                     out.extend_from_slice(&op.to_le_bytes());
                     out.extend_from_slice(&chunk.to_le_bytes());
                     words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
                 }
+                TraceAnswer::Against { trace, words } => {
+                    for v in [AGAINST_TRACE, 0] {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                    put_trace(&mut out, trace);
+                    match words {
+                        None => out.push(0),
+                        Some((op, chunk, words)) => {
+                            out.push(1);
+                            out.extend_from_slice(&op.to_le_bytes());
+                            out.extend_from_slice(&chunk.to_le_bytes());
+                            words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
+                        }
+                    }
+                }
             }
         }
     }
     out
+}
+
+/// A trace: `[u32 ops]`, then each op's `[u32 chunks][u64 digest × chunks]`.
+fn put_trace(out: &mut Vec<u8>, trace: &Trace) {
+    out.extend_from_slice(&(trace.ops.len() as u32).to_le_bytes());
+    for chunks in &trace.ops {
+        out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+        chunks.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+    }
+}
+
+fn read_trace(r: &mut Reader<'_>) -> Result<Trace, WireError> {
+    let n = r.u32()?;
+    if n as usize > r.remaining() / 4 {
+        return Err(WireError::Invalid(format!("a trace of {n} ops")));
+    }
+    let mut trace = Trace::default();
+    for _ in 0..n {
+        let chunks = r.u32()? as usize;
+        // Each digest is 8 bytes: a count past what is left is refused before any allocation.
+        if chunks > r.remaining() / 8 {
+            return Err(WireError::Invalid(format!("a trace's op of {chunks} chunks")));
+        }
+        trace.ops.push((0..chunks).map(|_| r.u64()).collect::<Result<_, _>>()?);
+    }
+    Ok(trace)
+}
+
+/// Words to the message's end.
+fn read_words(r: &mut Reader<'_>) -> Result<Vec<u32>, WireError> {
+    let body = r.rest();
+    if !body.len().is_multiple_of(4) {
+        return Err(WireError::Invalid(format!("a chunk of {} bytes is not whole words", body.len())));
+    }
+    Ok(body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
 /// Parses one complete message.
@@ -653,33 +723,30 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         STATE => Message::State { step: r.u32()?, served: ServedState::decode(&mut r)? },
         TRACE_REQUEST => {
             let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
-            let part = if op == WHOLE_TRACE { TracePart::Whole } else { TracePart::Chunk { op, chunk } };
+            let part = match op {
+                WHOLE_TRACE => TracePart::Whole,
+                AGAINST_TRACE => TracePart::Against(read_trace(&mut r)?),
+                _ => TracePart::Chunk { op, chunk },
+            };
             Message::TraceRequest { step, part }
         }
         TRACE => {
             let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
-            let answer = if op == WHOLE_TRACE {
-                let n = r.u32()?;
-                if n as usize > r.remaining() / 4 {
-                    return Err(WireError::Invalid(format!("a trace of {n} ops")));
+            let answer = match op {
+                WHOLE_TRACE => TraceAnswer::Whole(read_trace(&mut r)?),
+                AGAINST_TRACE => {
+                    let trace = read_trace(&mut r)?;
+                    let words = match r.u8()? {
+                        0 => None,
+                        1 => {
+                            let (op, chunk) = (r.u32()?, r.u32()?);
+                            Some((op, chunk, read_words(&mut r)?))
+                        }
+                        other => return Err(WireError::Invalid(format!("a trace's words marked {other}"))),
+                    };
+                    TraceAnswer::Against { trace, words }
                 }
-                let mut trace = Trace::default();
-                for _ in 0..n {
-                    let chunks = r.u32()? as usize;
-                    // Each digest is 8 bytes: a count past what is left is refused before any allocation.
-                    if chunks > r.remaining() / 8 {
-                        return Err(WireError::Invalid(format!("a trace's op of {chunks} chunks")));
-                    }
-                    trace.ops.push((0..chunks).map(|_| r.u64()).collect::<Result<_, _>>()?);
-                }
-                TraceAnswer::Whole(trace)
-            } else {
-                let body = r.rest();
-                if !body.len().is_multiple_of(4) {
-                    return Err(WireError::Invalid(format!("a chunk of {} bytes is not whole words", body.len())));
-                }
-                let words = body.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                TraceAnswer::Chunk { op, chunk, words }
+                _ => TraceAnswer::Chunk { op, chunk, words: read_words(&mut r)? },
             };
             Message::Trace { step, answer }
         }

@@ -191,6 +191,8 @@ struct Node {
     /// Its routine audits never end (a worker the machine never leaves a spare cycle); its
     /// checks of accusations do.
     routine_never_ends: bool,
+    /// Trace requests it answered (each a run of its step).
+    traces_served: u32,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -298,6 +300,7 @@ impl Net {
             wrong_value: None,
             untraced: false,
             routine_never_ends: false,
+            traces_served: 0,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -551,6 +554,7 @@ impl Net {
                         if node.untraced {
                             continue;
                         }
+                        node.traces_served += 1;
                         let grad = node.computed_from.get(&step).map(|toy| toy.computed(id, step, node.wrong_value));
                         let answer = match (grad, part) {
                             (Some(grad), TracePart::Whole) => TraceAnswer::Whole(Toy::trace(&grad)),
@@ -562,6 +566,25 @@ impl Net {
                                 TraceAnswer::Chunk { op, chunk, words }
                             }
                             (None, TracePart::Whole) => TraceAnswer::Whole(Trace::default()),
+                            // Compared with the leader's as it goes: its trace up to the op
+                            // where they part (the toy's step is one op), and that chunk.
+                            (Some(grad), TracePart::Against(theirs)) => {
+                                let ours = Toy::trace(&grad);
+                                let parted = theirs
+                                    .ops
+                                    .first()
+                                    .and_then(|their| ours.ops[0].iter().zip(their).position(|(a, b)| a != b));
+                                let words = parted.map(|chunk| {
+                                    let words: Vec<u32> = grad.iter().map(|g| g.to_bits()).collect();
+                                    let from = chunk * TRACE_CHUNK_WORDS;
+                                    let to = (from + TRACE_CHUNK_WORDS).min(words.len());
+                                    (0, chunk as u32, words[from..to].to_vec())
+                                });
+                                TraceAnswer::Against { trace: ours, words }
+                            }
+                            (None, TracePart::Against(_)) => {
+                                TraceAnswer::Against { trace: Trace::default(), words: None }
+                            }
                         };
                         self.links.entry((id, to)).or_default().push_back(Message::Trace { step, answer });
                     }
@@ -2189,6 +2212,19 @@ fn a_dispute_narrows_a_wrong_backend_to_its_op_and_keeps_a_rogues_contribution_e
             _ => None,
         });
         let began = began.unwrap_or_else(|| panic!("node {leader} disputed node 3: {what}"));
+        // The target ran its step again once for the dispute where the leader's own audit found
+        // it (asked against the definition's trace: its trace and its words in one answer), and
+        // twice where it checked another's accusation (its trace asked for as the check began,
+        // its words once the two were compared).
+        let accused_first = node
+            .events
+            .iter()
+            .take_while(|e| !matches!(e, Event::Disputing { .. }))
+            .any(|e| matches!(e, Event::Accused { target: 3, by, .. } if *by != leader));
+        let served = net.nodes[&3].traces_served;
+        if let Kind::Backend = kind {
+            assert_eq!(served, if accused_first { 2 } else { 1 }, "{what}");
+        }
         assert_all_finished_equal(&net, &[1, 2, 4], 40, &what);
         // Not summed once disputed: the leader proposed no record with it after the dispute
         // began (a record under way may still name it).

@@ -135,7 +135,13 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
         .flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audited"))
         .map(|e| (e["target"].as_u64().unwrap(), e["step"].as_u64().unwrap()))
         .collect();
-    assert!(audited.len() >= 15, "{} audits: {audited:?}", audited.len());
+    let failed: Vec<Value> = [&a, &b, &c]
+        .iter()
+        .flat_map(|n| {
+            n.events().into_iter().filter(|e| ["audit-failed", "accused"].contains(&e["event"].as_str().unwrap_or("")))
+        })
+        .collect();
+    assert!(audited.len() >= 15, "{} audits: {audited:?}; {failed:?}", audited.len());
     for target in [b.id, c.id] {
         assert!(audited.iter().any(|(t, _)| *t == target), "node {target}'s contributions were audited");
     }

@@ -24,6 +24,9 @@ pub(super) struct Dispute {
     pub verdict: AuditVerdict,
     pub since_ms: u64,
     pub stage: Stage,
+    /// The target was sent the definition's trace (`TracePart::Against`): its answer carries
+    /// its trace up to the op where they part and that op's words, so no chunk is asked for.
+    pub against: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -59,16 +62,21 @@ impl Session {
             return self.convict(verdict);
         };
         let since_ms = self.timing.now_ms();
-        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace { definition } });
+        let asked = self.audits.traces.remove(&key);
+        let against = asked.is_none();
+        let part = TracePart::Against((*definition).clone());
+        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace { definition }, against });
         self.event(Event::Disputing { step: verdict.step, target, evidence: verdict.evidence });
-        match self.audits.traces.remove(&key) {
+        match asked {
             // Asked as the check began, and here: compared at once.
             Some(Some(theirs)) => self.on_their_trace(theirs),
             // Asked, on its way.
             Some(None) => {
                 self.audits.traces.insert(key, None);
             }
-            None => self.send(target, Message::TraceRequest { step: verdict.step, part: TracePart::Whole }),
+            // Not asked yet (this member's own audit found it): asked against the definition's,
+            // so one answer brings the target's trace and its words where they part.
+            None => self.send(target, Message::TraceRequest { step: verdict.step, part }),
         }
     }
 
@@ -85,18 +93,27 @@ impl Session {
             return self.settle(None); // it could not trace the step
         }
         dispute.since_ms = self.timing.now_ms();
-        if definition.ops.len() != theirs.ops.len() {
+        // Against the definition's, the answer ends at the first op that parts.
+        let whole = definition.ops.len() == theirs.ops.len();
+        let prefix = dispute.against && theirs.ops.len() < definition.ops.len();
+        if !(whole || prefix) {
             return self.settle(None); // not a trace of this step
         }
         let parted = (0..theirs.ops.len()).find(|&i| definition.ops[i] != theirs.ops[i]);
         let Some(op) = parted else { return self.settle(None) }; // every op agrees
+        if dispute.against && op + 1 != theirs.ops.len() {
+            return self.settle(None); // it went on past the op where it parts
+        }
         let (ours, their) = (&definition.ops[op], &theirs.ops[op]);
         let chunk = ours.iter().zip(their).position(|(a, b)| a != b).unwrap_or(ours.len().min(their.len()));
         let Some(&digest) = their.get(chunk) else { return self.settle(None) };
         dispute.stage = Stage::Narrowing { op, chunk, digest, ours: None, theirs: None };
+        let against = dispute.against;
         self.out.push(Output::Settle { step, target, theirs });
-        let part = TracePart::Chunk { op: op as u32, chunk: chunk as u32 };
-        self.send(target, Message::TraceRequest { step, part });
+        if !against {
+            let part = TracePart::Chunk { op: op as u32, chunk: chunk as u32 };
+            self.send(target, Message::TraceRequest { step, part });
+        }
     }
 
     /// A narrowing with both sides' words of the chunk where they part ends in the op's evidence.
@@ -144,23 +161,42 @@ impl Session {
                     self.ignore(from, Ignored::UnaskedTrace);
                 }
             }
-            TraceAnswer::Chunk { op, chunk, words } => {
-                let Some(Dispute { stage: Stage::Narrowing { op: o, chunk: c, digest, theirs, .. }, .. }) =
-                    self.audits.dispute.as_mut().filter(|_| disputed)
-                else {
-                    return self.ignore(from, Ignored::UnaskedTrace);
-                };
-                if (op as usize, chunk as usize) != (*o, *c) || theirs.is_some() {
+            TraceAnswer::Chunk { op, chunk, words } => self.their_words(from, step, op, chunk, words),
+            TraceAnswer::Against { trace, words } => {
+                let asked = |d: &Dispute| d.against && matches!(d.stage, Stage::Trace { .. });
+                if !disputed || !self.audits.dispute.as_ref().is_some_and(asked) {
                     return self.ignore(from, Ignored::UnaskedTrace);
                 }
-                // Words that are not the chunk its trace named prove nothing about the op.
-                if crate::wire::words_digest(&words) != *digest {
-                    return self.settle(None);
+                self.on_their_trace(Arc::new(trace));
+                // Still narrowing: its words of the chunk where it parts, in the same answer.
+                if self.audits.dispute.as_ref().is_some_and(|d| matches!(d.stage, Stage::Narrowing { .. })) {
+                    match words {
+                        Some((op, chunk, words)) => self.their_words(from, step, op, chunk, words),
+                        None => self.settle(None),
+                    }
                 }
-                *theirs = Some(words);
-                self.narrowed();
             }
         }
+    }
+
+    /// The disputed member's words of the chunk where its trace parts from the definition's,
+    /// checked against the digest its trace gave that chunk.
+    fn their_words(&mut self, from: PeerId, step: u32, op: u32, chunk: u32, words: Vec<u32>) {
+        let disputed = |d: &&mut Dispute| d.verdict.target == from && d.verdict.step == step;
+        let Some(Dispute { stage: Stage::Narrowing { op: o, chunk: c, digest, theirs, .. }, .. }) =
+            self.audits.dispute.as_mut().filter(disputed)
+        else {
+            return self.ignore(from, Ignored::UnaskedTrace);
+        };
+        if (op as usize, chunk as usize) != (*o, *c) || theirs.is_some() {
+            return self.ignore(from, Ignored::UnaskedTrace);
+        }
+        // Words that are not the chunk its trace named prove nothing about the op.
+        if crate::wire::words_digest(&words) != *digest {
+            return self.settle(None);
+        }
+        *theirs = Some(words);
+        self.narrowed();
     }
 
     /// The definition's run of the disputed step up to the op where the two traces part: its

@@ -149,6 +149,31 @@ fn golden_bytes() {
         decode(&[0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 7]),
         Err(WireError::Invalid(_))
     ));
+    // Protocol 15: a trace asked for against the leader's (op 0xfffffffe, the trace after it),
+    // and the answer: the trace up to the op where it parts, then that op's words of the chunk.
+    let theirs = Trace { ops: vec![vec![9], vec![3, 4]] };
+    let against = Message::TraceRequest { step: 2, part: TracePart::Against(theirs) };
+    let mut bytes = vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0, 0, 0, 0, 2, 0, 0, 0];
+    bytes.extend([1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+    bytes.extend([2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(encode(&against), bytes);
+    assert_eq!(decode(&bytes), Ok(against));
+    let ours = Trace { ops: vec![vec![9], vec![3, 5]] };
+    let parted = TraceAnswer::Against { trace: ours.clone(), words: Some((1, 1, vec![7])) };
+    let answer = Message::Trace { step: 2, answer: parted };
+    let mut bytes = vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0, 0, 0, 0, 2, 0, 0, 0];
+    bytes.extend([1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+    bytes.extend([2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
+    bytes.extend([1, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0]);
+    assert_eq!(encode(&answer), bytes);
+    assert_eq!(decode(&bytes), Ok(answer));
+    let agrees = Message::Trace { step: 2, answer: TraceAnswer::Against { trace: ours, words: None } };
+    assert_eq!(decode(&encode(&agrees)), Ok(agrees));
+    // A words marker that is neither, and words that are not whole, are refused.
+    let mut marked = bytes.clone();
+    marked[52] = 2;
+    assert!(matches!(decode(&marked), Err(WireError::Invalid(_))));
+    assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Invalid(_))));
     // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
     // steps of an elastic window); the residual it was packed with named 0x0807060504030201.
     let p = Gradient {

@@ -333,15 +333,20 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
         let replica = self.replica.clone();
         tokio::task::spawn_blocking(move || {
-            let tracing = match part {
+            let tracing = match &part {
                 TracePart::Whole => Tracing::Whole,
-                TracePart::Chunk { op, chunk } => Tracing::Chunk { op: op as usize, chunk: chunk as usize },
+                TracePart::Chunk { op, chunk } => Tracing::Chunk { op: *op as usize, chunk: *chunk as usize },
+                TracePart::Against(definition) => Tracing::Answer(Arc::new(definition.clone())),
             };
             let traced = replica.lock().unwrap_or_else(|p| p.into_inner()).trace(step, &tracing);
             let answer = match (traced, part) {
                 (Ok(Traced::Whole(trace)), _) => TraceAnswer::Whole(trace),
                 (Ok(Traced::Chunk(words)), TracePart::Chunk { op, chunk }) => TraceAnswer::Chunk { op, chunk, words },
-                _ => empty_trace(part),
+                (Ok(Traced::Answer { trace, words }), TracePart::Against(_)) => {
+                    let words = words.map(|(op, chunk, words)| (op as u32, chunk as u32, words));
+                    TraceAnswer::Against { trace, words }
+                }
+                (_, part) => empty_trace(part),
             };
             let _ = tx.send(Inbound::TraceServed { to, step, answer });
         });
@@ -434,5 +439,6 @@ fn empty_trace(part: TracePart) -> TraceAnswer {
     match part {
         TracePart::Whole => TraceAnswer::Whole(Trace::default()),
         TracePart::Chunk { op, chunk } => TraceAnswer::Chunk { op, chunk, words: Vec::new() },
+        TracePart::Against(_) => TraceAnswer::Against { trace: Trace::default(), words: None },
     }
 }
