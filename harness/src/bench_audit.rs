@@ -217,23 +217,16 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> a
     let (accused, disputing) = (first("accused").map(since), first("disputing").map(since));
     // The first contribution of its that an audit found wrong (a plugin's first wrong one, where
     // no audit of its steps was skipped: `--rate 1` audits each once).
-    let found = group
-        .nodes
-        .iter()
-        .flat_map(|n| n.events())
-        .filter(|e| e["event"] == "accused" && e["target"] == rogue.id)
-        .filter_map(|e| e["step"].as_u64())
-        .min();
+    // The steps of its contributions the honest members reported `kind` of.
+    let steps_of = |kind: &str| -> std::collections::BTreeSet<u64> {
+        let events = group.nodes.iter().flat_map(|n| n.events());
+        events.filter(|e| e["event"] == kind && e["target"] == rogue.id).filter_map(|e| e["step"].as_u64()).collect()
+    };
+    let found = steps_of("accused").first().copied();
     let from_found = removed_at.zip(found).map(|(at, found)| (at + 1).saturating_sub(found));
     // Its contributions before that one (from `from`) no audit confirmed: where none, the one
     // found was its first wrong one.
-    let confirmed: std::collections::BTreeSet<u64> = group
-        .nodes
-        .iter()
-        .flat_map(|n| n.events())
-        .filter(|e| e["event"] == "audited" && e["target"] == rogue.id)
-        .filter_map(|e| e["step"].as_u64())
-        .collect();
+    let confirmed = steps_of("audited");
     let unconfirmed = found.map_or(0, |found| (from..found).filter(|s| !confirmed.contains(s)).count());
     let everyone: Vec<&Headless> = group.nodes.iter().chain(std::iter::once(&rogue)).collect();
     if let Some(dir) = keep {
