@@ -216,8 +216,6 @@ pub(super) struct Audits {
     pub shunned: BTreeMap<PeerId, AuditVerdict>,
     /// (Leader) the departure being narrowed to one op (one at a time).
     pub dispute: Option<Dispute>,
-    /// (Leader) the traces asked for as a check began, by (step, target), each once it came.
-    pub traces: BTreeMap<(u32, PeerId), Option<Arc<Trace>>>,
     /// The definition's trace of the contribution just found to depart, for the dispute it
     /// opens (set only while [`Session::accuse`] runs for it).
     pub(super) definition: Option<((u32, PeerId), Arc<Trace>)>,
@@ -264,7 +262,6 @@ impl Audits {
         self.checks.clear();
         self.links.clear();
         self.links_asked.clear();
-        self.traces.clear();
         self.pending = None;
     }
 }
@@ -321,15 +318,10 @@ impl Session {
         let (named, weight, step) = (c.digest, c.weight, record.step);
         let claimed = self.contributions.get(step, target).map(|h| h.gradient.clone());
         let whash = record.whash;
-        // The leader's recomputations record the definition's trace, which a dispute compares
-        // the target's with; for a check of an accusation the target's is asked for now, beside
-        // the recomputation — a departure then narrows at once.
+        // The leader's recomputations record the definition's trace, which a dispute sends the
+        // target to compare its own with.
         let every_step = self.run.is_some_and(|run| run.sync.mode.steps_per_sync() == 1);
         let trace = every_step && self.is_leader();
-        let ask = trace && !accusers.is_empty() && target != self.config.me && self.members.contains(&target);
-        if ask && self.audits.traces.insert((step, target), None).is_none() {
-            self.send(target, Message::TraceRequest { step, part: TracePart::Whole });
-        }
         let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None, trace };
         if self.run.is_some_and(|run| packed(&run)) {
             let Some((grid, state)) = self.audits.private_of(step, target) else {
@@ -461,7 +453,6 @@ impl Session {
         }
         self.audits.stats.audited += 1;
         if recomputed.digest() == named {
-            self.audits.traces.remove(&(step, target));
             self.audits.stats.matched += 1;
             self.event(Event::Audited { step, target });
             // The contribution is the definition's: whoever accused its arithmetic accused
@@ -518,13 +509,6 @@ impl Session {
         self.audits.definition = trace.map(|t| ((step, target), t));
         self.accuse(step, target, found_by, evidence);
         self.audits.definition = None;
-        let disputing =
-            self.audits.dispute.as_ref().is_some_and(|d| (d.verdict.step, d.verdict.target) == (step, target));
-        if !disputing {
-            // No dispute of this step came of it (this member no longer leads, or one of an
-            // earlier step is under way): its trace is not waited for.
-            self.audits.traces.remove(&(step, target));
-        }
     }
 
     /// The next accusation waiting, checked once the worker is free: the leader checks every

@@ -1,9 +1,10 @@
 //! Disputes (`docs/TRUST.md`, "Disputes narrowed to one op"): before the leader proposes a
 //! verdict on a contribution's values, it narrows the departure to the op of the target's step
-//! where it first departs. Its recomputation recorded the definition's trace; the target sends
-//! its own (`-24`/`-25`: its step run again on its own backend); at the first op and chunk where
-//! they part both sides' words of that chunk are compared, and the verdict names the op, the
-//! buffer and word and both values. The target is not summed meanwhile; a dispute that narrows
+//! where it first departs. Its recomputation recorded the definition's trace, which it sends the
+//! target (`-24`); the target runs its step again on its own backend, comparing as it goes, and
+//! answers its trace up to the first op and chunk where they part and its words of that chunk
+//! (`-25`); the leader runs the definition's step up to that op for its own words, and the
+//! verdict names the op, the buffer and word and both values. The target is not summed meanwhile; a dispute that narrows
 //! to nothing keeps the contribution's evidence.
 
 use std::sync::Arc;
@@ -24,9 +25,6 @@ pub(super) struct Dispute {
     pub verdict: AuditVerdict,
     pub since_ms: u64,
     pub stage: Stage,
-    /// The target was sent the definition's trace (`TracePart::Against`): its answer carries
-    /// its trace up to the op where they part and that op's words, so no chunk is asked for.
-    pub against: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -58,62 +56,42 @@ impl Session {
         let free = self.audits.dispute.is_none() && !self.audits.convicted.contains(&target);
         let reachable = target != self.config.me && self.members.contains(&target);
         let Some(definition) = definition.filter(|_| by_values && free && reachable) else {
-            self.audits.traces.remove(&key);
             return self.convict(verdict);
         };
         let since_ms = self.timing.now_ms();
-        let asked = self.audits.traces.remove(&key);
-        let against = asked.is_none();
+        // The definition's trace goes with the request: one answer brings the target's trace up
+        // to the op where they part and its words there.
         let part = TracePart::Against((*definition).clone());
-        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace { definition }, against });
+        self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace { definition } });
         self.event(Event::Disputing { step: verdict.step, target, evidence: verdict.evidence });
-        match asked {
-            // Asked as the check began, and here: compared at once.
-            Some(Some(theirs)) => self.on_their_trace(theirs),
-            // Asked, on its way.
-            Some(None) => {
-                self.audits.traces.insert(key, None);
-            }
-            // Not asked yet (this member's own audit found it): asked against the definition's,
-            // so one answer brings the target's trace and its words where they part.
-            None => self.send(target, Message::TraceRequest { step: verdict.step, part }),
-        }
+        self.send(target, Message::TraceRequest { step: verdict.step, part });
     }
 
-    /// The disputed member's trace, compared with the definition's: at the first op and chunk
-    /// where they part, both sides' words of that chunk are asked for at once (the definition's
-    /// from the worker, which runs the step again up to that op).
+    /// The disputed member's trace (up to the first op where it parts from the definition's),
+    /// compared with the definition's: where they part, the definition's words of that chunk are
+    /// asked of the worker (it runs the step again up to that op); the target's came with it.
     fn on_their_trace(&mut self, theirs: Arc<Trace>) {
         let Some(dispute) = self.audits.dispute.as_mut() else { return };
         let Stage::Trace { definition } = &dispute.stage else { return };
         let definition = definition.clone();
         let (step, target) = (dispute.verdict.step, dispute.verdict.target);
-        self.audits.traces.remove(&(step, target));
         if theirs.ops.is_empty() {
             return self.settle(None); // it could not trace the step
         }
         dispute.since_ms = self.timing.now_ms();
-        // Against the definition's, the answer ends at the first op that parts.
-        let whole = definition.ops.len() == theirs.ops.len();
-        let prefix = dispute.against && theirs.ops.len() < definition.ops.len();
-        if !(whole || prefix) {
+        if theirs.ops.len() > definition.ops.len() {
             return self.settle(None); // not a trace of this step
         }
         let parted = (0..theirs.ops.len()).find(|&i| definition.ops[i] != theirs.ops[i]);
         let Some(op) = parted else { return self.settle(None) }; // every op agrees
-        if dispute.against && op + 1 != theirs.ops.len() {
+        if op + 1 != theirs.ops.len() {
             return self.settle(None); // it went on past the op where it parts
         }
         let (ours, their) = (&definition.ops[op], &theirs.ops[op]);
         let chunk = ours.iter().zip(their).position(|(a, b)| a != b).unwrap_or(ours.len().min(their.len()));
         let Some(&digest) = their.get(chunk) else { return self.settle(None) };
         dispute.stage = Stage::Narrowing { op, chunk, digest, ours: None, theirs: None };
-        let against = dispute.against;
         self.out.push(Output::Settle { step, target, theirs });
-        if !against {
-            let part = TracePart::Chunk { op: op as u32, chunk: chunk as u32 };
-            self.send(target, Message::TraceRequest { step, part });
-        }
     }
 
     /// A narrowing with both sides' words of the chunk where they part ends in the op's evidence.
@@ -144,37 +122,24 @@ impl Session {
         self.out.push(Output::ServeTrace { to: from, step, part });
     }
 
-    /// A disputed member's answer (or one asked for as a check began, kept until its dispute):
-    /// its whole trace, or its words of the chunk where it parts from the definition — checked
-    /// against the digest its trace gave that chunk.
+    /// A disputed member's answer to the definition's trace: its own up to the op where they
+    /// part, and its words of that op's first parting chunk — checked against the digest its
+    /// trace gave that chunk.
     pub(super) fn on_trace(&mut self, from: PeerId, step: u32, answer: TraceAnswer) {
-        let disputed = self.audits.dispute.as_ref().is_some_and(|d| d.verdict.target == from && d.verdict.step == step);
-        match answer {
-            TraceAnswer::Whole(trace) if !disputed => match self.audits.traces.get_mut(&(step, from)) {
-                Some(slot @ None) => *slot = Some(Arc::new(trace)),
-                _ => self.ignore(from, Ignored::UnaskedTrace),
-            },
-            TraceAnswer::Whole(trace) => {
-                if matches!(self.audits.dispute.as_ref().map(|d| &d.stage), Some(Stage::Trace { .. })) {
-                    self.on_their_trace(Arc::new(trace));
-                } else {
-                    self.ignore(from, Ignored::UnaskedTrace);
-                }
-            }
-            TraceAnswer::Chunk { op, chunk, words } => self.their_words(from, step, op, chunk, words),
-            TraceAnswer::Against { trace, words } => {
-                let asked = |d: &Dispute| d.against && matches!(d.stage, Stage::Trace { .. });
-                if !disputed || !self.audits.dispute.as_ref().is_some_and(asked) {
-                    return self.ignore(from, Ignored::UnaskedTrace);
-                }
-                self.on_their_trace(Arc::new(trace));
-                // Still narrowing: its words of the chunk where it parts, in the same answer.
-                if self.audits.dispute.as_ref().is_some_and(|d| matches!(d.stage, Stage::Narrowing { .. })) {
-                    match words {
-                        Some((op, chunk, words)) => self.their_words(from, step, op, chunk, words),
-                        None => self.settle(None),
-                    }
-                }
+        let asked = |d: &Dispute| d.verdict.target == from && d.verdict.step == step;
+        let waiting = self.audits.dispute.as_ref().is_some_and(|d| asked(d) && matches!(d.stage, Stage::Trace { .. }));
+        // The leader asks only against its own trace; a whole trace or a chunk alone answers
+        // nothing it asked.
+        let TraceAnswer::Against { trace, words } = answer else { return self.ignore(from, Ignored::UnaskedTrace) };
+        if !waiting {
+            return self.ignore(from, Ignored::UnaskedTrace);
+        }
+        self.on_their_trace(Arc::new(trace));
+        // Still narrowing: its words of the chunk where it parts, in the same answer.
+        if self.audits.dispute.as_ref().is_some_and(|d| matches!(d.stage, Stage::Narrowing { .. })) {
+            match words {
+                Some((op, chunk, words)) => self.their_words(from, step, op, chunk, words),
+                None => self.settle(None),
             }
         }
     }
