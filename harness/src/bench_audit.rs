@@ -9,9 +9,8 @@
 //! contributions (and any accusation among them) and the audits' share of the group's tokens/s
 //! (the median of the pairs').
 //!
-//! `--sync outer:H` runs windows instead of steps (audited when packed); f32 windows and
-//! overlapped ones are not audited (`docs/TRUST.md`): the bench says so rather than measuring
-//! them.
+//! `--sync outer:H` runs windows instead of steps (f32 or packed); overlapped windows are not
+//! audited (`docs/TRUST.md`): the bench says so rather than measuring them.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -52,7 +51,7 @@ pub struct AuditArgs {
     /// flipped once in a thousand products), counted from step 1.
     #[arg(long, value_delimiter = ',', default_value = "stale,flip,scale:1.001,batch")]
     kinds: Vec<String>,
-    /// The sync mode: `every-step` or `outer:H` (audited when packed, without an overlap).
+    /// The sync mode: `every-step` or `outer:H` (audited without an overlap).
     #[arg(long, default_value = "every-step")]
     sync: String,
     /// The contributions' compression: `none` (f32), `int8` or `int4`.
@@ -337,7 +336,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,
         "audited_contributions": honest_audits, "accusations": honest_accused},
-        "not_audited": ["outer:H f32", "outer:H with an overlap"]});
+        "not_audited": ["outer:H with an overlap"]});
     if args.json {
         println!("{summary}");
     } else {
@@ -397,7 +396,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             honest_audits,
             honest_accused
         );
-        println!("not audited (docs/TRUST.md): outer:H in f32 or with an overlap");
+        println!("not audited (docs/TRUST.md): outer:H with an overlap");
     }
     let clean =
         honest_accused == 0 && summary["kinds"].as_array().into_iter().flatten().all(|r| r["false_accusations"] == 0);

@@ -558,16 +558,15 @@ impl Replica for TrainerReplica {
         if (wrong || stale) && !self.rogue_told {
             (self.rogue_began, self.rogue_told) = (Some(step), true);
         }
-        let state = match contribution.state.take() {
-            Some(residual) => {
-                // `outer:H`: the window's inner optimizer state at its start, then the residual.
-                let state = match &window_start {
-                    Some(adam) => Arc::new(crate::sync::window_state(adam, &residual)),
-                    None => residual,
-                };
-                self.kept_states.keep(step, state)
+        let state = match (contribution.state.take(), &window_start) {
+            // `outer:H`: the window's inner optimizer state at its start, then the residual
+            // (none in f32).
+            (residual, Some(adam)) => {
+                let residual = residual.as_deref().map_or(&[][..], |r| &r[..]);
+                self.kept_states.keep(step, Arc::new(crate::sync::window_state(adam, residual)))
             }
-            None => 0,
+            (Some(residual), None) => self.kept_states.keep(step, residual),
+            (None, None) => 0,
         };
         if let Some(value) = self.poison {
             contribution.values = match contribution.values {

@@ -18,6 +18,7 @@
 //! | `-12` | epoch: `[u32 count][u64 pusher]` (the checkpoint push the sender's messages now follow) |
 //! | `-13` | removed: `[u32 step][u8 kind][…]` (the leader took the receiver out of the run, not to return): kind 0 kicked `[u16 n][the user's words, n bytes UTF-8]`, 1 too slow `[u32 windows]`, 2 an audit's verdict `[verdict]` (`wire/audit.rs`) |
 //! | `-14` | packed gradient (`int8`): `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u64 state][u32 len][u8 block byte × ⌈len/32⌉][i8 quant × len]` (weight: the inner steps it stands for in elastic windows, else 1; never 0; state, since protocol 12: [`state_digest`] of the error-feedback residual the values were packed with, what an auditor asks for with `-22`) |
+//! | `-26` | f32 gradient with a private state: `[u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u64 state][f32 grad…]` (since protocol 16: an `outer:H` window's pseudo-gradient in f32, naming its inner optimizer's state as `-14` does; weight 1, state never 0) |
 //! | `-18` | packed gradient (`int4`): as `-14`, with the quants two to a byte: `[u8 (q[2i] & 15) \| (q[2i+1] << 4)] × ⌈len/2⌉` (4-bit two's complement, each in `[-7, 7]`; an odd length's last high nibble is 0) |
 //! | `-15` | leaving: nothing more (the sender quits on purpose: the leader takes it out of the run's configuration) |
 //! | `-19` | agreement: `[u64 run][a Raft message, raft-rs's protobuf encoding]` (the run's log: `session/agreement.rs`) |
@@ -33,7 +34,7 @@
 //!
 //! The sync settings (`SyncConfig::encode`, since protocol 4) are `[u8 mode (0 every-step; 1
 //! + overlap for outer, + 128 with elastic windows)][u32 H][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer momentum]`. A
-//! gradient message is `≥ 0`, `-14` or `-18` wherever one is embedded (`-8`).
+//! gradient message is `≥ 0`, `-26`, `-14` or `-18` wherever one is embedded (`-8`).
 //!
 //! `-9` … `-11` are link messages: the adapter answers and reports them (backend shown in the
 //! console, round-trip time); they never reach the training session and never change a weight.
@@ -50,7 +51,7 @@ mod state;
 pub use audit::{AuditVerdict, Evidence};
 pub use frames::{frames, Reassembler};
 pub use gradient::Gradient;
-use gradient::{is_packed_sentinel, put_gradient, read_gradient};
+use gradient::{is_gradient_sentinel, put_gradient, read_gradient};
 use reader::Reader;
 pub use state::{
     chunk_range, chunks_of, state_chunk_digests, state_digest, state_digest_of, NotServed, ServedState, StatePart,
@@ -62,7 +63,8 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (15: a trace asked for against the
+/// The mesh protocol version carried in the run config (16: an f32 `outer:H` window names its
+/// inner optimizer's state, `-26`, and is audited; 15: a trace asked for against the
 /// leader's, `-24` and `-25` with op `0xfffffffe`; 14: a state is named by its chunks'
 /// digests, and an auditor asks for some chunks of it, `-22` and `-23` changed; 13: disputes narrowed to one op, `-24`
 /// and `-25`, evidence kind 5; 12: a packed contribution commits to
@@ -74,7 +76,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 15;
+pub const MESH_PROTOCOL_VERSION: u32 = 16;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -102,6 +104,7 @@ const STATE_REQUEST: i32 = -22;
 const STATE: i32 = -23;
 const TRACE_REQUEST: i32 = -24;
 const TRACE: i32 = -25;
+const F32_STATE_GRADIENT: i32 = -26;
 /// The op number in `-24`/`-25` that means the whole trace of the step.
 const WHOLE_TRACE: u32 = u32::MAX;
 /// `-24`/`-25`'s op for a trace compared with the one sent ([`TracePart::Against`]).
@@ -630,7 +633,7 @@ fn read_words(r: &mut Reader<'_>) -> Result<Vec<u32>, WireError> {
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
     let mut r = Reader { bytes, at: 0 };
     let first = i32::from_le_bytes(Reader { bytes, at: 0 }.array()?);
-    if first >= 0 || is_packed_sentinel(first) {
+    if first >= 0 || is_gradient_sentinel(first) {
         let gradient = read_gradient(&mut r)?;
         r.finish()?;
         return Ok(Message::Gradient(gradient));

@@ -625,33 +625,42 @@ fn a_member_forging_its_residual_is_named_by_the_broken_link_in_an_int8_group() 
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
-/// `outer:H` windows in int8 are audited: each names its inner optimizer's state at the window's
-/// start with its residual; an auditor runs the window again from the group's weights and that
-/// state. A member whose windows' token-embedding deltas are sign-flipped is named by the first
-/// value that departs, and removed; the others go on, one hash per sync.
+/// `outer:H` windows are audited, int8 and f32: each names its inner optimizer's state at the
+/// window's start, with its residual where it has one (an f32 window's message is `-26`); an
+/// auditor runs the window again from the group's weights and that state. A member whose
+/// windows' token-embedding deltas are sign-flipped is named by the first value that departs,
+/// and removed; the others go on, one hash per sync.
 #[test]
 fn a_rogue_in_outer_windows_is_named_by_the_window_run_again() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let audit = ["--audit-rate", "1"];
-    let mut nodes: Vec<Node> = (0..3).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
-    channels_open(&nodes.iter().collect::<Vec<_>>());
-    nodes[0].command(tiny_outer_int8(400_000, 2));
-    let linked = |e: &Value| e["event"] == "weights" && e["audits_linked"].as_u64().unwrap_or(0) >= 1;
-    nodes[0].wait_for("an honest window's link checked", linked, 90);
-    let mut rogue = nodes.pop().unwrap();
-    rogue.command(serde_json::json!({"cmd": "rogue", "kind": "flip"}));
-    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
-    let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
-    assert!(verdict["word"].as_u64().is_some_and(|w| w >= 1), "a value of the window: {verdict}");
-    assert_ne!(verdict["expected_bits"], verdict["claimed_bits"], "{verdict}");
-    assert_eq!(nodes[1].wait_for("the same verdict", is_verdict, 30)["word"], verdict["word"]);
-    rogue.wait_for("told why", |e| e["event"] == "removed", 30);
-    let after = verdict["step"].as_u64().unwrap() + 4;
-    for node in &nodes {
-        node.wait_for("four syncs more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    for compress in ["int8", "none"] {
+        let audit = ["--audit-rate", "1"];
+        let mut nodes: Vec<Node> = (0..3).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
+        channels_open(&nodes.iter().collect::<Vec<_>>());
+        let mut start = tiny_outer_int8(400_000, 2);
+        start["compress"] = compress.into();
+        nodes[0].command(start);
+        let linked = |e: &Value| e["event"] == "weights" && e["audits_linked"].as_u64().unwrap_or(0) >= 1;
+        nodes[0].wait_for("an honest window's link checked", linked, 90);
+        let mut rogue = nodes.pop().unwrap();
+        rogue.command(serde_json::json!({"cmd": "rogue", "kind": "flip"}));
+        let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == rogue.id;
+        let verdict = nodes[0].wait_for("the rogue's verdict", is_verdict, 120);
+        assert!(verdict["word"].as_u64().is_some_and(|w| w >= 1), "{compress}: a value of the window: {verdict}");
+        assert_ne!(verdict["expected_bits"], verdict["claimed_bits"], "{compress}: {verdict}");
+        assert_eq!(nodes[1].wait_for("the same verdict", is_verdict, 30)["word"], verdict["word"]);
+        rogue.wait_for("told why", |e| e["event"] == "removed", 30);
+        let after = verdict["step"].as_u64().unwrap() + 4;
+        for node in &nodes {
+            node.wait_for("four syncs more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+        }
+        assert!(
+            !nodes.iter().any(|n| n.events().iter().any(|e| e["event"] == "accused" && e["target"] != rogue.id)),
+            "{compress}: an honest member accused"
+        );
+        one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
     }
-    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
 /// The text a run trains on is part of its settings (the digest of the starting node's

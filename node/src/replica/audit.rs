@@ -86,8 +86,8 @@ pub struct AuditKit {
     /// The audited member's data stream, at its batch of the step.
     pub data: Box<dyn DataSource>,
     pub referee: Box<dyn Gemm + Send>,
-    /// `int8`, `int4`: the residual the member's contribution named (served by it, its digest
-    /// checked) and the grid the group summed the step on.
+    /// `int8`, `int4`, `outer:H`: the private state the member's contribution named (served by
+    /// it, its digest checked) and the grid the group summed the step on (empty in f32).
     pub private: Option<PrivateInputs>,
     /// Record the definition's trace of the step as it is recomputed (`every-step`).
     pub trace: bool,
@@ -98,7 +98,7 @@ impl AuditKit {
     /// `every-step`: its loss and gradient on its batch at the weights, the products and ops on
     /// the referee; packed, the gradient plus the residual it named, packed
     /// ([`crate::sync::repack`]), and the digest of the residual that leaves on the group's
-    /// grid (what its next contribution must name). `outer:H` (packed, no overlap): its window
+    /// grid (what its next contribution must name). `outer:H` (no overlap): its window
     /// run again by a trainer on the referee from the group's weights, the inner optimizer state
     /// it named, its batches and the steps it claims — the member's own code path — and the
     /// digest of the state the window leaves.
@@ -194,8 +194,9 @@ impl AuditKit {
                 Err(ContributeError::NonFinite(_)) => return Ok(Recomputed::no_contribution(f32::NAN)),
             };
             // The residual the window leaves is computed before the outer step, whatever mean;
-            // values that do not fit the group's grid are not what it summed (no state left).
-            let fits = contribution.values.packed().is_some_and(|p| crate::sync::fits(p, &grid));
+            // packed values that do not fit the group's grid are not what it summed (no state
+            // left). An f32 window has no grid.
+            let fits = contribution.values.packed().is_none_or(|p| crate::sync::fits(p, &grid));
             let next_state = if fits {
                 trainer.finish_sync(&vec![0.0; n], &grid, true)?;
                 let after = trainer.state()?;

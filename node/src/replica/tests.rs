@@ -149,16 +149,16 @@ fn a_staged_swap_takes_over_at_the_next_step_and_is_reported_once() {
     assert_eq!(replica.take_backend_change(), None);
 }
 
-/// An audit recomputes a packed contribution from the state it named, in every audited
-/// mode — `every-step` (the residual) and `outer:H` (the window's inner optimizer state and
-/// the residual; the window run again by a trainer on the referee): the values and loss
+/// An audit recomputes a contribution from the state it named, in every mode that names one
+/// — packed `every-step` (the residual) and `outer:H` (the window's inner optimizer state and
+/// the residual, none in f32; the window run again by a trainer on the referee): the values and loss
 /// bit for bit, and the digest of the state the contribution leaves is the one the
 /// member's next contribution names. A state the member did not start from gives other
 /// values. An audit of a part (`every-step`: two chunks of the residual, zeros elsewhere)
 /// gives the same values and the same next residual in those chunks.
 #[test]
-fn an_audit_recomputes_a_packed_contribution_and_the_state_it_leaves() {
-    for (sync, compress) in [("every-step", "int8"), ("outer:2", "int8"), ("outer:3", "int4")] {
+fn an_audit_recomputes_a_contribution_from_the_state_it_named_and_the_state_it_leaves() {
+    for (sync, compress) in [("every-step", "int8"), ("outer:2", "int8"), ("outer:3", "int4"), ("outer:2", "none")] {
         let run = crate::settings::with(tiny(), [("sync", sync), ("compress", compress)]).expect("a sync mode");
         let mut member = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
         member.set_identity(5);
@@ -211,9 +211,11 @@ fn an_audit_recomputes_a_packed_contribution_and_the_state_it_leaves() {
                 assert_eq!(of_part.loss.to_bits(), sent.loss.to_bits());
             }
             if step > 1 {
-                // The residual doubled, as the `state` rogue does (it is the state's tail).
+                // The residual doubled, as the `state` rogue does (it is the state's tail); an
+                // f32 window's first moment (the state's head: it has no residual).
                 let mut forged = state.to_vec();
-                forged[state.len() - n..].iter_mut().for_each(|r| *r *= 2.0);
+                let forged_range = if compress == "none" { 0..n } else { state.len() - n..state.len() };
+                forged[forged_range].iter_mut().for_each(|r| *r *= 2.0);
                 let forged = Arc::new(forged);
                 assert_ne!(audit(forged, &mut member).values, sent.values, "{sync} {compress} step {step}");
             }

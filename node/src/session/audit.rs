@@ -29,8 +29,9 @@
 //!   ([`Evidence::Withheld`]); the leader asks it too, and convicts it if it withholds again
 //!   (never the accuser: the target may have served the leader only).
 //!
-//! - **`outer:H` windows** (packed, no overlap) name their inner optimizer's state at the
-//!   window's start with the residual (`sync::window_state`); the auditor runs the window again
+//! - **`outer:H` windows** (no overlap; packed or f32) name their inner optimizer's state at
+//!   the window's start with the residual, if any (`sync::window_state`; an f32 window's message
+//!   is `-26`, which has room for it); the auditor runs the window again
 //!   from the group's weights, that state, the target's batches and the inner steps it claims
 //!   (its weight), on the member's own code path, and the link is the state the window leaves.
 //!
@@ -41,8 +42,8 @@
 //!   themselves, which proposes the verdict. A false accusation against an honest leader is
 //!   checked by the leader, which convicts its accuser.
 //!
-//! Not audited: f32 `outer:H` (its message has no room for the state) and overlapped windows
-//! (their first steps ran from the member's own weights). One audit at a time per member: an
+//! Not audited: overlapped windows (their first steps ran from the member's own weights). One
+//! audit at a time per member: an
 //! assignment that finds the worker busy waits for it (the newest one only, and only while
 //! its step is within [`PENDING_WITHIN`] of the applied one); the one it replaces, or one
 //! that waited too long, is skipped and counted.
@@ -266,16 +267,17 @@ impl Audits {
     }
 }
 
-/// Whether a run's contributions can be audited: `every-step`, and packed `outer:H` without an
-/// overlap (an f32 window's message has no room for the state it depends on; an overlapped
-/// window's first steps ran from the member's own weights: see the module docs).
+/// Whether a run's contributions can be audited: `every-step`, and `outer:H` without an
+/// overlap (an overlapped window's first steps ran from the member's own weights: see the
+/// module docs).
 fn auditable(run: &RunConfig) -> bool {
-    let sync = run.sync;
-    sync.mode.steps_per_sync() == 1 || sync.compression != crate::sync::Compression::None && sync.overlap == 0
+    run.sync.mode.steps_per_sync() == 1 || run.sync.overlap == 0
 }
 
-pub(super) fn packed(run: &RunConfig) -> bool {
-    run.sync.compression != crate::sync::Compression::None
+/// Whether a run's contributions name a private state an auditor asks for (packed ones, and
+/// `outer:H` windows: `sync::names_state`).
+pub(super) fn names_state(run: &RunConfig) -> bool {
+    crate::sync::names_state(&run.sync)
 }
 
 impl Session {
@@ -284,7 +286,7 @@ impl Session {
     pub(super) fn audit_after(&mut self, record: &StepRecord) {
         self.audits.committed(record);
         let Some(run) = self.run.filter(auditable) else { return };
-        if packed(&run) {
+        if names_state(&run) {
             let held: Vec<&Gradient> = record
                 .contributions
                 .iter()
@@ -323,7 +325,7 @@ impl Session {
         let every_step = self.run.is_some_and(|run| run.sync.mode.steps_per_sync() == 1);
         let trace = every_step && self.is_leader();
         let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None, trace };
-        if self.run.is_some_and(|run| packed(&run)) {
+        if self.run.is_some_and(|run| names_state(&run)) {
             let Some((grid, state)) = self.audits.private_of(step, target) else {
                 return self.give_up(step, target, Unfinished::NotHeld);
             };

@@ -247,8 +247,8 @@ pub enum Ignored {
         step: u32,
         target: PeerId,
     },
-    /// A state request, but the run's contributions are not packed (they have no private state).
-    StateOfNoPackedRun,
+    /// A state request, but the run's contributions name no private state (`every-step` f32).
+    StateOfStatelessRun,
     /// A state this node did not ask for (or no longer waits for).
     UnaskedState,
     /// A trace request from a member that is not the leader (only the leader disputes).
@@ -305,7 +305,7 @@ impl std::fmt::Display for Ignored {
                 f,
                 "an accusation of node {target}'s contribution to step {step}, which no record held here names"
             ),
-            Ignored::StateOfNoPackedRun => {
+            Ignored::StateOfStatelessRun => {
                 f.write_str("a state request, but this run's contributions have no private state")
             }
             Ignored::UnaskedState => f.write_str("a state this node did not ask for"),

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::audit::{packed, word_of, Running, Unfinished, PRIVATE_KEPT};
+use super::audit::{names_state, word_of, Running, Unfinished, PRIVATE_KEPT};
 use super::*;
 use crate::wire::{AuditVerdict, Evidence, NotServed, ServedState, StatePart};
 
@@ -52,8 +52,8 @@ impl Session {
     /// `from` asks for `part` of the state its contribution to `step` named: the adapter
     /// serves it.
     pub(super) fn on_state_request(&mut self, from: PeerId, step: u32, part: StatePart) {
-        if !self.run.is_some_and(|run| packed(&run)) {
-            return self.ignore(from, Ignored::StateOfNoPackedRun);
+        if !self.run.is_some_and(|run| names_state(&run)) {
+            return self.ignore(from, Ignored::StateOfStatelessRun);
         }
         self.out.push(Output::ServeState { to: from, step, part });
     }

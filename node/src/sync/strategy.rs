@@ -112,7 +112,7 @@ pub enum Tamper {
 /// The private state an `outer:H` window's contribution depends on, as one vector of words
 /// (what it names by digest and serves an auditor): the inner optimizer's moments `m`, `v`, its
 /// two bias-correction powers and its update count (the count's bits as a word), then the
-/// residual (packed runs). Every-step runs name the residual alone.
+/// residual (packed runs; an f32 window has none). Every-step runs name the residual alone.
 pub fn window_state(adam: &crate::adam::Adam, residual: &[f32]) -> Vec<f32> {
     let mut state = Vec::with_capacity(adam.m.len() * 2 + 3 + residual.len());
     state.extend_from_slice(&adam.m);
@@ -122,9 +122,10 @@ pub fn window_state(adam: &crate::adam::Adam, residual: &[f32]) -> Vec<f32> {
     state
 }
 
-/// [`window_state`] read back for a model of `len` weights; `None`: another length.
+/// [`window_state`] read back for a model of `len` weights, with a residual (packed) or none
+/// (f32); `None`: another length.
 pub fn split_window_state(state: &[f32], len: usize) -> Option<(crate::adam::Adam, Vec<f32>)> {
-    if state.len() != 3 * len + 3 {
+    if state.len() != 3 * len + 3 && state.len() != 2 * len + 3 {
         return None;
     }
     let (m, rest) = state.split_at(len);
@@ -140,13 +141,21 @@ pub fn split_window_state(state: &[f32], len: usize) -> Option<(crate::adam::Ada
     Some((adam, residual.to_vec()))
 }
 
-/// How many words a packed contribution's private state has, for a model of `len` weights
-/// (`every-step`: the residual; `outer:H`: [`window_state`]).
+/// How many words a contribution's private state has, for a model of `len` weights
+/// (`every-step`: the residual, none in f32; `outer:H`: [`window_state`]).
 pub fn private_state_len(config: &SyncConfig, len: usize) -> usize {
+    let residual = if config.compression == Compression::None { 0 } else { len };
     match config.mode {
-        SyncMode::EveryStep => len,
-        SyncMode::Outer { .. } => 3 * len + 3,
+        SyncMode::EveryStep => residual,
+        SyncMode::Outer { .. } => 2 * len + 3 + residual,
     }
+}
+
+/// Whether a mode's contributions depend on a private state, which they name by digest
+/// ([`Contribution::state`], `crate::wire::Gradient::state`): packed ones (the residual) and
+/// `outer:H` windows (the inner optimizer's state).
+pub fn names_state(config: &SyncConfig) -> bool {
+    config.compression != Compression::None || matches!(config.mode, SyncMode::Outer { .. })
 }
 
 /// What recomputing a packed contribution from its values before packing gives

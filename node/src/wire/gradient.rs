@@ -1,5 +1,6 @@
 //! A contribution on the wire: its fields, its digest (what a commit record names it by) and
-//! its three encodings (f32 `≥ 0`, int8 `-14`, int4 `-18`: the table in `wire.rs`).
+//! its four encodings (f32 `≥ 0`, f32 with a private state `-26`, int8 `-14`, int4 `-18`: the
+//! table in `wire.rs`).
 
 use super::*;
 
@@ -19,7 +20,9 @@ pub struct Gradient {
     pub weight: u32,
     /// The private state the values were made with, by digest ([`state_digest`] of the int8 or
     /// int4 error-feedback residual added before packing): what an auditor asks for (`-22`) to
-    /// recompute the contribution. Packed messages carry it; an f32 one is 0.
+    /// recompute the contribution; `outer:H` windows name their inner optimizer's state with it.
+    /// Packed messages carry it; an f32 one carries it in the `-26` form, which an f32
+    /// contribution with a state takes (else the seed's `≥ 0`, with none).
     pub state: u64,
 }
 
@@ -66,6 +69,7 @@ fn bytemuck_i8(q: &[i8]) -> &[u8] {
 pub(super) fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     assert!(g.step <= i32::MAX as u32, "steps fit the wire's i32");
     let sentinel = match g.values {
+        Values::F32(_) if g.state != 0 => Some(F32_STATE_GRADIENT),
         Values::F32(_) => None,
         Values::Int8(_) => Some(PACKED_GRADIENT),
         Values::Int4(_) => Some(PACKED4_GRADIENT),
@@ -83,9 +87,9 @@ pub(super) fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     if sentinel.is_some() {
         out.extend_from_slice(&g.weight.to_le_bytes());
         out.extend_from_slice(&g.state.to_le_bytes());
-    } else {
+    }
+    if matches!(g.values, Values::F32(_)) {
         assert_eq!(g.weight, 1, "an f32 gradient's weight is 1 (elastic windows need int8 or int4)");
-        assert_eq!(g.state, 0, "an f32 gradient has no private state");
     }
     match &g.values {
         Values::F32(values) => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
@@ -105,17 +109,19 @@ pub(super) fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     }
 }
 
-/// Whether a message's first word starts a packed (int8 or int4) gradient.
-pub(super) fn is_packed_sentinel(first: i32) -> bool {
-    first == PACKED_GRADIENT || first == PACKED4_GRADIENT
+/// Whether a message's first word is a gradient's sentinel (packed int8 or int4, or f32 with a
+/// state), its step in the next word.
+pub(super) fn is_gradient_sentinel(first: i32) -> bool {
+    first == PACKED_GRADIENT || first == PACKED4_GRADIENT || first == F32_STATE_GRADIENT
 }
 
 /// A gradient message, any form, from its first word on.
 pub(super) fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
     let first = r.i32()?;
-    let packed = is_packed_sentinel(first);
-    let step = if packed { r.u32()? } else { first as u32 };
-    if !packed && first < 0 {
+    let sentinel = is_gradient_sentinel(first);
+    let packed = sentinel && first != F32_STATE_GRADIENT;
+    let step = if sentinel { r.u32()? } else { first as u32 };
+    if !sentinel && first < 0 {
         return Err(WireError::Invalid(format!("gradient step {first} is negative")));
     }
     if step > i32::MAX as u32 {
@@ -124,11 +130,18 @@ pub(super) fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
     let whash = r.u32()?;
     let phash = r.u32()?;
     let loss = r.f32()?;
-    let weight = if packed { r.u32()? } else { 1 };
+    let weight = if sentinel { r.u32()? } else { 1 };
     if weight == 0 {
         return Err(WireError::Invalid("a gradient of weight 0".into()));
     }
-    let state = if packed { r.u64()? } else { 0 };
+    if !packed && weight != 1 {
+        return Err(WireError::Invalid(format!("an f32 gradient of weight {weight} (elastic windows are packed)")));
+    }
+    let state = if sentinel { r.u64()? } else { 0 };
+    if first == F32_STATE_GRADIENT && state == 0 {
+        // One form for each gradient: an f32 one without a state is the seed's `≥ 0`.
+        return Err(WireError::Invalid("an f32 gradient with a state names state 0".into()));
+    }
     let values = if packed {
         let len = r.u32()? as usize;
         if len > MAX_MESSAGE_BYTES {

@@ -274,7 +274,8 @@ fn a_digest_names_one_contribution() {
         })
     };
     let named = Gradient { state: 0x1234_5678_9abc_def0, ..packed(33) };
-    for g in [gradient(4), gradient(5), gradient(40_000), packed(70_000), packed(33), named] {
+    let f32_named = Gradient { state: 0x1234_5678_9abc_def0, ..gradient(5) };
+    for g in [gradient(4), gradient(5), gradient(40_000), packed(70_000), packed(33), named, f32_named] {
         assert_eq!(g.digest(), by_hand(&g));
     }
 }
@@ -313,6 +314,35 @@ fn packed_gradients_are_checked_on_arrival() {
     let mut long = good;
     long.push(0);
     assert_eq!(decode(&long), Err(WireError::Trailing(1)));
+}
+
+/// An f32 contribution that names a private state (an `outer:H` window's inner optimizer
+/// state) takes the `-26` form: the `-14` header, then the f32 values to the end. The seed's
+/// form stays for one without; each gradient has one form.
+#[test]
+fn an_f32_gradient_with_a_state_takes_its_own_form() {
+    let g = Gradient { state: 0x0102_0304_0506_0708, ..gradient(2) };
+    let mut bytes = vec![0xe6, 0xff, 0xff, 0xff, 7, 0, 0, 0, 0xef, 0xbe, 0xad, 0xde, 0x27, 0x26, 0x23, 0xdf];
+    bytes.extend([0, 0, 0x20, 0x40, 1, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]);
+    bytes.extend([0, 0, 0x80, 0xbf, 0, 0, 0x40, 0xbf]);
+    assert_eq!(encode(&Message::Gradient(g.clone())), bytes);
+    assert_eq!(decode(&bytes), Ok(Message::Gradient(g.clone())));
+    let repair = Message::RepairResponse { peer: 3, gradient: g.clone() };
+    assert_eq!(decode(&encode(&repair)), Ok(repair));
+    // Without a state, the seed's form.
+    assert_eq!(encode(&Message::Gradient(gradient(2)))[..4], 7i32.to_le_bytes());
+    let mut stateless = bytes.clone();
+    stateless[24..32].fill(0);
+    assert_eq!(decode(&stateless), Err(WireError::Invalid("an f32 gradient with a state names state 0".into())));
+    let mut heavy = bytes.clone();
+    heavy[20] = 2;
+    assert!(matches!(decode(&heavy), Err(WireError::Invalid(_))), "an f32 gradient stands for one step");
+    let mut half = bytes.clone();
+    half.pop();
+    assert!(matches!(decode(&half), Err(WireError::Invalid(_))), "a value cut short");
+    for cut in 4..32 {
+        assert!(matches!(decode(&bytes[..cut]), Err(WireError::Truncated { .. })), "{cut} bytes");
+    }
 }
 
 #[test]
