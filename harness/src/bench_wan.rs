@@ -309,6 +309,10 @@ fn run_mode(
         }
         // A full-mesh f32 step on a slow link takes seconds: no member is dropped for it.
         command.args(["--step-deadline-floor-ms", "300000", "--step-deadline-ceiling-ms", "600000"]);
+        // The sync alone: audits serve private states (an `outer:H` window's, 12 bytes a weight)
+        // on the same links, drawn at random — 40% more bytes in one run, none in the next.
+        // `bench audit` measures what they cost.
+        command.args(["--audit-rate", "0"]);
         command.arg("--ckpt-dir").arg(dir);
         let node = Headless::join(command, Duration::from_secs(30))?;
         // `ip netns exec` execs the node: the pid is the node's.

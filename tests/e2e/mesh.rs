@@ -121,7 +121,9 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let signal = signal_server();
     // At the nodes' own priority: on spare cycles alone, audits may never run on a CI machine
     // that this group and another test's keep busy.
-    let audit = ["--audit-rate", "1", "--audits-at-own-priority"];
+    // A lavapipe member's first step (its pipelines built, the admission at the run's shapes)
+    // takes seconds on a loaded machine: waited for, so that the group stays whole and audits.
+    let audit = ["--audit-rate", "1", "--audits-at-own-priority", "--step-deadline-floor-ms", "120000"];
     let mut a = Node::spawn_with(&signal, "cpu", &audit);
     let b = Node::spawn_with(&signal, "lut", &audit);
     let c = Node::spawn_with(&signal, "dp4a", &audit);
@@ -141,7 +143,15 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
             n.events().into_iter().filter(|e| ["audit-failed", "accused"].contains(&e["event"].as_str().unwrap_or("")))
         })
         .collect();
-    assert!(audited.len() >= 15, "{} audits: {audited:?}; {failed:?}", audited.len());
+    let last_weights: Vec<Value> =
+        [&a, &b, &c].iter().filter_map(|n| n.events().into_iter().rev().find(|e| e["event"] == "weights")).collect();
+    let others: Vec<Value> = [&a, &b, &c]
+        .iter()
+        .flat_map(|n| {
+            n.events().into_iter().filter(|e| !["weights", "step", "link"].contains(&e["event"].as_str().unwrap_or("")))
+        })
+        .collect();
+    assert!(audited.len() >= 15, "{} audits: {audited:?}; {failed:?}\n{last_weights:#?}\n{others:#?}", audited.len());
     for target in [b.id, c.id] {
         assert!(audited.iter().any(|(t, _)| *t == target), "node {target}'s contributions were audited");
     }
