@@ -543,8 +543,14 @@ impl Replica for TrainerReplica {
         };
         let wrong = tamper.is_some() || matches!(self.rogue, Some((Rogue::OthersBatch(_), _)));
         trainer.tamper(tamper);
-        let window_start = matches!(trainer.run_config().sync.mode, crate::sync::SyncMode::Outer { .. })
-            .then(|| trainer.adam().clone());
+        let sync = trainer.run_config().sync;
+        let f32_window = sync.compression == crate::sync::Compression::None && sync.mode.steps_per_sync() > 1;
+        if matches!(self.rogue, Some((Rogue::ForgeState, _))) && f32_window {
+            // An f32 window has no residual: its optimizer's first moment doubled instead, before
+            // the window runs from it and names it.
+            trainer.forge_moments(2.0);
+        }
+        let window_start = trainer.window_start();
         let mut contribution = trainer.contribute()?;
         let mut stale = false;
         if let Some((Rogue::Stale, last)) = &mut self.rogue {
@@ -558,12 +564,12 @@ impl Replica for TrainerReplica {
         if (wrong || stale) && !self.rogue_told {
             (self.rogue_began, self.rogue_told) = (Some(step), true);
         }
-        let state = match (contribution.state.take(), &window_start) {
-            // `outer:H`: the window's inner optimizer state at its start, then the residual
-            // (none in f32).
-            (residual, Some(adam)) => {
-                let residual = residual.as_deref().map_or(&[][..], |r| &r[..]);
-                self.kept_states.keep(step, Arc::new(crate::sync::window_state(adam, residual)))
+        let state = match (contribution.state.take(), window_start) {
+            // `outer:H`: the window's inner optimizer state at its start (and the steps run
+            // ahead, where the run overlaps), then the residual (none in f32).
+            (residual, Some(mut window)) => {
+                window.residual = residual.map(Arc::unwrap_or_clone).unwrap_or_default();
+                self.kept_states.keep(step, Arc::new(crate::sync::window_state(&window)))
             }
             (Some(residual), None) => self.kept_states.keep(step, residual),
             (None, None) => 0,

@@ -439,6 +439,12 @@ impl Trainer {
         &self.adam
     }
 
+    /// Fault injection: the optimizer's first moment times `factor` (a state the member's own
+    /// past did not leave; `outer:H`, whose optimizer stays on the host).
+    pub fn forge_moments(&mut self, factor: f32) {
+        self.adam.m.iter_mut().for_each(|m| *m *= factor);
+    }
+
     /// Fault injection: what the next contributions do wrong ([`Strategy::tamper`]).
     pub fn tamper(&mut self, tamper: Option<crate::sync::Tamper>) {
         self.sync.tamper(tamper);
@@ -454,6 +460,37 @@ impl Trainer {
             self.data_at_sync = Some(at_sync);
         }
         Ok(())
+    }
+
+    /// What the next window's contribution names as its private state, but the residual
+    /// (`outer:H`; `None` in `every-step`): the inner optimizer as the window began — as its
+    /// steps run ahead began, with their count and the weights they began from, in overlapped
+    /// runs ([`crate::sync::WindowState`]).
+    pub fn window_start(&self) -> Option<crate::sync::WindowState> {
+        if !matches!(self.run.sync.mode, crate::sync::SyncMode::Outer { .. }) {
+            return None;
+        }
+        let (adam, ahead) = match self.sync.ahead_start() {
+            _ if self.run.sync.overlap == 0 => (self.adam.clone(), None),
+            Some((steps, anchor, Some(adam))) if steps > 0 => (adam.clone(), Some((steps, anchor.to_vec()))),
+            _ => (self.adam.clone(), Some((0, Vec::new()))),
+        };
+        Some(crate::sync::WindowState { adam, ahead, residual: Vec::new() })
+    }
+
+    /// How many steps [`Trainer::run_ahead`] would run now: the overlap, or the steps the run
+    /// has left where fewer.
+    pub fn steps_to_run_ahead(&self) -> u32 {
+        match self.run.sync.mode {
+            crate::sync::SyncMode::Outer { .. } => self.run.sync.overlap.min(Member::steps_left(self)),
+            crate::sync::SyncMode::EveryStep => 0,
+        }
+    }
+
+    /// An audit's overlapped window: the steps run ahead moved onto the group's weights at the
+    /// window's start ([`Strategy::rebase_onto`]).
+    pub fn rebase_onto(&mut self, global: Vec<f32>) {
+        self.with_strategy(|strategy, me| strategy.rebase_onto(me, global));
     }
 
     /// Ends a sync with the group's mean ([`Strategy::finish`]; `ours`: whether it sums our
@@ -634,6 +671,10 @@ impl Member for Trainer {
 
     fn step_alone(&mut self) -> Result<f32, ComputeError> {
         Trainer::step_alone(self)
+    }
+
+    fn optimizer(&self) -> Option<Adam> {
+        Some(self.adam.clone())
     }
 
     fn weights(&mut self) -> &mut Vec<f32> {

@@ -64,7 +64,8 @@ use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
 /// The mesh protocol version carried in the run config (16: an f32 `outer:H` window names its
-/// inner optimizer's state, `-26`, and is audited; 15: a trace asked for against the
+/// inner optimizer's state, `-26`, an overlapped window its steps run ahead and the weights
+/// they began from, and both are audited; 15: a trace asked for against the
 /// leader's, `-24` and `-25` with op `0xfffffffe`; 14: a state is named by its chunks'
 /// digests, and an auditor asks for some chunks of it, `-22` and `-23` changed; 13: disputes narrowed to one op, `-24`
 /// and `-25`, evidence kind 5; 12: a packed contribution commits to

@@ -635,21 +635,24 @@ fn a_member_forging_its_residual_is_named_by_the_broken_link_in_an_int8_group() 
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
-/// `outer:H` windows are audited, int8 and f32: each names its inner optimizer's state at the
-/// window's start, with its residual where it has one (an f32 window's message is `-26`); an
-/// auditor runs the window again from the group's weights and that state. A member whose
-/// windows' token-embedding deltas are sign-flipped is named by the first value that departs,
-/// and removed; the others go on, one hash per sync.
+/// `outer:H` windows are audited, int8 and f32, plain and overlapped: each names its inner
+/// optimizer's state at the window's start, with its residual where it has one (an f32 window's
+/// message is `-26`) — overlapped, as its first steps began from the member's own weights, with
+/// those weights; an auditor runs the window again from the group's weights and that state. A
+/// member whose windows' token-embedding deltas are sign-flipped is named by the first value
+/// that departs, and removed; the others go on, one hash per sync, and honest links held.
 #[test]
 fn a_rogue_in_outer_windows_is_named_by_the_window_run_again() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    for compress in ["int8", "none"] {
+    for (compress, overlap) in [("int8", 0), ("none", 0), ("int8", 1)] {
         let audit = ["--audit-rate", "1"];
         let mut nodes: Vec<Node> = (0..3).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
         channels_open(&nodes.iter().collect::<Vec<_>>());
         let mut start = tiny_outer_int8(400_000, 2);
         start["compress"] = compress.into();
+        start["overlap"] = overlap.into();
+        let compress = format!("{compress} overlap {overlap}");
         nodes[0].command(start);
         let linked = |e: &Value| e["event"] == "weights" && e["audits_linked"].as_u64().unwrap_or(0) >= 1;
         nodes[0].wait_for("an honest window's link checked", linked, 90);

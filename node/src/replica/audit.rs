@@ -165,7 +165,7 @@ impl AuditKit {
             return (Err(ComputeError::backend(refused)), referee);
         };
         let n = weights.len();
-        let Some((adam, residual)) = crate::sync::split_window_state(&state, n) else {
+        let Some(named) = crate::sync::split_window_state(&state, &run.sync, n) else {
             let refused = std::io::Error::other("the named state is not an outer:H window's");
             return (Err(ComputeError::backend(refused)), referee);
         };
@@ -174,17 +174,27 @@ impl AuditKit {
             Ok(trainer) => trainer,
             Err(e) => unreachable!("the run was validated when it was configured: {e}"),
         };
-        let sync = crate::sync::SyncState { outer_momentum: vec![0.0; n], residual };
+        let sync = crate::sync::SyncState { outer_momentum: vec![0.0; n], residual: named.residual };
+        // Overlapped, the window's first steps ran from the member's own weights, named.
+        let ahead = named.ahead.filter(|(steps, _)| *steps > 0);
         let at = TrainState {
             run,
             step: (step - 1) * run.steps_per_sync(),
-            weights: weights.to_vec(),
-            adam,
+            weights: ahead.as_ref().map_or_else(|| weights.to_vec(), |(_, from)| from.clone()),
+            adam: named.adam,
             data_state,
             sync,
         };
         let outcome = trainer.restore(at).map_err(|e| ComputeError::backend(std::io::Error::other(e.to_string())));
         let outcome = outcome.and_then(|()| {
+            if let Some((steps, _)) = ahead {
+                trainer.run_ahead()?;
+                if trainer.step_count() != (step - 1) * run.steps_per_sync() + steps {
+                    // Not the steps the run gives a window here: no honest member names this.
+                    return Ok(Recomputed::no_contribution(f32::NAN));
+                }
+                trainer.rebase_onto(weights.to_vec());
+            }
             if run.sync.elastic {
                 trainer.hurry().store(weight, std::sync::atomic::Ordering::Relaxed);
             }
@@ -193,14 +203,24 @@ impl AuditKit {
                 Err(ContributeError::Compute(e)) => return Err(e),
                 Err(ContributeError::NonFinite(_)) => return Ok(Recomputed::no_contribution(f32::NAN)),
             };
+            // What the next window names: its steps run ahead begin here (overlapped runs).
+            let next_ahead = match run.sync.overlap {
+                0 => None,
+                _ => match trainer.steps_to_run_ahead() {
+                    0 => Some((0, Vec::new())),
+                    steps => Some((steps, trainer.weights()?.to_vec())),
+                },
+            };
+            let next_adam = trainer.adam().clone();
             // The residual the window leaves is computed before the outer step, whatever mean;
             // packed values that do not fit the group's grid are not what it summed (no state
             // left). An f32 window has no grid.
             let fits = contribution.values.packed().is_none_or(|p| crate::sync::fits(p, &grid));
             let next_state = if fits {
                 trainer.finish_sync(&vec![0.0; n], &grid, true)?;
-                let after = trainer.state()?;
-                Some(crate::wire::state_chunk_digests(&crate::sync::window_state(&after.adam, &after.sync.residual)))
+                let residual = trainer.state()?.sync.residual;
+                let next = crate::sync::WindowState { adam: next_adam, ahead: next_ahead, residual };
+                Some(crate::wire::state_chunk_digests(&crate::sync::window_state(&next)))
             } else {
                 None
             };

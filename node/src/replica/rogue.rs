@@ -14,8 +14,9 @@ pub enum Rogue {
     OthersBatch(PeerId),
     /// The values of its previous contribution sent again (a copy of an honest contribution).
     Stale,
-    /// `int8`, `int4`: its residual doubled before each contribution — the contribution is
-    /// what that state gives, and names it, but its own past did not leave it.
+    /// `int8`, `int4`: its residual doubled before each contribution (an f32 `outer:H`
+    /// window: its inner optimizer's first moment) — the contribution is what that state gives,
+    /// and names it, but its own past did not leave it.
     ForgeState,
 }
 

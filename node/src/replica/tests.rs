@@ -158,20 +158,36 @@ fn a_staged_swap_takes_over_at_the_next_step_and_is_reported_once() {
 /// gives the same values and the same next residual in those chunks.
 #[test]
 fn an_audit_recomputes_a_contribution_from_the_state_it_named_and_the_state_it_leaves() {
-    for (sync, compress) in [("every-step", "int8"), ("outer:2", "int8"), ("outer:3", "int4"), ("outer:2", "none")] {
-        let run = crate::settings::with(tiny(), [("sync", sync), ("compress", compress)]).expect("a sync mode");
+    let modes = [
+        ("every-step", "int8", "0"),
+        ("outer:2", "int8", "0"),
+        ("outer:3", "int4", "0"),
+        ("outer:2", "none", "0"),
+        ("outer:3", "int8", "1"),
+        ("outer:3", "none", "2"),
+    ];
+    for (sync, compress, overlap) in modes {
+        let settings = [("sync", sync), ("compress", compress), ("overlap", overlap)];
+        let run = crate::settings::with(tiny(), settings).expect("a sync mode");
         let mut member = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
         member.set_identity(5);
         member.keep_audit_weights(true);
         member.configure(&run).expect("a run");
         let kept = member.kept_states();
         let mut left: Option<u64> = None;
-        for step in 1..=3 {
+        for step in 1..=4 {
             let sent = member.compute(step).expect("a contribution");
             let state = kept.get(step).expect("the state it named is kept");
             assert_eq!(crate::wire::state_digest(&state), sent.state, "{sync} {compress} step {step}");
             let n = crate::params::Layout::new(run.model).len;
             assert_eq!(state.len(), crate::sync::private_state_len(&run.sync, n));
+            if run.sync.overlap > 0 {
+                // The first window began on the group's weights; each after it, with steps run
+                // ahead from the member's own.
+                let named = crate::sync::split_window_state(&state, &run.sync, n).expect("a window's state");
+                let ahead = named.ahead.expect("an overlapped window names its steps run ahead").0;
+                assert_eq!(ahead, if step == 1 { 0 } else { run.sync.overlap }, "{sync} {compress} step {step}");
+            }
             if let Some(left) = left {
                 assert_eq!(sent.state, left, "{sync} {compress} step {step}: the link holds");
             }

@@ -29,11 +29,13 @@
 //!   ([`Evidence::Withheld`]); the leader asks it too, and convicts it if it withholds again
 //!   (never the accuser: the target may have served the leader only).
 //!
-//! - **`outer:H` windows** (no overlap; packed or f32) name their inner optimizer's state at
-//!   the window's start with the residual, if any (`sync::window_state`; an f32 window's message
-//!   is `-26`, which has room for it); the auditor runs the window again
-//!   from the group's weights, that state, the target's batches and the inner steps it claims
-//!   (its weight), on the member's own code path, and the link is the state the window leaves.
+//! - **`outer:H` windows** (packed or f32) name their inner optimizer's state at the window's
+//!   start with the residual, if any (`sync::window_state`; an f32 window's message is `-26`,
+//!   which has room for it) — overlapped, as the window's first steps began from the member's
+//!   own weights before the mean came, with their count and those weights. The auditor runs
+//!   the window again from the group's weights (those steps from the named ones, then moved
+//!   onto the group's), that state, the target's batches and the inner steps it claims (its
+//!   weight), on the member's own code path; the link is the state the window leaves.
 //!
 //! - **A wrong leader** would never propose a verdict against itself. An auditor that finds the
 //!   leader's contribution wrong tells every member (the leader too: an honest one checks
@@ -42,11 +44,9 @@
 //!   themselves, which proposes the verdict. A false accusation against an honest leader is
 //!   checked by the leader, which convicts its accuser.
 //!
-//! Not audited: overlapped windows (their first steps ran from the member's own weights). One
-//! audit at a time per member: an
-//! assignment that finds the worker busy waits for it (the newest one only, and only while
-//! its step is within [`PENDING_WITHIN`] of the applied one); the one it replaces, or one
-//! that waited too long, is skipped and counted.
+//! One audit at a time per member: an assignment that finds the worker busy waits for it (the
+//! newest one only, and only while its step is within [`PENDING_WITHIN`] of the applied one);
+//! the one it replaces, or one that waited too long, is skipped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -267,13 +267,6 @@ impl Audits {
     }
 }
 
-/// Whether a run's contributions can be audited: `every-step`, and `outer:H` without an
-/// overlap (an overlapped window's first steps ran from the member's own weights: see the
-/// module docs).
-fn auditable(run: &RunConfig) -> bool {
-    run.sync.mode.steps_per_sync() == 1 || run.sync.overlap == 0
-}
-
 /// Whether a run's contributions name a private state an auditor asks for (packed ones, and
 /// `outer:H` windows: `sync::names_state`).
 pub(super) fn names_state(run: &RunConfig) -> bool {
@@ -285,7 +278,7 @@ impl Session {
     /// it settles checked, and the audit it assigns this member started.
     pub(super) fn audit_after(&mut self, record: &StepRecord) {
         self.audits.committed(record);
-        let Some(run) = self.run.filter(auditable) else { return };
+        let Some(run) = self.run else { return };
         if names_state(&run) {
             let held: Vec<&Gradient> = record
                 .contributions

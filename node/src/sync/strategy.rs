@@ -67,6 +67,11 @@ pub trait Member {
     }
     /// The weights, on the host.
     fn weights(&mut self) -> &mut Vec<f32>;
+    /// The inner optimizer's state, where the member has one on the host (`outer:H`): what an
+    /// overlapped window names as it runs ahead ([`WindowState`]).
+    fn optimizer(&self) -> Option<crate::adam::Adam> {
+        None
+    }
     /// Takes back the step count of `steps` local steps (a sync abandoned half way).
     fn rewind(&mut self, steps: u32);
     /// Optimizer steps the run has left.
@@ -109,28 +114,52 @@ pub enum Tamper {
     ForgeResidual(f32),
 }
 
-/// The private state an `outer:H` window's contribution depends on, as one vector of words
-/// (what it names by digest and serves an auditor): the inner optimizer's moments `m`, `v`, its
-/// two bias-correction powers and its update count (the count's bits as a word), then the
-/// residual (packed runs; an f32 window has none). Every-step runs name the residual alone.
-pub fn window_state(adam: &crate::adam::Adam, residual: &[f32]) -> Vec<f32> {
-    let mut state = Vec::with_capacity(adam.m.len() * 2 + 3 + residual.len());
-    state.extend_from_slice(&adam.m);
-    state.extend_from_slice(&adam.v);
-    state.extend_from_slice(&[adam.beta1_power, adam.beta2_power, f32::from_bits(adam.t)]);
-    state.extend_from_slice(residual);
-    state
+/// The private state an `outer:H` window's contribution depends on ([`window_state`]): the
+/// inner optimizer at the window's start and, in packed runs, the residual. With an overlap,
+/// the window's first steps ran from the member's own weights before the group's mean came
+/// ([`Strategy::run_ahead`]): the optimizer is named as those steps began, with their count and
+/// the weights they began from (the end of the member's previous window).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowState {
+    pub adam: crate::adam::Adam,
+    /// Overlapped runs: the steps run ahead (0: none; the window began on the group's weights)
+    /// and the weights they began from (empty when none).
+    pub ahead: Option<(u32, Vec<f32>)>,
+    pub residual: Vec<f32>,
 }
 
-/// [`window_state`] read back for a model of `len` weights, with a residual (packed) or none
-/// (f32); `None`: another length.
-pub fn split_window_state(state: &[f32], len: usize) -> Option<(crate::adam::Adam, Vec<f32>)> {
-    if state.len() != 3 * len + 3 && state.len() != 2 * len + 3 {
+/// A window's private state as one vector of words (what it names by digest and serves an
+/// auditor): the inner optimizer's moments `m`, `v`, its two bias-correction powers and its
+/// update count (the count's bits as a word); in overlapped runs the steps run ahead (a word)
+/// and the `n` weights they began from (zeros when none); then the residual (packed runs; an f32
+/// window has none). Every-step runs name the residual alone.
+pub fn window_state(state: &WindowState) -> Vec<f32> {
+    let WindowState { adam, ahead, residual } = state;
+    let n = adam.m.len();
+    let mut words = Vec::with_capacity(n * 3 + 4 + residual.len());
+    words.extend_from_slice(&adam.m);
+    words.extend_from_slice(&adam.v);
+    words.extend_from_slice(&[adam.beta1_power, adam.beta2_power, f32::from_bits(adam.t)]);
+    if let Some((steps, from)) = ahead {
+        words.push(f32::from_bits(*steps));
+        match from.is_empty() {
+            true => words.resize(words.len() + n, 0.0),
+            false => words.extend_from_slice(from),
+        }
+    }
+    words.extend_from_slice(residual);
+    words
+}
+
+/// [`window_state`] read back for a model of `len` weights in a run of `config`; `None`: not
+/// such a state (another length).
+pub fn split_window_state(words: &[f32], config: &SyncConfig, len: usize) -> Option<WindowState> {
+    if words.len() != private_state_len(config, len) || !matches!(config.mode, SyncMode::Outer { .. }) {
         return None;
     }
-    let (m, rest) = state.split_at(len);
+    let (m, rest) = words.split_at(len);
     let (v, rest) = rest.split_at(len);
-    let (powers, residual) = rest.split_at(3);
+    let (powers, rest) = rest.split_at(3);
     let adam = crate::adam::Adam {
         m: m.to_vec(),
         v: v.to_vec(),
@@ -138,16 +167,26 @@ pub fn split_window_state(state: &[f32], len: usize) -> Option<(crate::adam::Ada
         beta2_power: powers[1],
         t: powers[2].to_bits(),
     };
-    Some((adam, residual.to_vec()))
+    let (ahead, residual) = match config.overlap {
+        0 => (None, rest),
+        _ => {
+            let (steps, rest) = rest.split_at(1);
+            let (from, residual) = rest.split_at(len);
+            let steps = steps[0].to_bits();
+            (Some((steps, if steps == 0 { Vec::new() } else { from.to_vec() })), residual)
+        }
+    };
+    Some(WindowState { adam, ahead, residual: residual.to_vec() })
 }
 
 /// How many words a contribution's private state has, for a model of `len` weights
 /// (`every-step`: the residual, none in f32; `outer:H`: [`window_state`]).
 pub fn private_state_len(config: &SyncConfig, len: usize) -> usize {
     let residual = if config.compression == Compression::None { 0 } else { len };
+    let ahead = if config.overlap > 0 { 1 + len } else { 0 };
     match config.mode {
         SyncMode::EveryStep => residual,
-        SyncMode::Outer { .. } => 2 * len + 3 + residual,
+        SyncMode::Outer { .. } => 2 * len + 3 + ahead + residual,
     }
 }
 
@@ -249,6 +288,9 @@ struct Ahead {
     anchor: Vec<f32>,
     steps: u32,
     losses: f32,
+    /// The member's optimizer when they began ([`Member::optimizer`]): with the anchor, what
+    /// the window's contribution names as its state.
+    adam: Option<crate::adam::Adam>,
 }
 
 /// `outer:H` with an overlap, after the mean: the window's steps so far sit on the new global
@@ -258,6 +300,9 @@ struct Rebased {
     global: Vec<f32>,
     steps: u32,
     losses: f32,
+    /// Where the steps began, and the optimizer then ([`Ahead`]).
+    anchor: Vec<f32>,
+    adam: Option<crate::adam::Adam>,
 }
 
 /// One member's side of every sync, for every mode: what it contributes, and what it does with
@@ -331,7 +376,7 @@ impl Strategy {
             }
             SyncMode::Outer { inner_steps } => {
                 let (global, taken, mut losses) = match self.rebased.take() {
-                    Some(Rebased { global, steps, losses }) => (global, steps, losses),
+                    Some(Rebased { global, steps, losses, .. }) => (global, steps, losses),
                     None => (member.weights().clone(), 0, 0f32),
                 };
                 let mut done = taken;
@@ -388,6 +433,7 @@ impl Strategy {
             return Ok(());
         }
         let anchor = member.weights().clone();
+        let adam = member.optimizer();
         let mut losses = 0f32;
         for done in 0..steps {
             match member.step_alone() {
@@ -399,7 +445,7 @@ impl Strategy {
                 }
             }
         }
-        self.ahead = Some(Ahead { anchor, steps, losses });
+        self.ahead = Some(Ahead { anchor, steps, losses, adam });
         Ok(())
     }
 
@@ -430,12 +476,9 @@ impl Strategy {
         match self.config.mode {
             SyncMode::EveryStep => member.apply(mean)?,
             SyncMode::Outer { .. } => match (in_flight.global, self.ahead.take()) {
-                (Some(mut global), Some(Ahead { anchor, steps, losses })) => {
+                (Some(mut global), Some(ahead)) => {
                     self.config.outer.step(&mut global, &mut self.state.outer_momentum, mean);
-                    for ((w, &g), &a) in member.weights().iter_mut().zip(&global).zip(&anchor) {
-                        *w = g - (a - *w);
-                    }
-                    self.rebased = Some(Rebased { global, steps, losses });
+                    self.rebase(member, global, ahead);
                 }
                 (global, _) => {
                     let computed = global.is_some();
@@ -459,6 +502,33 @@ impl Strategy {
             },
         }
         Ok(())
+    }
+
+    /// The steps run ahead moved onto the group's new weights `global`, element by element:
+    /// the member's weights become `global − (anchor − w)`.
+    fn rebase(&mut self, member: &mut dyn Member, global: Vec<f32>, ahead: Ahead) {
+        let Ahead { anchor, steps, losses, adam } = ahead;
+        for ((w, &g), &a) in member.weights().iter_mut().zip(&global).zip(&anchor) {
+            *w = g - (a - *w);
+        }
+        self.rebased = Some(Rebased { global, steps, losses, anchor, adam });
+    }
+
+    /// The window under way's steps run ahead of the last mean, where there are any: their
+    /// count, the weights they began from and the optimizer then (what the window's
+    /// contribution names, [`WindowState::ahead`]).
+    pub fn ahead_start(&self) -> Option<(u32, &[f32], Option<&crate::adam::Adam>)> {
+        self.rebased.as_ref().map(|r| (r.steps, &r.anchor[..], r.adam.as_ref()))
+    }
+
+    /// An audit's run of an overlapped window (`crate::replica::AuditKit`): the steps run ahead
+    /// (from the weights the member named, [`Strategy::run_ahead`]) moved onto the group's
+    /// weights `global` at the window's start, as [`Strategy::finish`] moves them once the mean
+    /// came. Nothing when none ran ahead.
+    pub fn rebase_onto(&mut self, member: &mut dyn Member, global: Vec<f32>) {
+        if let Some(ahead) = self.ahead.take() {
+            self.rebase(member, global, ahead);
+        }
     }
 
     /// A lone member's sync (a group of one: its contribution is the mean, bit for bit). In
