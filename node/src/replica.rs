@@ -526,30 +526,8 @@ impl Replica for TrainerReplica {
         let probing = std::time::Instant::now();
         let phash = trainer.probe_hash()?;
         let probe_seconds = probing.elapsed().as_secs_f64();
-        if let Some((Rogue::OthersBatch(peer), _)) = self.rogue {
-            // Its batch of this step is another member's.
-            let mut other =
-                self.provider.data_source(node_data_seed(run_seed(trainer), peer)).map_err(ReplicaError::Data)?;
-            other.seek(u64::from(trainer.step_count()));
-            trainer.replace_data(other);
-        }
-        let tamper = match self.rogue {
-            Some((Rogue::Scale(factor), _)) => Some(Tamper::Scale(factor)),
-            Some((Rogue::FlipTensor, _)) => {
-                Some(Tamper::Negate(crate::params::Layout::new(trainer.run_config().model).tok_emb))
-            }
-            Some((Rogue::ForgeState, _)) => Some(Tamper::ForgeResidual(2.0)),
-            _ => None,
-        };
-        let wrong = tamper.is_some() || matches!(self.rogue, Some((Rogue::OthersBatch(_), _)));
-        trainer.tamper(tamper);
-        let sync = trainer.run_config().sync;
-        let f32_window = sync.compression == crate::sync::Compression::None && sync.mode.steps_per_sync() > 1;
-        if matches!(self.rogue, Some((Rogue::ForgeState, _))) && f32_window {
-            // An f32 window has no residual: its optimizer's first moment doubled instead, before
-            // the window runs from it and names it.
-            trainer.forge_moments(2.0);
-        }
+        let rogue = self.rogue.as_ref().map(|(kind, _)| *kind);
+        let wrong = rogue::arm(rogue, trainer, self.provider.as_mut())?;
         let window_start = trainer.window_start();
         let mut contribution = trainer.contribute()?;
         let mut stale = false;

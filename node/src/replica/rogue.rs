@@ -36,3 +36,35 @@ impl std::str::FromStr for Rogue {
         })
     }
 }
+
+/// Sets `trainer` up to make the next contribution as `rogue` makes it (`provider`: where
+/// another member's batch comes from); whether that contribution will be wrong (a stale one
+/// is known wrong only once it is made).
+pub(super) fn arm(
+    rogue: Option<Rogue>,
+    trainer: &mut Trainer,
+    provider: &mut dyn Provider,
+) -> Result<bool, ReplicaError> {
+    if let Some(Rogue::OthersBatch(peer)) = rogue {
+        // Its batch of this step is another member's.
+        let mut other = provider.data_source(node_data_seed(run_seed(trainer), peer)).map_err(ReplicaError::Data)?;
+        other.seek(u64::from(trainer.step_count()));
+        trainer.replace_data(other);
+    }
+    let tamper = match rogue {
+        Some(Rogue::Scale(factor)) => Some(Tamper::Scale(factor)),
+        Some(Rogue::FlipTensor) => Some(Tamper::Negate(crate::params::Layout::new(trainer.run_config().model).tok_emb)),
+        Some(Rogue::ForgeState) => Some(Tamper::ForgeResidual(2.0)),
+        _ => None,
+    };
+    let wrong = tamper.is_some() || matches!(rogue, Some(Rogue::OthersBatch(_)));
+    trainer.tamper(tamper);
+    let sync = trainer.run_config().sync;
+    let f32_window = sync.compression == crate::sync::Compression::None && sync.mode.steps_per_sync() > 1;
+    if rogue == Some(Rogue::ForgeState) && f32_window {
+        // An f32 window has no residual: its optimizer's first moment doubled instead, before
+        // the window runs from it and names it.
+        trainer.forge_moments(2.0);
+    }
+    Ok(wrong)
+}
