@@ -43,16 +43,9 @@ pub(super) enum ResumeAsk {
 impl Taking {
     /// The next round of repairs of `step` at `now_ms`: each round waits twice as long as the
     /// last (from `after_ms`, up to 16 times it); past [`REPAIRS_BEFORE_RESUME`] rounds, or when
-    /// the log committed (`committed`) more steps past ours than contributions are kept
-    /// (`retained`: `step::retained_steps`), a resume.
-    pub fn repair_round(
-        &mut self,
-        step: u32,
-        now_ms: u64,
-        after_ms: u64,
-        committed: u32,
-        retained: u32,
-    ) -> RepairRound {
+    /// the log committed (`committed`) more steps past ours than contributions are kept, a
+    /// resume.
+    pub fn repair_round(&mut self, step: u32, now_ms: u64, after_ms: u64, committed: u32) -> RepairRound {
         if self.repairs.step != step {
             self.repairs = Repairs { step, last_ms: None, attempts: 0 };
         }
@@ -60,7 +53,7 @@ impl Taking {
         if self.repairs.last_ms.is_some_and(|t| now_ms.saturating_sub(t) < wait) {
             return RepairRound::Wait;
         }
-        if self.repairs.attempts >= REPAIRS_BEFORE_RESUME || self.applied + retained < committed {
+        if self.repairs.attempts >= REPAIRS_BEFORE_RESUME || self.applied + RETAINED_STEPS < committed {
             return RepairRound::Resume;
         }
         self.repairs.last_ms = Some(now_ms);
@@ -367,13 +360,7 @@ impl Session {
     pub(super) fn repair(&mut self, step: u32, missing: &[PeerId]) {
         let now = self.timing.now_ms();
         let committed = self.committed_step();
-        // A member that has applied nothing yet (a joiner) is a learner until resumed: it asks
-        // for a resume once the log is more than four steps ahead, whatever its peers keep.
-        let retained = match self.taking.applied {
-            0 => RETAINED_STEPS,
-            _ => super::step::retained_steps(self.contributions.len()),
-        };
-        let attempt = match self.taking.repair_round(step, now, self.config.repair_after_ms, committed, retained) {
+        let attempt = match self.taking.repair_round(step, now, self.config.repair_after_ms, committed) {
             RepairRound::Wait => return,
             RepairRound::Resume => return self.catch_up(),
             RepairRound::Ask { attempt } => attempt,
@@ -438,20 +425,18 @@ mod tests {
         let mut taking = Taking { applied: 9, ..Taking::default() };
         let after = 100;
         // After round k the next waits `after << k`.
-        assert_eq!(taking.repair_round(10, 0, after, 10, RETAINED_STEPS), RepairRound::Ask { attempt: 1 });
-        assert_eq!(taking.repair_round(10, 199, after, 10, RETAINED_STEPS), RepairRound::Wait);
-        assert_eq!(taking.repair_round(10, 200, after, 10, RETAINED_STEPS), RepairRound::Ask { attempt: 2 });
-        assert_eq!(taking.repair_round(10, 599, after, 10, RETAINED_STEPS), RepairRound::Wait);
-        assert_eq!(taking.repair_round(10, 600, after, 10, RETAINED_STEPS), RepairRound::Ask { attempt: 3 });
-        assert_eq!(taking.repair_round(10, 1400, after, 10, RETAINED_STEPS), RepairRound::Ask { attempt: 4 });
-        assert_eq!(taking.repair_round(10, 2999, after, 10, RETAINED_STEPS), RepairRound::Wait);
-        assert_eq!(taking.repair_round(10, 3000, after, 10, RETAINED_STEPS), RepairRound::Resume);
+        assert_eq!(taking.repair_round(10, 0, after, 10), RepairRound::Ask { attempt: 1 });
+        assert_eq!(taking.repair_round(10, 199, after, 10), RepairRound::Wait);
+        assert_eq!(taking.repair_round(10, 200, after, 10), RepairRound::Ask { attempt: 2 });
+        assert_eq!(taking.repair_round(10, 599, after, 10), RepairRound::Wait);
+        assert_eq!(taking.repair_round(10, 600, after, 10), RepairRound::Ask { attempt: 3 });
+        assert_eq!(taking.repair_round(10, 1400, after, 10), RepairRound::Ask { attempt: 4 });
+        assert_eq!(taking.repair_round(10, 2999, after, 10), RepairRound::Wait);
+        assert_eq!(taking.repair_round(10, 3000, after, 10), RepairRound::Resume);
         // Another step starts its rounds afresh; one whose contributions are gone (the log is
         // more steps ahead than are kept) resumes at once.
-        assert_eq!(taking.repair_round(11, 3001, after, 11, RETAINED_STEPS), RepairRound::Ask { attempt: 1 });
-        assert_eq!(taking.repair_round(12, 3002, after, 9 + RETAINED_STEPS + 1, RETAINED_STEPS), RepairRound::Resume);
-        // Where members keep more (a small model), the same distance is repaired.
-        assert_eq!(taking.repair_round(13, 3003, after, 9 + RETAINED_STEPS + 1, 64), RepairRound::Ask { attempt: 1 });
+        assert_eq!(taking.repair_round(11, 3001, after, 11), RepairRound::Ask { attempt: 1 });
+        assert_eq!(taking.repair_round(12, 3002, after, 9 + RETAINED_STEPS + 1), RepairRound::Resume);
     }
 
     #[test]

@@ -15,13 +15,6 @@ pub(super) struct Computing {
     /// at (who is sent contributions: [`QUIET_STEPS`]).
     pub contributed: BTreeMap<PeerId, u32>,
     pub joined_at: BTreeMap<PeerId, u32>,
-    /// (Leader) the step each member was last sent a resume at, and for how many steps after
-    /// it the member is sent contributions and repairs: a resume reaches a member some steps
-    /// after it was made, and the member catches up with the steps since from what the leader
-    /// holds (its peers keep `step::retained_steps` of them) — without them, a member resumed
-    /// into a group that steps faster than a resume travels was resumed again and again, each
-    /// time too late, and never trained.
-    pub resumed_at: BTreeMap<PeerId, (u32, u32)>,
 }
 
 impl Computing {
@@ -38,21 +31,12 @@ impl Computing {
             self.joined_at.entry(*peer).or_insert(applied);
         }
         self.joined_at.retain(|p, _| voters.contains(p) || learners.contains(p));
-        self.resumed_at.retain(|p, _| voters.contains(p) || learners.contains(p));
     }
 
-    /// (Leader) `peer` is sent a resume of step `step`; the steps after it that peers keep
-    /// contributions of: `kept`.
-    pub fn resumed(&mut self, peer: PeerId, step: u32, kept: u32) {
-        self.resumed_at.insert(peer, (step, kept));
-    }
-
-    /// Whether `peer` contributed or joined within [`QUIET_STEPS`] of `step`, or was resumed
-    /// within the steps kept.
+    /// Whether `peer` contributed or joined within [`QUIET_STEPS`] of `step`.
     pub fn lately(&self, peer: PeerId, step: u32) -> bool {
         let within = |at: Option<&u32>| at.is_some_and(|&at| at + QUIET_STEPS >= step);
-        let resumed = self.resumed_at.get(&peer).is_some_and(|&(at, kept)| at + kept >= step);
-        within(self.contributed.get(&peer)) || within(self.joined_at.get(&peer)) || resumed
+        within(self.contributed.get(&peer)) || within(self.joined_at.get(&peer))
     }
 }
 
@@ -230,19 +214,5 @@ mod tests {
         computing.configuration(&[1, 2], &[], 40);
         assert_eq!(computing.joined_at.keys().copied().collect::<Vec<_>>(), [1, 2]);
         assert!(!computing.lately(4, 40));
-    }
-
-    /// A member the leader resumed is sent contributions and repairs for as many steps after
-    /// the resume as the group keeps: it catches up with the steps the resume took to reach
-    /// it, however fast the group steps; out of the configuration, it is forgotten.
-    #[test]
-    fn a_member_resumed_is_sent_what_it_needs_to_catch_up_with() {
-        let mut computing = Computing::default();
-        computing.configuration(&[1, 2], &[3], 10);
-        assert!(!computing.lately(3, 100));
-        computing.resumed(3, 100, 64);
-        assert!(computing.lately(3, 101) && computing.lately(3, 164) && !computing.lately(3, 165));
-        computing.configuration(&[1, 2], &[], 170);
-        assert!(computing.resumed_at.is_empty() && !computing.lately(3, 120));
     }
 }

@@ -94,9 +94,7 @@ impl Session {
             return;
         }
         let now = self.timing.now_ms();
-        let kept = super::step::retained_steps(self.contributions.len());
         for peer in self.roster.resumes_due(&self.members, now) {
-            self.computing.resumed(peer, self.taking.applied, kept);
             self.out.push(Output::SendSnapshot { to: peer });
         }
         let Some(run) = self.run else { return };

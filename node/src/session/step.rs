@@ -15,24 +15,8 @@ use super::log::StepRecord;
 use crate::sync::{self, Compression, Reduced, SyncConfig};
 use crate::wire::{Gradient, PeerId};
 
-/// Applied steps whose contributions a member keeps for repairs: at least this many…
+/// Applied steps whose contributions a member keeps for repairs.
 pub const RETAINED_STEPS: u32 = 4;
-/// …and as many more as one member's f32 contributions fill this many bytes, up to
-/// [`RETAINED_MOST`] ([`retained_steps`]). A small model's group applies a hundred syncs a
-/// second, and a resume reaches a member tens of milliseconds after the step it was made at:
-/// the steps after it must still be held somewhere for the member to catch up with them (four
-/// were not: a member that quit and came back to such a group was resumed again and again,
-/// each time too late, and never trained).
-const RETAINED_BYTES: usize = 8 << 20;
-/// The most steps kept for repairs, whatever the model's size.
-pub const RETAINED_MOST: u32 = 256;
-
-/// Applied steps whose contributions a member keeps for repairs, for a model of `len` weights
-/// (the same on every member of a run: a member behind by more asks for a resume at once).
-pub fn retained_steps(len: usize) -> u32 {
-    let fit = RETAINED_BYTES / (4 * len.max(1));
-    fit.clamp(RETAINED_STEPS as usize, RETAINED_MOST as usize) as u32
-}
 
 /// What happened to an offered contribution.
 #[derive(Clone, Debug, PartialEq)]
@@ -223,7 +207,7 @@ impl Contributions {
     }
 
     /// `step` is applied: what was held for it is kept for repairs, everything held for it or
-    /// before is done with, and retained steps older than [`retained_steps`] go.
+    /// before is done with, and retained steps older than [`RETAINED_STEPS`] go.
     pub fn applied(&mut self, step: u32) {
         let done: Vec<u32> = self.held.range(..=step).map(|(s, _)| *s).collect();
         for s in done {
@@ -232,8 +216,7 @@ impl Contributions {
                 self.retained.insert(s, contributions);
             }
         }
-        let kept = retained_steps(self.len);
-        self.retained.retain(|s, _| step.saturating_sub(*s) < kept);
+        self.retained.retain(|s, _| step.saturating_sub(*s) < RETAINED_STEPS);
     }
 
     /// The weights were replaced (a resume, a push): nothing held belongs to them.
@@ -246,23 +229,6 @@ impl Contributions {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A small model's contributions are kept for many steps (its group steps fast), a large
-    /// one's for four; never more than the cap.
-    #[test]
-    fn contributions_are_kept_for_as_many_steps_as_a_budget_holds() {
-        assert_eq!(retained_steps(32_768), 64);
-        assert_eq!(retained_steps(85_800_000), RETAINED_STEPS);
-        assert_eq!(retained_steps(900_000), RETAINED_STEPS);
-        assert_eq!(retained_steps(10), RETAINED_MOST);
-        let mut c = Contributions::new(32_768, &SyncConfig::SEED);
-        for step in 1..=200 {
-            c.offer(1, g(step, 9, &vec![0.5; 32_768]));
-            c.applied(step);
-        }
-        assert_eq!((c.retained.keys().next(), c.retained.len()), (Some(&137), 64), "the last 64 applied steps");
-        assert!(c.get(137, 1).is_some() && c.get(136, 1).is_none());
-    }
 
     use crate::session::log::Named;
     use crate::sync::Values;
@@ -330,10 +296,10 @@ mod tests {
         assert_eq!(c.missing(&record), vec![2]);
         assert!(c.get(4, 2).is_none());
         assert!(c.reduce(&record).is_none());
-        // Kept once applied, for repairs, as many steps deep as the model's size allows.
+        // Kept once applied, for repairs, four steps deep.
         c.applied(4);
         assert!(c.get(4, 1).is_some() && c.at(4).next().is_none());
-        for step in 5..=4 + retained_steps(1) {
+        for step in 5..9 {
             c.offer(1, g(step, 9, &[1.0]));
             c.applied(step);
         }
