@@ -481,10 +481,7 @@ impl Trainer {
     /// How many steps [`Trainer::run_ahead`] would run now: the overlap, or the steps the run
     /// has left where fewer.
     pub fn steps_to_run_ahead(&self) -> u32 {
-        match self.run.sync.mode {
-            crate::sync::SyncMode::Outer { .. } => self.run.sync.overlap.min(Member::steps_left(self)),
-            crate::sync::SyncMode::EveryStep => 0,
-        }
+        self.sync.steps_to_run_ahead(Member::steps_left(self))
     }
 
     /// An audit's overlapped window: the steps run ahead moved onto the group's weights at the

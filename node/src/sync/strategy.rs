@@ -428,8 +428,8 @@ impl Strategy {
     /// member runs this while the group sums what it sent). Nothing to do in other modes, and
     /// after the run's last window. A failed step puts the weights and step count back.
     pub fn run_ahead(&mut self, member: &mut dyn Member) -> Result<(), ComputeError> {
-        let steps = self.config.overlap.min(member.steps_left());
-        if steps == 0 || !matches!(self.config.mode, SyncMode::Outer { .. }) || self.ahead.is_some() {
+        let steps = self.steps_to_run_ahead(member.steps_left());
+        if steps == 0 || self.ahead.is_some() {
             return Ok(());
         }
         let anchor = member.weights().clone();
@@ -502,6 +502,15 @@ impl Strategy {
             },
         }
         Ok(())
+    }
+
+    /// How many steps [`Strategy::run_ahead`] runs with `steps_left` optimizer steps left in
+    /// the run: the overlap, or fewer where fewer are left (`outer:H`; none in other modes).
+    pub fn steps_to_run_ahead(&self, steps_left: u32) -> u32 {
+        match self.config.mode {
+            SyncMode::Outer { .. } => self.config.overlap.min(steps_left),
+            SyncMode::EveryStep => 0,
+        }
     }
 
     /// The steps run ahead moved onto the group's new weights `global`, element by element:
