@@ -6,16 +6,20 @@
 # Expects, built on the build machine: .devbin/ with the stripped `lockstep`,
 # liblockstep_backend_cpu.so, libflaw_rare_flip.so and libflaw_after_warmup.so, and the packaged
 # corpus in .devbin/corpus. Writes one JSON line per part to $OUT (or ./audit-out).
-# PARTS picks parts (f32,int8,int8-whole,outer,plugins,plugins1 (at rate 1): int8-whole is int8 with routine audits
-# asking for the whole residual); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it; KEEP=1
-# keeps every rogue run's reports under $OUT/keep-PART (`bench audit --keep`).
+# PARTS picks parts (f32,int8,int8-whole,outer,outer-f32,outer-overlap,outer-default,plugins,plugins1 (at rate 1):
+# int8-whole is int8 with routine audits asking for the whole residual; outer-f32 and outer-overlap are
+# `outer:2` f32 and `outer:2` int8 overlapped by one step; outer-default is `outer:2` int8 at the default
+# model, 128,128,4,4,16, on two threads a member, as int8-default is every-step int8); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it; KEEP=1
+# keeps every rogue run's reports under $OUT/keep-PART (`bench audit --keep`); BIN runs another build
+# (a before/after pair in one call). The tiny model's honest runs are 1,000 syncs: runs of 100 (under a
+# second at 150-300 syncs/s) put their pairs' shares 50 points apart on this machine.
 set -uo pipefail
 out=${OUT:-$PWD/audit-out}
 mkdir -p "$out"
 export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin LOCKSTEP_CORPUS=$PWD/.devbin/corpus
-bin=$PWD/.devbin/lockstep
+bin=${BIN:-$PWD/.devbin/lockstep}
 parts=${PARTS:-f32,int8,outer,plugins}
-common=(--runs "${RUNS:-10}" --threads "${THREADS:-1}" --json)
+common=(--runs "${RUNS:-10}" --json)
 has() { [[ ",$parts," == *",$1,"* ]]; }
 part() {
   local name=$1 limit=$2
@@ -23,20 +27,28 @@ part() {
   local started=$SECONDS
   local keep=()
   [[ -n "${KEEP:-}" ]] && keep=(--keep "$out/keep-$name")
-  timeout "$limit" "$bin" bench audit "${common[@]}" "${keep[@]}" --rate "${rate:-${RATE:-0.6}}" --pairs "${pairs:-${PAIRS:-3}}" "$@" \
-    > "$out/$name.json" 2> "$out/$name.err"
+  timeout "$limit" "$bin" bench audit "${common[@]}" "${keep[@]}" --threads "${threads:-${THREADS:-1}}" --rate "${rate:-${RATE:-0.6}}" --pairs "${pairs:-${PAIRS:-3}}" "$@" \
+    > "$out/$name-${rate:-${RATE:-0.6}}.json" 2> "$out/$name-${rate:-${RATE:-0.6}}.err"
   echo "$name: exit $? after $((SECONDS - started)) s"
 }
 
 nproc
-has f32 && part f32 240 --honest-steps "${HONEST_STEPS:-200}"
-has int8 && part int8 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-200}"
-has outer && part outer 300 --compress int8 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
-  --honest-steps "${HONEST_STEPS:-100}"
+has f32 && part f32 420 --honest-steps "${HONEST_STEPS:-1000}"
+has int8 && part int8 420 --compress int8 --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-1000}"
+has outer && part outer 420 --compress int8 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
+  --honest-steps "${HONEST_STEPS:-1000}"
+has outer-f32 && part outer-f32 420 --sync outer:2 --kinds state,flip,scale:1.001,stale,batch \
+  --honest-steps "${HONEST_STEPS:-1000}"
+has outer-overlap && part outer-overlap 420 --compress int8 --sync outer:2 --overlap 1 \
+  --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-1000}"
+has outer-default && threads=2 part outer-default 400 --compress int8 --sync outer:2 --model 128,128,4,4,16 \
+  --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-40}"
+has int8-default && threads=2 part int8-default 400 --compress int8 --model 128,128,4,4,16 \
+  --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-60}"
 plugins=(--kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so"
   --honest-steps 20 --within-s 40)
 has plugins && pairs=1 part plugins 300 "${plugins[@]}"
 # The same at every contribution audited once a step.
 has plugins1 && rate=1 pairs=1 part plugins1 300 "${plugins[@]}"
-has int8-whole && part int8-whole 300 --compress int8 --kinds state,flip,scale:1.001,stale,batch \
-  --honest-steps "${HONEST_STEPS:-200}" --state-part 1
+has int8-whole && part int8-whole 420 --compress int8 --kinds state,flip,scale:1.001,stale,batch \
+  --honest-steps "${HONEST_STEPS:-1000}" --state-part 1

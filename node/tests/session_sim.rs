@@ -618,7 +618,13 @@ impl Net {
                         };
                         queue.push_back(Input::Settled { step, target, outcome });
                     }
-                    Output::ServeState { to, step, part } => {
+                    Output::ServeState { to, step, part, routine } => {
+                        // The leader's check of an accusation waits for what it asked: its
+                        // answer never waits for the link's spare time.
+                        assert!(
+                            !routine || node.session.leader() != Some(to),
+                            "a state for the leader sent as routine"
+                        );
                         match &part {
                             StatePart::Whole => node.asked.0 += 1,
                             StatePart::Chunks(c) if !c.is_empty() => node.asked.1 += 1,

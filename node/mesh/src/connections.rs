@@ -69,41 +69,128 @@ pub fn spawn_reader(peer: PeerId, attempt: u64, channel: Arc<dyn DataChannel>, i
     });
 }
 
-/// A channel's writer: two queues of frames, the urgent one drained first. Urgent frames are
-/// whole small messages (the agreement's, the link's): they go out between the fragments of a
-/// large contribution, which the far side reassembles regardless (fragments carry their
-/// message's id). Within each queue the order is kept.
+/// Which of a channel's queues a frame waits in ([`Writer`]): each is drained only when those
+/// above it are empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Whole small messages that must not wait (the agreement's, the link's, a dispute's):
+    /// they go out between the fragments of a large contribution, which the far side
+    /// reassembles regardless (fragments carry their message's id).
+    Urgent,
+    /// The step's own traffic: contributions, repairs, checkpoints.
+    Bulk,
+    /// What a routine audit asked for (a served state): it takes the link's time the group's
+    /// own traffic leaves, as a routine recomputation takes the cycles the member's step leaves
+    /// (`docs/TRUST.md`, "the audits' cost").
+    Spare,
+}
+
+/// A channel's writer: three queues of frames ([`Lane`]), each drained only while those above
+/// it are empty. Within each queue the order is kept.
 #[derive(Clone, Debug)]
 pub struct Writer {
     urgent: mpsc::UnboundedSender<Vec<u8>>,
     bulk: mpsc::UnboundedSender<Vec<u8>>,
+    spare: mpsc::UnboundedSender<Vec<u8>>,
 }
 
 impl Writer {
-    pub fn send(&self, frame: Vec<u8>, urgent: bool) {
-        let _ = if urgent { self.urgent.send(frame) } else { self.bulk.send(frame) };
+    pub fn send(&self, frame: Vec<u8>, lane: Lane) {
+        let queue = match lane {
+            Lane::Urgent => &self.urgent,
+            Lane::Bulk => &self.bulk,
+            Lane::Spare => &self.spare,
+        };
+        let _ = queue.send(frame);
     }
 }
 
-/// One task per channel writes its frames, urgent ones first; `send` waits while the channel's
-/// buffer is full, so a slow peer only slows its own queues.
+/// A spare frame goes out only while the channel holds at most this many bytes not yet
+/// acknowledged: two fragments. A frame handed to the channel is in SCTP's hands, and the
+/// group's next contribution would wait behind all of them (the channel buffers 4 MiB).
+const SPARE_WHEN_OUTSTANDING_AT_MOST: usize = 2 * lockstep_node::wire::FRAGMENT_BYTES;
+
+/// How often a held spare frame looks again at what the channel holds.
+const SPARE_POLL: Duration = Duration::from_millis(1);
+
+/// The writer task's half of a [`Writer`]'s queues.
+struct Lanes {
+    urgent: mpsc::UnboundedReceiver<Vec<u8>>,
+    bulk: mpsc::UnboundedReceiver<Vec<u8>>,
+    spare: mpsc::UnboundedReceiver<Vec<u8>>,
+}
+
+impl Lanes {
+    /// The next frame to write and its lane: from the highest lane that holds one; `None` once
+    /// every sender is gone and the queues are drained. Cancel-safe.
+    async fn next(&mut self) -> Option<(Vec<u8>, Lane)> {
+        tokio::select! {
+            biased;
+            Some(frame) = self.urgent.recv() => Some((frame, Lane::Urgent)),
+            Some(frame) = self.bulk.recv() => Some((frame, Lane::Bulk)),
+            Some(frame) = self.spare.recv() => Some((frame, Lane::Spare)),
+            else => None,
+        }
+    }
+
+    /// A frame of the two upper lanes, waiting at most `wait`; `None` when none came.
+    async fn next_above_spare(&mut self, wait: Duration) -> Option<(Vec<u8>, Lane)> {
+        tokio::select! {
+            biased;
+            Some(frame) = self.urgent.recv() => Some((frame, Lane::Urgent)),
+            Some(frame) = self.bulk.recv() => Some((frame, Lane::Bulk)),
+            () = tokio::time::sleep(wait) => None,
+        }
+    }
+}
+
+fn lanes() -> (Writer, Lanes) {
+    let (urgent, urgent_rx) = mpsc::unbounded_channel();
+    let (bulk, bulk_rx) = mpsc::unbounded_channel();
+    let (spare, spare_rx) = mpsc::unbounded_channel();
+    (Writer { urgent, bulk, spare }, Lanes { urgent: urgent_rx, bulk: bulk_rx, spare: spare_rx })
+}
+
+/// One task per channel writes its frames, the higher lanes' first; `send` waits while the
+/// channel's buffer is full, so a slow peer only slows its own queues. A spare frame is held
+/// until the channel has sent what it holds ([`SPARE_WHEN_OUTSTANDING_AT_MOST`]), the upper
+/// lanes' frames going out meanwhile: it takes only the link's idle time.
 pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> Writer {
-    let (urgent, mut urgent_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let (bulk, mut bulk_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (writer, mut lanes) = lanes();
     tokio::spawn(async move {
+        let mut held: Option<Vec<u8>> = None;
         loop {
-            let frame = tokio::select! {
-                biased;
-                Some(frame) = urgent_rx.recv() => frame,
-                Some(frame) = bulk_rx.recv() => frame,
-                else => break,
+            let frame = match held.take() {
+                None => match lanes.next().await {
+                    Some((frame, Lane::Spare)) => {
+                        held = Some(frame);
+                        continue;
+                    }
+                    Some((frame, _)) => frame,
+                    None => break,
+                },
+                Some(spare) => {
+                    let idle = channel.outstanding_bytes().await.unwrap_or(0) <= SPARE_WHEN_OUTSTANDING_AT_MOST;
+                    let wait = if idle { Duration::ZERO } else { SPARE_POLL };
+                    match lanes.next_above_spare(wait).await {
+                        Some((frame, _)) => {
+                            held = Some(spare);
+                            frame
+                        }
+                        None if idle => spare,
+                        None => {
+                            held = Some(spare);
+                            continue;
+                        }
+                    }
+                }
             };
             if channel.send(BytesMut::from(&frame[..])).await.is_err() {
                 break;
             }
         }
     });
-    Writer { urgent, bulk }
+    writer
 }
 
 /// A peer connection to `peer` with the mesh's settings (`large_packets`: loopback SCTP
@@ -149,4 +236,38 @@ pub async fn gathered_description(
     }
     let description = connection.local_description().await.context("no local description")?;
     serde_json::to_value(description).context("encoding the session description")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames come out by lane — urgent, then bulk, then spare — whatever the order they were
+    /// queued in, each lane in its own order; nothing once the writer is gone.
+    #[tokio::test]
+    async fn a_lane_is_drained_only_while_those_above_it_are_empty() {
+        let (writer, mut lanes) = lanes();
+        for (frame, lane) in [
+            (b"s1", Lane::Spare),
+            (b"b1", Lane::Bulk),
+            (b"s2", Lane::Spare),
+            (b"u1", Lane::Urgent),
+            (b"b2", Lane::Bulk),
+            (b"u2", Lane::Urgent),
+        ] {
+            writer.send(frame.to_vec(), lane);
+        }
+        let mut written = Vec::new();
+        for _ in 0..4 {
+            written.push(lanes.next().await.unwrap().0);
+        }
+        // A bulk frame queued now still goes out before the spare lane's.
+        writer.send(b"b3".to_vec(), Lane::Bulk);
+        drop(writer);
+        while let Some((frame, _)) = lanes.next().await {
+            written.push(frame);
+        }
+        let written: Vec<&[u8]> = written.iter().map(Vec::as_slice).collect();
+        assert_eq!(written, [&b"u1"[..], b"u2", b"b1", b"b2", b"b3", b"s1", b"s2"]);
+    }
 }

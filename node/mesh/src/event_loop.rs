@@ -22,7 +22,7 @@ use webrtc::peer_connection::RTCSessionDescription;
 
 use crate::checkpoint_file::{save_checkpoint, CheckpointTarget};
 use crate::config::{MeshConfig, AGENT, LINK_TICK};
-use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, CHANNEL_LABEL};
+use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, Lane, CHANNEL_LABEL};
 use crate::control::{Command, Ended, Report, StepTiming};
 use crate::inbound::{Computed, Inbound, InboundRx, InboundTx};
 use crate::signal_client::{connect_signal, signal_url};

@@ -228,10 +228,14 @@ pub enum Output {
     },
     /// Send `to` `part` of the private state (the residual) our contribution to `step` was
     /// made with, if still kept (`-23`; nothing kept: no values). Nothing to answer.
+    /// `routine`: the asker is not the leader, so no check of an accusation waits for it — it
+    /// may wait for the link's time the group's own traffic leaves (an answer to the leader
+    /// never does: a check's "withheld" is a conviction).
     ServeState {
         to: PeerId,
         step: u32,
         part: crate::wire::StatePart,
+        routine: bool,
     },
     /// Elastic windows: another member finished its whole window of `step` first, so ours ends
     /// after the inner step under way (`Compute { step }` is still answered, with the steps

@@ -55,7 +55,8 @@ impl Session {
         if !self.run.is_some_and(|run| names_state(&run)) {
             return self.ignore(from, Ignored::StateOfStatelessRun);
         }
-        self.out.push(Output::ServeState { to: from, step, part });
+        let routine = self.leader() != Some(from);
+        self.out.push(Output::ServeState { to: from, step, part, routine });
     }
 
     /// `from` served (a part of) the state its contribution to `step` named, or none: for the

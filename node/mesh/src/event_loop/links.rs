@@ -9,7 +9,7 @@ use lockstep_node::audit::Urgency;
 use lockstep_node::wire::{self, Message, PeerId};
 use webrtc::peer_connection::PeerConnection;
 
-use crate::connections::Writer;
+use crate::connections::{Lane, Writer};
 
 /// One peer's WebRTC connection and, once its channel is open, its writer.
 pub(super) struct Peer {
@@ -92,8 +92,14 @@ pub(super) struct Links {
 }
 
 impl Links {
-    /// Encodes, fragments and queues `message` for `to` (if its channel is open and not cut).
+    /// Encodes, fragments and queues `message` for `to` (if its channel is open and not cut):
+    /// urgent where it jumps the queue ([`wire::jumps_the_queue`]), else with the step's traffic.
     pub(super) fn send(&mut self, to: PeerId, message: &Message) {
+        self.send_on(to, message, Lane::Bulk);
+    }
+
+    /// [`Links::send`], a message that does not jump the queue waiting in `lane`.
+    pub(super) fn send_on(&mut self, to: PeerId, message: &Message, lane: Lane) {
         let Some(writer) = self.peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
         if self.cut.contains(&to) {
             return;
@@ -102,13 +108,13 @@ impl Links {
         let link = self.stats.entry(to).or_default();
         let served = matches!(message, Message::State { .. } | Message::Trace { .. });
         let bytes = wire::encode(message);
-        let urgent = wire::jumps_the_queue(&bytes);
+        let lane = if wire::jumps_the_queue(&bytes) { Lane::Urgent } else { lane };
         for frame in wire::frames(bytes, self.next_message_id) {
             link.bytes_out += frame.len() as u64;
             if served {
                 self.audit_bytes_out += frame.len() as u64;
             }
-            writer.send(frame, urgent);
+            writer.send(frame, lane);
         }
     }
 

@@ -123,9 +123,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Output::ServeTrace { to, step, part } => self.spawn_trace(to, step, part),
             Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
-            Output::ServeState { to, step, part } => {
+            Output::ServeState { to, step, part, routine } => {
                 let served = self.kept_states.served(step, &part);
-                self.links.send(to, &Message::State { step, served });
+                let lane = if routine { Lane::Spare } else { Lane::Bulk };
+                self.links.send_on(to, &Message::State { step, served }, lane);
             }
             Output::Hurry { .. } => {
                 if let Some(hurry) = &self.hurry {
