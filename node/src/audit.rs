@@ -202,8 +202,6 @@ pub enum Tracing {
     /// Compared with another's trace op by op: the first op whose chunks differ, and this
     /// side's words of the first chunk that differs.
     Against(std::sync::Arc<Trace>),
-    /// The words of chunk `chunk` of op `op`.
-    Chunk { op: usize, chunk: usize },
     /// Compared with another's trace op by op, as `Against`, recording this side's trace as it
     /// goes: what a disputed member answers the leader's trace with ([`Traced::Answer`]).
     Answer(std::sync::Arc<Trace>),
@@ -221,8 +219,6 @@ pub enum Traced {
         theirs: usize,
     },
     Departs(Departure),
-    /// The chunk asked for (empty: no such op or chunk).
-    Chunk(Vec<u32>),
     /// This side's trace up to and with the first op that parts from the other (every op where
     /// none does), and that op's first parting chunk and its words.
     Answer {
@@ -299,13 +295,6 @@ fn chunk_words(words: &[u32], chunk: usize) -> &[u32] {
 /// members compare when one's contribution is disputed (the network form of
 /// [`Audit::Every`], which compares with the reference in one process).
 pub fn trace_ops(device: &mut dyn Device, ops: &[Op], tracing: &Tracing) -> Result<Traced, ComputeError> {
-    if let Tracing::Chunk { op, chunk } = *tracing {
-        let Some(target) = ops.get(op) else { return Ok(Traced::Chunk(Vec::new())) };
-        device.run(&ops[..op])?;
-        device.run(std::slice::from_ref(target))?;
-        let (words, _) = written(device, target)?;
-        return Ok(Traced::Chunk(chunk_words(&words, chunk).to_vec()));
-    }
     let mut trace = Trace::default();
     for (i, op) in ops.iter().enumerate() {
         device.run(std::slice::from_ref(op))?;

@@ -603,9 +603,9 @@ mod tests {
     /// Two backends' traces of one step part at the first op whose words differ — a product
     /// past the size where one of them goes wrong — and nowhere before; the departure names
     /// that op, the first differing chunk and where its words lie, and the wrong side's words
-    /// of that chunk (asked for alone, as a disputed member is) are the ones its trace's digest
-    /// names and differ from the definition's by the flipped bit. Right against right agrees;
-    /// a trace of another step's length is unlike.
+    /// of that chunk (what a disputed member answers the definition's trace with) are the ones
+    /// its trace's digest names and differ from the definition's by the flipped bit. Right
+    /// against right agrees; a trace of another step's length is unlike.
     #[test]
     fn a_dispute_narrows_two_traces_to_the_first_op_chunk_and_word_that_differ() {
         let (mut right, mut wrong) = (FlipUnits { flip: None }, FlipUnits { flip: Some(5000) });
@@ -620,9 +620,14 @@ mod tests {
         };
         assert_eq!((departure.op, departure.name), (first, "matmul"));
         assert_eq!(departure.chunk, 5000 / TRACE_CHUNK_WORDS, "the chunk holding output 5000");
-        let Traced::Chunk(words) = traced(&mut wrong, &Tracing::Chunk { op: first, chunk: departure.chunk }) else {
-            panic!("the chunk")
+        // A disputed member answering the definition's trace in one run: its trace up to and
+        // with the op where they part, and its words of that chunk.
+        let Traced::Answer { trace, words } = traced(&mut wrong, &Tracing::Answer(Arc::new(definition.clone()))) else {
+            panic!("an answer")
         };
+        assert_eq!(trace.ops[..], theirs.ops[..=first]);
+        let Some((op, chunk, words)) = words else { panic!("the words of the parting chunk") };
+        assert_eq!((op, chunk), (first, departure.chunk));
         assert_eq!(crate::wire::words_digest(&words), theirs.ops[first][departure.chunk]);
         let at = (0..words.len()).find(|&i| words[i] != departure.words[i]).expect("a word differs");
         assert_eq!(words[at], departure.words[at] ^ 1);
@@ -635,21 +640,7 @@ mod tests {
         let short = Trace { ops: definition.ops[..3].to_vec() };
         let ours = definition.ops.len();
         assert_eq!(traced(&mut right, &Tracing::Against(Arc::new(short))), Traced::Unlike { ours, theirs: 3 });
-        assert_eq!(traced(&mut right, &Tracing::Chunk { op: ours, chunk: 0 }), Traced::Chunk(Vec::new()));
-        // A disputed member answering the definition's trace in one run: its trace up to and
-        // with the op where they part, and its words of that chunk — what the two requests
-        // above gave; against an equal trace, its whole trace and no words.
-        let Traced::Answer { trace, words } = traced(&mut wrong, &Tracing::Answer(Arc::new(definition.clone()))) else {
-            panic!("an answer")
-        };
-        assert_eq!(trace.ops[..], theirs.ops[..=first]);
-        assert_eq!(words, Some((first, departure.chunk, words_of_chunk(&mut wrong, first, departure.chunk))));
         let agrees = traced(&mut right, &Tracing::Answer(Arc::new(definition.clone())));
         assert_eq!(agrees, Traced::Answer { trace: definition, words: None });
-    }
-
-    fn words_of_chunk(gemm: &mut FlipUnits, op: usize, chunk: usize) -> Vec<u32> {
-        let Traced::Chunk(words) = traced(gemm, &Tracing::Chunk { op, chunk }) else { panic!("the chunk") };
-        words
     }
 }

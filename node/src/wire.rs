@@ -26,8 +26,8 @@
 //! | `-21` | accusation: `[u32 step][u64 target][evidence]` (the sender's recomputation of `target`'s contribution to `step` departs from it: the leader checks it; evidence as in `wire/audit.rs`) |
 //! | `-22` | state request: `[u32 step][the part asked for]` (an auditor asks for the private state, or some chunks of it, the receiver's packed contribution to `step` was made with: `wire/state.rs`) |
 //! | `-23` | state: `[u32 step][the state served]` (the answer to `-22`: every chunk's digest, of which the contribution named the digest, and the chunks asked for; nothing when it is no longer kept: `wire/state.rs`) |
-//! | `-24` | trace request: `[u32 step][u32 op][u32 chunk]` (a leader disputing the receiver's contribution to `step` asks for its trace of the step, op `0xffffffff`, or for the words of chunk `chunk` of op `op`; since protocol 15, op `0xfffffffe` with chunk 0 and the leader's trace after it: the step compared with that trace as it runs again) |
-//! | `-25` | trace: `[u32 step][u32 op][u32 chunk][…]` (the answer to `-24`: op `0xffffffff`, the whole trace `[u32 ops]` then each op's `[u32 chunks][u64 digest × chunks]`, no ops when it cannot be made; op `0xfffffffe`, the trace up to and with the first op that parts from the leader's, then `[u8 0]`, or `[u8 1][u32 op][u32 chunk][u32 word…]` that op's words of its first chunk that parts; else the chunk's words `[u32 word…]`, none when it cannot) |
+//! | `-24` | trace request: `[u32 step][trace]` (a leader disputing the receiver's contribution to `step` sends the definition's trace — `-25`'s `[u32 ops]` and each op's `[u32 chunks][u64 digest × chunks]` — and asks for the receiver's step compared with it as it runs again; since protocol 17, which retired the op and chunk fields of 13–16) |
+//! | `-25` | trace: `[u32 step][u32 ops]`, each op's `[u32 chunks][u64 digest × chunks]`, then `[u8 0]` or `[u8 1][u32 op][u32 chunk][u32 word…]` (the answer to `-24`: the trace up to and with the first op that parts from the leader's, and that op's words of its first chunk that parts; no ops and marker 0 when it cannot be made) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
 //! protocols 7–9 and are retired: a decoder refuses them as unknown.
@@ -63,7 +63,9 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (16: an f32 `outer:H` window names its
+/// The mesh protocol version carried in the run config (17: `-24` and `-25` carry only the
+/// form protocol 15 sends — a trace asked for against the leader's, its answer — without the op
+/// and chunk fields that named the whole trace or one chunk's words; 16: an f32 `outer:H` window names its
 /// inner optimizer's state, `-26`, an overlapped window its steps run ahead and the weights
 /// they began from, and both are audited; 15: a trace asked for against the
 /// leader's, `-24` and `-25` with op `0xfffffffe`; 14: a state is named by its chunks'
@@ -77,7 +79,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 16;
+pub const MESH_PROTOCOL_VERSION: u32 = 17;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -106,10 +108,6 @@ const STATE: i32 = -23;
 const TRACE_REQUEST: i32 = -24;
 const TRACE: i32 = -25;
 const F32_STATE_GRADIENT: i32 = -26;
-/// The op number in `-24`/`-25` that means the whole trace of the step.
-const WHOLE_TRACE: u32 = u32::MAX;
-/// `-24`/`-25`'s op for a trace compared with the one sent ([`TracePart::Against`]).
-const AGAINST_TRACE: u32 = u32::MAX - 1;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -282,11 +280,13 @@ pub enum Message {
         step: u32,
         served: ServedState,
     },
-    /// A leader disputing the receiver's contribution to `step` asks for the receiver's trace
-    /// of the step, or the words of one chunk of one op (`docs/TRUST.md`, "Disputes").
+    /// A leader disputing the receiver's contribution to `step` sends the definition's trace
+    /// of the step and asks for the receiver's, compared op by op with it (`docs/TRUST.md`,
+    /// "Disputes"): its trace up to the first op that parts from the definition's and that op's
+    /// words of the first chunk that does, in one answer.
     TraceRequest {
         step: u32,
-        part: TracePart,
+        definition: Trace,
     },
     /// The answer to a [`Message::TraceRequest`].
     Trace {
@@ -310,37 +310,16 @@ impl Trace {
     }
 }
 
-/// What a [`Message::TraceRequest`] asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TracePart {
-    /// Every op's chunk digests ([`Trace`]).
-    Whole,
-    /// The words of chunk `chunk` of op `op`.
-    Chunk { op: u32, chunk: u32 },
-    /// The step run again compared op by op with this trace (the leader's, the definition's):
-    /// the trace up to the first op that parts from it and that op's words of the first chunk
-    /// that does, in one answer (mesh protocol 15: one round trip and one run of the step where
-    /// `Whole` and then `Chunk` took two of each).
-    Against(Trace),
-}
-
-/// A [`Message::Trace`]'s content: what was asked, or nothing (an empty trace, no words) when
-/// the step can no longer be traced.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TraceAnswer {
-    Whole(Trace),
-    Chunk {
-        op: u32,
-        chunk: u32,
-        words: Vec<u32>,
-    },
-    /// The answer to [`TracePart::Against`]: this side's trace up to and with the first op that
-    /// parts from the one sent (every op where none does), and that op's words of its first
-    /// chunk that parts (`None` where none does).
-    Against {
-        trace: Trace,
-        words: Option<(u32, u32, Vec<u32>)>,
-    },
+/// A [`Message::Trace`]'s content, the answer to a [`Message::TraceRequest`]: this side's
+/// trace up to and with the first op that parts from the definition's (every op where none
+/// does), and that op's words of its first chunk that parts — `(op, chunk, words)`, `None` where
+/// none does. An empty trace and no words: the step can no longer be traced. (Until mesh
+/// protocol 17 a request could ask for the whole trace or for one chunk's words alone; no
+/// leader sent either since protocol 15, which asks once against the definition's trace.)
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceAnswer {
+    pub trace: Trace,
+    pub words: Option<(u32, u32, Vec<u32>)>,
 }
 
 /// Why the leader took a member out of the run for good (wire `-13`, the console, the headless
@@ -545,49 +524,22 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&step.to_le_bytes());
             served.encode(&mut out);
         }
-        Message::TraceRequest { step, part } => {
+        Message::TraceRequest { step, definition } => {
             out.extend_from_slice(&TRACE_REQUEST.to_le_bytes());
-            let (op, chunk) = match *part {
-                TracePart::Whole => (WHOLE_TRACE, 0),
-                TracePart::Chunk { op, chunk } => (op, chunk),
-                TracePart::Against(_) => (AGAINST_TRACE, 0),
-            };
-            for v in [*step, op, chunk] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            if let TracePart::Against(trace) = part {
-                put_trace(&mut out, trace);
-            }
+            out.extend_from_slice(&step.to_le_bytes());
+            put_trace(&mut out, definition);
         }
-        Message::Trace { step, answer } => {
+        Message::Trace { step, answer: TraceAnswer { trace, words } } => {
             out.extend_from_slice(&TRACE.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
-            match answer {
-                TraceAnswer::Whole(trace) => {
-                    for v in [WHOLE_TRACE, 0] {
-                        out.extend_from_slice(&v.to_le_bytes());
-                    }
-                    put_trace(&mut out, trace);
-                }
-                TraceAnswer::Chunk { op, chunk, words } => {
+            put_trace(&mut out, trace);
+            match words {
+                None => out.push(0),
+                Some((op, chunk, words)) => {
+                    out.push(1);
                     out.extend_from_slice(&op.to_le_bytes());
                     out.extend_from_slice(&chunk.to_le_bytes());
                     words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
-                }
-                TraceAnswer::Against { trace, words } => {
-                    for v in [AGAINST_TRACE, 0] {
-                        out.extend_from_slice(&v.to_le_bytes());
-                    }
-                    put_trace(&mut out, trace);
-                    match words {
-                        None => out.push(0),
-                        Some((op, chunk, words)) => {
-                            out.push(1);
-                            out.extend_from_slice(&op.to_le_bytes());
-                            out.extend_from_slice(&chunk.to_le_bytes());
-                            words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
-                        }
-                    }
                 }
             }
         }
@@ -725,34 +677,18 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         }
         STATE_REQUEST => Message::StateRequest { step: r.u32()?, part: StatePart::decode(&mut r)? },
         STATE => Message::State { step: r.u32()?, served: ServedState::decode(&mut r)? },
-        TRACE_REQUEST => {
-            let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
-            let part = match op {
-                WHOLE_TRACE => TracePart::Whole,
-                AGAINST_TRACE => TracePart::Against(read_trace(&mut r)?),
-                _ => TracePart::Chunk { op, chunk },
-            };
-            Message::TraceRequest { step, part }
-        }
+        TRACE_REQUEST => Message::TraceRequest { step: r.u32()?, definition: read_trace(&mut r)? },
         TRACE => {
-            let (step, op, chunk) = (r.u32()?, r.u32()?, r.u32()?);
-            let answer = match op {
-                WHOLE_TRACE => TraceAnswer::Whole(read_trace(&mut r)?),
-                AGAINST_TRACE => {
-                    let trace = read_trace(&mut r)?;
-                    let words = match r.u8()? {
-                        0 => None,
-                        1 => {
-                            let (op, chunk) = (r.u32()?, r.u32()?);
-                            Some((op, chunk, read_words(&mut r)?))
-                        }
-                        other => return Err(WireError::Invalid(format!("a trace's words marked {other}"))),
-                    };
-                    TraceAnswer::Against { trace, words }
+            let (step, trace) = (r.u32()?, read_trace(&mut r)?);
+            let words = match r.u8()? {
+                0 => None,
+                1 => {
+                    let (op, chunk) = (r.u32()?, r.u32()?);
+                    Some((op, chunk, read_words(&mut r)?))
                 }
-                _ => TraceAnswer::Chunk { op, chunk, words: read_words(&mut r)? },
+                other => return Err(WireError::Invalid(format!("a trace's words marked {other}"))),
             };
-            Message::Trace { step, answer }
+            Message::Trace { step, answer: TraceAnswer { trace, words } }
         }
         other => return Err(WireError::UnknownSentinel(other)),
     };

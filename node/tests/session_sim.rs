@@ -23,7 +23,7 @@ use lockstep_node::session::{
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
 use lockstep_node::wire::{
     state_chunk_digests, state_digest, words_digest, Epoch, Evidence, Gradient, Message, PeerId, Removal, ServedState,
-    StatePart, TraceAnswer, TracePart, MESH_PROTOCOL_VERSION,
+    StatePart, TraceAnswer, MESH_PROTOCOL_VERSION,
 };
 
 const PHASH: u32 = 0xdf23_2627;
@@ -549,28 +549,19 @@ impl Net {
                         };
                         queue.push_back(Input::Audited { step, target, outcome });
                     }
-                    Output::ServeTrace { to, step, part } => {
-                        // Its backend's step again, from the weights the step started from.
+                    Output::ServeTrace { to, step, definition } => {
+                        // Its backend's step again, from the weights the step started from,
+                        // compared with the leader's as it goes: its trace up to the op where
+                        // they part (the toy's step is one op), and that chunk.
                         if node.untraced {
                             continue;
                         }
                         node.traces_served += 1;
                         let grad = node.computed_from.get(&step).map(|toy| toy.computed(id, step, node.wrong_value));
-                        let answer = match (grad, part) {
-                            (Some(grad), TracePart::Whole) => TraceAnswer::Whole(Toy::trace(&grad)),
-                            (grad, TracePart::Chunk { op, chunk }) => {
-                                let words: Vec<u32> = grad.unwrap_or_default().iter().map(|g| g.to_bits()).collect();
-                                let from = (chunk as usize * TRACE_CHUNK_WORDS).min(words.len());
-                                let to = (from + TRACE_CHUNK_WORDS).min(words.len());
-                                let words = if op == 0 { words[from..to].to_vec() } else { Vec::new() };
-                                TraceAnswer::Chunk { op, chunk, words }
-                            }
-                            (None, TracePart::Whole) => TraceAnswer::Whole(Trace::default()),
-                            // Compared with the leader's as it goes: its trace up to the op
-                            // where they part (the toy's step is one op), and that chunk.
-                            (Some(grad), TracePart::Against(theirs)) => {
+                        let answer = match grad {
+                            Some(grad) => {
                                 let ours = Toy::trace(&grad);
-                                let parted = theirs
+                                let parted = definition
                                     .ops
                                     .first()
                                     .and_then(|their| ours.ops[0].iter().zip(their).position(|(a, b)| a != b));
@@ -580,11 +571,9 @@ impl Net {
                                     let to = (from + TRACE_CHUNK_WORDS).min(words.len());
                                     (0, chunk as u32, words[from..to].to_vec())
                                 });
-                                TraceAnswer::Against { trace: ours, words }
+                                TraceAnswer { trace: ours, words }
                             }
-                            (None, TracePart::Against(_)) => {
-                                TraceAnswer::Against { trace: Trace::default(), words: None }
-                            }
+                            None => TraceAnswer::default(),
                         };
                         self.links.entry((id, to)).or_default().push_back(Message::Trace { step, answer });
                     }

@@ -14,7 +14,7 @@ use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, Repli
 use lockstep_node::session::{
     Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
 };
-use lockstep_node::wire::{Message, PeerId, Reassembler, TraceAnswer, TracePart};
+use lockstep_node::wire::{Message, PeerId, Reassembler, TraceAnswer};
 use lockstep_signaling::protocol::{ClientMessage, GroupName, ServerMessage, SignalKind};
 use tokio::sync::mpsc;
 use webrtc::data_channel::{DataChannel, RTCDataChannelInit};

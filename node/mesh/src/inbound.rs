@@ -132,7 +132,7 @@ pub(crate) struct Computed {
 
 #[cfg(test)]
 mod tests {
-    use lockstep_node::wire::{decode, encode, Message, TracePart};
+    use lockstep_node::wire::{decode, encode, Message, Trace};
 
     use super::*;
 
@@ -144,7 +144,7 @@ mod tests {
         let frame = |m: &Message| Inbound::Frame(1, 0, BytesMut::from(&encode(m)[..]));
         let (first, second) =
             (Message::RepairRequest { step: 1, peer: 2 }, Message::RepairRequest { step: 2, peer: 2 });
-        let trace = Message::TraceRequest { step: 3, part: TracePart::Whole };
+        let trace = Message::TraceRequest { step: 3, definition: Trace { ops: vec![vec![7, 8]] } };
         for m in [&first, &second, &trace] {
             assert!(tx.send(frame(m)));
         }

@@ -61,10 +61,10 @@ impl Session {
         let since_ms = self.timing.now_ms();
         // The definition's trace goes with the request: one answer brings the target's trace up
         // to the op where they part and its words there.
-        let part = TracePart::Against((*definition).clone());
+        let request = Message::TraceRequest { step: verdict.step, definition: (*definition).clone() };
         self.audits.dispute = Some(Dispute { verdict, since_ms, stage: Stage::Trace { definition } });
         self.event(Event::Disputing { step: verdict.step, target, evidence: verdict.evidence });
-        self.send(target, Message::TraceRequest { step: verdict.step, part });
+        self.send(target, request);
     }
 
     /// The disputed member's trace (up to the first op where it parts from the definition's),
@@ -115,11 +115,11 @@ impl Session {
     /// The leader asks for this member's trace of `step` (a dispute of its contribution): the
     /// adapter runs the step again on this member's backend and answers. Only the leader's
     /// requests are served (each costs a step).
-    pub(super) fn on_trace_request(&mut self, from: PeerId, step: u32, part: TracePart) {
+    pub(super) fn on_trace_request(&mut self, from: PeerId, step: u32, definition: Trace) {
         if self.leader() != Some(from) || self.is_leader() {
             return self.ignore(from, Ignored::TraceRequestFromNonLeader);
         }
-        self.out.push(Output::ServeTrace { to: from, step, part });
+        self.out.push(Output::ServeTrace { to: from, step, definition: Arc::new(definition) });
     }
 
     /// A disputed member's answer to the definition's trace: its own up to the op where they
@@ -128,9 +128,7 @@ impl Session {
     pub(super) fn on_trace(&mut self, from: PeerId, step: u32, answer: TraceAnswer) {
         let asked = |d: &Dispute| d.verdict.target == from && d.verdict.step == step;
         let waiting = self.audits.dispute.as_ref().is_some_and(|d| asked(d) && matches!(d.stage, Stage::Trace { .. }));
-        // The leader asks only against its own trace; a whole trace or a chunk alone answers
-        // nothing it asked.
-        let TraceAnswer::Against { trace, words } = answer else { return self.ignore(from, Ignored::UnaskedTrace) };
+        let TraceAnswer { trace, words } = answer;
         if !waiting {
             return self.ignore(from, Ignored::UnaskedTrace);
         }

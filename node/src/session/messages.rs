@@ -46,7 +46,7 @@ impl Session {
             Message::Accusation { step, target, evidence } => self.on_accusation(from, step, target, evidence),
             Message::StateRequest { step, part } => self.on_state_request(from, step, part),
             Message::State { step, served } => self.on_state(from, step, served),
-            Message::TraceRequest { step, part } => self.on_trace_request(from, step, part),
+            Message::TraceRequest { step, definition } => self.on_trace_request(from, step, definition),
             Message::Trace { step, answer } => self.on_trace(from, step, answer),
             Message::CatchUp { applied: _ } => {
                 if self.is_leader() && self.agreement.as_ref().is_some_and(|a| a.is_member(from)) {

@@ -95,7 +95,7 @@ use std::sync::Arc;
 
 use crate::audit::{Trace, Traced, Urgency};
 use crate::config::RunConfig;
-use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, TracePart, Values, MESH_PROTOCOL_VERSION};
+use crate::wire::{Epoch, Gradient, Message, PeerId, Removal, Values, MESH_PROTOCOL_VERSION};
 
 /// Committed entries a member holds for its weights to take (beyond them it needs a resume).
 const MAX_QUEUED: usize = 1024;
@@ -212,12 +212,13 @@ pub enum Output {
         urgency: Urgency,
     },
     /// Disputes: send `to` (the leader) our trace of `step` — our own backend's step run again
-    /// from the weights it started from, every op's chunk digests — or the words of one chunk
-    /// of one op (`-25`; empty when it cannot be made). Nothing to answer.
+    /// from the weights it started from, compared op by op with `definition` (the leader's):
+    /// every op's chunk digests up to the first that parts, and our words of its first parting
+    /// chunk (`-25`; empty when it cannot be made). Nothing to answer.
     ServeTrace {
         to: PeerId,
         step: u32,
-        part: TracePart,
+        definition: Arc<Trace>,
     },
     /// Disputes (leader): `target`'s step `step` run again on the referee (the definition),
     /// compared op by op with `theirs`, its trace; answer `Settled`.

@@ -114,64 +114,43 @@ fn golden_bytes() {
     past[36] = 2;
     assert!(matches!(decode(&past), Err(WireError::Invalid(_))));
     assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Truncated { .. })));
-    // Disputes: a trace request (the whole trace, then one chunk) and the answers.
-    assert_eq!(
-        encode(&Message::TraceRequest { step: 2, part: TracePart::Whole }),
-        vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]
-    );
-    let chunk = Message::TraceRequest { step: 2, part: TracePart::Chunk { op: 5, chunk: 1 } };
-    assert_eq!(encode(&chunk), vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0]);
-    assert_eq!(decode(&encode(&chunk)), Ok(chunk));
-    let trace = Trace { ops: vec![vec![0x0102], vec![], vec![3, 4]] };
-    let whole = Message::Trace { step: 2, answer: TraceAnswer::Whole(trace) };
-    let mut bytes = vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 3, 0, 0, 0];
-    bytes.extend([1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    bytes.extend([2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(encode(&whole), bytes);
-    assert_eq!(decode(&bytes), Ok(whole));
-    for cut in 4..bytes.len() {
-        assert!(decode(&bytes[..cut]).is_err(), "{cut} bytes");
-    }
-    // An op count or a chunk count past what the message holds is refused before allocating.
-    let mut huge = bytes[..16].to_vec();
-    huge.extend(u32::MAX.to_le_bytes());
-    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))));
-    let mut huge = bytes[..20].to_vec();
-    huge.extend(u32::MAX.to_le_bytes());
-    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))));
-    let words = Message::Trace { step: 2, answer: TraceAnswer::Chunk { op: 5, chunk: 1, words: vec![7, 0x8000_0000] } };
-    assert_eq!(
-        encode(&words),
-        vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0x80]
-    );
-    assert_eq!(decode(&encode(&words)), Ok(words));
-    assert!(matches!(
-        decode(&[0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 7]),
-        Err(WireError::Invalid(_))
-    ));
-    // Protocol 15: a trace asked for against the leader's (op 0xfffffffe, the trace after it),
-    // and the answer: the trace up to the op where it parts, then that op's words of the chunk.
+    // Disputes (protocol 17): a trace asked for against the leader's (the trace after the
+    // step), and the answer: the trace up to the op where it parts, then that op's words of
+    // the chunk.
     let theirs = Trace { ops: vec![vec![9], vec![3, 4]] };
-    let against = Message::TraceRequest { step: 2, part: TracePart::Against(theirs) };
-    let mut bytes = vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0, 0, 0, 0, 2, 0, 0, 0];
+    let against = Message::TraceRequest { step: 2, definition: theirs };
+    let mut bytes = vec![0xe8, 0xff, 0xff, 0xff, 2, 0, 0, 0, 2, 0, 0, 0];
     bytes.extend([1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
     bytes.extend([2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(encode(&against), bytes);
     assert_eq!(decode(&bytes), Ok(against));
+    for cut in 4..bytes.len() {
+        assert!(decode(&bytes[..cut]).is_err(), "{cut} bytes");
+    }
+    // An op count or a chunk count past what the message holds is refused before allocating.
+    let mut huge = bytes[..8].to_vec();
+    huge.extend(u32::MAX.to_le_bytes());
+    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))));
+    let mut huge = bytes[..12].to_vec();
+    huge.extend(u32::MAX.to_le_bytes());
+    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))));
     let ours = Trace { ops: vec![vec![9], vec![3, 5]] };
-    let parted = TraceAnswer::Against { trace: ours.clone(), words: Some((1, 1, vec![7])) };
+    let parted = TraceAnswer { trace: ours.clone(), words: Some((1, 1, vec![7, 0x8000_0000])) };
     let answer = Message::Trace { step: 2, answer: parted };
-    let mut bytes = vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 0, 0, 0, 0, 2, 0, 0, 0];
+    let mut bytes = vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 2, 0, 0, 0];
     bytes.extend([1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
     bytes.extend([2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
-    bytes.extend([1, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0]);
+    bytes.extend([1, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0x80]);
     assert_eq!(encode(&answer), bytes);
     assert_eq!(decode(&bytes), Ok(answer));
-    let agrees = Message::Trace { step: 2, answer: TraceAnswer::Against { trace: ours, words: None } };
+    let agrees = Message::Trace { step: 2, answer: TraceAnswer { trace: ours, words: None } };
     assert_eq!(decode(&encode(&agrees)), Ok(agrees));
+    let nothing = Message::Trace { step: 2, answer: TraceAnswer::default() };
+    assert_eq!(encode(&nothing), vec![0xe7, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(decode(&encode(&nothing)), Ok(nothing));
     // A words marker that is neither, and words that are not whole, are refused.
     let mut marked = bytes.clone();
-    marked[52] = 2;
+    marked[44] = 2;
     assert!(matches!(decode(&marked), Err(WireError::Invalid(_))));
     assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Invalid(_))));
     // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
@@ -589,8 +568,8 @@ fn the_agreements_the_links_and_the_audits_messages_jump_the_queue() {
     let audits = [
         Message::Accusation { step: 3, target: 7, evidence },
         Message::StateRequest { step: 3, part: StatePart::Whole },
-        Message::TraceRequest { step: 3, part: TracePart::Whole },
-        Message::Trace { step: 3, answer: TraceAnswer::Chunk { op: 2, chunk: 0, words: vec![0; 4096] } },
+        Message::TraceRequest { step: 3, definition: Trace { ops: vec![vec![1, 2]] } },
+        Message::Trace { step: 3, answer: TraceAnswer { trace: Trace::default(), words: Some((2, 0, vec![0; 4096])) } },
     ];
     let waiting = [
         Message::Gradient(gradient(10)),
@@ -610,7 +589,10 @@ fn the_agreements_the_links_and_the_audits_messages_jump_the_queue() {
     for m in &waiting {
         assert!(!jumps_the_queue(&encode(m)) && !audit_message(&encode(m)), "{m:?}");
     }
-    let large = Message::Trace { step: 3, answer: TraceAnswer::Chunk { op: 2, chunk: 0, words: vec![0; 40_000] } };
+    let large = Message::Trace {
+        step: 3,
+        answer: TraceAnswer { trace: Trace::default(), words: Some((2, 0, vec![0; 40_000])) },
+    };
     let parts = frames(encode(&large), 1);
     assert!(parts.len() > 1 && parts.iter().all(|f| !audit_message(f)));
     assert!(!jumps_the_queue(&[]) && !audit_message(&[0xff, 0xff]));

@@ -121,7 +121,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Output::Audit { step, target, private, trace, urgency } => {
                 self.spawn_audit(step, target, private, trace, urgency)
             }
-            Output::ServeTrace { to, step, part } => self.spawn_trace(to, step, part),
+            Output::ServeTrace { to, step, definition } => self.spawn_trace(to, step, definition),
             Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
             Output::ServeState { to, step, part, routine } => {
                 let served = self.kept_states.served(step, &part);
@@ -321,33 +321,26 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    /// Disputes (target): this node's step `step` run again on its own backend, traced as the
-    /// leader `to` asks, on a blocking thread that holds the replica meanwhile (one step's
-    /// time); the answer goes back through the loop (`Inbound::TraceServed`). One at a time: a
-    /// request while one is being made is answered empty.
-    fn spawn_trace(&mut self, to: PeerId, step: u32, part: TracePart) {
+    /// Disputes (target): this node's step `step` run again on its own backend, compared op
+    /// by op with the leader's `definition` as it goes, on a blocking thread that holds the
+    /// replica meanwhile (one step's time); the answer goes back through the loop
+    /// (`Inbound::TraceServed`). One at a time: a request while one is being made is answered
+    /// empty (no ops, no words), as is one whose step can no longer be traced.
+    fn spawn_trace(&mut self, to: PeerId, step: u32, definition: Arc<Trace>) {
         let tx = self.inbound.clone();
         if std::mem::replace(&mut self.tracing, true) {
-            let answer = empty_trace(part);
-            let _ = tx.send(Inbound::TraceServed { to, step, answer });
+            let _ = tx.send(Inbound::TraceServed { to, step, answer: TraceAnswer::default() });
             return;
         }
         let replica = self.replica.clone();
         tokio::task::spawn_blocking(move || {
-            let tracing = match &part {
-                TracePart::Whole => Tracing::Whole,
-                TracePart::Chunk { op, chunk } => Tracing::Chunk { op: *op as usize, chunk: *chunk as usize },
-                TracePart::Against(definition) => Tracing::Answer(Arc::new(definition.clone())),
-            };
-            let traced = replica.lock().unwrap_or_else(|p| p.into_inner()).trace(step, &tracing);
-            let answer = match (traced, part) {
-                (Ok(Traced::Whole(trace)), _) => TraceAnswer::Whole(trace),
-                (Ok(Traced::Chunk(words)), TracePart::Chunk { op, chunk }) => TraceAnswer::Chunk { op, chunk, words },
-                (Ok(Traced::Answer { trace, words }), TracePart::Against(_)) => {
+            let traced = replica.lock().unwrap_or_else(|p| p.into_inner()).trace(step, &Tracing::Answer(definition));
+            let answer = match traced {
+                Ok(Traced::Answer { trace, words }) => {
                     let words = words.map(|(op, chunk, words)| (op as u32, chunk as u32, words));
-                    TraceAnswer::Against { trace, words }
+                    TraceAnswer { trace, words }
                 }
-                (_, part) => empty_trace(part),
+                _ => TraceAnswer::default(),
             };
             let _ = tx.send(Inbound::TraceServed { to, step, answer });
         });
@@ -432,14 +425,5 @@ fn must_stop(event: &Event) -> Option<String> {
             Some(format!("the state the group sent could not be restored: {error}"))
         }
         _ => None,
-    }
-}
-
-/// The answer to a trace request that cannot be made: no ops, or no words.
-fn empty_trace(part: TracePart) -> TraceAnswer {
-    match part {
-        TracePart::Whole => TraceAnswer::Whole(Trace::default()),
-        TracePart::Chunk { op, chunk } => TraceAnswer::Chunk { op, chunk, words: Vec::new() },
-        TracePart::Against(_) => TraceAnswer::Against { trace: Trace::default(), words: None },
     }
 }
