@@ -91,8 +91,9 @@ settings! {
     /// length must be a multiple of H.
     "sync" => sync.mode: SyncMode,
     /// What contributions are sent as: `none` (f32, averaged in roster order), `int8`
-    /// (power-of-two block scales, error feedback, summed exactly) or `int4` (the same in half
-    /// the bytes).
+    /// (power-of-two block scales, error feedback, summed exactly), `int4` (the same in half
+    /// the bytes) or `topk:K` (the K largest of each 4,096 values, K a power of two, the rest
+    /// fed back; sent as int8 blocks until its sparse frame exists).
     "compress" => sync.compression: Compression,
     /// The outer optimizer's learning rate (`outer:H`).
     "outer-lr" => sync.outer.lr: f32,

@@ -82,15 +82,36 @@ pub enum Compression {
     Int8,
     /// The same with quants in `[-7, 7]` (two to a byte on the wire): half the bytes.
     Int4,
+    /// `topk:K`: in each chunk of [`TOPK_CHUNK`] values, the `K` of largest magnitude (ties to
+    /// the lower index), as int8 blocks; the rest stays in the member's error-feedback residual
+    /// ([`pack_topk`], `docs/PERFORMANCE.md`, "Every-step sparse sync"). `K` is a power of two
+    /// from 1 to [`TOPK_CHUNK`]. Summed exactly, as int8 is; sent as int8 blocks (`-14`: the
+    /// sparse frame is not built yet, so its bytes are int8's).
+    TopK(u16),
+}
+
+/// Values a chunk of `topk:K` picks its `K` from.
+pub const TOPK_CHUNK: usize = 4096;
+
+impl Compression {
+    /// The form a contribution of this compression travels and is summed in: `topk:K`'s is
+    /// int8's (its values are int8 blocks, most of them empty).
+    pub fn values_as(self) -> Compression {
+        match self {
+            Compression::TopK(_) => Compression::Int8,
+            other => other,
+        }
+    }
 }
 
 impl std::fmt::Display for Compression {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Compression::None => "none",
-            Compression::Int8 => "int8",
-            Compression::Int4 => "int4",
-        })
+        match self {
+            Compression::None => f.write_str("none"),
+            Compression::Int8 => f.write_str("int8"),
+            Compression::Int4 => f.write_str("int4"),
+            Compression::TopK(k) => write!(f, "topk:{k}"),
+        }
     }
 }
 
@@ -102,7 +123,10 @@ impl std::str::FromStr for Compression {
             "none" => Ok(Compression::None),
             "int8" => Ok(Compression::Int8),
             "int4" => Ok(Compression::Int4),
-            _ => Err(SyncError::CompressionText(s.to_string())),
+            _ => match s.strip_prefix("topk:").map(str::parse::<u16>) {
+                Some(Ok(k)) if k.is_power_of_two() && usize::from(k) <= TOPK_CHUNK => Ok(Compression::TopK(k)),
+                _ => Err(SyncError::CompressionText(s.to_string())),
+            },
         }
     }
 }
@@ -189,13 +213,18 @@ impl SyncConfig {
     }
 }
 
+/// `topk:K`'s compression byte is this plus log₂ K…
+const TOPK_BYTE: u8 = 16;
+/// …up to `K` = [`TOPK_CHUNK`].
+const TOPK_BYTE_LAST: u8 = TOPK_BYTE + TOPK_CHUNK.trailing_zeros() as u8;
+
 impl SyncConfig {
     /// Bytes of [`SyncConfig::encode`].
     pub const ENCODED_LEN: usize = 14;
 
     /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
     /// `[u8 mode (0 every-step; for outer, 1 + overlap, plus 128 for elastic windows)][u32 H (1
-    /// for every-step)][u8 compression (0 none, 1 int8, 2 int4)][f32 outer lr][f32 outer
+    /// for every-step)][u8 compression (0 none, 1 int8, 2 int4, 16 + log₂ K topk:K)][f32 outer lr][f32 outer
     /// momentum]`. An overlap past [`SyncConfig::MAX_OVERLAP`], or an overlap or elastic windows
     /// with `every-step`, is not a valid run (`RunConfig::validate`) and is not encoded.
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
@@ -209,6 +238,7 @@ impl SyncConfig {
             Compression::None => 0u8,
             Compression::Int8 => 1,
             Compression::Int4 => 2,
+            Compression::TopK(k) => TOPK_BYTE + k.trailing_zeros() as u8,
         };
         let mut out = [0u8; Self::ENCODED_LEN];
         out[0] = mode;
@@ -232,6 +262,7 @@ impl SyncConfig {
             0 => Compression::None,
             1 => Compression::Int8,
             2 => Compression::Int4,
+            b @ TOPK_BYTE..=TOPK_BYTE_LAST => Compression::TopK(1 << (b - TOPK_BYTE)),
             other => return Err(SyncError::CompressionByte(other)),
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
@@ -281,7 +312,10 @@ impl std::fmt::Display for SyncError {
             SyncError::ModeText(s) => {
                 write!(f, "`{s}` is not a sync mode: every-step or outer:H with H from 1 to 100000")
             }
-            SyncError::CompressionText(s) => write!(f, "`{s}` is not a compression: none, int8 or int4"),
+            SyncError::CompressionText(s) => write!(
+                f,
+                "`{s}` is not a compression: none, int8, int4 or topk:K (K a power of two from 1 to {TOPK_CHUNK})"
+            ),
             SyncError::CompressionByte(b) => write!(f, "compression {b}"),
             SyncError::ModeByte(b) => write!(f, "sync mode byte {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),

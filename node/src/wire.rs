@@ -65,7 +65,8 @@ pub use crate::verdict::Verdict;
 
 /// The mesh protocol version carried in the run config (17: `-24` and `-25` carry only the
 /// form protocol 15 sends — a trace asked for against the leader's, its answer — without the op
-/// and chunk fields that named the whole trace or one chunk's words; 16: an f32 `outer:H` window names its
+/// and chunk fields that named the whole trace or one chunk's words, and the run config's
+/// compression byte may name `topk:K` (16 + log₂ K); 16: an f32 `outer:H` window names its
 /// inner optimizer's state, `-26`, an overlapped window its steps run ahead and the weights
 /// they began from, and both are audited; 15: a trace asked for against the
 /// leader's, `-24` and `-25` with op `0xfffffffe`; 14: a state is named by its chunks'

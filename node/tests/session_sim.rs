@@ -411,22 +411,16 @@ impl Net {
                                 Values::Int8(packed)
                             }
                             _ if node.poison.is_some() => Values::F32(vec![node.poison.unwrap(); LEN]),
-                            Some(compression @ (Compression::Int8 | Compression::Int4)) => {
+                            Some(compression) if compression != Compression::None => {
                                 if node.forge {
                                     node.residual.iter_mut().for_each(|r| *r *= 2.0);
                                 }
                                 node.states.insert(step, node.residual.clone());
                                 node.states.retain(|&s, _| s + 8 > step);
                                 let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
-                                let packed =
-                                    if compression == Compression::Int8 { sync::pack(&x) } else { sync::pack4(&x) };
-                                let packed = packed.unwrap();
-                                node.packed = Some((x, packed.clone()));
-                                if compression == Compression::Int8 {
-                                    Values::Int8(packed)
-                                } else {
-                                    Values::Int4(packed)
-                                }
+                                let values = sync::pack_as(&x, compression).expect("a packed compression").unwrap();
+                                node.packed = Some((x, values.packed().expect("blocks").clone()));
+                                values
                             }
                             _ => Values::F32(grad),
                         };
@@ -824,6 +818,11 @@ fn single_process_int4(peers: &[PeerId], steps: u32) -> Vec<u32> {
     single_process_packed(peers, steps, sync::pack4, &plain_mean)
 }
 
+/// The same with `topk:8` (of the toy's one chunk of 2,064 values).
+fn single_process_top8(peers: &[PeerId], steps: u32) -> Vec<u32> {
+    single_process_packed(peers, steps, |x| sync::pack_topk(x, 8), &plain_mean)
+}
+
 /// The group's grid and mean of one step's packed contributions, unweighted.
 fn plain_mean(_step: u32, packed: &[&Packed]) -> (Vec<u8>, Vec<f32>) {
     let (grid, sum) = sync::sum_direct(packed);
@@ -953,7 +952,8 @@ fn assert_all_finished_equal(net: &Net, ids: &[PeerId], last: u32, what: &str) {
 #[test]
 fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
     let int4 = SyncConfig { compression: Compression::Int4, ..SyncConfig::SEED };
-    for (sync, seeds) in [(SyncConfig::SEED, 0..25), (int8(), 0..10), (int4, 0..10)] {
+    let top8 = SyncConfig { compression: Compression::TopK(8), ..SyncConfig::SEED };
+    for (sync, seeds) in [(SyncConfig::SEED, 0..25), (int8(), 0..10), (int4, 0..10), (top8, 0..10)] {
         for seed in seeds {
             let mut net = Net::new(seed);
             net.sync = sync;
@@ -967,6 +967,7 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
                 Compression::None => single_process(&[10, 20, 30], 12),
                 Compression::Int8 => single_process_int8(&[10, 20, 30], 12),
                 Compression::Int4 => single_process_int4(&[10, 20, 30], 12),
+                Compression::TopK(_) => single_process_top8(&[10, 20, 30], 12),
             };
             for id in [10, 20, 30] {
                 assert_eq!(hashes_of(&net, id), expected, "{sync} seed {seed} node {id}\n{}", net.describe());
@@ -987,6 +988,7 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
     // The two encodings really are different arithmetic.
     assert_ne!(single_process(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
     assert_ne!(single_process_int4(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
+    assert_ne!(single_process_top8(&[10, 20, 30], 12), single_process_int8(&[10, 20, 30], 12));
 }
 
 /// Elastic windows (`outer:4`, int8): a member beaten to the end of a window by another's
@@ -2323,6 +2325,8 @@ fn packed_rogues_are_named_by_their_values_their_broken_link_or_their_silence() 
         (1404, Compression::Int8, Kind::Forge),
         (1405, Compression::Int4, Kind::Forge),
         (1406, Compression::Int8, Kind::Withhold),
+        (1407, Compression::TopK(8), Kind::Scale(-1.0)),
+        (1408, Compression::TopK(8), Kind::Forge),
     ];
     for (seed, compression, kind) in cases {
         let mut net = audited_packed(seed, 500, 40, compression);
@@ -2375,7 +2379,9 @@ fn packed_rogues_are_named_by_their_values_their_broken_link_or_their_silence() 
 /// worker busy with the last one's round trip.
 #[test]
 fn honest_packed_members_audited_every_step_are_never_accused_and_their_links_hold() {
-    for (seed, compression) in [(1501, Compression::Int8), (1502, Compression::Int4), (1503, Compression::Int8)] {
+    let cases =
+        [(1501, Compression::Int8), (1502, Compression::Int4), (1503, Compression::Int8), (1504, Compression::TopK(8))];
+    for (seed, compression) in cases {
         let mut net = audited_packed(seed, 1000, 30, compression);
         net.run(600_000, |_, _| {});
         let what = format!("seed {seed} {compression:?}\n{}", net.describe());
@@ -2392,14 +2398,20 @@ fn honest_packed_members_audited_every_step_are_never_accused_and_their_links_ho
             linked += stats.linked;
         }
         // Routine audits asked for one chunk, and for the next state's digests for its link;
-        // nothing was checked whole (nobody was accused).
+        // nothing was checked whole (nobody was accused). `topk:8` draws its own chunk of 4,096
+        // values whole: the toy's state is one such chunk, so it asks for the whole state.
         let asked = net.nodes.values().fold((0, 0, 0), |a, n| (a.0 + n.asked.0, a.1 + n.asked.1, a.2 + n.asked.2));
-        assert_eq!(asked.0, 0, "{what}");
+        let part_is_whole = matches!(compression, Compression::TopK(_));
+        let (parts, wholes) = if part_is_whole { (asked.0, asked.1) } else { (asked.1, asked.0) };
+        assert_eq!(wholes, 0, "{asked:?}: {what}");
         assert!(
-            (audited..=audited + 4).contains(&asked.1),
+            (audited..=audited + 4).contains(&parts),
             "{asked:?}, {audited} audited (some at the end unfinished): {what}"
         );
-        assert!(asked.2 >= linked && linked > 0, "{asked:?}, {linked} linked: {what}");
+        // A part's link asks for the next state's chunk digests; a whole state's is its digest,
+        // which the next contribution names.
+        let digests_asked = if part_is_whole { linked } else { asked.2 };
+        assert!(digests_asked >= linked && linked > 0, "{asked:?}, {linked} linked: {what}");
         // An assignment that came while the worker waited for a residual waited for it in
         // turn: none skipped, every member of 29 rosters after the first audited.
         let skipped: u32 = net.nodes.values().map(|n| n.session.audit_stats().skipped).sum();

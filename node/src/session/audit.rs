@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 use super::dispute::Dispute;
 use super::log::{LogEntry, StepRecord};
-use super::private::{state_part, Expected, Link, Private};
+use super::private::{state_part, state_unit, Expected, Link, Private};
 use super::*;
 use crate::audit::Urgency;
 use crate::wire::{AuditVerdict, Evidence, StatePart};
@@ -327,7 +327,8 @@ impl Session {
             let len = self.state_len();
             let part = match running.urgency() {
                 Urgency::Routine if every_step && running.claimed.is_some() => {
-                    state_part(len, self.config.audit_state_part, named ^ self.config.me.rotate_left(23))
+                    let unit = self.run.map_or(1, |run| state_unit(run.sync.compression));
+                    state_part(len, self.config.audit_state_part, named ^ self.config.me.rotate_left(23), unit)
                 }
                 _ => StatePart::Whole,
             };

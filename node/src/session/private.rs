@@ -225,22 +225,34 @@ impl Session {
 
 /// The chunks a routine audit of a packed contribution asks for: `per_mille` of the state's
 /// chunks (at least one), drawn from `seed` (the auditor's id and the contribution's digest:
-/// its member could not know them when it sent it); the whole state when that is every chunk.
-pub fn state_part(len: usize, per_mille: u32, seed: u64) -> StatePart {
+/// its member could not know them when it sent it) `unit` neighbouring chunks at a time; the
+/// whole state when that is every chunk. (`topk:K` draws a whole chunk of its own at a time,
+/// four of the state's: which values it picks depends on every value of its chunk.)
+pub fn state_part(len: usize, per_mille: u32, seed: u64, unit: usize) -> StatePart {
     let chunks = crate::wire::chunks_of(len);
-    let k = (chunks * per_mille as usize).div_ceil(1000).max(1);
-    if k >= chunks {
+    let units = chunks.div_ceil(unit.max(1));
+    let k = (units * per_mille as usize).div_ceil(1000).max(1);
+    if k >= units {
         return StatePart::Whole;
     }
-    let mut all: Vec<u32> = (0..chunks as u32).collect();
+    let mut all: Vec<u32> = (0..units as u32).collect();
     let mut draw = lockstep_luts::rng::SplitMix64::new(seed);
     for i in 0..k {
-        let j = i + draw.below((chunks - i) as u64) as usize;
+        let j = i + draw.below((units - i) as u64) as usize;
         all.swap(i, j);
     }
-    let mut picked = all[..k].to_vec();
+    let unit = unit.max(1) as u32;
+    let mut picked: Vec<u32> = all[..k].iter().flat_map(|&u| u * unit..((u + 1) * unit).min(chunks as u32)).collect();
     picked.sort_unstable();
     StatePart::Chunks(picked)
+}
+
+/// The state chunks a routine audit draws together in a run of `compression` ([`state_part`]).
+pub fn state_unit(compression: crate::sync::Compression) -> usize {
+    match compression {
+        crate::sync::Compression::TopK(_) => crate::sync::TOPK_CHUNK / crate::wire::STATE_CHUNK,
+        _ => 1,
+    }
 }
 
 /// Where `claimed` departs from `recomputed` within the values `ranges` (an audit of a part:
@@ -252,4 +264,34 @@ fn departure_within(recomputed: &Gradient, claimed: &Gradient, ranges: &[std::op
         let (expected, got) = (word_of(recomputed, word)?, word_of(claimed, word));
         (got != Some(expected)).then(|| Evidence::Word { word, expected, claimed: got.unwrap_or(0) })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A routine audit's part: the share asked for, at least one unit, drawn whole — a
+    /// `topk:K` run's units are four of the state's chunks (its own chunk of 4,096 values), the
+    /// last one short where the state is — and the whole state where the share is every unit.
+    #[test]
+    fn a_part_is_drawn_in_whole_units() {
+        let len = 10 * crate::wire::STATE_CHUNK + 5; // 11 chunks
+        let StatePart::Chunks(one) = state_part(len, 125, 7, 1) else { panic!("a part") };
+        assert_eq!(one.len(), 2, "an eighth of 11 chunks, rounded up");
+        let StatePart::Chunks(fours) = state_part(len, 125, 7, 4) else { panic!("a part") };
+        // An eighth of 3 units is one unit: four chunks, or the last unit's three.
+        assert!(fours.len() == 4 || fours == [8, 9, 10], "{fours:?}");
+        assert!(fours.iter().all(|&c| c / 4 == fours[0] / 4) && fours[0] % 4 == 0, "{fours:?}");
+        for seed in 0..50 {
+            let StatePart::Chunks(part) = state_part(len, 400, seed, 4) else { panic!("a part") };
+            assert!(part.windows(2).all(|w| w[0] < w[1]) && part.iter().all(|&c| c < 11), "{part:?}");
+            for unit in part.iter().map(|c| c / 4) {
+                let whole: Vec<u32> = (unit * 4..(unit * 4 + 4).min(11)).collect();
+                assert!(whole.iter().all(|c| part.contains(c)), "unit {unit} of {part:?} drawn whole");
+            }
+        }
+        assert_eq!(state_part(len, 1000, 7, 4), StatePart::Whole);
+        assert_eq!(state_unit(crate::sync::Compression::TopK(16)), 4);
+        assert_eq!(state_unit(crate::sync::Compression::Int8), 1);
+    }
 }

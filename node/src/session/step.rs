@@ -109,8 +109,11 @@ impl Contributions {
 
     /// Checks a contribution and holds it (the caller decides which steps it takes).
     pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
-        if gradient.values.compression() != self.compression {
-            return Offer::WrongEncoding { expected: self.compression, actual: gradient.values.compression() };
+        if gradient.values.compression() != self.compression.values_as() {
+            return Offer::WrongEncoding {
+                expected: self.compression.values_as(),
+                actual: gradient.values.compression(),
+            };
         }
         if !self.weights.contains(&gradient.weight) {
             return Offer::WrongWeight { weight: gradient.weight, allowed: self.weights.clone() };

@@ -222,7 +222,10 @@ pub fn repack(
     for (v, r) in x.iter_mut().zip(state) {
         *v += r;
     }
-    let mut packed = if compression == Compression::Int4 { pack4(&x)? } else { pack(&x)? };
+    let mut packed = match pack_as(&x, compression) {
+        Some(values) => values?.packed().cloned().expect("a packed compression's values are blocks"),
+        None => return Ok(Repacked { values: Values::F32(x), next_state: None }),
+    };
     if let Some(ranges) = part {
         // One pass over the blocks (a GPT-2-sized state has millions, a part thousands of ranges).
         let mut kept = vec![false; packed.exponents.len()];
@@ -236,7 +239,7 @@ pub fn repack(
         }
     }
     let next_state = fits(&packed, grid).then(|| residual(&x, &packed, grid));
-    let values = if compression == Compression::Int4 { Values::Int4(packed) } else { Values::Int8(packed) };
+    let values = if compression.values_as() == Compression::Int4 { Values::Int4(packed) } else { Values::Int8(packed) };
     Ok(Repacked { values, next_state })
 }
 
@@ -408,15 +411,17 @@ impl Strategy {
         }
         let (values, packed, state) = match self.config.compression {
             Compression::None => (Values::F32(x), None, None),
-            compression @ (Compression::Int8 | Compression::Int4) => {
+            compression => {
                 let state = Arc::new(self.state.residual.clone());
                 for (v, r) in x.iter_mut().zip(&self.state.residual) {
                     *v += r;
                 }
-                let packed = if compression == Compression::Int8 { pack(&x) } else { pack4(&x) };
-                let packed = packed.map_err(ContributeError::NonFinite)?;
-                let values = if compression == Compression::Int8 { Values::Int8 } else { Values::Int4 };
-                (values(packed.clone()), Some((x, packed)), Some(state))
+                let values = match pack_as(&x, compression) {
+                    Some(packed) => packed.map_err(ContributeError::NonFinite)?,
+                    None => unreachable!("every compression but none packs"),
+                };
+                let packed = values.packed().cloned();
+                (values, packed.map(|p| (x, p)), Some(state))
             }
         };
         self.in_flight = Some(InFlight { global, packed });

@@ -91,6 +91,46 @@ pub fn pack(x: &[f32]) -> Result<Packed, NonFinite> {
     Ok(Packed { exponents, q })
 }
 
+/// `topk:K`'s packing ([`Compression::TopK`]): in each chunk of [`TOPK_CHUNK`] values of `x`
+/// (the last may be shorter), the `k` of largest magnitude — ties to the lower index, so every
+/// member and every auditor picks the same from the same values — packed as [`pack`] packs
+/// them, every other value 0 (a block none of whose values was picked is empty). What was not
+/// picked, and what packing rounded off, stays with the member (its residual, [`residual`]).
+pub fn pack_topk(x: &[f32], k: usize) -> Result<Packed, NonFinite> {
+    if let Some(index) = x.iter().position(|v| !v.is_finite()) {
+        return Err(NonFinite { index });
+    }
+    let mut picked = vec![0f32; x.len()];
+    let mut order: Vec<usize> = Vec::with_capacity(TOPK_CHUNK);
+    for (c, chunk) in x.chunks(TOPK_CHUNK).enumerate() {
+        let at = c * TOPK_CHUNK;
+        if chunk.len() <= k {
+            picked[at..at + chunk.len()].copy_from_slice(chunk);
+            continue;
+        }
+        order.clear();
+        order.extend(0..chunk.len());
+        // A total order: larger magnitudes first (a finite f32's bits without its sign order
+        // as its magnitude does), then the lower index.
+        order.select_nth_unstable_by_key(k - 1, |&i| (std::cmp::Reverse(chunk[i].to_bits() & 0x7fff_ffff), i));
+        for &i in &order[..k] {
+            picked[at + i] = chunk[i];
+        }
+    }
+    pack(&picked)
+}
+
+/// `x` packed as `compression` packs a contribution (`int8`, `int4`, `topk:K`; `None` for f32,
+/// which is not packed).
+pub fn pack_as(x: &[f32], compression: Compression) -> Option<Result<Values, NonFinite>> {
+    Some(match compression {
+        Compression::None => return None,
+        Compression::Int8 => pack(x).map(Values::Int8),
+        Compression::Int4 => pack4(x).map(Values::Int4),
+        Compression::TopK(k) => pack_topk(x, usize::from(k)).map(Values::Int8),
+    })
+}
+
 /// The largest int4 quant.
 pub const INT4_LIMIT: i8 = 7;
 

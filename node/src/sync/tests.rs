@@ -44,12 +44,63 @@ fn modes_and_compressions_read_what_they_print() {
     for mode in [SyncMode::EveryStep, SyncMode::Outer { inner_steps: 32 }] {
         assert_eq!(mode.to_string().parse::<SyncMode>(), Ok(mode));
     }
-    for c in [Compression::None, Compression::Int8, Compression::Int4] {
+    for c in [Compression::None, Compression::Int8, Compression::Int4, Compression::TopK(1), Compression::TopK(4096)] {
         assert_eq!(c.to_string().parse::<Compression>(), Ok(c));
+        // And the run config's byte carries it.
+        let config = SyncConfig { compression: c, ..SyncConfig::SEED };
+        assert_eq!(SyncConfig::decode(&config.encode()), Ok(config));
     }
+    assert_eq!("topk:16".parse::<Compression>(), Ok(Compression::TopK(16)));
     assert!("outer:0".parse::<SyncMode>().is_err());
     assert!("outer".parse::<SyncMode>().is_err());
-    assert!("fp16".parse::<Compression>().is_err());
+    for wrong in ["fp16", "topk:0", "topk:3", "topk:8192", "topk:", "topk:-4"] {
+        assert!(wrong.parse::<Compression>().is_err(), "{wrong}");
+    }
+    let mut bytes = SyncConfig::SEED.encode();
+    bytes[5] = 29;
+    assert_eq!(SyncConfig::decode(&bytes), Err(SyncError::CompressionByte(29)));
+}
+
+/// `topk:K` keeps, in each chunk of 4,096 values, the `K` of largest magnitude — ties to the
+/// lower index — packed as int8 packs them, and nothing else; a short last chunk of `K` or
+/// fewer keeps all its values. What it leaves (the rest, and what packing rounded off) is the
+/// member's residual: the values it sent plus the residual give back every value, exactly,
+/// when the group's grid is its own.
+#[test]
+fn topk_keeps_the_k_largest_of_each_chunk_and_the_residual_keeps_the_rest() {
+    let len = 2 * TOPK_CHUNK + 3;
+    let mut x: Vec<f32> = (0..len).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-4).collect();
+    // Chunk 0: the largest, then three of equal magnitude and either sign for two places (the
+    // lower indices take them), then a smaller one left out.
+    x[10] = 0.5;
+    x[20] = -0.75;
+    x[50] = 0.625;
+    x[30] = 0.625;
+    x[40] = -0.625;
+    let packed = pack_topk(&x, 3).unwrap();
+    let kept = |range: std::ops::Range<usize>| -> Vec<usize> { range.filter(|&i| packed.q[i] != 0).collect() };
+    assert_eq!(kept(0..TOPK_CHUNK), [20, 30, 40]);
+    assert_eq!(kept(TOPK_CHUNK..2 * TOPK_CHUNK).len(), 3);
+    // The last chunk's three values are all kept (at most K).
+    let last = 2 * TOPK_CHUNK;
+    let mut whole = x.clone();
+    whole[..last].fill(0.0);
+    assert_eq!(pack_topk(&whole, 3).unwrap().q[last..], pack(&x[last..]).unwrap().q[..]);
+    // Of chunk 1's, none smaller than one left out.
+    let chunk1 = &x[TOPK_CHUNK..2 * TOPK_CHUNK];
+    let smallest_kept = kept(TOPK_CHUNK..2 * TOPK_CHUNK).iter().map(|&i| x[i].abs()).fold(f32::INFINITY, f32::min);
+    let dropped = chunk1.iter().enumerate().filter(|(i, _)| packed.q[TOPK_CHUNK + i] == 0);
+    assert!(dropped.map(|(_, v)| v.abs()).all(|v| v <= smallest_kept));
+    // The residual on the member's own grid: what was sent plus it is x, bit for bit.
+    let reduced = reduce(&[&Values::Int8(packed.clone())], &[1]);
+    let left = residual(&x, &packed, &reduced.grid);
+    let sent: Vec<f32> = reduced.mean.clone();
+    for i in 0..len {
+        assert_eq!((sent[i] + left[i]).to_bits(), x[i].to_bits(), "value {i}");
+    }
+    // Every K of 4096: int8 itself.
+    assert_eq!(pack_topk(&x, TOPK_CHUNK).unwrap(), pack(&x).unwrap());
+    assert!(pack_topk(&[1.0, f32::NAN], 1).is_err());
 }
 
 #[test]
@@ -483,7 +534,7 @@ impl Member for Ramp {
 /// breaks the link.
 #[test]
 fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what_it_left() {
-    for compression in [Compression::Int8, Compression::Int4] {
+    for compression in [Compression::Int8, Compression::Int4, Compression::TopK(8)] {
         let config = SyncConfig { compression, ..SyncConfig::SEED };
         let mut strategy = Strategy::new(config, SyncState::new(&config, 100));
         let mut ramp = Ramp { step: 0, weights: vec![0.0; 100] };
