@@ -89,6 +89,18 @@ fn finished(node: &Node, secs: u64) {
     node.wait_for("run-finished", |e| e["event"] == "run-finished", secs);
 }
 
+/// No node was accused, named or failed an audit.
+fn nobody_accused(nodes: &[&Node]) {
+    for node in nodes {
+        let accused: Vec<Value> = node
+            .events()
+            .into_iter()
+            .filter(|e| ["accused", "verdict", "audit-failed"].contains(&e["event"].as_str().unwrap_or("")))
+            .collect();
+        assert!(accused.is_empty(), "node {}: {accused:?}", node.id);
+    }
+}
+
 /// `lockstep train --replay-group` of the nodes: the group's arithmetic in one process, one
 /// hash per sync.
 fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
@@ -155,14 +167,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     for target in [b.id, c.id] {
         assert!(audited.iter().any(|(t, _)| *t == target), "node {target}'s contributions were audited");
     }
-    for node in [&a, &b, &c] {
-        let accused: Vec<Value> = node
-            .events()
-            .into_iter()
-            .filter(|e| ["accused", "verdict", "audit-failed"].contains(&e["event"].as_str().unwrap_or("")))
-            .collect();
-        assert!(accused.is_empty(), "node {}: {accused:?}", node.id);
-    }
+    nobody_accused(&[&a, &b, &c]);
     let hashes = a.hashes();
     assert_eq!(hashes.len(), 30);
     assert_eq!(b.hashes(), hashes);
@@ -189,14 +194,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     let windows: Vec<Value> = [&a, &b, &c].iter().flat_map(|n| n.events_of_last_run("audited")).collect();
     assert!(windows.len() >= 3, "{} window audits", windows.len());
     assert!(windows.iter().any(|e| e["target"] == b.id || e["target"] == c.id), "{windows:?}");
-    for node in [&a, &b, &c] {
-        let accused: Vec<Value> = node
-            .events()
-            .into_iter()
-            .filter(|e| ["accused", "verdict", "audit-failed"].contains(&e["event"].as_str().unwrap_or("")))
-            .collect();
-        assert!(accused.is_empty(), "node {}: {accused:?}", node.id);
-    }
+    nobody_accused(&[&a, &b, &c]);
     // Each outer step sent a packed contribution to each of the two others: about 1 byte per
     // weight each, where an f32 step sends 4. (A step in which the leader also served a repair
     // — the GPU nodes run on lavapipe here, slow enough for a follower's repair timer to fire —
@@ -467,14 +465,7 @@ fn a_topk_group_agrees_with_one_process_and_its_audits_find_nothing() {
     assert_ne!(replay(&[&a, &b, &c], &["--steps", "30", "--compress", "int8"]), hashes, "topk is other arithmetic");
     let audited = [&a, &b, &c].iter().flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audited")).count();
     assert!(audited >= 30, "{audited} audits");
-    for node in [&a, &b, &c] {
-        let accused: Vec<Value> = node
-            .events()
-            .into_iter()
-            .filter(|e| ["accused", "verdict", "audit-failed"].contains(&e["event"].as_str().unwrap_or("")))
-            .collect();
-        assert!(accused.is_empty(), "node {}: {accused:?}", node.id);
-    }
+    nobody_accused(&[&a, &b, &c]);
 }
 
 #[test]
