@@ -159,18 +159,21 @@ impl Roster {
     }
 
     /// (Leader) the standings for term `term`: kept if made in it, else made afresh — voters
-    /// waited for, learners not (at the run's start, `starting`, everyone is).
+    /// waited for, learners not (at the run's start, `starting`, everyone is). A member the
+    /// configuration gained since they were made — a change the last leader proposed, applied
+    /// after this term began — stands as one that joined now: without a standing, its first
+    /// resume would not make it waited for ([`Roster::resumes_due`]), and in a group whose steps
+    /// are faster than a resume's trip it would be resumed, behind, forever (chaos seed 2115).
     pub fn lead(&mut self, term: u64, voters: &[PeerId], learners: &[PeerId], starting: bool) {
-        if self.term == Some(term) {
-            return;
+        if self.term != Some(term) {
+            self.term = Some(term);
+            self.standing.clear();
         }
-        self.term = Some(term);
-        self.standing.clear();
         for &p in voters {
-            self.standing.insert(p, Standing::Expected);
+            self.standing.entry(p).or_insert(Standing::Expected);
         }
         for &p in learners {
-            self.standing.insert(p, Roster::joining(starting));
+            self.standing.entry(p).or_insert_with(|| Roster::joining(starting));
         }
     }
 
@@ -406,5 +409,22 @@ mod tests {
         roster.resume_wanted(2);
         assert_eq!(roster.resumes_due(&connected, 2500), Vec::<PeerId>::new());
         assert_eq!(roster.resumes_due(&connected, 3000), vec![2]);
+    }
+
+    /// A learner the configuration gained after this term's standings were made (the last
+    /// leader's change, applied late) stands as a joiner: not waited for, until its first
+    /// resume makes it so — as a learner this leader added would.
+    #[test]
+    fn a_learner_added_under_the_last_leader_is_waited_for_after_its_first_resume() {
+        let mut roster = Roster::default();
+        roster.lead(2, &[1, 2], &[], false);
+        roster.missed(2);
+        roster.lead(2, &[1, 2], &[3], false);
+        assert!(!roster.expected(3), "a joiner is not waited for");
+        assert!(!roster.expected(2), "a standing made in this term is kept");
+        let connected: BTreeSet<PeerId> = [3].into();
+        roster.resume_wanted(3);
+        assert_eq!(roster.resumes_due(&connected, 0), vec![3]);
+        assert!(roster.expected(3), "waited for at the step after its first resume");
     }
 }
