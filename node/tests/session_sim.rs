@@ -418,9 +418,9 @@ impl Net {
                                 node.states.insert(step, node.residual.clone());
                                 node.states.retain(|&s, _| s + 8 > step);
                                 let x: Vec<f32> = grad.iter().zip(&node.residual).map(|(g, r)| g + r).collect();
-                                let values = sync::pack_as(&x, compression).expect("a packed compression").unwrap();
-                                node.packed = Some((x, values.packed().expect("blocks").clone()));
-                                values
+                                let packed = sync::pack_as(&x, compression).unwrap();
+                                node.packed = Some((x, packed.clone()));
+                                Values::packed_as(compression, packed)
                             }
                             _ => Values::F32(grad),
                         };

@@ -229,8 +229,8 @@ impl Session {
 /// whole state when that is every chunk. (`topk:K` draws a whole chunk of its own at a time,
 /// four of the state's: which values it picks depends on every value of its chunk.)
 pub fn state_part(len: usize, per_mille: u32, seed: u64, unit: usize) -> StatePart {
-    let chunks = crate::wire::chunks_of(len);
-    let units = chunks.div_ceil(unit.max(1));
+    let (chunks, unit) = (crate::wire::chunks_of(len), unit.max(1));
+    let units = chunks.div_ceil(unit);
     let k = (units * per_mille as usize).div_ceil(1000).max(1);
     if k >= units {
         return StatePart::Whole;
@@ -241,8 +241,8 @@ pub fn state_part(len: usize, per_mille: u32, seed: u64, unit: usize) -> StatePa
         let j = i + draw.below((units - i) as u64) as usize;
         all.swap(i, j);
     }
-    let unit = unit.max(1) as u32;
-    let mut picked: Vec<u32> = all[..k].iter().flat_map(|&u| u * unit..((u + 1) * unit).min(chunks as u32)).collect();
+    let (unit, chunks) = (unit as u32, chunks as u32);
+    let mut picked: Vec<u32> = all[..k].iter().flat_map(|&u| u * unit..((u + 1) * unit).min(chunks)).collect();
     picked.sort_unstable();
     StatePart::Chunks(picked)
 }

@@ -222,10 +222,7 @@ pub fn repack(
     for (v, r) in x.iter_mut().zip(state) {
         *v += r;
     }
-    let mut packed = match pack_as(&x, compression) {
-        Some(values) => values?.packed().cloned().expect("a packed compression's values are blocks"),
-        None => return Ok(Repacked { values: Values::F32(x), next_state: None }),
-    };
+    let mut packed = pack_as(&x, compression)?;
     if let Some(ranges) = part {
         // One pass over the blocks (a GPT-2-sized state has millions, a part thousands of ranges).
         let mut kept = vec![false; packed.exponents.len()];
@@ -239,8 +236,7 @@ pub fn repack(
         }
     }
     let next_state = fits(&packed, grid).then(|| residual(&x, &packed, grid));
-    let values = if compression.values_as() == Compression::Int4 { Values::Int4(packed) } else { Values::Int8(packed) };
-    Ok(Repacked { values, next_state })
+    Ok(Repacked { values: Values::packed_as(compression, packed), next_state })
 }
 
 /// Why a contribution could not be made.
@@ -416,12 +412,8 @@ impl Strategy {
                 for (v, r) in x.iter_mut().zip(&self.state.residual) {
                     *v += r;
                 }
-                let values = match pack_as(&x, compression) {
-                    Some(packed) => packed.map_err(ContributeError::NonFinite)?,
-                    None => unreachable!("every compression but none packs"),
-                };
-                let packed = values.packed().cloned();
-                (values, packed.map(|p| (x, p)), Some(state))
+                let packed = pack_as(&x, compression).map_err(ContributeError::NonFinite)?;
+                (Values::packed_as(compression, packed.clone()), Some((x, packed)), Some(state))
             }
         };
         self.in_flight = Some(InFlight { global, packed });

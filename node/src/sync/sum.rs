@@ -120,15 +120,15 @@ pub fn pack_topk(x: &[f32], k: usize) -> Result<Packed, NonFinite> {
     pack(&picked)
 }
 
-/// `x` packed as `compression` packs a contribution (`int8`, `int4`, `topk:K`; `None` for f32,
-/// which is not packed).
-pub fn pack_as(x: &[f32], compression: Compression) -> Option<Result<Values, NonFinite>> {
-    Some(match compression {
-        Compression::None => return None,
-        Compression::Int8 => pack(x).map(Values::Int8),
-        Compression::Int4 => pack4(x).map(Values::Int4),
-        Compression::TopK(k) => pack_topk(x, usize::from(k)).map(Values::Int8),
-    })
+/// `x` packed as `compression` packs a contribution: `int4` in 4-bit quants, `topk:K` its
+/// picks ([`pack_topk`]), `int8` (and `none`, whose contributions are never packed) in int8
+/// blocks. [`Values::packed_as`] names the blocks as the contribution carries them.
+pub fn pack_as(x: &[f32], compression: Compression) -> Result<Packed, NonFinite> {
+    match compression {
+        Compression::Int4 => pack4(x),
+        Compression::TopK(k) => pack_topk(x, usize::from(k)),
+        Compression::None | Compression::Int8 => pack(x),
+    }
 }
 
 /// The largest int4 quant.
@@ -334,6 +334,15 @@ impl Values {
             Values::F32(_) => Compression::None,
             Values::Int8(_) => Compression::Int8,
             Values::Int4(_) => Compression::Int4,
+        }
+    }
+
+    /// A packed contribution of `compression`'s blocks ([`pack_as`]): int4's as int4, every
+    /// other's as int8 (`topk:K` travels as int8 blocks).
+    pub fn packed_as(compression: Compression, packed: Packed) -> Values {
+        match compression.values_as() {
+            Compression::Int4 => Values::Int4(packed),
+            _ => Values::Int8(packed),
         }
     }
 
