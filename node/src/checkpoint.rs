@@ -14,11 +14,11 @@ use crate::sync::{SyncConfig, SyncError, SyncState};
 use crate::trainer::TrainState;
 
 pub const MAGIC: &[u8; 8] = b"LOCKSTEP";
-/// Version 4 stores the run settings as one block (`RunConfig::encode`, the run config
-/// message's bytes, the corpus's digest last) and the sync tensors as a counted list; version 3
-/// (the block without the corpus's digest), version 2 (the sync settings after the optimizer,
+/// Version 5 stores the run settings as one block (`RunConfig::encode`, the run config
+/// message's bytes, the step rule last) and the sync tensors as a counted list; version 4 (the
+/// block without the step rule), version 3 (nor the corpus's digest), version 2 (the sync settings after the optimizer,
 /// two tensors) and version 1 (every-step, uncompressed) still load.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Why a checkpoint was refused. Nothing is applied from a refused file.
 #[derive(Clone, Debug, PartialEq)]
@@ -174,9 +174,12 @@ pub fn decode(bytes: &[u8], expected: Option<ModelConfig>) -> Result<TrainState,
     if vocab as usize != VOCAB {
         return Err(CheckpointError::Vocab(vocab));
     }
-    let mut run = if version >= 4 {
+    let mut run = if version >= 5 {
         let block = r.take(RunConfig::ENCODED_LEN)?.try_into().expect("ENCODED_LEN bytes");
         RunConfig::decode(block).map_err(CheckpointError::Sync)?
+    } else if version == 4 {
+        let block = r.take(RunConfig::ENCODED_LEN_V4)?.try_into().expect("ENCODED_LEN_V4 bytes");
+        RunConfig::decode_v4(block).map_err(CheckpointError::Sync)?
     } else if version == 3 {
         let block = r.take(RunConfig::ENCODED_LEN_V3)?.try_into().expect("ENCODED_LEN_V3 bytes");
         RunConfig::decode_v3(block).map_err(CheckpointError::Sync)?
@@ -266,7 +269,11 @@ fn minimum_len(bytes: &[u8]) -> Option<usize> {
         let _vocab = r.u32()?;
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         let model = if version >= 3 {
-            let len = if version >= 4 { RunConfig::ENCODED_LEN } else { RunConfig::ENCODED_LEN_V3 };
+            let len = match version {
+                5.. => RunConfig::ENCODED_LEN,
+                4 => RunConfig::ENCODED_LEN_V4,
+                _ => RunConfig::ENCODED_LEN_V3,
+            };
             // The model's dimensions are the block's first words in either encoding.
             let mut block = [0u8; RunConfig::ENCODED_LEN];
             block[..len].copy_from_slice(r.take(len)?);

@@ -1,6 +1,6 @@
 //! Model and run configuration.
 
-use crate::sync::{Compression, SyncConfig, SyncError, SyncMode};
+use crate::sync::{Compression, StepRule, SyncConfig, SyncError, SyncMode};
 
 /// The byte-level tokenizer: every byte is a token. Checkpoints record its name and size.
 pub const TOKENIZER_NAME: &str = "byte-level";
@@ -90,7 +90,10 @@ impl RunConfig {
     }
 
     /// Bytes of [`RunConfig::encode`].
-    pub const ENCODED_LEN: usize = Self::ENCODED_LEN_V3 + 8;
+    pub const ENCODED_LEN: usize = Self::ENCODED_LEN_V4 + 5;
+    /// Bytes of the encoding before the step rule (mesh protocols 11–17, checkpoint version
+    /// 4): [`RunConfig::decode_v4`] reads it.
+    pub const ENCODED_LEN_V4: usize = Self::ENCODED_LEN_V3 + 8;
     /// Bytes of the encoding before the corpus's digest (mesh protocols 4–10, checkpoint
     /// version 3): [`RunConfig::decode_v3`] reads it.
     pub const ENCODED_LEN_V3: usize = 6 * 4 + 4 + 8 + SyncConfig::ENCODED_LEN;
@@ -99,8 +102,9 @@ impl RunConfig {
     /// protocol version) and in checkpoints (from version 3), little-endian: `[u32 width][u32
     /// context][u32 batch][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed]` and the sync
     /// settings ([`SyncConfig::encode`]), then `[u64 corpus]` (mesh protocol 11, checkpoint
-    /// version 4). Sizes past `u32` cannot be valid runs ([`RunConfig::validate`] bounds them
-    /// far below).
+    /// version 4), then the step rule `[u8 0 adam, 1 sign][f32 its momentum, 0 for adam]`
+    /// (mesh protocol 18, checkpoint version 5). Sizes past `u32` cannot be valid runs
+    /// ([`RunConfig::validate`] bounds them far below).
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let mut out = [0u8; Self::ENCODED_LEN];
         let m = &self.model;
@@ -111,13 +115,33 @@ impl RunConfig {
         out[24..28].copy_from_slice(&self.lr.to_le_bytes());
         out[28..36].copy_from_slice(&self.seed.to_le_bytes());
         out[36..Self::ENCODED_LEN_V3].copy_from_slice(&self.sync.encode());
-        out[Self::ENCODED_LEN_V3..].copy_from_slice(&self.corpus.to_le_bytes());
+        out[Self::ENCODED_LEN_V3..Self::ENCODED_LEN_V4].copy_from_slice(&self.corpus.to_le_bytes());
+        let (rule, momentum) = match self.sync.rule {
+            StepRule::Adam => (0u8, 0f32),
+            StepRule::Sign { momentum } => (1, momentum),
+        };
+        out[Self::ENCODED_LEN_V4] = rule;
+        out[Self::ENCODED_LEN_V4 + 1..].copy_from_slice(&momentum.to_le_bytes());
         out
     }
 
     /// Reads [`RunConfig::encode`]'s bytes (not validated: [`RunConfig::validate`] says whether
-    /// they are a usable run); an unknown sync mode or compression is named.
+    /// they are a usable run); an unknown sync mode, compression or step rule is named.
     pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<RunConfig, SyncError> {
+        let (before, rule) = bytes.split_at(Self::ENCODED_LEN_V4);
+        let run = RunConfig::decode_v4(before.try_into().expect("the bytes before the step rule"))?;
+        let momentum = f32::from_le_bytes(rule[1..].try_into().expect("4 bytes"));
+        let rule = match rule[0] {
+            0 => StepRule::Adam,
+            1 => StepRule::Sign { momentum },
+            other => return Err(SyncError::RuleByte(other)),
+        };
+        Ok(RunConfig { sync: SyncConfig { rule, ..run.sync }, ..run })
+    }
+
+    /// Reads the encoding of mesh protocols 11–17 and checkpoint version 4 (the step rule:
+    /// Adam).
+    pub fn decode_v4(bytes: &[u8; Self::ENCODED_LEN_V4]) -> Result<RunConfig, SyncError> {
         let (before, corpus) = bytes.split_at(Self::ENCODED_LEN_V3);
         let run = RunConfig::decode_v3(before.try_into().expect("the bytes before the corpus"))?;
         Ok(RunConfig { corpus: u64::from_le_bytes(corpus.try_into().expect("8 bytes")), ..run })
@@ -167,6 +191,12 @@ impl RunConfig {
         if self.sync.elastic && (sync == SyncMode::EveryStep || compression == Compression::None) {
             return Err(ConfigError::Elastic { sync, compression });
         }
+        if let StepRule::Sign { momentum } = self.sync.rule {
+            // Its momentum is the packed residual, and `outer:H`'s inner steps are Adam's.
+            if sync != SyncMode::EveryStep || compression == Compression::None || !(momentum > 0.0 && momentum <= 1.0) {
+                return Err(ConfigError::Rule { rule: self.sync.rule, sync, compression });
+            }
+        }
         let outer = self.sync.outer;
         if !(outer.lr.is_finite()
             && outer.lr > 0.0
@@ -203,6 +233,13 @@ pub enum ConfigError {
     Overlap {
         overlap: u32,
         sync: SyncMode,
+    },
+    /// The sign rule without `every-step` and a packed compression, or with a momentum outside
+    /// `(0, 1]`.
+    Rule {
+        rule: StepRule,
+        sync: SyncMode,
+        compression: Compression,
     },
     /// Elastic windows without `outer:H`, or with f32 contributions (a weighted f32 mean would
     /// round differently from the plain one; the packed sums are exact).
@@ -242,6 +279,11 @@ impl std::fmt::Display for ConfigError {
                 f,
                 "elastic windows with sync {sync} and compression {compression}: they need outer:H and int8 or int4"
             ),
+            ConfigError::Rule { rule, sync, compression } => write!(
+                f,
+                "step rule {rule} with sync {sync} and compression {compression}: it needs every-step, a packed \
+                 compression (int8, int4 or topk:K: its momentum is the residual) and a momentum in (0, 1]"
+            ),
         }
     }
 }
@@ -267,6 +309,7 @@ pub(crate) mod tests {
                 outer: OuterOptimizer { lr: 0.75, momentum: 0.5 },
                 overlap: 3,
                 elastic: true,
+                rule: StepRule::Sign { momentum: 0.875 },
             },
             corpus: 0x1122_3344_5566_7788,
         }
@@ -291,16 +334,35 @@ pub(crate) mod tests {
             &0.75f32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
             &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11],
+            &[1],
+            &0.875f32.to_le_bytes(),
         ]
         .concat();
         assert_eq!(bytes.to_vec(), golden);
         assert_eq!(RunConfig::decode(&bytes), Ok(run));
+        // Protocols 11-17 and checkpoint version 4: the same without the step rule (Adam's).
+        let v4: [u8; RunConfig::ENCODED_LEN_V4] = bytes[..RunConfig::ENCODED_LEN_V4].try_into().unwrap();
+        let adam = RunConfig { sync: SyncConfig { rule: StepRule::Adam, ..run.sync }, ..run };
+        assert_eq!(RunConfig::decode_v4(&v4), Ok(adam));
+        let mut rule = bytes;
+        rule[RunConfig::ENCODED_LEN_V4] = 2;
+        assert_eq!(RunConfig::decode(&rule), Err(SyncError::RuleByte(2)));
+        // The sign rule's momentum is the packed residual of every-step runs.
+        assert_eq!(
+            run.validate(),
+            Err(ConfigError::Rule { rule: run.sync.rule, sync: run.sync.mode, compression: Compression::Int8 })
+        );
+        let sign =
+            RunConfig { sync: SyncConfig { mode: SyncMode::EveryStep, overlap: 0, elastic: false, ..run.sync }, ..run };
+        sign.validate().expect("every-step int8 with the sign rule");
+        let unpacked = RunConfig { sync: SyncConfig { compression: Compression::None, ..sign.sync }, ..sign };
+        assert!(matches!(unpacked.validate(), Err(ConfigError::Rule { .. })));
         // Protocols 4-10 and checkpoint version 3: the same without the corpus's digest.
         let v3: [u8; RunConfig::ENCODED_LEN_V3] = bytes[..RunConfig::ENCODED_LEN_V3].try_into().unwrap();
-        assert_eq!(RunConfig::decode_v3(&v3), Ok(RunConfig { corpus: 0, ..run }));
+        assert_eq!(RunConfig::decode_v3(&v3), Ok(RunConfig { corpus: 0, ..adam }));
         // The mode byte is 1 + the overlap for outer:H, plus 128 for elastic windows: every
         // byte but 128 is some setting, and `RunConfig::validate` says which are runs.
-        let mut other = bytes;
+        let mut other = adam.encode();
         other[36] = 1;
         let read = RunConfig::decode(&other).expect("outer:8 without overlap");
         assert_eq!((read.sync.overlap, read.sync.elastic), (0, false));
@@ -316,7 +378,7 @@ pub(crate) mod tests {
         other[36] = 128;
         assert_eq!(RunConfig::decode(&other), Err(SyncError::ModeByte(128)));
         // Elastic windows need outer:H and a packed compression.
-        let f32_run = RunConfig { sync: SyncConfig { compression: Compression::None, ..run.sync }, ..run };
+        let f32_run = RunConfig { sync: SyncConfig { compression: Compression::None, ..adam.sync }, ..adam };
         assert_eq!(
             f32_run.validate(),
             Err(ConfigError::Elastic { sync: SyncMode::Outer { inner_steps: 8 }, compression: Compression::None })

@@ -10,7 +10,7 @@
 //! `sync` line below takes it as it is.
 
 use crate::config::RunConfig;
-use crate::sync::{Compression, SyncMode};
+use crate::sync::{Compression, StepRule, SyncMode};
 
 /// One run setting.
 #[derive(Clone, Copy, Debug)]
@@ -95,6 +95,11 @@ settings! {
     /// the bytes) or `topk:K` (the K largest of each 4,096 values, K a power of two, the rest
     /// fed back; sent as int8 blocks until its sparse frame exists).
     "compress" => sync.compression: Compression,
+    /// `every-step` with a packed compression: what the group's mean does — `adam` (an Adam
+    /// step; the member's residual carried whole) or `sign:β` (DeMo's: the residual is a
+    /// momentum scaled by β before each gradient is added, and each weight moves by the
+    /// learning rate against the sign of the mean).
+    "step-rule" => sync.rule: StepRule,
     /// The outer optimizer's learning rate (`outer:H`).
     "outer-lr" => sync.outer.lr: f32,
     /// The outer optimizer's Nesterov momentum (`outer:H`).

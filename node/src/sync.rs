@@ -163,6 +163,66 @@ impl OuterOptimizer {
     }
 }
 
+/// What `every-step` does with the group's mean (`--step-rule`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StepRule {
+    /// `adam`: one Adam step on the mean (`crate::adam`), the member's packed residual carried
+    /// whole to its next contribution (error feedback).
+    Adam,
+    /// `sign:β`: DeMo's rule. A member's residual is a momentum: scaled by `β` before its next
+    /// gradient is added (`x = g + β·r`), so what the group has not taken of old gradients
+    /// fades; the group moves each weight by the step's learning rate against the sign of the
+    /// mean, `w ← w − lr_t·sign(mean)` (one f32 subtraction; none where the mean is 0). No
+    /// optimizer state: Adam's moments stay as they were. `β` lies in `(0, 1]`.
+    Sign { momentum: f32 },
+}
+
+impl StepRule {
+    /// What a member's residual is scaled by before its next gradient is added.
+    pub fn residual_decay(self) -> f32 {
+        match self {
+            StepRule::Adam => 1.0,
+            StepRule::Sign { momentum } => momentum,
+        }
+    }
+}
+
+impl std::fmt::Display for StepRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepRule::Adam => f.write_str("adam"),
+            StepRule::Sign { momentum } => write!(f, "sign:{momentum}"),
+        }
+    }
+}
+
+impl std::str::FromStr for StepRule {
+    type Err = SyncError;
+
+    fn from_str(s: &str) -> Result<Self, SyncError> {
+        if s == "adam" {
+            return Ok(StepRule::Adam);
+        }
+        match s.strip_prefix("sign:").map(str::parse::<f32>) {
+            Some(Ok(momentum)) if momentum > 0.0 && momentum <= 1.0 => Ok(StepRule::Sign { momentum }),
+            _ => Err(SyncError::RuleText(s.to_string())),
+        }
+    }
+}
+
+/// The sign rule's step ([`StepRule::Sign`]): each weight moves by `lr` against the sign of
+/// its `mean` (one f32 subtraction or addition; none where the mean is 0), element by element.
+pub fn sign_step(weights: &mut [f32], mean: &[f32], lr: f32) {
+    assert_eq!(weights.len(), mean.len(), "sign step: length mismatch");
+    for (w, &m) in weights.iter_mut().zip(mean) {
+        if m > 0.0 {
+            *w -= lr;
+        } else if m < 0.0 {
+            *w += lr;
+        }
+    }
+}
+
 /// How a run syncs: part of the run config (wire `-3`) and of every checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SyncConfig {
@@ -180,6 +240,8 @@ pub struct SyncConfig {
     /// ([`reduce`]). Members of different speeds each do their share; without it a window waits
     /// for the slowest member's `H` steps.
     pub elastic: bool,
+    /// `every-step` with a packed compression only: what the group's mean does ([`StepRule`]).
+    pub rule: StepRule,
 }
 
 impl SyncConfig {
@@ -187,7 +249,8 @@ impl SyncConfig {
     /// `every-step` touches only gradients; `outer:H` reads the weights on the host at every
     /// sync.
     pub fn state_may_stay_on_device(&self) -> bool {
-        self.mode == SyncMode::EveryStep
+        // The sign rule's step is host code (no backend has it as an op yet).
+        self.mode == SyncMode::EveryStep && self.rule == StepRule::Adam
     }
 
     /// The seed's exchange: every step, f32.
@@ -197,6 +260,7 @@ impl SyncConfig {
         outer: OuterOptimizer::DEFAULT,
         overlap: 0,
         elastic: false,
+        rule: StepRule::Adam,
     };
 
     /// The largest overlap the encoding carries (the mode byte's low 7 bits are `1 + overlap`).
@@ -225,7 +289,8 @@ impl SyncConfig {
     /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
     /// `[u8 mode (0 every-step; for outer, 1 + overlap, plus 128 for elastic windows)][u32 H (1
     /// for every-step)][u8 compression (0 none, 1 int8, 2 int4, 16 + log₂ K topk:K)][f32 outer lr][f32 outer
-    /// momentum]`. An overlap past [`SyncConfig::MAX_OVERLAP`], or an overlap or elastic windows
+    /// momentum]`; the step rule is not among them (the run config carries it last,
+    /// `RunConfig::encode`). An overlap past [`SyncConfig::MAX_OVERLAP`], or an overlap or elastic windows
     /// with `every-step`, is not a valid run (`RunConfig::validate`) and is not encoded.
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let (mode, h) = match self.mode {
@@ -266,7 +331,8 @@ impl SyncConfig {
             other => return Err(SyncError::CompressionByte(other)),
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
-        Ok(SyncConfig { mode, compression, outer, overlap, elastic })
+        // The step rule came later and is carried at the run config's end (`RunConfig::encode`).
+        Ok(SyncConfig { mode, compression, outer, overlap, elastic, rule: StepRule::Adam })
     }
 }
 
@@ -292,6 +358,10 @@ pub enum SyncError {
     CompressionText(String),
     /// A compression byte this version does not know.
     CompressionByte(u8),
+    /// Text that is not a step rule.
+    RuleText(String),
+    /// A step rule byte this version does not know.
+    RuleByte(u8),
     /// A mode byte that is no setting (128: elastic windows without a mode).
     ModeByte(u8),
     /// A packed contribution without one block byte per block.
@@ -317,6 +387,8 @@ impl std::fmt::Display for SyncError {
                 "`{s}` is not a compression: none, int8, int4 or topk:K (K a power of two from 1 to {TOPK_CHUNK})"
             ),
             SyncError::CompressionByte(b) => write!(f, "compression {b}"),
+            SyncError::RuleText(s) => write!(f, "`{s}` is not a step rule: adam or sign:β with β in (0, 1]"),
+            SyncError::RuleByte(b) => write!(f, "step rule {b}"),
             SyncError::ModeByte(b) => write!(f, "sync mode byte {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),
             SyncError::QuantRange { index, quant } => {

@@ -426,6 +426,16 @@ impl Trainer {
         Ok(())
     }
 
+    /// The sign rule's step from the group's `mean`, ending the current step
+    /// ([`crate::sync::sign_step`] at the step's learning rate). The rule keeps the state on
+    /// the host (`SyncConfig::state_may_stay_on_device`).
+    pub fn apply_sign(&mut self, mean: &[f32]) {
+        debug_assert!(self.on_device.is_none(), "the sign rule's state stays on the host");
+        let lr = schedule(self.run.lr, self.step, self.run.steps);
+        crate::sync::sign_step(&mut self.weights, mean, lr);
+        self.step += 1;
+    }
+
     /// This node's contribution to the next sync (what the run's sync mode makes of its
     /// training: [`Strategy::contribute`]).
     pub fn contribute(&mut self) -> Result<Contribution, ContributeError> {
@@ -664,6 +674,10 @@ impl Member for Trainer {
 
     fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError> {
         Trainer::apply(self, grad)
+    }
+
+    fn apply_sign(&mut self, mean: &[f32]) {
+        Trainer::apply_sign(self, mean)
     }
 
     fn step_alone(&mut self) -> Result<f32, ComputeError> {

@@ -80,7 +80,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 17;
+pub const MESH_PROTOCOL_VERSION: u32 = 18;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -428,8 +428,12 @@ pub fn encode(message: &Message) -> Vec<u8> {
             if *protocol >= 10 {
                 out.extend_from_slice(&run_id.to_le_bytes());
             }
-            // An older protocol's settings end before the corpus's digest.
-            let len = if *protocol >= 11 { RunConfig::ENCODED_LEN } else { RunConfig::ENCODED_LEN_V3 };
+            // An older protocol's settings end before the step rule, or the corpus's digest.
+            let len = match protocol {
+                18.. => RunConfig::ENCODED_LEN,
+                11..=17 => RunConfig::ENCODED_LEN_V4,
+                _ => RunConfig::ENCODED_LEN_V3,
+            };
             out.extend_from_slice(&run.encode()[..len]);
         }
         Message::Fragment { id, index, count, payload } => {
@@ -611,6 +615,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             } else if protocol < 11 {
                 // Before the corpus's digest (the session refuses it by its version).
                 RunConfig::decode_v3(&r.array::<{ RunConfig::ENCODED_LEN_V3 }>()?)
+            } else if protocol < 18 {
+                // Before the step rule.
+                RunConfig::decode_v4(&r.array::<{ RunConfig::ENCODED_LEN_V4 }>()?)
             } else {
                 RunConfig::decode(&r.array::<{ RunConfig::ENCODED_LEN }>()?)
             };

@@ -517,7 +517,7 @@ impl Net {
                         // The toy's contribution of `target` from the weights the step started from
                         // (honest auditors recompute it as the definition says); packed, plus the
                         // residual it named, as `sync::repack` does.
-                        let compression = node.session.run().map_or(Compression::None, |r| r.sync.compression);
+                        let sync = node.session.run().map_or(SyncConfig::SEED, |r| r.sync);
                         let outcome = match (node.computed_from.get(&step), private) {
                             (Some(toy), None) => Ok(Recomputed {
                                 loss: 1.0 / step as f32,
@@ -531,7 +531,7 @@ impl Net {
                                     c.iter().map(|&c| lockstep_node::wire::chunk_range(c, state.len())).collect()
                                 });
                                 let gradient = toy.gradient(target, step);
-                                let again = sync::repack(gradient, state, compression, grid, part.as_deref()).unwrap();
+                                let again = sync::repack(gradient, state, &sync, grid, part.as_deref()).unwrap();
                                 Ok(Recomputed {
                                     loss: 1.0 / step as f32,
                                     values: again.values,

@@ -8,7 +8,7 @@ use lockstep_node::checkpoint::{self, CheckpointError};
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::data::CorpusSource;
 use lockstep_node::gemm::{FloatGemm, Gemm};
-use lockstep_node::sync::{Compression, OuterOptimizer, SyncConfig, SyncMode};
+use lockstep_node::sync::{Compression, OuterOptimizer, StepRule, SyncConfig, SyncMode};
 use lockstep_node::trainer::Trainer;
 
 fn small_run(steps: u32) -> RunConfig {
@@ -41,6 +41,7 @@ fn outer4_int8(elastic: bool) -> SyncConfig {
         outer: OuterOptimizer::DEFAULT,
         overlap: 0,
         elastic,
+        rule: StepRule::Adam,
     }
 }
 
@@ -209,8 +210,8 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     assert_eq!(refused(b"LOCK", None), CheckpointError::BadMagic);
 
     let mut bad_version = good.clone();
-    bad_version[8] = 5;
-    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(5));
+    bad_version[8] = 6;
+    assert_eq!(refused(&bad_version, None), CheckpointError::UnsupportedVersion(6));
 
     // Files of versions 1 (no sync settings: every step, f32) and 2 (the sync settings and two
     // tensors after the optimizer) still load: written here byte by byte as
@@ -225,13 +226,18 @@ fn damaged_checkpoints_are_refused_and_change_nothing() {
     // Version 3: the run's block without the corpus's digest (which reads as 0, not known).
     let block = before.run.encode();
     let at = good.windows(block.len()).position(|w| w == block).expect("the run's block");
-    let mut v3 = [&good[..at + RunConfig::ENCODED_LEN_V3], &good[at + RunConfig::ENCODED_LEN..good.len() - 8]].concat();
-    v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-    let sum = lockstep_luts::hash::fnv1a64(&v3);
-    v3.extend_from_slice(&sum.to_le_bytes());
-    let read = checkpoint::decode(&v3, Some(run.model)).expect("a version 3 file");
+    let older = |version: u32, len: usize| {
+        let mut file = [&good[..at + len], &good[at + RunConfig::ENCODED_LEN..good.len() - 8]].concat();
+        file[8..12].copy_from_slice(&version.to_le_bytes());
+        let sum = lockstep_luts::hash::fnv1a64(&file);
+        file.extend_from_slice(&sum.to_le_bytes());
+        checkpoint::decode(&file, Some(run.model))
+    };
+    let read = older(3, RunConfig::ENCODED_LEN_V3).expect("a version 3 file");
     assert_eq!(read.run.corpus, 0);
     assert_eq!(read.weights, before.weights);
+    // Version 4: the block without the step rule (Adam's, the only one then).
+    assert_eq!(older(4, RunConfig::ENCODED_LEN_V4).expect("a version 4 file"), before);
 
     for cut in [20, good.len() / 2, good.len() - 1] {
         let error = refused(&good[..cut], None);

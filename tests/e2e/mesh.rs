@@ -429,19 +429,15 @@ fn a_plugin_wrong_only_at_the_runs_sizes_is_refused_when_it_joins() {
     one_hash_per_step(&[&a, &b]);
 }
 
-/// A rogue among four members whose contributions are finite, in bounds and carry honest
-/// hashes — scaled by 1.001 — passes every check on arrival and the guard; the members the
-/// committed records assign recompute it (`--audit-rate 0.5`), the leader checks the accusation
-/// by recomputing it too, and the verdict commits through the log: every honest member reports
-/// the same verdict, naming the rogue with the step, the value and both bits; the rogue is told
-/// why and stops; the others train on, one hash a step, and never sum it again.
-/// `topk:16` (in each 4,096 values the 16 largest, the rest fed back) in a group of three:
-/// every node applies the same weights at every step, one process replaying the group gives
-/// them (and other ones than int8's), and every contribution, audited by another member from
-/// a part of the residual its member named — whole chunks of 4,096 values, on which the pick
-/// depends — is the one sent: nobody is accused.
+/// `topk:16` (in each 4,096 values the 16 largest) with DeMo's sign rule (`sign:0.875`: the
+/// rest is a momentum the member keeps, each weight moves by the learning rate against the
+/// sign of the mean) in a group of three: every node applies the same weights at every step,
+/// one process replaying the group gives them (and other ones than Adam's on the same sums),
+/// and every contribution, audited by another member from a part of the residual its member
+/// named — whole chunks of 4,096 values, on which the pick depends, scaled by the momentum — is
+/// the one sent: nobody is accused.
 #[test]
-fn a_topk_group_agrees_with_one_process_and_its_audits_find_nothing() {
+fn a_topk_group_on_the_sign_rule_agrees_with_one_process_and_its_audits_find_nothing() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
     let audit = ["--audit-rate", "1", "--audits-at-own-priority"];
@@ -451,23 +447,32 @@ fn a_topk_group_agrees_with_one_process_and_its_audits_find_nothing() {
     channels_open(&[&a, &b, &c]);
     let mut start = tiny(30);
     start["compress"] = "topk:16".into();
+    start["step_rule"] = "sign:0.875".into();
     a.command(start);
     for node in [&a, &b, &c] {
         finished(node, 120);
     }
     let started = a.wait_for("the run", |e| e["event"] == "run-started", 5);
     assert_eq!(started["compress"].as_str(), Some("topk:16"), "{started}");
+    assert_eq!(started["step_rule"].as_str(), Some("sign:0.875"), "{started}");
     let hashes = a.hashes();
     assert_eq!(hashes.len(), 30);
     assert_eq!(b.hashes(), hashes);
     assert_eq!(c.hashes(), hashes);
-    assert_eq!(replay(&[&a, &b, &c], &["--steps", "30", "--compress", "topk:16"]), hashes);
-    assert_ne!(replay(&[&a, &b, &c], &["--steps", "30", "--compress", "int8"]), hashes, "topk is other arithmetic");
+    let topk = ["--steps", "30", "--compress", "topk:16"];
+    assert_eq!(replay(&[&a, &b, &c], &[&topk[..], &["--step-rule", "sign:0.875"]].concat()), hashes);
+    assert_ne!(replay(&[&a, &b, &c], &topk), hashes, "the sign rule is other arithmetic than Adam's");
     let audited = [&a, &b, &c].iter().flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audited")).count();
     assert!(audited >= 30, "{audited} audits");
     nobody_accused(&[&a, &b, &c]);
 }
 
+/// A rogue among four members whose contributions are finite, in bounds and carry honest
+/// hashes — scaled by 1.001 — passes every check on arrival and the guard; the members the
+/// committed records assign recompute it (`--audit-rate 0.5`), the leader checks the accusation
+/// by recomputing it too, and the verdict commits through the log: every honest member reports
+/// the same verdict, naming the rogue with the step, the value and both bits; the rogue is told
+/// why and stops; the others train on, one hash a step, and never sum it again.
 #[test]
 fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     let _phase = crate::common::phase(module_path!());

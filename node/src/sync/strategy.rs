@@ -57,6 +57,9 @@ pub trait Member {
     fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError>;
     /// One optimizer step (Adam) from `grad`.
     fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError>;
+    /// Ends an `every-step` step with the sign rule ([`StepRule::Sign`]): each weight moves by
+    /// the step's learning rate against the sign of `mean` (on the host).
+    fn apply_sign(&mut self, mean: &[f32]);
     /// One local step: the gradient of the next batch, applied at once ([`Member::gradient`],
     /// then [`Member::apply`] — a member whose device holds its state may do both there,
     /// without moving the gradient). The loss.
@@ -206,22 +209,31 @@ pub struct Repacked {
     pub next_state: Option<Vec<f32>>,
 }
 
+/// `x` plus what a member carries of its residual `state` to its next contribution: all of it,
+/// or (the sign rule's momentum) `decay·r`, one f32 product and one sum a value.
+fn carry(x: &mut [f32], state: &[f32], decay: f32) {
+    if decay == 1.0 {
+        x.iter_mut().zip(state).for_each(|(v, r)| *v += r);
+    } else {
+        x.iter_mut().zip(state).for_each(|(v, r)| *v += decay * r);
+    }
+}
+
 /// A member's packed contribution recomputed, as [`Strategy::contribute`] makes it: `x` (its
-/// gradient or pseudo-gradient) plus `state` (the residual it named), packed as `compression`
-/// packs; and the residual it leaves when summed on the group's `grid` (`Strategy::finish`).
+/// gradient or pseudo-gradient) plus what it carries of `state` (the residual it named; the
+/// step rule's decay), packed as the run's compression packs; and the residual it leaves when summed on the group's `grid` (`Strategy::finish`).
 /// `part`: only these values' state is known (block-aligned ranges, an audit of a part): the
 /// blocks outside them are left empty, so only those inside are the contribution's, and its
 /// residual's.
 pub fn repack(
     mut x: Vec<f32>,
     state: &[f32],
-    compression: Compression,
+    sync: &SyncConfig,
     grid: &[u8],
     part: Option<&[std::ops::Range<usize>]>,
 ) -> Result<Repacked, NonFinite> {
-    for (v, r) in x.iter_mut().zip(state) {
-        *v += r;
-    }
+    let compression = sync.compression;
+    carry(&mut x, state, sync.rule.residual_decay());
     let mut packed = pack_as(&x, compression)?;
     if let Some(ranges) = part {
         // One pass over the blocks (a GPT-2-sized state has millions, a part thousands of ranges).
@@ -409,9 +421,7 @@ impl Strategy {
             Compression::None => (Values::F32(x), None, None),
             compression => {
                 let state = Arc::new(self.state.residual.clone());
-                for (v, r) in x.iter_mut().zip(&self.state.residual) {
-                    *v += r;
-                }
+                carry(&mut x, &self.state.residual, self.config.rule.residual_decay());
                 let packed = pack_as(&x, compression).map_err(ContributeError::NonFinite)?;
                 (Values::packed_as(compression, packed.clone()), Some((x, packed)), Some(state))
             }
@@ -471,7 +481,10 @@ impl Strategy {
             self.state.residual = if ours { residual(x, packed, grid) } else { x.clone() };
         }
         match self.config.mode {
-            SyncMode::EveryStep => member.apply(mean)?,
+            SyncMode::EveryStep => match self.config.rule {
+                StepRule::Adam => member.apply(mean)?,
+                StepRule::Sign { .. } => member.apply_sign(mean),
+            },
             SyncMode::Outer { .. } => match (in_flight.global, self.ahead.take()) {
                 (Some(mut global), Some(ahead)) => {
                     self.config.outer.step(&mut global, &mut self.state.outer_momentum, mean);

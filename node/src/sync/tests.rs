@@ -59,6 +59,41 @@ fn modes_and_compressions_read_what_they_print() {
     let mut bytes = SyncConfig::SEED.encode();
     bytes[5] = 29;
     assert_eq!(SyncConfig::decode(&bytes), Err(SyncError::CompressionByte(29)));
+    for rule in [StepRule::Adam, StepRule::Sign { momentum: 0.999 }, StepRule::Sign { momentum: 1.0 }] {
+        assert_eq!(rule.to_string().parse::<StepRule>(), Ok(rule));
+    }
+    for wrong in ["sign", "sign:0", "sign:1.5", "sign:-0.5", "sign:NaN", "lion"] {
+        assert!(wrong.parse::<StepRule>().is_err(), "{wrong}");
+    }
+}
+
+/// The sign rule moves a weight by exactly the learning rate against its mean's sign (one f32
+/// rounding of `w ∓ lr`), and not at all where the mean is zero of either sign; a member's
+/// residual is scaled by the rule's momentum before its gradient is added.
+#[test]
+fn the_sign_rule_steps_by_the_learning_rate_and_decays_the_residual() {
+    let mut w = [1.0f32, 1.0, 1.0, 1.0, 3.0e-8];
+    sign_step(&mut w, &[0.25, -1e-30, 0.0, -0.0, 7.0], 0.125);
+    assert_eq!(w, [0.875, 1.125, 1.0, 1.0, 3.0e-8 - 0.125]);
+    // A weight far larger than the step: the subtraction rounds, once.
+    let mut big = [1.0e9f32];
+    sign_step(&mut big, &[1.0], 0.001);
+    assert_eq!(big[0].to_bits(), (1.0e9f32 - 0.001).to_bits());
+    assert_eq!(StepRule::Adam.residual_decay(), 1.0);
+    let config =
+        SyncConfig { compression: Compression::Int8, rule: StepRule::Sign { momentum: 0.5 }, ..SyncConfig::SEED };
+    let mut strategy = Strategy::new(config, SyncState::new(&config, 100));
+    let mut ramp = Ramp { step: 0, weights: vec![0.0; 100] };
+    let first = strategy.contribute(&mut ramp).unwrap();
+    let reduced = reduce_one(first.values);
+    strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
+    let left = strategy.state().residual.clone();
+    assert!(left.iter().any(|&r| r != 0.0), "int8 leaves a residual");
+    let second = strategy.contribute(&mut ramp).unwrap();
+    let mut expected = Ramp::gradient_at(2);
+    expected.iter_mut().zip(&left).for_each(|(g, r)| *g += 0.5 * r);
+    assert_eq!(second.values, Values::Int8(pack(&expected).unwrap()));
+    assert_eq!(bits(&ramp.weights[..1]), bits(&[-0.5f32 * reduced.mean[0].signum()]), "the ramp's sign step moved it");
 }
 
 /// `topk:K` keeps, in each chunk of 4,096 values, the `K` of largest magnitude — ties to the
@@ -288,6 +323,9 @@ impl Member for Toy {
     fn apply(&mut self, _grad: &[f32]) -> Result<(), ComputeError> {
         unreachable!("outer:H asks for steps, not updates")
     }
+    fn apply_sign(&mut self, _mean: &[f32]) {
+        unreachable!("outer:H asks for steps, not updates")
+    }
     fn step_alone(&mut self) -> Result<f32, ComputeError> {
         if self.fail_at == Some(self.step + 1) {
             return Err(ComputeError::backend(std::io::Error::other("the toy's step fails")));
@@ -321,6 +359,7 @@ fn outer(h: u32, overlap: u32) -> SyncConfig {
         outer,
         overlap,
         elastic: false,
+        rule: StepRule::Adam,
     }
 }
 
@@ -517,6 +556,9 @@ impl Member for Ramp {
     fn apply(&mut self, _grad: &[f32]) -> Result<(), ComputeError> {
         Ok(())
     }
+    fn apply_sign(&mut self, mean: &[f32]) {
+        crate::sync::sign_step(&mut self.weights, mean, 0.5);
+    }
     fn weights(&mut self) -> &mut Vec<f32> {
         &mut self.weights
     }
@@ -534,8 +576,11 @@ impl Member for Ramp {
 /// breaks the link.
 #[test]
 fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what_it_left() {
-    for compression in [Compression::Int8, Compression::Int4, Compression::TopK(8)] {
-        let config = SyncConfig { compression, ..SyncConfig::SEED };
+    let sign = StepRule::Sign { momentum: 0.5 };
+    let rules = [(Compression::Int8, StepRule::Adam), (Compression::Int4, StepRule::Adam)];
+    let rules = rules.into_iter().chain([(Compression::TopK(8), StepRule::Adam), (Compression::TopK(8), sign)]);
+    for (compression, rule) in rules {
+        let config = SyncConfig { compression, rule, ..SyncConfig::SEED };
         let mut strategy = Strategy::new(config, SyncState::new(&config, 100));
         let mut ramp = Ramp { step: 0, weights: vec![0.0; 100] };
         // Another member's contribution, larger in some blocks: the grid is not ours alone.
@@ -554,7 +599,7 @@ fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what
             let linked = left.as_ref().map(|l| bits(l) == bits(&state));
             assert_eq!(linked, (k > 1).then_some(k != 4), "k = {k}");
             let reduced = reduce(&[&contribution.values, &other], &[1, 1]);
-            let again = repack(Ramp::gradient_at(k), &state, compression, &reduced.grid, None).unwrap();
+            let again = repack(Ramp::gradient_at(k), &state, &config, &reduced.grid, None).unwrap();
             assert_eq!(again.values, contribution.values, "k = {k}");
             strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
             left = again.next_state;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::sync::{Compression, OuterOptimizer, SyncMode};
+use crate::sync::{Compression, OuterOptimizer, StepRule, SyncMode};
 
 fn gradient(n: usize) -> Gradient {
     Gradient {
@@ -197,8 +197,12 @@ fn golden_bytes() {
     assert_eq!(config[..16], [0xfd, 0xff, 0xff, 0xff, 10, 0, 0, 0, 3, 2, 0, 0, 0, 0, 0, 0]);
     assert_eq!(config[16..], run.encode()[..RunConfig::ENCODED_LEN_V3]);
     let config = encode(&Message::RunConfig { protocol: 11, run_id: 0x0203, run });
-    assert_eq!(config[16..], run.encode());
+    assert_eq!(config[16..], run.encode()[..RunConfig::ENCODED_LEN_V4]);
     assert_eq!(config[config.len() - 8..], [0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+    // Since protocol 18 the step rule ends them.
+    let config = encode(&Message::RunConfig { protocol: 18, run_id: 0x0203, run });
+    assert_eq!(config[16..], run.encode());
+    assert_eq!(config[config.len() - 5..], [1, 0, 0, 0x60, 0x3f]);
 }
 
 /// A contribution's digest is a function of its wire bytes: the same whatever path it took
@@ -385,6 +389,7 @@ fn every_message_round_trips() {
                 outer: OuterOptimizer::DEFAULT,
                 overlap: 0,
                 elastic: false,
+                rule: StepRule::Adam,
             },
             ..RunConfig::DEFAULT
         },

@@ -51,6 +51,7 @@ fn running_outer() -> State {
         outer: OuterOptimizer::DEFAULT,
         overlap: 3,
         elastic: false,
+        rule: lockstep_node::sync::StepRule::Adam,
     };
     let settings = RunConfig { steps: 4800, sync, ..RunConfig::DEFAULT };
     running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))
