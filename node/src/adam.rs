@@ -76,6 +76,25 @@ impl Adam {
             }
         });
     }
+
+    /// One update with the second moment frozen (1-bit Adam's, `sync::StepRule::Frozen`): `m`,
+    /// `β1ᵗ` and `t` advance as in [`Adam::update`], `v` and `β2ᵗ` stay where they are, and
+    /// `w ← w − lr · (m / (1 − β1ᵗ)) / (√(v / (1 − β2ᵗ)) + ε)` in the order [`Adam::update`]
+    /// rounds it, element by element.
+    pub fn update_frozen(&mut self, weights: &mut [f32], grad: &[f32], lr: f32) {
+        assert!(weights.len() == grad.len() && grad.len() == self.m.len(), "Adam: length mismatch");
+        let correction1 = 1.0 - self.beta1_power * BETA1;
+        let correction2 = 1.0 - self.beta2_power;
+        self.t += 1;
+        self.beta1_power *= BETA1;
+        let one_minus_b1 = 1.0 - BETA1;
+        for (((w, &g), m), &v) in weights.iter_mut().zip(grad).zip(self.m.iter_mut()).zip(&self.v) {
+            *m = BETA1 * *m + one_minus_b1 * g;
+            let m_hat = *m / correction1;
+            let v_hat = v / correction2;
+            *w -= lr * m_hat / (v_hat.sqrt() + EPS);
+        }
+    }
 }
 
 /// The learning rate for the update that ends step `step` (0-based) of a `steps`-step run.
@@ -121,6 +140,28 @@ mod tests {
         let one = run(1);
         assert_eq!(run(1), one);
         assert_eq!(run(3), one);
+    }
+
+    /// The frozen update is Adam's with `v` and `β2ᵗ` held: `v` never moves, `m` and `β1ᵗ` do,
+    /// and a weight moves as the formula says, worked by hand in f32.
+    #[test]
+    fn a_frozen_update_is_adams_with_the_second_moment_held() {
+        let mut live = Adam::new(4);
+        let mut w = vec![0.5f32, -0.25, 1.0, 0.0];
+        live.update(&mut w, &[1.0, -2.0, 0.5, 0.0], 0.01, 1);
+        let mut frozen = live.clone();
+        let mut w_frozen = w.clone();
+        frozen.update_frozen(&mut w_frozen, &[0.25, 0.5, -1.0, 0.125], 0.01);
+        assert_eq!(frozen.v, live.v, "v is held");
+        assert_eq!((frozen.t, frozen.beta2_power), (2, live.beta2_power));
+        assert_eq!(frozen.beta1_power, BETA1 * BETA1);
+        // By hand, for weight 0: m = 0.9·0.1 + 0.1·0.25, v = 0.05 (from the first step).
+        let m0 = BETA1 * (1.0 - BETA1) + (1.0 - BETA1) * 0.25f32;
+        let c1 = 1.0 - BETA1 * BETA1;
+        let c2 = 1.0 - BETA2;
+        let expected = w[0] - 0.01 * (m0 / c1) / ((live.v[0] / c2).sqrt() + EPS);
+        assert_eq!(w_frozen[0].to_bits(), expected.to_bits());
+        assert_eq!(frozen.m[0].to_bits(), m0.to_bits());
     }
 
     #[test]

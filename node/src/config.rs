@@ -102,7 +102,8 @@ impl RunConfig {
     /// protocol version) and in checkpoints (from version 3), little-endian: `[u32 width][u32
     /// context][u32 batch][u32 layers][u32 heads][u32 steps][f32 lr][u64 seed]` and the sync
     /// settings ([`SyncConfig::encode`]), then `[u64 corpus]` (mesh protocol 11, checkpoint
-    /// version 4), then the step rule `[u8 0 adam, 1 sign][f32 its momentum, 0 for adam]`
+    /// version 4), then the step rule `[u8 0 adam, 1 sign, 2 frozen][4 bytes: the sign rule's
+    /// momentum (f32), the frozen rule's warm-up (u32), 0 for adam]`
     /// (mesh protocol 18, checkpoint version 5). Sizes past `u32` cannot be valid runs
     /// ([`RunConfig::validate`] bounds them far below).
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
@@ -116,12 +117,13 @@ impl RunConfig {
         out[28..36].copy_from_slice(&self.seed.to_le_bytes());
         out[36..Self::ENCODED_LEN_V3].copy_from_slice(&self.sync.encode());
         out[Self::ENCODED_LEN_V3..Self::ENCODED_LEN_V4].copy_from_slice(&self.corpus.to_le_bytes());
-        let (rule, momentum) = match self.sync.rule {
-            StepRule::Adam => (0u8, 0f32),
-            StepRule::Sign { momentum } => (1, momentum),
+        let (rule, word) = match self.sync.rule {
+            StepRule::Adam => (0u8, [0; 4]),
+            StepRule::Sign { momentum } => (1, momentum.to_le_bytes()),
+            StepRule::Frozen { warmup } => (2, warmup.to_le_bytes()),
         };
         out[Self::ENCODED_LEN_V4] = rule;
-        out[Self::ENCODED_LEN_V4 + 1..].copy_from_slice(&momentum.to_le_bytes());
+        out[Self::ENCODED_LEN_V4 + 1..].copy_from_slice(&word);
         out
     }
 
@@ -130,10 +132,11 @@ impl RunConfig {
     pub fn decode(bytes: &[u8; Self::ENCODED_LEN]) -> Result<RunConfig, SyncError> {
         let (before, rule) = bytes.split_at(Self::ENCODED_LEN_V4);
         let run = RunConfig::decode_v4(before.try_into().expect("the bytes before the step rule"))?;
-        let momentum = f32::from_le_bytes(rule[1..].try_into().expect("4 bytes"));
+        let word: [u8; 4] = rule[1..].try_into().expect("4 bytes");
         let rule = match rule[0] {
             0 => StepRule::Adam,
-            1 => StepRule::Sign { momentum },
+            1 => StepRule::Sign { momentum: f32::from_le_bytes(word) },
+            2 => StepRule::Frozen { warmup: u32::from_le_bytes(word) },
             other => return Err(SyncError::RuleByte(other)),
         };
         Ok(RunConfig { sync: SyncConfig { rule, ..run.sync }, ..run })
@@ -191,11 +194,16 @@ impl RunConfig {
         if self.sync.elastic && (sync == SyncMode::EveryStep || compression == Compression::None) {
             return Err(ConfigError::Elastic { sync, compression });
         }
-        if let StepRule::Sign { momentum } = self.sync.rule {
-            // Its momentum is the packed residual, and `outer:H`'s inner steps are Adam's.
-            if sync != SyncMode::EveryStep || compression == Compression::None || !(momentum > 0.0 && momentum <= 1.0) {
-                return Err(ConfigError::Rule { rule: self.sync.rule, sync, compression });
-            }
+        let rule_fits = match self.sync.rule {
+            StepRule::Adam => true,
+            // The sign rule's momentum is the packed residual, the frozen rule's late values are
+            // error feedback's; `outer:H`'s inner steps are Adam's.
+            StepRule::Sign { momentum } => momentum > 0.0 && momentum <= 1.0,
+            StepRule::Frozen { warmup } => warmup >= 1,
+        };
+        let packed_every_step = sync == SyncMode::EveryStep && compression != Compression::None;
+        if self.sync.rule != StepRule::Adam && !(rule_fits && packed_every_step) {
+            return Err(ConfigError::Rule { rule: self.sync.rule, sync, compression });
         }
         let outer = self.sync.outer;
         if !(outer.lr.is_finite()
@@ -234,8 +242,8 @@ pub enum ConfigError {
         overlap: u32,
         sync: SyncMode,
     },
-    /// The sign rule without `every-step` and a packed compression, or with a momentum outside
-    /// `(0, 1]`.
+    /// The sign or frozen rule without `every-step` and a packed compression, or with a
+    /// momentum outside `(0, 1]` or a warm-up of 0.
     Rule {
         rule: StepRule,
         sync: SyncMode,
@@ -282,7 +290,7 @@ impl std::fmt::Display for ConfigError {
             ConfigError::Rule { rule, sync, compression } => write!(
                 f,
                 "step rule {rule} with sync {sync} and compression {compression}: it needs every-step, a packed \
-                 compression (int8, int4 or topk:K: its momentum is the residual) and a momentum in (0, 1]"
+                 compression (int8, int4 or topk:K), and a momentum in (0, 1] or a warm-up of at least 1 step"
             ),
         }
     }
@@ -345,8 +353,8 @@ pub(crate) mod tests {
         let adam = RunConfig { sync: SyncConfig { rule: StepRule::Adam, ..run.sync }, ..run };
         assert_eq!(RunConfig::decode_v4(&v4), Ok(adam));
         let mut rule = bytes;
-        rule[RunConfig::ENCODED_LEN_V4] = 2;
-        assert_eq!(RunConfig::decode(&rule), Err(SyncError::RuleByte(2)));
+        rule[RunConfig::ENCODED_LEN_V4] = 3;
+        assert_eq!(RunConfig::decode(&rule), Err(SyncError::RuleByte(3)));
         // The sign rule's momentum is the packed residual of every-step runs.
         assert_eq!(
             run.validate(),
@@ -357,6 +365,14 @@ pub(crate) mod tests {
         sign.validate().expect("every-step int8 with the sign rule");
         let unpacked = RunConfig { sync: SyncConfig { compression: Compression::None, ..sign.sync }, ..sign };
         assert!(matches!(unpacked.validate(), Err(ConfigError::Rule { .. })));
+        // The frozen rule's warm-up is a u32 in the same four bytes.
+        let frozen = RunConfig { sync: SyncConfig { rule: StepRule::Frozen { warmup: 30 }, ..sign.sync }, ..sign };
+        let frozen_bytes = frozen.encode();
+        assert_eq!(frozen_bytes[RunConfig::ENCODED_LEN_V4..], [2, 30, 0, 0, 0]);
+        assert_eq!(RunConfig::decode(&frozen_bytes), Ok(frozen));
+        frozen.validate().expect("every-step int8 with the frozen rule");
+        let never = RunConfig { sync: SyncConfig { rule: StepRule::Frozen { warmup: 0 }, ..frozen.sync }, ..frozen };
+        assert!(matches!(never.validate(), Err(ConfigError::Rule { .. })), "a warm-up of no steps leaves no v");
         // Protocols 4-10 and checkpoint version 3: the same without the corpus's digest.
         let v3: [u8; RunConfig::ENCODED_LEN_V3] = bytes[..RunConfig::ENCODED_LEN_V3].try_into().unwrap();
         assert_eq!(RunConfig::decode_v3(&v3), Ok(RunConfig { corpus: 0, ..adam }));

@@ -96,9 +96,10 @@ settings! {
     /// fed back; sent as int8 blocks until its sparse frame exists).
     "compress" => sync.compression: Compression,
     /// `every-step` with a packed compression: what the group's mean does — `adam` (an Adam
-    /// step; the member's residual carried whole) or `sign:β` (DeMo's: the residual is a
+    /// step; the member's residual carried whole), `sign:β` (DeMo's: the residual is a
     /// momentum scaled by β before each gradient is added, and each weight moves by the
-    /// learning rate against the sign of the mean).
+    /// learning rate against the sign of the mean) or `frozen:W` (1-bit Adam's: W steps dense
+    /// with Adam, then the compression with Adam's second moment frozen).
     "step-rule" => sync.rule: StepRule,
     /// The outer optimizer's learning rate (`outer:H`).
     "outer-lr" => sync.outer.lr: f32,

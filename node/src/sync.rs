@@ -175,14 +175,33 @@ pub enum StepRule {
     /// mean, `w ← w − lr_t·sign(mean)` (one f32 subtraction; none where the mean is 0). No
     /// optimizer state: Adam's moments stay as they were. `β` lies in `(0, 1]`.
     Sign { momentum: f32 },
+    /// `frozen:W`: 1-bit Adam's. For the run's first `W` steps contributions are packed dense
+    /// (int8 blocks; int4's with `int4`) and the mean feeds Adam; from then on they are packed
+    /// as the run's compression and the mean feeds Adam's first moment alone, the second
+    /// moment and its bias correction frozen where the warm-up left them:
+    /// `w ← w − lr_t·(m/(1−β1ᵗ))/(√(v/(1−β2ᵂ)) + ε)` ([`crate::adam::Adam::update_frozen`]).
+    /// The step is then linear in what is summed, so a value error feedback sends late moves
+    /// its weight by its size (with a live `v` it moves it by about the same amount whatever
+    /// its size). The residual is carried whole.
+    Frozen { warmup: u32 },
 }
 
 impl StepRule {
     /// What a member's residual is scaled by before its next gradient is added.
     pub fn residual_decay(self) -> f32 {
         match self {
-            StepRule::Adam => 1.0,
+            StepRule::Adam | StepRule::Frozen { .. } => 1.0,
             StepRule::Sign { momentum } => momentum,
+        }
+    }
+
+    /// Whether the step a member takes after `done` steps is Adam's whole (not the sign
+    /// rule's, nor one with the second moment frozen).
+    pub fn adam_at(self, done: u32) -> bool {
+        match self {
+            StepRule::Adam => true,
+            StepRule::Sign { .. } => false,
+            StepRule::Frozen { warmup } => done < warmup,
         }
     }
 }
@@ -192,6 +211,7 @@ impl std::fmt::Display for StepRule {
         match self {
             StepRule::Adam => f.write_str("adam"),
             StepRule::Sign { momentum } => write!(f, "sign:{momentum}"),
+            StepRule::Frozen { warmup } => write!(f, "frozen:{warmup}"),
         }
     }
 }
@@ -202,6 +222,12 @@ impl std::str::FromStr for StepRule {
     fn from_str(s: &str) -> Result<Self, SyncError> {
         if s == "adam" {
             return Ok(StepRule::Adam);
+        }
+        if let Some(warmup) = s.strip_prefix("frozen:") {
+            return match warmup.parse::<u32>() {
+                Ok(warmup) if warmup >= 1 => Ok(StepRule::Frozen { warmup }),
+                _ => Err(SyncError::RuleText(s.to_string())),
+            };
         }
         match s.strip_prefix("sign:").map(str::parse::<f32>) {
             Some(Ok(momentum)) if momentum > 0.0 && momentum <= 1.0 => Ok(StepRule::Sign { momentum }),
@@ -249,8 +275,17 @@ impl SyncConfig {
     /// `every-step` touches only gradients; `outer:H` reads the weights on the host at every
     /// sync.
     pub fn state_may_stay_on_device(&self) -> bool {
-        // The sign rule's step is host code (no backend has it as an op yet).
+        // The sign rule's step and the frozen one are host code (no backend has them as ops yet).
         self.mode == SyncMode::EveryStep && self.rule == StepRule::Adam
+    }
+
+    /// How the contribution a member makes after `done` steps is packed: the run's compression,
+    /// or in `frozen:W`'s warm-up its dense form ([`Compression::values_as`]).
+    pub fn compression_at(&self, done: u32) -> Compression {
+        match self.rule {
+            StepRule::Frozen { warmup } if done < warmup => self.compression.values_as(),
+            _ => self.compression,
+        }
     }
 
     /// The seed's exchange: every step, f32.
@@ -387,7 +422,9 @@ impl std::fmt::Display for SyncError {
                 "`{s}` is not a compression: none, int8, int4 or topk:K (K a power of two from 1 to {TOPK_CHUNK})"
             ),
             SyncError::CompressionByte(b) => write!(f, "compression {b}"),
-            SyncError::RuleText(s) => write!(f, "`{s}` is not a step rule: adam or sign:β with β in (0, 1]"),
+            SyncError::RuleText(s) => {
+                write!(f, "`{s}` is not a step rule: adam, sign:β with β in (0, 1], or frozen:W with W at least 1")
+            }
             SyncError::RuleByte(b) => write!(f, "step rule {b}"),
             SyncError::ModeByte(b) => write!(f, "sync mode byte {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),

@@ -436,6 +436,15 @@ impl Trainer {
         self.step += 1;
     }
 
+    /// Adam's step with its second moment frozen ([`crate::sync::StepRule::Frozen`]) from the
+    /// group's `mean`, ending the current step; the rule keeps the state on the host.
+    pub fn apply_frozen(&mut self, mean: &[f32]) {
+        debug_assert!(self.on_device.is_none(), "the frozen rule's state stays on the host");
+        let lr = schedule(self.run.lr, self.step, self.run.steps);
+        self.adam.update_frozen(&mut self.weights, mean, lr);
+        self.step += 1;
+    }
+
     /// This node's contribution to the next sync (what the run's sync mode makes of its
     /// training: [`Strategy::contribute`]).
     pub fn contribute(&mut self) -> Result<Contribution, ContributeError> {
@@ -680,6 +689,10 @@ impl Member for Trainer {
         Trainer::apply_sign(self, mean)
     }
 
+    fn apply_frozen(&mut self, mean: &[f32]) {
+        Trainer::apply_frozen(self, mean)
+    }
+
     fn step_alone(&mut self) -> Result<f32, ComputeError> {
         Trainer::step_alone(self)
     }
@@ -697,6 +710,10 @@ impl Member for Trainer {
 
     fn steps_left(&self) -> u32 {
         self.run.steps.saturating_sub(self.step)
+    }
+
+    fn steps_done(&self) -> u32 {
+        self.step
     }
 
     fn rewind(&mut self, steps: u32) {

@@ -531,7 +531,8 @@ impl Net {
                                     c.iter().map(|&c| lockstep_node::wire::chunk_range(c, state.len())).collect()
                                 });
                                 let gradient = toy.gradient(target, step);
-                                let again = sync::repack(gradient, state, &sync, grid, part.as_deref()).unwrap();
+                                let again =
+                                    sync::repack(gradient, state, &sync, step - 1, grid, part.as_deref()).unwrap();
                                 Ok(Recomputed {
                                     loss: 1.0 / step as f32,
                                     values: again.values,

@@ -439,6 +439,20 @@ fn a_plugin_wrong_only_at_the_runs_sizes_is_refused_when_it_joins() {
 #[test]
 fn a_topk_group_on_the_sign_rule_agrees_with_one_process_and_its_audits_find_nothing() {
     let _phase = crate::common::phase(module_path!());
+    a_topk_group_on("sign:0.875");
+}
+
+/// The same with 1-bit Adam's frozen rule (`frozen:10`: ten steps packed dense with Adam, then
+/// the pick with Adam's second moment frozen): its audits recompute contributions on both
+/// sides of the warm-up's end, packed as the step's own rule packs them.
+#[test]
+fn a_topk_group_on_the_frozen_rule_agrees_with_one_process_and_its_audits_find_nothing() {
+    let _phase = crate::common::phase(module_path!());
+    a_topk_group_on("frozen:10");
+}
+
+/// Three members, 30 steps of `topk:16` with step rule `rule`, every contribution audited.
+fn a_topk_group_on(rule: &str) {
     let signal = signal_server();
     let audit = ["--audit-rate", "1", "--audits-at-own-priority"];
     let mut a = Node::spawn_with(&signal, "cpu", &audit);
@@ -447,21 +461,21 @@ fn a_topk_group_on_the_sign_rule_agrees_with_one_process_and_its_audits_find_not
     channels_open(&[&a, &b, &c]);
     let mut start = tiny(30);
     start["compress"] = "topk:16".into();
-    start["step_rule"] = "sign:0.875".into();
+    start["step_rule"] = rule.into();
     a.command(start);
     for node in [&a, &b, &c] {
         finished(node, 120);
     }
     let started = a.wait_for("the run", |e| e["event"] == "run-started", 5);
     assert_eq!(started["compress"].as_str(), Some("topk:16"), "{started}");
-    assert_eq!(started["step_rule"].as_str(), Some("sign:0.875"), "{started}");
+    assert_eq!(started["step_rule"].as_str(), Some(rule), "{started}");
     let hashes = a.hashes();
     assert_eq!(hashes.len(), 30);
     assert_eq!(b.hashes(), hashes);
     assert_eq!(c.hashes(), hashes);
     let topk = ["--steps", "30", "--compress", "topk:16"];
-    assert_eq!(replay(&[&a, &b, &c], &[&topk[..], &["--step-rule", "sign:0.875"]].concat()), hashes);
-    assert_ne!(replay(&[&a, &b, &c], &topk), hashes, "the sign rule is other arithmetic than Adam's");
+    assert_eq!(replay(&[&a, &b, &c], &[&topk[..], &["--step-rule", rule]].concat()), hashes);
+    assert_ne!(replay(&[&a, &b, &c], &topk), hashes, "{rule} is other arithmetic than Adam's");
     let audited = [&a, &b, &c].iter().flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audited")).count();
     assert!(audited >= 30, "{audited} audits");
     nobody_accused(&[&a, &b, &c]);

@@ -60,6 +60,9 @@ pub trait Member {
     /// Ends an `every-step` step with the sign rule ([`StepRule::Sign`]): each weight moves by
     /// the step's learning rate against the sign of `mean` (on the host).
     fn apply_sign(&mut self, mean: &[f32]);
+    /// Ends an `every-step` step with Adam's second moment frozen ([`StepRule::Frozen`], on
+    /// the host).
+    fn apply_frozen(&mut self, mean: &[f32]);
     /// One local step: the gradient of the next batch, applied at once ([`Member::gradient`],
     /// then [`Member::apply`] — a member whose device holds its state may do both there,
     /// without moving the gradient). The loss.
@@ -79,6 +82,8 @@ pub trait Member {
     fn rewind(&mut self, steps: u32);
     /// Optimizer steps the run has left.
     fn steps_left(&self) -> u32;
+    /// Optimizer steps taken (the run's step rule may change with them).
+    fn steps_done(&self) -> u32;
     /// Elastic windows: whether the window should end after `done` of its inner steps (another
     /// member finished its `H`). Asked after each inner step but the window's last.
     fn hurried(&self, _done: u32) -> bool {
@@ -221,7 +226,8 @@ fn carry(x: &mut [f32], state: &[f32], decay: f32) {
 
 /// A member's packed contribution recomputed, as [`Strategy::contribute`] makes it: `x` (its
 /// gradient or pseudo-gradient) plus what it carries of `state` (the residual it named; the
-/// step rule's decay), packed as the run's compression packs; and the residual it leaves when summed on the group's `grid` (`Strategy::finish`).
+/// step rule's decay), packed as the run's compression packs after `done` steps
+/// ([`SyncConfig::compression_at`]); and the residual it leaves when summed on the group's `grid` (`Strategy::finish`).
 /// `part`: only these values' state is known (block-aligned ranges, an audit of a part): the
 /// blocks outside them are left empty, so only those inside are the contribution's, and its
 /// residual's.
@@ -229,10 +235,11 @@ pub fn repack(
     mut x: Vec<f32>,
     state: &[f32],
     sync: &SyncConfig,
+    done: u32,
     grid: &[u8],
     part: Option<&[std::ops::Range<usize>]>,
 ) -> Result<Repacked, NonFinite> {
-    let compression = sync.compression;
+    let compression = sync.compression_at(done);
     carry(&mut x, state, sync.rule.residual_decay());
     let mut packed = pack_as(&x, compression)?;
     if let Some(ranges) = part {
@@ -419,9 +426,10 @@ impl Strategy {
         }
         let (values, packed, state) = match self.config.compression {
             Compression::None => (Values::F32(x), None, None),
-            compression => {
+            _ => {
                 let state = Arc::new(self.state.residual.clone());
                 carry(&mut x, &self.state.residual, self.config.rule.residual_decay());
+                let compression = self.config.compression_at(member.steps_done());
                 let packed = pack_as(&x, compression).map_err(ContributeError::NonFinite)?;
                 (Values::packed_as(compression, packed.clone()), Some((x, packed)), Some(state))
             }
@@ -482,8 +490,9 @@ impl Strategy {
         }
         match self.config.mode {
             SyncMode::EveryStep => match self.config.rule {
-                StepRule::Adam => member.apply(mean)?,
+                rule if rule.adam_at(member.steps_done()) => member.apply(mean)?,
                 StepRule::Sign { .. } => member.apply_sign(mean),
+                _ => member.apply_frozen(mean),
             },
             SyncMode::Outer { .. } => match (in_flight.global, self.ahead.take()) {
                 (Some(mut global), Some(ahead)) => {

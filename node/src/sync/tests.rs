@@ -62,7 +62,9 @@ fn modes_and_compressions_read_what_they_print() {
     for rule in [StepRule::Adam, StepRule::Sign { momentum: 0.999 }, StepRule::Sign { momentum: 1.0 }] {
         assert_eq!(rule.to_string().parse::<StepRule>(), Ok(rule));
     }
-    for wrong in ["sign", "sign:0", "sign:1.5", "sign:-0.5", "sign:NaN", "lion"] {
+    assert_eq!("frozen:30".parse::<StepRule>(), Ok(StepRule::Frozen { warmup: 30 }));
+    assert_eq!(StepRule::Frozen { warmup: 30 }.to_string(), "frozen:30");
+    for wrong in ["sign", "sign:0", "sign:1.5", "sign:-0.5", "sign:NaN", "lion", "frozen:0", "frozen:-1", "frozen"] {
         assert!(wrong.parse::<StepRule>().is_err(), "{wrong}");
     }
 }
@@ -83,7 +85,7 @@ fn the_sign_rule_steps_by_the_learning_rate_and_decays_the_residual() {
     let config =
         SyncConfig { compression: Compression::Int8, rule: StepRule::Sign { momentum: 0.5 }, ..SyncConfig::SEED };
     let mut strategy = Strategy::new(config, SyncState::new(&config, 100));
-    let mut ramp = Ramp { step: 0, weights: vec![0.0; 100] };
+    let mut ramp = Ramp { step: 0, weights: vec![0.0; 100], frozen: 0 };
     let first = strategy.contribute(&mut ramp).unwrap();
     let reduced = reduce_one(first.values);
     strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
@@ -326,6 +328,12 @@ impl Member for Toy {
     fn apply_sign(&mut self, _mean: &[f32]) {
         unreachable!("outer:H asks for steps, not updates")
     }
+    fn apply_frozen(&mut self, _mean: &[f32]) {
+        unreachable!("outer:H asks for steps, not updates")
+    }
+    fn steps_done(&self) -> u32 {
+        self.step
+    }
     fn step_alone(&mut self) -> Result<f32, ComputeError> {
         if self.fail_at == Some(self.step + 1) {
             return Err(ComputeError::backend(std::io::Error::other("the toy's step fails")));
@@ -540,6 +548,8 @@ fn a_failed_step_ahead_or_after_the_mean_rewinds_to_the_sync() {
 struct Ramp {
     step: u32,
     weights: Vec<f32>,
+    /// Steps ended by `apply_frozen`.
+    frozen: u32,
 }
 
 impl Ramp {
@@ -558,6 +568,13 @@ impl Member for Ramp {
     }
     fn apply_sign(&mut self, mean: &[f32]) {
         crate::sync::sign_step(&mut self.weights, mean, 0.5);
+    }
+    fn apply_frozen(&mut self, _mean: &[f32]) {
+        self.frozen += 1;
+    }
+    fn steps_done(&self) -> u32 {
+        // `gradient` counted the step it is taking.
+        self.step.saturating_sub(1)
     }
     fn weights(&mut self) -> &mut Vec<f32> {
         &mut self.weights
@@ -578,11 +595,12 @@ impl Member for Ramp {
 fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what_it_left() {
     let sign = StepRule::Sign { momentum: 0.5 };
     let rules = [(Compression::Int8, StepRule::Adam), (Compression::Int4, StepRule::Adam)];
+    let frozen = StepRule::Frozen { warmup: 3 };
     let rules = rules.into_iter().chain([(Compression::TopK(8), StepRule::Adam), (Compression::TopK(8), sign)]);
-    for (compression, rule) in rules {
+    for (compression, rule) in rules.chain([(Compression::TopK(8), frozen)]) {
         let config = SyncConfig { compression, rule, ..SyncConfig::SEED };
         let mut strategy = Strategy::new(config, SyncState::new(&config, 100));
-        let mut ramp = Ramp { step: 0, weights: vec![0.0; 100] };
+        let mut ramp = Ramp { step: 0, weights: vec![0.0; 100], frozen: 0 };
         // Another member's contribution, larger in some blocks: the grid is not ours alone.
         let big: Vec<f32> = (0..100).map(|i| if i < 40 { 30.0 } else { 0.01 }).collect();
         let other = match compression {
@@ -599,15 +617,22 @@ fn a_packed_contribution_repacks_from_the_state_it_names_and_the_next_names_what
             let linked = left.as_ref().map(|l| bits(l) == bits(&state));
             assert_eq!(linked, (k > 1).then_some(k != 4), "k = {k}");
             let reduced = reduce(&[&contribution.values, &other], &[1, 1]);
-            let again = repack(Ramp::gradient_at(k), &state, &config, &reduced.grid, None).unwrap();
+            let again = repack(Ramp::gradient_at(k), &state, &config, k - 1, &reduced.grid, None).unwrap();
             assert_eq!(again.values, contribution.values, "k = {k}");
+            if rule == frozen {
+                // Dense through the warm-up, then the pick of 8.
+                let Values::Int8(packed) = &contribution.values else { panic!("topk travels as int8") };
+                let sent = packed.q.iter().filter(|&&q| q != 0).count();
+                assert_eq!(sent > 8, k <= 3, "k = {k}: {sent} values sent");
+            }
             strategy.finish(&mut ramp, &reduced.mean, &reduced.grid, true).unwrap();
             left = again.next_state;
             strategy.tamper(None);
         }
+        assert_eq!(ramp.frozen, if rule == frozen { 3 } else { 0 }, "{rule}");
     }
     let f32_contribution = Strategy::new(SyncConfig::SEED, SyncState::default())
-        .contribute(&mut Ramp { step: 0, weights: Vec::new() })
+        .contribute(&mut Ramp { step: 0, weights: Vec::new(), frozen: 0 })
         .unwrap();
     assert_eq!(f32_contribution.state, None, "f32 contributions have no private state");
 }
