@@ -44,7 +44,9 @@ impl std::fmt::Display for ComputeError {
 impl std::error::Error for ComputeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ComputeError::Backend(error) => Some(error.as_ref()),
+            // Transparent: the backend's error is what this one says, so its chain goes on with
+            // that error's source (returning the error itself would say it twice).
+            ComputeError::Backend(error) => error.source(),
             ComputeError::Audit(_) => None,
             ComputeError::Reference(error) => Some(error),
         }
@@ -90,5 +92,25 @@ impl std::fmt::Display for AuditMismatch {
             "op #{} ({}) differs from the CPU reference in {} word(s); first at word {} of buffer {}: expected {:#010x}, got {:#010x}",
             self.call, self.op, self.differing, self.index, self.buffer, self.expected_bits, self.actual_bits
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend's error is said once along the chain a binary prints (`anyhow`'s `{:#}` walks
+    /// `source`): a wrapped error that showed its backend's message and also returned it as its
+    /// source printed it two and three times.
+    #[test]
+    fn a_backend_error_is_said_once_along_its_chain() {
+        let error = ComputeError::backend(std::io::Error::other("op #5: matmul: non-finite input"));
+        let mut chain = vec![error.to_string()];
+        let mut source = std::error::Error::source(&error);
+        while let Some(e) = source {
+            chain.push(e.to_string());
+            source = e.source();
+        }
+        assert_eq!(chain, ["op #5: matmul: non-finite input"]);
     }
 }

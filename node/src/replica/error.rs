@@ -99,15 +99,18 @@ impl std::fmt::Display for ReplicaError {
 }
 
 impl Error for ReplicaError {
+    /// Each error that wraps another says what it says (above), so the chain goes on with that
+    /// error's own source: returning the wrapped error too would say it twice in a binary's
+    /// `{:#}`.
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
-            ReplicaError::Backend(e) | ReplicaError::Data(e) | ReplicaError::Referee(e) => Some(e.as_ref()),
-            ReplicaError::Shapes(e) => Some(e),
-            ReplicaError::Compute(e) => Some(e),
-            ReplicaError::NonFinite(e) => Some(e),
-            ReplicaError::Checkpoint(e) => Some(e),
-            ReplicaError::Restore(e) => Some(e),
-            ReplicaError::Config(e) => Some(e),
+            ReplicaError::Backend(e) | ReplicaError::Data(e) | ReplicaError::Referee(e) => e.source(),
+            ReplicaError::Shapes(e) => e.source(),
+            ReplicaError::Compute(e) => e.source(),
+            ReplicaError::NonFinite(e) => e.source(),
+            ReplicaError::Checkpoint(e) => e.source(),
+            ReplicaError::Restore(e) => e.source(),
+            ReplicaError::Config(e) => e.source(),
             ReplicaError::NoRun
             | ReplicaError::WrongStep { .. }
             | ReplicaError::AuditWeightsGone { .. }

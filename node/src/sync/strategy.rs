@@ -277,9 +277,10 @@ impl std::fmt::Display for ContributeError {
 
 impl std::error::Error for ContributeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // Transparent: each says what its error says (`ComputeError`'s own source goes on).
         match self {
-            ContributeError::Compute(e) => Some(e),
-            ContributeError::NonFinite(e) => Some(e),
+            ContributeError::Compute(e) => e.source(),
+            ContributeError::NonFinite(e) => e.source(),
         }
     }
 }
