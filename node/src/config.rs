@@ -194,15 +194,10 @@ impl RunConfig {
         if self.sync.elastic && (sync == SyncMode::EveryStep || compression == Compression::None) {
             return Err(ConfigError::Elastic { sync, compression });
         }
-        let rule_fits = match self.sync.rule {
-            StepRule::Adam => true,
-            // The sign rule's momentum is the packed residual, the frozen rule's late values are
-            // error feedback's; `outer:H`'s inner steps are Adam's.
-            StepRule::Sign { momentum } => momentum > 0.0 && momentum <= 1.0,
-            StepRule::Frozen { warmup } => warmup >= 1,
-        };
+        // The sign rule's momentum is the packed residual, the frozen rule's late values are error
+        // feedback's; `outer:H`'s inner steps are Adam's.
         let packed_every_step = sync == SyncMode::EveryStep && compression != Compression::None;
-        if self.sync.rule != StepRule::Adam && !(rule_fits && packed_every_step) {
+        if self.sync.rule != StepRule::Adam && !(self.sync.rule.in_range() && packed_every_step) {
             return Err(ConfigError::Rule { rule: self.sync.rule, sync, compression });
         }
         let outer = self.sync.outer;

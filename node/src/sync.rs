@@ -195,6 +195,16 @@ impl StepRule {
         }
     }
 
+    /// Whether its parameter is one the rule takes: a momentum in `(0, 1]`, a warm-up of at
+    /// least one step (the text refuses others; `RunConfig::validate` decoded ones).
+    pub fn in_range(self) -> bool {
+        match self {
+            StepRule::Adam => true,
+            StepRule::Sign { momentum } => momentum > 0.0 && momentum <= 1.0,
+            StepRule::Frozen { warmup } => warmup >= 1,
+        }
+    }
+
     /// Whether the step a member takes after `done` steps is Adam's whole (not the sign
     /// rule's, nor one with the second moment frozen).
     pub fn adam_at(self, done: u32) -> bool {
@@ -220,19 +230,13 @@ impl std::str::FromStr for StepRule {
     type Err = SyncError;
 
     fn from_str(s: &str) -> Result<Self, SyncError> {
-        if s == "adam" {
-            return Ok(StepRule::Adam);
-        }
-        if let Some(warmup) = s.strip_prefix("frozen:") {
-            return match warmup.parse::<u32>() {
-                Ok(warmup) if warmup >= 1 => Ok(StepRule::Frozen { warmup }),
-                _ => Err(SyncError::RuleText(s.to_string())),
-            };
-        }
-        match s.strip_prefix("sign:").map(str::parse::<f32>) {
-            Some(Ok(momentum)) if momentum > 0.0 && momentum <= 1.0 => Ok(StepRule::Sign { momentum }),
-            _ => Err(SyncError::RuleText(s.to_string())),
-        }
+        let rule = match (s.strip_prefix("sign:"), s.strip_prefix("frozen:")) {
+            _ if s == "adam" => Some(StepRule::Adam),
+            (Some(momentum), _) => momentum.parse().ok().map(|momentum| StepRule::Sign { momentum }),
+            (_, Some(warmup)) => warmup.parse().ok().map(|warmup| StepRule::Frozen { warmup }),
+            _ => None,
+        };
+        rule.filter(|r| r.in_range()).ok_or_else(|| SyncError::RuleText(s.to_string()))
     }
 }
 

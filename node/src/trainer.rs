@@ -24,7 +24,7 @@ use crate::data::{Batch, DataSource, Origin};
 use crate::gemm::Gemm;
 use crate::model::{AdamStep, Model, Weights};
 use crate::params::{init, weight_hash, Layout};
-use crate::sync::{Member, Strategy, SyncState};
+use crate::sync::{Member, StepRule, Strategy, SyncState};
 
 pub use crate::sync::{ContributeError, Contribution};
 
@@ -426,22 +426,18 @@ impl Trainer {
         Ok(())
     }
 
-    /// The sign rule's step from the group's `mean`, ending the current step
-    /// ([`crate::sync::sign_step`] at the step's learning rate). The rule keeps the state on
-    /// the host (`SyncConfig::state_may_stay_on_device`).
-    pub fn apply_sign(&mut self, mean: &[f32]) {
-        debug_assert!(self.on_device.is_none(), "the sign rule's state stays on the host");
+    /// The step `rule` takes from the group's `mean` where it is not Adam's whole, ending the
+    /// current step at its learning rate: the sign rule's ([`crate::sync::sign_step`]) or
+    /// Adam's with its second moment frozen ([`Adam::update_frozen`]). Those rules keep the
+    /// state on the host (`SyncConfig::state_may_stay_on_device`).
+    pub fn apply_by_rule(&mut self, rule: StepRule, mean: &[f32]) {
+        debug_assert!(self.on_device.is_none(), "{rule}'s state stays on the host");
         let lr = schedule(self.run.lr, self.step, self.run.steps);
-        crate::sync::sign_step(&mut self.weights, mean, lr);
-        self.step += 1;
-    }
-
-    /// Adam's step with its second moment frozen ([`crate::sync::StepRule::Frozen`]) from the
-    /// group's `mean`, ending the current step; the rule keeps the state on the host.
-    pub fn apply_frozen(&mut self, mean: &[f32]) {
-        debug_assert!(self.on_device.is_none(), "the frozen rule's state stays on the host");
-        let lr = schedule(self.run.lr, self.step, self.run.steps);
-        self.adam.update_frozen(&mut self.weights, mean, lr);
+        match rule {
+            StepRule::Sign { .. } => crate::sync::sign_step(&mut self.weights, mean, lr),
+            StepRule::Frozen { .. } => self.adam.update_frozen(&mut self.weights, mean, lr),
+            StepRule::Adam => unreachable!("Adam's whole step is `Trainer::apply`, which the strategy calls for it"),
+        }
         self.step += 1;
     }
 
@@ -685,12 +681,8 @@ impl Member for Trainer {
         Trainer::apply(self, grad)
     }
 
-    fn apply_sign(&mut self, mean: &[f32]) {
-        Trainer::apply_sign(self, mean)
-    }
-
-    fn apply_frozen(&mut self, mean: &[f32]) {
-        Trainer::apply_frozen(self, mean)
+    fn apply_by_rule(&mut self, rule: StepRule, mean: &[f32]) {
+        Trainer::apply_by_rule(self, rule, mean)
     }
 
     fn step_alone(&mut self) -> Result<f32, ComputeError> {

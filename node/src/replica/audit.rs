@@ -147,8 +147,8 @@ impl AuditKit {
             // named; of a part, only the chunks checked are the member's.
             let part: Option<Vec<_>> =
                 checked.as_ref().map(|c| c.iter().map(|&c| crate::wire::chunk_range(c, state.len())).collect());
-            match // The step's record number counts from 1: the member had taken one fewer.
-            crate::sync::repack(grad, state, &run.sync, self.step - 1, grid, part.as_deref()) {
+            // The step's record number counts from 1: the member had taken one fewer.
+            match crate::sync::repack(grad, state, &run.sync, self.step - 1, grid, part.as_deref()) {
                 Ok(repacked) => {
                     let next_state = repacked.next_state.as_deref().map(crate::wire::state_chunk_digests);
                     Recomputed { loss, values: repacked.values, next_state, trace }

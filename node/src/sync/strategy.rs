@@ -57,12 +57,9 @@ pub trait Member {
     fn gradient(&mut self) -> Result<(f32, Vec<f32>), ComputeError>;
     /// One optimizer step (Adam) from `grad`.
     fn apply(&mut self, grad: &[f32]) -> Result<(), ComputeError>;
-    /// Ends an `every-step` step with the sign rule ([`StepRule::Sign`]): each weight moves by
-    /// the step's learning rate against the sign of `mean` (on the host).
-    fn apply_sign(&mut self, mean: &[f32]);
-    /// Ends an `every-step` step with Adam's second moment frozen ([`StepRule::Frozen`], on
-    /// the host).
-    fn apply_frozen(&mut self, mean: &[f32]);
+    /// Ends an `every-step` step by a rule other than Adam's whole ([`StepRule::adam_at`]
+    /// said no), on the host: the sign rule's step, or Adam's with its second moment frozen.
+    fn apply_by_rule(&mut self, rule: StepRule, mean: &[f32]);
     /// One local step: the gradient of the next batch, applied at once ([`Member::gradient`],
     /// then [`Member::apply`] — a member whose device holds its state may do both there,
     /// without moving the gradient). The loss.
@@ -214,14 +211,11 @@ pub struct Repacked {
     pub next_state: Option<Vec<f32>>,
 }
 
-/// `x` plus what a member carries of its residual `state` to its next contribution: all of it,
-/// or (the sign rule's momentum) `decay·r`, one f32 product and one sum a value.
+/// `x` plus what a member carries of its residual `state` to its next contribution, `decay·r`
+/// (one f32 product and one sum a value; a decay of 1 — every rule but the sign rule's —
+/// carries `r` itself, exactly).
 fn carry(x: &mut [f32], state: &[f32], decay: f32) {
-    if decay == 1.0 {
-        x.iter_mut().zip(state).for_each(|(v, r)| *v += r);
-    } else {
-        x.iter_mut().zip(state).for_each(|(v, r)| *v += decay * r);
-    }
+    x.iter_mut().zip(state).for_each(|(v, r)| *v += decay * r);
 }
 
 /// A member's packed contribution recomputed, as [`Strategy::contribute`] makes it: `x` (its
@@ -492,8 +486,7 @@ impl Strategy {
         match self.config.mode {
             SyncMode::EveryStep => match self.config.rule {
                 rule if rule.adam_at(member.steps_done()) => member.apply(mean)?,
-                StepRule::Sign { .. } => member.apply_sign(mean),
-                _ => member.apply_frozen(mean),
+                rule => member.apply_by_rule(rule, mean),
             },
             SyncMode::Outer { .. } => match (in_flight.global, self.ahead.take()) {
                 (Some(mut global), Some(ahead)) => {

@@ -325,10 +325,7 @@ impl Member for Toy {
     fn apply(&mut self, _grad: &[f32]) -> Result<(), ComputeError> {
         unreachable!("outer:H asks for steps, not updates")
     }
-    fn apply_sign(&mut self, _mean: &[f32]) {
-        unreachable!("outer:H asks for steps, not updates")
-    }
-    fn apply_frozen(&mut self, _mean: &[f32]) {
+    fn apply_by_rule(&mut self, _rule: StepRule, _mean: &[f32]) {
         unreachable!("outer:H asks for steps, not updates")
     }
     fn steps_done(&self) -> u32 {
@@ -548,7 +545,7 @@ fn a_failed_step_ahead_or_after_the_mean_rewinds_to_the_sync() {
 struct Ramp {
     step: u32,
     weights: Vec<f32>,
-    /// Steps ended by `apply_frozen`.
+    /// Steps ended by the frozen rule.
     frozen: u32,
 }
 
@@ -566,11 +563,11 @@ impl Member for Ramp {
     fn apply(&mut self, _grad: &[f32]) -> Result<(), ComputeError> {
         Ok(())
     }
-    fn apply_sign(&mut self, mean: &[f32]) {
-        crate::sync::sign_step(&mut self.weights, mean, 0.5);
-    }
-    fn apply_frozen(&mut self, _mean: &[f32]) {
-        self.frozen += 1;
+    fn apply_by_rule(&mut self, rule: StepRule, mean: &[f32]) {
+        match rule {
+            StepRule::Sign { .. } => crate::sync::sign_step(&mut self.weights, mean, 0.5),
+            _ => self.frozen += 1,
+        }
     }
     fn steps_done(&self) -> u32 {
         // `gradient` counted the step it is taking.
