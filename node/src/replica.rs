@@ -19,7 +19,7 @@ use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
 use crate::data::{node_data_seed, DataSource};
 use crate::gemm::Gemm;
-use crate::session::{PrivateInputs, Recomputed};
+use crate::session::{PrivateInputs, Recomputed, WeightsChecked};
 use crate::sync::Tamper;
 use crate::trainer::{ContributeError, RestoreError, TrainState, Trainer, Undo};
 use crate::verdict::Verdict;
@@ -28,6 +28,7 @@ use crate::wire::{Gradient, PeerId, Values};
 mod audit;
 mod error;
 mod rogue;
+mod updates;
 
 use audit::audit_weights_kept;
 pub use audit::{AuditKit, KeptStates};
@@ -124,6 +125,18 @@ pub trait Replica: Send + 'static {
     }
     /// The private states this member's packed contributions were made with (one handle for
     /// the replica's life: the adapter serves auditors from it).
+    /// The guard's disputes (leader): the weights our contribution to `step` was computed
+    /// from, checked against the definition's update of `step - 1`, run again on the host from
+    /// the state before it and the group's mean.
+    fn check_weights(&mut self, step: u32) -> Result<WeightsChecked, ReplicaError> {
+        Err(ReplicaError::UpdateGone { step })
+    }
+    /// The guard's disputes (a disputed member): the first chunk of the weights our
+    /// contribution to `step` was computed from whose digest is not `digests`' (the leader's),
+    /// with its words; `None` when they are no longer kept or none parts.
+    fn weights_apart(&mut self, _step: u32, _digests: &[u64]) -> Option<(u32, Vec<u32>)> {
+        None
+    }
     fn kept_states(&self) -> KeptStates {
         KeptStates::default()
     }
@@ -207,7 +220,9 @@ pub struct TrainerReplica {
     ahead: Option<RunningAhead>,
     /// The state before a step taken tentatively, until the step stands or is undone (and the
     /// weight hash it had).
-    undo: Option<(Undo, u32)>,
+    undo: Option<(Arc<Undo>, u32)>,
+    /// The guard's disputes: the last updates applied, with the state each started from.
+    updates: updates::KeptUpdates,
     /// The referee of the admissions at a run's shapes, opened at the first.
     referee: Option<Box<dyn Gemm + Send>>,
     /// The last admission at a run's shapes: what it checked and how long it took (seconds).
@@ -255,6 +270,7 @@ impl TrainerReplica {
             rogue_told: false,
             ahead: None,
             undo: None,
+            updates: updates::KeptUpdates::default(),
             referee: None,
             admitted_at_shapes: None,
             audit_weights: None,
@@ -494,6 +510,7 @@ impl Replica for TrainerReplica {
         let weights = trainer.parameter_count();
         self.failed = None;
         self.trainer = Some(trainer);
+        self.begin_updates();
         self.rehash();
         Ok(weights)
     }
@@ -585,14 +602,17 @@ impl Replica for TrainerReplica {
 
     fn apply(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
         self.undo = None;
+        self.settle();
+        let before = self.before_update();
         self.finish(mean, grid, ours);
+        self.keep_update(before, mean, grid, ours);
     }
 
     fn apply_tentatively(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
         self.settle();
         let whash = self.resolve_hash();
         let undo = match self.trainer.as_mut().map(Trainer::undo_point) {
-            Some(Ok(undo)) => Some((undo, whash)),
+            Some(Ok(undo)) => Some((Arc::new(undo), whash)),
             Some(Err(e)) => {
                 // Without the state before it, the step cannot be taken tentatively: the next
                 // compute reports why.
@@ -602,6 +622,8 @@ impl Replica for TrainerReplica {
             None => None,
         };
         self.finish(mean, grid, ours);
+        let before = undo.as_ref().filter(|_| self.keeps_updates()).map(|(u, _)| u.clone());
+        self.keep_update(before, mean, grid, ours);
         self.undo = undo;
     }
 
@@ -612,7 +634,8 @@ impl Replica for TrainerReplica {
     fn rollback(&mut self) {
         self.settle();
         let (Some((undo, whash)), Some(trainer)) = (self.undo.take(), self.trainer.as_mut()) else { return };
-        trainer.undo(undo);
+        self.updates.undone(syncs_done(trainer));
+        trainer.undo(Arc::unwrap_or_clone(undo));
         self.whash = WeightHash::Known(whash);
     }
 
@@ -660,6 +683,7 @@ impl Replica for TrainerReplica {
         let step = syncs_done(trainer);
         let weights = trainer.parameter_count();
         self.failed = None;
+        self.begin_updates();
         self.rehash();
         Ok((step, weights))
     }
@@ -759,6 +783,14 @@ impl Replica for TrainerReplica {
 
     fn kept_states(&self) -> KeptStates {
         self.kept_states.clone()
+    }
+
+    fn check_weights(&mut self, step: u32) -> Result<WeightsChecked, ReplicaError> {
+        self.check_weights_of(step)
+    }
+
+    fn weights_apart(&mut self, step: u32, digests: &[u64]) -> Option<(u32, Vec<u32>)> {
+        self.weights_apart_of(step, digests)
     }
 
     fn trace(&mut self, step: u32, tracing: &Tracing) -> Result<Traced, ReplicaError> {

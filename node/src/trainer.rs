@@ -99,8 +99,9 @@ pub struct Trainer {
     hurry: Arc<AtomicU32>,
 }
 
-/// A trainer's state at a point it may have to come back to ([`Trainer::undo_point`]).
-#[derive(Debug)]
+/// A trainer's state at a point it may have to come back to ([`Trainer::undo_point`]), or
+/// whose next update the definition runs again ([`Trainer::update_by_definition`]).
+#[derive(Clone, Debug)]
 pub struct Undo {
     weights: Vec<f32>,
     adam: Adam,
@@ -108,6 +109,14 @@ pub struct Undo {
     data_state: u64,
     data_at_sync: Option<u64>,
     sync: Strategy,
+}
+
+impl Undo {
+    /// The group's weights the sync under way at this point started from
+    /// ([`Strategy::sync_start`]).
+    pub fn sync_start(&self) -> &[f32] {
+        self.sync.sync_start(&self.weights)
+    }
 }
 
 impl Trainer {
@@ -587,6 +596,26 @@ impl Trainer {
         self.data_at_sync = undo.data_at_sync;
         self.sync = undo.sync;
         self.on_device = None;
+    }
+
+    /// The guard's disputes (`docs/TRUST.md`): the update that ended a sync, as the definition
+    /// gives it — from `before` (the state the update started from) and the group's `mean`,
+    /// on the host, whatever this trainer's backend runs its update on — and the group's
+    /// weights it leaves. The trainer is back in its own state afterwards, bit for bit (a
+    /// device holding it is sent it again at the next step).
+    pub fn update_by_definition(
+        &mut self,
+        before: &Undo,
+        mean: &[f32],
+        grid: &[u8],
+        ours: bool,
+    ) -> Result<Vec<f32>, ComputeError> {
+        let now = self.undo_point()?;
+        self.undo(before.clone());
+        let finished = self.finish_sync(mean, grid, ours);
+        let after = self.sync.group_weights(&self.weights).to_vec();
+        self.undo(now);
+        finished.map(|()| after)
     }
 
     /// Whether a group running this trainer's run can continue from a checkpoint of `run`: the

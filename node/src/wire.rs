@@ -27,6 +27,8 @@
 //! | `-22` | state request: `[u32 step][the part asked for]` (an auditor asks for the private state, or some chunks of it, the receiver's packed contribution to `step` was made with: `wire/state.rs`) |
 //! | `-23` | state: `[u32 step][the state served]` (the answer to `-22`: every chunk's digest, of which the contribution named the digest, and the chunks asked for; nothing when it is no longer kept: `wire/state.rs`) |
 //! | `-24` | trace request: `[u32 step][trace]` (a leader disputing the receiver's contribution to `step` sends the definition's trace — `-25`'s `[u32 ops]` and each op's `[u32 chunks][u64 digest × chunks]` — and asks for the receiver's step compared with it as it runs again; since protocol 17, which retired the op and chunk fields of 13–16) |
+//! | `-27` | weights request: `[u32 step][u32 chunks][u64 digest × chunks]` (the guard's disputes, since protocol 19: the leader found the receiver's contribution to `step` computed from weights other than its own, checked its own against the definition's update, and sends their digests, 1,024 weights a chunk, `wire/state.rs`'s chunk digests) |
+//! | `-28` | weights: `[u32 step][u8 0]` or `[u8 1][u32 chunk][u32 word…]` (the answer to `-27`: the first chunk of the weights the sender's contribution to `step` was computed from whose digest is not the leader's, and its words; marker 0 when they are no longer kept or none parts) |
 //! | `-25` | trace: `[u32 step][u32 ops]`, each op's `[u32 chunks][u64 digest × chunks]`, then `[u8 0]` or `[u8 1][u32 op][u32 chunk][u32 word…]` (the answer to `-24`: the trace up to and with the first op that parts from the leader's, and that op's words of its first chunk that parts; no ops and marker 0 when it cannot be made) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
@@ -63,7 +65,10 @@ pub use crate::sync::Values;
 use crate::sync::{Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 
-/// The mesh protocol version carried in the run config (17: `-24` and `-25` carry only the
+/// The mesh protocol version carried in the run config (19: the guard's disputes, `-27` and
+/// `-28`, and evidence kinds 6–8 — a member computing from weights other than the group's, or
+/// with a wrong probe, is named and removed instead of stopping the run; 18: the run config's
+/// step rule; 17: `-24` and `-25` carry only the
 /// form protocol 15 sends — a trace asked for against the leader's, its answer — without the op
 /// and chunk fields that named the whole trace or one chunk's words, and the run config's
 /// compression byte may name `topk:K` (16 + log₂ K); 16: an f32 `outer:H` window names its
@@ -80,7 +85,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 18;
+pub const MESH_PROTOCOL_VERSION: u32 = 19;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -109,6 +114,8 @@ const STATE: i32 = -23;
 const TRACE_REQUEST: i32 = -24;
 const TRACE: i32 = -25;
 const F32_STATE_GRADIENT: i32 = -26;
+const WEIGHTS_REQUEST: i32 = -27;
+const WEIGHTS: i32 = -28;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -294,6 +301,19 @@ pub enum Message {
         step: u32,
         answer: TraceAnswer,
     },
+    /// The guard's disputes (`docs/TRUST.md`): the leader found the receiver's contribution to
+    /// `step` computed from weights other than its own, which it checked against the
+    /// definition's update; it sends their chunks' digests and asks where the receiver's part.
+    WeightsRequest {
+        step: u32,
+        digests: Vec<u64>,
+    },
+    /// The answer to a [`Message::WeightsRequest`]: the first chunk of the sender's weights
+    /// whose digest is not the leader's, and its words (`None`: no longer kept, or none parts).
+    Weights {
+        step: u32,
+        words: Option<(u32, Vec<u32>)>,
+    },
 }
 
 /// A step's ops as one backend computed them (`docs/TRUST.md`, "Disputes"): for each op, in
@@ -402,7 +422,7 @@ pub fn jumps_the_queue(message: &[u8]) -> bool {
 /// message's parts stay in one queue). The agreement's messages are read in order: a commit
 /// read before the contributions it commits sends a member to catch up.
 pub fn audit_message(frame: &[u8]) -> bool {
-    matches!(sentinel(frame), Some(ACCUSATION | STATE_REQUEST | TRACE_REQUEST | TRACE))
+    matches!(sentinel(frame), Some(ACCUSATION | STATE_REQUEST | TRACE_REQUEST | TRACE | WEIGHTS_REQUEST | WEIGHTS))
 }
 
 /// A frame's first `i32`: a gradient's step (≥ 0) or a control message's sentinel.
@@ -543,6 +563,24 @@ pub fn encode(message: &Message) -> Vec<u8> {
                 Some((op, chunk, words)) => {
                     out.push(1);
                     out.extend_from_slice(&op.to_le_bytes());
+                    out.extend_from_slice(&chunk.to_le_bytes());
+                    words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
+                }
+            }
+        }
+        Message::WeightsRequest { step, digests } => {
+            out.extend_from_slice(&WEIGHTS_REQUEST.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&(digests.len() as u32).to_le_bytes());
+            digests.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
+        }
+        Message::Weights { step, words } => {
+            out.extend_from_slice(&WEIGHTS.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            match words {
+                None => out.push(0),
+                Some((chunk, words)) => {
+                    out.push(1);
                     out.extend_from_slice(&chunk.to_le_bytes());
                     words.iter().for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
                 }
@@ -697,6 +735,24 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 other => return Err(WireError::Invalid(format!("a trace's words marked {other}"))),
             };
             Message::Trace { step, answer: TraceAnswer { trace, words } }
+        }
+        WEIGHTS_REQUEST => {
+            let step = r.u32()?;
+            let chunks = r.u32()? as usize;
+            // Each digest is 8 bytes: a count past what is left is refused before any allocation.
+            if chunks > r.remaining() / 8 {
+                return Err(WireError::Invalid(format!("a weights request of {chunks} chunks")));
+            }
+            Message::WeightsRequest { step, digests: (0..chunks).map(|_| r.u64()).collect::<Result<_, _>>()? }
+        }
+        WEIGHTS => {
+            let step = r.u32()?;
+            let words = match r.u8()? {
+                0 => None,
+                1 => Some((r.u32()?, read_words(&mut r)?)),
+                other => return Err(WireError::Invalid(format!("weights marked {other}"))),
+            };
+            Message::Weights { step, words }
         }
         other => return Err(WireError::UnknownSentinel(other)),
     };

@@ -18,7 +18,7 @@ use lockstep_node::audit::{Departure, Trace, Traced, Urgency, TRACE_CHUNK_WORDS}
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
     AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Recomputed, Session,
-    SessionConfig, StepDeadline, Stop, Task,
+    SessionConfig, StepDeadline, Stop, Task, WeightsChecked,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
 use lockstep_node::wire::{
@@ -100,8 +100,12 @@ impl Toy {
     }
 
     fn apply(&mut self, gradient: &[f32]) {
+        self.apply_at(gradient, 0.1);
+    }
+
+    fn apply_at(&mut self, gradient: &[f32], lr: f32) {
         for (w, g) in self.weights.iter_mut().zip(gradient) {
-            *w -= 0.1 * g;
+            *w -= lr * g;
         }
         self.step += 1;
     }
@@ -193,6 +197,11 @@ struct Node {
     routine_never_ends: bool,
     /// Trace requests it answered (each a run of its step).
     traces_served: u32,
+    /// The guard's disputes: the toy before each recent update, and the mean it applied.
+    updates: BTreeMap<u32, (Toy, Vec<f32>)>,
+    /// A hidden state gone wrong (as an optimizer's moments, which no contribution names): its
+    /// updates step at this rate, and its check of them runs them so too.
+    hidden_lr: Option<f32>,
 }
 
 /// A node's state before a step taken tentatively: weights, residual, packing in flight.
@@ -301,6 +310,8 @@ impl Net {
             untraced: false,
             routine_never_ends: false,
             traces_served: 0,
+            updates: BTreeMap::new(),
+            hidden_lr: None,
         };
         let others: Vec<PeerId> = self.live();
         self.nodes.insert(id, node);
@@ -457,10 +468,12 @@ impl Net {
                     Output::Apply { step, mean, grid, ours, tentative, .. } => {
                         node.mid_window = false;
                         node.undo = tentative.then(|| (node.toy.clone(), node.residual.clone(), node.packed.clone()));
+                        node.updates.insert(step, (node.toy.clone(), mean.clone()));
+                        node.updates.retain(|&s, _| s + 4 > step);
                         if let Some((x, packed)) = node.packed.take() {
                             node.residual = if ours { sync::residual(&x, &packed, &grid) } else { x };
                         }
-                        node.toy.apply(&mean);
+                        node.toy.apply_at(&mean, node.hidden_lr.unwrap_or(0.1));
                         assert_eq!(node.toy.step, step, "node {id} applied step {step} out of order");
                         if tentative {
                             // Nothing of it counts before it stands.
@@ -483,6 +496,7 @@ impl Net {
                             node.undo.take().unwrap_or_else(|| panic!("node {id} undid step {step}, never taken"));
                         assert_eq!(node.toy.step, step, "node {id} undid step {step} at {}", node.toy.step);
                         (node.toy, node.residual, node.packed) = (toy, residual, packed);
+                        node.updates.remove(&step);
                         // Back inside the window the undone step closed.
                         node.mid_window = node.session.run().is_some_and(|r| r.sync.mode.steps_per_sync() > 1);
                         // What is computing stands on the undone weights (an adapter drops it).
@@ -502,6 +516,7 @@ impl Net {
                             node.residual = vec![0.0; LEN];
                             node.packed = None;
                             let step = toy.step;
+                            node.updates.clear();
                             node.toy = toy;
                             node.hashes.retain(|s, _| *s <= step);
                             node.hashes.insert(step, node.toy.hash());
@@ -621,6 +636,47 @@ impl Net {
                             };
                             self.links.entry((id, to)).or_default().push_back(Message::State { step, served });
                         }
+                    }
+                    Output::CheckWeights { step } => {
+                        // As the replica does: the state the update before `step` began from
+                        // against the weights the step before was computed from, then that
+                        // update again from it and its mean (a fresh model's weights before the
+                        // first) against the weights the contribution to `step` was computed from.
+                        let seed = node.session.run().map_or(0, |r| r.seed);
+                        let first = |a: &[f32], b: &[f32]| {
+                            a.iter().zip(b).enumerate().find_map(|(i, (x, y))| {
+                                (x.to_bits() != y.to_bits()).then_some((i as u64, x.to_bits(), y.to_bits()))
+                            })
+                        };
+                        let agreed = node.computed_from.get(&(step - 1)).map(|t| t.weights.clone());
+                        let held = node.computed_from.get(&step).map(|t| t.weights.clone());
+                        let outcome = match (node.updates.get(&(step - 1)), held) {
+                            (Some((before, mean)), Some(held)) => {
+                                let moved = agreed.as_ref().and_then(|a| first(a, &before.weights));
+                                let mut toy = before.clone();
+                                toy.apply_at(mean, node.hidden_lr.unwrap_or(0.1));
+                                let departs = moved.or_else(|| first(&toy.weights, &held));
+                                let digests = Arc::new(state_chunk_digests(&toy.weights));
+                                Ok(WeightsChecked { departs, definition: Arc::new(toy.weights), digests })
+                            }
+                            (None, Some(held)) if step == 1 => {
+                                let fresh = Toy::fresh(seed).weights;
+                                let departs = first(&fresh, &held);
+                                let digests = Arc::new(state_chunk_digests(&fresh));
+                                Ok(WeightsChecked { departs, definition: Arc::new(fresh), digests })
+                            }
+                            _ => Err(Failure::new(std::io::Error::other("the update is gone"))),
+                        };
+                        queue.push_back(Input::WeightsChecked { step, outcome });
+                    }
+                    Output::ServeWeights { to, step, digests } => {
+                        let words = node.computed_from.get(&step).and_then(|held| {
+                            let ours = state_chunk_digests(&held.weights);
+                            let chunk = (0..ours.len()).find(|&i| digests.get(i) != Some(&ours[i]))?;
+                            let range = lockstep_node::wire::chunk_range(chunk as u32, held.weights.len());
+                            Some((chunk as u32, held.weights[range].iter().map(|w| w.to_bits()).collect()))
+                        });
+                        self.links.entry((id, to)).or_default().push_back(Message::Weights { step, words });
                     }
                     Output::Event(event) => node.events.push(event),
                 }
@@ -1184,6 +1240,135 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
     let failure = guard_failure(&net, 1).expect("the leader stopped");
     assert_eq!((failure.step, failure.probe_mismatch), (1, vec![2]));
     assert!(net.nodes.values().all(|n| n.hashes.is_empty()), "nobody applied step 1");
+}
+
+/// The guard's disputes: with audits on, a member whose weights were flipped is no longer a
+/// stop for the group. The leader checks its own weights against the definition's update, asks
+/// the member where its part, and convicts it through the log naming the word and both values;
+/// the others train to the end, identical, and never stop.
+#[test]
+fn a_members_flipped_weights_are_named_to_the_word_and_the_others_train_on() {
+    for seed in 7..60 {
+        let mut net = audited(seed, 1000, 20);
+        let mut flipped = None;
+        net.run(200_000, |net, top| {
+            if top == 5 && flipped.is_none() {
+                let node = net.nodes.get_mut(&3).unwrap();
+                let bits = node.toy.weights[4].to_bits();
+                node.toy.weights[4] = f32::from_bits(bits ^ 1);
+                flipped = Some(bits);
+            }
+        });
+        assert!(flipped.is_some(), "seed {seed}: flipped");
+        let verdict = verdict_of(&net, 2).unwrap_or_else(|| panic!("seed {seed}: no verdict\n{}", net.describe()));
+        assert_eq!(verdict.target, 3, "seed {seed}");
+        assert_eq!(verdict.found_by, 1, "seed {seed}: the leader");
+        match verdict.evidence {
+            // The flipped weight is the first that parts (by its lowest bit where the flip came
+            // after the member's update, by more where an update followed it).
+            Evidence::Weights { word: 4, expected, claimed } => assert_ne!(expected, claimed, "seed {seed}"),
+            other => panic!("seed {seed}: {other:?}"),
+        }
+        for id in [1, 2, 4] {
+            let node = &net.nodes[&id];
+            assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert!(guard_failure(&net, id).is_none(), "seed {seed}: node {id}'s guard never stops the run");
+            assert_eq!(node.hashes.len(), 20, "seed {seed}");
+            assert_eq!(node.hashes, net.nodes[&1].hashes, "seed {seed}");
+        }
+        assert!(net.nodes[&3].session.stopped().is_some(), "seed {seed}: the flipped member is out");
+        // (Its own weights after the flip are its own: it stopped at the first record it
+        // could not apply.)
+        net.assert_identical_or_guarded();
+    }
+}
+
+/// The guard's disputes where the leader's own weights are the ones apart: its check against
+/// the definition finds them, it names itself (the word and both values), stops and hands the
+/// lead on; the others agree with each other and train to the end under a new leader.
+#[test]
+fn a_leaders_own_flipped_weights_are_named_and_the_lead_handed_on() {
+    for seed in 11..60 {
+        let mut net = audited(seed, 1000, 20);
+        let mut flipped = false;
+        net.run(300_000, |net, top| {
+            if top == 5 && !flipped {
+                let node = net.nodes.get_mut(&1).unwrap();
+                node.toy.weights[9] = f32::from_bits(node.toy.weights[9].to_bits() ^ 1);
+                flipped = true;
+            }
+        });
+        let named = net.nodes[&1].events.iter().find_map(|e| match e {
+            Event::Accused { target: 1, by: 1, evidence, .. } => Some(*evidence),
+            _ => None,
+        });
+        assert!(
+            matches!(named, Some(Evidence::Weights { word: 9, expected, claimed }) if expected ^ 1 == claimed),
+            "seed {seed}: {named:?}\n{}",
+            net.describe()
+        );
+        assert_eq!(guard_failure(&net, 1).map(|f| f.weight_mismatch), Some(vec![1]), "seed {seed}");
+        for id in [2, 3, 4] {
+            let node = &net.nodes[&id];
+            assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert_eq!(node.hashes.len(), 20, "seed {seed}");
+            assert_eq!(node.hashes, net.nodes[&2].hashes, "seed {seed}");
+        }
+        net.assert_identical_or_guarded();
+    }
+}
+
+/// The guard's disputes where the leader's check cannot see what is wrong — a hidden state
+/// its update reads (an optimizer's moments, which no contribution names) — so its weights
+/// pass its own check: more of the step's contributions name other weights than ours, and the
+/// leader takes itself to be the one apart, says so with the weight hash most of them named,
+/// and hands the lead on; nobody else is accused.
+#[test]
+fn a_leader_outnumbered_by_the_weights_its_members_name_hands_the_lead_on() {
+    for seed in 21..80 {
+        let mut net = audited(seed, 1000, 20);
+        let mut drifted = false;
+        net.run(300_000, |net, top| {
+            if top == 5 && !drifted {
+                net.nodes.get_mut(&1).unwrap().hidden_lr = Some(0.1000001);
+                drifted = true;
+            }
+        });
+        let named = net.nodes[&1].events.iter().find_map(|e| match e {
+            Event::Accused { target: 1, by: 1, evidence, .. } => Some(*evidence),
+            _ => None,
+        });
+        assert!(matches!(named, Some(Evidence::WeightHash { .. })), "seed {seed}: {named:?}\n{}", net.describe());
+        assert_eq!(guard_failure(&net, 1).map(|f| f.weight_mismatch), Some(vec![1]), "seed {seed}");
+        assert_eq!(net.count(|e| matches!(e, Event::Verdict(_))), 0, "seed {seed}: nobody convicted");
+        for id in [2, 3, 4] {
+            let node = &net.nodes[&id];
+            assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+            assert_eq!(node.hashes.len(), 20, "seed {seed}");
+            assert_eq!(node.hashes, net.nodes[&2].hashes, "seed {seed}");
+        }
+    }
+}
+
+/// With audits on, a wrong probe hash is its member's own evidence: convicted at once (the
+/// expected hash and its own), the others train on.
+#[test]
+fn a_wrong_probe_hash_is_convicted_and_the_others_train_on() {
+    let mut net = Net::new(8);
+    net.audit_rate = 1000;
+    for id in [1, 2, 3, 4] {
+        net.join(id);
+    }
+    net.nodes.get_mut(&2).unwrap().phash = 0x1234_5678;
+    net.start(1, 6);
+    net.run(200_000, |_, _| {});
+    let verdict = verdict_of(&net, 3).unwrap_or_else(|| panic!("no verdict\n{}", net.describe()));
+    assert_eq!((verdict.target, verdict.evidence), (2, Evidence::Probe { expected: PHASH, claimed: 0x1234_5678 }));
+    for id in [1, 3, 4] {
+        assert!(net.nodes[&id].session.finished(), "node {id}\n{}", net.describe());
+        assert_eq!(net.nodes[&id].hashes.len(), 6);
+        assert_eq!(net.nodes[&id].hashes, net.nodes[&1].hashes);
+    }
 }
 
 #[test]

@@ -316,23 +316,20 @@ fn a_cut_link_is_repaired_by_the_leader() {
     let _ = &mut b;
 }
 
+/// Without audits (`--audit-rate 0`) nothing is kept to tell whose weights are right: a
+/// flipped bit stops the run, and the guard names the node.
 #[test]
 fn a_flipped_bit_stops_the_run_and_names_the_node() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let mut a = Node::spawn(&signal, "cpu");
-    let b = Node::spawn(&signal, "cpu");
-    let mut c = Node::spawn(&signal, "cpu");
+    let unaudited = ["--audit-rate", "0"];
+    let mut a = Node::spawn_with(&signal, "cpu", &unaudited);
+    let b = Node::spawn_with(&signal, "cpu", &unaudited);
+    let mut c = Node::spawn_with(&signal, "cpu", &unaudited);
     channels_open(&[&a, &b, &c]);
     a.command(tiny(200));
     c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
-    c.command(serde_json::json!({"cmd": "flip"}));
-    let flipped = c.wait_for(
-        "the flip",
-        |e| e["event"] == "warning" && e["message"].as_str().is_some_and(|m| m.contains("flipped")),
-        30,
-    );
-    let after: u64 = flipped["message"].as_str().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    let after = flip(&mut c);
     for node in [&a, &b] {
         let stop = node.wait_for("guard-stopped", |e| e["event"] == "guard-stopped", 60);
         assert_eq!(stop["weight_mismatch"], serde_json::json!([c.id]), "{stop}");
@@ -341,6 +338,52 @@ fn a_flipped_bit_stops_the_run_and_names_the_node() {
         let step = stop["step"].as_u64().unwrap();
         assert!((after + 1..=after + 2).contains(&step), "stopped at {step}, flipped after {after}");
     }
+}
+
+/// Flips the lowest bit of `node`'s first weight; returns the step its weights held then.
+fn flip(node: &mut Node) -> u64 {
+    node.command(serde_json::json!({"cmd": "flip"}));
+    let flipped = node.wait_for(
+        "the flip",
+        |e| e["event"] == "warning" && e["message"].as_str().is_some_and(|m| m.contains("flipped")),
+        30,
+    );
+    flipped["message"].as_str().unwrap().rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The guard's disputes (audits on, as by default): a member whose weights were flipped is
+/// not a stop for the group. The leader checks its own weights against the definition's
+/// update, asks the member where its own part (`-27`/`-28`) and convicts it through the log:
+/// every honest member reports the verdict naming weight 0 and both values; the member is
+/// told why; the others train to the end, identical, and their guard never stops the run.
+#[test]
+fn a_flipped_bit_is_named_to_the_word_and_the_member_removed_while_the_others_train_on() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut a = Node::spawn(&signal, "cpu");
+    let b = Node::spawn(&signal, "cpu");
+    let mut c = Node::spawn(&signal, "cpu");
+    channels_open(&[&a, &b, &c]);
+    a.command(tiny(60));
+    c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
+    let after = flip(&mut c);
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
+    for node in [&a, &b] {
+        let verdict = node.wait_for("the flipped member's verdict", is_verdict, 60);
+        assert_eq!(verdict["found_by"], a.id, "the leader: {verdict}");
+        assert_eq!((&verdict["weights"], &verdict["word"]), (&Value::Bool(true), &Value::from(0)), "{verdict}");
+        assert_ne!(verdict["expected_bits"], verdict["claimed_bits"], "{verdict}");
+        let step = verdict["step"].as_u64().unwrap();
+        assert!((after + 1..=after + 2).contains(&step), "named at {step}, flipped after {after}");
+    }
+    let removed = c.wait_for("told why", |e| e["event"] == "removed", 30);
+    assert!(removed["why"].as_str().unwrap().contains("weights other than the group's"), "{removed}");
+    for node in [&a, &b] {
+        finished(node, 120);
+        assert!(!node.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never stopped the run");
+    }
+    assert_eq!(a.hashes(), b.hashes());
+    assert_eq!(a.hashes().len(), 60);
 }
 
 /// A rogue member (fault injection in its adapter, like `flip`) sends contributions of NaNs,
@@ -372,20 +415,39 @@ fn a_rogues_non_finite_and_huge_contributions_are_refused_and_the_group_trains_o
     }
 }
 
+/// A plugin that drifts after admission computes the probe wrong: without audits the guard
+/// stops the run naming it; with them (by default) its wrong probe hash is its own evidence —
+/// convicted at once, named with both hashes, and the others train on.
 #[test]
 fn wrong_arithmetic_after_admission_is_caught_by_the_probe() {
     let _phase = crate::common::phase(module_path!());
-    let signal = signal_server();
-    let mut a = Node::spawn(&signal, "cpu");
-    let b = Node::spawn(&signal, "cpu");
     let dir = std::path::PathBuf::from(BIN).parent().unwrap().join("examples");
     let drifting = dir.join("libdrift_after_admission.so");
     assert!(drifting.is_file(), "{} is missing: build all targets first", drifting.display());
-    let c = Node::spawn(&signal, drifting.to_str().unwrap());
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(200));
-    let stop = a.wait_for("guard-stopped", |e| e["event"] == "guard-stopped", 120);
-    assert_eq!(stop["probe_mismatch"], serde_json::json!([c.id]), "{stop}");
+    for audited in [false, true] {
+        let signal = signal_server();
+        let rate: &[&str] = if audited { &[] } else { &["--audit-rate", "0"] };
+        let mut a = Node::spawn_with(&signal, "cpu", rate);
+        let b = Node::spawn_with(&signal, "cpu", rate);
+        let c = Node::spawn_with(&signal, drifting.to_str().unwrap(), rate);
+        channels_open(&[&a, &b, &c]);
+        if !audited {
+            a.command(tiny(200));
+            let stop = a.wait_for("guard-stopped", |e| e["event"] == "guard-stopped", 120);
+            assert_eq!(stop["probe_mismatch"], serde_json::json!([c.id]), "{stop}");
+            continue;
+        }
+        a.command(tiny(12));
+        let verdict = b.wait_for("the verdict", |e| e["event"] == "verdict" && e["target"] == c.id, 120);
+        assert_eq!(verdict["probe"], true, "{verdict}");
+        assert_ne!(verdict["expected_phash"], verdict["claimed_phash"], "{verdict}");
+        for node in [&a, &b] {
+            finished(node, 120);
+            assert!(!node.events().iter().any(|e| e["event"] == "guard-stopped"), "audited: nothing stops the group");
+        }
+        assert_eq!(a.hashes(), b.hashes());
+        assert_eq!(a.hashes().len(), 12);
+    }
 }
 
 /// A plugin right on the gate's small products and wrong past a size (`flaw_past_size`: every

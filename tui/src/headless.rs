@@ -193,7 +193,10 @@ pub fn at_run_shapes_json(backend: &str, verdict: &AtRunShapes) -> Value {
 /// word 0, value `i` word `1 + i`); `named_digest`, `recomputed_digest`; `falsely_accused`;
 /// `expected_state`, `named_state` (a packed contribution's link); `withheld: true`; or `op`,
 /// `op_name`, `buffer`, `word`, `expected_bits`, `claimed_bits` (a dispute narrowed to one op:
-/// the word of the buffer that op wrote).
+/// the word of the buffer that op wrote); `weights: true` with `word`, `expected_bits`,
+/// `claimed_bits` (the guard's dispute: the first weight that parts from the definition's
+/// update) or with `expected_whash`, `claimed_whash`; `probe: true`, `expected_phash`,
+/// `claimed_phash`.
 fn evidence_json(fields: &mut Value, evidence: &Evidence) {
     let hex = |v: u32| format!("{v:#010x}");
     let extra = match *evidence {
@@ -212,6 +215,15 @@ fn evidence_json(fields: &mut Value, evidence: &Evidence) {
             "op": op, "op_name": Evidence::op_name(code), "buffer": buffer, "word": word,
             "expected_bits": hex(expected), "claimed_bits": hex(claimed),
         }),
+        Evidence::Weights { word, expected, claimed } => json!({
+            "weights": true, "word": word, "expected_bits": hex(expected), "claimed_bits": hex(claimed),
+        }),
+        Evidence::WeightHash { expected, claimed } => {
+            json!({"weights": true, "expected_whash": hex(expected), "claimed_whash": hex(claimed)})
+        }
+        Evidence::Probe { expected, claimed } => {
+            json!({"probe": true, "expected_phash": hex(expected), "claimed_phash": hex(claimed)})
+        }
     };
     if let (Some(object), Value::Object(extra)) = (fields.as_object_mut(), extra) {
         object.extend(extra);

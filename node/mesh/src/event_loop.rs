@@ -427,6 +427,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.tracing = false;
                 self.links.send(to, &Message::Trace { step, answer });
             }
+            Inbound::WeightsChecked { step, outcome } => {
+                let outcome = outcome.map_err(Failure::new);
+                self.drive(vec![Input::WeightsChecked { step, outcome }]);
+            }
+            Inbound::WeightsServed { to, step, words } => self.links.send(to, &Message::Weights { step, words }),
         }
         Flow::Continue
     }

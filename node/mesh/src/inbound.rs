@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use lockstep_node::audit::{Traced, Urgency};
 use lockstep_node::gemm::Gemm;
 use lockstep_node::replica::{BackendChange, ReplicaError};
-use lockstep_node::session::Recomputed;
+use lockstep_node::session::{Recomputed, WeightsChecked};
 use lockstep_node::wire::{Gradient, PeerId, TraceAnswer};
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
 use tokio::sync::mpsc;
@@ -52,6 +52,19 @@ pub(crate) enum Inbound {
         step: u32,
         answer: TraceAnswer,
     },
+    /// The guard's disputes (leader): the weights our contribution to `step` was computed
+    /// from, checked against the definition's update, or why they could not be.
+    WeightsChecked {
+        step: u32,
+        outcome: Result<WeightsChecked, ReplicaError>,
+    },
+    /// The guard's disputes (a disputed member): where our weights of `step` part from the
+    /// leader `to`'s, found on a blocking thread, to send.
+    WeightsServed {
+        to: PeerId,
+        step: u32,
+        words: Option<(u32, Vec<u32>)>,
+    },
     Saved(Result<Saved, SaveError>),
 }
 
@@ -64,7 +77,10 @@ impl Inbound {
     fn jumps_the_queue(&self) -> bool {
         match self {
             Inbound::Frame(_, _, bytes) => lockstep_node::wire::audit_message(bytes),
-            Inbound::Settled { .. } | Inbound::TraceServed { .. } => true,
+            Inbound::Settled { .. }
+            | Inbound::TraceServed { .. }
+            | Inbound::WeightsChecked { .. }
+            | Inbound::WeightsServed { .. } => true,
             Inbound::Audited { urgency, .. } => *urgency == Urgency::Check,
             _ => false,
         }

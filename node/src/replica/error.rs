@@ -39,6 +39,11 @@ pub enum ReplicaError {
     AuditWeightsGone {
         step: u32,
     },
+    /// The guard's disputes: the update before `step` is no longer kept (or was never: audits
+    /// off, an overlapped window), so the weights `step` was computed from cannot be checked.
+    UpdateGone {
+        step: u32,
+    },
     /// Batches from this source are not a function of (seed, member, step): no contribution
     /// trained on it can be recomputed.
     NotAuditable(String),
@@ -91,6 +96,10 @@ impl std::fmt::Display for ReplicaError {
             ReplicaError::NotAuditable(source) => {
                 write!(f, "{source} gives batches that are not a function of the seed and the step: no audit")
             }
+            ReplicaError::UpdateGone { step } => write!(
+                f,
+                "the update before step {step} is not kept: the weights that step was computed from cannot be checked"
+            ),
             ReplicaError::AuditWeightsGone { step } => {
                 write!(f, "the weights step {step} was computed from are no longer kept: it cannot be audited")
             }
@@ -114,6 +123,7 @@ impl Error for ReplicaError {
             ReplicaError::NoRun
             | ReplicaError::WrongStep { .. }
             | ReplicaError::AuditWeightsGone { .. }
+            | ReplicaError::UpdateGone { .. }
             | ReplicaError::NotAuditable(_)
             | ReplicaError::OtherText { .. } => None,
         }

@@ -342,3 +342,69 @@ fn errors_stay_typed() {
     assert!(matches!(replica.compute(2), Err(ReplicaError::WrongStep { asked: 2, at: 0 })));
     assert!(matches!(replica.restore(b"not a checkpoint"), Err(ReplicaError::Checkpoint(_))));
 }
+
+/// The guard's disputes on a real trainer, in every mode that keeps its updates: the check of
+/// our own weights finds them the definition's while nothing touched them (applied at once or
+/// taken ahead of the commit and confirmed), and the first weight where they part once one
+/// bit flips — after an update (the update's result departs) or before one (the state it began
+/// from departs from what the step before was computed from); a member's answer names the
+/// first chunk that parts from the leader's digests, with its words.
+#[test]
+fn the_weights_a_step_was_computed_from_are_checked_against_the_definitions_update() {
+    for (sync, compress) in [("every-step", "none"), ("every-step", "int8"), ("outer:2", "int8")] {
+        let run = crate::settings::with(tiny(), [("sync", sync), ("compress", compress)]).expect("a sync mode");
+        for tentative in [false, true] {
+            let what = format!("{sync} {compress} tentative {tentative}");
+            let mut member = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+            member.set_identity(5);
+            member.keep_audit_weights(true);
+            member.configure(&run).expect("a run");
+            let apply = |member: &mut TrainerReplica, sent: &Gradient| {
+                let reduced = crate::sync::reduce_one(sent.values.clone());
+                if tentative {
+                    member.apply_tentatively(&reduced.mean, &reduced.grid, true);
+                    member.confirm();
+                } else {
+                    member.apply(&reduced.mean, &reduced.grid, true);
+                }
+            };
+            for step in 1..=3 {
+                let sent = member.compute(step).expect("a contribution");
+                let checked = member.check_weights(step).unwrap_or_else(|e| panic!("{what} step {step}: {e}"));
+                assert_eq!(checked.departs, None, "{what} step {step}");
+                let held = member.started_from(step).expect("kept");
+                assert_eq!(checked.definition.as_slice(), held.as_slice(), "{what} step {step}: bit for bit");
+                assert_eq!(member.weights_apart(step, &checked.digests), None, "{what} step {step}");
+                apply(&mut member, &sent);
+            }
+            // One bit flipped after the update of step 3: the contribution to step 4 is
+            // computed from it, and the update's result departs there.
+            member.flip_weight_bit();
+            let sent = member.compute(4).expect("a contribution");
+            let checked = member.check_weights(4).expect("checked");
+            let held = member.started_from(4).expect("kept");
+            let (word, expected, claimed) = checked.departs.expect("the flip departs");
+            assert_eq!((word, expected ^ 1), (0, claimed), "{what}");
+            assert_eq!(claimed, held[0].to_bits(), "{what}");
+            // A member answering the definition's digests names chunk 0 and its words.
+            let honest: Vec<f32> = checked.definition.to_vec();
+            let digests = crate::wire::state_chunk_digests(&honest);
+            let (chunk, words) = member.weights_apart(4, &digests).expect("a chunk parts");
+            assert_eq!((chunk, words[0]), (0, claimed), "{what}");
+            assert_eq!(words.len(), crate::wire::STATE_CHUNK.min(held.len()), "{what}");
+            // Flipped back before the update of step 4: the state that update began from is
+            // not the one step 4 was computed from. (`flip_weight_bit` goes through a
+            // checkpoint, which an `outer:H` window mid-sync is not at: every-step only.)
+            if run.sync.mode.steps_per_sync() > 1 {
+                continue;
+            }
+            member.flip_weight_bit();
+            apply(&mut member, &sent);
+            member.compute(5).expect("a contribution");
+            let (word, expected, claimed) = member.check_weights(5).expect("checked").departs.expect("departs");
+            assert_eq!((word, expected ^ 1), (0, claimed), "{what}: the weights the update began from");
+            // Past what is kept: said, not guessed.
+            assert!(matches!(member.check_weights(2), Err(ReplicaError::UpdateGone { step: 2 })), "{what}");
+        }
+    }
+}

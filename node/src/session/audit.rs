@@ -217,6 +217,9 @@ pub(super) struct Audits {
     pub shunned: BTreeMap<PeerId, AuditVerdict>,
     /// (Leader) the departure being narrowed to one op (one at a time).
     pub dispute: Option<Dispute>,
+    /// (Leader) the guard's disputes: members whose contributions were computed from weights
+    /// other than ours (`apart.rs`).
+    pub(super) apart: super::apart::Apart,
     /// The definition's trace of the contribution just found to depart, for the dispute it
     /// opens (set only while [`Session::accuse`] runs for it).
     pub(super) definition: Option<((u32, PeerId), Arc<Trace>)>,
@@ -253,7 +256,7 @@ impl Audits {
 
     /// Whether `peer`'s contribution is being disputed (the leader does not sum it meanwhile).
     pub fn disputed(&self, peer: PeerId) -> bool {
-        self.dispute.as_ref().is_some_and(|d| d.verdict.target == peer)
+        self.dispute.as_ref().is_some_and(|d| d.verdict.target == peer) || self.apart.holds(peer)
     }
 
     /// A push or a restore replaced the state: records of other weights are no evidence now.
@@ -352,6 +355,7 @@ impl Session {
     /// heard from meanwhile) or gives up (it was not).
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
         self.dispute_tick(now_ms);
+        self.apart_tick(now_ms);
         let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
         // A link of a part unanswered: unchecked (a member gone, or a channel cut).
         self.audits.links_asked.retain(|_, (_, asked)| now_ms.saturating_sub(*asked) < wait);

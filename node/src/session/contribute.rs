@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::wire::Evidence;
 
 /// Our computing, and whom we send contributions to.
 #[derive(Debug, Default)]
@@ -166,23 +167,47 @@ impl Session {
 
     /// The guard, as early as it can run: contributions to one step (of one epoch) are computed
     /// from the same committed weights, so once our own is here, one from other weights — or
-    /// with an unhealthy probe — is a fork or a broken kernel, and the run stops here, naming
-    /// the senders, before any record could sum it.
+    /// with an unhealthy probe — is a fork or a broken kernel. Where the guard settles it
+    /// (`apart.rs`), the leader disputes it (a probe is its member's own evidence: convicted at
+    /// once) and the others leave it to the leader; where it does not, the run stops here,
+    /// naming the senders, before any record could sum it. Our own probe wrong stops us.
     pub(super) fn guard_held(&mut self, step: u32) {
         let me = self.config.me;
         let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let (settles, leading, expected) = (self.guard_settles(), self.is_leader(), self.config.expected_phash);
         let mut failure = GuardFailure { step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
+        let mut apart = Vec::new();
         for (peer, held) in self.contributions.at(step) {
-            if held.gradient.whash != own {
-                failure.weight_mismatch.push(peer);
-            }
-            if held.gradient.phash != self.config.expected_phash {
-                failure.probe_mismatch.push(peer);
+            let (whash, phash) = (held.gradient.whash, held.gradient.phash);
+            if phash != expected {
+                if settles && peer != me {
+                    apart.push((peer, Evidence::Probe { expected, claimed: phash }));
+                } else {
+                    failure.probe_mismatch.push(peer);
+                }
+            } else if whash != own {
+                if settles {
+                    apart.push((peer, Evidence::WeightHash { expected: own, claimed: whash }));
+                } else {
+                    failure.weight_mismatch.push(peer);
+                }
             }
         }
         if !failure.weight_mismatch.is_empty() || !failure.probe_mismatch.is_empty() {
-            self.stop_with(failure);
+            return self.stop_with(failure);
         }
+        if !leading {
+            return;
+        }
+        for (peer, evidence) in apart {
+            match evidence {
+                Evidence::Probe { .. } => self.convict_apart(step, peer, evidence),
+                Evidence::WeightHash { claimed, .. } => self.found_apart(step, peer, claimed),
+                _ => {}
+            }
+        }
+        // A contribution that agrees with us counts too, where a dispute waits for the step's.
+        self.weights_step_grew();
     }
 
     /// Elastic windows: another member's whole window for the step we compute is here: ours

@@ -255,6 +255,10 @@ pub enum Ignored {
     TraceRequestFromNonLeader,
     /// A trace this node did not ask for (or no longer waits for).
     UnaskedTrace,
+    /// A weights request from a member that is not the leader (only the leader disputes).
+    WeightsRequestFromNonLeader,
+    /// Weights this node did not ask for (or no longer waits for).
+    UnaskedWeights,
 }
 
 impl std::fmt::Display for Ignored {
@@ -313,6 +317,10 @@ impl std::fmt::Display for Ignored {
                 f.write_str("a trace request from a member that is not the leader (only the leader disputes)")
             }
             Ignored::UnaskedTrace => f.write_str("a trace this node did not ask for"),
+            Ignored::WeightsRequestFromNonLeader => {
+                f.write_str("a weights request from a member that is not the leader (only the leader disputes)")
+            }
+            Ignored::UnaskedWeights => f.write_str("weights this node did not ask for"),
         }
     }
 }

@@ -115,6 +115,11 @@ impl Session {
         if step > run.syncs() || self.lead.pushing.is_some() || !self.current() || self.pending.is_some() {
             return;
         }
+        // Our own weights are being checked against the definition, or who agrees with whom is
+        // not counted yet (the guard's disputes): a record now could name weights that depart.
+        if self.audits.apart.undecided() {
+            return;
+        }
         let Some(agreement) = self.agreement.as_ref() else { return };
         let term = agreement.term();
         if self.lead.proposed == Some((term, step)) {
@@ -129,8 +134,16 @@ impl Session {
         let present: Vec<(PeerId, Named)> = self
             .contributions
             .at(step)
-            .filter(|(p, _)| {
-                *p == me || agreement.is_member(*p) && !self.roster.is_out(*p) && !self.audits.disputed(*p)
+            .filter(|(p, held)| {
+                // Only contributions from our weights with a healthy probe (the guard's disputes
+                // settle the others; a new leader's held ones are filtered here too).
+                let guarded = held.gradient.whash == own && held.gradient.phash == self.config.expected_phash;
+                *p == me
+                    || guarded
+                        && agreement.is_member(*p)
+                        && !self.roster.is_out(*p)
+                        && !self.audits.disputed(*p)
+                        && !self.audits.convicted.contains(p)
             })
             .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.gradient.weight }))
             .collect();
@@ -140,7 +153,12 @@ impl Session {
             .chain(&learners)
             .copied()
             .filter(|p| {
-                *p != me && self.roster.expected(*p) && !has(p) && !self.roster.is_out(*p) && !self.audits.disputed(*p)
+                *p != me
+                    && self.roster.expected(*p)
+                    && !has(p)
+                    && !self.roster.is_out(*p)
+                    && !self.audits.disputed(*p)
+                    && !self.audits.convicted.contains(p)
             })
             .collect();
         let waited = now.saturating_sub(ready_ms);

@@ -48,6 +48,8 @@ impl Session {
             Message::State { step, served } => self.on_state(from, step, served),
             Message::TraceRequest { step, definition } => self.on_trace_request(from, step, definition),
             Message::Trace { step, answer } => self.on_trace(from, step, answer),
+            Message::WeightsRequest { step, digests } => self.on_weights_request(from, step, digests),
+            Message::Weights { step, words } => self.on_weights(from, step, words),
             Message::CatchUp { applied: _ } => {
                 if self.is_leader() && self.agreement.as_ref().is_some_and(|a| a.is_member(from)) {
                     self.roster.resume_wanted(from);

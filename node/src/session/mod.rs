@@ -53,6 +53,7 @@
 //! - Duplicate, late, early and outsider messages are ignored and counted.
 
 mod agreement;
+mod apart;
 mod audit;
 mod commit;
 mod contribute;
@@ -71,6 +72,7 @@ mod window;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
+pub use apart::WeightsChecked;
 pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
@@ -135,6 +137,9 @@ pub enum Input {
     /// the target's (this side's words of the first differing chunk), that they agree, or why
     /// it could not be run.
     Settled { step: u32, target: PeerId, outcome: Result<Traced, Failure> },
+    /// Answer to `Output::CheckWeights`: the weights our contribution to `step` was computed
+    /// from, checked against the definition's update that left them, or why they could not be.
+    WeightsChecked { step: u32, outcome: Result<WeightsChecked, Failure> },
     /// Time passes (milliseconds on any monotonic clock).
     Tick { now_ms: u64 },
     /// The user starts a run; this node leads it.
@@ -226,6 +231,21 @@ pub enum Output {
         step: u32,
         target: PeerId,
         theirs: Arc<Trace>,
+    },
+    /// The guard's disputes (leader): check the weights our contribution to `step` was
+    /// computed from against the definition's update that left them (run again on the host
+    /// from the state before it and the committed mean); answer `WeightsChecked`.
+    CheckWeights {
+        step: u32,
+    },
+    /// The guard's disputes (a disputed member): send `to` (the leader) the first chunk of the
+    /// weights our contribution to `step` was computed from whose digest is not in `digests`,
+    /// with its words (`-28`; none when they are no longer kept or none parts). Nothing to
+    /// answer.
+    ServeWeights {
+        to: PeerId,
+        step: u32,
+        digests: Arc<Vec<u64>>,
     },
     /// Send `to` `part` of the private state (the residual) our contribution to `step` was
     /// made with, if still kept (`-23`; nothing kept: no values). Nothing to answer.
@@ -462,6 +482,7 @@ impl Session {
             Input::Computed(gradient) => self.on_computed(gradient),
             Input::Audited { step, target, outcome } => self.on_audited(step, target, outcome),
             Input::Settled { step, target, outcome } => self.on_settled(step, target, outcome),
+            Input::WeightsChecked { step, outcome } => self.on_weights_checked(step, outcome),
             Input::Configured { weights } => self.on_configured(weights),
             Input::Restored { step, weights } => self.on_restored(step, weights),
             Input::Failed { task: Task::Compute { step }, error } => self.stop(Stop::Compute { step, error }),

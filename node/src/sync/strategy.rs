@@ -376,6 +376,16 @@ impl Strategy {
         self.global().map_or(own, |(global, _)| global)
     }
 
+    /// The group's weights the sync under way started from, given the member's own: an
+    /// `outer:H` window's start once its contribution is made (the member's own are its inner
+    /// steps' then), else [`Strategy::group_weights`].
+    pub fn sync_start<'a>(&'a self, own: &'a [f32]) -> &'a [f32] {
+        match self.in_flight.as_ref().and_then(|f| f.global.as_deref()) {
+            Some(global) => global,
+            None => self.group_weights(own),
+        }
+    }
+
     /// The member's contribution to the next sync: `every-step`, the gradient of one batch;
     /// `outer:H`, the global weights minus the weights after `H` local steps (fewer when some
     /// ran ahead of the last mean). With `int8`, the residual is added and the sum packed.

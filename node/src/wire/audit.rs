@@ -38,9 +38,27 @@ pub enum Evidence {
     /// position in the step and its code (`lockstep_luts::ops::OPS`), the word of the buffer
     /// it wrote first, the definition's bits and the member's.
     Op { op: u32, code: u32, buffer: u64, word: u64, expected: u32, claimed: u32 },
+    /// The guard's disputes: the weights the member computed its contribution to this step
+    /// from are not the group's — word `word` of them, as the definition's update of the step
+    /// before leaves it (run again by the leader from the state before it and the committed
+    /// mean), and as the member held it (its answer to `-27`).
+    Weights { word: u64, expected: u32, claimed: u32 },
+    /// The same, where the member did not say where its weights part (no answer, or none that
+    /// shows it): the weight hash the definition's update gives and the one its contribution
+    /// named.
+    WeightHash { expected: u32, claimed: u32 },
+    /// Its contribution named a probe hash other than the one every healthy backend reports:
+    /// its own backend computes the fixed probe wrong.
+    Probe { expected: u32, claimed: u32 },
 }
 
 impl Evidence {
+    /// Whether the guard's disputes found it (the weights a contribution was computed from, or
+    /// its probe), not a recomputation of the contribution's values.
+    pub fn is_the_guards(&self) -> bool {
+        matches!(self, Evidence::Weights { .. } | Evidence::WeightHash { .. } | Evidence::Probe { .. })
+    }
+
     /// An op's name from its code (`?` for a code this build does not know).
     pub fn op_name(code: u32) -> &'static str {
         lockstep_luts::ops::OPS.get(code as usize).map_or("?", |spec| spec.name)
@@ -82,6 +100,20 @@ impl std::fmt::Display for Evidence {
                 f32::from_bits(expected),
                 f32::from_bits(claimed)
             ),
+            Evidence::Weights { word, expected, claimed } => write!(
+                f,
+                "it computed from weights other than the group's: word {word}: the definition's update gives {expected:#010x} ({}), it held {claimed:#010x} ({})",
+                f32::from_bits(expected),
+                f32::from_bits(claimed)
+            ),
+            Evidence::WeightHash { expected, claimed } => write!(
+                f,
+                "it computed from weights other than the group's: the definition's update gives the weight hash {expected:#010x}, it named {claimed:#010x}"
+            ),
+            Evidence::Probe { expected, claimed } => write!(
+                f,
+                "its backend computes the probe wrong: every healthy backend gives {expected:#010x}, it gave {claimed:#010x}"
+            ),
         }
     }
 }
@@ -99,6 +131,13 @@ pub struct AuditVerdict {
 
 impl std::fmt::Display for AuditVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.evidence.is_the_guards() {
+            return write!(
+                f,
+                "the guard found node {}'s contribution to step {} wrong (settled by node {}): {}",
+                self.target, self.step, self.found_by, self.evidence
+            );
+        }
         write!(
             f,
             "an audit found node {}'s contribution to step {} wrong (found by node {}): {}",
@@ -113,6 +152,9 @@ const FALSE_ACCUSATION: u8 = 2;
 const STATE: u8 = 3;
 const WITHHELD: u8 = 4;
 const OP: u8 = 5;
+const WEIGHTS: u8 = 6;
+const WEIGHT_HASH: u8 = 7;
+const PROBE: u8 = 8;
 
 impl Evidence {
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -147,6 +189,17 @@ impl Evidence {
                 out.extend_from_slice(&expected.to_le_bytes());
                 out.extend_from_slice(&claimed.to_le_bytes());
             }
+            Evidence::Weights { word, expected, claimed } => {
+                out.push(WEIGHTS);
+                out.extend_from_slice(&word.to_le_bytes());
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&claimed.to_le_bytes());
+            }
+            Evidence::WeightHash { expected, claimed } | Evidence::Probe { expected, claimed } => {
+                out.push(if matches!(self, Evidence::Probe { .. }) { PROBE } else { WEIGHT_HASH });
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&claimed.to_le_bytes());
+            }
         }
     }
 
@@ -167,6 +220,9 @@ impl Evidence {
                 expected: u32_of(bytes)?,
                 claimed: u32_of(bytes)?,
             },
+            WEIGHTS => Evidence::Weights { word: u64_of(bytes)?, expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
+            WEIGHT_HASH => Evidence::WeightHash { expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
+            PROBE => Evidence::Probe { expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
             _ => return None,
         })
     }
@@ -229,6 +285,9 @@ mod tests {
             Evidence::State { expected: 1 << 40, claimed: 3 },
             Evidence::Withheld,
             Evidence::Op { op: 58, code: 1, buffer: 66, word: 1 << 33, expected: 0xbeca_d100, claimed: 0 },
+            Evidence::Weights { word: 1 << 35, expected: 0x3f80_0000, claimed: 0x3f80_0001 },
+            Evidence::WeightHash { expected: 0xdead_beef, claimed: 7 },
+            Evidence::Probe { expected: 1, claimed: u32::MAX },
         ] {
             let v = AuditVerdict { evidence, ..verdict };
             let mut bytes = Vec::new();
@@ -240,7 +299,22 @@ mod tests {
                 assert_eq!(AuditVerdict::decode(&mut &bytes[..cut]), None, "{cut} bytes");
             }
         }
-        assert_eq!(Evidence::decode(&mut &[6u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        assert_eq!(Evidence::decode(&mut &[9u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        // The guard's evidence, byte for byte: kind, then its fields little-endian.
+        let mut bytes = Vec::new();
+        Evidence::Weights { word: 5, expected: 0x3f80_0000, claimed: 0x3f80_0001 }.encode(&mut bytes);
+        assert_eq!(bytes, [6, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 1, 0, 0x80, 0x3f]);
+        for (evidence, kind) in
+            [(Evidence::WeightHash { expected: 2, claimed: 3 }, 7), (Evidence::Probe { expected: 2, claimed: 3 }, 8)]
+        {
+            let mut bytes = Vec::new();
+            evidence.encode(&mut bytes);
+            assert_eq!(bytes, [kind, 2, 0, 0, 0, 3, 0, 0, 0], "{evidence:?}");
+        }
+        assert_eq!(
+            Evidence::Weights { word: 0, expected: 0x3f80_0000, claimed: 0x3f80_0001 }.to_string(),
+            "it computed from weights other than the group's: word 0: the definition's update gives 0x3f800000 (1), it held 0x3f800001 (1.0000001)"
+        );
         let matmul = lockstep_luts::ops::OPS.iter().find(|s| s.name == "matmul").expect("an op").code;
         assert_eq!(
             Evidence::Op { op: 58, code: matmul, buffer: 66, word: 0, expected: 0xbeca_d100, claimed: 0 }.to_string(),

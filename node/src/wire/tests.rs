@@ -153,6 +153,30 @@ fn golden_bytes() {
     marked[44] = 2;
     assert!(matches!(decode(&marked), Err(WireError::Invalid(_))));
     assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Invalid(_))));
+    // The guard's disputes (protocol 19): the leader's digests of its checked weights, and
+    // the answer — the first chunk that parts and its words, or nothing.
+    let request = Message::WeightsRequest { step: 5, digests: vec![9, 1 << 40] };
+    let mut bytes = vec![0xe5, 0xff, 0xff, 0xff, 5, 0, 0, 0, 2, 0, 0, 0];
+    bytes.extend([9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]);
+    assert_eq!(encode(&request), bytes);
+    assert_eq!(decode(&bytes), Ok(request));
+    for cut in 4..bytes.len() {
+        assert!(decode(&bytes[..cut]).is_err(), "{cut} bytes");
+    }
+    let mut huge = bytes[..8].to_vec();
+    huge.extend(u32::MAX.to_le_bytes());
+    assert!(matches!(decode(&huge), Err(WireError::Invalid(_))), "a chunk count past the message");
+    let answer = Message::Weights { step: 5, words: Some((1, vec![7, 0x8000_0000])) };
+    let bytes = vec![0xe4, 0xff, 0xff, 0xff, 5, 0, 0, 0, 1, 1, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0x80];
+    assert_eq!(encode(&answer), bytes);
+    assert_eq!(decode(&bytes), Ok(answer));
+    let nothing = Message::Weights { step: 5, words: None };
+    assert_eq!(encode(&nothing), vec![0xe4, 0xff, 0xff, 0xff, 5, 0, 0, 0, 0]);
+    assert_eq!(decode(&encode(&nothing)), Ok(nothing));
+    let mut marked = bytes.clone();
+    marked[8] = 2;
+    assert!(matches!(decode(&marked), Err(WireError::Invalid(_))));
+    assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Invalid(_))), "words not whole");
     // 127 and -1 in one block: e = 0, the block byte is 133 (0x85); weight 3 (three inner
     // steps of an elastic window); the residual it was packed with named 0x0807060504030201.
     let p = Gradient {
@@ -575,6 +599,8 @@ fn the_agreements_the_links_and_the_audits_messages_jump_the_queue() {
         Message::StateRequest { step: 3, part: StatePart::Whole },
         Message::TraceRequest { step: 3, definition: Trace { ops: vec![vec![1, 2]] } },
         Message::Trace { step: 3, answer: TraceAnswer { trace: Trace::default(), words: Some((2, 0, vec![0; 4096])) } },
+        Message::WeightsRequest { step: 3, digests: vec![1; 900] },
+        Message::Weights { step: 3, words: Some((2, vec![0; 1024])) },
     ];
     let waiting = [
         Message::Gradient(gradient(10)),

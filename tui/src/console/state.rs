@@ -698,6 +698,10 @@ fn on_event(state: &mut State, event: Event) {
         Event::Audited { step, target } => state.log(format!(
             "audit: node {target}'s contribution to step {step} recomputed: the definition's, bit for bit"
         )),
+        Event::Accused { step, target, by, evidence } if evidence.is_the_guards() => {
+            let whose = if target == by { "its own weights".to_string() } else { format!("node {target}'s weights") };
+            state.log(format!("guard: node {by} finds {whose} at step {step} apart from the definition's: {evidence}"))
+        }
         Event::Accused { step, target, by, evidence } => {
             state.log(format!("audit: node {by} finds node {target}'s contribution to step {step} wrong: {evidence}"))
         }
@@ -706,6 +710,9 @@ fn on_event(state: &mut State, event: Event) {
         }
         Event::LeaderShunned { leader, step } => state.log(format!(
             "audit: the leader, node {leader}, sent a wrong contribution to step {step}: this node follows it no more (the next leader proposes the verdict)"
+        )),
+        Event::Disputing { step, target, evidence } if evidence.is_the_guards() => state.log(format!(
+            "guard: node {target}'s contribution to step {step} was computed from other weights ({evidence}): the leader's own checked against the definition's update, it is asked where its part; it is not summed meanwhile"
         )),
         Event::Disputing { step, target, evidence } => state.log(format!(
             "audit: node {target}'s contribution to step {step} departs ({evidence}): narrowing it to one op of its step before the verdict; it is not summed meanwhile"

@@ -123,6 +123,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Output::ServeTrace { to, step, definition } => self.spawn_trace(to, step, definition),
             Output::Settle { step, target, theirs } => self.spawn_settle(step, target, theirs),
+            Output::CheckWeights { step } => self.spawn_weights_check(step),
+            Output::ServeWeights { to, step, digests } => self.spawn_weights_served(to, step, digests),
             Output::ServeState { to, step, part, routine } => {
                 let served = self.kept_states.served(step, &part);
                 let lane = if routine { Lane::Spare } else { Lane::Bulk };
@@ -366,6 +368,27 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let outcome = Err(ReplicaError::Compute(lockstep_node::compute_error::ComputeError::backend(e)));
             let _ = self.inbound.send(Inbound::Settled { step, target, outcome, referee: None });
         }
+    }
+
+    /// The guard's disputes (leader): our weights of `step` checked against the definition's
+    /// update on a blocking thread that holds the replica meanwhile (one update on the host);
+    /// the answer goes back through the loop (`Inbound::WeightsChecked`).
+    fn spawn_weights_check(&mut self, step: u32) {
+        let (replica, tx) = (self.replica.clone(), self.inbound.clone());
+        tokio::task::spawn_blocking(move || {
+            let outcome = replica.lock().unwrap_or_else(|p| p.into_inner()).check_weights(step);
+            let _ = tx.send(Inbound::WeightsChecked { step, outcome });
+        });
+    }
+
+    /// The guard's disputes (a disputed member): where our weights of `step` part from the
+    /// leader's digests, found on a blocking thread (`Inbound::WeightsServed` sends it).
+    fn spawn_weights_served(&mut self, to: PeerId, step: u32, digests: Arc<Vec<u64>>) {
+        let (replica, tx) = (self.replica.clone(), self.inbound.clone());
+        tokio::task::spawn_blocking(move || {
+            let words = replica.lock().unwrap_or_else(|p| p.into_inner()).weights_apart(step, &digests);
+            let _ = tx.send(Inbound::WeightsServed { to, step, words });
+        });
     }
 
     /// Undoes the step taken ahead of its commit: the replica goes back to the state before it,
