@@ -36,7 +36,11 @@
 //!   and the committed one applied. What a commit costs a step is then at most what computing
 //!   the next one does not cover.
 //! - **Guard**: every contribution a record sums was computed from the record's weights with a
-//!   healthy probe, and so was ours; otherwise the run stops here, naming the peers.
+//!   healthy probe, and so was ours. With audits on, the leader settles a contribution from
+//!   other weights (`apart.rs`: its own checked against the definition's update, the member
+//!   named to the word and removed, or the leader itself stepping aside); without them, or for
+//!   a member whose own weights are not a committed record's, the run stops here, naming the
+//!   peers.
 //! - **Membership** is the log's configuration (`roster.rs`): members join as learners, vote
 //!   once they keep up, stop voting when they miss deadlines (where three voters remain), and
 //!   leave when they quit, are forgotten or kicked. Members that cannot compute are observers.
