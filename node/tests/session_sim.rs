@@ -1242,6 +1242,47 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
     assert!(net.nodes.values().all(|n| n.hashes.is_empty()), "nobody applied step 1");
 }
 
+/// An audited run of 20 steps on four nodes in which `fault` strikes node `id` once, when
+/// the group applied step 5.
+fn struck_at_step_5(seed: u64, id: PeerId, fault: impl Fn(&mut Node)) -> Net {
+    let mut net = audited(seed, 1000, 20);
+    let mut struck = false;
+    net.run(300_000, |net, top| {
+        if top == 5 && !struck {
+            fault(net.nodes.get_mut(&id).unwrap());
+            struck = true;
+        }
+    });
+    assert!(struck, "seed {seed}: the fault struck");
+    net
+}
+
+/// Flips the lowest bit of a toy's weight `i`.
+fn flip_weight(node: &mut Node, i: usize) {
+    node.toy.weights[i] = f32::from_bits(node.toy.weights[i].to_bits() ^ 1);
+}
+
+/// What node `id` said of its own weights (the guard's disputes: it stepped aside), if it did.
+fn named_itself(net: &Net, id: PeerId) -> Option<Evidence> {
+    net.nodes[&id].events.iter().find_map(|e| match e {
+        Event::Accused { target, by, evidence, .. } if *target == id && *by == id => Some(*evidence),
+        _ => None,
+    })
+}
+
+/// Nodes `ids` finished all 20 steps, alike, and their guard never stopped the run.
+fn finished_alike(net: &Net, ids: &[PeerId], seed: u64) {
+    for id in ids {
+        let node = &net.nodes[id];
+        assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
+        assert!(guard_failure(net, *id).is_none(), "seed {seed}: node {id}'s guard never stops the run");
+        assert_eq!(node.hashes.len(), 20, "seed {seed}");
+        assert_eq!(node.hashes, net.nodes[&ids[0]].hashes, "seed {seed}");
+    }
+    // (A node apart applied its own weights until it stopped.)
+    net.assert_identical_or_guarded();
+}
+
 /// The guard's disputes: with audits on, a member whose weights were flipped is no longer a
 /// stop for the group. The leader checks its own weights against the definition's update, asks
 /// the member where its part, and convicts it through the log naming the word and both values;
@@ -1249,17 +1290,7 @@ fn a_wrong_probe_hash_stops_the_run_naming_the_node() {
 #[test]
 fn a_members_flipped_weights_are_named_to_the_word_and_the_others_train_on() {
     for seed in 7..60 {
-        let mut net = audited(seed, 1000, 20);
-        let mut flipped = None;
-        net.run(200_000, |net, top| {
-            if top == 5 && flipped.is_none() {
-                let node = net.nodes.get_mut(&3).unwrap();
-                let bits = node.toy.weights[4].to_bits();
-                node.toy.weights[4] = f32::from_bits(bits ^ 1);
-                flipped = Some(bits);
-            }
-        });
-        assert!(flipped.is_some(), "seed {seed}: flipped");
+        let net = struck_at_step_5(seed, 3, |node| flip_weight(node, 4));
         let verdict = verdict_of(&net, 2).unwrap_or_else(|| panic!("seed {seed}: no verdict\n{}", net.describe()));
         assert_eq!(verdict.target, 3, "seed {seed}");
         assert_eq!(verdict.found_by, 1, "seed {seed}: the leader");
@@ -1269,17 +1300,8 @@ fn a_members_flipped_weights_are_named_to_the_word_and_the_others_train_on() {
             Evidence::Weights { word: 4, expected, claimed } => assert_ne!(expected, claimed, "seed {seed}"),
             other => panic!("seed {seed}: {other:?}"),
         }
-        for id in [1, 2, 4] {
-            let node = &net.nodes[&id];
-            assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert!(guard_failure(&net, id).is_none(), "seed {seed}: node {id}'s guard never stops the run");
-            assert_eq!(node.hashes.len(), 20, "seed {seed}");
-            assert_eq!(node.hashes, net.nodes[&1].hashes, "seed {seed}");
-        }
+        finished_alike(&net, &[1, 2, 4], seed);
         assert!(net.nodes[&3].session.stopped().is_some(), "seed {seed}: the flipped member is out");
-        // (Its own weights after the flip are its own: it stopped at the first record it
-        // could not apply.)
-        net.assert_identical_or_guarded();
     }
 }
 
@@ -1289,32 +1311,15 @@ fn a_members_flipped_weights_are_named_to_the_word_and_the_others_train_on() {
 #[test]
 fn a_leaders_own_flipped_weights_are_named_and_the_lead_handed_on() {
     for seed in 11..60 {
-        let mut net = audited(seed, 1000, 20);
-        let mut flipped = false;
-        net.run(300_000, |net, top| {
-            if top == 5 && !flipped {
-                let node = net.nodes.get_mut(&1).unwrap();
-                node.toy.weights[9] = f32::from_bits(node.toy.weights[9].to_bits() ^ 1);
-                flipped = true;
-            }
-        });
-        let named = net.nodes[&1].events.iter().find_map(|e| match e {
-            Event::Accused { target: 1, by: 1, evidence, .. } => Some(*evidence),
-            _ => None,
-        });
+        let net = struck_at_step_5(seed, 1, |node| flip_weight(node, 9));
+        let named = named_itself(&net, 1);
         assert!(
             matches!(named, Some(Evidence::Weights { word: 9, expected, claimed }) if expected ^ 1 == claimed),
             "seed {seed}: {named:?}\n{}",
             net.describe()
         );
         assert_eq!(guard_failure(&net, 1).map(|f| f.weight_mismatch), Some(vec![1]), "seed {seed}");
-        for id in [2, 3, 4] {
-            let node = &net.nodes[&id];
-            assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert_eq!(node.hashes.len(), 20, "seed {seed}");
-            assert_eq!(node.hashes, net.nodes[&2].hashes, "seed {seed}");
-        }
-        net.assert_identical_or_guarded();
+        finished_alike(&net, &[2, 3, 4], seed);
     }
 }
 
@@ -1326,27 +1331,12 @@ fn a_leaders_own_flipped_weights_are_named_and_the_lead_handed_on() {
 #[test]
 fn a_leader_outnumbered_by_the_weights_its_members_name_hands_the_lead_on() {
     for seed in 21..80 {
-        let mut net = audited(seed, 1000, 20);
-        let mut drifted = false;
-        net.run(300_000, |net, top| {
-            if top == 5 && !drifted {
-                net.nodes.get_mut(&1).unwrap().hidden_lr = Some(0.1000001);
-                drifted = true;
-            }
-        });
-        let named = net.nodes[&1].events.iter().find_map(|e| match e {
-            Event::Accused { target: 1, by: 1, evidence, .. } => Some(*evidence),
-            _ => None,
-        });
+        let net = struck_at_step_5(seed, 1, |node| node.hidden_lr = Some(0.1000001));
+        let named = named_itself(&net, 1);
         assert!(matches!(named, Some(Evidence::WeightHash { .. })), "seed {seed}: {named:?}\n{}", net.describe());
         assert_eq!(guard_failure(&net, 1).map(|f| f.weight_mismatch), Some(vec![1]), "seed {seed}");
         assert_eq!(net.count(|e| matches!(e, Event::Verdict(_))), 0, "seed {seed}: nobody convicted");
-        for id in [2, 3, 4] {
-            let node = &net.nodes[&id];
-            assert!(node.session.finished(), "seed {seed}: node {id}\n{}", net.describe());
-            assert_eq!(node.hashes.len(), 20, "seed {seed}");
-            assert_eq!(node.hashes, net.nodes[&2].hashes, "seed {seed}");
-        }
+        finished_alike(&net, &[2, 3, 4], seed);
     }
 }
 
