@@ -46,7 +46,9 @@ pub struct AuditArgs {
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
     /// Wrong-member kinds (the headless `rogue` command's): `scale:F`, `flip`, `batch` (the first
-    /// member's batch), `stale`, `state` (packed runs: a forged residual); or `plugin:PATH`, the
+    /// member's batch), `stale`, `state` (packed runs: a forged residual); `weights` (the
+    /// headless `flip` command: one weight's lowest bit flipped once, which the guard's disputes
+    /// settle); or `plugin:PATH`, the
     /// last member computing on that plugin from the run's first step (`flaw_rare_flip`: a bit
     /// flipped once in a thousand products), counted from step 1.
     #[arg(long, value_delimiter = ',', default_value = "stale,flip,scale:1.001,batch")]
@@ -182,6 +184,17 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> a
     let mut rogue = group.nodes.pop().context("a member")?;
     let from = match plugin {
         Some(_) => 1,
+        None if kind == "weights" => {
+            group.wait_step(3, Duration::from_secs(60))?;
+            rogue.command(&json!({"cmd": "flip"}))?;
+            // Counted from the first step computed from the flipped weights.
+            let flipped =
+                |e: &Value| e["event"] == "warning" && e["message"].as_str().is_some_and(|m| m.contains("flipped"));
+            let said = rogue.wait_for("the flip", Duration::from_secs(60), flipped)?;
+            let after: u64 =
+                said["message"].as_str().and_then(|m| m.rsplit(' ').next()?.parse().ok()).context("its step")?;
+            after + 1
+        }
         None => {
             group.wait_step(3, Duration::from_secs(60))?;
             rogue.wait_for("a step", Duration::from_secs(60), |e| e["event"] == "weights")?;
