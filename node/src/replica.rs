@@ -720,10 +720,9 @@ impl Replica for TrainerReplica {
 
     fn flip_weight_bit(&mut self) {
         self.settle();
-        if let Some(Ok(mut state)) = self.trainer.as_mut().map(Trainer::state) {
-            state.weights[0] = f32::from_bits(state.weights[0].to_bits() ^ 1);
-            if let Some(trainer) = self.trainer.as_mut() {
-                let _ = trainer.restore(state);
+        if let Some(trainer) = self.trainer.as_mut() {
+            if let Err(e) = trainer.flip_weight_bit() {
+                self.failed = Some(e);
             }
         }
         self.whash = WeightHash::Unknown;

@@ -463,6 +463,19 @@ impl Trainer {
         &self.adam
     }
 
+    /// Fault injection: the lowest bit of the first weight flipped in place — the weights, and
+    /// an `outer:H` window's start once its contribution is made (the mean's outer step begins
+    /// from it, so the flip outlives the window) — with nothing else of the state touched (a
+    /// sync under way still ends as it would have).
+    pub fn flip_weight_bit(&mut self) -> Result<(), ComputeError> {
+        self.bring_home(true)?;
+        self.weights[0] = f32::from_bits(self.weights[0].to_bits() ^ 1);
+        self.sync.flip_window_start();
+        // The device is sent the state again at the next step.
+        self.on_device = None;
+        Ok(())
+    }
+
     /// Fault injection: the optimizer's first moment times `factor` (a state the member's own
     /// past did not leave; `outer:H`, whose optimizer stays on the host).
     pub fn forge_moments(&mut self, factor: f32) {

@@ -351,6 +351,14 @@ impl Strategy {
         Strategy { config, state, in_flight: None, ahead: None, rebased: None, tamper: None }
     }
 
+    /// Fault injection: the lowest bit of the first weight of an `outer:H` window's start
+    /// flipped, once its contribution is made (`Trainer::flip_weight_bit`).
+    pub fn flip_window_start(&mut self) {
+        if let Some(first) = self.in_flight.as_mut().and_then(|f| f.global.as_mut()).and_then(|g| g.first_mut()) {
+            *first = f32::from_bits(first.to_bits() ^ 1);
+        }
+    }
+
     /// Fault injection: what the next contributions do wrong (`None`: nothing).
     pub fn tamper(&mut self, tamper: Option<Tamper>) {
         self.tamper = tamper;
