@@ -27,12 +27,14 @@ use crate::wire::{Gradient, PeerId, Values};
 
 mod audit;
 mod error;
+mod hash;
 mod rogue;
 mod updates;
 
 use audit::audit_weights_kept;
 pub use audit::{AuditKit, KeptStates};
 pub use error::{ForeignError, ReplicaError};
+use hash::WeightHash;
 pub use rogue::Rogue;
 
 /// The replica's state and compute, owned by the mesh adapter; the session only decides.
@@ -241,15 +243,6 @@ struct RunningAhead {
     syncs_done: u32,
 }
 
-/// The current weights' hash, or the thread computing it.
-enum WeightHash {
-    Unknown,
-    Known(u32),
-    /// After an update it runs on a thread of its own, over a copy of the weights, while the
-    /// next step computes; the step joins it at the end.
-    Pending(std::thread::JoinHandle<u32>),
-}
-
 impl TrainerReplica {
     /// `admitted`: a gated instance of `backend` to use for the first run, if there is one.
     pub fn new(backend: &str, provider: Box<dyn Provider>, admitted: Option<Box<dyn Gemm + Send>>) -> Self {
@@ -409,64 +402,6 @@ impl TrainerReplica {
                     Some(ComputeError::backend(std::io::Error::other(format!("no thread to run ahead on: {e}"))))
             }
         }
-    }
-
-    /// Hashes the current weights once and keeps the hash.
-    fn rehash(&mut self) -> u32 {
-        let began = std::time::Instant::now();
-        let whash = self.trainer.as_ref().map_or(0, |t| t.weight_hash());
-        self.hash_seconds += began.elapsed().as_secs_f64();
-        self.whash = WeightHash::Known(whash);
-        whash
-    }
-
-    /// The current weights' hash: known, joined from its thread, or computed now.
-    fn resolve_hash(&mut self) -> u32 {
-        let whash = match std::mem::replace(&mut self.whash, WeightHash::Unknown) {
-            WeightHash::Known(whash) => whash,
-            WeightHash::Pending(thread) => {
-                let began = std::time::Instant::now();
-                let Ok(whash) = thread.join() else { return self.rehash() };
-                // Only the wait is on the step's path.
-                self.hash_seconds += began.elapsed().as_secs_f64();
-                whash
-            }
-            WeightHash::Unknown => return self.rehash(),
-        };
-        self.whash = WeightHash::Known(whash);
-        whash
-    }
-    /// Ends the sync with the group's mean, and starts hashing the new weights.
-    fn finish(&mut self, mean: &[f32], grid: &[u8], ours: bool) {
-        self.settle();
-        let Some(trainer) = self.trainer.as_mut() else { return };
-        if let Err(e) = trainer.finish_sync(mean, grid, ours) {
-            self.failed = Some(e);
-            self.whash = WeightHash::Unknown;
-            return;
-        }
-        if let Some(whash) = trainer.device_weight_hash() {
-            // The device hashed its own update.
-            self.whash = WeightHash::Known(whash);
-            return;
-        }
-        let began = std::time::Instant::now();
-        let weights = match trainer.weights() {
-            Ok(w) => w.to_vec(),
-            Err(e) => {
-                self.failed = Some(e);
-                self.whash = WeightHash::Unknown;
-                return;
-            }
-        };
-        self.hash_seconds += began.elapsed().as_secs_f64();
-        self.whash = match std::thread::Builder::new()
-            .name("weight-hash".into())
-            .spawn(move || crate::params::weight_hash(&weights))
-        {
-            Ok(thread) => WeightHash::Pending(thread),
-            Err(_) => WeightHash::Unknown,
-        };
     }
 }
 
@@ -751,8 +686,7 @@ impl Replica for TrainerReplica {
     ) -> Result<AuditKit, ReplicaError> {
         self.settle();
         let run = *self.trainer.as_ref().ok_or(ReplicaError::NoRun)?.run_config();
-        let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
-        let weights = kept.map(|(_, w)| w.clone()).ok_or(ReplicaError::AuditWeightsGone { step })?;
+        let weights = self.started_from(step)?;
         let mut data = self.provider.data_source(node_data_seed(run.seed, target)).map_err(ReplicaError::Data)?;
         if !data.positional() {
             return Err(ReplicaError::NotAuditable(data.describe()));
@@ -794,10 +728,9 @@ impl Replica for TrainerReplica {
 
     fn trace(&mut self, step: u32, tracing: &Tracing) -> Result<Traced, ReplicaError> {
         self.settle();
+        let weights = self.started_from(step)?;
         let trainer = self.trainer.as_mut().ok_or(ReplicaError::NoRun)?;
         let run = *trainer.run_config();
-        let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
-        let weights = kept.map(|(_, w)| w.clone()).ok_or(ReplicaError::AuditWeightsGone { step })?;
         let mut data = self.provider.data_source(node_data_seed(run.seed, self.me)).map_err(ReplicaError::Data)?;
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
         let (batch, _) = data.next_batch(run.batch, run.model.context);

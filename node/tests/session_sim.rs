@@ -643,11 +643,7 @@ impl Net {
                         // update again from it and its mean (a fresh model's weights before the
                         // first) against the weights the contribution to `step` was computed from.
                         let seed = node.session.run().map_or(0, |r| r.seed);
-                        let first = |a: &[f32], b: &[f32]| {
-                            a.iter().zip(b).enumerate().find_map(|(i, (x, y))| {
-                                (x.to_bits() != y.to_bits()).then_some((i as u64, x.to_bits(), y.to_bits()))
-                            })
-                        };
+                        let first = lockstep_node::session::first_departure;
                         let agreed = node.computed_from.get(&(step - 1)).map(|t| t.weights.clone());
                         let held = node.computed_from.get(&step).map(|t| t.weights.clone());
                         let outcome = match (node.updates.get(&(step - 1)), held) {

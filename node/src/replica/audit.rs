@@ -230,3 +230,12 @@ impl AuditKit {
         (outcome, trainer.into_gemm())
     }
 }
+
+impl TrainerReplica {
+    /// The weights our contribution to `step` was computed from (kept for audits: what an audit,
+    /// a trace or the guard's dispute of that step starts from).
+    pub(super) fn started_from(&self, step: u32) -> Result<Arc<Vec<f32>>, ReplicaError> {
+        let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
+        kept.map(|(_, w)| w.clone()).ok_or(ReplicaError::AuditWeightsGone { step })
+    }
+}

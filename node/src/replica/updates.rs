@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::*;
-use crate::session::WeightsChecked;
+use crate::session::{first_departure, WeightsChecked};
 use crate::wire::{chunk_range, state_chunk_digests};
 
 /// Updates kept: the last one confirmed, and one more while a step is taken ahead of its
@@ -137,20 +137,4 @@ impl TrainerReplica {
         let words = held[chunk_range(chunk as u32, held.len())].iter().map(|w| w.to_bits()).collect();
         Some((chunk as u32, words))
     }
-
-    /// The weights our contribution to `step` was computed from (kept for audits).
-    pub(super) fn started_from(&self, step: u32) -> Result<Arc<Vec<f32>>, ReplicaError> {
-        let kept = self.audit_weights.as_ref().and_then(|k| k.iter().find(|(s, _)| *s == step));
-        kept.map(|(_, w)| w.clone()).ok_or(ReplicaError::AuditWeightsGone { step })
-    }
-}
-
-/// The first word where `held` parts from `definition`: (word, the definition's bits, held's).
-/// Lengths that differ part at the shorter's end (a missing word reads as 0).
-pub fn first_departure(definition: &[f32], held: &[f32]) -> Option<(u64, u32, u32)> {
-    let n = definition.len().max(held.len());
-    (0..n).find_map(|i| {
-        let (d, h) = (definition.get(i).map_or(0, |v| v.to_bits()), held.get(i).map_or(0, |v| v.to_bits()));
-        (d != h).then_some((i as u64, d, h))
-    })
 }

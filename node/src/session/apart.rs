@@ -96,7 +96,8 @@ impl Session {
         self.next_weights_check();
     }
 
-    /// (Leader) another contribution is here: a dispute waiting for the step's may go on.
+    /// (Leader) another contribution is here, or time passed: a dispute waiting for the
+    /// step's contributions (or a dispute's wait) may go on.
     pub(super) fn weights_step_grew(&mut self) {
         if !self.audits.apart.waiting.is_empty() {
             self.next_weights_check();
@@ -252,12 +253,11 @@ impl Session {
         if let (Some((chunk, theirs)), Some((_, checked))) = (words, apart.checked.as_ref()) {
             let definition = &checked.definition;
             let range = chunk_range(chunk, definition.len());
-            if theirs.len() == range.len() {
-                let ours = definition[range.clone()].iter().map(|w| w.to_bits());
-                if let Some((i, (d, t))) = ours.zip(theirs).enumerate().find(|(_, (d, t))| d != t) {
-                    let word = (range.start + i) as u64;
-                    evidence = Evidence::Weights { word, expected: d, claimed: t };
-                }
+            let theirs: Vec<f32> = theirs.into_iter().map(f32::from_bits).collect();
+            if let Some((i, expected, claimed)) =
+                first_departure(&definition[range.clone()], &theirs).filter(|_| theirs.len() == range.len())
+            {
+                evidence = Evidence::Weights { word: range.start as u64 + i, expected, claimed };
             }
         }
         self.convict_apart(step, from, evidence);
@@ -274,9 +274,7 @@ impl Session {
     /// (Leader) members asked where their weights part that did not answer within a
     /// dispute's wait: convicted on both weight hashes.
     pub(super) fn apart_tick(&mut self, now_ms: u64) {
-        if !self.audits.apart.waiting.is_empty() {
-            self.next_weights_check();
-        }
+        self.weights_step_grew();
         let wait = DISPUTE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
         let apart = &mut self.audits.apart;
         let late: Vec<PeerId> =
@@ -286,4 +284,14 @@ impl Session {
             self.convict_apart(a.step, peer, Evidence::WeightHash { expected: a.ours, claimed: a.theirs });
         }
     }
+}
+
+/// The first word where `held` parts from `definition`: (word, the definition's bits, held's).
+/// Lengths that differ part at the shorter's end (a missing word reads as 0).
+pub fn first_departure(definition: &[f32], held: &[f32]) -> Option<(u64, u32, u32)> {
+    let n = definition.len().max(held.len());
+    (0..n).find_map(|i| {
+        let (d, h) = (definition.get(i).map_or(0, |v| v.to_bits()), held.get(i).map_or(0, |v| v.to_bits()));
+        (d != h).then_some((i as u64, d, h))
+    })
 }
