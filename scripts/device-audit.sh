@@ -6,7 +6,8 @@
 # Expects, built on the build machine: .devbin/ with the stripped `lockstep`,
 # liblockstep_backend_cpu.so, libflaw_rare_flip.so and libflaw_after_warmup.so, and the packaged
 # corpus in .devbin/corpus. Writes one JSON line per part to $OUT (or ./audit-out).
-# PARTS picks parts (f32,int8,int8-whole,outer,outer-f32,outer-overlap,outer-default,plugins,plugins1 (at rate 1):
+# PARTS picks parts (f32,int8,int8-whole,outer,outer-f32,outer-overlap,outer-default,plugins,plugins1 (at rate 1),
+# weights-f32,weights-int8,weights-outer (the guard's disputes: one weight's bit flipped once, in each mode)):
 # int8-whole is int8 with routine audits asking for the whole residual; outer-f32 and outer-overlap are
 # `outer:2` f32 and `outer:2` int8 overlapped by one step; outer-default is `outer:2` int8 at the default
 # model, 128,128,4,4,16, on two threads a member, as int8-default is every-step int8); RUNS, PAIRS, RATE, THREADS, HONEST_STEPS shrink it; KEEP=1
@@ -45,6 +46,11 @@ has outer-default && threads=2 part outer-default 400 --compress int8 --sync out
   --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-40}"
 has int8-default && threads=2 part int8-default 400 --compress int8 --model 128,128,4,4,16 \
   --kinds state,flip,scale:1.001,stale,batch --honest-steps "${HONEST_STEPS:-60}"
+# The guard's disputes (docs/TRUST.md): a member's weights with one bit flipped, named to the word.
+has weights-f32 && part weights-f32 300 --kinds weights --honest-steps "${HONEST_STEPS:-200}"
+has weights-int8 && part weights-int8 300 --compress int8 --kinds weights --honest-steps "${HONEST_STEPS:-200}"
+has weights-outer && part weights-outer 300 --compress int8 --sync outer:2 --kinds weights \
+  --honest-steps "${HONEST_STEPS:-200}"
 plugins=(--kinds "plugin:$PWD/.devbin/libflaw_rare_flip.so,plugin:$PWD/.devbin/libflaw_after_warmup.so"
   --honest-steps 20 --within-s 40)
 has plugins && pairs=1 part plugins 300 "${plugins[@]}"

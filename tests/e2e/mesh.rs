@@ -356,34 +356,42 @@ fn flip(node: &mut Node) -> u64 {
 /// update, asks the member where its own part (`-27`/`-28`) and convicts it through the log:
 /// every honest member reports the verdict naming weight 0 and both values; the member is
 /// told why; the others train to the end, identical, and their guard never stops the run.
+/// In `every-step` f32 and in `outer:2` int8 windows overlapped by one step (whose update
+/// moves the steps run ahead onto the group's weights).
 #[test]
 fn a_flipped_bit_is_named_to_the_word_and_the_member_removed_while_the_others_train_on() {
     let _phase = crate::common::phase(module_path!());
-    let signal = signal_server();
-    let mut a = Node::spawn(&signal, "cpu");
-    let b = Node::spawn(&signal, "cpu");
-    let mut c = Node::spawn(&signal, "cpu");
-    channels_open(&[&a, &b, &c]);
-    a.command(tiny(60));
-    c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
-    let after = flip(&mut c);
-    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
-    for node in [&a, &b] {
-        let verdict = node.wait_for("the flipped member's verdict", is_verdict, 60);
-        assert_eq!(verdict["found_by"], a.id, "the leader: {verdict}");
-        assert_eq!((&verdict["weights"], &verdict["word"]), (&Value::Bool(true), &Value::from(0)), "{verdict}");
-        assert_ne!(verdict["expected_bits"], verdict["claimed_bits"], "{verdict}");
-        let step = verdict["step"].as_u64().unwrap();
-        assert!((after + 1..=after + 2).contains(&step), "named at {step}, flipped after {after}");
+    let mut overlapped = tiny_outer_int8(60, 2);
+    overlapped["overlap"] = 1.into();
+    for (start, syncs) in [(tiny(60), 60), (overlapped, 30)] {
+        let signal = signal_server();
+        let mut a = Node::spawn(&signal, "cpu");
+        let b = Node::spawn(&signal, "cpu");
+        let mut c = Node::spawn(&signal, "cpu");
+        channels_open(&[&a, &b, &c]);
+        a.command(start.clone());
+        c.wait_for("step 3", |e| e["event"] == "weights" && e["step"] == 3, 60);
+        let after = flip(&mut c);
+        let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == c.id;
+        for node in [&a, &b] {
+            let verdict = node.wait_for("the flipped member's verdict", is_verdict, 60);
+            assert_eq!(verdict["found_by"], a.id, "{start}: the leader: {verdict}");
+            let named = (&verdict["weights"], &verdict["word"]);
+            assert_eq!(named, (&Value::Bool(true), &Value::from(0)), "{start}: {verdict}");
+            assert_ne!(verdict["expected_bits"], verdict["claimed_bits"], "{start}: {verdict}");
+            let step = verdict["step"].as_u64().unwrap();
+            assert!((after + 1..=after + 2).contains(&step), "{start}: named at {step}, flipped after {after}");
+        }
+        let removed = c.wait_for("told why", |e| e["event"] == "removed", 30);
+        assert!(removed["why"].as_str().unwrap().contains("weights other than the group's"), "{removed}");
+        for node in [&a, &b] {
+            finished(node, 120);
+            let stopped = node.events().iter().any(|e| e["event"] == "guard-stopped");
+            assert!(!stopped, "{start}: the guard never stopped the run");
+        }
+        assert_eq!(a.hashes(), b.hashes(), "{start}");
+        assert_eq!(a.hashes().len(), syncs, "{start}");
     }
-    let removed = c.wait_for("told why", |e| e["event"] == "removed", 30);
-    assert!(removed["why"].as_str().unwrap().contains("weights other than the group's"), "{removed}");
-    for node in [&a, &b] {
-        finished(node, 120);
-        assert!(!node.events().iter().any(|e| e["event"] == "guard-stopped"), "the guard never stopped the run");
-    }
-    assert_eq!(a.hashes(), b.hashes());
-    assert_eq!(a.hashes().len(), 60);
 }
 
 /// A rogue member (fault injection in its adapter, like `flip`) sends contributions of NaNs,

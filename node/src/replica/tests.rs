@@ -343,7 +343,7 @@ fn errors_stay_typed() {
     assert!(matches!(replica.restore(b"not a checkpoint"), Err(ReplicaError::Checkpoint(_))));
 }
 
-/// The guard's disputes on a real trainer, in every mode that keeps its updates: the check of
+/// The guard's disputes on a real trainer, in every mode (an overlapped window's too): the check of
 /// our own weights finds them the definition's while nothing touched them (applied at once or
 /// taken ahead of the commit and confirmed), and the first weight where they part once one
 /// bit flips — after an update (the update's result departs) or before one (the state it began
@@ -351,10 +351,13 @@ fn errors_stay_typed() {
 /// first chunk that parts from the leader's digests, with its words.
 #[test]
 fn the_weights_a_step_was_computed_from_are_checked_against_the_definitions_update() {
-    for (sync, compress) in [("every-step", "none"), ("every-step", "int8"), ("outer:2", "int8")] {
-        let run = crate::settings::with(tiny(), [("sync", sync), ("compress", compress)]).expect("a sync mode");
+    let modes =
+        [("every-step", "none", "0"), ("every-step", "int8", "0"), ("outer:2", "int8", "0"), ("outer:2", "int8", "1")];
+    for (sync, compress, overlap) in modes {
+        let settings = [("sync", sync), ("compress", compress), ("overlap", overlap)];
+        let run = crate::settings::with(tiny(), settings).expect("a sync mode");
         for tentative in [false, true] {
-            let what = format!("{sync} {compress} tentative {tentative}");
+            let what = format!("{sync} {compress} overlap {overlap} tentative {tentative}");
             let mut member = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
             member.set_identity(5);
             member.keep_audit_weights(true);

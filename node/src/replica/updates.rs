@@ -61,10 +61,11 @@ impl KeptUpdates {
 
 impl TrainerReplica {
     /// Whether this replica keeps its updates for the guard's disputes: while it keeps the
-    /// weights each step started from (audits are on), in a run whose windows do not run
-    /// ahead of the mean (an overlapped window's update is not one state's).
+    /// weights each step started from (audits are on). An overlapped window's update is one
+    /// state's too: the state is taken once its steps run ahead are back (`settle`), and the
+    /// definition's update moves them onto the group's weights as the member's did.
     pub(super) fn keeps_updates(&self) -> bool {
-        self.audit_weights.is_some() && self.trainer.as_ref().is_some_and(|t| t.run_config().sync.overlap == 0)
+        self.audit_weights.is_some()
     }
 
     /// A history begins here (a configure, a restore): its weights are kept as the base of

@@ -19,8 +19,7 @@
 //!
 //! Members that do not lead leave it to the leader (a member apart from the record's weights
 //! stops at the record it cannot apply, as before, and its verdict follows). Where nothing is
-//! kept to check against — audits off, an overlapped window — the guard stops the run, as it
-//! always did.
+//! kept to check against — audits off — the guard stops the run, as it always did.
 
 use std::collections::BTreeMap;
 
@@ -80,9 +79,9 @@ impl Apart {
 impl Session {
     /// Whether this node's guard settles a weight or probe mismatch by a dispute instead of
     /// stopping the run: audits keep the weights each step started from and the leader keeps
-    /// its updates (not in an overlapped window, whose update is not one state's).
+    /// its updates.
     pub(super) fn guard_settles(&self) -> bool {
-        self.config.audit_rate > 0 && self.run.is_some_and(|r| r.sync.overlap == 0)
+        self.config.audit_rate > 0 && self.run.is_some()
     }
 
     /// (Leader) `peer`'s contribution to `step` named weight hash `whash`, not ours: our

@@ -351,10 +351,14 @@ impl Strategy {
         Strategy { config, state, in_flight: None, ahead: None, rebased: None, tamper: None }
     }
 
-    /// Fault injection: the lowest bit of the first weight of an `outer:H` window's start
-    /// flipped, once its contribution is made (`Trainer::flip_weight_bit`).
+    /// Fault injection: the lowest bit of the first weight of the group's weights this member
+    /// holds apart from its own (`Trainer::flip_weight_bit`): an `outer:H` window's start once
+    /// its contribution is made, or, in an overlapped window after the mean came, the group's
+    /// weights its steps run ahead were moved onto.
     pub fn flip_window_start(&mut self) {
-        if let Some(first) = self.in_flight.as_mut().and_then(|f| f.global.as_mut()).and_then(|g| g.first_mut()) {
+        let start = self.in_flight.as_mut().and_then(|f| f.global.as_mut());
+        let held = start.or(self.rebased.as_mut().map(|r| &mut r.global));
+        if let Some(first) = held.and_then(|g| g.first_mut()) {
             *first = f32::from_bits(first.to_bits() ^ 1);
         }
     }
