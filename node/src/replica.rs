@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use crate::admission::{check_at_run_shapes, ShapesAdmitted, ShapesRefused};
-use crate::audit::{Traced, Tracing, Urgency};
+use crate::audit::{Traced, Tracing};
 use crate::checkpoint::{self, CheckpointError};
 use crate::compute_error::ComputeError;
 use crate::config::{ConfigError, RunConfig};
@@ -108,14 +108,13 @@ pub trait Replica: Send + 'static {
     fn keep_audit_weights(&mut self, _on: bool) {}
     /// What recomputing `target`'s contribution to `step` needs, taken out so the audit runs
     /// without the replica: the weights `step` was computed from, `target`'s batch of it and
-    /// `referee` (the last audit's of this urgency; `None`: a new one is opened, on threads of
-    /// a routine audit's low priority or of the member's own for a check).
+    /// `referee` (the last audit's of this urgency; `None`: the recomputation opens one where
+    /// it runs — a routine audit's on its low-priority thread, a check's at the member's own).
     fn audit_kit(
         &mut self,
         _step: u32,
         _target: PeerId,
         _referee: Option<Box<dyn Gemm + Send>>,
-        _urgency: Urgency,
     ) -> Result<AuditKit, ReplicaError> {
         Err(ReplicaError::NoRun)
     }
@@ -141,6 +140,11 @@ pub trait Replica: Send + 'static {
     }
     fn kept_states(&self) -> KeptStates {
         KeptStates::default()
+    }
+    /// What opens a referee for audits ([`Provider::referee_opener`]); `None`: this replica
+    /// recomputes nobody's work.
+    fn referee_opener(&self) -> Option<RefereeOpener> {
+        None
     }
     /// Elastic windows: where the adapter tells the window under way to end
     /// ([`crate::trainer::Trainer::hurry`]: the steps after which it ends), for the run just
@@ -169,10 +173,15 @@ pub trait Provider: Send {
     fn corpus_digest(&self) -> u64 {
         0
     }
-    /// What recomputes the products when a backend is admitted at a run's shapes: the CPU
-    /// mirror, gated, on every core.
-    fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError>;
+    /// What opens the referee that recomputes the products — when a backend is admitted at a
+    /// run's shapes, and in audits: the CPU mirror, gated, on every core. An opener rather than
+    /// a referee: opening one (the gate) takes hundreds of milliseconds on a busy machine, so an
+    /// audit opens it on its own thread, at its priority, never on the adapter's loop.
+    fn referee_opener(&self) -> RefereeOpener;
 }
+
+/// Opens a referee ([`Provider::referee_opener`]) on whatever thread calls it.
+pub type RefereeOpener = Arc<dyn Fn() -> Result<Box<dyn Gemm + Send>, ForeignError> + Send + Sync>;
 
 /// What checking a backend at the current run's shapes needs ([`TrainerReplica::shapes_kit`]),
 /// taken out of the replica so the check holds no lock while it runs.
@@ -241,6 +250,8 @@ struct RunningAhead {
     thread: std::thread::JoinHandle<(Trainer, Result<(), ComputeError>)>,
     /// Syncs its weights were the result of when it left (running ahead adds none).
     syncs_done: u32,
+    /// The trainer's run (an audit's kit needs no more of it: no wait for the steps ahead).
+    run: RunConfig,
 }
 
 impl TrainerReplica {
@@ -290,7 +301,7 @@ impl TrainerReplica {
     fn take_referee(&mut self) -> Result<Box<dyn Gemm + Send>, ReplicaError> {
         match self.referee.take() {
             Some(referee) => Ok(referee),
-            None => self.provider.referee().map_err(ReplicaError::Referee),
+            None => (self.provider.referee_opener())().map_err(ReplicaError::Referee),
         }
     }
 
@@ -389,13 +400,13 @@ impl TrainerReplica {
             return;
         }
         let Some(mut trainer) = self.trainer.take() else { return };
-        let syncs = syncs_done(&trainer);
+        let (syncs, run) = (syncs_done(&trainer), *trainer.run_config());
         let spawned = std::thread::Builder::new().name("run-ahead".into()).spawn(move || {
             let result = trainer.run_ahead();
             (trainer, result)
         });
         match spawned {
-            Ok(thread) => self.ahead = Some(RunningAhead { thread, syncs_done: syncs }),
+            Ok(thread) => self.ahead = Some(RunningAhead { thread, syncs_done: syncs, run }),
             // No thread: the trainer went with the closure; the next compute says so.
             Err(e) => {
                 self.failed =
@@ -682,10 +693,10 @@ impl Replica for TrainerReplica {
         step: u32,
         target: PeerId,
         referee: Option<Box<dyn Gemm + Send>>,
-        urgency: Urgency,
     ) -> Result<AuditKit, ReplicaError> {
-        self.settle();
-        let run = *self.trainer.as_ref().ok_or(ReplicaError::NoRun)?.run_config();
+        // The run's settings, without waiting for a window's steps run ahead (on the loop).
+        let running = self.trainer.as_ref().map(|t| *t.run_config());
+        let run = running.or(self.ahead.as_ref().map(|a| a.run)).ok_or(ReplicaError::NoRun)?;
         let weights = self.started_from(step)?;
         let mut data = self.provider.data_source(node_data_seed(run.seed, target)).map_err(ReplicaError::Data)?;
         if !data.positional() {
@@ -693,25 +704,13 @@ impl Replica for TrainerReplica {
         }
         // A member's batch of a step is the one its stream draws at that position.
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
-        let referee = match referee {
-            Some(referee) => referee,
-            // A routine audit's is opened on a low-priority thread: the threads it computes on
-            // inherit it.
-            None => std::thread::scope(|scope| {
-                let provider = &mut self.provider;
-                let opening = scope.spawn(move || {
-                    if urgency == Urgency::Routine {
-                        crate::audit::yield_to_training();
-                    }
-                    provider.referee()
-                });
-                opening
-                    .join()
-                    .unwrap_or_else(|_| Err(Arc::new(std::io::Error::other("the referee's opening panicked"))))
-            })
-            .map_err(ReplicaError::Referee)?,
-        };
-        Ok(AuditKit { run, step, weights, data, referee, private: None, trace: false })
+        // Where none was kept, the audit opens its referee on its own thread (at its priority).
+        let open_referee = self.provider.referee_opener();
+        Ok(AuditKit { run, step, weights, data, referee, open_referee, private: None, trace: false })
+    }
+
+    fn referee_opener(&self) -> Option<RefereeOpener> {
+        Some(self.provider.referee_opener())
     }
 
     fn kept_states(&self) -> KeptStates {

@@ -149,8 +149,10 @@ impl Provider for HostProvider {
         }
     }
 
-    fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError> {
-        crate::backend::referee().map_err(|e| Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e)))
+    fn referee_opener(&self) -> lockstep_node::replica::RefereeOpener {
+        Arc::new(|| {
+            crate::backend::referee().map_err(|e| Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(e)))
+        })
     }
 }
 

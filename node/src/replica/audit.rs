@@ -85,7 +85,10 @@ pub struct AuditKit {
     pub weights: Arc<Vec<f32>>,
     /// The audited member's data stream, at its batch of the step.
     pub data: Box<dyn DataSource>,
-    pub referee: Box<dyn Gemm + Send>,
+    /// The referee kept from the last recomputation, if any; else [`AuditKit::open_referee`]
+    /// opens one where the recomputation runs.
+    pub referee: Option<Box<dyn Gemm + Send>>,
+    pub open_referee: RefereeOpener,
     /// `int8`, `int4`, `outer:H`: the private state the member's contribution named (served by
     /// it, its digest checked) and the grid the group summed the step on (empty in f32).
     pub private: Option<PrivateInputs>,
@@ -102,28 +105,53 @@ impl AuditKit {
     /// run again by a trainer on the referee from the group's weights, the inner optimizer state
     /// it named, its batches and the steps it claims — the member's own code path — and the
     /// digest of the state the window leaves.
-    pub fn recompute(self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
-        match self.run.sync.mode {
-            crate::sync::SyncMode::EveryStep => self.recompute_step(),
-            crate::sync::SyncMode::Outer { .. } => self.recompute_window(),
+    /// The referee comes back for the next (`None`: none could be opened).
+    pub fn recompute(mut self) -> (Result<Recomputed, ComputeError>, Option<Box<dyn Gemm + Send>>) {
+        let referee = match self.referee() {
+            Ok(referee) => referee,
+            Err(e) => return (Err(e), None),
+        };
+        let (outcome, referee) = match self.run.sync.mode {
+            crate::sync::SyncMode::EveryStep => self.recompute_step(referee),
+            crate::sync::SyncMode::Outer { .. } => self.recompute_window(referee),
+        };
+        (outcome, Some(referee))
+    }
+
+    /// The referee kept, or one opened here (the caller's thread: the audit's own).
+    fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ComputeError> {
+        match self.referee.take() {
+            Some(referee) => Ok(referee),
+            None => (self.open_referee)()
+                .map_err(|e| ComputeError::backend(std::io::Error::other(format!("no referee to recompute on: {e}")))),
         }
     }
 
     /// A disputed contribution's step run again on the referee (the definition), compared op
     /// by op with `theirs`, the target's trace of it: where the two first part (this side's
     /// words of the first differing chunk), or that they agree. `every-step` only.
-    pub fn settle(mut self, theirs: Arc<crate::audit::Trace>) -> (Result<Traced, ComputeError>, Box<dyn Gemm + Send>) {
+    pub fn settle(
+        mut self,
+        theirs: Arc<crate::audit::Trace>,
+    ) -> (Result<Traced, ComputeError>, Option<Box<dyn Gemm + Send>>) {
+        let mut referee = match self.referee() {
+            Ok(referee) => referee,
+            Err(e) => return (Err(e), None),
+        };
         let run = self.run;
         let model = crate::model::Model::new(crate::params::Layout::new(run.model));
         let (batch, _) = self.data.next_batch(run.batch, run.model.context);
         let (b, t) = (run.batch, run.model.context);
         let tracing = Tracing::Against(theirs);
-        let traced = model.trace(self.referee.as_mut(), &self.weights, &batch.tokens, &batch.targets, b, t, &tracing);
-        model.release(self.referee.as_mut());
-        (traced, self.referee)
+        let traced = model.trace(referee.as_mut(), &self.weights, &batch.tokens, &batch.targets, b, t, &tracing);
+        model.release(referee.as_mut());
+        (traced, Some(referee))
     }
 
-    fn recompute_step(mut self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
+    fn recompute_step(
+        mut self,
+        mut referee: Box<dyn Gemm + Send>,
+    ) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
         let run = self.run;
         let model = crate::model::Model::new(crate::params::Layout::new(run.model));
         let (batch, _) = self.data.next_batch(run.batch, run.model.context);
@@ -131,14 +159,14 @@ impl AuditKit {
         let (t, b) = (run.model.context, run.batch);
         let (tokens, targets) = (&batch.tokens, &batch.targets);
         let stepped = if self.trace {
-            let traced = model.step_traced(self.referee.as_mut(), &self.weights, tokens, targets, b, t);
+            let traced = model.step_traced(referee.as_mut(), &self.weights, tokens, targets, b, t);
             traced.map(|(loss, grad, trace)| (loss, grad, Some(Arc::new(trace))))
         } else {
-            let stepped = model.step(self.referee.as_mut(), weights, tokens, targets, b, t, None, self.step);
+            let stepped = model.step(referee.as_mut(), weights, tokens, targets, b, t, None, self.step);
             stepped.map(|(loss, grad, _)| (loss, grad, None))
         };
         // The model's buffers on the referee go with it.
-        model.release(self.referee.as_mut());
+        model.release(referee.as_mut());
         let outcome = stepped.map(|(loss, grad, trace)| {
             let Some(PrivateInputs { residual: state, grid, checked, .. }) = &self.private else {
                 return Recomputed { loss, values: Values::F32(grad), next_state: None, trace };
@@ -156,11 +184,14 @@ impl AuditKit {
                 Err(_) => Recomputed::no_contribution(loss),
             }
         });
-        (outcome, self.referee)
+        (outcome, referee)
     }
 
-    fn recompute_window(self) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
-        let AuditKit { run, step, weights, data, referee, private, .. } = self;
+    fn recompute_window(
+        self,
+        referee: Box<dyn Gemm + Send>,
+    ) -> (Result<Recomputed, ComputeError>, Box<dyn Gemm + Send>) {
+        let AuditKit { run, step, weights, data, private, .. } = self;
         let Some(PrivateInputs { residual: state, grid, weight, .. }) = private else {
             let refused = std::io::Error::other("an outer:H contribution is audited with the state it named");
             return (Err(ComputeError::backend(refused)), referee);

@@ -33,8 +33,8 @@ impl Provider for FloatOnly {
         Ok(Box::new(CorpusSource::builtin(seed)))
     }
 
-    fn referee(&mut self) -> Result<Box<dyn Gemm + Send>, ForeignError> {
-        Err(Arc::new(std::io::Error::other("no referee in this test (float products are not checked)")))
+    fn referee_opener(&self) -> crate::replica::RefereeOpener {
+        Arc::new(|| Err(Arc::new(std::io::Error::other("no referee in this test (float products are not checked)"))))
     }
 }
 
@@ -194,8 +194,7 @@ fn an_audit_recomputes_a_contribution_from_the_state_it_named_and_the_state_it_l
             let reduced = crate::sync::reduce_one(sent.values.clone());
             let grid = Arc::new(reduced.grid.clone());
             let audit_part = |state: Arc<Vec<f32>>, checked: Option<Vec<u32>>, member: &mut TrainerReplica| {
-                let mut kit =
-                    member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1))), Urgency::Routine).expect("a kit");
+                let mut kit = member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1)))).expect("a kit");
                 let (grid, weight, checked) = (grid.clone(), sent.weight, checked.map(Arc::new));
                 kit.private = Some(PrivateInputs { residual: state, checked, grid, weight });
                 kit.recompute().0.expect("recomputed")
@@ -407,4 +406,60 @@ fn the_weights_a_step_was_computed_from_are_checked_against_the_definitions_upda
             assert!(matches!(member.check_weights(2), Err(ReplicaError::UpdateGone { step: 2 })), "{what}");
         }
     }
+}
+
+/// Float products, the built-in corpus, and a referee opener that counts where it was called.
+struct CountedReferee(Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>>);
+
+impl Provider for CountedReferee {
+    fn open_backend(&mut self, name: &str) -> Result<Box<dyn Gemm + Send>, ForeignError> {
+        Err(Arc::new(std::io::Error::other(format!("no backend `{name}` in this test"))))
+    }
+
+    fn data_source(&mut self, seed: u64) -> Result<Box<dyn DataSource>, ForeignError> {
+        Ok(Box::new(CorpusSource::builtin(seed)))
+    }
+
+    fn referee_opener(&self) -> crate::replica::RefereeOpener {
+        let opened = self.0.clone();
+        Arc::new(move || {
+            opened.lock().unwrap().push(std::thread::current().id());
+            Ok(Box::new(FloatGemm::new(1)))
+        })
+    }
+}
+
+/// An audit's kit is made under the replica's lock on the adapter's loop; the referee it needs
+/// when none was kept is opened where the recomputation runs — its own thread, at its
+/// priority — never where the kit is made (opening one, the gate, held the loop for up to
+/// 0.4 s on a busy machine). The referee comes back for the next audit; one that cannot be
+/// opened is the audit's error, with none to give back.
+#[test]
+fn an_audit_opens_its_referee_where_it_runs_not_where_its_kit_is_made() {
+    let opened = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut member =
+        TrainerReplica::new("f", Box::new(CountedReferee(opened.clone())), Some(Box::new(FloatGemm::new(1))));
+    member.set_identity(5);
+    member.keep_audit_weights(true);
+    member.configure(&tiny()).expect("a run");
+    let sent = member.compute(1).expect("a contribution");
+    let kit = member.audit_kit(1, 5, None).expect("a kit");
+    assert!(opened.lock().unwrap().is_empty(), "no referee opened with the kit");
+    let (outcome, referee) = std::thread::spawn(move || kit.recompute()).join().expect("the audit's thread");
+    let recomputed = outcome.expect("recomputed on the referee it opened");
+    assert_eq!(recomputed.values, sent.values);
+    assert!(referee.is_some(), "the referee comes back for the next audit");
+    let on = opened.lock().unwrap().clone();
+    assert_eq!(on.len(), 1);
+    assert_ne!(on[0], std::thread::current().id(), "opened on the audit's thread");
+
+    let mut member = TrainerReplica::new("f", Box::new(FloatOnly), Some(Box::new(FloatGemm::new(1))));
+    member.set_identity(5);
+    member.keep_audit_weights(true);
+    member.configure(&tiny()).expect("a run");
+    member.compute(1).expect("a contribution");
+    let (outcome, referee) = member.audit_kit(1, 5, None).expect("a kit").recompute();
+    let error = outcome.expect_err("no referee to recompute on").to_string();
+    assert!(error.contains("no referee to recompute on"), "{error}");
+    assert!(referee.is_none());
 }

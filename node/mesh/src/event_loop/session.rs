@@ -95,6 +95,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 match &result {
                     Ok(_) => {
                         self.replica().keep_audit_weights(self.config.audit_rate > 0);
+                        self.open_audit_referee();
                         if let Some(admitted) = self.replica().take_admission_at_shapes() {
                             (self.report)(Report::AtRunShapes { backend, verdict: Ok(admitted) });
                         }
@@ -289,7 +290,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         // A member that gives its audits its own priority runs each as a check is run.
         let urgency = if self.config.audits_on_spare_cycles { urgency } else { Urgency::Check };
         let kit = match self.replica.try_lock() {
-            Ok(mut replica) => replica.audit_kit(step, target, self.referees.take(urgency), urgency),
+            Ok(mut replica) => replica.audit_kit(step, target, self.referees.take(urgency)),
             Err(_) => {
                 self.audit_waiting = Some((step, target, private, trace, urgency));
                 return;
@@ -314,12 +315,40 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let (outcome, referee) = kit.recompute();
             let outcome = outcome.map_err(ReplicaError::Compute);
             let seconds = began.elapsed().as_secs_f64();
-            let _ = tx.send(Inbound::Audited { step, target, outcome, referee: Some(referee), urgency, seconds });
+            let _ = tx.send(Inbound::Audited { step, target, outcome, referee, urgency, seconds });
         });
         if let Err(e) = spawned {
             // The session hears that this audit is not done (its worker is free again).
             let outcome = Err(ReplicaError::Compute(lockstep_node::compute_error::ComputeError::backend(e)));
             let _ = self.inbound.send(Inbound::Audited { step, target, outcome, referee: None, urgency, seconds: 0.0 });
+        }
+    }
+
+    /// Audits on: the referee routine audits recompute on, opened now — with the run's
+    /// configuration, which holds the loop anyway — on a thread at the audits' low priority
+    /// (its threads inherit it), unless one is kept. An audit that finds none opens one on its
+    /// own thread ([`AuditKit::recompute`]); never the loop while the run goes on, where
+    /// opening one (the gate) held it for 0.1–0.4 s on a busy machine and a dispute's answer
+    /// waited behind it.
+    fn open_audit_referee(&mut self) {
+        let urgency = if self.config.audits_on_spare_cycles { Urgency::Routine } else { Urgency::Check };
+        if self.config.audit_rate == 0 || self.referees.slot(urgency).is_some() {
+            return;
+        }
+        let Some(open) = self.replica().referee_opener() else { return };
+        let opened = std::thread::scope(|scope| {
+            let opening = scope.spawn(move || {
+                if urgency == Urgency::Routine {
+                    lockstep_node::audit::yield_to_training();
+                }
+                open()
+            });
+            opening.join().unwrap_or_else(|_| Err(Arc::new(std::io::Error::other("the referee's opening panicked"))))
+        });
+        match opened {
+            Ok(referee) => self.referees.give_back(urgency, Some(referee)),
+            // The first audit tries again on its own thread, and says why if it cannot.
+            Err(e) => (self.report)(Report::Warning(format!("no referee for audits yet: {e}"))),
         }
     }
 
@@ -354,11 +383,11 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let check = Urgency::Check;
         let (replica, tx, referee) = (self.replica.clone(), self.inbound.clone(), self.referees.take(check));
         let spawned = std::thread::Builder::new().name("dispute".into()).spawn(move || {
-            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target, referee, check);
+            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target, referee);
             let (outcome, referee) = match kit {
                 Ok(kit) => {
                     let (outcome, referee) = kit.settle(theirs);
-                    (outcome.map_err(ReplicaError::Compute), Some(referee))
+                    (outcome.map_err(ReplicaError::Compute), referee)
                 }
                 Err(e) => (Err(e), None),
             };
