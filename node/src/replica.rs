@@ -107,15 +107,11 @@ pub trait Replica: Send + 'static {
     /// computed from ([`Replica::audit_kit`] recomputes another member's contribution from them).
     fn keep_audit_weights(&mut self, _on: bool) {}
     /// What recomputing `target`'s contribution to `step` needs, taken out so the audit runs
-    /// without the replica: the weights `step` was computed from, `target`'s batch of it and
-    /// `referee` (the last audit's of this urgency; `None`: the recomputation opens one where
-    /// it runs — a routine audit's on its low-priority thread, a check's at the member's own).
-    fn audit_kit(
-        &mut self,
-        _step: u32,
-        _target: PeerId,
-        _referee: Option<Box<dyn Gemm + Send>>,
-    ) -> Result<AuditKit, ReplicaError> {
+    /// without the replica: the weights `step` was computed from and `target`'s batch of it.
+    /// Its referee is the caller's to lend (the last audit's of its urgency); where none is,
+    /// the recomputation opens one where it runs — a routine audit's on its low-priority
+    /// thread, a check's at the member's own.
+    fn audit_kit(&mut self, _step: u32, _target: PeerId) -> Result<AuditKit, ReplicaError> {
         Err(ReplicaError::NoRun)
     }
     /// Disputes: this member's own step `step` computed again on its backend, from the weights
@@ -688,12 +684,7 @@ impl Replica for TrainerReplica {
         }
     }
 
-    fn audit_kit(
-        &mut self,
-        step: u32,
-        target: PeerId,
-        referee: Option<Box<dyn Gemm + Send>>,
-    ) -> Result<AuditKit, ReplicaError> {
+    fn audit_kit(&mut self, step: u32, target: PeerId) -> Result<AuditKit, ReplicaError> {
         // The run's settings, without waiting for a window's steps run ahead (on the loop).
         let running = self.trainer.as_ref().map(|t| *t.run_config());
         let run = running.or(self.ahead.as_ref().map(|a| a.run)).ok_or(ReplicaError::NoRun)?;
@@ -706,7 +697,7 @@ impl Replica for TrainerReplica {
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
         // Where none was kept, the audit opens its referee on its own thread (at its priority).
         let open_referee = self.provider.referee_opener();
-        Ok(AuditKit { run, step, weights, data, referee, open_referee, private: None, trace: false })
+        Ok(AuditKit { run, step, weights, data, referee: None, open_referee, private: None, trace: false })
     }
 
     fn referee_opener(&self) -> Option<RefereeOpener> {

@@ -194,7 +194,8 @@ fn an_audit_recomputes_a_contribution_from_the_state_it_named_and_the_state_it_l
             let reduced = crate::sync::reduce_one(sent.values.clone());
             let grid = Arc::new(reduced.grid.clone());
             let audit_part = |state: Arc<Vec<f32>>, checked: Option<Vec<u32>>, member: &mut TrainerReplica| {
-                let mut kit = member.audit_kit(step, 5, Some(Box::new(FloatGemm::new(1)))).expect("a kit");
+                let mut kit = member.audit_kit(step, 5).expect("a kit");
+                kit.referee = Some(Box::new(FloatGemm::new(1)));
                 let (grid, weight, checked) = (grid.clone(), sent.weight, checked.map(Arc::new));
                 kit.private = Some(PrivateInputs { residual: state, checked, grid, weight });
                 kit.recompute().0.expect("recomputed")
@@ -443,7 +444,7 @@ fn an_audit_opens_its_referee_where_it_runs_not_where_its_kit_is_made() {
     member.keep_audit_weights(true);
     member.configure(&tiny()).expect("a run");
     let sent = member.compute(1).expect("a contribution");
-    let kit = member.audit_kit(1, 5, None).expect("a kit");
+    let kit = member.audit_kit(1, 5).expect("a kit");
     assert!(opened.lock().unwrap().is_empty(), "no referee opened with the kit");
     let (outcome, referee) = std::thread::spawn(move || kit.recompute()).join().expect("the audit's thread");
     let recomputed = outcome.expect("recomputed on the referee it opened");
@@ -458,7 +459,7 @@ fn an_audit_opens_its_referee_where_it_runs_not_where_its_kit_is_made() {
     member.keep_audit_weights(true);
     member.configure(&tiny()).expect("a run");
     member.compute(1).expect("a contribution");
-    let (outcome, referee) = member.audit_kit(1, 5, None).expect("a kit").recompute();
+    let (outcome, referee) = member.audit_kit(1, 5).expect("a kit").recompute();
     let error = outcome.expect_err("no referee to recompute on").to_string();
     assert!(error.contains("no referee to recompute on"), "{error}");
     assert!(referee.is_none());

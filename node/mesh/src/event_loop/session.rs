@@ -290,7 +290,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         // A member that gives its audits its own priority runs each as a check is run.
         let urgency = if self.config.audits_on_spare_cycles { urgency } else { Urgency::Check };
         let kit = match self.replica.try_lock() {
-            Ok(mut replica) => replica.audit_kit(step, target, self.referees.take(urgency)),
+            Ok(mut replica) => replica.audit_kit(step, target),
             Err(_) => {
                 self.audit_waiting = Some((step, target, private, trace, urgency));
                 return;
@@ -298,7 +298,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         };
         let tx = self.inbound.clone();
         let kit = match kit {
-            Ok(kit) => AuditKit { private, trace, ..kit },
+            // The referee is lent only to a kit that was made (one that was not keeps it).
+            Ok(kit) => AuditKit { private, trace, referee: self.referees.take(urgency), ..kit },
             Err(e) => {
                 let _ =
                     tx.send(Inbound::Audited { step, target, outcome: Err(e), referee: None, urgency, seconds: 0.0 });
@@ -383,13 +384,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let check = Urgency::Check;
         let (replica, tx, referee) = (self.replica.clone(), self.inbound.clone(), self.referees.take(check));
         let spawned = std::thread::Builder::new().name("dispute".into()).spawn(move || {
-            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target, referee);
+            let kit = replica.lock().unwrap_or_else(|p| p.into_inner()).audit_kit(step, target);
             let (outcome, referee) = match kit {
                 Ok(kit) => {
-                    let (outcome, referee) = kit.settle(theirs);
+                    let (outcome, referee) = AuditKit { referee, ..kit }.settle(theirs);
                     (outcome.map_err(ReplicaError::Compute), referee)
                 }
-                Err(e) => (Err(e), None),
+                Err(e) => (Err(e), referee),
             };
             let _ = tx.send(Inbound::Settled { step, target, outcome, referee });
         });
