@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lockstep_node::audit::{Trace, Traced, Tracing, Urgency};
-use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, ReplicaError};
+use lockstep_node::replica::{AuditKit, BackendChange, ForeignError, KeptStates, Replica, ReplicaError};
 use lockstep_node::session::{
     Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
 };
@@ -36,6 +36,11 @@ use links::{Links, Peer, Referees};
 /// longest (each failure doubles it).
 const RECONNECT_FIRST_MS: u64 = 1000;
 const RECONNECT_MAX_MS: u64 = 8000;
+/// How long one reconnection to the signaling server may take (the connection and the
+/// WebSocket handshake; milliseconds on a working link). Every wait has a bound: an attempt
+/// made while the server restarted once hung for good — its node never rejoined the room, and
+/// a newcomer found nobody (a chaos episode).
+const RECONNECT_ATTEMPT_MS: u64 = 5000;
 /// A link that delivered nothing (not even a pong to our once-a-second ping) for this long is
 /// reported silent.
 const SILENT_MS: u64 = 5000;
@@ -418,6 +423,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Audited { step, target, outcome }]);
             }
+            Inbound::RefereeOpened { urgency, referee } => self.on_referee_opened(urgency, referee),
             Inbound::Settled { step, target, outcome, referee } => {
                 self.referees.give_back(Urgency::Check, referee);
                 let outcome = outcome.map_err(Failure::new);
@@ -538,7 +544,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             let mut wait = first_wait;
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-                if let Ok(connection) = connect_signal(&url, inbound.clone()).await {
+                let attempt = Duration::from_millis(RECONNECT_ATTEMPT_MS);
+                if let Ok(Ok(connection)) = tokio::time::timeout(attempt, connect_signal(&url, inbound.clone())).await {
                     // The loop hears of the connection before anything it says (or its end).
                     let _ = inbound.send(Inbound::SignalReconnected(connection.sender.clone()));
                     connection.start_reading();
