@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use lockstep_node::audit::{Trace, Traced, Tracing, Urgency};
-use lockstep_node::replica::{AuditKit, BackendChange, ForeignError, KeptStates, Replica, ReplicaError};
+use lockstep_node::replica::{AuditKit, BackendChange, KeptStates, Replica, ReplicaError};
 use lockstep_node::session::{
     Event, Failure, Input, Output, PrivateInputs, Problem, Session, SessionConfig, Stop, Task,
 };
@@ -423,7 +423,6 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Audited { step, target, outcome }]);
             }
-            Inbound::RefereeOpened { urgency, referee } => self.on_referee_opened(urgency, referee),
             Inbound::Settled { step, target, outcome, referee } => {
                 self.referees.give_back(Urgency::Check, referee);
                 let outcome = outcome.map_err(Failure::new);

@@ -57,8 +57,6 @@ impl LinkStats {
 pub(super) struct Referees {
     pub(super) routine: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
     pub(super) check: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
-    /// The urgency whose referee is being opened on a thread of its own (`Inbound::RefereeOpened`).
-    pub(super) opening: Option<Urgency>,
 }
 
 impl Referees {

@@ -289,11 +289,6 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     ) {
         // A member that gives its audits its own priority runs each as a check is run.
         let urgency = if self.config.audits_on_spare_cycles { urgency } else { Urgency::Check };
-        if self.referees.opening == Some(urgency) {
-            // Its referee is being opened: it waits for it, as for a busy replica.
-            self.audit_waiting = Some((step, target, private, trace, urgency));
-            return;
-        }
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target),
             Err(_) => {
@@ -330,45 +325,31 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    /// Audits on: the referee routine audits recompute on, opened as the run is configured,
-    /// on a thread of its own at the audits' low priority (its threads inherit it), unless one
-    /// is kept or being opened; an audit assigned meanwhile waits for it. Never on the loop:
-    /// opening one (the gate) held the loop for 0.1–0.4 s on a busy machine (and seconds at
-    /// that priority on saturated cores), and a dispute's answer waited behind it.
+    /// Audits on: the referee routine audits recompute on, opened now — with the run's
+    /// configuration, which holds the loop anyway — on a thread at the audits' low priority
+    /// (its threads inherit it), unless one is kept. An audit that finds none opens one on its
+    /// own thread ([`AuditKit::recompute`]); never the loop while the run goes on, where
+    /// opening one (the gate) held it for 0.1–0.4 s on a busy machine and a dispute's answer
+    /// waited behind it.
     fn open_audit_referee(&mut self) {
         let urgency = if self.config.audits_on_spare_cycles { Urgency::Routine } else { Urgency::Check };
-        if self.config.audit_rate == 0 || self.referees.slot(urgency).is_some() || self.referees.opening.is_some() {
+        if self.config.audit_rate == 0 || self.referees.slot(urgency).is_some() {
             return;
         }
         let Some(open) = self.replica().referee_opener() else { return };
-        let tx = self.inbound.clone();
-        let spawned = std::thread::Builder::new().name("referee".into()).spawn(move || {
-            if urgency == Urgency::Routine {
-                lockstep_node::audit::yield_to_training();
-            }
-            let _ = tx.send(Inbound::RefereeOpened { urgency, referee: open() });
+        let opened = std::thread::scope(|scope| {
+            let opening = scope.spawn(move || {
+                if urgency == Urgency::Routine {
+                    lockstep_node::audit::yield_to_training();
+                }
+                open()
+            });
+            opening.join().unwrap_or_else(|_| Err(Arc::new(std::io::Error::other("the referee's opening panicked"))))
         });
-        // No thread: the first audit opens its own on its thread.
-        if spawned.is_ok() {
-            self.referees.opening = Some(urgency);
-        }
-    }
-
-    /// The referee [`MeshLoop::open_audit_referee`] opened (or why it could not be), kept for
-    /// the audits; the one waiting for it starts.
-    pub(super) fn on_referee_opened(
-        &mut self,
-        urgency: Urgency,
-        referee: Result<Box<dyn lockstep_node::gemm::Gemm + Send>, ForeignError>,
-    ) {
-        self.referees.opening = None;
-        match referee {
+        match opened {
             Ok(referee) => self.referees.give_back(urgency, Some(referee)),
-            // The next audit tries again on its own thread, and says why if it cannot.
+            // The first audit tries again on its own thread, and says why if it cannot.
             Err(e) => (self.report)(Report::Warning(format!("no referee for audits yet: {e}"))),
-        }
-        if let Some((step, target, private, trace, urgency)) = self.audit_waiting.take() {
-            self.spawn_audit(step, target, private, trace, urgency);
         }
     }
 
