@@ -470,7 +470,7 @@ impl Trainer {
     pub fn flip_weight_bit(&mut self) -> Result<(), ComputeError> {
         self.bring_home(true)?;
         self.weights[0] = f32::from_bits(self.weights[0].to_bits() ^ 1);
-        self.sync.flip_window_start();
+        self.sync.flip_held_group_weights();
         // The device is sent the state again at the next step.
         self.on_device = None;
         Ok(())

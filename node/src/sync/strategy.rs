@@ -355,7 +355,7 @@ impl Strategy {
     /// holds apart from its own (`Trainer::flip_weight_bit`): an `outer:H` window's start once
     /// its contribution is made, or, in an overlapped window after the mean came, the group's
     /// weights its steps run ahead were moved onto.
-    pub fn flip_window_start(&mut self) {
+    pub fn flip_held_group_weights(&mut self) {
         let start = self.in_flight.as_mut().and_then(|f| f.global.as_mut());
         let held = start.or(self.rebased.as_mut().map(|r| &mut r.global));
         if let Some(first) = held.and_then(|g| g.first_mut()) {

@@ -287,8 +287,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         trace: bool,
         urgency: Urgency,
     ) {
-        // A member that gives its audits its own priority runs each as a check is run.
-        let urgency = if self.config.audits_on_spare_cycles { urgency } else { Urgency::Check };
+        let urgency = self.audit_urgency(urgency);
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target),
             Err(_) => {
@@ -325,6 +324,16 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
+    /// How an audit of `urgency` runs here: a member that gives its audits its own priority
+    /// runs each as a check is run.
+    fn audit_urgency(&self, urgency: Urgency) -> Urgency {
+        if self.config.audits_on_spare_cycles {
+            urgency
+        } else {
+            Urgency::Check
+        }
+    }
+
     /// Audits on: the referee routine audits recompute on, opened now — with the run's
     /// configuration, which holds the loop anyway — on a thread at the audits' low priority
     /// (its threads inherit it), unless one is kept. An audit that finds none opens one on its
@@ -332,7 +341,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     /// opening one (the gate) held it for 0.1–0.4 s on a busy machine and a dispute's answer
     /// waited behind it.
     fn open_audit_referee(&mut self) {
-        let urgency = if self.config.audits_on_spare_cycles { Urgency::Routine } else { Urgency::Check };
+        let urgency = self.audit_urgency(Urgency::Routine);
         if self.config.audit_rate == 0 || self.referees.slot(urgency).is_some() {
             return;
         }
