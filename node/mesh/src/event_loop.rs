@@ -201,6 +201,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>, mut inbound: InboundRx) -> Ended {
         let mut links = tokio::time::interval(LINK_TICK);
         links.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.open_audit_referee();
         let ended = loop {
             let flow = tokio::select! {
                 // The clock first: woken from a suspension, the session hears of the gap before
@@ -423,6 +424,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 let outcome = outcome.map_err(Failure::new);
                 self.drive(vec![Input::Audited { step, target, outcome }]);
             }
+            Inbound::RefereeOpened { urgency, referee } => self.on_referee_opened(urgency, referee),
             Inbound::Settled { step, target, outcome, referee } => {
                 self.referees.give_back(Urgency::Check, referee);
                 let outcome = outcome.map_err(Failure::new);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use lockstep_node::audit::{Traced, Urgency};
 use lockstep_node::gemm::Gemm;
-use lockstep_node::replica::{BackendChange, ReplicaError};
+use lockstep_node::replica::{BackendChange, ForeignError, ReplicaError};
 use lockstep_node::session::{Recomputed, WeightsChecked};
 use lockstep_node::wire::{Gradient, PeerId, TraceAnswer};
 use lockstep_signaling::protocol::{ClientMessage, ServerMessage};
@@ -66,6 +66,12 @@ pub(crate) enum Inbound {
         words: Option<(u32, Vec<u32>)>,
     },
     Saved(Result<Saved, SaveError>),
+    /// The referee audits of `urgency` recompute on, opened on a thread of its own as the node
+    /// started, or why it could not be.
+    RefereeOpened {
+        urgency: Urgency,
+        referee: Result<Box<dyn Gemm + Send>, ForeignError>,
+    },
 }
 
 impl Inbound {

@@ -95,7 +95,6 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 match &result {
                     Ok(_) => {
                         self.replica().keep_audit_weights(self.config.audit_rate > 0);
-                        self.open_audit_referee();
                         if let Some(admitted) = self.replica().take_admission_at_shapes() {
                             (self.report)(Report::AtRunShapes { backend, verdict: Ok(admitted) });
                         }
@@ -334,29 +333,43 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    /// Audits on: the referee routine audits recompute on, opened now — with the run's
-    /// configuration, which holds the loop anyway — on a thread at the audits' low priority
-    /// (its threads inherit it), unless one is kept. An audit that finds none opens one on its
-    /// own thread ([`AuditKit::recompute`]); never the loop while the run goes on, where
-    /// opening one (the gate) held it for 0.1–0.4 s on a busy machine and a dispute's answer
-    /// waited behind it.
-    fn open_audit_referee(&mut self) {
+    /// Audits on: the referee audits recompute on, opened as the node starts — before any run,
+    /// on a thread of its own at the audits' priority (its threads inherit it) — and kept for
+    /// them (`Inbound::RefereeOpened`). Nothing waits for it: an audit assigned before it is
+    /// here opens one on its own thread ([`AuditKit::recompute`]). Never on the loop: opening one
+    /// (the gate) held the loop for 0.1–0.4 s on a busy machine, a dispute's answer waited
+    /// behind it, and joined at the audits' priority on saturated cores it held a joining
+    /// member's configuration 5–26 s — long enough for a short run to end meanwhile.
+    pub(super) fn open_audit_referee(&mut self) {
         let urgency = self.audit_urgency(Urgency::Routine);
         if self.config.audit_rate == 0 || self.referees.slot(urgency).is_some() {
             return;
         }
         let Some(open) = self.replica().referee_opener() else { return };
-        let opened = std::thread::scope(|scope| {
-            let opening = scope.spawn(move || {
-                if urgency == Urgency::Routine {
-                    lockstep_node::audit::yield_to_training();
-                }
-                open()
-            });
-            opening.join().unwrap_or_else(|_| Err(Arc::new(std::io::Error::other("the referee's opening panicked"))))
+        let tx = self.inbound.clone();
+        // No thread: the first audit opens its own on its thread.
+        let _ = std::thread::Builder::new().name("referee".into()).spawn(move || {
+            if urgency == Urgency::Routine {
+                lockstep_node::audit::yield_to_training();
+            }
+            let _ = tx.send(Inbound::RefereeOpened { urgency, referee: open() });
         });
-        match opened {
-            Ok(referee) => self.referees.give_back(urgency, Some(referee)),
+    }
+
+    /// The referee [`MeshLoop::open_audit_referee`] opened, kept for the audits unless one of
+    /// them kept its own meanwhile (or why it could not be opened).
+    pub(super) fn on_referee_opened(
+        &mut self,
+        urgency: Urgency,
+        referee: Result<Box<dyn lockstep_node::gemm::Gemm + Send>, lockstep_node::replica::ForeignError>,
+    ) {
+        match referee {
+            Ok(referee) => {
+                let slot = self.referees.slot(urgency);
+                if slot.is_none() {
+                    *slot = Some(referee);
+                }
+            }
             // The first audit tries again on its own thread, and says why if it cannot.
             Err(e) => (self.report)(Report::Warning(format!("no referee for audits yet: {e}"))),
         }
