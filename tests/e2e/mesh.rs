@@ -1154,6 +1154,44 @@ fn a_server_that_refuses_to_resume_is_retried_ever_more_slowly_while_training_go
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Every reconnection attempt has a bound (`RECONNECT_ATTEMPT_MS`): an attempt the server never
+/// answers is given up, and the next one takes the member's place back. A mute listener on the
+/// server's port accepts both members' attempts and holds them open, answering nothing — as
+/// a server restarting once did, where an attempt waited for good and its node never came back
+/// to the room (a newcomer found nobody).
+#[test]
+fn a_reconnection_the_server_never_answers_is_given_up_and_the_next_takes_the_place_back() {
+    let _phase = crate::common::phase(module_path!());
+    let dir = std::env::temp_dir().join(format!("lockstep-mute-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("signal.secret");
+    let (signal, port, a, b) = two_nodes_training(&secret);
+    drop(signal);
+    for node in [&a, &b] {
+        node.wait_for("the server's loss", |e| e["event"] == "signal-lost", 10);
+    }
+    let mute = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    mute.set_nonblocking(true).unwrap();
+    let mut held = Vec::new();
+    let started = Instant::now();
+    while held.len() < 2 {
+        match mute.accept() {
+            Ok((stream, _)) => held.push(stream),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("the mute listener: {e}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{} attempt(s) reached the mute listener", held.len());
+    }
+    drop(mute);
+    // The server is back while both attempts are still held open, unanswered.
+    let _signal = signal_server_at(port, Some(&secret));
+    for node in [&a, &b] {
+        node.wait_for("its place back", |e| e["event"] == "signal-restored", 30);
+    }
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_suspended_member_is_dropped_at_the_step_deadline_and_resumed_when_it_wakes() {
     let _phase = crate::common::phase(module_path!());

@@ -201,7 +201,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
     pub(crate) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>, mut inbound: InboundRx) -> Ended {
         let mut links = tokio::time::interval(LINK_TICK);
         links.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.open_audit_referee();
+        self.open_audit_referees();
         let ended = loop {
             let flow = tokio::select! {
                 // The clock first: woken from a suspension, the session hears of the gap before

@@ -333,30 +333,39 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    /// Audits on: the referee audits recompute on, opened as the node starts — before any run,
-    /// on a thread of its own at the audits' priority (its threads inherit it) — and kept for
-    /// them (`Inbound::RefereeOpened`). Nothing waits for it: an audit assigned before it is
-    /// here opens one on its own thread ([`AuditKit::recompute`]). Never on the loop: opening one
-    /// (the gate) held the loop for 0.1–0.4 s on a busy machine, a dispute's answer waited
-    /// behind it, and joined at the audits' priority on saturated cores it held a joining
-    /// member's configuration 5–26 s — long enough for a short run to end meanwhile.
-    pub(super) fn open_audit_referee(&mut self) {
-        let urgency = self.audit_urgency(Urgency::Routine);
-        if self.config.audit_rate == 0 || self.referees.slot(urgency).is_some() {
+    /// Audits on: the referees audits recompute on — a routine audit's and a check's — opened
+    /// as the node starts, before any run, each on a thread of its own at its audits' priority
+    /// (a referee's threads inherit it), and kept for them (`Inbound::RefereeOpened`). Nothing
+    /// waits for them: an audit assigned before its referee is here opens one on its own thread
+    /// ([`AuditKit::recompute`]). Never on the loop: opening one (the gate) held the loop for
+    /// 0.1–0.4 s on a busy machine, a dispute's answer waited behind it, and joined at the
+    /// audits' priority on saturated cores it held a joining member's configuration 5–26 s —
+    /// long enough for a short run to end meanwhile. And not at the first check: a leader that
+    /// opened its check's referee only then kept the group stepping meanwhile, 30–45 syncs on
+    /// 16 cores between an accusation and the removal it proved.
+    pub(super) fn open_audit_referees(&mut self) {
+        if self.config.audit_rate == 0 {
             return;
         }
-        let Some(open) = self.replica().referee_opener() else { return };
-        let tx = self.inbound.clone();
-        // No thread: the first audit opens its own on its thread.
-        let _ = std::thread::Builder::new().name("referee".into()).spawn(move || {
-            if urgency == Urgency::Routine {
-                lockstep_node::audit::yield_to_training();
+        let routine = self.audit_urgency(Urgency::Routine);
+        let urgencies = if routine == Urgency::Check { vec![Urgency::Check] } else { vec![routine, Urgency::Check] };
+        for urgency in urgencies {
+            if self.referees.slot(urgency).is_some() {
+                continue;
             }
-            let _ = tx.send(Inbound::RefereeOpened { urgency, referee: open() });
-        });
+            let Some(open) = self.replica().referee_opener() else { return };
+            let tx = self.inbound.clone();
+            // No thread: the first audit of this urgency opens its own on its thread.
+            let _ = std::thread::Builder::new().name("referee".into()).spawn(move || {
+                if urgency == Urgency::Routine {
+                    lockstep_node::audit::yield_to_training();
+                }
+                let _ = tx.send(Inbound::RefereeOpened { urgency, referee: open() });
+            });
+        }
     }
 
-    /// The referee [`MeshLoop::open_audit_referee`] opened, kept for the audits unless one of
+    /// A referee [`MeshLoop::open_audit_referees`] opened, kept for the audits unless one of
     /// them kept its own meanwhile (or why it could not be opened).
     pub(super) fn on_referee_opened(
         &mut self,
