@@ -32,6 +32,21 @@ fn two_nodes_training(secret: &std::path::Path) -> (crate::common::Signal, u16, 
     (signal, port, a, b)
 }
 
+/// Two nodes training (`two_nodes_training`, their server's secret in a directory of their
+/// own, `tag`'s) whose server then died, and both said so: the directory, the secret, the
+/// server's port and the nodes.
+fn two_nodes_that_lost_their_server(tag: &str) -> (std::path::PathBuf, std::path::PathBuf, u16, Node, Node) {
+    let dir = std::env::temp_dir().join(format!("lockstep-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("signal.secret");
+    let (signal, port, a, b) = two_nodes_training(&secret);
+    drop(signal);
+    for node in [&a, &b] {
+        node.wait_for("the server's loss", |e| e["event"] == "signal-lost", 10);
+    }
+    (dir, secret, port, a, b)
+}
+
 /// `c` was resumed into the run of `a` and `b`: ten steps later every step two of them both
 /// applied has one hash (a member the deadline dropped under load, and resumed, lacks the
 /// steps it missed — never a different hash), `c` applied those ten steps, and nobody's guard
@@ -1057,16 +1072,8 @@ fn two_network_stacks_train_together_over_a_bridge() {
 #[test]
 fn training_outlives_the_signaling_server_and_members_take_their_places_back() {
     let _phase = crate::common::phase(module_path!());
-    let dir = std::env::temp_dir().join(format!("lockstep-restart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let secret = dir.join("signal.secret");
-    let (signal, port, a, b) = two_nodes_training(&secret);
-
     // The server dies: both say so and train on over their data channels.
-    drop(signal);
-    for node in [&a, &b] {
-        node.wait_for("the server's loss", |e| e["event"] == "signal-lost", 10);
-    }
+    let (dir, secret, port, a, b) = two_nodes_that_lost_their_server("restart");
     let at_loss = a.last_step().max(b.last_step());
     for node in [&a, &b] {
         node.wait_for("steps without a server", |e| e["event"] == "weights" && e["step"] == at_loss + 20, 60);
@@ -1162,14 +1169,7 @@ fn a_server_that_refuses_to_resume_is_retried_ever_more_slowly_while_training_go
 #[test]
 fn a_reconnection_the_server_never_answers_is_given_up_and_the_next_takes_the_place_back() {
     let _phase = crate::common::phase(module_path!());
-    let dir = std::env::temp_dir().join(format!("lockstep-mute-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let secret = dir.join("signal.secret");
-    let (signal, port, a, b) = two_nodes_training(&secret);
-    drop(signal);
-    for node in [&a, &b] {
-        node.wait_for("the server's loss", |e| e["event"] == "signal-lost", 10);
-    }
+    let (dir, secret, port, a, b) = two_nodes_that_lost_their_server("mute");
     let mute = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     mute.set_nonblocking(true).unwrap();
     let mut held = Vec::new();
