@@ -347,14 +347,14 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         if self.config.audit_rate == 0 {
             return;
         }
-        let routine = self.audit_urgency(Urgency::Routine);
-        let urgencies = if routine == Urgency::Check { vec![Urgency::Check] } else { vec![routine, Urgency::Check] };
-        for urgency in urgencies {
+        let Some(open) = self.replica().referee_opener() else { return };
+        // A member that runs its routine audits as checks keeps one referee for both.
+        let routine = (self.audit_urgency(Urgency::Routine) == Urgency::Routine).then_some(Urgency::Routine);
+        for urgency in std::iter::once(Urgency::Check).chain(routine) {
             if self.referees.slot(urgency).is_some() {
                 continue;
             }
-            let Some(open) = self.replica().referee_opener() else { return };
-            let tx = self.inbound.clone();
+            let (open, tx) = (open.clone(), self.inbound.clone());
             // No thread: the first audit of this urgency opens its own on its thread.
             let _ = std::thread::Builder::new().name("referee".into()).spawn(move || {
                 if urgency == Urgency::Routine {
@@ -365,20 +365,15 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         }
     }
 
-    /// A referee [`MeshLoop::open_audit_referees`] opened, kept for the audits unless one of
-    /// them kept its own meanwhile (or why it could not be opened).
+    /// A referee [`MeshLoop::open_audit_referees`] opened, kept for the audits (or why it could
+    /// not be opened).
     pub(super) fn on_referee_opened(
         &mut self,
         urgency: Urgency,
         referee: Result<Box<dyn lockstep_node::gemm::Gemm + Send>, lockstep_node::replica::ForeignError>,
     ) {
         match referee {
-            Ok(referee) => {
-                let slot = self.referees.slot(urgency);
-                if slot.is_none() {
-                    *slot = Some(referee);
-                }
-            }
+            Ok(referee) => self.referees.give_back(urgency, Some(referee)),
             // The first audit tries again on its own thread, and says why if it cannot.
             Err(e) => (self.report)(Report::Warning(format!("no referee for audits yet: {e}"))),
         }
