@@ -18,7 +18,7 @@ use lockstep_node::audit::{Departure, Trace, Traced, Urgency, TRACE_CHUNK_WORDS}
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
     AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Recomputed, Session,
-    SessionConfig, StepDeadline, Stop, Task, WeightsChecked,
+    SessionConfig, StepDeadline, Stop, Task, WeightsChecked, SHUN_LAPSES_ELECTIONS,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
 use lockstep_node::wire::{
@@ -183,6 +183,8 @@ struct Node {
     forge: bool,
     /// A rogue that serves no state when asked.
     withhold: bool,
+    /// Serves no state to this member, once (an audit's request; its answer lost to it alone).
+    withhold_once_from: Option<PeerId>,
     /// States asked of it: (whole, some chunks, the digests alone).
     asked: (u32, u32, u32),
     /// A rogue (leader) that never hears an accusation against itself.
@@ -214,6 +216,12 @@ struct Net {
     links: BTreeMap<(PeerId, PeerId), VecDeque<Message>>,
     /// Directed links that drop everything.
     cut: BTreeSet<(PeerId, PeerId)>,
+    /// Directed links whose messages wait, undelivered, until released (a netns cut under
+    /// SCTP's retransmissions: what was sent arrives after the cut heals).
+    held: BTreeSet<(PeerId, PeerId)>,
+    /// Links released from a hold: what waited in them arrives at once (SCTP's retransmission
+    /// flushes the backlog), then they carry as any other.
+    draining: BTreeSet<(PeerId, PeerId)>,
     /// Per-mille chance that a contribution, repair or Raft message is lost.
     loss_per_mille: u64,
     now_ms: u64,
@@ -245,6 +253,8 @@ impl Net {
             nodes: BTreeMap::new(),
             links: BTreeMap::new(),
             cut: BTreeSet::new(),
+            held: BTreeSet::new(),
+            draining: BTreeSet::new(),
             loss_per_mille: 0,
             now_ms: 0,
             delivered: 0,
@@ -304,6 +314,7 @@ impl Net {
             states: BTreeMap::new(),
             forge: false,
             withhold: false,
+            withhold_once_from: None,
             asked: (0, 0, 0),
             deaf: false,
             wrong_value: None,
@@ -629,7 +640,12 @@ impl Net {
                             StatePart::Chunks(c) if !c.is_empty() => node.asked.1 += 1,
                             StatePart::Chunks(_) => node.asked.2 += 1,
                         }
-                        if !node.withhold {
+                        let digests_alone = matches!(&part, StatePart::Chunks(c) if c.is_empty());
+                        let once = node.withhold_once_from == Some(to) && !digests_alone;
+                        if once {
+                            node.withhold_once_from = None;
+                        }
+                        if !node.withhold && !once {
                             let served = match node.states.get(&step) {
                                 Some(state) => ServedState::of(state, &state_chunk_digests(state), &part),
                                 None => ServedState::default(),
@@ -689,6 +705,7 @@ impl Net {
             .links
             .iter()
             .filter(|((from, to), q)| !q.is_empty() && !self.hung.contains(from) && !self.hung.contains(to))
+            .filter(|(k, _)| !self.held.contains(*k))
             .flat_map(|(k, q)| std::iter::repeat_n(*k, q.len()))
             .collect();
         let computing: Vec<PeerId> = self
@@ -711,22 +728,15 @@ impl Net {
         let pick = self.rng.below(choices as u64) as usize;
         if pick < links.len() {
             let (from, to) = links[pick];
+            if self.draining.remove(&(from, to)) {
+                let backlog = std::mem::take(self.links.get_mut(&(from, to)).unwrap());
+                for message in backlog {
+                    self.deliver(from, to, message);
+                }
+                return true;
+            }
             let message = self.links.get_mut(&(from, to)).unwrap().pop_front().unwrap();
-            let lossy = matches!(
-                message,
-                Message::Gradient(_)
-                    | Message::Raft { .. }
-                    | Message::RepairRequest { .. }
-                    | Message::RepairResponse { .. }
-            );
-            if self.cut.contains(&(from, to)) || (lossy && self.rng.below(1000) < self.loss_per_mille) {
-                return true;
-            }
-            if self.nodes[&to].deaf && matches!(message, Message::Accusation { target, .. } if target == to) {
-                return true;
-            }
-            self.delivered += 1;
-            self.input(to, Input::Received { from, message });
+            self.deliver(from, to, message);
         } else {
             let id = computing[pick - links.len()];
             let node = self.nodes.get_mut(&id).unwrap();
@@ -734,6 +744,26 @@ impl Net {
             self.input(id, Input::Computed(gradient));
         }
         true
+    }
+
+    /// A message reaches the end of its link: lost (a cut, seeded loss, a deaf leader's
+    /// accusation) or taken.
+    fn deliver(&mut self, from: PeerId, to: PeerId, message: Message) {
+        let lossy = matches!(
+            message,
+            Message::Gradient(_)
+                | Message::Raft { .. }
+                | Message::RepairRequest { .. }
+                | Message::RepairResponse { .. }
+        );
+        if self.cut.contains(&(from, to)) || (lossy && self.rng.below(1000) < self.loss_per_mille) {
+            return;
+        }
+        if self.nodes[&to].deaf && matches!(message, Message::Accusation { target, .. } if target == to) {
+            return;
+        }
+        self.delivered += 1;
+        self.input(to, Input::Received { from, message });
     }
 
     /// Runs until every live node finished or stopped (or `limit` turns), calling `hook` each
@@ -2627,4 +2657,96 @@ fn a_wrong_leader_is_named_by_the_members_it_leads_and_replaced() {
         assert_all_finished_equal(&net, &[2, 3, 4], 40, &what);
         assert!(!net.nodes[&2].session.configuration().0.contains(&1), "out of the configuration: {what}");
     }
+}
+
+/// A leader's answer to one member's request for its state is lost, to that member alone: the
+/// member calls it withheld and shuns the leader; the others, rechecking, are served and
+/// confirm nothing, so nobody replaces it. The member does not wait for ever: once
+/// [`SHUN_LAPSES_ELECTIONS`] election timeouts pass with no other leader, it follows the
+/// leader again, says so, and finishes the run equal with the others; nobody is removed.
+#[test]
+fn a_member_alone_in_shunning_the_leader_follows_it_again_and_finishes_equal() {
+    for seed in [1701, 1702, 1703] {
+        let mut net = audited_packed(seed, 1000, 80, Compression::Int8);
+        let mut set = false;
+        net.run(3_000_000, |net, top| {
+            if top == 3 && !set {
+                net.nodes.get_mut(&1).unwrap().withhold_once_from = Some(2);
+                set = true;
+            }
+        });
+        let what = format!("seed {seed}\n{}", net.describe());
+        let events = &net.nodes[&2].events;
+        assert!(events.iter().any(|e| matches!(e, Event::LeaderShunned { leader: 1, .. })), "{what}");
+        let lapse = SHUN_LAPSES_ELECTIONS * TIMING.longest_election_ms();
+        let lapsed = events.iter().find_map(|e| match e {
+            Event::ShunLapsed { leader: 1, waited_ms, .. } => Some(*waited_ms),
+            _ => None,
+        });
+        assert!(lapsed.is_some_and(|w| w >= lapse), "lapsed after {lapsed:?} ms, {lapse} due: {what}");
+        for id in [1, 2, 3, 4] {
+            assert_eq!(verdict_of(&net, id), None, "node {id}: {what}");
+        }
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 80, &what);
+    }
+}
+
+/// Holds (or releases) every link between the nodes of `a` and those of `b`, both ways.
+fn hold(net: &mut Net, a: &[PeerId], b: &[PeerId], held: bool) {
+    for x in a {
+        for y in b {
+            for link in [(*x, *y), (*y, *x)] {
+                if held {
+                    net.held.insert(link);
+                } else {
+                    net.held.remove(&link);
+                    net.draining.insert(link);
+                }
+            }
+        }
+    }
+}
+
+/// The leader cut off by a cut that holds what is sent both ways (delivered once it heals, as
+/// SCTP does) while its audits wait for states: the others elect another leader and go on;
+/// its audits are given up (silent targets), and healed, its requests reach their targets
+/// after the states are gone. None of it is withholding: nobody is accused or shunned, every
+/// member finishes equal. (Found by `lockstep chaos`: the old leader, its applied step within
+/// three of the audited one but the log far ahead, called the new leader's "none kept"
+/// withholding, shunned it alone and never trained again.)
+#[test]
+fn an_audit_whose_request_waited_out_a_cut_accuses_nobody() {
+    let mut ended = BTreeMap::new();
+    for seed in 1801..1809 {
+        let mut net = audited_packed(seed, 1000, 60, Compression::Int8);
+        let (mut cut, mut healed) = (false, false);
+        net.run(3_000_000, |net, top| {
+            if top == 5 && !cut {
+                hold(net, &[1], &[2, 3, 4], true);
+                cut = true;
+            }
+            if cut && !healed && top >= 16 {
+                hold(net, &[1], &[2, 3, 4], false);
+                healed = true;
+            }
+        });
+        let what = format!("seed {seed}\n{}", net.describe());
+        assert!(healed, "{what}");
+        for (id, node) in &net.nodes {
+            let wrong = node
+                .events
+                .iter()
+                .find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_) | Event::LeaderShunned { .. }));
+            assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
+        }
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 60, &what);
+        for e in &net.nodes[&1].events {
+            if let Event::AuditFailed { error, .. } = e {
+                *ended.entry(error.0.to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    // The cut-off leader's audits under way were given up, its targets silent.
+    let silent = lockstep_node::session::Unfinished::TargetSilent.to_string();
+    assert!(ended.contains_key(&silent), "the cut-off leader's audits ended: {ended:?}");
 }

@@ -155,6 +155,9 @@ pub fn report_json(report: &Report) -> Value {
             Event::LeaderShunned { leader, step } => {
                 json!({"event": "leader-shunned", "leader": leader, "step": step})
             }
+            Event::ShunLapsed { leader, step, waited_ms } => {
+                json!({"event": "shun-lapsed", "leader": leader, "step": step, "waited_ms": waited_ms})
+            }
             Event::Disputing { step, target, evidence } => {
                 let mut fields = json!({"event": "disputing", "step": step, "target": target,
                     "evidence": evidence.to_string()});

@@ -71,6 +71,9 @@ pub const STATE_WAIT_ELECTIONS: u64 = 5;
 /// most this many behind the applied one (its weights, and its target's state, are then
 /// surely kept: `Replica`'s `audit_weights_kept` and `states_kept`); else it is skipped.
 const PENDING_WITHIN: u32 = 2;
+/// A member that shuns a leader follows it again after this many of the run's longest
+/// election timeouts if no other leader took its place (nobody confirmed the finding).
+pub const SHUN_LAPSES_ELECTIONS: u64 = 10;
 /// What recomputing a packed contribution needs beside the weights and the batch
 /// ([`Output::Audit`]): the residual it named (served by its member, length and digest checked)
 /// and the grid the group summed the step on.
@@ -128,8 +131,12 @@ pub enum Unfinished {
     NotHeld,
     /// The target no longer keeps the state (asked too long after the step).
     StateGone,
-    /// Nothing heard from the target while waiting for its state (it may be gone).
+    /// The target was silent for an election timeout while its state was waited for (it may
+    /// be gone, or the link was down and the request held or lost).
     TargetSilent,
+    /// The target, silent for an election timeout after it was asked, then kept the state no
+    /// more (the request reached it late).
+    SilentThenGone,
 }
 
 impl std::fmt::Display for Unfinished {
@@ -137,7 +144,10 @@ impl std::fmt::Display for Unfinished {
         f.write_str(match self {
             Unfinished::NotHeld => "the contribution's named state or the step's grid is no longer held here",
             Unfinished::StateGone => "the member no longer keeps that step's state (asked too late)",
-            Unfinished::TargetSilent => "nothing heard from the member while waiting for its state",
+            Unfinished::TargetSilent => "the member was silent for an election timeout while its state was waited for",
+            Unfinished::SilentThenGone => {
+                "the member, silent for an election timeout after it was asked, no longer keeps that step's state"
+            }
         })
     }
 }
@@ -211,10 +221,11 @@ pub(super) struct Audits {
     pub(super) links_asked: BTreeMap<(u32, PeerId), (Link, u64)>,
     /// Members a verdict was proposed or committed against (nothing twice).
     pub convicted: BTreeSet<PeerId>,
-    /// Leaders this member found wrong (its own audit, or its check of another's accusation):
-    /// their Raft messages are no longer taken, so the honest members elect another leader,
-    /// which proposes the verdict (a leader would never propose one against itself).
-    pub shunned: BTreeMap<PeerId, AuditVerdict>,
+    /// Leaders this member found wrong (its own audit, or its check of another's accusation),
+    /// with since when: their Raft messages are no longer taken, so the honest members elect
+    /// another leader, which proposes the verdict (a leader would never propose one against
+    /// itself) — or, none confirming it, the shun lapses ([`SHUN_LAPSES_ELECTIONS`]).
+    pub shunned: BTreeMap<PeerId, (AuditVerdict, u64)>,
     /// (Leader) the departure being narrowed to one op (one at a time).
     pub dispute: Option<Dispute>,
     /// (Leader) the guard's disputes: members whose contributions were computed from weights
@@ -232,6 +243,14 @@ impl Audits {
         self.records.push_back(record.clone());
         while self.records.len() > RECORDS_KEPT {
             self.records.pop_front();
+        }
+    }
+
+    /// `from` was heard from at `now_ms`: an audit waiting for its state keeps the longest
+    /// silence since it asked (a long one means the request may have waited in a cut link).
+    pub(super) fn heard(&mut self, from: PeerId, now_ms: u64) {
+        if let Some(private) = self.running.as_mut().filter(|r| r.target == from).and_then(|r| r.private.as_mut()) {
+            private.heard(now_ms);
         }
     }
 
@@ -336,7 +355,8 @@ impl Session {
                 _ => StatePart::Whole,
             };
             let asked_ms = Some(self.timing.now_ms());
-            running.private = Some(Private { state, grid, asked_ms, part: part.clone() });
+            running.private =
+                Some(Private { state, grid, asked_ms, heard_ms: None, silence_ms: 0, part: part.clone() });
             self.audits.running = Some(running);
             return self.send(target, Message::StateRequest { step, part });
         }
@@ -352,10 +372,12 @@ impl Session {
     }
 
     /// Time passes: an auditor waiting too long for a state calls it withheld (the target was
-    /// heard from meanwhile) or gives up (it was not).
+    /// heard from all along, never silent for an election timeout) or gives up (it was: a link
+    /// down meanwhile may have held or lost the request).
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
         self.dispute_tick(now_ms);
         self.apart_tick(now_ms);
+        self.lapse_shuns(now_ms);
         let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
         // A link of a part unanswered: unchecked (a member gone, or a channel cut).
         self.audits.links_asked.retain(|_, (_, asked)| now_ms.saturating_sub(*asked) < wait);
@@ -364,7 +386,11 @@ impl Session {
             return;
         }
         let running = self.audits.running.take().expect("waiting");
-        if self.heard_ms.get(&running.target).is_some_and(|&t| t > asked) {
+        let election_ms = self.config.agreement.longest_election_ms();
+        // Silent a while since the request: over a link that was down meanwhile (or died) the
+        // request may have waited, or been lost, which is no withholding.
+        let silent = running.private.as_ref().is_none_or(|p| p.silent_since_asked(now_ms, election_ms));
+        if !silent {
             self.withheld(running);
         } else {
             self.give_up(running.step, running.target, Unfinished::TargetSilent);
@@ -410,8 +436,30 @@ impl Session {
     /// this member's election timer runs out and the members that found the same elect another
     /// leader, which proposes `verdict` ([`Session::propose_shunned`]).
     fn shun(&mut self, verdict: AuditVerdict) {
-        if self.audits.shunned.insert(verdict.target, verdict).is_none() {
+        if !self.audits.shunned.contains_key(&verdict.target) {
+            self.audits.shunned.insert(verdict.target, (verdict, self.timing.now_ms()));
             self.event(Event::LeaderShunned { leader: verdict.target, step: verdict.step });
+        }
+    }
+
+    /// A shunned leader that no other leader replaced within [`SHUN_LAPSES_ELECTIONS`]: no
+    /// majority confirmed this member's finding (a withheld state nobody else was refused, a
+    /// request that reached the leader late), and a member that follows nobody would wait
+    /// for ever: it follows that leader again, and says so.
+    fn lapse_shuns(&mut self, now_ms: u64) {
+        let lapse = SHUN_LAPSES_ELECTIONS * self.config.agreement.longest_election_ms();
+        let leader = self.leader();
+        let lapsed: Vec<(AuditVerdict, u64)> = self
+            .audits
+            .shunned
+            .values()
+            .filter(|(v, since)| now_ms.saturating_sub(*since) >= lapse && leader.is_none_or(|l| l == v.target))
+            .copied()
+            .collect();
+        for (verdict, since) in lapsed {
+            self.audits.shunned.remove(&verdict.target);
+            let waited_ms = now_ms.saturating_sub(since);
+            self.event(Event::ShunLapsed { leader: verdict.target, step: verdict.step, waited_ms });
         }
     }
 
@@ -423,8 +471,8 @@ impl Session {
     /// (A new leader) proposes the verdicts against the leaders it shunned.
     pub(super) fn propose_shunned(&mut self) {
         if self.is_leader() {
-            for verdict in std::mem::take(&mut self.audits.shunned).into_values() {
-                self.audits.shunned.insert(verdict.target, verdict);
+            for (verdict, since) in std::mem::take(&mut self.audits.shunned).into_values() {
+                self.audits.shunned.insert(verdict.target, (verdict, since));
                 self.convict(verdict);
             }
         }

@@ -142,6 +142,13 @@ pub enum Event {
         leader: PeerId,
         step: u32,
     },
+    /// The leader this node shunned for its contribution to `step` was replaced by nobody
+    /// within `waited_ms` (no majority confirmed the finding): this node follows it again.
+    ShunLapsed {
+        leader: PeerId,
+        step: u32,
+        waited_ms: u64,
+    },
     /// (Leader) `target`'s contribution to `step` departs (`evidence`): before the verdict is
     /// proposed, the dispute is narrowed to the op of its step where it first departs; the
     /// target is not summed meanwhile.

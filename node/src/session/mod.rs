@@ -78,7 +78,9 @@ use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
 pub use apart::{first_departure, WeightsChecked};
-pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
+pub use audit::{
+    assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, SHUN_LAPSES_ELECTIONS, STATE_WAIT_ELECTIONS,
+};
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use io::{Input, Output};
@@ -322,7 +324,9 @@ impl Session {
             }
             Input::Received { from, message } => {
                 if self.members.contains(&from) {
-                    self.heard_ms.insert(from, self.timing.now_ms());
+                    let now = self.timing.now_ms();
+                    self.heard_ms.insert(from, now);
+                    self.audits.heard(from, now);
                     self.on_message(from, message);
                 } else {
                     self.ignore(from, Ignored::NotConnected);

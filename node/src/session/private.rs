@@ -10,8 +10,11 @@ use super::*;
 use crate::wire::{AuditVerdict, Evidence, NotServed, ServedState, StatePart};
 
 /// A member serves the states of its last few contributions: asked about a step at most this
-/// many behind the asker's, "none kept" is withholding; further behind, the audit is given up.
-/// (A member keeps more than this: `Replica`'s `states_kept`.)
+/// many behind the last the asker applied or knows committed, "none kept" is withholding;
+/// further behind, the audit is given up. (A member keeps more than this: `Replica`'s
+/// `states_kept`.) Nor is it withholding when the member was silent for an election timeout
+/// at a stretch since the request (the link was down, and the group, on the other side, went
+/// on: the request reached it late).
 pub const STATE_PROMISED_STEPS: u32 = 3;
 
 /// A packed contribution's audit: the residual it named and the grid the step was summed on;
@@ -21,8 +24,32 @@ pub(super) struct Private {
     pub state: u64,
     pub grid: Arc<Vec<u8>>,
     pub asked_ms: Option<u64>,
+    /// When the target was last heard from since the request (its answer, or anything else),
+    /// and the longest it was silent since the request, before that.
+    pub heard_ms: Option<u64>,
+    pub silence_ms: u64,
     /// What of the state was asked for: a routine audit, some chunks; a check, the whole.
     pub part: StatePart,
+}
+
+impl Private {
+    /// The target was heard from at `now_ms`.
+    pub(super) fn heard(&mut self, now_ms: u64) {
+        if let Some(asked) = self.asked_ms {
+            let since = self.heard_ms.unwrap_or(asked);
+            self.silence_ms = self.silence_ms.max(now_ms.saturating_sub(since));
+            self.heard_ms = Some(now_ms);
+        }
+    }
+
+    /// Whether the target was silent for more than `election_ms` at a stretch since it was
+    /// asked (up to `now_ms`): a link down meanwhile (a cut, a partition), over which the
+    /// request or its answer may have waited, and the group moved on.
+    pub(super) fn silent_since_asked(&self, now_ms: u64, election_ms: u64) -> bool {
+        let Some(asked) = self.asked_ms else { return false };
+        let last = now_ms.saturating_sub(self.heard_ms.unwrap_or(asked));
+        self.silence_ms.max(last) > election_ms
+    }
 }
 
 /// A link to check once `target`'s next contribution is committed: the residual its audited
@@ -78,13 +105,19 @@ impl Session {
         if !waits {
             return;
         }
+        let known = self.taking.applied.max(self.committed_step());
+        let (now, election_ms) = (self.timing.now_ms(), self.config.agreement.longest_election_ms());
         let running = self.audits.running.as_mut().expect("waits");
         let private = running.private.as_mut().expect("asked: packed");
         let residual = match served.check(len, private.state, &private.part) {
             Ok(residual) => residual,
-            Err(NotServed::Gone) if self.taking.applied > step + STATE_PROMISED_STEPS => {
+            Err(NotServed::Gone) if known > step + STATE_PROMISED_STEPS => {
                 self.audits.running = None;
                 return self.give_up(step, from, Unfinished::StateGone);
+            }
+            Err(NotServed::Gone) if private.silent_since_asked(now, election_ms) => {
+                self.audits.running = None;
+                return self.give_up(step, from, Unfinished::SilentThenGone);
             }
             Err(_) => {
                 let running = self.audits.running.take().expect("matched above");

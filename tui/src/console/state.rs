@@ -711,6 +711,10 @@ fn on_event(state: &mut State, event: Event) {
         Event::LeaderShunned { leader, step } => state.log(format!(
             "audit: the leader, node {leader}, sent a wrong contribution to step {step}: this node follows it no more (the next leader proposes the verdict)"
         )),
+        Event::ShunLapsed { leader, step, waited_ms } => state.log(format!(
+            "audit: no other leader replaced node {leader} in {:.0} s (nobody confirmed that its contribution to step {step} was wrong): this node follows it again",
+            waited_ms as f64 / 1000.0
+        )),
         Event::Disputing { step, target, evidence } if evidence.is_the_guards() => state.log(format!(
             "guard: node {target}'s contribution to step {step} was computed from other weights ({evidence}): the leader's own checked against the definition's update, it is asked where its part; it is not summed meanwhile"
         )),
