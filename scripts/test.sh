@@ -40,7 +40,14 @@ scripts/corpus.sh
 # Mesa 26's lavapipe (int8 cooperative matrices) for the `tc` backend's tests (docs/TENSOR_CORES.md).
 scripts/vulkan-coopmat.sh
 
+# Each phase says when it starts: where CI's time goes is read off its log.
+phase() { echo "== $(date -u +%T) $*"; }
+phase fmt
 cargo fmt --all -- --check
+phase clippy
 cargo clippy --workspace --all-targets --locked -- -D warnings
+phase build
 cargo build --workspace --all-targets --locked
+phase test
 cargo test --workspace --locked --no-fail-fast
+phase done
