@@ -173,6 +173,7 @@ struct Caught {
     false_accusations: usize,
     audited: usize,
     skipped: u64,
+    prefetched: u64,
 }
 
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> anyhow::Result<Caught> {
@@ -256,8 +257,10 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> a
         everyone.iter().flat_map(|n| n.events()).filter(|e| e["event"] == "verdict" && e["target"] != rogue.id).count();
     let audited = group.count("audited");
     // Assignments the members' busy workers skipped (each member's count is cumulative).
-    let skipped =
-        group.nodes.iter().filter_map(|n| n.events().iter().rev().find_map(|e| e["audits_skipped"].as_u64())).sum();
+    let last = |field: &str| -> u64 {
+        group.nodes.iter().filter_map(|n| n.events().iter().rev().find_map(|e| e[field].as_u64())).sum()
+    };
+    let (skipped, prefetched) = (last("audits_skipped"), last("audits_prefetched"));
     Ok(Caught {
         syncs: removed_at.map(since),
         accused,
@@ -267,6 +270,7 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> a
         false_accusations,
         audited,
         skipped,
+        prefetched,
     })
 }
 
@@ -326,6 +330,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             "false_accusations": caught.iter().map(|c| c.false_accusations).sum::<usize>(),
             "audited": caught.iter().map(|c| c.audited).sum::<usize>(),
             "audits_skipped": caught.iter().map(|c| c.skipped).sum::<u64>(),
+            "audits_prefetched": caught.iter().map(|c| c.prefetched).sum::<u64>(),
             "unconfirmed_before_found": caught.iter().map(|c| c.unconfirmed).collect::<Vec<_>>()}));
     }
     ensure!(args.pairs >= 1, "--pairs: at least one");

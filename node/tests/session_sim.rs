@@ -183,6 +183,10 @@ struct Node {
     forge: bool,
     /// A rogue that serves no state when asked.
     withhold: bool,
+    /// Its recomputations take turns as its computes do (not done at once): its worker is busy
+    /// while assignments come.
+    slow_audits: bool,
+    auditing: VecDeque<Input>,
     /// Serves no state to this member, once (an audit's request; its answer lost to it alone).
     withhold_once_from: Option<PeerId>,
     /// States asked of it: (whole, some chunks, the digests alone).
@@ -315,6 +319,8 @@ impl Net {
             forge: false,
             withhold: false,
             withhold_once_from: None,
+            slow_audits: false,
+            auditing: VecDeque::new(),
             asked: (0, 0, 0),
             deaf: false,
             wrong_value: None,
@@ -568,7 +574,13 @@ impl Net {
                             }
                             (None, _) => Err(Failure::new(std::io::Error::other("weights gone"))),
                         };
-                        queue.push_back(Input::Audited { step, target, outcome });
+                        let audited = Input::Audited { step, target, outcome };
+                        let node = self.nodes.get_mut(&id).unwrap();
+                        if node.slow_audits {
+                            node.auditing.push_back(audited);
+                        } else {
+                            queue.push_back(audited);
+                        }
                     }
                     Output::ServeTrace { to, step, definition } => {
                         // Its backend's step again, from the weights the step started from,
@@ -716,7 +728,13 @@ impl Net {
             .filter(|(id, n)| !self.slow.contains(id) || n.hurried_at.contains(&n.computing[0].step))
             .map(|(id, _)| *id)
             .collect();
-        let choices = links.len() + computing.len();
+        let auditing: Vec<PeerId> = self
+            .nodes
+            .iter()
+            .filter(|(id, n)| n.alive && !n.auditing.is_empty() && !self.hung.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        let choices = links.len() + computing.len() + auditing.len();
         if choices == 0 || self.rng.below(8) == 0 {
             self.now_ms += 10;
             let awake: Vec<PeerId> = self.live().into_iter().filter(|id| !self.hung.contains(id)).collect();
@@ -737,11 +755,15 @@ impl Net {
             }
             let message = self.links.get_mut(&(from, to)).unwrap().pop_front().unwrap();
             self.deliver(from, to, message);
-        } else {
+        } else if pick < links.len() + computing.len() {
             let id = computing[pick - links.len()];
             let node = self.nodes.get_mut(&id).unwrap();
             let gradient = node.computing.pop_front().unwrap();
             self.input(id, Input::Computed(gradient));
+        } else {
+            let id = auditing[pick - links.len() - computing.len()];
+            let audited = self.nodes.get_mut(&id).unwrap().auditing.pop_front().unwrap();
+            self.input(id, audited);
         }
         true
     }
@@ -2749,4 +2771,30 @@ fn an_audit_whose_request_waited_out_a_cut_accuses_nobody() {
     // The cut-off leader's audits under way were given up, its targets silent.
     let silent = lockstep_node::session::Unfinished::TargetSilent.to_string();
     assert!(ended.contains_key(&silent), "the cut-off leader's audits ended: {ended:?}");
+}
+
+/// Workers slower than the group: each recomputation takes turns as a compute does, so
+/// assignments come while the worker is busy. The newest waiting one has its state asked for at
+/// once, and is recomputed from it as soon as the worker is free — no second round trip — with
+/// the bits its member sent: nobody accused, the links hold, every member finishes equal.
+#[test]
+fn an_assignment_waiting_for_the_worker_has_its_state_at_hand_when_it_starts() {
+    let mut prefetched = 0;
+    for (seed, compression) in [(1901, Compression::Int8), (1902, Compression::Int4), (1903, Compression::Int8)] {
+        let mut net = audited_packed(seed, 1000, 40, compression);
+        for node in net.nodes.values_mut() {
+            node.slow_audits = true;
+        }
+        net.run(1_000_000, |_, _| {});
+        let what = format!("seed {seed} {compression:?}\n{}", net.describe());
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 40, &what);
+        for (id, node) in &net.nodes {
+            let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
+            assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
+            let stats = node.session.audit_stats();
+            assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+            prefetched += stats.prefetched;
+        }
+    }
+    assert!(prefetched >= 10, "{prefetched} audits started with their state at hand");
 }

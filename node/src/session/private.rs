@@ -97,6 +97,21 @@ impl Session {
             r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some())
         };
         let waits = self.audits.running.as_ref().is_some_and(asked) && !digests_alone;
+        if !waits && !digests_alone {
+            if let Some(pending) = self.audits.prefetching(from, step) {
+                // Asked for an assignment waiting for the worker: kept if it is the one its
+                // contribution named; else asked again when the audit starts, judged then.
+                let private = pending.private.as_mut().expect("asked");
+                match served.check(len, private.state, &private.part) {
+                    Ok(residual) => {
+                        private.asked_ms = None;
+                        pending.served = Some(residual);
+                    }
+                    Err(_) => pending.private = None,
+                }
+                return;
+            }
+        }
         if let Some((link, _)) = linked {
             self.link_served(from, step, len, link, &served);
         } else if !waits {
@@ -124,6 +139,14 @@ impl Session {
                 return self.withheld(running);
             }
         };
+        self.recompute_with(residual);
+    }
+
+    /// The audit under way has its target's state (`residual`, checked): the recomputation
+    /// is asked for.
+    pub(super) fn recompute_with(&mut self, residual: Vec<f32>) {
+        let running = self.audits.running.as_mut().expect("an audit under way");
+        let private = running.private.as_mut().expect("packed");
         private.asked_ms = None;
         let checked = match &private.part {
             StatePart::Whole => None,
@@ -131,8 +154,8 @@ impl Session {
         };
         let grid = private.grid.clone();
         let private = PrivateInputs { residual: Arc::new(residual), checked, grid, weight: running.weight };
-        let (trace, urgency) = (running.trace, running.urgency());
-        self.out.push(Output::Audit { step, target: from, private: Some(private), trace, urgency });
+        let (step, target, trace, urgency) = (running.step, running.target, running.trace, running.urgency());
+        self.out.push(Output::Audit { step, target, private: Some(private), trace, urgency });
     }
 
     /// The chunks' digests of the state `from`'s contribution to `step` named, asked for to
