@@ -42,11 +42,13 @@
 //!   itself); each rechecks it and, confirming it, drops the leader's Raft messages from then
 //!   on ([`Audits::shunned`]): the members that confirmed elect another leader among
 //!   themselves, which proposes the verdict. A false accusation against an honest leader is
-//!   checked by the leader, which convicts its accuser.
+//!   checked by the leader, which convicts its accuser. A shun that no majority confirms (no
+//!   other leader within [`SHUN_LAPSES_ELECTIONS`]) lapses: the member follows again.
 //!
 //! One audit at a time per member: an assignment that finds the worker busy waits for it (the
-//! newest one only, and only while its step is within [`PENDING_WITHIN`] of the applied one);
-//! the one it replaces, or one that waited too long, is skipped and counted.
+//! newest one only, and only while its step is within [`PENDING_WITHIN`] of the applied one),
+//! its state asked for at once ([`Pending`]); the one it replaces, or one that waited too long,
+//! is skipped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
