@@ -40,8 +40,6 @@ scripts/corpus.sh
 # Mesa 26's lavapipe (int8 cooperative matrices) for the `tc` backend's tests (docs/TENSOR_CORES.md).
 scripts/vulkan-coopmat.sh
 
-# A clean clone compiles everything once: incremental compilation's bookkeeping is pure cost.
-export CARGO_INCREMENTAL=0
 # Each phase says when it starts: where CI's time goes is read off its log.
 phase() { echo "== $(date -u +%T) $*"; }
 phase fmt
