@@ -40,10 +40,10 @@
 //! - **A wrong leader** would never propose a verdict against itself. An auditor that finds the
 //!   leader's contribution wrong tells every member (the leader too: an honest one checks
 //!   itself); each rechecks it and, confirming it, drops the leader's Raft messages from then
-//!   on ([`Audits::shunned`]): the members that confirmed elect another leader among
+//!   on (`shun.rs`): the members that confirmed elect another leader among
 //!   themselves, which proposes the verdict. A false accusation against an honest leader is
 //!   checked by the leader, which convicts its accuser. A shun that no majority confirms (no
-//!   other leader within [`SHUN_LAPSES_ELECTIONS`]) lapses: the member follows again.
+//!   other leader within `SHUN_LAPSES_ELECTIONS`) lapses: the member follows again.
 //!
 //! One audit at a time per member: an assignment that finds the worker busy waits for it (the
 //! newest one only, and only while its step is within [`PENDING_WITHIN`] of the applied one),
@@ -55,7 +55,8 @@ use std::sync::Arc;
 
 use super::dispute::Dispute;
 use super::log::{LogEntry, StepRecord};
-use super::private::{state_part, state_unit, Expected, Link, Private};
+use super::private::{Expected, Link, Pending, Private};
+use super::shun::Shuns;
 use super::*;
 use crate::audit::Urgency;
 use crate::wire::{AuditVerdict, Evidence, StatePart};
@@ -73,9 +74,6 @@ pub const STATE_WAIT_ELECTIONS: u64 = 5;
 /// most this many behind the applied one (its weights, and its target's state, are then
 /// surely kept: `Replica`'s `audit_weights_kept` and `states_kept`); else it is skipped.
 const PENDING_WITHIN: u32 = 2;
-/// A member that shuns a leader follows it again after this many of the run's longest
-/// election timeouts if no other leader took its place (nobody confirmed the finding).
-pub const SHUN_LAPSES_ELECTIONS: u64 = 10;
 /// What recomputing a packed contribution needs beside the weights and the batch
 /// ([`Output::Audit`]): the residual it named (served by its member, length and digest checked)
 /// and the grid the group summed the step on.
@@ -176,21 +174,6 @@ pub(super) struct Running {
     pub trace: bool,
 }
 
-/// An assignment that came while the worker was busy. In a packed run its state is asked for
-/// at once, so that it is here when the worker is free: an overlapped window's whole state came
-/// over a busy link more slowly than two assignments, and the worker waiting for one had most
-/// of the next skipped (13 of 20 rogues named within 10 syncs on the device, 2026-12-06).
-#[derive(Debug)]
-pub(super) struct Pending {
-    pub step: u32,
-    pub target: PeerId,
-    /// The state asked for (`None`: the run names none, or its request failed — the audit asks
-    /// again when it starts, and judges the answer then).
-    pub private: Option<Private>,
-    /// Served and checked against the digest its contribution named.
-    pub served: Option<Vec<f32>>,
-}
-
 impl Running {
     /// A check of accusations runs at the member's own priority, a routine audit on spare cycles.
     pub(super) fn urgency(&self) -> Urgency {
@@ -241,11 +224,8 @@ pub(super) struct Audits {
     pub(super) links_asked: BTreeMap<(u32, PeerId), (Link, u64)>,
     /// Members a verdict was proposed or committed against (nothing twice).
     pub convicted: BTreeSet<PeerId>,
-    /// Leaders this member found wrong (its own audit, or its check of another's accusation),
-    /// with since when: their Raft messages are no longer taken, so the honest members elect
-    /// another leader, which proposes the verdict (a leader would never propose one against
-    /// itself) — or, none confirming it, the shun lapses ([`SHUN_LAPSES_ELECTIONS`]).
-    pub shunned: BTreeMap<PeerId, (AuditVerdict, u64)>,
+    /// Leaders this member found wrong (`shun.rs`).
+    pub shunned: Shuns,
     /// (Leader) the departure being narrowed to one op (one at a time).
     pub dispute: Option<Dispute>,
     /// (Leader) the guard's disputes: members whose contributions were computed from weights
@@ -359,32 +339,6 @@ impl Session {
         self.start_audit(record, target, Vec::new(), None);
     }
 
-    /// Asks `target` for the state its contribution to `record`'s step named — a routine
-    /// audit of a contribution held here, a part of it; a check (its evidence a verdict's), the
-    /// whole — and gives what was asked. `None`: the run names no state, or the step's grid and
-    /// named states are no longer held here.
-    fn ask_state(&mut self, record: &StepRecord, target: PeerId, urgency: Urgency) -> Option<Private> {
-        if !self.run.is_some_and(|run| names_state(&run)) {
-            return None;
-        }
-        let step = record.step;
-        let named = record.contributions.iter().find(|c| c.peer == target)?.digest;
-        let (grid, state) = self.audits.private_of(step, target)?;
-        let every_step = self.run.is_some_and(|run| run.sync.mode.steps_per_sync() == 1);
-        let held = self.contributions.get(step, target).is_some();
-        let len = self.state_len();
-        let part = match urgency {
-            Urgency::Routine if every_step && held => {
-                let unit = self.run.map_or(1, |run| state_unit(run.sync.compression));
-                state_part(len, self.config.audit_state_part, named ^ self.config.me.rotate_left(23), unit)
-            }
-            _ => StatePart::Whole,
-        };
-        let asked_ms = Some(self.timing.now_ms());
-        self.send(target, Message::StateRequest { step, part: part.clone() });
-        Some(Private { state, grid, asked_ms, heard_ms: None, silence_ms: 0, part })
-    }
-
     /// Starts recomputing `target`'s contribution to `record`'s step (`accusers`: whose
     /// accusations it checks): at once for an f32 one; packed, once the target serves the state
     /// it named (`prefetched`: asked for while it waited for the worker, and served if so).
@@ -492,52 +446,6 @@ impl Session {
         }
     }
 
-    /// The leader was found wrong: its Raft messages are dropped from now on (`on_raft`), so
-    /// this member's election timer runs out and the members that found the same elect another
-    /// leader, which proposes `verdict` ([`Session::propose_shunned`]).
-    fn shun(&mut self, verdict: AuditVerdict) {
-        if !self.audits.shunned.contains_key(&verdict.target) {
-            self.audits.shunned.insert(verdict.target, (verdict, self.timing.now_ms()));
-            self.event(Event::LeaderShunned { leader: verdict.target, step: verdict.step });
-        }
-    }
-
-    /// A shunned leader that no other leader replaced within [`SHUN_LAPSES_ELECTIONS`]: no
-    /// majority confirmed this member's finding (a withheld state nobody else was refused, a
-    /// request that reached the leader late), and a member that follows nobody would wait
-    /// for ever: it follows that leader again, and says so.
-    fn lapse_shuns(&mut self, now_ms: u64) {
-        let lapse = SHUN_LAPSES_ELECTIONS * self.config.agreement.longest_election_ms();
-        let leader = self.leader();
-        let lapsed: Vec<(AuditVerdict, u64)> = self
-            .audits
-            .shunned
-            .values()
-            .filter(|(v, since)| now_ms.saturating_sub(*since) >= lapse && leader.is_none_or(|l| l == v.target))
-            .copied()
-            .collect();
-        for (verdict, since) in lapsed {
-            self.audits.shunned.remove(&verdict.target);
-            let waited_ms = now_ms.saturating_sub(since);
-            self.event(Event::ShunLapsed { leader: verdict.target, step: verdict.step, waited_ms });
-        }
-    }
-
-    /// Whether `from`'s Raft messages are dropped (a leader this member found wrong).
-    pub(super) fn shuns(&self, from: PeerId) -> bool {
-        self.audits.shunned.contains_key(&from)
-    }
-
-    /// (A new leader) proposes the verdicts against the leaders it shunned.
-    pub(super) fn propose_shunned(&mut self) {
-        if self.is_leader() {
-            for (verdict, since) in std::mem::take(&mut self.audits.shunned).into_values() {
-                self.audits.shunned.insert(verdict.target, (verdict, since));
-                self.convict(verdict);
-            }
-        }
-    }
-
     /// The adapter's recomputation of `target`'s contribution to `step`.
     pub(super) fn on_audited(&mut self, step: u32, target: PeerId, outcome: Result<Recomputed, Failure>) {
         let Some(running) = self.audits.running.take_if(|r| r.step == step && r.target == target) else {
@@ -639,7 +547,7 @@ impl Session {
         while let Some(&(step, target)) = self.audits.checks.keys().find(|(_, t)| ours(*t)) {
             let accusers = self.audits.checks.remove(&(step, target)).expect("found");
             let decided = self.audits.convicted.contains(&target) || self.audits.disputed(target);
-            if decided || self.audits.shunned.contains_key(&target) {
+            if decided || self.audits.shunned.contains(target) {
                 continue;
             }
             if let Some(record) = self.audits.record(step).cloned() {

@@ -70,6 +70,7 @@ pub mod log;
 mod messages;
 mod private;
 mod roster;
+mod shun;
 mod step;
 mod timing;
 mod window;
@@ -78,14 +79,13 @@ use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
 pub use apart::{first_departure, WeightsChecked};
-pub use audit::{
-    assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, SHUN_LAPSES_ELECTIONS, STATE_WAIT_ELECTIONS,
-};
+pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use io::{Input, Output};
 pub use private::STATE_PROMISED_STEPS;
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
+pub use shun::SHUN_LAPSES_ELECTIONS;
 pub use step::{GuardFailure, Offer, RETAINED_STEPS};
 pub use timing::StepDeadline;
 
