@@ -140,6 +140,10 @@ impl Session {
             r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some())
         };
         let waits = self.audits.running.as_ref().is_some_and(asked) && !digests_alone;
+        let was_linked = linked.is_some();
+        if let Some((link, _)) = linked {
+            self.link_served(from, step, len, link, &served);
+        }
         if !waits && !digests_alone {
             if let Some(pending) = self.audits.prefetching(from, step) {
                 // Asked for an assignment waiting for the worker: kept if it is the one its
@@ -155,12 +159,10 @@ impl Session {
                 return;
             }
         }
-        if let Some((link, _)) = linked {
-            self.link_served(from, step, len, link, &served);
-        } else if !waits {
-            return self.ignore(from, Ignored::UnaskedState);
-        }
         if !waits {
+            if !was_linked {
+                self.ignore(from, Ignored::UnaskedState);
+            }
             return;
         }
         let known = self.taking.applied.max(self.committed_step());
