@@ -123,8 +123,30 @@ impl Trainer {
     /// A fresh run: seeded initial weights, zero optimizer state.
     pub fn new(run: RunConfig, gemm: Box<dyn Gemm + Send>, data: Box<dyn DataSource>) -> Result<Trainer, ConfigError> {
         run.validate()?;
+        let weights = init(&Layout::new(run.model), run.seed);
+        Trainer::with_weights(run, gemm, data, weights)
+    }
+
+    /// A trainer about to be restored ([`Trainer::restore`]): its weights zeros, not the run's
+    /// initial ones — drawing those was a third of an `outer:H` window's audit, which restores
+    /// the window's start at once (a profile, 2026-12-07).
+    pub fn to_restore(
+        run: RunConfig,
+        gemm: Box<dyn Gemm + Send>,
+        data: Box<dyn DataSource>,
+    ) -> Result<Trainer, ConfigError> {
+        run.validate()?;
+        let weights = vec![0.0; Layout::new(run.model).len];
+        Trainer::with_weights(run, gemm, data, weights)
+    }
+
+    fn with_weights(
+        run: RunConfig,
+        gemm: Box<dyn Gemm + Send>,
+        data: Box<dyn DataSource>,
+        weights: Vec<f32>,
+    ) -> Result<Trainer, ConfigError> {
         let layout = Layout::new(run.model);
-        let weights = init(&layout, run.seed);
         let adam = Adam::new(layout.len);
         let sync = Strategy::new(run.sync, SyncState::new(&run.sync, layout.len));
         Ok(Trainer {

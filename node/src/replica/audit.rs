@@ -202,7 +202,7 @@ impl AuditKit {
             return (Err(ComputeError::backend(refused)), referee);
         };
         let data_state = data.state();
-        let mut trainer = match Trainer::new(run, referee, data) {
+        let mut trainer = match Trainer::to_restore(run, referee, data) {
             Ok(trainer) => trainer,
             Err(e) => unreachable!("the run was validated when it was configured: {e}"),
         };
