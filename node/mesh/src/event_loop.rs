@@ -439,6 +439,10 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 self.drive(vec![Input::WeightsChecked { step, outcome }]);
             }
             Inbound::WeightsServed { to, step, words } => self.links.send(to, &Message::Weights { step, words }),
+            Inbound::StateServed { to, bytes, routine } => {
+                let lane = if routine { Lane::Spare } else { Lane::Bulk };
+                self.links.send_encoded(to, bytes, lane, true);
+            }
         }
         Flow::Continue
     }

@@ -65,6 +65,15 @@ pub(crate) enum Inbound {
         step: u32,
         words: Option<(u32, Vec<u32>)>,
     },
+    /// Audits (target): the state an auditor `to` asked for, encoded as a `State` message on a
+    /// blocking thread — a window's whole state is 12 bytes a weight, and copying and encoding it
+    /// on the loop delayed the group's step behind it; `routine`: a routine audit's (it waits
+    /// for the link's idle time), else a check's.
+    StateServed {
+        to: PeerId,
+        bytes: Vec<u8>,
+        routine: bool,
+    },
     Saved(Result<Saved, SaveError>),
     /// The referee audits of `urgency` recompute on, opened on a thread of its own as the node
     /// started, or why it could not be.
@@ -88,6 +97,7 @@ impl Inbound {
             | Inbound::WeightsChecked { .. }
             | Inbound::WeightsServed { .. } => true,
             Inbound::Audited { urgency, .. } => *urgency == Urgency::Check,
+            Inbound::StateServed { routine, .. } => !routine,
             _ => false,
         }
     }

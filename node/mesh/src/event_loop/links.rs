@@ -100,14 +100,26 @@ impl Links {
 
     /// [`Links::send`], a message that does not jump the queue waiting in `lane`.
     pub(super) fn send_on(&mut self, to: PeerId, message: &Message, lane: Lane) {
+        if !self.sendable(to) {
+            return;
+        }
+        let served = matches!(message, Message::State { .. } | Message::Trace { .. });
+        self.send_encoded(to, wire::encode(message), lane, served);
+    }
+
+    /// Whether `to`'s channel is open and not cut.
+    fn sendable(&self, to: PeerId) -> bool {
+        self.peers.get(&to).is_some_and(|p| p.writer.is_some()) && !self.cut.contains(&to)
+    }
+
+    /// [`Links::send_on`], a message encoded already (`served`: an answer to an auditor).
+    pub(super) fn send_encoded(&mut self, to: PeerId, bytes: Vec<u8>, lane: Lane, served: bool) {
         let Some(writer) = self.peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
         if self.cut.contains(&to) {
             return;
         }
         self.next_message_id = self.next_message_id.wrapping_add(1);
         let link = self.stats.entry(to).or_default();
-        let served = matches!(message, Message::State { .. } | Message::Trace { .. });
-        let bytes = wire::encode(message);
         let lane = if wire::jumps_the_queue(&bytes) { Lane::Urgent } else { lane };
         for frame in wire::frames(bytes, self.next_message_id) {
             link.bytes_out += frame.len() as u64;

@@ -126,9 +126,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             Output::CheckWeights { step } => self.spawn_weights_check(step),
             Output::ServeWeights { to, step, digests } => self.spawn_weights_served(to, step, digests),
             Output::ServeState { to, step, part, routine } => {
-                let served = self.kept_states.served(step, &part);
-                let lane = if routine { Lane::Spare } else { Lane::Bulk };
-                self.links.send_on(to, &Message::State { step, served }, lane);
+                // Copied and encoded off the loop (`Inbound::StateServed` sends it).
+                let (kept, tx) = (self.kept_states.clone(), self.inbound.clone());
+                tokio::task::spawn_blocking(move || {
+                    let served = kept.served(step, &part);
+                    let bytes = lockstep_node::wire::encode(&Message::State { step, served });
+                    let _ = tx.send(Inbound::StateServed { to, bytes, routine });
+                });
             }
             Output::Hurry { .. } => {
                 if let Some(hurry) = &self.hurry {
