@@ -172,8 +172,39 @@ struct Caught {
     unconfirmed: usize,
     false_accusations: usize,
     audited: usize,
+    counts: AuditCounts,
+}
+
+/// The group's audit counters at the end of a run (each member's last report of its
+/// cumulative counts, summed): assignments skipped behind a busy worker, audits started from a
+/// state asked for while they waited, and from a state the auditor's last audit of the same
+/// member derived (no request at all).
+#[derive(Clone, Copy, Default)]
+struct AuditCounts {
     skipped: u64,
     prefetched: u64,
+    derived: u64,
+}
+
+impl AuditCounts {
+    fn of(group: &Group) -> AuditCounts {
+        let last = |field: &str| -> u64 {
+            group.nodes.iter().filter_map(|n| n.events().iter().rev().find_map(|e| e[field].as_u64())).sum()
+        };
+        AuditCounts {
+            skipped: last("audits_skipped"),
+            prefetched: last("audits_prefetched"),
+            derived: last("audits_derived"),
+        }
+    }
+
+    fn add(self, other: AuditCounts) -> AuditCounts {
+        AuditCounts {
+            skipped: self.skipped + other.skipped,
+            prefetched: self.prefetched + other.prefetched,
+            derived: self.derived + other.derived,
+        }
+    }
 }
 
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> anyhow::Result<Caught> {
@@ -256,11 +287,7 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> a
     let false_accusations =
         everyone.iter().flat_map(|n| n.events()).filter(|e| e["event"] == "verdict" && e["target"] != rogue.id).count();
     let audited = group.count("audited");
-    // Assignments the members' busy workers skipped (each member's count is cumulative).
-    let last = |field: &str| -> u64 {
-        group.nodes.iter().filter_map(|n| n.events().iter().rev().find_map(|e| e[field].as_u64())).sum()
-    };
-    let (skipped, prefetched) = (last("audits_skipped"), last("audits_prefetched"));
+    let counts = AuditCounts::of(&group);
     Ok(Caught {
         syncs: removed_at.map(since),
         accused,
@@ -269,8 +296,7 @@ fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> a
         unconfirmed,
         false_accusations,
         audited,
-        skipped,
-        prefetched,
+        counts,
     })
 }
 
@@ -291,7 +317,7 @@ fn steps_per_sync(sync: &str) -> u32 {
 }
 
 /// Syncs per second of an honest group at `rate`, and its audits and accusations.
-fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize)> {
+fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize, AuditCounts)> {
     let backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
     let mut group = Group::start(bin, args, rate, &backends)?;
     group.train(args, (args.honest_steps + 5) * steps_per_sync(&args.sync))?;
@@ -300,7 +326,7 @@ fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, u
     group.wait_step(u64::from(args.honest_steps) + 5, Duration::from_secs(600))?;
     let steps_per_s = f64::from(args.honest_steps) / began.elapsed().as_secs_f64();
     let accused = group.count("accused") + group.count("verdict");
-    Ok((steps_per_s, group.count("audited"), accused))
+    Ok((steps_per_s, group.count("audited"), accused, AuditCounts::of(&group)))
 }
 
 pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
@@ -329,16 +355,18 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
             "removed_within_10_syncs": within_10, "removed_within_100_syncs": within_100,
             "false_accusations": caught.iter().map(|c| c.false_accusations).sum::<usize>(),
             "audited": caught.iter().map(|c| c.audited).sum::<usize>(),
-            "audits_skipped": caught.iter().map(|c| c.skipped).sum::<u64>(),
-            "audits_prefetched": caught.iter().map(|c| c.prefetched).sum::<u64>(),
+            "audits_skipped": caught.iter().map(|c| c.counts.skipped).sum::<u64>(),
+            "audits_prefetched": caught.iter().map(|c| c.counts.prefetched).sum::<u64>(),
+            "audits_derived": caught.iter().map(|c| c.counts.derived).sum::<u64>(),
             "unconfirmed_before_found": caught.iter().map(|c| c.unconfirmed).collect::<Vec<_>>()}));
     }
     ensure!(args.pairs >= 1, "--pairs: at least one");
     let (mut shares, mut plains, mut withs) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut honest_audits, mut honest_accused) = (0, 0);
+    let (mut honest_audits, mut honest_accused, mut honest_counts) = (0, 0, AuditCounts::default());
     for _ in 0..args.pairs {
-        let (plain, _, _) = honest_run(&bin, &args, 0.0)?;
-        let (with, audits, accused) = honest_run(&bin, &args, args.rate)?;
+        let (plain, _, _, _) = honest_run(&bin, &args, 0.0)?;
+        let (with, audits, accused, counts) = honest_run(&bin, &args, args.rate)?;
+        honest_counts = honest_counts.add(counts);
         shares.push(1.0 - with / plain);
         (honest_audits, honest_accused) = (honest_audits + audits, honest_accused + accused);
         plains.push(plain);
@@ -358,7 +386,9 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
         "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,
-        "audited_contributions": honest_audits, "accusations": honest_accused}});
+        "audited_contributions": honest_audits, "accusations": honest_accused,
+        "audits_skipped": honest_counts.skipped, "audits_prefetched": honest_counts.prefetched,
+        "audits_derived": honest_counts.derived}});
     if args.json {
         println!("{summary}");
     } else {

@@ -555,6 +555,7 @@ impl Net {
                                 loss: 1.0 / step as f32,
                                 values: Values::F32(toy.gradient(target, step)),
                                 next_state: None,
+                                next_words: None,
                                 trace: trace.then(|| Arc::new(Toy::trace(&toy.gradient(target, step)))),
                             }),
                             (Some(toy), Some(private)) => {
@@ -569,6 +570,8 @@ impl Net {
                                     loss: 1.0 / step as f32,
                                     values: again.values,
                                     next_state: again.next_state.as_deref().map(state_chunk_digests),
+                                    // Of a part, the residual left is right in its chunks alone.
+                                    next_words: again.next_state.filter(|_| part.is_none()).map(Arc::new),
                                     trace: trace.then(|| Arc::new(Toy::trace(&toy.gradient(target, step)))),
                                 })
                             }
@@ -2507,10 +2510,15 @@ fn honest_members_audited_every_step_are_never_accused() {
 /// A group of four with audits at `rate` per mille, packed with `compression`, routine audits
 /// checking a part of each state.
 fn audited_packed(seed: u64, rate: u32, steps: u32, compression: Compression) -> Net {
+    // Routine audits ask for one chunk of the toy's three; checks, for the whole.
+    audited_packed_asking(seed, rate, steps, compression, 334)
+}
+
+/// [`audited_packed`], routine audits asking for `part` of a state (in a thousand).
+fn audited_packed_asking(seed: u64, rate: u32, steps: u32, compression: Compression, part: u32) -> Net {
     let mut net = Net::new(seed);
     net.audit_rate = rate;
-    // Routine audits ask for one chunk of the toy's three; checks, for the whole.
-    net.audit_state_part = 334;
+    net.audit_state_part = part;
     net.sync = SyncConfig { compression, ..SyncConfig::SEED };
     for id in [1, 2, 3, 4] {
         net.join(id);
@@ -2598,6 +2606,55 @@ fn packed_rogues_are_named_by_their_values_their_broken_link_or_their_silence() 
     }
 }
 
+/// An auditor keeps the whole state its audit of a member derived (the one that member's next
+/// contribution must name): when its next assignment is the same member, it starts from that
+/// state without asking — no request, no bytes — and still compares the bits. Honest members
+/// audited at every step with whole states are never accused and their links hold; a member
+/// whose residual is forged, or whose values are scaled, is still named.
+#[test]
+fn an_auditor_that_audits_a_member_again_starts_from_the_state_its_last_audit_derived() {
+    let mut derived = 0;
+    for (seed, compression) in [(2101, Compression::Int8), (2102, Compression::Int4), (2103, Compression::Int8)] {
+        let mut net = audited_packed_asking(seed, 1000, 40, compression, 1000);
+        net.run(600_000, |_, _| {});
+        let what = format!("seed {seed} {compression:?}\n{}", net.describe());
+        assert_all_finished_equal(&net, &[1, 2, 3, 4], 40, &what);
+        let (mut audited, mut asked) = (0, 0);
+        for (id, node) in &net.nodes {
+            let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
+            assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
+            let stats = node.session.audit_stats();
+            assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+            audited += stats.audited;
+            derived += stats.derived;
+            asked += node.asked.0;
+        }
+        // Every audit but those started from a derived state asked for the whole state.
+        assert!(asked < audited, "{asked} whole states served for {audited} audits: {what}");
+    }
+    // Four members at rate 1: an auditor's next target is the same one a third of the time.
+    assert!(derived >= 100, "{derived} audits started from a derived state");
+    for (seed, forge) in [(2111, true), (2112, false), (2113, true)] {
+        let mut net = audited_packed_asking(seed, 1000, 40, Compression::Int8, 1000);
+        let mut rogue = false;
+        net.run(600_000, |net, top| {
+            if top == 6 && !rogue {
+                let node = net.nodes.get_mut(&3).unwrap();
+                match forge {
+                    true => node.forge = true,
+                    false => node.scale = Some(1.01),
+                }
+                rogue = true;
+            }
+        });
+        let what = format!("seed {seed} forge {forge}\n{}", net.describe());
+        let named = verdict_of(&net, 1).unwrap_or_else(|| panic!("nobody was named: {what}"));
+        assert_eq!(named.target, 3, "{what}");
+        assert!(named.step <= 16, "named at step {}: {what}", named.step);
+        assert_all_finished_equal(&net, &[1, 2, 4], 40, &what);
+    }
+}
+
 /// Honest packed members audited at every step: every recomputation from the served residual
 /// gives the bits sent, every link holds, nobody is accused, and no assignment is lost to a
 /// worker busy with the last one's round trip.
@@ -2628,9 +2685,11 @@ fn honest_packed_members_audited_every_step_are_never_accused_and_their_links_ho
         let part_is_whole = matches!(compression, Compression::TopK(_));
         let (parts, wholes) = if part_is_whole { (asked.0, asked.1) } else { (asked.1, asked.0) };
         assert_eq!(wholes, 0, "{asked:?}: {what}");
+        // A whole state this member's last audit of the same member derived is not asked for.
+        let derived: u32 = net.nodes.values().map(|n| n.session.audit_stats().derived).sum();
         assert!(
-            (audited..=audited + 4).contains(&parts),
-            "{asked:?}, {audited} audited (some at the end unfinished): {what}"
+            (audited..=audited + 4).contains(&(parts + derived)),
+            "{asked:?}, {derived} derived, {audited} audited (some at the end unfinished): {what}"
         );
         // A part's link asks for the next state's chunk digests; a whole state's is its digest,
         // which the next contribution names.

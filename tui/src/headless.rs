@@ -69,6 +69,7 @@ pub fn report_json(report: &Report) -> Value {
         Report::Applied { step, whash, timing } => json!({"event": "weights", "step": step, "whash": hex(*whash),
                 "audited": timing.audits.audited, "audits_matched": timing.audits.matched,
                 "audits_skipped": timing.audits.skipped, "audits_prefetched": timing.audits.prefetched,
+                "audits_derived": timing.audits.derived,
                 "audits_linked": timing.audits.linked, "audit_ms": timing.audit_seconds * 1e3,
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
                 "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes, "audit_bytes": timing.audit_bytes,

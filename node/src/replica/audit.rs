@@ -169,7 +169,7 @@ impl AuditKit {
         model.release(referee.as_mut());
         let outcome = stepped.map(|(loss, grad, trace)| {
             let Some(PrivateInputs { residual: state, grid, checked, .. }) = &self.private else {
-                return Recomputed { loss, values: Values::F32(grad), next_state: None, trace };
+                return Recomputed { loss, values: Values::F32(grad), next_state: None, next_words: None, trace };
             };
             // The session checked the residual's length and digests against what the member
             // named; of a part, only the chunks checked are the member's.
@@ -179,7 +179,9 @@ impl AuditKit {
             match crate::sync::repack(grad, state, &run.sync, self.step - 1, grid, part.as_deref()) {
                 Ok(repacked) => {
                     let next_state = repacked.next_state.as_deref().map(crate::wire::state_chunk_digests);
-                    Recomputed { loss, values: repacked.values, next_state, trace }
+                    // Of a part, the residual left is right in the chunks checked alone.
+                    let next_words = repacked.next_state.filter(|_| part.is_none()).map(Arc::new);
+                    Recomputed { loss, values: repacked.values, next_state, next_words, trace }
                 }
                 Err(_) => Recomputed::no_contribution(loss),
             }
@@ -252,11 +254,14 @@ impl AuditKit {
                 trainer.finish_sync(&vec![0.0; n], &grid, true)?;
                 let residual = trainer.state()?.sync.residual;
                 let next = crate::sync::WindowState { adam: next_adam, ahead: next_ahead, residual };
-                Some(crate::wire::state_chunk_digests(&crate::sync::window_state(&next)))
+                Some(crate::sync::window_state(&next))
             } else {
                 None
             };
-            Ok(Recomputed { loss: contribution.loss, values: contribution.values, next_state, trace: None })
+            let next_state = next_state.map(Arc::new);
+            let next_digests = next_state.as_deref().map(|s| crate::wire::state_chunk_digests(s));
+            let (loss, values) = (contribution.loss, contribution.values);
+            Ok(Recomputed { loss, values, next_state: next_digests, next_words: next_state, trace: None })
         });
         (outcome, trainer.into_gemm())
     }

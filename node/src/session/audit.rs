@@ -109,6 +109,10 @@ pub struct Recomputed {
     /// grid (its member's next contribution must name the state they make; of a part, the
     /// chunks checked are right, the others not).
     pub next_state: Option<Vec<u64>>,
+    /// A whole state's recomputation: the state itself whose chunks `next_state` names. The
+    /// auditor keeps it (`Audits::derived`): if its next audit is of the same member, it starts
+    /// from it without asking (the digest the next contribution names must be its digest).
+    pub next_words: Option<Arc<Vec<f32>>>,
     /// Asked for (`Output::Audit`'s `trace`): the definition's trace of the step, recorded as
     /// it was recomputed — what a dispute compares the target's with.
     pub trace: Option<Arc<Trace>>,
@@ -120,7 +124,7 @@ impl Recomputed {
     /// none), so the one it sent departs — its evidence the digests (the recomputation's is
     /// of no values).
     pub fn no_contribution(loss: f32) -> Recomputed {
-        Recomputed { loss, values: Values::F32(Vec::new()), next_state: None, trace: None }
+        Recomputed { loss, values: Values::F32(Vec::new()), next_state: None, next_words: None, trace: None }
     }
 }
 
@@ -197,6 +201,9 @@ pub struct AuditStats {
     /// Of the assignments that waited for the worker, those whose state (asked for as they
     /// came) was here when it was free.
     pub prefetched: u32,
+    /// Audits started from the state this member's own last audit of the same member left
+    /// (the one its next contribution named, by digest): no request, no bytes.
+    pub derived: u32,
     /// Accusations this member made.
     pub accused: u32,
     /// Packed runs: links checked (a member's next contribution named the residual its audited
@@ -234,8 +241,16 @@ pub(super) struct Audits {
     /// The definition's trace of the contribution just found to depart, for the dispute it
     /// opens (set only while [`Session::accuse`] runs for it).
     pub(super) definition: Option<((u32, PeerId), Arc<Trace>)>,
+    /// By member, the whole state its contribution to a step should name, as this member's
+    /// audit of its previous contribution left it ([`Recomputed::next_words`]): the step, the
+    /// state's digest and its words, within [`DERIVED_BYTES`].
+    derived: BTreeMap<PeerId, (u32, u64, Arc<Vec<f32>>)>,
     pub stats: AuditStats,
 }
+
+/// What the states an auditor derived ([`Audits::derived`]) may take, all of them: a window's
+/// state is 12 bytes a weight, and a state past this is not kept (the next audit asks for it).
+const DERIVED_BYTES: usize = 64 << 20;
 
 impl Audits {
     /// A record committed: kept for checking accusations against.
@@ -278,6 +293,24 @@ impl Audits {
         Some((kept.grid.clone(), *kept.states.get(&target)?))
     }
 
+    /// The whole state `target`'s contribution to `step` should name — `digest`, as this
+    /// member's audit of its previous contribution left it — if kept.
+    fn keep_derived(&mut self, step: u32, target: PeerId, digest: u64, words: Arc<Vec<f32>>) {
+        self.derived.insert(target, (step, digest, words));
+        let bytes =
+            |d: &BTreeMap<PeerId, (u32, u64, Arc<Vec<f32>>)>| d.values().map(|(_, _, w)| w.len() * 4).sum::<usize>();
+        while bytes(&self.derived) > DERIVED_BYTES {
+            let oldest = self.derived.iter().min_by_key(|(_, (s, _, _))| *s).map(|(p, _)| *p).expect("not empty");
+            self.derived.remove(&oldest);
+        }
+    }
+
+    /// The state `target`'s contribution to `step` named (`named`), if this member derived it.
+    pub(super) fn derived_of(&self, step: u32, target: PeerId, named: u64) -> Option<Arc<Vec<f32>>> {
+        let (s, digest, words) = self.derived.get(&target)?;
+        (*s == step && *digest == named).then(|| words.clone())
+    }
+
     /// The record of `step` this member holds.
     pub fn record(&self, step: u32) -> Option<&StepRecord> {
         self.records.iter().rev().find(|r| r.step == step)
@@ -296,6 +329,7 @@ impl Audits {
         self.links.clear();
         self.links_asked.clear();
         self.pending = None;
+        self.derived.clear();
     }
 }
 
@@ -332,7 +366,11 @@ impl Session {
             if self.audits.pending.take().is_some() {
                 self.audits.stats.skipped += 1;
             }
-            let private = self.ask_state(record, target, Urgency::Routine);
+            // A state derived here is at hand when the worker is free: nothing to ask.
+            let private = match self.derived_private(record, target) {
+                Some(_) => None,
+                None => self.ask_state(record, target, Urgency::Routine),
+            };
             self.audits.pending = Some(Pending { step: record.step, target, private, served: None });
             return;
         }
@@ -347,7 +385,7 @@ impl Session {
         record: &StepRecord,
         target: PeerId,
         accusers: Vec<(PeerId, Evidence)>,
-        prefetched: Option<(Private, Option<Vec<f32>>)>,
+        prefetched: Option<(Private, Option<Arc<Vec<f32>>>)>,
     ) {
         let Some(c) = record.contributions.iter().find(|c| c.peer == target) else { return };
         let (named, weight, step) = (c.digest, c.weight, record.step);
@@ -360,16 +398,24 @@ impl Session {
         let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None, trace };
         if self.run.is_some_and(|run| names_state(&run)) {
             let (private, served) = match prefetched {
-                Some(prefetched) => prefetched,
-                None => match self.ask_state(record, target, running.urgency()) {
-                    Some(private) => (private, None),
-                    None => return self.give_up(step, target, Unfinished::NotHeld),
+                Some((private, served)) => {
+                    self.audits.stats.prefetched += u32::from(served.is_some());
+                    (private, served)
+                }
+                None => match self.derived_private(record, target) {
+                    Some((private, words)) => {
+                        self.audits.stats.derived += 1;
+                        (private, Some(words))
+                    }
+                    None => match self.ask_state(record, target, running.urgency()) {
+                        Some(private) => (private, None),
+                        None => return self.give_up(step, target, Unfinished::NotHeld),
+                    },
                 },
             };
             running.private = Some(private);
             self.audits.running = Some(running);
             if let Some(residual) = served {
-                self.audits.stats.prefetched += 1;
                 self.recompute_with(residual);
             }
             return;
@@ -461,7 +507,7 @@ impl Session {
     fn compare(&mut self, running: Running, recomputed: Recomputed) {
         let me = self.config.me;
         let Running { step, target, whash, named, weight, claimed, accusers, private, .. } = running;
-        let Recomputed { loss, values, next_state, trace } = recomputed;
+        let Recomputed { loss, values, next_state, next_words, trace } = recomputed;
         let state = private.as_ref().map_or(0, |p| p.state);
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };
         if let Some(StatePart::Chunks(chunks)) = private.map(|p| p.part) {
@@ -490,7 +536,11 @@ impl Session {
             }
             if let Some(digests) = next_state {
                 let len = self.state_len();
-                let expected = Expected::Whole(crate::wire::state_digest_of(len, &digests));
+                let digest = crate::wire::state_digest_of(len, &digests);
+                if let Some(words) = next_words {
+                    self.audits.keep_derived(step + 1, target, digest, words);
+                }
+                let expected = Expected::Whole(digest);
                 let link = Link { from_step: step, expected, accusers: link_accusers };
                 self.audits.links.insert((step + 1, target), link);
                 self.check_links(step + 1);

@@ -66,7 +66,7 @@ pub(super) struct Pending {
     /// again when it starts, and judges the answer then).
     pub private: Option<Private>,
     /// Served and checked against the digest its contribution named.
-    pub served: Option<Vec<f32>>,
+    pub served: Option<Arc<Vec<f32>>>,
 }
 
 /// A link to check once `target`'s next contribution is committed: the residual its audited
@@ -119,6 +119,19 @@ impl Session {
         Some(Private { state, grid, asked_ms, heard_ms: None, silence_ms: 0, part })
     }
 
+    /// The state `target`'s contribution to `record`'s step named, whole, if this member's
+    /// audit of its previous contribution left it ([`Recomputed::next_words`]): an audit that
+    /// starts from it asks nothing (the target cannot tell it is audited).
+    pub(super) fn derived_private(&self, record: &StepRecord, target: PeerId) -> Option<(Private, Arc<Vec<f32>>)> {
+        if !self.run.is_some_and(|run| names_state(&run)) {
+            return None;
+        }
+        let (grid, state) = self.audits.private_of(record.step, target)?;
+        let words = self.audits.derived_of(record.step, target, state)?;
+        let private = Private { state, grid, asked_ms: None, heard_ms: None, silence_ms: 0, part: StatePart::Whole };
+        Some((private, words))
+    }
+
     /// `from` asks for `part` of the state its contribution to `step` named: the adapter
     /// serves it.
     pub(super) fn on_state_request(&mut self, from: PeerId, step: u32, part: StatePart) {
@@ -152,7 +165,7 @@ impl Session {
                 match served.check(len, private.state, &private.part) {
                     Ok(residual) => {
                         private.asked_ms = None;
-                        pending.served = Some(residual);
+                        pending.served = Some(Arc::new(residual));
                     }
                     Err(_) => pending.private = None,
                 }
@@ -184,12 +197,12 @@ impl Session {
                 return self.withheld(running);
             }
         };
-        self.recompute_with(residual);
+        self.recompute_with(Arc::new(residual));
     }
 
     /// The audit under way has its target's state (`residual`, checked): the recomputation
     /// is asked for.
-    pub(super) fn recompute_with(&mut self, residual: Vec<f32>) {
+    pub(super) fn recompute_with(&mut self, residual: Arc<Vec<f32>>) {
         let running = self.audits.running.as_mut().expect("an audit under way");
         let private = running.private.as_mut().expect("packed");
         private.asked_ms = None;
@@ -198,7 +211,7 @@ impl Session {
             StatePart::Chunks(chunks) => Some(Arc::new(chunks.clone())),
         };
         let grid = private.grid.clone();
-        let private = PrivateInputs { residual: Arc::new(residual), checked, grid, weight: running.weight };
+        let private = PrivateInputs { residual, checked, grid, weight: running.weight };
         let (step, target, trace, urgency) = (running.step, running.target, running.trace, running.urgency());
         self.out.push(Output::Audit { step, target, private: Some(private), trace, urgency });
     }
