@@ -366,10 +366,17 @@ impl Session {
             if self.audits.pending.take().is_some() {
                 self.audits.stats.skipped += 1;
             }
-            // A state derived here is at hand when the worker is free: nothing to ask.
-            let private = match self.derived_private(record, target) {
-                Some(_) => None,
-                None => self.ask_state(record, target, Urgency::Routine),
+            // A state derived here is at hand when the worker is free, or will be when the
+            // audit under way — of the same member's previous contribution, whole — ends:
+            // nothing to ask.
+            let derives = self.audits.running.as_ref().is_some_and(|r| {
+                r.target == target
+                    && r.step + 1 == record.step
+                    && r.private.as_ref().is_some_and(|p| p.part == StatePart::Whole)
+            });
+            let private = match derives || self.derived_private(record, target).is_some() {
+                true => None,
+                false => self.ask_state(record, target, Urgency::Routine),
             };
             self.audits.pending = Some(Pending { step: record.step, target, private, served: None });
             return;
@@ -398,10 +405,19 @@ impl Session {
         let mut running = Running { step, target, whash, named, weight, claimed, accusers, private: None, trace };
         if self.run.is_some_and(|run| names_state(&run)) {
             let (private, served) = match prefetched {
-                Some((private, served)) => {
-                    self.audits.stats.prefetched += u32::from(served.is_some());
-                    (private, served)
+                Some((private, Some(served))) => {
+                    self.audits.stats.prefetched += 1;
+                    (private, Some(served))
                 }
+                // Asked for and not yet here: a state derived here meanwhile does instead (the
+                // answer, when it comes, is not waited for).
+                Some((private, None)) => match self.derived_private(record, target) {
+                    Some((derived, words)) => {
+                        self.audits.stats.derived += 1;
+                        (derived, Some(words))
+                    }
+                    None => (private, None),
+                },
                 None => match self.derived_private(record, target) {
                     Some((private, words)) => {
                         self.audits.stats.derived += 1;
