@@ -94,6 +94,16 @@ pub struct AuditArgs {
 struct Group {
     _server: SignalServer,
     nodes: Vec<Headless>,
+    /// Where a removed member saves its state: a scratch directory, removed with the group.
+    ckpt: std::path::PathBuf,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // The members stop first: none writes there after it is gone.
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.ckpt);
+    }
 }
 
 impl Group {
@@ -131,7 +141,7 @@ impl Group {
                 node.wait_for("an open channel", Duration::from_secs(30), open)?;
             }
         }
-        Ok(Group { _server: server, nodes })
+        Ok(Group { _server: server, nodes, ckpt })
     }
 
     fn train(&mut self, args: &AuditArgs, steps: u32) -> anyhow::Result<()> {

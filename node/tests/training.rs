@@ -154,6 +154,7 @@ fn save_load_resume_equals_straight_run() {
     let resumed_hashes = hashes(&mut resumed, 100);
     assert_eq!(resumed_hashes[..], straight_hashes[100..]);
     assert_eq!(resumed.weight_hash(), straight.weight_hash());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A checkpoint of version 1 or 2, in their layouts (`docs/CHECKPOINTS.md`, "Older versions").

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn lockstep(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).output().expect("lockstep runs")
@@ -131,6 +132,55 @@ fn every_faulty_plugin_gets_a_verdict_and_the_host_survives() {
         let shown = text(&out);
         assert_eq!(out.status.code(), Some(2), "{fixture_name}: {shown}");
         assert!(shown.contains("was not admitted: REJECTED"), "{fixture_name}: {shown}");
+    }
+}
+
+/// A process killed while it gates a plugin takes the gate's child with it: a hanging plugin
+/// gated under a minute's limit, the parent killed with SIGKILL, and the child gone within
+/// seconds instead of hanging until the limit.
+#[test]
+fn a_gate_child_dies_with_the_process_that_started_it() {
+    let _phase = crate::common::phase(module_path!());
+    let plugin = fixture("hang_forever");
+    let mut parent = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["--gate-timeout", "60", "gate", &plugin])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("lockstep gate starts");
+    // The children of a process, from /proc (field 4 of stat is the parent's id).
+    let children_of = |pid: u32| -> Vec<u32> {
+        let entries = std::fs::read_dir("/proc").expect("/proc");
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                let after_name = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+                after_name.split(' ').nth(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(pid)
+            })
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    let child = loop {
+        if let Some(&child) = children_of(parent.id()).first() {
+            break child;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the gate's child never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Let it reach the plugin's hang.
+    std::thread::sleep(Duration::from_millis(500));
+    parent.kill().expect("SIGKILL");
+    parent.wait().expect("reaped");
+    let killed = std::time::Instant::now();
+    let alive = || {
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for whoever adopted it to reap it.
+        !stat.is_empty() && stat.rsplit_once(") ").is_none_or(|(_, rest)| !rest.starts_with('Z'))
+    };
+    while alive() {
+        assert!(killed.elapsed() < Duration::from_secs(10), "the gate's child {child} outlived its parent");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -624,6 +674,7 @@ fn bench_audit_reports_syncs_to_removal_false_accusations_and_the_cost() {
     assert_eq!(honest["pairs_shares"].as_array().map(Vec::len), Some(1));
     assert_eq!(summary["honest_backends"], serde_json::json!(["cpu", "cpu@portable", "cpu", "cpu@portable"]));
     assert_eq!(summary["own_priority"], true, "{summary}");
+    let _ = std::fs::remove_dir_all(&keep);
 }
 
 #[test]
