@@ -58,6 +58,7 @@
 
 mod agreement;
 mod apart;
+mod assignment;
 mod audit;
 mod commit;
 mod contribute;
@@ -79,7 +80,8 @@ use std::collections::{BTreeSet, VecDeque};
 
 pub use agreement::{AgreementError, AgreementTiming, Change, Committed, KEPT_ENTRIES};
 pub use apart::{first_departure, WeightsChecked};
-pub use audit::{assignment, AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
+pub use assignment::assignment;
+pub use audit::{AuditStats, PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
 pub use io::{Input, Output};
