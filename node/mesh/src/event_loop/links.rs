@@ -114,10 +114,10 @@ impl Links {
 
     /// [`Links::send_on`], a message encoded already (`served`: an answer to an auditor).
     pub(super) fn send_encoded(&mut self, to: PeerId, bytes: Vec<u8>, lane: Lane, served: bool) {
-        let Some(writer) = self.peers.get(&to).and_then(|p| p.writer.as_ref()) else { return };
-        if self.cut.contains(&to) {
+        if !self.sendable(to) {
             return;
         }
+        let writer = self.peers.get(&to).and_then(|p| p.writer.as_ref()).expect("sendable: open");
         self.next_message_id = self.next_message_id.wrapping_add(1);
         let link = self.stats.entry(to).or_default();
         let lane = if wire::jumps_the_queue(&bytes) { Lane::Urgent } else { lane };
