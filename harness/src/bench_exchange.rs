@@ -81,6 +81,7 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
             audit_rate: 0,
             audit_state_part: 1000,
             audits_on_spare_cycles: true,
+            audit_workers: 1,
             id: lockstep_mesh::new_member_id(),
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),

@@ -186,7 +186,11 @@ struct Node {
     /// Its recomputations take turns as its computes do (not done at once): its worker is busy
     /// while assignments come.
     slow_audits: bool,
-    auditing: VecDeque<Input>,
+    /// How many turns each of its slow recomputations takes (each under way takes its own turns,
+    /// as the threads of several workers do).
+    audit_turns: u32,
+    /// Its recomputations under way: the turns each has left, and its answer.
+    auditing: VecDeque<(u32, Input)>,
     /// Serves no state to this member, once (an audit's request; its answer lost to it alone).
     withhold_once_from: Option<PeerId>,
     /// States asked of it: (whole, some chunks, the digests alone).
@@ -248,6 +252,8 @@ struct Net {
     audit_rate: u32,
     /// How much of a state their routine audits ask for (`SessionConfig::audit_state_part`).
     audit_state_part: u32,
+    /// How many audits each runs at once (`SessionConfig::audit_workers`).
+    audit_workers: u32,
 }
 
 impl Net {
@@ -271,6 +277,7 @@ impl Net {
             compute_ahead: true,
             audit_rate: 0,
             audit_state_part: 1000,
+            audit_workers: 1,
         }
     }
 
@@ -292,6 +299,7 @@ impl Net {
             compute_ahead: self.compute_ahead,
             audit_rate: self.audit_rate,
             audit_state_part: self.audit_state_part,
+            audit_workers: self.audit_workers,
         };
         let node = Node {
             session: Session::new(config),
@@ -320,6 +328,7 @@ impl Net {
             withhold: false,
             withhold_once_from: None,
             slow_audits: false,
+            audit_turns: 1,
             auditing: VecDeque::new(),
             asked: (0, 0, 0),
             deaf: false,
@@ -580,7 +589,7 @@ impl Net {
                         let audited = Input::Audited { step, target, outcome };
                         let node = self.nodes.get_mut(&id).unwrap();
                         if node.slow_audits {
-                            node.auditing.push_back(audited);
+                            node.auditing.push_back((node.audit_turns, audited));
                         } else {
                             queue.push_back(audited);
                         }
@@ -731,11 +740,11 @@ impl Net {
             .filter(|(id, n)| !self.slow.contains(id) || n.hurried_at.contains(&n.computing[0].step))
             .map(|(id, _)| *id)
             .collect();
-        let auditing: Vec<PeerId> = self
+        let auditing: Vec<(PeerId, usize)> = self
             .nodes
             .iter()
-            .filter(|(id, n)| n.alive && !n.auditing.is_empty() && !self.hung.contains(id))
-            .map(|(id, _)| *id)
+            .filter(|(id, n)| n.alive && !self.hung.contains(id))
+            .flat_map(|(id, n)| (0..n.auditing.len()).map(|at| (*id, at)))
             .collect();
         let choices = links.len() + computing.len() + auditing.len();
         if choices == 0 || self.rng.below(8) == 0 {
@@ -764,9 +773,13 @@ impl Net {
             let gradient = node.computing.pop_front().unwrap();
             self.input(id, Input::Computed(gradient));
         } else {
-            let id = auditing[pick - links.len() - computing.len()];
-            let audited = self.nodes.get_mut(&id).unwrap().auditing.pop_front().unwrap();
-            self.input(id, audited);
+            let (id, at) = auditing[pick - links.len() - computing.len()];
+            let node = self.nodes.get_mut(&id).unwrap();
+            node.auditing[at].0 -= 1;
+            if node.auditing[at].0 == 0 {
+                let (_, audited) = node.auditing.remove(at).unwrap();
+                self.input(id, audited);
+            }
         }
         true
     }
@@ -1600,6 +1613,7 @@ fn duplicates_outsiders_and_wrong_versions_are_ignored_and_counted() {
         compute_ahead: true,
         audit_rate: 0,
         audit_state_part: 1000,
+        audit_workers: 1,
     });
     watcher.handle(Input::Connected(1));
     let other = Message::RunConfig { protocol: MESH_PROTOCOL_VERSION + 1, run_id: 3, run: settings(3) };
@@ -1834,6 +1848,7 @@ fn a_failed_compute_stops_the_node_and_says_why() {
         compute_ahead: true,
         audit_rate: 0,
         audit_state_part: 1000,
+        audit_workers: 1,
     });
     // It starts a run alone (the leader of a group of one).
     let asked = session.handle(Input::Start(settings(10)));
@@ -2830,6 +2845,63 @@ fn an_audit_whose_request_waited_out_a_cut_accuses_nobody() {
     // The cut-off leader's audits under way were given up, its targets silent.
     let silent = lockstep_node::session::Unfinished::TargetSilent.to_string();
     assert!(ended.contains_key(&silent), "the cut-off leader's audits ended: {ended:?}");
+}
+
+/// Two audit workers on members with cores to spare: with workers slower than the group, an
+/// assignment that finds one busy starts on the other, so more of the group's contributions are
+/// recomputed and fewer assignments skipped than with one worker, on the same seeds; nobody is
+/// accused, the links hold, every member finishes equal. A rogue among such members is still
+/// named and removed (the leader's check, one at a time, takes a worker from a routine audit).
+#[test]
+fn a_second_audit_worker_reaches_assignments_one_worker_skips() {
+    let slow_group = |seed: u64, compression: Compression, workers: u32| {
+        let mut net = Net::new(seed);
+        net.audit_rate = 1000;
+        net.audit_state_part = 334;
+        net.audit_workers = workers;
+        net.sync = SyncConfig { compression, ..SyncConfig::SEED };
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 40);
+        for node in net.nodes.values_mut() {
+            (node.slow_audits, node.audit_turns) = (true, 4);
+        }
+        net
+    };
+    for (seed, compression) in [(1951, Compression::Int8), (1952, Compression::Int4), (1953, Compression::None)] {
+        let mut reached = [(0, 0); 2];
+        for (at, workers) in [1, 2].into_iter().enumerate() {
+            let mut net = slow_group(seed, compression, workers);
+            net.run(1_000_000, |_, _| {});
+            let what = format!("seed {seed} {compression:?}, {workers} workers\n{}", net.describe());
+            assert_all_finished_equal(&net, &[1, 2, 3, 4], 40, &what);
+            for (id, node) in &net.nodes {
+                let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
+                assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
+                let stats = node.session.audit_stats();
+                assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+                reached[at].0 += stats.audited;
+                reached[at].1 += stats.skipped;
+            }
+        }
+        let [(one, one_skipped), (two, two_skipped)] = reached;
+        assert!(
+            two > one && two_skipped < one_skipped,
+            "seed {seed}: audited {one} -> {two}, skipped {one_skipped} -> {two_skipped}"
+        );
+    }
+    for (seed, factor) in [(1961, 1.001f32), (1962, -1.0)] {
+        let mut net = slow_group(seed, Compression::Int8, 2);
+        net.nodes.get_mut(&3).unwrap().scale = Some(factor);
+        net.run(1_000_000, |_, _| {});
+        let what = format!("seed {seed} x{factor}\n{}", net.describe());
+        for id in [1, 2, 4] {
+            let verdict = verdict_of(&net, id).unwrap_or_else(|| panic!("node {id} heard no verdict: {what}"));
+            assert_eq!(verdict.target, 3, "{what}");
+        }
+        assert_all_finished_equal(&net, &[1, 2, 4], 40, &what);
+    }
 }
 
 /// Workers slower than the group: each recomputation takes turns as a compute does, so

@@ -155,6 +155,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         audit_rate: args.audit_rate,
         audit_state_part: crate::node_runtime::AUDIT_STATE_PART,
         audits_at_own_priority: false,
+        audit_workers: None,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
         corpus: args.corpus.clone(),

@@ -78,6 +78,10 @@ pub struct MeshArgs {
     /// saturated machine may never run).
     #[arg(long)]
     pub audits_at_own_priority: bool,
+    /// How many audits may run at once on this node, each on a thread of its own (by default
+    /// two on a machine of eight cores or more, else one: `docs/TRUST.md`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub audit_workers: Option<u32>,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
     /// a slow member's steps still count).
@@ -108,6 +112,15 @@ pub struct MeshArgs {
 /// A share in `[0, 1]`.
 /// `--audit-state-part`'s default: one chunk in eight (`docs/TRUST.md`, "An audit of a part").
 pub const AUDIT_STATE_PART: f64 = 0.125;
+
+/// `--audit-workers`' default: a second audit at once where the machine has cores to spare
+/// beside the member's own step and its loop (eight or more), else one (`docs/TRUST.md`).
+pub fn default_audit_workers() -> u32 {
+    match std::thread::available_parallelism().map_or(1, usize::from) {
+        cores if cores >= 8 => 2,
+        _ => 1,
+    }
+}
 
 fn parse_share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
@@ -325,6 +338,7 @@ pub fn prepare(
         audit_rate: if args.data.is_some() { 0 } else { (args.audit_rate * 1000.0).round() as u32 },
         audit_state_part: (args.audit_state_part * 1000.0).round() as u32,
         audits_on_spare_cycles: !args.audits_at_own_priority,
+        audit_workers: args.audit_workers.unwrap_or_else(default_audit_workers),
         id: new_member_id(),
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
         backend: admitted.name.clone(),

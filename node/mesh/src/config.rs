@@ -88,6 +88,8 @@ pub struct MeshConfig {
     /// Packed runs: how many in a thousand of a state's chunks a routine audit checks
     /// (`SessionConfig::audit_state_part`).
     pub audit_state_part: u32,
+    /// How many audits may run at once on this member (`SessionConfig::audit_workers`).
+    pub audit_workers: u32,
     /// Routine audits run on spare cycles only (the lowest priority: on a machine its training
     /// keeps busy they may never run); false: at the member's own priority, taking their share.
     pub audits_on_spare_cycles: bool,

@@ -117,10 +117,10 @@ pub(crate) struct MeshLoop<R> {
     computing: usize,
     /// Fault injection: asked to compute, this node never does.
     lazy: bool,
-    /// Audits: the one waiting for the replica (busy computing) to hand out its kit, the referees
-    /// they recompute on (kept here between them), and the seconds they took since the last
-    /// step was reported.
-    audit_waiting: Option<(u32, PeerId, Option<PrivateInputs>, bool, Urgency)>,
+    /// Audits: those waiting for the replica (busy computing) to hand out their kits, the
+    /// referees they recompute on (kept here between them), and the seconds they took since the
+    /// last step was reported.
+    audit_waiting: Vec<(u32, PeerId, Option<PrivateInputs>, bool, Urgency)>,
     referees: Referees,
     /// Disputes: a trace of this node's step is being made for the leader (one at a time: each
     /// costs a step).
@@ -172,7 +172,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             reassembler: Reassembler::default(),
             hello,
             timing: StepTiming::default(),
-            audit_waiting: None,
+            audit_waiting: Vec::new(),
             referees: Referees::default(),
             tracing: false,
             audit_seconds: 0.0,
@@ -476,6 +476,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                         compute_ahead: self.config.compute_ahead,
                         audit_rate: self.config.audit_rate,
                         audit_state_part: self.config.audit_state_part,
+                        audit_workers: self.config.audit_workers,
                     }));
                     (self.report)(Report::Connected { id, members: members.clone(), group, host });
                 }

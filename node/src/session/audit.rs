@@ -45,7 +45,8 @@
 //!   checked by the leader, which convicts its accuser. A shun that no majority confirms (no
 //!   other leader within `SHUN_LAPSES_ELECTIONS`) lapses: the member follows again.
 //!
-//! One audit at a time per member: an assignment that finds the worker busy waits for it (the
+//! At most `SessionConfig::audit_workers` audits at a time per member (one by default; more on
+//! members with cores to spare): an assignment that finds every worker busy waits for one (the
 //! newest one only, and only while its step is within [`PENDING_WITHIN`] of the applied one),
 //! its state asked for at once ([`Pending`]); the one it replaces, or one that waited too long,
 //! is skipped and counted.
@@ -219,8 +220,10 @@ pub(super) struct Audits {
     /// Packed runs: for the last few committed steps, the grid they were summed on and the
     /// state each contribution named.
     private: VecDeque<StepPrivate>,
-    pub running: Option<Running>,
-    /// The newest assignment the worker was busy for, its state asked for at once.
+    /// The audits under way (at most `SessionConfig::audit_workers`), each waiting for its
+    /// target's state or recomputing.
+    running: Vec<Running>,
+    /// The newest assignment every worker was busy for, its state asked for at once.
     pending: Option<Pending>,
     /// (Leader) accusations waiting for the worker: by (step, target), who accused and how.
     pub checks: BTreeMap<(u32, PeerId), Vec<(PeerId, Evidence)>>,
@@ -264,12 +267,40 @@ impl Audits {
     /// `from` was heard from at `now_ms`: an audit waiting for its state keeps the longest
     /// silence since it asked (a long one means the request may have waited in a cut link).
     pub(super) fn heard(&mut self, from: PeerId, now_ms: u64) {
-        if let Some(private) = self.running.as_mut().filter(|r| r.target == from).and_then(|r| r.private.as_mut()) {
-            private.heard(now_ms);
+        for running in self.running.iter_mut().filter(|r| r.target == from) {
+            if let Some(private) = running.private.as_mut() {
+                private.heard(now_ms);
+            }
         }
         if let Some(private) = self.pending.as_mut().filter(|p| p.target == from).and_then(|p| p.private.as_mut()) {
             private.heard(now_ms);
         }
+    }
+
+    /// The audit under way of `target`'s contribution to `step`.
+    pub(super) fn running_mut(&mut self, step: u32, target: PeerId) -> Option<&mut Running> {
+        self.running.iter_mut().find(|r| r.step == step && r.target == target)
+    }
+
+    /// The audit under way of `target`'s contribution to `step`, ended.
+    pub(super) fn take_running(&mut self, step: u32, target: PeerId) -> Option<Running> {
+        let at = self.running.iter().position(|r| r.step == step && r.target == target)?;
+        Some(self.running.remove(at))
+    }
+
+    /// The audit under way that waits for the state `from` serves for `step`, if any.
+    pub(super) fn waiting_for(&self, from: PeerId, step: u32) -> Option<&Running> {
+        self.running
+            .iter()
+            .find(|r| r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some()))
+    }
+
+    /// Whether an audit under way of `target`'s contribution to the step before `step`, whole,
+    /// will leave the state its contribution to `step` names ([`Recomputed::next_words`]).
+    fn derives(&self, step: u32, target: PeerId) -> bool {
+        self.running.iter().any(|r| {
+            r.target == target && r.step + 1 == step && r.private.as_ref().is_some_and(|p| p.part == StatePart::Whole)
+        })
     }
 
     /// The assignment waiting for the worker whose state `from` serves for `step`, if asked.
@@ -362,18 +393,14 @@ impl Session {
         }
         let me = self.config.me;
         let Some(target) = assignment(record, me, self.config.audit_rate) else { return };
-        if self.audits.running.is_some() {
+        // A state derived here is at hand when a worker is free, or will be when the audit under
+        // way of the same member's previous contribution, whole, ends: nothing to ask — and,
+        // with a worker free meanwhile, the assignment waits for that audit rather than ask.
+        let derives = self.audits.derives(record.step, target);
+        if derives || self.audits.running.len() >= self.audit_workers() {
             if self.audits.pending.take().is_some() {
                 self.audits.stats.skipped += 1;
             }
-            // A state derived here is at hand when the worker is free, or will be when the
-            // audit under way — of the same member's previous contribution, whole — ends:
-            // nothing to ask.
-            let derives = self.audits.running.as_ref().is_some_and(|r| {
-                r.target == target
-                    && r.step + 1 == record.step
-                    && r.private.as_ref().is_some_and(|p| p.part == StatePart::Whole)
-            });
             let private = match derives || self.derived_private(record, target).is_some() {
                 true => None,
                 false => self.ask_state(record, target, Urgency::Routine),
@@ -430,15 +457,29 @@ impl Session {
                 },
             };
             running.private = Some(private);
-            self.audits.running = Some(running);
+            self.start_running(running);
             if let Some(residual) = served {
-                self.recompute_with(residual);
+                self.recompute_with(step, target, residual);
             }
             return;
         }
         let urgency = running.urgency();
-        self.audits.running = Some(running);
+        self.start_running(running);
         self.out.push(Output::Audit { step, target, private: None, trace, urgency });
+    }
+
+    /// How many audits may be under way at once here (at least one).
+    pub(super) fn audit_workers(&self) -> usize {
+        self.config.audit_workers.max(1) as usize
+    }
+
+    /// `running` is under way: an audit of the same contribution that was (a routine one, now
+    /// a check of it) is replaced — its answer, when it comes, is this one's.
+    fn start_running(&mut self, running: Running) {
+        if self.audits.take_running(running.step, running.target).is_some() {
+            self.audits.stats.skipped += 1;
+        }
+        self.audits.running.push(running);
     }
 
     /// An audit ends without a recomputation: said, and the worker free for the next.
@@ -457,19 +498,19 @@ impl Session {
         let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
         // A link of a part unanswered: unchecked (a member gone, or a channel cut).
         self.audits.links_asked.retain(|_, (_, asked)| now_ms.saturating_sub(*asked) < wait);
-        let Some(asked) = self.audits.running.as_ref().and_then(|r| r.private.as_ref()?.asked_ms) else { return };
-        if now_ms.saturating_sub(asked) < wait {
-            return;
-        }
-        let running = self.audits.running.take().expect("waiting");
-        let election_ms = self.config.agreement.longest_election_ms();
-        // Silent a while since the request: over a link that was down meanwhile (or died) the
-        // request may have waited, or been lost, which is no withholding.
-        let silent = running.private.as_ref().is_none_or(|p| p.silent_since_asked(now_ms, election_ms));
-        if !silent {
-            self.withheld(running);
-        } else {
-            self.give_up(running.step, running.target, Unfinished::TargetSilent);
+        let overdue =
+            |r: &Running| r.private.as_ref().and_then(|p| p.asked_ms).is_some_and(|a| now_ms.saturating_sub(a) >= wait);
+        while let Some(at) = self.audits.running.iter().position(overdue) {
+            let running = self.audits.running.remove(at);
+            let election_ms = self.config.agreement.longest_election_ms();
+            // Silent a while since the request: over a link that was down meanwhile (or died)
+            // the request may have waited, or been lost, which is no withholding.
+            let silent = running.private.as_ref().is_none_or(|p| p.silent_since_asked(now_ms, election_ms));
+            if !silent {
+                self.withheld(running);
+            } else {
+                self.give_up(running.step, running.target, Unfinished::TargetSilent);
+            }
         }
     }
 
@@ -510,7 +551,7 @@ impl Session {
 
     /// The adapter's recomputation of `target`'s contribution to `step`.
     pub(super) fn on_audited(&mut self, step: u32, target: PeerId, outcome: Result<Recomputed, Failure>) {
-        let Some(running) = self.audits.running.take_if(|r| r.step == step && r.target == target) else {
+        let Some(running) = self.audits.take_running(step, target) else {
             return; // not asked (a new run began since)
         };
         match outcome {
@@ -593,24 +634,30 @@ impl Session {
         self.audits.definition = None;
     }
 
-    /// The next accusation waiting, checked once the worker is free: the leader checks every
-    /// one; another member, those against the leader. None: the assignment that waited.
+    /// The next accusation waiting, checked once a worker is free (one at a time): the leader
+    /// checks every one; another member, those against the leader. Then the assignment that
+    /// waited, if a worker is still free.
     pub(super) fn next_check(&mut self) {
         let (leading, leader) = (self.is_leader(), self.leader());
         let ours = |target: PeerId| leading || leader == Some(target);
-        if let Some(running) = &self.audits.running {
-            // A check does not wait behind a routine recomputation (it runs on a referee of
-            // its own, at the member's priority): the routine one is given up, its answer
-            // ignored. One waiting for a state still holds the worker (its answer is asked for).
-            let computing = running.private.as_ref().is_none_or(|p| p.asked_ms.is_none());
-            let check_waits = self.audits.checks.keys().any(|(_, t)| ours(*t));
-            if running.urgency() == Urgency::Check || !computing || !check_waits {
-                return;
-            }
-            self.audits.running = None;
+        let workers = self.audit_workers();
+        // One check at a time.
+        let checking = self.audits.running.iter().any(|r| r.urgency() == Urgency::Check);
+        let check_waits = !checking && self.audits.checks.keys().any(|(_, t)| ours(*t));
+        if check_waits && self.audits.running.len() >= workers {
+            // A check does not wait behind routine recomputations (it runs on a referee of its
+            // own, at the member's priority): the newest routine one computing is given up, its
+            // answer ignored. One waiting for a state still holds its worker (its answer is
+            // asked for).
+            let computing = |r: &Running| r.private.as_ref().is_none_or(|p| p.asked_ms.is_none());
+            let Some(at) = self.audits.running.iter().rposition(computing) else { return };
+            self.audits.running.remove(at);
             self.audits.stats.skipped += 1;
         }
-        while let Some(&(step, target)) = self.audits.checks.keys().find(|(_, t)| ours(*t)) {
+        while let Some(&(step, target)) = self.audits.checks.keys().find(|(_, t)| ours(*t) && !checking) {
+            if self.audits.running.len() >= workers {
+                return;
+            }
             let accusers = self.audits.checks.remove(&(step, target)).expect("found");
             let decided = self.audits.convicted.contains(&target) || self.audits.disputed(target);
             if decided || self.audits.shunned.contains(target) {
@@ -620,7 +667,14 @@ impl Session {
                 return self.start_audit(&record, target, accusers, None);
             }
         }
-        // Accusations checked first; then the assignment that waited, if still fresh.
+        if self.audits.running.len() >= workers {
+            return;
+        }
+        // Accusations checked first; then the assignment that waited, if still fresh — unless it
+        // waits for the state an audit under way derives.
+        if self.audits.pending.as_ref().is_some_and(|p| p.private.is_none() && self.audits.derives(p.step, p.target)) {
+            return;
+        }
         if let Some(Pending { step, target, private, served }) = self.audits.pending.take() {
             let fresh = self.taking.applied <= step + PENDING_WITHIN && !self.audits.convicted.contains(&target);
             match self.audits.record(step).cloned() {

@@ -149,6 +149,9 @@ pub struct SessionConfig {
     /// Packed runs: how many in a thousand of a contribution's state's chunks a routine audit
     /// asks for and checks (at least one; 1000: the whole state, as a check always does).
     pub audit_state_part: u32,
+    /// How many audits may run at once on this member (at least one): more only where it has
+    /// cores to spare beside its own step.
+    pub audit_workers: u32,
 }
 
 /// Why the adapter is owed an answer.

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::audit::{names_state, word_of, Running, Unfinished, PRIVATE_KEPT};
+use super::audit::{names_state, word_of, Unfinished, PRIVATE_KEPT};
 use super::log::StepRecord;
 use super::*;
 use crate::audit::Urgency;
@@ -149,10 +149,7 @@ impl Session {
         let len = self.state_len();
         let linked = self.audits.links_asked.remove(&(step, from));
         let digests_alone = served.parts.is_empty() && served.len != 0;
-        let asked = |r: &Running| {
-            r.step == step && r.target == from && r.private.as_ref().is_some_and(|p| p.asked_ms.is_some())
-        };
-        let waits = self.audits.running.as_ref().is_some_and(asked) && !digests_alone;
+        let waits = self.audits.waiting_for(from, step).is_some() && !digests_alone;
         let was_linked = linked.is_some();
         if let Some((link, _)) = linked {
             self.link_served(from, step, len, link, &served);
@@ -180,30 +177,30 @@ impl Session {
         }
         let known = self.taking.applied.max(self.committed_step());
         let (now, election_ms) = (self.timing.now_ms(), self.config.agreement.longest_election_ms());
-        let running = self.audits.running.as_mut().expect("waits");
-        let private = running.private.as_mut().expect("asked: packed");
+        let running = self.audits.waiting_for(from, step).expect("waits");
+        let private = running.private.as_ref().expect("asked: packed");
         let residual = match served.check(len, private.state, &private.part) {
             Ok(residual) => residual,
             Err(NotServed::Gone) if known > step + STATE_PROMISED_STEPS => {
-                self.audits.running = None;
+                self.audits.take_running(step, from);
                 return self.give_up(step, from, Unfinished::StateGone);
             }
             Err(NotServed::Gone) if private.silent_since_asked(now, election_ms) => {
-                self.audits.running = None;
+                self.audits.take_running(step, from);
                 return self.give_up(step, from, Unfinished::SilentThenGone);
             }
             Err(_) => {
-                let running = self.audits.running.take().expect("matched above");
+                let running = self.audits.take_running(step, from).expect("matched above");
                 return self.withheld(running);
             }
         };
-        self.recompute_with(Arc::new(residual));
+        self.recompute_with(step, from, Arc::new(residual));
     }
 
-    /// The audit under way has its target's state (`residual`, checked): the recomputation
-    /// is asked for.
-    pub(super) fn recompute_with(&mut self, residual: Arc<Vec<f32>>) {
-        let running = self.audits.running.as_mut().expect("an audit under way");
+    /// The audit under way of `target`'s contribution to `step` has the target's state
+    /// (`residual`, checked): the recomputation is asked for.
+    pub(super) fn recompute_with(&mut self, step: u32, target: PeerId, residual: Arc<Vec<f32>>) {
+        let running = self.audits.running_mut(step, target).expect("an audit under way");
         let private = running.private.as_mut().expect("packed");
         private.asked_ms = None;
         let checked = match &private.part {

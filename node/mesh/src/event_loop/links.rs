@@ -52,15 +52,15 @@ impl LinkStats {
 
 /// The referees kept between recomputations of others' work: a routine audit's computes on
 /// low-priority threads (it was opened on one), a check's on threads of the member's own
-/// priority, so each is kept for its kind.
+/// priority, so each is kept for its kind — one for each audit that may run at once.
 #[derive(Default)]
 pub(super) struct Referees {
-    pub(super) routine: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
-    pub(super) check: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    pub(super) routine: Vec<Box<dyn lockstep_node::gemm::Gemm + Send>>,
+    pub(super) check: Vec<Box<dyn lockstep_node::gemm::Gemm + Send>>,
 }
 
 impl Referees {
-    pub(super) fn slot(&mut self, urgency: Urgency) -> &mut Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
+    pub(super) fn pool(&mut self, urgency: Urgency) -> &mut Vec<Box<dyn lockstep_node::gemm::Gemm + Send>> {
         match urgency {
             Urgency::Routine => &mut self.routine,
             Urgency::Check => &mut self.check,
@@ -68,13 +68,12 @@ impl Referees {
     }
 
     pub(super) fn take(&mut self, urgency: Urgency) -> Option<Box<dyn lockstep_node::gemm::Gemm + Send>> {
-        self.slot(urgency).take()
+        self.pool(urgency).pop()
     }
 
-    /// A referee back from a recomputation of `urgency` (the one kept, if it brought none).
+    /// A referee back from a recomputation of `urgency`, if it brought one.
     pub(super) fn give_back(&mut self, urgency: Urgency, referee: Option<Box<dyn lockstep_node::gemm::Gemm + Send>>) {
-        let slot = self.slot(urgency);
-        *slot = referee.or(slot.take());
+        self.pool(urgency).extend(referee);
     }
 }
 

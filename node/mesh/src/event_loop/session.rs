@@ -14,8 +14,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         if let Some(step) = rogue_began {
             (self.report)(Report::RogueBegan { step });
         }
-        // The replica is free: an audit waiting for it takes its kit now.
-        if let Some((step, target, private, trace, urgency)) = self.audit_waiting.take() {
+        // The replica is free: the audits waiting for it take their kits now.
+        for (step, target, private, trace, urgency) in std::mem::take(&mut self.audit_waiting) {
             self.spawn_audit(step, target, private, trace, urgency);
         }
         if let Some(change) = change {
@@ -294,7 +294,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target),
             Err(_) => {
-                self.audit_waiting = Some((step, target, private, trace, urgency));
+                self.audit_waiting.push((step, target, private, trace, urgency));
                 return;
             }
         };
@@ -352,12 +352,18 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             return;
         }
         let Some(open) = self.replica().referee_opener() else { return };
-        // A member that runs its routine audits as checks keeps one referee for both.
-        let routine = (self.audit_urgency(Urgency::Routine) == Urgency::Routine).then_some(Urgency::Routine);
-        for urgency in std::iter::once(Urgency::Check).chain(routine) {
-            if self.referees.slot(urgency).is_some() {
-                continue;
-            }
+        // One for each audit that may run at once: a check (one at a time) and the routine ones;
+        // a member that runs its routine audits as checks keeps the same referees for both.
+        let workers = self.config.audit_workers.max(1) as usize;
+        let wanted = match self.audit_urgency(Urgency::Routine) {
+            Urgency::Routine => [(Urgency::Check, 1), (Urgency::Routine, workers)],
+            Urgency::Check => [(Urgency::Check, workers), (Urgency::Routine, 0)],
+        };
+        let opening = wanted.into_iter().flat_map(|(urgency, n)| {
+            let kept = self.referees.pool(urgency).len();
+            std::iter::repeat_n(urgency, n.saturating_sub(kept))
+        });
+        for urgency in opening.collect::<Vec<_>>() {
             let (open, tx) = (open.clone(), self.inbound.clone());
             // No thread: the first audit of this urgency opens its own on its thread.
             let _ = std::thread::Builder::new().name("referee".into()).spawn(move || {
