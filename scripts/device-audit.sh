@@ -20,7 +20,12 @@ mkdir -p "$out"
 export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin LOCKSTEP_CORPUS=$PWD/.devbin/corpus
 bin=${BIN:-$PWD/.devbin/lockstep}
 parts=${PARTS:-f32,int8,outer,plugins}
-common=(--runs "${RUNS:-10}" --json)
+common=(--runs "${RUNS:-10}" --json ${AUDIT_WORKERS:+--audit-workers "$AUDIT_WORKERS"}
+  ${AUDIT_THREADS:+--audit-threads "$AUDIT_THREADS"})
+# AUDIT_WORKERS and AUDIT_THREADS set every member's --audit-workers (by default the node's choice:
+# 2 on 16 cores) and --audit-threads (by default every core) and tag the output files
+# (PART-RATE-wN-tM.json).
+tag=${AUDIT_WORKERS:+-w$AUDIT_WORKERS}${AUDIT_THREADS:+-t$AUDIT_THREADS}
 has() { [[ ",$parts," == *",$1,"* ]]; }
 part() {
   local name=$1 limit=$2
@@ -29,7 +34,7 @@ part() {
   local keep=()
   [[ -n "${KEEP:-}" ]] && keep=(--keep "$out/keep-$name")
   timeout "$limit" "$bin" bench audit "${common[@]}" "${keep[@]}" --threads "${threads:-${THREADS:-1}}" --rate "${rate:-${RATE:-0.6}}" --pairs "${pairs:-${PAIRS:-3}}" "$@" \
-    > "$out/$name-${rate:-${RATE:-0.6}}.json" 2> "$out/$name-${rate:-${RATE:-0.6}}.err"
+    > "$out/$name-${rate:-${RATE:-0.6}}$tag.json" 2> "$out/$name-${rate:-${RATE:-0.6}}$tag.err"
   echo "$name: exit $? after $((SECONDS - started)) s"
 }
 

@@ -46,6 +46,10 @@ pub struct AuditArgs {
     /// node's own choice from its machine's cores).
     #[arg(long)]
     audit_workers: Option<u32>,
+    /// Every member's `--audit-threads` (0: every core; by default the node's choice from its
+    /// machine's cores).
+    #[arg(long)]
+    audit_threads: Option<u32>,
     /// Every member's `--audit-rate`.
     #[arg(long, default_value_t = 0.5)]
     rate: f64,
@@ -136,6 +140,9 @@ impl Group {
             }
             if let Some(workers) = args.audit_workers {
                 command.arg("--audit-workers").arg(workers.to_string());
+            }
+            if let Some(threads) = args.audit_threads {
+                command.arg("--audit-threads").arg(threads.to_string());
             }
             if let Some(path) = path {
                 command.env(lockstep_worker_api::CPU_PATH_ENV, path);
@@ -400,7 +407,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
     let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "state_part": args.state_part,
         "own_priority": args.own_priority, "model": args.model, "mode": mode,
-        "audit_workers": args.audit_workers.unwrap_or_else(lockstep_tui::node_runtime::default_audit_workers),
+        "audit_threads": args.audit_threads.unwrap_or_else(lockstep_tui::node_runtime::default_audit_threads), "audit_workers": args.audit_workers.unwrap_or_else(lockstep_tui::node_runtime::default_audit_workers),
         "honest_backends": honest_backends,
         "kinds": rows, "honest": {"steps": args.honest_steps, "steps_per_s_without": plain,
         "steps_per_s_with": audited_rate, "audits_share_of_throughput": share, "pairs_shares": shares,

@@ -91,7 +91,7 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
             ckpt_dir: std::env::temp_dir(),
         };
         // Throughput only: the built-in text is as good as any.
-        let provider = HostProvider { threads, text: Text::Corpus(Arc::new(Corpus::builtin())) };
+        let provider = HostProvider { threads, text: Text::Corpus(Arc::new(Corpus::builtin())), audit_threads: 0 };
         let replica = TrainerReplica::new(&admitted.name, Box::new(provider), Some(Box::new(admitted.gemm)));
         let replica: Arc<Mutex<dyn Replica>> = Arc::new(Mutex::new(replica));
         let sink = reports.clone();

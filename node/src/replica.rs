@@ -174,6 +174,11 @@ pub trait Provider: Send {
     /// a referee: opening one (the gate) takes hundreds of milliseconds on a busy machine, so an
     /// audit opens it on its own thread, at its priority, never on the adapter's loop.
     fn referee_opener(&self) -> RefereeOpener;
+    /// What opens the referees audits recompute on (each audit that may run at once keeps its
+    /// own): [`Provider::referee_opener`]'s unless the node limits its audits' threads.
+    fn audit_referee_opener(&self) -> RefereeOpener {
+        self.referee_opener()
+    }
 }
 
 /// Opens a referee ([`Provider::referee_opener`]) on whatever thread calls it.
@@ -696,12 +701,12 @@ impl Replica for TrainerReplica {
         // A member's batch of a step is the one its stream draws at that position.
         data.seek(u64::from(step - 1) * u64::from(run.steps_per_sync()));
         // Where none was kept, the audit opens its referee on its own thread (at its priority).
-        let open_referee = self.provider.referee_opener();
+        let open_referee = self.provider.audit_referee_opener();
         Ok(AuditKit { run, step, weights, data, referee: None, open_referee, private: None, trace: false })
     }
 
     fn referee_opener(&self) -> Option<RefereeOpener> {
-        Some(self.provider.referee_opener())
+        Some(self.provider.audit_referee_opener())
     }
 
     fn kept_states(&self) -> KeptStates {

@@ -189,7 +189,12 @@ pub fn admitted_gemm(name: &str, threads: u32, quiet: bool) -> anyhow::Result<Un
 /// The referee of the admissions at a run's shapes (`lockstep_node::admission`): the CPU
 /// mirror, gated like every backend, on every core.
 pub fn referee() -> anyhow::Result<Box<dyn Gemm + Send>> {
-    let admitted = admit("cpu", 0, Opening::default(), &mut |_| {}, &mut |_| {})
+    referee_on(0)
+}
+
+/// [`referee`] on `threads` threads (0: every core).
+pub fn referee_on(threads: u32) -> anyhow::Result<Box<dyn Gemm + Send>> {
+    let admitted = admit("cpu", threads, Opening::default(), &mut |_| {}, &mut |_| {})
         .context("opening the CPU mirror as the referee of the run's shapes")?;
     Ok(Box::new(admitted.gemm))
 }

@@ -156,6 +156,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         audit_state_part: crate::node_runtime::AUDIT_STATE_PART,
         audits_at_own_priority: false,
         audit_workers: None,
+        audit_threads: None,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
         corpus: args.corpus.clone(),
