@@ -571,12 +571,15 @@ fn a_topk_group_on(rule: &str) {
 /// committed records assign recompute it (`--audit-rate 0.5`), the leader checks the accusation
 /// by recomputing it too, and the verdict commits through the log: every honest member reports
 /// the same verdict, naming the rogue with the step, the value and both bits; the rogue is told
-/// why and stops; the others train on, one hash a step, and never sum it again.
+/// why and stops; the others train on, one hash a step, and never sum it again. The members
+/// run two audits at once on one thread each (`--audit-workers 2 --audit-threads 1`, a machine
+/// of eight cores' defaults halved): the referees' pool and concurrent recomputations on real
+/// processes.
 #[test]
 fn a_rogue_member_is_named_by_an_audit_and_removed_while_the_others_train_on() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let audit = ["--audit-rate", "0.5"];
+    let audit = ["--audit-rate", "0.5", "--audit-workers", "2", "--audit-threads", "1"];
     let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
     channels_open(&nodes.iter().collect::<Vec<_>>());
     nodes[0].command(tiny(1_000_000));
