@@ -2847,6 +2847,20 @@ fn an_audit_whose_request_waited_out_a_cut_accuses_nobody() {
     assert!(ended.contains_key(&silent), "the cut-off leader's audits ended: {ended:?}");
 }
 
+/// Asserts that no member of `net` accused or convicted anyone and every audit matched; each
+/// member's audit counts.
+fn nobody_accused(net: &Net, what: &str) -> Vec<lockstep_node::session::AuditStats> {
+    let mut all = Vec::new();
+    for (id, node) in &net.nodes {
+        let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
+        assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
+        let stats = node.session.audit_stats();
+        assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+        all.push(stats);
+    }
+    all
+}
+
 /// Two audit workers on members with cores to spare: with workers slower than the group, an
 /// assignment that finds one busy starts on the other, so more of the group's contributions are
 /// recomputed and fewer assignments skipped than with one worker, on the same seeds; nobody is
@@ -2876,11 +2890,7 @@ fn a_second_audit_worker_reaches_assignments_one_worker_skips() {
             net.run(1_000_000, |_, _| {});
             let what = format!("seed {seed} {compression:?}, {workers} workers\n{}", net.describe());
             assert_all_finished_equal(&net, &[1, 2, 3, 4], 40, &what);
-            for (id, node) in &net.nodes {
-                let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
-                assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
-                let stats = node.session.audit_stats();
-                assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
+            for stats in nobody_accused(&net, &what) {
                 reached[at].0 += stats.audited;
                 reached[at].1 += stats.skipped;
             }
@@ -2919,13 +2929,7 @@ fn an_assignment_waiting_for_the_worker_has_its_state_at_hand_when_it_starts() {
         net.run(1_000_000, |_, _| {});
         let what = format!("seed {seed} {compression:?}\n{}", net.describe());
         assert_all_finished_equal(&net, &[1, 2, 3, 4], 40, &what);
-        for (id, node) in &net.nodes {
-            let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
-            assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
-            let stats = node.session.audit_stats();
-            assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
-            prefetched += stats.prefetched;
-        }
+        prefetched += nobody_accused(&net, &what).iter().map(|s| s.prefetched).sum::<u32>();
     }
     assert!(prefetched >= 10, "{prefetched} audits started with their state at hand");
 }
