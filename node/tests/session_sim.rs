@@ -17,7 +17,7 @@ use lockstep_luts::rng::SplitMix64;
 use lockstep_node::audit::{Departure, Trace, Traced, Urgency, TRACE_CHUNK_WORDS};
 use lockstep_node::config::{ModelConfig, RunConfig};
 use lockstep_node::session::{
-    AgreementTiming, DropReason, Event, Failure, Input, LeaderAction, Output, Problem, Recomputed, Session,
+    AgreementTiming, DropReason, Event, Failure, Ignored, Input, LeaderAction, Output, Problem, Recomputed, Session,
     SessionConfig, StepDeadline, Stop, Task, WeightsChecked, SHUN_LAPSES_ELECTIONS,
 };
 use lockstep_node::sync::{self, Compression, Packed, SyncConfig, SyncMode, Values};
@@ -2847,13 +2847,18 @@ fn an_audit_whose_request_waited_out_a_cut_accuses_nobody() {
     assert!(ended.contains_key(&silent), "the cut-off leader's audits ended: {ended:?}");
 }
 
-/// Asserts that no member of `net` accused or convicted anyone and every audit matched; each
-/// member's audit counts.
+/// Asserts that no member of `net` accused or convicted anyone, every audit matched, and no
+/// answer to a state request it made was taken for one it never asked (a skipped assignment's,
+/// one a derived state served instead of, a link's after the audit's); each member's counts.
 fn nobody_accused(net: &Net, what: &str) -> Vec<lockstep_node::session::AuditStats> {
     let mut all = Vec::new();
     for (id, node) in &net.nodes {
         let wrong = node.events.iter().find(|e| matches!(e, Event::Accused { .. } | Event::Verdict(_)));
         assert!(wrong.is_none(), "node {id}: {wrong:?}: {what}");
+        // The answers to requests no longer waited for (skipped, derived instead) are no news.
+        let unasked = |e: &&Event| matches!(e, Event::Ignored { why: Ignored::UnaskedState, .. });
+        let unasked: Vec<&Event> = node.events.iter().filter(unasked).collect();
+        assert!(unasked.is_empty(), "node {id}: {unasked:?}: {what}");
         let stats = node.session.audit_stats();
         assert_eq!(stats.audited, stats.matched, "node {id}: {stats:?}");
         all.push(stats);

@@ -248,8 +248,14 @@ pub(super) struct Audits {
     /// audit of its previous contribution left it ([`Recomputed::next_words`]): the step, the
     /// state's digest and its words, within [`DERIVED_BYTES`].
     derived: BTreeMap<PeerId, (u32, u64, Arc<Vec<f32>>)>,
+    /// States asked for and no longer waited for, by (step, target) ([`Audits::unawait`]).
+    unawaited: VecDeque<(u32, PeerId)>,
     pub stats: AuditStats,
 }
+
+/// How many requests no longer waited for a member remembers (their answers come within a few
+/// steps).
+const UNAWAITED_KEPT: usize = 32;
 
 /// What the states an auditor derived ([`Audits::derived`]) may take, all of them: a window's
 /// state is 12 bytes a weight, and a state past this is not kept (the next audit asks for it).
@@ -275,6 +281,30 @@ impl Audits {
         if let Some(private) = self.pending.as_mut().filter(|p| p.target == from).and_then(|p| p.private.as_mut()) {
             private.heard(now_ms);
         }
+    }
+
+    /// A request for the state `target`'s contribution to `step` named, if `private` says one
+    /// was sent, is no longer waited for (its assignment skipped, served otherwise, or given
+    /// up): its answer, when it comes, is dropped without a word.
+    pub(super) fn unawait(&mut self, step: u32, target: PeerId, private: Option<&Private>) {
+        if private.is_some_and(|p| p.asked_ms.is_some()) {
+            self.answer_expected(step, target);
+        }
+    }
+
+    /// An answer from `target` for `step` is still to come and nothing waits for it.
+    pub(super) fn answer_expected(&mut self, step: u32, target: PeerId) {
+        self.unawaited.push_back((step, target));
+        while self.unawaited.len() > UNAWAITED_KEPT {
+            self.unawaited.pop_front();
+        }
+    }
+
+    /// Whether an answer from `from` for `step` is one [`Audits::unawait`] no longer waits for
+    /// (forgotten as it is taken).
+    pub(super) fn was_awaited(&mut self, from: PeerId, step: u32) -> bool {
+        let at = self.unawaited.iter().position(|&(s, t)| s == step && t == from);
+        at.and_then(|at| self.unawaited.remove(at)).is_some()
     }
 
     /// The audit under way of `target`'s contribution to `step`.
@@ -361,6 +391,7 @@ impl Audits {
         self.links_asked.clear();
         self.pending = None;
         self.derived.clear();
+        self.unawaited.clear();
     }
 }
 
@@ -398,8 +429,9 @@ impl Session {
         // with a worker free meanwhile, the assignment waits for that audit rather than ask.
         let derives = self.audits.derives(record.step, target);
         if derives || self.audits.running.len() >= self.audit_workers() {
-            if self.audits.pending.take().is_some() {
+            if let Some(replaced) = self.audits.pending.take() {
                 self.audits.stats.skipped += 1;
+                self.audits.unawait(replaced.step, replaced.target, replaced.private.as_ref());
             }
             let private = match derives || self.derived_private(record, target).is_some() {
                 true => None,
@@ -441,6 +473,7 @@ impl Session {
                 Some((private, None)) => match self.derived_private(record, target) {
                     Some((derived, words)) => {
                         self.audits.stats.derived += 1;
+                        self.audits.unawait(step, target, Some(&private));
                         (derived, Some(words))
                     }
                     None => (private, None),
@@ -502,6 +535,7 @@ impl Session {
             |r: &Running| r.private.as_ref().and_then(|p| p.asked_ms).is_some_and(|a| now_ms.saturating_sub(a) >= wait);
         while let Some(at) = self.audits.running.iter().position(overdue) {
             let running = self.audits.running.remove(at);
+            self.audits.unawait(running.step, running.target, running.private.as_ref());
             let election_ms = self.config.agreement.longest_election_ms();
             // Silent a while since the request: over a link that was down meanwhile (or died)
             // the request may have waited, or been lost, which is no withholding.
@@ -679,7 +713,10 @@ impl Session {
             let fresh = self.taking.applied <= step + PENDING_WITHIN && !self.audits.convicted.contains(&target);
             match self.audits.record(step).cloned() {
                 Some(record) if fresh => self.start_audit(&record, target, Vec::new(), private.map(|p| (p, served))),
-                _ => self.audits.stats.skipped += 1,
+                _ => {
+                    self.audits.stats.skipped += 1;
+                    self.audits.unawait(step, target, private.as_ref());
+                }
             }
         }
     }

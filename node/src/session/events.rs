@@ -256,7 +256,8 @@ pub enum Ignored {
     },
     /// A state request, but the run's contributions name no private state (`every-step` f32).
     StateOfStatelessRun,
-    /// A state this node did not ask for (or no longer waits for).
+    /// A state this node did not ask for. (An answer to a request it no longer waits for — a
+    /// skipped assignment's, one a derived state served instead — is dropped without a word.)
     UnaskedState,
     /// A trace request from a member that is not the leader (only the leader disputes).
     TraceRequestFromNonLeader,

@@ -152,6 +152,11 @@ impl Session {
         let waits = self.audits.waiting_for(from, step).is_some() && !digests_alone;
         let was_linked = linked.is_some();
         if let Some((link, _)) = linked {
+            if !digests_alone {
+                // An audit's answer checked the link asked for too: the link's own answer, of
+                // digests alone, is still to come.
+                self.audits.answer_expected(step, from);
+            }
             self.link_served(from, step, len, link, &served);
         }
         if !waits && !digests_alone {
@@ -170,7 +175,7 @@ impl Session {
             }
         }
         if !waits {
-            if !was_linked {
+            if !was_linked && !self.audits.was_awaited(from, step) {
                 self.ignore(from, Ignored::UnaskedState);
             }
             return;
