@@ -294,7 +294,12 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let kit = match self.replica.try_lock() {
             Ok(mut replica) => replica.audit_kit(step, target),
             Err(_) => {
+                // The newest as many as may run at once: an older one waiting still is one the
+                // session gave up meanwhile (for a check, or a new run), whose answer it ignores.
                 self.audit_waiting.push((step, target, private, trace, urgency));
+                let most = self.config.audit_workers.max(1) as usize;
+                let stale = self.audit_waiting.len().saturating_sub(most);
+                self.audit_waiting.drain(..stale);
                 return;
             }
         };
