@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use super::audit::{names_state, word_of, Unfinished, PRIVATE_KEPT};
+use super::audit::{names_state, word_of, Unfinished};
+use super::audits::PRIVATE_KEPT;
 use super::log::StepRecord;
 use super::*;
 use crate::audit::Urgency;
