@@ -137,7 +137,7 @@ pub trait Replica: Send + 'static {
     fn kept_states(&self) -> KeptStates {
         KeptStates::default()
     }
-    /// What opens a referee for audits ([`Provider::referee_opener`]); `None`: this replica
+    /// What opens a referee for audits ([`Provider::audit_referee_opener`]); `None`: this replica
     /// recomputes nobody's work.
     fn referee_opener(&self) -> Option<RefereeOpener> {
         None
@@ -169,8 +169,8 @@ pub trait Provider: Send {
     fn corpus_digest(&self) -> u64 {
         0
     }
-    /// What opens the referee that recomputes the products — when a backend is admitted at a
-    /// run's shapes, and in audits: the CPU mirror, gated, on every core. An opener rather than
+    /// What opens the referee that recomputes the products when a backend is admitted at a
+    /// run's shapes: the CPU mirror, gated, on every core. An opener rather than
     /// a referee: opening one (the gate) takes hundreds of milliseconds on a busy machine, so an
     /// audit opens it on its own thread, at its priority, never on the adapter's loop.
     fn referee_opener(&self) -> RefereeOpener;

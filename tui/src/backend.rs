@@ -195,7 +195,7 @@ pub fn referee() -> anyhow::Result<Box<dyn Gemm + Send>> {
 /// [`referee`] on `threads` threads (0: every core).
 pub fn referee_on(threads: u32) -> anyhow::Result<Box<dyn Gemm + Send>> {
     let admitted = admit("cpu", threads, Opening::default(), &mut |_| {}, &mut |_| {})
-        .context("opening the CPU mirror as the referee of the run's shapes")?;
+        .context("opening the CPU mirror as a referee")?;
     Ok(Box::new(admitted.gemm))
 }
 

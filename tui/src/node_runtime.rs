@@ -120,10 +120,15 @@ pub const AUDIT_STATE_PART: f64 = 0.125;
 /// `--audit-workers`' default: a second audit at once where the machine has cores to spare
 /// beside the member's own step and its loop (eight or more), else one (`docs/TRUST.md`).
 pub fn default_audit_workers() -> u32 {
-    match std::thread::available_parallelism().map_or(1, usize::from) {
+    match cores() {
         cores if cores >= 8 => 2,
         _ => 1,
     }
+}
+
+/// The cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// `--audit-threads`' default: one for every eight cores, at least one. A referee on every core
@@ -132,7 +137,7 @@ pub fn default_audit_workers() -> u32 {
 /// named within 10 syncs (`docs/TRUST.md`). At rate 0.1 an audit on an eighth of the cores
 /// keeps up with a member whose step takes them all.
 pub fn default_audit_threads() -> u32 {
-    (std::thread::available_parallelism().map_or(1, usize::from) / 8).max(1) as u32
+    (cores() / 8).max(1) as u32
 }
 
 fn parse_share(text: &str) -> Result<f64, String> {
