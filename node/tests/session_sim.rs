@@ -2938,3 +2938,60 @@ fn an_assignment_waiting_for_the_worker_has_its_state_at_hand_when_it_starts() {
     }
     assert!(prefetched >= 10, "{prefetched} audits started with their state at hand");
 }
+
+/// A leader can find itself a learner: its predecessor demoted it (it missed deadlines) and the
+/// demotion, appended on a majority but not yet known committed, was committed under it after it
+/// won the election — raft-rs keeps such a leader leading (`post_conf_change`). It votes again
+/// at once (the group's votes would otherwise rest on the two voters left), and a newcomer sends
+/// it its contributions though it never saw the leader contribute: a newcomer that sent nothing
+/// to a quiet-looking learner leader was dropped at its first deadline, refused the leader's
+/// repairs, and resumed again and again without ever keeping up (`lockstep chaos` seed 2015).
+#[test]
+fn a_leader_the_log_demoted_votes_again_and_a_newcomer_keeps_up_with_it() {
+    let mut found = 0;
+    for seed in 0..30 {
+        let mut net = Net::with_short_deadline(6000 + seed, &[1, 2, 3, 4], 400);
+        let (mut cut, mut killed, mut joined) = (false, false, false);
+        let mut learner_leader = false;
+        net.run(800_000, |net, top| {
+            // Nothing of 2's reaches the leader: it misses deadlines there (and is demoted),
+            // while it hears the leader's log and computes as before.
+            if top == 4 && !cut {
+                net.cut.insert((2, 1));
+                cut = true;
+            }
+            // The moment the leader applied 2's demotion, it dies: the others hold the entry
+            // and not its commit.
+            if cut && !killed && net.nodes[&1].session.configuration().1.contains(&2) {
+                net.kill(1);
+                killed = true;
+            }
+            let (voters, learners) = net.nodes[&3].session.configuration();
+            if killed && net.nodes[&3].session.leader() == Some(2) && learners.contains(&2) && !voters.contains(&2) {
+                learner_leader = true;
+            }
+            if killed && !joined && top >= 60 && net.nodes[&3].session.leader().is_some() {
+                net.join(9);
+                joined = true;
+            }
+        });
+        let what = format!("seed {seed}");
+        assert!(net.assert_identical_or_guarded(), "{what}");
+        assert!(killed && joined, "{what}:\n{}", net.describe());
+        assert_all_finished_equal(&net, &[2, 3, 4, 9], 400, &what);
+        if !learner_leader {
+            continue;
+        }
+        found += 1;
+        let leader = net.nodes[&3].session.leader().unwrap();
+        let voters = net.nodes[&leader].session.configuration().0;
+        assert!(voters.contains(&leader), "{what}: the leader {leader} votes again: {voters:?}");
+        assert!(
+            rosters_of(&net, 3)[&400].contains(&9),
+            "{what}: the newcomer's contributions count\n{}",
+            net.describe()
+        );
+        assert!(voters.contains(&9), "{what}: the newcomer votes: {voters:?}");
+    }
+    assert!(found >= 3, "a leader the log demoted in {found} of 30 seeds");
+}

@@ -12,15 +12,17 @@
 //!   a step's deadline is not waited for from then on, and needs more steps in a row to come
 //!   back each time it misses again (1, 4, 8, … 128): one lazy member costs the group one
 //!   deadline, not one a step, and a slower one is not shut out by being second.
-//!   It stops voting (`Change::Learner`) where [`MIN_VOTERS`] voters remain without it.
+//!   It stops voting (`Change::Learner`) where [`MIN_VOTERS`] voters remain without it. A
+//!   leader can find itself demoted — its predecessor's demotion of it committed under it,
+//!   which raft-rs lets lead on — and votes again by the next change.
 //! - A member that says it is leaving, that a person forgets or kicks, or whose link has been
 //!   closed for [`GONE_MS`] leaves the configuration (`Change::Remove`); kicked ones stay out.
 //! - A member whose peer info says it cannot compute is an **observer**: never in the
 //!   configuration (one that says so once in it — its backend refused at the run's shapes —
 //!   leaves it); the leader tells it the run and sends it one resume, so it can watch.
 //!
-//! One configuration change is under way at a time (Raft's rule); removals go first, then
-//! demotions, additions, promotions.
+//! One configuration change is under way at a time (Raft's rule); removals go first, then the
+//! leader's own vote, demotions, additions, promotions.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -279,6 +281,12 @@ impl Roster {
             if let Some(ms) = closed.filter(|ms| *ms >= GONE_MS) {
                 return Some((Change::Remove(peer), Some(DropReason::Gone { ms })));
             }
+        }
+        // A leader its predecessor demoted (the demotion committed under it, which raft-rs lets
+        // lead on) votes again: it keeps up by leading, and the votes would otherwise rest on
+        // fewer members than the group has.
+        if learners.contains(&me) {
+            return Some((Change::Voter(me), None));
         }
         if voters.len() > MIN_VOTERS {
             if let Some(&peer) = voters.iter().find(|p| **p != me && !self.expected(**p)) {
