@@ -21,11 +21,13 @@ export LOCKSTEP_PLUGIN_DIR=$PWD/.devbin LOCKSTEP_CORPUS=$PWD/.devbin/corpus
 bin=${BIN:-$PWD/.devbin/lockstep}
 parts=${PARTS:-f32,int8,outer,plugins}
 common=(--runs "${RUNS:-10}" --json ${AUDIT_WORKERS:+--audit-workers "$AUDIT_WORKERS"}
-  ${AUDIT_THREADS:+--audit-threads "$AUDIT_THREADS"})
+  ${AUDIT_THREADS:+--audit-threads "$AUDIT_THREADS"} ${HONEST_BACKENDS:+--honest-backends "$HONEST_BACKENDS"})
+# HONEST_BACKENDS (e.g. cpu,lut,dp4a,cpu) puts the honest members on those backends, the WGSL ones on
+# the GPU's Vulkan driver: the loader must be installed first (.gl, the device README).
 # AUDIT_WORKERS and AUDIT_THREADS set every member's --audit-workers (by default the node's choice:
 # 2 on 16 cores) and --audit-threads (by default every core) and tag the output files
 # (PART-RATE-wN-tM.json).
-tag=${AUDIT_WORKERS:+-w$AUDIT_WORKERS}${AUDIT_THREADS:+-t$AUDIT_THREADS}
+tag=${AUDIT_WORKERS:+-w$AUDIT_WORKERS}${AUDIT_THREADS:+-t$AUDIT_THREADS}${HONEST_BACKENDS:+-mixed}
 has() { [[ ",$parts," == *",$1,"* ]]; }
 part() {
   local name=$1 limit=$2

@@ -77,7 +77,8 @@ pub struct AuditArgs {
     /// is the median of the pairs' (one machine's load drifts between runs).
     #[arg(long, default_value_t = 3)]
     pairs: usize,
-    /// The honest group's backends, member by member (repeated when fewer than `--members`):
+    /// The honest members' backends, member by member (repeated when fewer than `--members`;
+    /// a rogue run's last member, the rogue, is on `cpu` or its plugin):
     /// a plugin name (`cpu`, `lut`, `dp4a`, `tc`) or `cpu@PATH`, the CPU mirror on one path of
     /// this CPU's (`avx512-vnni`, `avx-vnni`, `avx2`, `portable`: `LOCKSTEP_CPU_PATH`) — members of
     /// two CPU kinds on one machine.
@@ -233,7 +234,9 @@ impl AuditCounts {
 
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> anyhow::Result<Caught> {
     let plugin = kind.strip_prefix("plugin:");
-    let mut backends = vec!["cpu".to_string(); args.members];
+    // The honest members on `--honest-backends`, as in the honest groups; the rogue on the CPU
+    // mirror (or the plugin).
+    let mut backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
     backends[args.members - 1] = plugin.unwrap_or("cpu").to_string();
     let mut group = Group::start(bin, args, args.rate, &backends)?;
     group.train(args, 1_000_000)?;
