@@ -287,21 +287,28 @@ const TINY_MODEL: &[&str] = &["--width", "32", "--context", "32", "--layers", "1
 /// products and wrong past 16 Ki outputs a product (`flaw_past_size`) is admitted by `lockstep
 /// gate` and refused by `lockstep train` before it trains a step (exit 2, as for a backend the
 /// gate refuses, with the op, buffer,
-/// word and both values, in text and in `--json`); an exact backend is admitted at the run's
-/// shapes with every op of one step checked, and then trains.
+/// word and both values, in text and in `--json`) in every mode (`every-step` f32 and int8,
+/// `outer:2` int8); an exact backend is admitted at the run's shapes with every op of one step
+/// checked, and then trains.
 #[test]
 fn train_refuses_a_plugin_wrong_only_at_the_runs_sizes() {
     let _phase = crate::common::phase(module_path!());
     let plugin = fixture("flaw_past_size");
     let out = lockstep(&["gate", &plugin]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // In every mode: the admission runs the run's own step, whatever the sync and the packing.
+    for mode in [&[][..], &["--compress", "int8"], &["--sync", "outer:2", "--compress", "int8"]] {
+        let mut args = vec!["train", "--steps", "2", "--eval-batches", "0", "--backend", &plugin];
+        args.extend_from_slice(TINY_MODEL);
+        args.extend_from_slice(mode);
+        let out = lockstep(&args);
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{mode:?}: {shown}");
+        assert!(shown.contains("may not train this run: refused at the run's own shapes: op #"), "{mode:?}: {shown}");
+        assert!(!shown.contains("step      1"), "{mode:?}: it trained nothing: {shown}");
+    }
     let mut args = vec!["train", "--steps", "2", "--eval-batches", "0", "--backend", &plugin];
     args.extend_from_slice(TINY_MODEL);
-    let out = lockstep(&args);
-    let shown = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{shown}");
-    assert!(shown.contains("may not train this run: refused at the run's own shapes: op #"), "{shown}");
-    assert!(!shown.contains("step      1"), "it trained nothing: {shown}");
     args.push("--json");
     let out = lockstep(&args);
     let refused: serde_json::Value =
