@@ -86,6 +86,7 @@ async fn step_breakdown(nodes: usize, steps: u32, compute_ahead: bool) -> anyhow
             backend: admitted.name.clone(),
             verdict: admitted.verdict.clone(),
             link: lockstep_mesh::LinkShim::default(),
+            in_flight_bytes: lockstep_mesh::IN_FLIGHT_BYTES,
             // Nothing here is kicked or fails on purpose; a bench node that must stop saves
             // where the system keeps temporary files.
             ckpt_dir: std::env::temp_dir(),

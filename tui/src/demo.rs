@@ -157,6 +157,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         audits_at_own_priority: false,
         audit_workers: None,
         audit_threads: None,
+        in_flight_kib: lockstep_mesh::IN_FLIGHT_BYTES / 1024,
         ckpt_dir: args.ckpt_dir.clone(),
         data: data.clone(),
         corpus: args.corpus.clone(),

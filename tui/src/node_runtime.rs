@@ -86,6 +86,13 @@ pub struct MeshArgs {
     /// by default one for every eight cores, at least one: `docs/TRUST.md`).
     #[arg(long, value_name = "N")]
     pub audit_threads: Option<u32>,
+    /// The step's traffic this node may have sent and not yet had acknowledged, over all its
+    /// peers together, in KiB: about two thirds of what its uplink queues before it drops
+    /// (the default suits a consumer uplink; raise it for fast links with a long round trip,
+    /// which it caps at this much a round trip: `docs/PERFORMANCE.md`, "In flight").
+    #[arg(long, default_value_t = lockstep_mesh::IN_FLIGHT_BYTES / 1024, value_name = "KIB",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(96..))]
+    pub in_flight_kib: usize,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
     /// a slow member's steps still count).
@@ -369,6 +376,7 @@ pub fn prepare(
         audit_workers: args.audit_workers.unwrap_or_else(default_audit_workers),
         id: new_member_id(),
         link: LinkShim { delay_ms: args.link_delay_ms, loss_per_mille: args.link_loss_per_mille, seed: 1 },
+        in_flight_bytes: args.in_flight_kib.saturating_mul(1024),
         backend: admitted.name.clone(),
         verdict: admitted.verdict.clone(),
         ckpt_dir: args.ckpt_dir.clone(),

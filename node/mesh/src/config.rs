@@ -11,8 +11,17 @@ use webrtc::peer_connection::{PeerConnectionBuilder, SettingEngineBuilder};
 
 use crate::sockets::{self, LinkShim};
 
-/// Bytes a channel may buffer before `send` waits (flow control).
+/// Bytes a channel may buffer before `send` waits (flow control): a backstop above the
+/// node's own in-flight budget ([`IN_FLIGHT_BYTES`]), which the step's traffic waits for first.
 pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+/// The bytes a node's contributions, repairs and states may have sent and not yet acknowledged,
+/// over all its channels together (each channel gets its share): about two thirds of what a
+/// consumer uplink of 50 Mbit/s queues (400 ms) before it drops. SCTP recovers from a burst of
+/// drops slowly (a retransmission timeout of 1 s at least, then slow start): with 4 MiB a
+/// channel, three channels' bursts overflowed such a queue every step and ran at 30% of the
+/// line rate (`docs/PERFORMANCE.md`, "In flight"). It caps a channel at budget / RTT (37 MB/s
+/// shared at 40 ms): `--in-flight-kib` raises it for fast, long links.
+pub const IN_FLIGHT_BYTES: usize = 1536 * 1024;
 /// The SCTP receive buffer each end advertises (the crate's default is about 1 MiB, which
 /// caps a loopback channel's throughput).
 pub const SCTP_RECEIVE_BUFFER_BYTES: u32 = 8 * 1024 * 1024;
@@ -101,6 +110,9 @@ pub struct MeshConfig {
     pub verdict: Verdict,
     /// Delay and loss added to every datagram this node sends (benchmarks and tests).
     pub link: LinkShim,
+    /// The step's traffic this node may have in flight (sent, not acknowledged) over all its
+    /// channels together ([`IN_FLIGHT_BYTES`] by default).
+    pub in_flight_bytes: usize,
     /// Where a node that must stop (kicked, a failed compute, a resume it cannot restore)
     /// saves its last committed state before it exits.
     pub ckpt_dir: std::path::PathBuf,

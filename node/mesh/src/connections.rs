@@ -1,6 +1,7 @@
 //! WebRTC plumbing for one peer: the peer connection with the mesh's settings, its event
 //! handler, and the reader and writer tasks of its data channel.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,11 +108,55 @@ impl Writer {
 
 /// A spare frame goes out only while the channel holds at most this many bytes not yet
 /// acknowledged: two fragments. A frame handed to the channel is in SCTP's hands, and the
-/// group's next contribution would wait behind all of them (the channel buffers 4 MiB).
+/// group's next contribution would wait behind all of them.
 const SPARE_WHEN_OUTSTANDING_AT_MOST: usize = 2 * lockstep_node::wire::FRAGMENT_BYTES;
 
-/// How often a held spare frame looks again at what the channel holds.
-const SPARE_POLL: Duration = Duration::from_millis(1);
+/// How often a held frame looks again at what its channel holds.
+const HELD_POLL: Duration = Duration::from_millis(1);
+
+/// The node's budget of bytes in flight (sent, not yet acknowledged) for the step's traffic,
+/// shared by its channels: each gets an equal share while it is open, and a bulk frame waits
+/// while its channel holds its share (one frame always may go). Where the node's uplink
+/// queues less than all its channels would send at once, the excess is dropped, and SCTP
+/// recovers from a burst of drops slowly (`config::IN_FLIGHT_BYTES`).
+#[derive(Debug)]
+pub struct InFlight {
+    budget: usize,
+    channels: AtomicUsize,
+}
+
+impl InFlight {
+    pub fn new(budget: usize) -> Arc<InFlight> {
+        Arc::new(InFlight { budget, channels: AtomicUsize::new(0) })
+    }
+
+    /// What one channel may hold: its share of the budget, two fragments at least.
+    pub fn share(&self) -> usize {
+        let channels = self.channels.load(Ordering::Relaxed).max(1);
+        (self.budget / channels).max(2 * lockstep_node::wire::FRAGMENT_BYTES)
+    }
+
+    /// Whether a bulk frame of `len` bytes may go out on a channel holding `outstanding`.
+    fn admits(&self, outstanding: usize, len: usize) -> bool {
+        outstanding == 0 || outstanding + len <= self.share()
+    }
+}
+
+/// A channel counted in its node's [`InFlight`] while its writer runs.
+struct Counted(Arc<InFlight>);
+
+impl Counted {
+    fn new(in_flight: Arc<InFlight>) -> Counted {
+        in_flight.channels.fetch_add(1, Ordering::Relaxed);
+        Counted(in_flight)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.channels.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// The writer task's half of a [`Writer`]'s queues.
 struct Lanes {
@@ -133,12 +178,13 @@ impl Lanes {
         }
     }
 
-    /// A frame of the two upper lanes, waiting at most `wait`; `None` when none came.
-    async fn next_above_spare(&mut self, wait: Duration) -> Option<(Vec<u8>, Lane)> {
+    /// A frame that may pass what is held, waiting at most `wait`: an urgent one, or a bulk
+    /// one where no bulk frame is held (a lane keeps its order); `None` when none came.
+    async fn next_passing(&mut self, bulk_held: bool, wait: Duration) -> Option<(Vec<u8>, Lane)> {
         tokio::select! {
             biased;
             Some(frame) = self.urgent.recv() => Some((frame, Lane::Urgent)),
-            Some(frame) = self.bulk.recv() => Some((frame, Lane::Bulk)),
+            Some(frame) = self.bulk.recv(), if !bulk_held => Some((frame, Lane::Bulk)),
             () = tokio::time::sleep(wait) => None,
         }
     }
@@ -151,42 +197,49 @@ fn lanes() -> (Writer, Lanes) {
     (Writer { urgent, bulk, spare }, Lanes { urgent: urgent_rx, bulk: bulk_rx, spare: spare_rx })
 }
 
-/// One task per channel writes its frames, the higher lanes' first; `send` waits while the
-/// channel's buffer is full, so a slow peer only slows its own queues. A spare frame is held
-/// until the channel has sent what it holds ([`SPARE_WHEN_OUTSTANDING_AT_MOST`]), the upper
-/// lanes' frames going out meanwhile: it takes only the link's idle time.
-pub fn spawn_writer(channel: Arc<dyn DataChannel>) -> Writer {
+/// One task per channel writes its frames, the higher lanes' first. An urgent frame goes out
+/// at once; a bulk frame waits while the channel holds its share of the node's [`InFlight`]
+/// budget; a spare frame waits until the channel has sent what it holds
+/// ([`SPARE_WHEN_OUTSTANDING_AT_MOST`]), the upper lanes' frames going out meanwhile: it takes
+/// only the link's idle time. `send` itself waits while the channel's buffer is full, so a slow
+/// peer only slows its own queues.
+pub fn spawn_writer(channel: Arc<dyn DataChannel>, in_flight: Arc<InFlight>) -> Writer {
     let (writer, mut lanes) = lanes();
     tokio::spawn(async move {
-        let mut held: Option<Vec<u8>> = None;
+        let _counted = Counted::new(in_flight.clone());
+        let (mut bulk, mut spare): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
         loop {
-            let frame = match held.take() {
-                None => match lanes.next().await {
-                    Some((frame, Lane::Spare)) => {
-                        held = Some(frame);
+            if bulk.is_none() && spare.is_none() {
+                match lanes.next().await {
+                    Some((frame, Lane::Urgent)) => {
+                        if channel.send(BytesMut::from(&frame[..])).await.is_err() {
+                            break;
+                        }
                         continue;
                     }
-                    Some((frame, _)) => frame,
+                    Some((frame, Lane::Bulk)) => bulk = Some(frame),
+                    Some((frame, Lane::Spare)) => spare = Some(frame),
                     None => break,
-                },
-                Some(spare) => {
-                    let idle = channel.outstanding_bytes().await.unwrap_or(0) <= SPARE_WHEN_OUTSTANDING_AT_MOST;
-                    let wait = if idle { Duration::ZERO } else { SPARE_POLL };
-                    match lanes.next_above_spare(wait).await {
-                        Some((frame, _)) => {
-                            held = Some(spare);
-                            frame
-                        }
-                        None if idle => spare,
-                        None => {
-                            held = Some(spare);
-                            continue;
-                        }
-                    }
                 }
+            }
+            let outstanding = channel.outstanding_bytes().await.unwrap_or(0);
+            let ready = if bulk.as_ref().is_some_and(|frame| in_flight.admits(outstanding, frame.len())) {
+                bulk.take()
+            } else if bulk.is_none() && outstanding <= SPARE_WHEN_OUTSTANDING_AT_MOST {
+                spare.take()
+            } else {
+                None
             };
-            if channel.send(BytesMut::from(&frame[..])).await.is_err() {
-                break;
+            if let Some(frame) = ready {
+                if channel.send(BytesMut::from(&frame[..])).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            match lanes.next_passing(bulk.is_some(), HELD_POLL).await {
+                Some((frame, Lane::Bulk)) => bulk = Some(frame),
+                Some((frame, _)) if channel.send(BytesMut::from(&frame[..])).await.is_err() => break,
+                Some(_) | None => {}
             }
         }
     });
@@ -269,5 +322,36 @@ mod tests {
         }
         let written: Vec<&[u8]> = written.iter().map(Vec::as_slice).collect();
         assert_eq!(written, [&b"u1"[..], b"u2", b"b1", b"b2", b"b3", b"s1", b"s2"]);
+    }
+
+    /// Each open channel gets an equal share of the node's budget, two fragments at least; a
+    /// bulk frame goes out while it fits its channel's share, and always onto an empty channel.
+    #[test]
+    fn the_budget_in_flight_is_shared_by_the_open_channels() {
+        let fragment = lockstep_node::wire::FRAGMENT_BYTES;
+        let in_flight = InFlight::new(1536 * 1024);
+        assert_eq!(in_flight.share(), 1536 * 1024, "no channel yet: one's share");
+        let counted: Vec<Counted> = (0..3).map(|_| Counted::new(in_flight.clone())).collect();
+        assert_eq!(in_flight.share(), 512 * 1024);
+        assert!(in_flight.admits(512 * 1024 - fragment, fragment));
+        assert!(!in_flight.admits(512 * 1024 - fragment + 1, fragment));
+        assert!(in_flight.admits(0, 4 * 1024 * 1024), "a frame larger than the share onto an empty channel");
+        let more: Vec<Counted> = (0..61).map(|_| Counted::new(in_flight.clone())).collect();
+        assert_eq!(in_flight.share(), 2 * fragment, "64 channels: two fragments each, not 24 KiB");
+        drop(more);
+        drop(counted);
+        assert_eq!(in_flight.share(), 1536 * 1024, "closed channels give their share back");
+    }
+
+    /// A held bulk frame lets urgent frames pass and keeps the bulk lane's order.
+    #[tokio::test]
+    async fn a_held_bulk_frame_lets_urgent_frames_pass_not_bulk_ones() {
+        let (writer, mut lanes) = lanes();
+        writer.send(b"b2".to_vec(), Lane::Bulk);
+        writer.send(b"u1".to_vec(), Lane::Urgent);
+        let wait = Duration::from_millis(5);
+        assert_eq!(lanes.next_passing(true, wait).await.map(|(f, _)| f), Some(b"u1".to_vec()));
+        assert_eq!(lanes.next_passing(true, wait).await, None, "b2 waits behind the held bulk frame");
+        assert_eq!(lanes.next_passing(false, wait).await.map(|(f, _)| f), Some(b"b2".to_vec()));
     }
 }

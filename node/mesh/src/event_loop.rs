@@ -22,7 +22,9 @@ use webrtc::peer_connection::RTCSessionDescription;
 
 use crate::checkpoint_file::{save_checkpoint, CheckpointTarget};
 use crate::config::{MeshConfig, AGENT, LINK_TICK};
-use crate::connections::{gathered_description, new_connection, spawn_reader, spawn_writer, Lane, CHANNEL_LABEL};
+use crate::connections::{
+    gathered_description, new_connection, spawn_reader, spawn_writer, InFlight, Lane, CHANNEL_LABEL,
+};
 use crate::control::{Command, Ended, Report, StepTiming};
 use crate::inbound::{Computed, Inbound, InboundRx, InboundTx};
 use crate::signal_client::{connect_signal, signal_url};
@@ -64,6 +66,8 @@ pub(crate) enum Flow {
 /// The adapter's state between events.
 pub(crate) struct MeshLoop<R> {
     config: MeshConfig,
+    /// The step's traffic in flight over all channels (`connections::InFlight`).
+    in_flight: Arc<InFlight>,
     replica: Arc<Mutex<dyn Replica>>,
     report: R,
     /// Where the tasks this loop spawns send their events.
@@ -153,6 +157,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         let kept_states = replica.lock().unwrap_or_else(|p| p.into_inner()).kept_states();
         MeshLoop {
             kept_states,
+            in_flight: InFlight::new(config.in_flight_bytes),
             config,
             replica,
             report,
@@ -664,7 +669,7 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
         if entry.writer.is_some() || entry.attempt != attempt {
             return;
         }
-        entry.writer = Some(spawn_writer(channel));
+        entry.writer = Some(spawn_writer(channel, self.in_flight.clone()));
         self.reoffer.remove(&peer);
         let link = self.links.stats.entry(peer).or_default();
         link.heard = Some(Instant::now());

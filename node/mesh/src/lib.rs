@@ -45,7 +45,7 @@ pub mod sockets;
 
 pub use checkpoint_file::{save_checkpoint, CheckpointTarget, SaveError, Saved};
 pub use config::{
-    channel_settings, mesh_runtime, new_member_id, MeshConfig, AGENT, LINK_TICK, LOOPBACK_RECEIVE_MTU,
+    channel_settings, mesh_runtime, new_member_id, MeshConfig, AGENT, IN_FLIGHT_BYTES, LINK_TICK, LOOPBACK_RECEIVE_MTU,
     LOOPBACK_SCTP_MTU, SCTP_RECEIVE_BUFFER_BYTES, SEND_BUFFER_BYTES,
 };
 pub use connections::CHANNEL_LABEL;
