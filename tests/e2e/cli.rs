@@ -184,6 +184,19 @@ fn a_gate_child_dies_with_the_process_that_started_it() {
     }
 }
 
+/// `--in-flight-kib` below two fragments (96 KiB) or past 1 GiB is refused before anything
+/// starts, saying the bounds.
+#[test]
+fn node_refuses_an_in_flight_budget_out_of_bounds() {
+    let _phase = crate::common::phase(module_path!());
+    for kib in ["95", "1048577"] {
+        let out = lockstep(&["node", "--in-flight-kib", kib]);
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{kib}: {shown}");
+        assert!(shown.contains(&format!("{kib} is not in 96..=1048576")), "{kib}: {shown}");
+    }
+}
+
 #[test]
 fn gate_explains_files_it_cannot_load() {
     let _phase = crate::common::phase(module_path!());

@@ -150,7 +150,17 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     // that this group and another test's keep busy.
     // A lavapipe member's first step (its pipelines built, the admission at the run's shapes)
     // takes seconds on a loaded machine: waited for, so that the group stays whole and audits.
-    let audit = ["--audit-rate", "1", "--audits-at-own-priority", "--step-deadline-floor-ms", "120000"];
+    // The smallest budget in flight (two fragments a channel): every contribution and served
+    // state larger than that waits for its channel's acknowledgements, frame by frame.
+    let audit = [
+        "--audit-rate",
+        "1",
+        "--audits-at-own-priority",
+        "--step-deadline-floor-ms",
+        "120000",
+        "--in-flight-kib",
+        "96",
+    ];
     let mut a = Node::spawn_with(&signal, "cpu", &audit);
     let b = Node::spawn_with(&signal, "lut", &audit);
     let c = Node::spawn_with(&signal, "dp4a", &audit);

@@ -91,7 +91,7 @@ pub struct MeshArgs {
     /// (the default suits a consumer uplink; raise it for fast links with a long round trip,
     /// which it caps at this much a round trip: `docs/PERFORMANCE.md`, "In flight").
     #[arg(long, default_value_t = lockstep_mesh::IN_FLIGHT_BYTES / 1024, value_name = "KIB",
-        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(96..))]
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(96..=1_048_576))]
     pub in_flight_kib: usize,
     /// Elastic windows, when this node leads: take a member out of the run once each of its
     /// last N contributions stood for a quarter of the window or less (0: keep every member;
