@@ -232,11 +232,16 @@ impl AuditCounts {
     }
 }
 
+/// Member `i`'s backend in an honest group: `--honest-backends`, repeated to `--members`.
+fn honest_backends(args: &AuditArgs) -> Vec<String> {
+    args.honest_backends.iter().cycle().take(args.members).cloned().collect()
+}
+
 fn rogue_run(bin: &Path, args: &AuditArgs, kind: &str, keep: Option<&Path>) -> anyhow::Result<Caught> {
     let plugin = kind.strip_prefix("plugin:");
     // The honest members on `--honest-backends`, as in the honest groups; the rogue on the CPU
     // mirror (or the plugin).
-    let mut backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
+    let mut backends = honest_backends(args);
     backends[args.members - 1] = plugin.unwrap_or("cpu").to_string();
     let mut group = Group::start(bin, args, args.rate, &backends)?;
     group.train(args, 1_000_000)?;
@@ -345,8 +350,7 @@ fn steps_per_sync(sync: &str) -> u32 {
 
 /// Syncs per second of an honest group at `rate`, and its audits and accusations.
 fn honest_run(bin: &Path, args: &AuditArgs, rate: f64) -> anyhow::Result<(f64, usize, usize, AuditCounts)> {
-    let backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
-    let mut group = Group::start(bin, args, rate, &backends)?;
+    let mut group = Group::start(bin, args, rate, &honest_backends(args))?;
     group.train(args, (args.honest_steps + 5) * steps_per_sync(&args.sync))?;
     group.wait_step(5, Duration::from_secs(60))?;
     let began = Instant::now();
@@ -407,7 +411,7 @@ pub fn run(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let (share, plain, audited_rate) = (median(&shares), median(&plains), median(&withs));
     let overlap = if args.overlap > 0 { format!(" overlap {}", args.overlap) } else { String::new() };
     let mode = format!("{}/{}{overlap}", args.sync, args.compress);
-    let honest_backends: Vec<String> = args.honest_backends.iter().cycle().take(args.members).cloned().collect();
+    let honest_backends = honest_backends(&args);
     let summary = json!({"members": args.members, "threads": args.threads, "rate": args.rate, "state_part": args.state_part,
         "own_priority": args.own_priority, "model": args.model, "mode": mode,
         "audit_threads": args.audit_threads.unwrap_or_else(lockstep_tui::node_runtime::default_audit_threads), "audit_workers": args.audit_workers.unwrap_or_else(lockstep_tui::node_runtime::default_audit_workers),

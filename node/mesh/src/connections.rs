@@ -131,7 +131,7 @@ impl InFlight {
     }
 
     /// What one channel may hold: its share of the budget, two fragments at least.
-    pub fn share(&self) -> usize {
+    fn share(&self) -> usize {
         let channels = self.channels.load(Ordering::Relaxed).max(1);
         (self.budget / channels).max(2 * lockstep_node::wire::FRAGMENT_BYTES)
     }
@@ -211,12 +211,8 @@ pub fn spawn_writer(channel: Arc<dyn DataChannel>, in_flight: Arc<InFlight>) -> 
         loop {
             if bulk.is_none() && spare.is_none() {
                 match lanes.next().await {
-                    Some((frame, Lane::Urgent)) => {
-                        if channel.send(BytesMut::from(&frame[..])).await.is_err() {
-                            break;
-                        }
-                        continue;
-                    }
+                    Some((frame, Lane::Urgent)) if !write(&channel, &frame).await => break,
+                    Some((_, Lane::Urgent)) => continue,
                     Some((frame, Lane::Bulk)) => bulk = Some(frame),
                     Some((frame, Lane::Spare)) => spare = Some(frame),
                     None => break,
@@ -231,19 +227,24 @@ pub fn spawn_writer(channel: Arc<dyn DataChannel>, in_flight: Arc<InFlight>) -> 
                 None
             };
             if let Some(frame) = ready {
-                if channel.send(BytesMut::from(&frame[..])).await.is_err() {
+                if !write(&channel, &frame).await {
                     break;
                 }
                 continue;
             }
             match lanes.next_passing(bulk.is_some(), HELD_POLL).await {
                 Some((frame, Lane::Bulk)) => bulk = Some(frame),
-                Some((frame, _)) if channel.send(BytesMut::from(&frame[..])).await.is_err() => break,
+                Some((frame, _)) if !write(&channel, &frame).await => break,
                 Some(_) | None => {}
             }
         }
     });
     writer
+}
+
+/// Hands `frame` to the channel; false once the channel is gone.
+async fn write(channel: &Arc<dyn DataChannel>, frame: &[u8]) -> bool {
+    channel.send(BytesMut::from(frame)).await.is_ok()
 }
 
 /// A peer connection to `peer` with the mesh's settings (`large_packets`: loopback SCTP
