@@ -2942,10 +2942,10 @@ fn an_assignment_waiting_for_the_worker_has_its_state_at_hand_when_it_starts() {
 /// A leader can find itself a learner: its predecessor demoted it (it missed deadlines) and the
 /// demotion, appended on a majority but not yet known committed, was committed under it after it
 /// won the election — raft-rs keeps such a leader leading (`post_conf_change`). It votes again
-/// at once (the group's votes would otherwise rest on the two voters left), and a newcomer sends
-/// it its contributions though it never saw the leader contribute: a newcomer that sent nothing
-/// to a quiet-looking learner leader was dropped at its first deadline, refused the leader's
-/// repairs, and resumed again and again without ever keeping up (`lockstep chaos` seed 2015).
+/// at once (the group's votes would otherwise rest on the two voters left), so a newcomer that
+/// joins later sends it its contributions, as to any voter: one that sent nothing to a
+/// quiet-looking learner leader was dropped at its first deadline, refused the leader's repairs,
+/// and resumed again and again without ever keeping up (`lockstep chaos` seed 2015).
 #[test]
 fn a_leader_the_log_demoted_votes_again_and_a_newcomer_keeps_up_with_it() {
     let mut found = 0;

@@ -120,18 +120,15 @@ impl Session {
         self.offer(me, gradient);
     }
 
-    /// Whether `peer` takes part in `step`: in the configuration, and the leader (whose records
-    /// name what it holds), a voter, waited for by us (leading), or it contributed or joined
-    /// within [`QUIET_STEPS`]. Only those are sent contributions and repairs: a member that
-    /// computes nothing follows by resumes, at the leader's back-off, and costs the group no
-    /// bandwidth.
+    /// Whether `peer` takes part in `step`: in the configuration, and a voter, waited for by us
+    /// (leading), or it contributed or joined within [`QUIET_STEPS`]. Only those are sent
+    /// contributions and repairs: a member that computes nothing follows by resumes, at the
+    /// leader's back-off, and costs the group no bandwidth. (The leader is a voter: one the log
+    /// demoted votes again by its next change, `roster.rs`.)
     pub(super) fn takes_part(&self, peer: PeerId, step: u32) -> bool {
         let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(peer)) else { return false };
         !self.roster.is_observer(peer)
-            && (agreement.leader() == Some(peer)
-                || agreement.is_voter(peer)
-                || self.roster.expected(peer)
-                || self.computing.lately(peer, step))
+            && (agreement.is_voter(peer) || self.roster.expected(peer) || self.computing.lately(peer, step))
     }
 
     /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s).
