@@ -2006,6 +2006,10 @@ fn a_follower_asleep_past_its_links_catches_up_equal() {
             _ => None,
         });
         assert_eq!(alone, Some((vec![3], vec![1, 2, 3])), "seed {seed}\n{}", net.describe());
+        // A leader heard again ends it, even the one it followed before, in the same term.
+        let alone_at = events.iter().position(|e| matches!(e, Event::NoMajority { .. })).unwrap();
+        let heard = events[alone_at..].iter().any(|e| matches!(e, Event::Leader { .. }));
+        assert!(heard, "seed {seed}: no leader said after the minority ended: {:?}", &events[alone_at..]);
         assert!(alone_top <= 5, "seed {seed}: alone, node 3 applied up to step {alone_top}");
         assert!(!events.iter().any(|e| matches!(e, Event::Leader { peer: 3, .. })), "seed {seed}: node 3 never leads");
         assert_all_finished_equal(&net, &[1, 2, 3], 200, &format!("seed {seed}"));

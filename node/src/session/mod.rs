@@ -615,8 +615,10 @@ impl Session {
         match agreement.leader() {
             Some(leader) => {
                 self.leaderless_since = None;
-                self.told_no_majority = false;
-                if self.told_leader != Some((leader, term)) {
+                // A minority said ends with a leader said, even the one it followed before in
+                // the same term (pre-vote keeps the term of a node cut off and back).
+                let ended_minority = std::mem::take(&mut self.told_no_majority);
+                if self.told_leader != Some((leader, term)) || ended_minority {
                     self.told_leader = Some((leader, term));
                     self.event(Event::Leader { peer: leader, term });
                     if leader == me {
