@@ -448,6 +448,7 @@ impl std::fmt::Display for SyncError {
 
 impl std::error::Error for SyncError {}
 
+pub mod owners;
 pub mod schedules;
 mod strategy;
 mod sum;
