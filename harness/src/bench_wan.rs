@@ -107,6 +107,14 @@ pub struct WanArgs {
     /// 1e-3,2e-3,4e-3,8e-3; `--quick`: empty]
     #[arg(long, value_delimiter = ',', value_name = "LR,LR,…")]
     lr_grid: Option<Vec<f32>>,
+    /// Steps of the member alone, whose final held-out loss every mode and the bound are timed
+    /// to. [default: 600; `--quick`: the run's steps]
+    #[arg(long)]
+    solo_steps: Option<u32>,
+    /// The bound (the exact every-step mean at full speed: perfect data parallelism) has its
+    /// held-out loss evaluated every this many steps.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    bound_every: u32,
     /// Draw held-out loss against wall-clock seconds, every mode at its best learning rate and
     /// the member alone, into this SVG file.
     #[arg(long, value_name = "FILE")]
@@ -504,6 +512,52 @@ fn best_curve(
     best.context("the learning-rate grid is empty")
 }
 
+/// The bound's replays: the rate of the grid whose curve first reaches the member alone's loss
+/// (the lowest final loss where none does), the first evaluated step at or below it, and that
+/// rate's curve as (step, loss).
+struct Bound {
+    lr: f32,
+    steps: Option<u32>,
+    curve: Vec<(u32, f32)>,
+}
+
+/// The exact every-step mean (`every-step none`) of every member replayed for the run's steps
+/// at each rate of the grid, its held-out loss every `--bound-every` steps and after the last.
+fn bound_curve(base: RunConfig, args: &WanArgs, data: &Data) -> anyhow::Result<Bound> {
+    let run = RunConfig { sync: SyncConfig::SEED, ..base };
+    let ids: Vec<u64> = (1..=args.nodes as u64).collect();
+    let mut best: Option<Bound> = None;
+    for &lr in &data.grid {
+        eprintln!(
+            "bench wan: the bound: replaying the exact every-step mean ({} steps, members {ids:?}) at lr {lr}",
+            run.steps
+        );
+        let curve = replay_curve_every(
+            RunConfig { lr, ..run },
+            &ids,
+            &BTreeMap::new(),
+            args.eval_batches,
+            data,
+            args.bound_every,
+        )?;
+        let steps = curve.iter().find(|&&(_, loss)| loss <= data.solo_loss).map(|&(k, _)| k);
+        let last = |b: &[(u32, f32)]| b.last().map_or(f32::INFINITY, |&(_, loss)| loss);
+        let better = match &best {
+            None => true,
+            Some(b) => match (steps, b.steps) {
+                (Some(k), Some(j)) => k < j,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => last(&curve) < last(&b.curve),
+            },
+        };
+        if better {
+            best = Some(Bound { lr, steps, curve });
+        }
+    }
+    best.context("the learning-rate grid is empty")
+}
+
 /// `--no-network`: a mode's figures from replays alone, each sync taking the compute of its
 /// inner steps at `member_rate` (tokens/s of one member).
 fn replay_mode(args: &WanArgs, run: RunConfig, data: &Data, member_rate: f64) -> anyhow::Result<Measured> {
@@ -553,8 +607,19 @@ fn replay_curve(
     eval_batches: usize,
     data: &Data,
 ) -> anyhow::Result<Vec<(u32, f32)>> {
+    replay_curve_every(run, ids, weights, eval_batches, data, run.syncs().div_ceil(24).max(1))
+}
+
+/// [`replay_curve`], the held-out loss after every `stride`-th sync and the last.
+fn replay_curve_every(
+    run: RunConfig,
+    ids: &[u64],
+    weights: &BTreeMap<u64, Vec<u32>>,
+    eval_batches: usize,
+    data: &Data,
+    stride: u32,
+) -> anyhow::Result<Vec<(u32, f32)>> {
     let mut replay = GroupReplay::new(run, ids, "cpu", 0, data.corpus.clone())?;
-    let stride = run.syncs().div_ceil(24).max(1);
     let mut curve = Vec::new();
     while replay.step_count() < run.steps {
         let next = u64::from(replay.step_count() / run.steps_per_sync() + 1);
@@ -641,20 +706,27 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     let quotas = quotas(&args)?;
     let rates = side_by_side(&args, &quotas, base)?;
     let alone: f64 = rates.iter().sum();
-    // One member alone: its final held-out loss (a one-process run of member 1's stream for the
-    // whole run), and its wall time for the run at the rate each of the side-by-side trainers
-    // had (the share of this machine a group member has).
-    let solo_run = RunConfig { sync: SyncConfig::SEED, ..base };
+    // One member alone: its final held-out loss (a one-process run of member 1's stream for
+    // `--solo-steps` steps), and its wall time for them at the rate each of the side-by-side
+    // trainers had (the share of this machine a group member has).
+    let solo_steps = args.solo_steps.unwrap_or(if args.quick { base.steps } else { 600 });
+    ensure!(solo_steps > 0, "--solo-steps: at least one step");
+    let solo_run = RunConfig { sync: SyncConfig::SEED, steps: solo_steps, ..base };
     let (solo_lr, solo_curve) = best_curve("one member alone", solo_run, &[1], &BTreeMap::new(), &args, &data)?;
     let solo_loss = solo_curve.last().map_or(f32::NAN, |&(_, loss)| loss);
     data.solo_loss = solo_loss;
     // (With `--speeds`, member 1's own rate under its quota.)
     let solo_rate = if quotas.is_empty() { alone / args.nodes as f64 } else { rates[0] };
-    let solo_seconds = f64::from(base.steps) * base.tokens_per_step() as f64 / solo_rate;
-    let solo_points: Vec<(f64, f32)> = solo_curve
-        .iter()
-        .map(|&(step, loss)| (f64::from(step) * base.tokens_per_step() as f64 / solo_rate, loss))
-        .collect();
+    let step_seconds = base.tokens_per_step() as f64 / solo_rate;
+    let solo_seconds = f64::from(solo_steps) * step_seconds;
+    let solo_points: Vec<(f64, f32)> =
+        solo_curve.iter().map(|&(step, loss)| (f64::from(step) * step_seconds, loss)).collect();
+    // The bound: every member's gradient summed exactly every step, each member computing at
+    // its side-by-side rate and nothing waiting for the network.
+    let bound = bound_curve(base, &args, &data)?;
+    let bound_points: Vec<(f64, f32)> =
+        bound.curve.iter().map(|&(step, loss)| (f64::from(step) * step_seconds, loss)).collect();
+    let bound_seconds = bound.steps.map(|k| f64::from(k) * step_seconds);
     let mut measured = Vec::new();
     for mode in &modes {
         let result = match &network {
@@ -677,8 +749,13 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     let trained = args.nodes as f64 * f64::from(run.steps) * run.tokens_per_step() as f64;
     let share = trained / data.corpus.train().len().max(1) as f64;
     if let Some(path) = &args.svg {
-        let mut series =
-            vec![Series { label: format!("one member alone (lr {solo_lr})"), points: solo_points.clone() }];
+        let mut series = vec![
+            Series { label: format!("one member alone (lr {solo_lr})"), points: solo_points.clone() },
+            Series {
+                label: format!("bound: exact every-step mean, no waiting (lr {})", bound.lr),
+                points: bound_points,
+            },
+        ];
         series.extend(measured.iter().map(|m| Series {
             label: format!(
                 "{}{} (lr {})",
@@ -741,10 +818,24 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
             );
         }
         println!(
-            "one member alone: held-out loss {solo_loss:.4} after {} steps at lr {solo_lr}, {solo_seconds:.0} s at its \
-             side-by-side rate",
-            run.steps
+            "one member alone: held-out loss {solo_loss:.4} after {solo_steps} steps at lr {solo_lr}, {solo_seconds:.0} s \
+             at its side-by-side rate"
         );
+        match (bound.steps, bound_seconds) {
+            (Some(k), Some(at)) => println!(
+                "bound (perfect data parallelism: the exact every-step mean, nothing waiting), lr {}: at or below it \
+                 at step {k}, {at:.0} s, {:.0}% of the member alone's time",
+                bound.lr,
+                at / solo_seconds * 100.0
+            ),
+            _ => println!(
+                "bound (perfect data parallelism: the exact every-step mean, nothing waiting): not at or below it \
+                 within the run's {} steps (lowest {:.4}, lr {})",
+                run.steps,
+                bound.curve.iter().map(|&(_, l)| l).fold(f32::INFINITY, f32::min),
+                bound.lr
+            ),
+        }
         println!(
             "{:<26} {:>7} {:>6} {:>10} {:>12} {:>9} {:>6} {:>9} {:>9} {:>7} {:>9} {:>8}",
             "mode",
@@ -767,9 +858,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
         let loss_gap = f64::from(m.heldout_loss / seed_loss - 1.0);
         let to_loss = m.time_to_loss.map(|(at, _)| at);
         if args.json {
-            println!(
-                "{}",
-                json!({"mode": m.mode, "tokens_per_s": m.tokens_per_s, "bytes_per_token": m.bytes_per_token,
+            let mut row = json!({"mode": m.mode, "tokens_per_s": m.tokens_per_s, "bytes_per_token": m.bytes_per_token,
                     "utilization": utilization, "heldout_loss": m.heldout_loss, "syncs": m.syncs,
                     "bytes_fewer_than_first": fewer, "loss_vs_first": loss_gap, "seconds": m.seconds,
                     "no_exchange_tokens_per_s": alone, "nodes": args.nodes, "rate_mbit": args.rate_mbit,
@@ -782,8 +871,19 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
                     "outer_lr": run.sync.outer.lr, "outer_momentum": run.sync.outer.momentum,
                     "lr": m.lr, "solo_lr": solo_lr, "lr_grid": data.grid, "corpus": data.corpus.name(),
                     "corpus_digest": format!("{:#018x}", data.corpus.digest()), "corpus_share": share,
-                    "curve": m.curve, "solo_curve": solo_points})
-            );
+                    "curve": m.curve, "solo_curve": solo_points});
+            // (Beside the row: `json!` nests too deep for one literal of every field.)
+            for (key, value) in [
+                ("solo_steps", json!(solo_steps)),
+                ("bound_steps", json!(bound.steps)),
+                ("bound_time_to_loss_s", json!(bound_seconds)),
+                ("bound_lr", json!(bound.lr)),
+                ("bound_every", json!(args.bound_every)),
+                ("bound_curve", json!(bound.curve)),
+            ] {
+                row[key] = value;
+            }
+            println!("{row}");
         } else {
             let (to_loss, vs_solo) = match m.time_to_loss {
                 Some((at, estimated)) => (
@@ -827,7 +927,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<ExitCode> {
     if !args.json {
         println!(
             "to loss: seconds from the first roster until the group's held-out loss was at most the member alone's \
-             final one (— not within the run); vs solo: of the member alone's time"
+             final one (— not within the run); vs solo: of the member alone's time (the bound's above)"
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -1293,7 +1293,10 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
 /// `lockstep bench wan --no-network`, the quick check of learning: no namespaces, each mode and
 /// the member alone replayed at every rate of the grid and reported at its best — the loss it
 /// reports is the one `train --replay-group` reaches at that rate, and no lower than at the
-/// other; the chart has a line for the member alone and one per mode.
+/// other; the member alone runs its own number of steps; the bound (the exact every-step mean
+/// of the four, evaluated every few steps) is timed to the member's loss and ends where
+/// `train --replay-group` with `--sync every-step --compress none` ends; the chart has a line
+/// for the member alone, the bound and each mode.
 #[test]
 fn without_a_network_the_bench_reports_each_mode_at_its_best_rate_of_the_grid() {
     let _phase = crate::common::phase(module_path!());
@@ -1302,6 +1305,7 @@ fn without_a_network_the_bench_reports_each_mode_at_its_best_rate_of_the_grid() 
     let out = Command::new(BIN)
         .args(["bench", "wan", "--quick", "--no-network", "--json", "--corpus", "builtin"])
         .args(["--modes", "outer/int8", "--lr-grid", "2e-3,8e-3", "--svg", svg.to_str().unwrap()])
+        .args(["--solo-steps", "24", "--bound-every", "4"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -1309,27 +1313,24 @@ fn without_a_network_the_bench_reports_each_mode_at_its_best_rate_of_the_grid() 
     assert_eq!(row["mode"], "outer:8 int8");
     assert!(row["bytes_per_token"].is_null(), "no network, no bytes: {row}");
     assert_eq!(row["lr_grid"], serde_json::json!([0.002f32, 0.008f32]));
-    let replayed = |lr: &str| -> f64 {
+    // The held-out loss `train --replay-group` reaches: `group` members, `sync` and `compress`,
+    // at `lr`, `quick` with `--steps` replaced by `steps` where given.
+    let replay = |group: &str, (sync, compress): (&str, &str), lr: &str, steps: Option<&str>| -> f64 {
+        let mut run = quick.to_vec();
+        if let Some(steps) = steps {
+            *run.last_mut().unwrap() = steps;
+        }
         let out = Command::new(BIN)
-            .args([
-                "train",
-                "--backend",
-                "cpu",
-                "--replay-group",
-                "1,2,3,4",
-                "--corpus",
-                "builtin",
-                "--eval-batches",
-                "8",
-            ])
-            .args(["--sync", "outer:8", "--compress", "int8", "--outer-lr", "1", "--outer-momentum", "0", "--lr", lr])
-            .args(quick)
+            .args(["train", "--backend", "cpu", "--replay-group", group, "--corpus", "builtin", "--eval-batches", "8"])
+            .args(["--sync", sync, "--compress", compress, "--outer-lr", "1", "--outer-momentum", "0", "--lr", lr])
+            .args(run)
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let last: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().lines().last().unwrap()).unwrap();
         last["heldout_loss"].as_f64().unwrap()
     };
+    let replayed = |lr: &str| replay("1,2,3,4", ("outer:8", "int8"), lr, None);
     let (at_2, at_8) = (replayed("0.002"), replayed("0.008"));
     let (best_lr, best) = if at_2 <= at_8 { (0.002f32, at_2) } else { (0.008, at_8) };
     assert_eq!(row["lr"].as_f64().unwrap() as f32, best_lr, "{row}");
@@ -1337,9 +1338,32 @@ fn without_a_network_the_bench_reports_each_mode_at_its_best_rate_of_the_grid() 
     let curve = row["curve"].as_array().unwrap();
     assert_eq!(curve.last().unwrap()[1].as_f64().unwrap(), best, "the curve ends on the run's loss");
     assert!(row["solo_curve"].as_array().is_some_and(|c| !c.is_empty()), "{row}");
+    // The member alone: 24 steps of its own, at the better rate.
+    let lr_text = |key: &str| format!("{}", row[key].as_f64().unwrap() as f32);
+    assert_eq!(row["solo_steps"], 24);
+    let solo = replay("1", ("every-step", "none"), &lr_text("solo_lr"), Some("24"));
+    assert_eq!(row["solo_heldout_loss"].as_f64().unwrap(), solo, "{row}");
+    // The bound: the exact mean of the four, every 4 steps to the run's 48, ending on the
+    // replay's loss; its first step at or below the member's loss, timed at the member's rate.
+    let bound: Vec<(u64, f64)> = row["bound_curve"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64().unwrap()))
+        .collect();
+    assert_eq!(bound.iter().map(|p| p.0).collect::<Vec<_>>(), (1..=12).map(|k| 4 * k).collect::<Vec<_>>());
+    let exact = replay("1,2,3,4", ("every-step", "none"), &lr_text("bound_lr"), None);
+    assert_eq!(bound.last().unwrap().1, exact, "{row}");
+    let reached = bound.iter().find(|p| p.1 <= solo).map(|p| p.0);
+    assert!(reached.is_some(), "four members' exact mean in 48 steps reaches one member's 24-step loss: {row}");
+    assert_eq!(row["bound_steps"].as_u64(), reached, "{row}");
+    let per_step = row["solo_time_to_loss_s"].as_f64().unwrap() / 24.0;
+    let bound_s = row["bound_time_to_loss_s"].as_f64().unwrap();
+    assert!((bound_s - reached.unwrap() as f64 * per_step).abs() < 1e-9 * bound_s, "{row}");
     let chart = std::fs::read_to_string(&svg).unwrap();
-    assert_eq!(chart.matches("<polyline").count(), 2, "the member alone and the mode");
+    assert_eq!(chart.matches("<polyline").count(), 3, "the member alone, the bound and the mode");
     assert!(chart.contains("one member alone (lr ") && chart.contains("outer:8 int8"), "{chart}");
+    assert!(chart.contains("bound: exact every-step mean"), "{chart}");
     let _ = std::fs::remove_file(&svg);
 }
 
