@@ -2,8 +2,9 @@
 //!
 //! Each episode starts from a seed: a signaling server and three or four headless nodes (this
 //! binary, as separate processes, each in a network namespace of its own on one bridge — or all
-//! on loopback with `--network loopback`), a tiny run in `every-step` or, with int8,
-//! `outer:2` — plain, overlapped (`--overlap 1`) or in elastic windows (`outer:4`) — then a
+//! on loopback with `--network loopback`), a tiny run in `every-step` — its contributions f32,
+//! int8, or the sparse sync's `topk:64` picks with the sign rule — or, with int8, `outer:2` —
+//! plain, overlapped (`--overlap 1`) or in elastic windows (`outer:4`) — then a
 //! plan of faults drawn from the seed and played in real time, overlapping: a member or the
 //! leader suspended (SIGSTOP, now and then for 40 s, past the life of its WebRTC links) and
 //! woken, a node killed (SIGKILL) and a new one started, the links between two halves cut and
@@ -131,6 +132,11 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
     EveryStep,
+    /// `every-step` with int8 (error feedback's residual in every checkpoint and resume).
+    EveryStepInt8,
+    /// The sparse sync: `every-step` with `topk:64` and the sign rule (`sign:0.999`: the
+    /// residual a decaying momentum).
+    Sparse,
     /// `outer:2` with int8.
     Outer,
     /// `outer:2` with int8 and an overlap of one step.
@@ -143,6 +149,8 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::EveryStep => "every-step",
+            Mode::EveryStepInt8 => "every-step int8",
+            Mode::Sparse => "every-step topk:64 sign:0.999",
             Mode::Outer => "outer:2 int8",
             Mode::Overlapped => "outer:2 int8 overlap 1",
             Mode::Elastic => "outer:4 int8 elastic",
@@ -153,6 +161,15 @@ impl Mode {
     fn settings(self, start: &mut Value) {
         let (sync, overlap, elastic) = match self {
             Mode::EveryStep => return,
+            Mode::EveryStepInt8 => {
+                start["compress"] = "int8".into();
+                return;
+            }
+            Mode::Sparse => {
+                start["compress"] = "topk:64".into();
+                start["step-rule"] = "sign:0.999".into();
+                return;
+            }
             Mode::Outer => ("outer:2", 0, false),
             Mode::Overlapped => ("outer:2", 1, false),
             Mode::Elastic => ("outer:4", 0, true),
@@ -230,7 +247,13 @@ impl Plan {
         // published before (mode and faults alike) stay what they were.
         let mut more = SplitMix64::new(seed ^ 0x6c6f_636b_7374_6570);
         let mode = match (outer, more.below(3)) {
-            (false, _) => Mode::EveryStep,
+            // Every-step's contributions from a third generator (since 2026-12-07; the
+            // every-step episodes of earlier campaigns all sent f32).
+            (false, _) => match SplitMix64::new(seed ^ 0x7370_6172_7365).below(3) {
+                0 => Mode::EveryStep,
+                1 => Mode::EveryStepInt8,
+                _ => Mode::Sparse,
+            },
             (true, 0) => Mode::Outer,
             (true, 1) => Mode::Overlapped,
             (true, _) => Mode::Elastic,

@@ -1,8 +1,10 @@
 //! The fault campaign's short form, in every CI run: `lockstep chaos` on real processes, each
 //! node in a network namespace of its own on one bridge — suspensions (some past the links'
 //! life), kills and newcomers, cut halves and one-way cuts and bursts of packet loss dropped by
-//! nftables on the bridge, the signaling server down and back, quits and joins, in all four sync
-//! modes — must end with no fork, no hang and no guard stop, every time.
+//! nftables on the bridge, the signaling server down and back, quits and joins, in the sync
+//! modes the campaign draws (every-step with f32, int8 or the sparse sync's `topk:64` picks,
+//! `outer:2` plain, overlapped or elastic) — must end with no fork, no hang and no guard stop,
+//! every time.
 
 use std::process::Command;
 
@@ -33,6 +35,17 @@ fn a_short_fault_campaign_never_forks_and_never_hangs() {
     assert_eq!(summary["episodes"], 20, "{summary}");
     assert_eq!((summary["forks"].as_u64(), summary["hangs"].as_u64()), (Some(0), Some(0)), "{summary}");
     assert_eq!(summary["guard_stops"], 0, "{summary}");
+    // The seed's twenty episodes draw every mode: each is tried under faults in every CI run.
+    let modes: std::collections::BTreeSet<&str> = lines.iter().filter_map(|l| l["mode"].as_str()).collect();
+    let every = [
+        "every-step",
+        "every-step int8",
+        "every-step topk:64 sign:0.999",
+        "outer:2 int8",
+        "outer:2 int8 overlap 1",
+        "outer:4 int8 elastic",
+    ];
+    assert_eq!(modes, every.into_iter().collect(), "{summary}");
     println!("chaos: {summary}");
 }
 
