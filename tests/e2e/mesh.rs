@@ -135,10 +135,11 @@ fn replay(nodes: &[&Node], extra: &[&str]) -> BTreeMap<u64, String> {
         .collect()
 }
 
-/// One group of cpu, lut and dp4a nodes trains twice: the seed's exchange (every step, f32
-/// averaged in roster order), then `outer:4` with int8 contributions (exact integer sums,
-/// error feedback, Nesterov outer steps). Each run gives one weight hash per sync on every
-/// node, equal to one process replaying the group. Every node audits another each step
+/// One group of cpu, lut and dp4a nodes trains five runs: the seed's exchange (every step, f32
+/// averaged in roster order), `outer:4` with int8 contributions (exact integer sums, error
+/// feedback, Nesterov outer steps), overlapped in int4, in elastic windows, and the sparse sync
+/// (`topk:16` with the sign rule). Each run gives one weight hash per sync on every node, equal
+/// to one process replaying the group. Every node audits another each step
 /// (`--audit-rate 1`): the CPU mirror's recomputation of a lut or dp4a member's contribution —
 /// a step's gradient, an int8 window's — is that contribution, bit for bit, and nobody is ever
 /// accused.
@@ -318,6 +319,29 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     );
     assert_eq!(replayed, elastic_hashes);
     println!("elastic windows, steps per member per sync: {per_sync:?}");
+
+    // The sparse sync: every step, the 16 largest of each 4,096 values with DeMo's sign rule —
+    // the pick made on each member's own backend's gradient, the same bits on all three.
+    let mut sparse = tiny(16);
+    sparse["compress"] = "topk:16".into();
+    sparse["step_rule"] = "sign:0.875".into();
+    a.command(sparse);
+    let started = a.wait_for("the fifth run", |e| e["event"] == "run-started" && e["compress"] == "topk:16", 30);
+    assert_eq!((started["sync"].as_str(), started["step_rule"].as_str()), (Some("every-step"), Some("sign:0.875")));
+    for node in [&a, &b, &c] {
+        let began = Instant::now();
+        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < 5 {
+            assert!(began.elapsed() < Duration::from_secs(180), "the fifth run never ended");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let sparse_hashes = a.hashes_of_last_run();
+    assert_eq!(sparse_hashes.len(), 16, "one hash per step");
+    assert_eq!(b.hashes_of_last_run(), sparse_hashes);
+    assert_eq!(c.hashes_of_last_run(), sparse_hashes);
+    let replayed = replay(&[&a, &b, &c], &["--steps", "16", "--compress", "topk:16", "--step-rule", "sign:0.875"]);
+    assert_eq!(replayed, sparse_hashes);
+    nobody_accused(&[&a, &b, &c]);
 }
 
 #[test]
