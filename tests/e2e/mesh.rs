@@ -100,6 +100,17 @@ fn tiny_outer_int8(steps: u32, h: u32) -> Value {
     start
 }
 
+/// Every one of `nodes` has finished `runs` runs, within 180 s.
+fn runs_finished(nodes: &[&Node], runs: usize) {
+    for node in nodes {
+        let began = Instant::now();
+        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < runs {
+            assert!(began.elapsed() < Duration::from_secs(180), "node {}: run {runs} never ended", node.id);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 fn finished(node: &Node, secs: u64) {
     node.wait_for("run-finished", |e| e["event"] == "run-finished", secs);
 }
@@ -241,13 +252,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     overlapped["compress"] = "int4".into();
     a.command(overlapped);
     let started = a.wait_for("the third run", |e| e["event"] == "run-started" && e["overlap"] == 2, 30);
-    for node in [&a, &b, &c] {
-        let began = Instant::now();
-        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < 3 {
-            assert!(began.elapsed() < Duration::from_secs(180), "the third run never ended");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    runs_finished(&[&a, &b, &c], 3);
     assert_eq!((started["sync"].as_str(), started["compress"].as_str()), (Some("outer:4"), Some("int4")));
     let overlapped_hashes = a.hashes_of_last_run();
     assert_eq!(overlapped_hashes.len(), 6, "one hash per outer step");
@@ -270,13 +275,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     a.command(elastic);
     let started = a.wait_for("the fourth run", |e| e["event"] == "run-started" && e["elastic"] == true, 30);
     assert_eq!(started["sync"].as_str(), Some("outer:4"));
-    for node in [&a, &b, &c] {
-        let began = Instant::now();
-        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < 4 {
-            assert!(began.elapsed() < Duration::from_secs(180), "the fourth run never ended");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    runs_finished(&[&a, &b, &c], 4);
     let elastic_hashes = a.hashes_of_last_run();
     assert_eq!(elastic_hashes.len(), 6, "one hash per outer step");
     assert_eq!(b.hashes_of_last_run(), elastic_hashes);
@@ -328,13 +327,7 @@ fn three_nodes_with_mixed_backends_agree_at_every_step() {
     a.command(sparse);
     let started = a.wait_for("the fifth run", |e| e["event"] == "run-started" && e["compress"] == "topk:16", 30);
     assert_eq!((started["sync"].as_str(), started["step_rule"].as_str()), (Some("every-step"), Some("sign:0.875")));
-    for node in [&a, &b, &c] {
-        let began = Instant::now();
-        while node.events().iter().filter(|e| e["event"] == "run-finished").count() < 5 {
-            assert!(began.elapsed() < Duration::from_secs(180), "the fifth run never ended");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    runs_finished(&[&a, &b, &c], 5);
     let sparse_hashes = a.hashes_of_last_run();
     assert_eq!(sparse_hashes.len(), 16, "one hash per step");
     assert_eq!(b.hashes_of_last_run(), sparse_hashes);
