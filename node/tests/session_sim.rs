@@ -2214,7 +2214,8 @@ fn a_member_that_never_computes_costs_one_deadline() {
 }
 
 /// A seeded campaign of overlapping faults on the simulated network (100 episodes) — suspensions (some past
-/// the links' life), cut halves, kills with newcomers — in `every-step` and `outer:2` int8:
+/// the links' life), cut halves, kills with newcomers — in `every-step` (f32, int8 or `topk:64`)
+/// and `outer:2` int8:
 /// never two weights for one step, and once everything heals every live member finishes equal.
 #[test]
 fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
@@ -2225,10 +2226,13 @@ fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
     let (mut taken_ahead, mut undone) = (0, 0);
     for seed in seeds {
         let mut rng = SplitMix64::new(5000 + seed);
-        let sync = if seed % 2 == 0 {
-            SyncConfig::SEED
-        } else {
-            SyncConfig { mode: SyncMode::Outer { inner_steps: 2 }, ..int8() }
+        // Every-step's contributions f32, int8 or `topk:64` picks (error feedback's residual,
+        // the pick's whole chunks) by turns; `outer:2` int8 for odd seeds.
+        let sync = match seed % 6 {
+            0 => SyncConfig::SEED,
+            2 => int8(),
+            4 => SyncConfig { compression: Compression::TopK(64), ..SyncConfig::SEED },
+            _ => SyncConfig { mode: SyncMode::Outer { inner_steps: 2 }, ..int8() },
         };
         let nodes: Vec<PeerId> = if rng.below(2) == 0 { vec![1, 2, 3] } else { vec![1, 2, 3, 4] };
         let mut net = Net::new(5000 + seed);
