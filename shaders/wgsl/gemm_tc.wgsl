@@ -19,6 +19,12 @@
 // the host leaves that many rows of slack after the last batch (`TC_SLACK_ROWS`), and sums of rows
 // or columns past m or n are never stored.
 //
+// Where the block sums read their operands: the workgroup's BM rows of A and BN rows of B for
+// one block, staged in workgroup memory (`a_tile`, `b_tile`, rows WORDS words apart) by every
+// invocation at once, each word read from the operand buffers once a workgroup. Block b + 1's
+// words are read into registers while block b's sums are formed and its terms added, and
+// stored into the tiles after the terms: the loads' latency is hidden behind the epilogue.
+//
 // Who adds which output's terms: invocation (x, y) owns rows y + i·WY and columns x + j·WX
 // (i < TM, j < TN), and `sums` keeps its rows SUMS_STRIDE words apart (BN + 8): a warp's reads of
 // one (i, j) then fall in 32 different banks of workgroup memory (rows of 64 or 32 words would
@@ -39,23 +45,64 @@ const BN: u32 = TN * WX;
 // Packed words per block of 32 int8.
 const WORDS: u32 = 8u;
 
-// Two blocks' exact i32 sums of the workgroup's BM × BN outputs, rows SUMS_STRIDE apart: block b's in half
-// b % 2. One barrier a block suffices: block b + 2 overwrites the half block b was read from
-// only after every invocation passed block b + 1's barrier, which it reaches after reading b.
-var<workgroup> sums: array<i32, 2u * BM * SUMS_STRIDE>;
+// One block's exact i32 sums of the workgroup's BM × BN outputs, rows SUMS_STRIDE apart. Two
+// barriers a block: after the tiles are staged (block b + 1's sums overwrite block b's only
+// after every invocation passed it, which it reaches after adding block b's terms) and after
+// the sums are formed.
+var<workgroup> sums: array<i32, BM * SUMS_STRIDE>;
+
+// One block's operand rows, staged: A's BM rows and B's BN rows, WORDS words each.
+var<workgroup> a_tile: array<u32, BM * WORDS>;
+var<workgroup> b_tile: array<u32, BN * WORDS>;
+
+// Words of the tiles each invocation stages (the last invocations may have fewer).
+const A_EACH: u32 = (BM * WORDS + THREADS - 1u) / THREADS;
+const B_EACH: u32 = (BN * WORDS + THREADS - 1u) / THREADS;
 
 // The block sums of one block for one subgroup's FR·FM rows × FC·FN columns: A's rows from word
-// `a_word` of qa and B's from word `b_word` of qb, `row_words` words apart; into `sums` from
-// `sums_at`, rows SUMS_STRIDE apart. Called by whole subgroups in uniform control flow.
+// `a_word` of a_tile and B's from word `b_word` of b_tile, `row_words` words apart; into `sums`
+// from `sums_at`, rows SUMS_STRIDE apart. Called by whole subgroups in uniform control flow.
 fn tc_block_sums(a_word: u32, b_word: u32, row_words: u32, sums_at: u32, lane: u32) {
     for (var o = lane; o < FR * FM * FC * FN; o += SUBGROUP) {
         let r = o / (FC * FN);
         let c = o % (FC * FN);
         var acc = 0;
         for (var w = 0u; w < WORDS; w++) {
-            acc = dot4I8Packed(qa[a_word + r * row_words + w], qb[b_word + c * row_words + w]) + acc;
+            acc = dot4I8Packed(a_tile[a_word + r * row_words + w], b_tile[b_word + c * row_words + w]) + acc;
         }
         sums[sums_at + r * SUMS_STRIDE + c] = acc;
+    }
+}
+
+// Block `blk`'s words of the workgroup's operand rows (A's from word `a_base` of qa, B's from
+// `b_base` of qb, `row_words` apart) that invocation `tid` stages: word `tid + i·THREADS` of
+// the A tile, then of the B tile (0 past the tile's end).
+fn stage_load(blk: u32, a_base: u32, b_base: u32, row_words: u32, tid: u32) -> array<u32, A_EACH + B_EACH> {
+    var words: array<u32, A_EACH + B_EACH>;
+    for (var i = 0u; i < A_EACH; i++) {
+        let at = tid + i * THREADS;
+        words[i] = select(0u, qa[a_base + (at / WORDS) * row_words + blk * WORDS + at % WORDS], at < BM * WORDS);
+    }
+    for (var i = 0u; i < B_EACH; i++) {
+        let at = tid + i * THREADS;
+        words[A_EACH + i] = select(0u, qb[b_base + (at / WORDS) * row_words + blk * WORDS + at % WORDS], at < BN * WORDS);
+    }
+    return words;
+}
+
+// Stores what `stage_load` read into the tiles.
+fn stage_store(words: array<u32, A_EACH + B_EACH>, tid: u32) {
+    for (var i = 0u; i < A_EACH; i++) {
+        let at = tid + i * THREADS;
+        if at < BM * WORDS {
+            a_tile[at] = words[i];
+        }
+    }
+    for (var i = 0u; i < B_EACH; i++) {
+        let at = tid + i * THREADS;
+        if at < BN * WORDS {
+            b_tile[at] = words[A_EACH + i];
+        }
     }
 }
 
@@ -87,15 +134,22 @@ fn gemm_tc(
         sum[o] = 0.0;
     }
 
+    let a_base = (a_rows + row0) * row_words;
+    let b_base = (b_rows + col0) * row_words;
+    if blocks > 0u {
+        stage_store(stage_load(0u, a_base, b_base, row_words, tid), tid);
+    }
     for (var blk = 0u; blk < blocks; blk++) {
-        let half = (blk % 2u) * BM * SUMS_STRIDE;
-        tc_block_sums(
-            (a_rows + row0 + sub_row) * row_words + blk * WORDS,
-            (b_rows + col0 + sub_col) * row_words + blk * WORDS,
-            row_words,
-            half + sub_row * SUMS_STRIDE + sub_col,
-            lane,
-        );
+        // The tiles hold block blk, and every invocation is done with the last block's sums
+        // (it added their terms before it stored this block's tiles).
+        workgroupBarrier();
+        tc_block_sums(sub_row * WORDS, sub_col * WORDS, WORDS, sub_row * SUMS_STRIDE + sub_col, lane);
+        // The next block's words, on their way while this block's sums are added.
+        var next: array<u32, A_EACH + B_EACH>;
+        if blk + 1u < blocks {
+            next = stage_load(blk + 1u, a_base, b_base, row_words, tid);
+        }
+        // The sums are in, and every subgroup is done reading the tiles.
         workgroupBarrier();
 
         // Exponents of rows and columns past m or n are never used for a stored output.
@@ -113,7 +167,7 @@ fn gemm_tc(
         clean = clean && fast_range(xa, xb);
         for (var i = 0u; i < TM; i++) {
             for (var j = 0u; j < TN; j++) {
-                let acc = sums[half + (lid.y + i * WY) * SUMS_STRIDE + lid.x + j * WX];
+                let acc = sums[(lid.y + i * WY) * SUMS_STRIDE + lid.x + j * WX];
                 if clean {
                     let scale = bitcast<f32>(((xa[i] + 127) << 23u) + (xb[j] << 23u));
                     sum[i * TN + j] = sum[i * TN + j] + f32(acc) * scale;
@@ -121,6 +175,9 @@ fn gemm_tc(
                     sum[i * TN + j] = flush_partial(sum[i * TN + j] + block_term(acc, xa[i] + xb[j]));
                 }
             }
+        }
+        if blk + 1u < blocks {
+            stage_store(next, tid);
         }
     }
 

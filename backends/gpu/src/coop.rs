@@ -6,9 +6,10 @@
 //! the one step the tensor cores take (each lane forms every `SUBGROUP`-th block sum through
 //! `dot4I8Packed`), compiled by naga as wgpu would, and that one function is rewritten here:
 //! for each of the `32 / FK` slices of a block, `FR` A fragments (`FM × FK` int8, row-major in
-//! `qa`) and `FC` B fragments (`FK × FN`, column-major in `qb`, since B's rows are the product's
-//! columns) are loaded straight from the operand buffers — the pointer type (u32) may differ
-//! from the component type (i8), the stride then counts words — multiplied into `FR × FC`
+//! `a_tile`) and `FC` B fragments (`FK × FN`, column-major in `b_tile`, since B's rows are the
+//! product's columns) are loaded from the block's operand rows, which the whole workgroup staged
+//! in workgroup memory (`gemm_tc.wgsl`) — the pointer type (u32) may differ from the component
+//! type (i8), the stride then counts words — multiplied into `FR × FC`
 //! signed i32 accumulators, which are stored into the workgroup's `sums`. Integer products and
 //! sums are exact, so the result is the portable body's, bit for bit; everything else in the
 //! module (the epilogue, the flush, the store through the arena) is naga's, unchanged.
@@ -133,11 +134,10 @@ fn inst(op: Op, words: Vec<u32>) -> Inst {
     Inst { op: op as u32, words }
 }
 
-/// Where a cooperative load reads: a runtime array of u32 in a storage buffer's block (naga's
-/// wrapper struct, member 0), or a workgroup array of u32.
+/// Where a cooperative load reads: a workgroup array of u32 (a staged tile, the ceiling's
+/// region).
 #[derive(Clone, Copy)]
 enum Array {
-    Storage(u32),
     Workgroup(u32),
 }
 
@@ -191,8 +191,7 @@ struct Builder {
     b_type: u32,
     acc_type: u32,
     zero_acc: u32,
-    /// Pointers to a u32 in a storage buffer and in workgroup memory, to an i32 in workgroup memory.
-    storage_u32: u32,
+    /// Pointers to a u32 and to an i32 in workgroup memory.
     workgroup_u32: u32,
     workgroup_i32: u32,
     row_major: u32,
@@ -220,11 +219,7 @@ impl Builder {
         let zero_i32 = d.declare(Op::Constant, vec![i32_type, 0], 1);
         let zero_acc = d.declare(Op::ConstantComposite, vec![acc_type, zero_i32], 1);
         let mut pointer = |class: Class, ty: u32| d.declare(Op::TypePointer, vec![class as u32, ty], 0);
-        let (storage_u32, workgroup_u32, workgroup_i32) = (
-            pointer(Class::StorageBuffer, u32_type),
-            pointer(Class::Workgroup, u32_type),
-            pointer(Class::Workgroup, i32_type),
-        );
+        let (workgroup_u32, workgroup_i32) = (pointer(Class::Workgroup, u32_type), pointer(Class::Workgroup, i32_type));
         let row_major = d.u32(spirv::CooperativeMatrixLayout::RowMajorKHR as u32);
         let col_major = d.u32(spirv::CooperativeMatrixLayout::ColumnMajorKHR as u32);
         let signed = spirv::CooperativeMatrixOperands::MATRIX_A_SIGNED_COMPONENTS_KHR
@@ -239,7 +234,6 @@ impl Builder {
             b_type,
             acc_type,
             zero_acc,
-            storage_u32,
             workgroup_u32,
             workgroup_i32,
             row_major,
@@ -282,10 +276,6 @@ impl Builder {
     fn load(&mut self, body: &mut Vec<Inst>, from: Array, word: u32, ty: u32, layout: u32, stride: u32) -> u32 {
         let (pointer, value) = (self.id(), self.id());
         let chain = match from {
-            Array::Storage(var) => {
-                let zero = self.u32(0);
-                vec![self.storage_u32, pointer, var, zero, word]
-            }
             Array::Workgroup(var) => vec![self.workgroup_u32, pointer, var, word],
         };
         body.push(inst(Op::AccessChain, chain));
@@ -309,13 +299,14 @@ impl Builder {
 }
 
 /// The cooperative body of `tc_block_sums(a_word, b_word, row_words, sums_at, lane)`: for each
-/// of the `32 / FK` slices of a block, `FR` A and `FC` B fragments from the operand buffers and
-/// `FR × FC` multiply-adds; then each accumulator stored into `sums`.
+/// of the `32 / FK` slices of a block, `FR` A and `FC` B fragments from the block's operand
+/// rows staged in workgroup memory (`a_tile`, `b_tile`) and `FR × FC` multiply-adds; then each
+/// accumulator stored into `sums`.
 fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Vec<Inst>, CoopError> {
     let &[a_word, b_word, row_words, sums_at, _lane] = params else {
         return Err(CoopError(format!("tc_block_sums has {} parameters, not 5", params.len())));
     };
-    let (qa, qb, sums) = (b.named("qa")?, b.named("qb")?, b.named("sums")?);
+    let (a_tile, b_tile, sums) = (b.named("a_tile")?, b.named("b_tile")?, b.named("sums")?);
     let mut body = Vec::new();
     let mut acc = vec![b.zero_acc; (coop.fr * coop.fc) as usize];
     for slice in 0..32 / coop.fk {
@@ -324,14 +315,14 @@ fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Ve
         let a: Vec<u32> = (0..coop.fr)
             .map(|r| {
                 let word = b.address(&mut body, a_word, r * coop.fm, row_words, offset);
-                b.load(&mut body, Array::Storage(qa), word, b.a_type, b.row_major, row_words)
+                b.load(&mut body, Array::Workgroup(a_tile), word, b.a_type, b.row_major, row_words)
             })
             .collect();
         // B's rows are the product's columns: a B fragment is column-major in `qb`.
         let bs: Vec<u32> = (0..coop.fc)
             .map(|c| {
                 let word = b.address(&mut body, b_word, c * coop.fn_, row_words, offset);
-                b.load(&mut body, Array::Storage(qb), word, b.b_type, b.col_major, row_words)
+                b.load(&mut body, Array::Workgroup(b_tile), word, b.b_type, b.col_major, row_words)
             })
             .collect();
         for (r, &a) in a.iter().enumerate() {
