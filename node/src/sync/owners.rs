@@ -104,10 +104,10 @@ impl ChunkSum {
     /// The chunk `range` of the sum of `contributions` (each with its weight), on their grid.
     pub fn of(contributions: &[(&Packed, u32)], range: Range<usize>) -> ChunkSum {
         let blocks = range.start / BLOCK..range.end.div_ceil(BLOCK);
-        let mut full = vec![EMPTY_BLOCK; contributions.first().map_or(0, |(p, _)| p.exponents.len())];
+        let mut grid = vec![EMPTY_BLOCK; blocks.len()];
         let mut by = vec![0u8; blocks.len()];
         for (index, (p, _)) in contributions.iter().enumerate() {
-            for ((g, b), &e) in full[blocks.clone()].iter_mut().zip(&mut by).zip(&p.exponents[blocks.clone()]) {
+            for ((g, b), &e) in grid.iter_mut().zip(&mut by).zip(&p.exponents[blocks.clone()]) {
                 if e > *g {
                     (*g, *b) = (e, index as u8);
                 }
@@ -117,12 +117,12 @@ impl ChunkSum {
         let mut terms = vec![0i32; range.len()];
         for &(p, weight) in contributions {
             terms.fill(0);
-            on_grid(p, &full, range.clone(), &mut terms);
+            on_grid(p, &grid, range.clone(), &mut terms);
             for (s, &t) in sum.iter_mut().zip(&terms) {
                 *s += i64::from(weight) * i64::from(t);
             }
         }
-        ChunkSum { start: range.start, grid: full[blocks].to_vec(), by, sum }
+        ChunkSum { start: range.start, grid, by, sum }
     }
 
     /// The bytes an owner sends: the header, the grid, whose each block's grid is, then each
@@ -130,7 +130,7 @@ impl ChunkSum {
     /// last byte zero-padded.
     pub fn encode(&self, limit: i8, weight: u64) -> Vec<u8> {
         let bits = sum_bits(limit, weight);
-        let mut out = Vec::with_capacity(HEADER + self.grid.len() + (self.sum.len() * bits as usize).div_ceil(8));
+        let mut out = Vec::with_capacity(HEADER + 2 * self.grid.len() + (self.sum.len() * bits as usize).div_ceil(8));
         out.extend_from_slice(&(self.start as u32).to_le_bytes());
         out.extend_from_slice(&(self.sum.len() as u32).to_le_bytes());
         out.push(bits as u8);
@@ -267,10 +267,8 @@ pub fn contribution_fingerprint(p: &Packed, index: usize, sum: &ChunkSum, seed: 
             return Err(GridWrong { block: first + offset, grid, exponent });
         }
     }
-    let mut full = vec![EMPTY_BLOCK; p.exponents.len()];
-    full[range.start / BLOCK..range.end.div_ceil(BLOCK)].copy_from_slice(&sum.grid);
     let mut terms = vec![0i32; range.len()];
-    on_grid(p, &full, range.clone(), &mut terms);
+    on_grid(p, &sum.grid, range.clone(), &mut terms);
     Ok(fingerprint_of(seed, range.start, terms.into_iter().map(i64::from)))
 }
 
@@ -308,29 +306,30 @@ mod tests {
             .collect()
     }
 
-    /// The owners' chunks tile the values, and their sums laid end to end are the direct sum
-    /// and its grid, bit for bit, for every group size.
+    /// The owners' chunks tile the values, and their sums laid end to end
+    /// ([`super::super::schedules::sum_by_owners`]) are the direct sum and its grid, bit for bit,
+    /// for every group size; each block's grid names a contribution that has it.
     #[test]
     fn the_owners_chunks_tile_the_values_and_sum_to_the_direct_sum() {
         let len = 9 * BLOCK + 13;
         for n in 1..=9 {
             let packed = contributions(n, len);
             let refs: Vec<&Packed> = packed.iter().collect();
-            let (grid, direct) = sum_direct(&refs);
-            let weighted: Vec<(&Packed, u32)> = refs.iter().map(|p| (*p, 1)).collect();
-            let (mut at, mut joined_grid, mut joined) = (0, Vec::new(), Vec::new());
+            assert_eq!(super::super::schedules::sum_by_owners(&refs), sum_direct(&refs), "n {n}");
+            let mut at = 0;
             for c in 0..n {
                 let range = chunk(len, n, c);
                 assert_eq!(range.start, at, "n {n}, chunk {c}");
                 assert!(range.start.is_multiple_of(BLOCK));
                 at = range.end;
-                let owned = ChunkSum::of(&weighted, range);
-                joined_grid.extend(owned.grid);
-                joined.extend(owned.sum);
+                let weighted: Vec<(&Packed, u32)> = refs.iter().map(|p| (*p, 1)).collect();
+                let owned = ChunkSum::of(&weighted, range.clone());
+                for (offset, (&g, &by)) in owned.grid.iter().zip(&owned.by).enumerate() {
+                    let named = packed[usize::from(by)].exponents[range.start / BLOCK + offset];
+                    assert!(g == EMPTY_BLOCK || named == g, "n {n}, chunk {c}, block {offset}");
+                }
             }
             assert_eq!(at, len);
-            assert_eq!(joined_grid, grid, "n {n}");
-            assert_eq!(joined, direct.iter().map(|&v| i64::from(v)).collect::<Vec<_>>(), "n {n}");
         }
     }
 

@@ -11,32 +11,18 @@ pub fn chunk_start(len: usize, n: usize, c: usize) -> usize {
 }
 
 /// Reduce-scatter, then all-gather: member `c` owns chunk `c`, receives that chunk of every
-/// contribution (with its block bytes), computes the chunk's grid and sum, and sends both to
-/// everyone. Here the owners run one after another; the result is the concatenation.
+/// contribution (with its block bytes), computes the chunk's grid and sum
+/// ([`super::owners::ChunkSum::of`]), and sends both to everyone. Here the owners run one after
+/// another; the result is the concatenation.
 pub fn sum_by_owners(contributions: &[&Packed]) -> (Vec<u8>, Vec<i32>) {
     let n = contributions.len();
     let len = contributions.first().map_or(0, |p| p.len());
-    let mut grid = Vec::new();
-    let mut sum = Vec::new();
+    let weighted: Vec<(&Packed, u32)> = contributions.iter().map(|p| (*p, 1)).collect();
+    let (mut grid, mut sum) = (Vec::new(), Vec::new());
     for owner in 0..n {
-        let (start, end) = (chunk_start(len, n, owner), chunk_start(len, n, owner + 1));
-        let blocks = start / BLOCK..end.div_ceil(BLOCK);
-        let mut chunk_grid = vec![EMPTY_BLOCK; blocks.len()];
-        for p in contributions {
-            for (g, &e) in chunk_grid.iter_mut().zip(&p.exponents[blocks.clone()]) {
-                *g = (*g).max(e);
-            }
-        }
-        // `on_grid` indexes the grid by absolute block: lay the chunk's grid there.
-        let mut full = vec![EMPTY_BLOCK; len.div_ceil(BLOCK)];
-        full[blocks.clone()].copy_from_slice(&chunk_grid);
-        let mut chunk_sum = vec![0i32; end - start];
-        // Arrival order at an owner is anything: take them last to first.
-        for p in contributions.iter().rev() {
-            on_grid(p, &full, start..end, &mut chunk_sum);
-        }
-        grid.extend(chunk_grid);
-        sum.extend(chunk_sum);
+        let owned = super::owners::ChunkSum::of(&weighted, super::owners::chunk(len, n, owner));
+        grid.extend(owned.grid);
+        sum.extend(owned.sum.into_iter().map(|v| i32::try_from(v).expect("a sum of int8 terms fits an i32")));
     }
     (grid, sum)
 }

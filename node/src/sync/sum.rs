@@ -199,17 +199,17 @@ pub fn fits(p: &Packed, grid: &[u8]) -> bool {
     p.exponents.len() == grid.len() && p.exponents.iter().zip(grid).all(|(&e, &g)| e == EMPTY_BLOCK || e <= g)
 }
 
-/// Adds `p`'s values `range` (block-aligned start) to `sum`, each put on `grid` on its own:
+/// Adds `p`'s values `range` (block-aligned start) to `sum`, each put on `grid` — the grid of
+/// the range's blocks, its first byte the block `range` starts in — on its own:
 /// `round_half_even(q · 2^(e − E))` for a block of exponent `e` on a grid of exponent `E`.
 pub fn on_grid(p: &Packed, grid: &[u8], range: std::ops::Range<usize>, sum: &mut [i32]) {
     debug_assert!(range.start.is_multiple_of(BLOCK) && sum.len() == range.len());
     for (offset, chunk) in p.q[range.clone()].chunks(BLOCK).enumerate() {
-        let block = range.start / BLOCK + offset;
-        let e = p.exponents[block];
+        let e = p.exponents[range.start / BLOCK + offset];
         if e == EMPTY_BLOCK {
             continue;
         }
-        let shift = u32::from(grid[block] - e);
+        let shift = u32::from(grid[offset] - e);
         let out = &mut sum[offset * BLOCK..offset * BLOCK + chunk.len()];
         for (s, &q) in out.iter_mut().zip(chunk) {
             *s += shift_round_half_even(q, shift);
