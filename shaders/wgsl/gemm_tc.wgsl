@@ -76,16 +76,20 @@ fn tc_block_sums(a_word: u32, b_word: u32, row_words: u32, sums_at: u32, lane: u
 
 // Block `blk`'s words of the workgroup's operand rows (A's from word `a_base` of qa, B's from
 // `b_base` of qb, `row_words` apart) that invocation `tid` stages: word `tid + i·THREADS` of
-// the A tile, then of the B tile (0 past the tile's end).
+// the A tile, then of the B tile (none read past a tile's end).
 fn stage_load(blk: u32, a_base: u32, b_base: u32, row_words: u32, tid: u32) -> array<u32, A_EACH + B_EACH> {
     var words: array<u32, A_EACH + B_EACH>;
     for (var i = 0u; i < A_EACH; i++) {
         let at = tid + i * THREADS;
-        words[i] = select(0u, qa[a_base + (at / WORDS) * row_words + blk * WORDS + at % WORDS], at < BM * WORDS);
+        if at < BM * WORDS {
+            words[i] = qa[a_base + (at / WORDS) * row_words + blk * WORDS + at % WORDS];
+        }
     }
     for (var i = 0u; i < B_EACH; i++) {
         let at = tid + i * THREADS;
-        words[A_EACH + i] = select(0u, qb[b_base + (at / WORDS) * row_words + blk * WORDS + at % WORDS], at < BN * WORDS);
+        if at < BN * WORDS {
+            words[A_EACH + i] = qb[b_base + (at / WORDS) * row_words + blk * WORDS + at % WORDS];
+        }
     }
     return words;
 }

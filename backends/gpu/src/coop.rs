@@ -134,13 +134,6 @@ fn inst(op: Op, words: Vec<u32>) -> Inst {
     Inst { op: op as u32, words }
 }
 
-/// Where a cooperative load reads: a workgroup array of u32 (a staged tile, the ceiling's
-/// region).
-#[derive(Clone, Copy)]
-enum Array {
-    Workgroup(u32),
-}
-
 /// What builds a spliced function's body from its parameters.
 type BodyFn = fn(&mut Builder, &[u32], CoopTile) -> Result<Vec<Inst>, CoopError>;
 
@@ -271,14 +264,11 @@ impl Builder {
         sum
     }
 
-    /// A cooperative load of `ty` from word `word` of array `from`, rows or columns `stride`
-    /// words apart.
-    fn load(&mut self, body: &mut Vec<Inst>, from: Array, word: u32, ty: u32, layout: u32, stride: u32) -> u32 {
+    /// A cooperative load of `ty` from word `word` of the workgroup array of u32 `var` (a
+    /// staged tile, the ceiling's region), rows or columns `stride` words apart.
+    fn load(&mut self, body: &mut Vec<Inst>, var: u32, word: u32, ty: u32, layout: u32, stride: u32) -> u32 {
         let (pointer, value) = (self.id(), self.id());
-        let chain = match from {
-            Array::Workgroup(var) => vec![self.workgroup_u32, pointer, var, word],
-        };
-        body.push(inst(Op::AccessChain, chain));
+        body.push(inst(Op::AccessChain, vec![self.workgroup_u32, pointer, var, word]));
         body.push(inst(Op::CooperativeMatrixLoadKHR, vec![ty, value, pointer, layout, stride]));
         value
     }
@@ -315,14 +305,14 @@ fn block_sums_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Ve
         let a: Vec<u32> = (0..coop.fr)
             .map(|r| {
                 let word = b.address(&mut body, a_word, r * coop.fm, row_words, offset);
-                b.load(&mut body, Array::Workgroup(a_tile), word, b.a_type, b.row_major, row_words)
+                b.load(&mut body, a_tile, word, b.a_type, b.row_major, row_words)
             })
             .collect();
         // B's rows are the product's columns: a B fragment is column-major in `qb`.
         let bs: Vec<u32> = (0..coop.fc)
             .map(|c| {
                 let word = b.address(&mut body, b_word, c * coop.fn_, row_words, offset);
-                b.load(&mut body, Array::Workgroup(b_tile), word, b.b_type, b.col_major, row_words)
+                b.load(&mut body, b_tile, word, b.b_type, b.col_major, row_words)
             })
             .collect();
         for (r, &a) in a.iter().enumerate() {
@@ -356,14 +346,12 @@ fn peak_body(b: &mut Builder, params: &[u32], coop: CoopTile) -> Result<Vec<Inst
     let mut body = Vec::new();
     let acc_words = coop.fm * coop.fn_;
     let (words_k, row_words) = (b.u32(coop.fk / 4), b.u32(coop.fn_));
-    let a = b.load(&mut body, Array::Workgroup(tile), at, b.a_type, b.row_major, words_k);
+    let a = b.load(&mut body, tile, at, b.a_type, b.row_major, words_k);
     let b_at = b.plus(&mut body, at, acc_words);
-    let fragment = b.load(&mut body, Array::Workgroup(tile), b_at, b.b_type, b.col_major, words_k);
+    let fragment = b.load(&mut body, tile, b_at, b.b_type, b.col_major, words_k);
     let places: Vec<u32> = (0..4).map(|j| b.plus(&mut body, at, j * acc_words)).collect();
-    let mut acc: Vec<u32> = places
-        .iter()
-        .map(|&word| b.load(&mut body, Array::Workgroup(tile), word, b.acc_type, b.row_major, row_words))
-        .collect();
+    let mut acc: Vec<u32> =
+        places.iter().map(|&word| b.load(&mut body, tile, word, b.acc_type, b.row_major, row_words)).collect();
     for round in 0..lockstep_shaders::PEAK_TC_MULADDS as usize {
         acc[round % 4] = b.mul_add(&mut body, a, fragment, acc[round % 4]);
     }
