@@ -513,8 +513,8 @@ fn best_curve(
 }
 
 /// The bound's replays: the rate of the grid whose curve first reaches the member alone's loss
-/// (the lowest final loss where none does), the first evaluated step at or below it, and that
-/// rate's curve as (step, loss).
+/// (the lowest final loss among those that reach it at the same step, or where none does), the
+/// first evaluated step at or below it, and that rate's curve as (step, loss).
 struct Bound {
     lr: f32,
     steps: Option<u32>,
@@ -541,18 +541,11 @@ fn bound_curve(base: RunConfig, args: &WanArgs, data: &Data) -> anyhow::Result<B
             args.bound_every,
         )?;
         let steps = curve.iter().find(|&&(_, loss)| loss <= data.solo_loss).map(|&(k, _)| k);
-        let last = |b: &[(u32, f32)]| b.last().map_or(f32::INFINITY, |&(_, loss)| loss);
-        let better = match &best {
-            None => true,
-            Some(b) => match (steps, b.steps) {
-                (Some(k), Some(j)) => k < j,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => last(&curve) < last(&b.curve),
-            },
-        };
-        if better {
-            best = Some(Bound { lr, steps, curve });
+        let candidate = Bound { lr, steps, curve };
+        // The earlier to reach the member's loss; then (or where neither does) the lower end.
+        let key = |b: &Bound| (b.steps.unwrap_or(u32::MAX), b.curve.last().map_or(f32::INFINITY, |&(_, loss)| loss));
+        if best.as_ref().is_none_or(|b| key(&candidate) < key(b)) {
+            best = Some(candidate);
         }
     }
     best.context("the learning-rate grid is empty")
