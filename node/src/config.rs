@@ -1,6 +1,9 @@
 //! Model and run configuration.
 
-use crate::sync::{Compression, StepRule, SyncConfig, SyncError, SyncMode};
+use crate::sync::{Compression, Exchange, StepRule, SyncConfig, SyncError, SyncMode};
+
+/// The step rule byte's bit that says chunk owners ([`RunConfig::encode`]).
+const OWNERS_BIT: u8 = 128;
 
 /// The byte-level tokenizer: every byte is a token. Checkpoints record its name and size.
 pub const TOKENIZER_NAME: &str = "byte-level";
@@ -104,7 +107,8 @@ impl RunConfig {
     /// settings ([`SyncConfig::encode`]), then `[u64 corpus]` (mesh protocol 11, checkpoint
     /// version 4), then the step rule `[u8 0 adam, 1 sign, 2 frozen][4 bytes: the sign rule's
     /// momentum (f32), the frozen rule's warm-up (u32), 0 for adam]`
-    /// (mesh protocol 18, checkpoint version 5). Sizes past `u32` cannot be valid runs
+    /// (mesh protocol 18, checkpoint version 5), the rule byte plus 128 for chunk owners
+    /// ([`Exchange::Owners`], mesh protocol 20: an older node reads it as an unknown rule). Sizes past `u32` cannot be valid runs
     /// ([`RunConfig::validate`] bounds them far below).
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
         let mut out = [0u8; Self::ENCODED_LEN];
@@ -122,7 +126,8 @@ impl RunConfig {
             StepRule::Sign { momentum } => (1, momentum.to_le_bytes()),
             StepRule::Frozen { warmup } => (2, warmup.to_le_bytes()),
         };
-        out[Self::ENCODED_LEN_V4] = rule;
+        let owners = if self.sync.exchange == Exchange::Owners { OWNERS_BIT } else { 0 };
+        out[Self::ENCODED_LEN_V4] = rule | owners;
         out[Self::ENCODED_LEN_V4 + 1..].copy_from_slice(&word);
         out
     }
@@ -133,13 +138,14 @@ impl RunConfig {
         let (before, rule) = bytes.split_at(Self::ENCODED_LEN_V4);
         let run = RunConfig::decode_v4(before.try_into().expect("the bytes before the step rule"))?;
         let word: [u8; 4] = rule[1..].try_into().expect("4 bytes");
-        let rule = match rule[0] {
+        let exchange = if rule[0] & OWNERS_BIT != 0 { Exchange::Owners } else { Exchange::Mesh };
+        let rule = match rule[0] & !OWNERS_BIT {
             0 => StepRule::Adam,
             1 => StepRule::Sign { momentum: f32::from_le_bytes(word) },
             2 => StepRule::Frozen { warmup: u32::from_le_bytes(word) },
-            other => return Err(SyncError::RuleByte(other)),
+            _ => return Err(SyncError::RuleByte(rule[0])),
         };
-        Ok(RunConfig { sync: SyncConfig { rule, ..run.sync }, ..run })
+        Ok(RunConfig { sync: SyncConfig { rule, exchange, ..run.sync }, ..run })
     }
 
     /// Reads the encoding of mesh protocols 11–17 and checkpoint version 4 (the step rule:
@@ -200,6 +206,9 @@ impl RunConfig {
         if self.sync.rule != StepRule::Adam && !(self.sync.rule.in_range() && packed_every_step) {
             return Err(ConfigError::Rule { rule: self.sync.rule, sync, compression });
         }
+        if self.sync.exchange == Exchange::Owners && !packed_every_step {
+            return Err(ConfigError::Owners { sync, compression });
+        }
         let outer = self.sync.outer;
         if !(outer.lr.is_finite()
             && outer.lr > 0.0
@@ -250,6 +259,12 @@ pub enum ConfigError {
         sync: SyncMode,
         compression: Compression,
     },
+    /// Chunk owners without `every-step` and a packed compression (an owner's f32 sum would be
+    /// one more order of additions to agree on; `outer:H` windows are not built for them yet).
+    Owners {
+        sync: SyncMode,
+        compression: Compression,
+    },
 }
 
 impl std::fmt::Display for ConfigError {
@@ -282,6 +297,11 @@ impl std::fmt::Display for ConfigError {
                 f,
                 "elastic windows with sync {sync} and compression {compression}: they need outer:H and int8 or int4"
             ),
+            ConfigError::Owners { sync, compression } => write!(
+                f,
+                "chunk owners with sync {sync} and compression {compression}: they need every-step and a packed \
+                 compression (int8, int4 or topk:K)"
+            ),
             ConfigError::Rule { rule, sync, compression } => write!(
                 f,
                 "step rule {rule} with sync {sync} and compression {compression}: it needs every-step, a packed \
@@ -313,6 +333,7 @@ pub(crate) mod tests {
                 overlap: 3,
                 elastic: true,
                 rule: StepRule::Sign { momentum: 0.875 },
+                exchange: Exchange::Owners,
             },
             corpus: 0x1122_3344_5566_7788,
         }
@@ -337,19 +358,22 @@ pub(crate) mod tests {
             &0.75f32.to_le_bytes(),
             &0.5f32.to_le_bytes(),
             &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11],
-            &[1],
+            &[128 + 1],
             &0.875f32.to_le_bytes(),
         ]
         .concat();
         assert_eq!(bytes.to_vec(), golden);
         assert_eq!(RunConfig::decode(&bytes), Ok(run));
-        // Protocols 11-17 and checkpoint version 4: the same without the step rule (Adam's).
+        // Protocols 11-17 and checkpoint version 4: the same without the step rule (Adam's) and
+        // the exchange (the mesh).
         let v4: [u8; RunConfig::ENCODED_LEN_V4] = bytes[..RunConfig::ENCODED_LEN_V4].try_into().unwrap();
-        let adam = RunConfig { sync: SyncConfig { rule: StepRule::Adam, ..run.sync }, ..run };
+        let adam = RunConfig { sync: SyncConfig { rule: StepRule::Adam, exchange: Exchange::Mesh, ..run.sync }, ..run };
         assert_eq!(RunConfig::decode_v4(&v4), Ok(adam));
         let mut rule = bytes;
         rule[RunConfig::ENCODED_LEN_V4] = 3;
         assert_eq!(RunConfig::decode(&rule), Err(SyncError::RuleByte(3)));
+        rule[RunConfig::ENCODED_LEN_V4] = 128 + 3;
+        assert_eq!(RunConfig::decode(&rule), Err(SyncError::RuleByte(128 + 3)));
         // The sign rule's momentum is the packed residual of every-step runs.
         assert_eq!(
             run.validate(),
@@ -357,13 +381,29 @@ pub(crate) mod tests {
         );
         let sign =
             RunConfig { sync: SyncConfig { mode: SyncMode::EveryStep, overlap: 0, elastic: false, ..run.sync }, ..run };
-        sign.validate().expect("every-step int8 with the sign rule");
+        sign.validate().expect("every-step int8 with the sign rule, summed by chunk owners");
+        // Chunk owners: the rule byte's high bit, every-step with a packed compression only.
+        let mut mesh_bytes = sign.encode();
+        mesh_bytes[RunConfig::ENCODED_LEN_V4] &= !OWNERS_BIT;
+        let mesh = RunConfig::decode(&mesh_bytes).unwrap();
+        assert_eq!(mesh, RunConfig { sync: SyncConfig { exchange: Exchange::Mesh, ..sign.sync }, ..sign });
+        for (sync, compression) in [(run.sync.mode, Compression::Int4), (SyncMode::EveryStep, Compression::None)] {
+            let owners =
+                RunConfig { sync: SyncConfig { mode: sync, compression, rule: StepRule::Adam, ..run.sync }, ..run };
+            let owners = if sync == SyncMode::EveryStep {
+                RunConfig { sync: SyncConfig { overlap: 0, elastic: false, ..owners.sync }, ..owners }
+            } else {
+                owners
+            };
+            assert_eq!(owners.validate(), Err(ConfigError::Owners { sync, compression }));
+            assert!(ConfigError::Owners { sync, compression }.to_string().contains("every-step and a packed"));
+        }
         let unpacked = RunConfig { sync: SyncConfig { compression: Compression::None, ..sign.sync }, ..sign };
         assert!(matches!(unpacked.validate(), Err(ConfigError::Rule { .. })));
         // The frozen rule's warm-up is a u32 in the same four bytes.
         let frozen = RunConfig { sync: SyncConfig { rule: StepRule::Frozen { warmup: 30 }, ..sign.sync }, ..sign };
         let frozen_bytes = frozen.encode();
-        assert_eq!(frozen_bytes[RunConfig::ENCODED_LEN_V4..], [2, 30, 0, 0, 0]);
+        assert_eq!(frozen_bytes[RunConfig::ENCODED_LEN_V4..], [128 + 2, 30, 0, 0, 0]);
         assert_eq!(RunConfig::decode(&frozen_bytes), Ok(frozen));
         frozen.validate().expect("every-step int8 with the frozen rule");
         let never = RunConfig { sync: SyncConfig { rule: StepRule::Frozen { warmup: 0 }, ..frozen.sync }, ..frozen };

@@ -10,7 +10,7 @@
 //! `sync` line below takes it as it is.
 
 use crate::config::RunConfig;
-use crate::sync::{Compression, StepRule, SyncMode};
+use crate::sync::{Compression, Exchange, StepRule, SyncMode};
 
 /// One run setting.
 #[derive(Clone, Copy, Debug)]
@@ -101,6 +101,11 @@ settings! {
     /// learning rate against the sign of the mean) or `frozen:W` (1-bit Adam's: W steps dense
     /// with Adam, then the compression with Adam's second moment frozen).
     "step-rule" => sync.rule: StepRule,
+    /// `every-step` with a packed compression: who sums the contributions — `mesh` (every
+    /// member sends its whole contribution to every other, and each sums them all) or `owners`
+    /// (chunk owners: a header to every member and each chunk to its owner, who sums that chunk
+    /// of the step's contributions and sends the sum to everyone; `docs/OWNERS.md`).
+    "exchange" => sync.exchange: Exchange,
     /// The outer optimizer's learning rate (`outer:H`).
     "outer-lr" => sync.outer.lr: f32,
     /// The outer optimizer's Nesterov momentum (`outer:H`).

@@ -240,6 +240,41 @@ impl std::str::FromStr for StepRule {
     }
 }
 
+/// Who sums a step's contributions (`--exchange`, `docs/OWNERS.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Exchange {
+    /// `mesh`: every member sends its whole contribution to every other and each sums them all.
+    #[default]
+    Mesh,
+    /// `owners`: chunk owners. A member sends every other a header (its contribution's fields
+    /// and its pieces' digests) and each owner only its chunk; the owner sums that chunk of the
+    /// record's contributions and sends the sum to everyone (reduce-scatter, then all-gather).
+    /// `every-step` with a packed compression only: an owner's sum is a sum of integers, so it
+    /// has one answer whoever forms it.
+    Owners,
+}
+
+impl std::fmt::Display for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Exchange::Mesh => "mesh",
+            Exchange::Owners => "owners",
+        })
+    }
+}
+
+impl std::str::FromStr for Exchange {
+    type Err = SyncError;
+
+    fn from_str(s: &str) -> Result<Self, SyncError> {
+        match s {
+            "mesh" => Ok(Exchange::Mesh),
+            "owners" => Ok(Exchange::Owners),
+            _ => Err(SyncError::ExchangeText(s.to_string())),
+        }
+    }
+}
+
 /// The sign rule's step ([`StepRule::Sign`]): each weight moves by `lr` against the sign of
 /// its `mean` (one f32 subtraction or addition; none where the mean is 0), element by element.
 pub fn sign_step(weights: &mut [f32], mean: &[f32], lr: f32) {
@@ -272,6 +307,8 @@ pub struct SyncConfig {
     pub elastic: bool,
     /// `every-step` with a packed compression only: what the group's mean does ([`StepRule`]).
     pub rule: StepRule,
+    /// `every-step` with a packed compression only: who sums the contributions ([`Exchange`]).
+    pub exchange: Exchange,
 }
 
 impl SyncConfig {
@@ -300,6 +337,7 @@ impl SyncConfig {
         overlap: 0,
         elastic: false,
         rule: StepRule::Adam,
+        exchange: Exchange::Mesh,
     };
 
     /// The largest overlap the encoding carries (the mode byte's low 7 bits are `1 + overlap`).
@@ -328,7 +366,7 @@ impl SyncConfig {
     /// The settings as the run config (`-3`) and checkpoints carry them, little-endian:
     /// `[u8 mode (0 every-step; for outer, 1 + overlap, plus 128 for elastic windows)][u32 H (1
     /// for every-step)][u8 compression (0 none, 1 int8, 2 int4, 16 + log₂ K topk:K)][f32 outer lr][f32 outer
-    /// momentum]`; the step rule is not among them (the run config carries it last,
+    /// momentum]`; the step rule and the exchange are not among them (the run config carries them last,
     /// `RunConfig::encode`). An overlap past [`SyncConfig::MAX_OVERLAP`], or an overlap or elastic windows
     /// with `every-step`, is not a valid run (`RunConfig::validate`) and is not encoded.
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
@@ -371,7 +409,7 @@ impl SyncConfig {
         };
         let outer = OuterOptimizer { lr: f32::from_le_bytes(word(6)), momentum: f32::from_le_bytes(word(10)) };
         // The step rule came later and is carried at the run config's end (`RunConfig::encode`).
-        Ok(SyncConfig { mode, compression, outer, overlap, elastic, rule: StepRule::Adam })
+        Ok(SyncConfig { mode, compression, outer, overlap, elastic, rule: StepRule::Adam, exchange: Exchange::Mesh })
     }
 }
 
@@ -383,6 +421,9 @@ impl std::fmt::Display for SyncConfig {
         }
         if self.elastic {
             f.write_str(" elastic")?;
+        }
+        if self.exchange != Exchange::Mesh {
+            write!(f, " {}", self.exchange)?;
         }
         Ok(())
     }
@@ -401,6 +442,8 @@ pub enum SyncError {
     RuleText(String),
     /// A step rule byte this version does not know.
     RuleByte(u8),
+    /// Text that is not an exchange.
+    ExchangeText(String),
     /// A mode byte that is no setting (128: elastic windows without a mode).
     ModeByte(u8),
     /// A packed contribution without one block byte per block.
@@ -430,6 +473,7 @@ impl std::fmt::Display for SyncError {
                 write!(f, "`{s}` is not a step rule: adam, sign:β with β in (0, 1], or frozen:W with W at least 1")
             }
             SyncError::RuleByte(b) => write!(f, "step rule {b}"),
+            SyncError::ExchangeText(s) => write!(f, "`{s}` is not an exchange: mesh or owners"),
             SyncError::ModeByte(b) => write!(f, "sync mode byte {b}"),
             SyncError::BlockBytes { bytes, values } => write!(f, "{bytes} exponent bytes for {values} values"),
             SyncError::QuantRange { index, quant } => {

@@ -29,6 +29,12 @@
 //! | `-24` | trace request: `[u32 step][trace]` (a leader disputing the receiver's contribution to `step` sends the definition's trace — `-25`'s `[u32 ops]` and each op's `[u32 chunks][u64 digest × chunks]` — and asks for the receiver's step compared with it as it runs again; since protocol 17, which retired the op and chunk fields of 13–16) |
 //! | `-27` | weights request: `[u32 step][u32 chunks][u64 digest × chunks]` (the guard's disputes, since protocol 19: the leader found the receiver's contribution to `step` computed from weights other than its own, checked its own against the definition's update, and sends their digests, 1,024 weights a chunk, `wire/state.rs`'s chunk digests) |
 //! | `-28` | weights: `[u32 step][u8 0]` or `[u8 1][u32 chunk][u32 word…]` (the answer to `-27`: the first chunk of the weights the sender's contribution to `step` was computed from whose digest is not the leader's, and its words; marker 0 when they are no longer kept or none parts) |
+//! | `-29` | header (chunk owners, since protocol 20): `[u64 author][u32 step][u32 whash][u32 phash][f32 loss][u32 weight][u64 state][u8 encoding (0 f32, 1 int8, 2 int4)][u32 len][u64 piece digest × 64]` (a contribution without its values: what a member of a group with chunk owners sends every other, and what a member holding only it answers a repair request `-7` with; its digest is the contribution's, `Header::digest`) |
+//! | `-30` | chunk: `[u32 step][u64 author][u8 first piece][u8 end piece][u8 encoding (1 int8, 2 int4)][packed body as -14's or -18's, from its len on]` (pieces `first..end` of the author's contribution, sent to the owner who sums them; each piece checked against the author's header) |
+//! | `-31` | chunk sum: `[u32 step][u64 record][u16 owner][u16 owners][sum]` (owner `owner` of `owners`' sum of its chunk of the contributions the step record whose digest is `record` names; the sum as `sync::owners::ChunkSum::encode` writes it: `[u32 start][u32 len][u8 bits][grid byte × blocks][by × blocks][len values of bits bits]`) |
+//! | `-33` | chunk request: `[u32 step][u64 author][u8 first piece][u8 end piece]` (pieces of the author's contribution, asked of anyone who holds them — its author, their owner, or the owner's successor, which holds an owner's own chunk — where an owner's sum cannot come; answered with `-30`) |
+//! | `-34` | chunk held: `[u32 step][u64 author][u8 first piece][u8 end piece]` (an owner — or an owner's successor, of that owner's own chunk — holds these pieces of the author's contribution, checked against its header: told to the leader, which names a contribution in a record only once every owner holds its chunk) |
+//! | `-32` | chunk sum request: `[u32 step][u64 record][u16 owner][u16 owners]` (a member whose owner's sum did not come asks for it; anyone holding it answers with `-31`) |
 //! | `-25` | trace: `[u32 step][u32 ops]`, each op's `[u32 chunks][u64 digest × chunks]`, then `[u8 0]` or `[u8 1][u32 op][u32 chunk][u32 word…]` (the answer to `-24`: the trace up to and with the first op that parts from the leader's, and that op's words of its first chunk that parts; no ops and marker 0 when it cannot be made) |
 //!
 //! `-4` (rosters), `-16` (standing by) and `-17` (follow) belonged to the home-made agreement of
@@ -47,13 +53,16 @@
 mod audit;
 mod frames;
 mod gradient;
+mod owners;
 mod reader;
 mod state;
 
 pub use audit::{AuditVerdict, Evidence};
 pub use frames::{frames, Reassembler};
-pub use gradient::Gradient;
 use gradient::{is_gradient_sentinel, put_gradient, read_gradient};
+pub use gradient::{piece_digest, Gradient};
+use owners::{put_chunk, put_header, put_sum, read_chunk, read_header, read_sum};
+pub use owners::{Chunk, Header, SumMessage};
 use reader::Reader;
 pub use state::{
     chunk_range, chunks_of, state_chunk_digests, state_digest, state_digest_of, NotServed, ServedState, StatePart,
@@ -62,10 +71,13 @@ pub use state::{
 
 use crate::config::RunConfig;
 pub use crate::sync::Values;
-use crate::sync::{Packed, SyncConfig, SyncError};
+use crate::sync::{Compression, Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
+use lockstep_luts::units::BLOCK;
 
-/// The mesh protocol version carried in the run config (19: the guard's disputes, `-27` and
+/// The mesh protocol version carried in the run config (20: chunk owners — `-29`, `-30` and
+/// `-31`, the step rule byte's high bit — and a contribution's digest made of its pieces'
+/// digests; 19: the guard's disputes, `-27` and
 /// `-28`, and evidence kinds 6–8 — a member computing from weights other than the group's, or
 /// with a wrong probe, is named and removed instead of stopping the run; 18: the run config's
 /// step rule; 17: `-24` and `-25` carry only the
@@ -85,7 +97,7 @@ pub use crate::verdict::Verdict;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 19;
+pub const MESH_PROTOCOL_VERSION: u32 = 20;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -116,6 +128,12 @@ const TRACE: i32 = -25;
 const F32_STATE_GRADIENT: i32 = -26;
 const WEIGHTS_REQUEST: i32 = -27;
 const WEIGHTS: i32 = -28;
+const HEADER: i32 = -29;
+const CHUNK: i32 = -30;
+const CHUNK_SUM: i32 = -31;
+const SUM_REQUEST: i32 = -32;
+const CHUNK_REQUEST: i32 = -33;
+const CHUNK_HELD: i32 = -34;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -313,6 +331,40 @@ pub enum Message {
     Weights {
         step: u32,
         words: Option<(u32, Vec<u32>)>,
+    },
+    /// Chunk owners: `author`'s contribution without its values (the sender's own, or a
+    /// repair).
+    Header {
+        author: PeerId,
+        header: Header,
+    },
+    /// Chunk owners: pieces of a contribution, for the owner who sums them.
+    Chunk(Chunk),
+    /// Chunk owners: an owner's sum of its chunk of a step record's contributions.
+    ChunkSum(SumMessage),
+    /// Chunk owners: owner `owner` of `owners`' sum for the record whose digest is `record`,
+    /// asked of anyone who holds it.
+    SumRequest {
+        step: u32,
+        record: u64,
+        owner: u16,
+        owners: u16,
+    },
+    /// Chunk owners: the sender holds pieces `first..end` of `author`'s contribution to `step`
+    /// (told to the leader).
+    ChunkHeld {
+        step: u32,
+        author: PeerId,
+        first: u8,
+        end: u8,
+    },
+    /// Chunk owners: pieces `first..end` of `author`'s contribution to `step`, asked of anyone
+    /// who holds them.
+    ChunkRequest {
+        step: u32,
+        author: PeerId,
+        first: u8,
+        end: u8,
     },
 }
 
@@ -574,6 +626,28 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&(digests.len() as u32).to_le_bytes());
             digests.iter().for_each(|d| out.extend_from_slice(&d.to_le_bytes()));
         }
+        Message::Header { author, header } => put_header(&mut out, *author, header),
+        Message::Chunk(chunk) => put_chunk(&mut out, chunk),
+        Message::ChunkSum(sum) => put_sum(&mut out, sum),
+        Message::ChunkHeld { step, author, first, end } => {
+            out.extend_from_slice(&CHUNK_HELD.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&author.to_le_bytes());
+            out.extend_from_slice(&[*first, *end]);
+        }
+        Message::ChunkRequest { step, author, first, end } => {
+            out.extend_from_slice(&CHUNK_REQUEST.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&author.to_le_bytes());
+            out.extend_from_slice(&[*first, *end]);
+        }
+        Message::SumRequest { step, record, owner, owners } => {
+            out.extend_from_slice(&SUM_REQUEST.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&record.to_le_bytes());
+            out.extend_from_slice(&owner.to_le_bytes());
+            out.extend_from_slice(&owners.to_le_bytes());
+        }
         Message::Weights { step, words } => {
             out.extend_from_slice(&WEIGHTS.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
@@ -753,6 +827,29 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 other => return Err(WireError::Invalid(format!("weights marked {other}"))),
             };
             Message::Weights { step, words }
+        }
+        HEADER => {
+            let author = r.u64()?;
+            Message::Header { author, header: read_header(&mut r)? }
+        }
+        CHUNK => Message::Chunk(read_chunk(&mut r)?),
+        CHUNK_SUM => Message::ChunkSum(read_sum(&mut r)?),
+        sentinel @ (CHUNK_REQUEST | CHUNK_HELD) => {
+            let (step, author, first, end) = (r.u32()?, r.u64()?, r.u8()?, r.u8()?);
+            if first >= end || usize::from(end) > crate::sync::owners::PIECES {
+                return Err(WireError::Invalid(format!("pieces {first}..{end}")));
+            }
+            match sentinel {
+                CHUNK_HELD => Message::ChunkHeld { step, author, first, end },
+                _ => Message::ChunkRequest { step, author, first, end },
+            }
+        }
+        SUM_REQUEST => {
+            let (step, record, owner, owners) = (r.u32()?, r.u64()?, r.u16()?, r.u16()?);
+            if owner >= owners {
+                return Err(WireError::Invalid(format!("a request for chunk {owner} of {owners} owners")));
+            }
+            Message::SumRequest { step, record, owner, owners }
         }
         other => return Err(WireError::UnknownSentinel(other)),
     };

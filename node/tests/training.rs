@@ -42,6 +42,7 @@ fn outer4_int8(elastic: bool) -> SyncConfig {
         overlap: 0,
         elastic,
         rule: StepRule::Adam,
+        exchange: lockstep_node::sync::Exchange::Mesh,
     }
 }
 

@@ -142,7 +142,7 @@ impl Session {
             return;
         };
         let digests = checked.digests.to_vec();
-        let ours = self.contributions.get(step, self.config.me).map_or(0, |h| h.gradient.whash);
+        let ours = self.contributions.get(step, self.config.me).map_or(0, |h| h.header.whash);
         apart.asked.insert(peer, Asked { step, theirs: whash, ours, at_ms: now });
         let evidence = Evidence::WeightHash { expected: ours, claimed: whash };
         self.event(Event::Disputing { step, target: peer, evidence });
@@ -201,11 +201,11 @@ impl Session {
     /// on, as when the check finds them. True when it ends so.
     fn outnumbered(&mut self, step: u32) -> bool {
         let me = self.config.me;
-        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return false };
+        let Some(own) = self.contributions.get(step, me).map(|h| h.header.whash) else { return false };
         let mut named: BTreeMap<u32, usize> = BTreeMap::new();
         for (_, held) in self.contributions.at(step) {
-            if held.gradient.phash == self.config.expected_phash {
-                *named.entry(held.gradient.whash).or_default() += 1;
+            if held.header.phash == self.config.expected_phash {
+                *named.entry(held.header.whash).or_default() += 1;
             }
         }
         let ours = named.remove(&own).unwrap_or(0);

@@ -156,17 +156,20 @@ impl Session {
         self.audits.committed(record);
         let Some(run) = self.run else { return };
         if names_state(&run) {
-            let held: Vec<&Gradient> = record
-                .contributions
-                .iter()
-                .filter_map(|c| self.contributions.get(record.step, c.peer))
-                .map(|h| &h.gradient)
-                .collect();
-            // Every contribution the record names is held here (the step was just reduced).
+            let held: Vec<&step::Held> =
+                record.contributions.iter().filter_map(|c| self.contributions.get(record.step, c.peer)).collect();
+            // Every contribution the record names is held here (the step was just reduced), whole
+            // or — chunk owners — by its header, the group's grid kept from the chunk sums.
             if held.len() == record.contributions.len() {
-                let grid = crate::sync::group_grid(held.iter().filter_map(|g| g.values.packed()));
-                let states = record.contributions.iter().zip(&held).map(|(c, g)| (c.peer, g.state)).collect();
-                self.audits.keep_private(record.step, grid, states);
+                let wholes: Option<Vec<&Gradient>> = held.iter().map(|h| h.whole.as_ref()).collect();
+                let grid = match wholes {
+                    Some(wholes) => Some(crate::sync::group_grid(wholes.iter().filter_map(|g| g.values.packed()))),
+                    None => self.contributions.grid_of(record.step).cloned(),
+                };
+                let states = record.contributions.iter().zip(&held).map(|(c, h)| (c.peer, h.header.state)).collect();
+                if let Some(grid) = grid {
+                    self.audits.keep_private(record.step, grid, states);
+                }
             }
             self.check_links(record.step);
         }
@@ -203,7 +206,12 @@ impl Session {
     ) {
         let Some(c) = record.contributions.iter().find(|c| c.peer == target) else { return };
         let (named, weight, step) = (c.digest, c.weight, record.step);
-        let claimed = self.contributions.get(step, target).map(|h| h.gradient.clone());
+        let claimed = self.contributions.whole_of(step, target);
+        if claimed.is_none() && self.owners_run() && self.members.contains(&target) {
+            // Chunk owners: the target's values are asked of it, to be here when the
+            // recomputation is compared with them.
+            self.ask_whole(step, target);
+        }
         let whash = record.whash;
         // The leader's recomputations record the definition's trace, which a dispute sends the
         // target to compare its own with.
@@ -269,9 +277,9 @@ impl Session {
         self.next_check();
     }
 
-    /// Time passes: an auditor waiting too long for a state calls it withheld (the target was
-    /// heard from all along, never silent for an election timeout) or gives up (it was: a link
-    /// down meanwhile may have held or lost the request).
+    /// Time passes: an auditor waiting too long for a state asks once more, then calls it
+    /// withheld (the target was heard from all along, never silent for an election timeout) —
+    /// or gives up (it was: a link down meanwhile may have held or lost the request).
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
         self.dispute_tick(now_ms);
         self.apart_tick(now_ms);
@@ -282,6 +290,19 @@ impl Session {
         let overdue =
             |r: &Running| r.private.as_ref().and_then(|p| p.asked_ms).is_some_and(|a| now_ms.saturating_sub(a) >= wait);
         while let Some(at) = self.audits.running.iter().position(overdue) {
+            // A target heard from all along is asked once more before it is called withholding:
+            // its answer goes behind everything it sends us, and a link with a backlog (a cut
+            // healed, a leader catching members up) takes longer than one wait to drain it.
+            let election_ms = self.config.agreement.longest_election_ms();
+            let running = &mut self.audits.running[at];
+            if let Some(private) =
+                running.private.as_mut().filter(|p| !p.again && !p.silent_since_asked(now_ms, election_ms))
+            {
+                (private.again, private.asked_ms, private.heard_ms, private.silence_ms) = (true, Some(now_ms), None, 0);
+                let (target, step, part) = (running.target, running.step, private.part.clone());
+                self.send(target, Message::StateRequest { step, part });
+                continue;
+            }
             let running = self.audits.running.remove(at);
             self.audits.unawait(running.step, running.target, running.private.as_ref());
             let election_ms = self.config.agreement.longest_election_ms();
@@ -346,6 +367,7 @@ impl Session {
     fn compare(&mut self, running: Running, recomputed: Recomputed) {
         let me = self.config.me;
         let Running { step, target, whash, named, weight, claimed, accusers, private, .. } = running;
+        let claimed = claimed.or_else(|| self.contributions.whole_of(step, target));
         let Recomputed { loss, values, next_state, next_words, trace } = recomputed;
         let state = private.as_ref().map_or(0, |p| p.state);
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };

@@ -4,6 +4,11 @@
 
 use super::*;
 
+use std::collections::BTreeMap;
+
+/// Committed records whose rosters a member keeps (chunk owners: a resume's next owners).
+const ROSTERS_KEPT: usize = 16;
+
 /// The weights taking the log: how far they are, what is committed and waits for them, a step
 /// taken ahead of its commit, the repairs and the resume waited for, a push's bytes.
 #[derive(Debug, Default)]
@@ -18,6 +23,26 @@ pub(super) struct Taking {
     pub catching_up: Option<(u64, u64)>,
     /// A push's bytes, held until its entry commits (their digest, and who sent them).
     pub push_bytes: Option<(u64, Vec<u8>, PeerId)>,
+    /// Chunk owners: the roster of the last record applied (the next step's owners), by step.
+    pub last_roster: Option<(u32, Vec<PeerId>)>,
+    /// Chunk owners: the rosters of the last committed records, by step (a resume's weights
+    /// take the next step's owners from them).
+    pub rosters: BTreeMap<u32, Vec<PeerId>>,
+    /// Chunk owners: the chunk sums waited for (`owners.rs`).
+    pub sum_wait: Option<super::owners::SumWait>,
+    /// Chunk owners: since when this owner waits for parts of its chunk of a committed step (or
+    /// when it last asked for them).
+    pub parts_asked: Option<(u32, u64)>,
+    /// Chunk owners: the pieces asked for (step, author, first, end), taken from anyone.
+    pub chunks_asked: std::collections::BTreeSet<(u32, PeerId, u8, u8)>,
+    /// Chunk owners: who told this member it holds which pieces (step, author, holder, first).
+    pub acks: std::collections::BTreeSet<(u32, PeerId, PeerId, u8)>,
+    /// Chunk owners: when this member last chased what is missing of a step before its record.
+    pub chased: Option<(u32, u64)>,
+    /// Chunk owners: the pieces this member told the leader it holds (step, author, first),
+    /// and when (told again each repair interval until the step is applied: a link to the
+    /// leader may have been down).
+    pub acked: BTreeMap<(u32, PeerId, u8), u64>,
 }
 
 /// What to do about a committed step's missing contributions now.
@@ -135,6 +160,10 @@ impl Session {
                 self.follow_run(state.run);
             }
             Committed::Step { record, index, term } => {
+                self.taking.rosters.insert(record.step, record.roster());
+                while self.taking.rosters.len() > ROSTERS_KEPT {
+                    self.taking.rosters.pop_first();
+                }
                 if record.step > self.taking.applied || self.pending.is_some() {
                     self.taking.queue.push_back(Queued::Step { record, index, term });
                 }
@@ -252,12 +281,16 @@ impl Session {
             return false;
         }
         let me = self.config.me;
-        let own = self.contributions.get(record.step, me).map(|h| h.gradient.whash);
+        let own = self.contributions.get(record.step, me).map(|h| h.header.whash);
         if let Err(failure) = self.contributions.guard(record, me, own, self.config.expected_phash) {
             self.stop_with(failure);
             return false;
         }
-        let Some((reduced, loss)) = self.contributions.reduce(record) else { return false };
+        let reduced = match self.owners_run() {
+            true => self.reduce_committed(record),
+            false => self.contributions.reduce(record),
+        };
+        let Some((reduced, loss)) = reduced else { return false };
         let ours = record.contributions.iter().any(|c| c.peer == me);
         let step = record.step;
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: false });
@@ -279,6 +312,10 @@ impl Session {
         self.taking.applied = step;
         self.contributions.applied(step);
         self.taking.repairs = Repairs::default();
+        self.taking.last_roster = Some((step, record.roster()));
+        self.taking.chunks_asked.retain(|(s, ..)| *s > step);
+        self.taking.acks.retain(|(s, ..)| *s > step);
+        self.taking.acked.retain(|(s, ..), _| *s > step);
         let peers = record.roster();
         self.event(Event::StepApplied {
             step,
@@ -327,7 +364,7 @@ impl Session {
         if !one_step && self.is_leader() && self.roster.serving_due(&self.members, self.timing.now_ms()) {
             return;
         }
-        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let Some(own) = self.contributions.get(step, me).map(|h| h.header.whash) else { return };
         let Some((record, _, _)) = self.agreement.as_ref().and_then(Agreement::next_uncommitted_step) else { return };
         if record.step != step || !self.contributions.holds(&record) {
             return;
@@ -336,7 +373,18 @@ impl Session {
         if self.contributions.guard(&record, me, Some(own), self.config.expected_phash).is_err() {
             return;
         }
-        let Some((reduced, loss)) = self.contributions.reduce(&record) else { return };
+        let reduced = match self.owners_run() {
+            // Taken only with every chunk sum here: nothing is asked for a record not committed.
+            true => {
+                let owners = self.owners_of(step).unwrap_or_default();
+                for (owner, from) in self.contributions.drop_unsent(&record, &owners, false) {
+                    self.ignore(from, Ignored::NotTheOwner { step, owner });
+                }
+                self.contributions.reduce_owned(&record, owners.len().max(1)).ok()
+            }
+            false => self.contributions.reduce(&record),
+        };
+        let Some((reduced, loss)) = reduced else { return };
         let ours = record.contributions.iter().any(|c| c.peer == me);
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: true });
         self.taking.tentative = Some(Tentative { record, loss, held: None });

@@ -114,9 +114,7 @@ impl Session {
         }
         let step = gradient.step;
         let targets: Vec<PeerId> = self.members.iter().copied().filter(|p| self.takes_part(*p, step)).collect();
-        for to in targets {
-            self.send(to, Message::Gradient(gradient.clone()));
-        }
+        self.send_contribution(&gradient, &targets);
         self.offer(me, gradient);
     }
 
@@ -131,14 +129,23 @@ impl Session {
             && (agreement.is_voter(peer) || self.roster.expected(peer) || self.computing.lately(peer, step))
     }
 
-    /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s).
+    /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s) — or the
+    /// values of one held by its header (chunk owners), an applied step's too (for an audit).
     pub(super) fn offer(&mut self, from: PeerId, gradient: Gradient) -> bool {
         let step = gradient.step;
-        if !self.configured || step <= self.taking.applied || step > self.taking.applied + 2 {
+        let fills = self.contributions.get(step, from).is_some_and(|h| h.whole.is_none());
+        if !(self.collects(step) || self.configured && fills) {
             self.ignore(from, Ignored::NotCollected { step });
             return false;
         }
-        let why = match self.contributions.offer(from, gradient) {
+        let offer = self.contributions.offer(from, gradient);
+        self.offered(from, step, offer)
+    }
+
+    /// What follows an offer of `from`'s contribution to `step` (whole, or its header).
+    pub(super) fn offered(&mut self, from: PeerId, step: u32, offer: Offer) -> bool {
+        let why = match offer {
+            Offer::Filled => return true,
             Offer::Accepted => {
                 self.computing.contributed(from, step);
                 if from != self.config.me {
@@ -174,12 +181,12 @@ impl Session {
     /// naming the senders, before any record could sum it. Our own probe wrong stops us.
     pub(super) fn guard_held(&mut self, step: u32) {
         let me = self.config.me;
-        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let Some(own) = self.contributions.get(step, me).map(|h| h.header.whash) else { return };
         let (settles, leading, expected) = (self.guard_settles(), self.is_leader(), self.config.expected_phash);
         let mut failure = GuardFailure { step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
         let mut apart = Vec::new();
         for (peer, held) in self.contributions.at(step) {
-            let (whash, phash) = (held.gradient.whash, held.gradient.phash);
+            let (whash, phash) = (held.header.whash, held.header.phash);
             if phash != expected {
                 if settles && peer != me {
                     apart.push((peer, Evidence::Probe { expected, claimed: phash }));
@@ -217,7 +224,7 @@ impl Session {
         let Some(run) = self.run.filter(|r| r.sync.elastic) else { return };
         let h = run.sync.mode.steps_per_sync();
         let me = self.config.me;
-        let whole = self.contributions.at(step).any(|(p, held)| p != me && held.gradient.weight == h);
+        let whole = self.contributions.at(step).any(|(p, held)| p != me && held.header.weight == h);
         if self.window.hurry(&run, step, whole, self.timing.now_ms()) {
             self.out.push(Output::Hurry { step });
         }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::agreement::AgreementError;
-use super::step::GuardFailure;
+use super::step::{ChunkOffer, GuardFailure};
 use crate::config::RunConfig;
 use crate::sync::{Compression, OutOfBounds};
 use crate::wire::{AuditVerdict, Epoch, Evidence, PeerId, Removal};
@@ -267,6 +267,34 @@ pub enum Ignored {
     WeightsRequestFromNonLeader,
     /// Weights this node did not ask for (or no longer waits for).
     UnaskedWeights,
+    /// Chunk owners: a header, chunk or chunk sum in a run whose contributions go whole.
+    NotOwners,
+    /// Chunk owners: a chunk this node does not take (not its owner's, or as [`ChunkOffer`]
+    /// says).
+    ChunkRefused {
+        step: u32,
+        author: PeerId,
+        why: ChunkOffer,
+    },
+    /// Chunk owners: an owner's sum sent by a peer that is not that chunk's owner in the
+    /// step's owners as this node knows them (or it does not know them).
+    NotTheOwner {
+        step: u32,
+        owner: u16,
+    },
+    /// Chunk owners: an owner's sum this node refused (`sync::owners::ChunkSumError`).
+    ChunkSumRefused {
+        step: u32,
+        owner: u16,
+        why: crate::sync::owners::ChunkSumError,
+    },
+    /// Chunk owners: a request for a chunk sum this node does not hold.
+    SumNotHeld,
+    /// Chunk owners: another member's header from a peer that is not its author, unasked.
+    HeaderNotAsked {
+        step: u32,
+        author: PeerId,
+    },
 }
 
 impl std::fmt::Display for Ignored {
@@ -329,6 +357,25 @@ impl std::fmt::Display for Ignored {
                 f.write_str("a weights request from a member that is not the leader (only the leader disputes)")
             }
             Ignored::UnaskedWeights => f.write_str("weights this node did not ask for"),
+            Ignored::NotOwners => f.write_str("a chunk owners' message in a run whose contributions go whole"),
+            Ignored::ChunkRefused { step, author, why } => {
+                let why = match why {
+                    ChunkOffer::NoHeader => "no header of it is held",
+                    ChunkOffer::NotNamed => "its pieces are not the ones its header names",
+                    ChunkOffer::Duplicate => "it is held already",
+                    ChunkOffer::NotOwned => "this node does not own its pieces in that step",
+                    ChunkOffer::Accepted => "taken",
+                };
+                write!(f, "a chunk of node {author}'s contribution to step {step}: {why}")
+            }
+            Ignored::NotTheOwner { step, owner } => {
+                write!(f, "a sum of chunk {owner} of step {step} from a peer that is not its owner here")
+            }
+            Ignored::ChunkSumRefused { step, owner, why } => write!(f, "owner {owner}'s sum for step {step}: {why}"),
+            Ignored::SumNotHeld => f.write_str("a request for a chunk sum this node does not hold"),
+            Ignored::HeaderNotAsked { step, author } => {
+                write!(f, "node {author}'s header for step {step} from another peer, not asked for")
+            }
         }
     }
 }

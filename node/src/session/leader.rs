@@ -129,24 +129,31 @@ impl Session {
         else {
             return;
         };
-        let Some(own) = self.contributions.get(step, me).map(|h| h.gradient.whash) else { return };
+        let Some(own) = self.contributions.get(step, me).map(|h| h.header.whash) else { return };
         let (voters, learners) = agreement.members();
+        let waited = now.saturating_sub(ready_ms);
+        let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);
         let present: Vec<(PeerId, Named)> = self
             .contributions
             .at(step)
             .filter(|(p, held)| {
                 // Only contributions from our weights with a healthy probe (the guard's disputes
-                // settle the others; a new leader's held ones are filtered here too).
-                let guarded = held.gradient.whash == own && held.gradient.phash == self.config.expected_phash;
-                *p == me
+                // settle the others; a new leader's held ones are filtered here too) — with chunk
+                // owners, only those whose every chunk another member holds.
+                let guarded = held.header.whash == own && held.header.phash == self.config.expected_phash;
+                (*p == me
                     || guarded
                         && agreement.is_member(*p)
                         && !self.roster.is_out(*p)
                         && !self.audits.disputed(*p)
-                        && !self.audits.convicted.contains(p)
+                        && !self.audits.convicted.contains(p))
+                    && self.held_twice(step, *p, waited < deadline)
             })
-            .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.gradient.weight }))
+            .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.header.weight }))
             .collect();
+        if present.is_empty() {
+            return; // chunk owners: not even ours is held twice yet
+        }
         let has = |p: &PeerId| present.iter().any(|(q, _)| q == p);
         let late: Vec<PeerId> = voters
             .iter()
@@ -161,13 +168,12 @@ impl Session {
                     && !self.audits.convicted.contains(p)
             })
             .collect();
-        let waited = now.saturating_sub(ready_ms);
-        let deadline = self.timing.deadline_ms(self.config.deadline, compute_ms);
         // At the run's start every member that can compute is in the first step (once the
         // configuration has it), unless the deadline passes first.
         let starting = agreement.state().is_some_and(|s| s.step == 0 && s.epoch == Epoch::default());
         let joining = starting && self.roster.unjoined(agreement, me, &self.members);
-        if (!late.is_empty() || joining) && waited < deadline {
+        // Chunk owners: our own contribution waits, as the others', for its chunks held twice.
+        if (!late.is_empty() || joining || !has(&me)) && waited < deadline {
             self.ask_late(step, &late, waited);
             return;
         }
@@ -204,6 +210,7 @@ impl Session {
         for peer in reachable {
             self.send(peer, Message::RepairRequest { step, peer });
         }
+        self.nudge_holders(step);
     }
 
     /// (Leader) `peer` is out of the run for good: told why, then taken out of the

@@ -66,6 +66,16 @@ impl StepRecord {
     pub fn roster(&self) -> Vec<PeerId> {
         self.contributions.iter().map(|c| c.peer).collect()
     }
+
+    /// The record's digest, what an owner's chunk sum names it by (`-31`): `wire::digests_digest`
+    /// of the words `step`, `whash`, then each contribution's peer, digest and weight in order.
+    pub fn digest(&self) -> u64 {
+        let mut words = vec![u64::from(self.step), u64::from(self.whash)];
+        for named in &self.contributions {
+            words.extend([named.peer, named.digest, u64::from(named.weight)]);
+        }
+        crate::wire::digests_digest(&words)
+    }
 }
 
 /// What the log's committed entries amount to: the state a snapshot carries.
@@ -256,7 +266,7 @@ mod tests {
         let push = LogEntry::Push { epoch: Epoch { count: 2, pusher: 7 }, digest: 1 }.encode();
         assert_eq!(push, vec![3, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
         let run = LogEntry::Run(RunConfig::DEFAULT).encode();
-        assert_eq!(run[..5], [1, 19, 0, 0, 0]);
+        assert_eq!(run[..5], [1, 20, 0, 0, 0]);
         assert_eq!(run[5..], RunConfig::DEFAULT.encode());
     }
 

@@ -5,8 +5,18 @@ use super::*;
 
 impl Session {
     pub(super) fn on_message(&mut self, from: PeerId, message: Message) {
-        let step_message =
-            matches!(message, Message::Gradient(_) | Message::RepairRequest { .. } | Message::RepairResponse { .. });
+        let step_message = matches!(
+            message,
+            Message::Gradient(_)
+                | Message::RepairRequest { .. }
+                | Message::RepairResponse { .. }
+                | Message::Header { .. }
+                | Message::Chunk(_)
+                | Message::ChunkSum(_)
+                | Message::SumRequest { .. }
+                | Message::ChunkRequest { .. }
+                | Message::ChunkHeld { .. }
+        );
         if !step_message {
             return self.dispatch(from, message);
         }
@@ -94,15 +104,35 @@ impl Session {
             }
             Message::RepairRequest { step, peer } => match self.contributions.get(step, peer) {
                 Some(held) => {
-                    let gradient = held.gradient.clone();
-                    self.send(from, Message::RepairResponse { peer, gradient });
+                    // Whole; chunk owners: its header (its values are asked for by pieces).
+                    let message = match &held.whole {
+                        Some(gradient) if !self.owners_run() => {
+                            Message::RepairResponse { peer, gradient: gradient.clone() }
+                        }
+                        _ => Message::Header { author: peer, header: held.header.clone() },
+                    };
+                    self.send(from, message);
                     self.event(Event::RepairServed { step, peer, to: from });
                 }
                 None => self.ignore(from, Ignored::RepairNotHeld),
             },
+            Message::Header { author, header } => self.on_header(from, author, header),
+            Message::Chunk(chunk) => self.on_chunk(from, chunk),
+            Message::ChunkSum(sum) => self.on_chunk_sum(from, sum),
+            Message::SumRequest { step, record, owner, owners } => {
+                self.on_sum_request(from, step, record, owner, owners)
+            }
+            Message::ChunkRequest { step, author, first, end } => self.on_chunk_request(from, step, author, first, end),
+            Message::ChunkHeld { step, author, first, end: _ } => {
+                if self.collects(step) && self.owners_run() {
+                    self.taking.acks.insert((step, author, from, first));
+                } else {
+                    self.ignore(from, Ignored::NotCollected { step });
+                }
+            }
             Message::RepairResponse { peer, gradient } => {
                 let step = gradient.step;
-                let wanted = self.contributions.get(step, peer).is_none();
+                let wanted = self.contributions.get(step, peer).is_none_or(|h| h.whole.is_none());
                 if self.offer(peer, gradient) && wanted {
                     self.event(Event::Repaired { step, peer });
                 }

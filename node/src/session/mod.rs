@@ -70,6 +70,7 @@ mod io;
 mod leader;
 pub mod log;
 mod messages;
+mod owners;
 mod private;
 mod roster;
 mod shun;
@@ -90,7 +91,7 @@ pub use io::{Input, Output};
 pub use private::STATE_PROMISED_STEPS;
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
 pub use shun::SHUN_LAPSES_ELECTIONS;
-pub use step::{GuardFailure, Offer, RETAINED_STEPS};
+pub use step::{ChunkOffer, GuardFailure, Offer, RETAINED_STEPS};
 pub use timing::StepDeadline;
 
 use agreement::Agreement;
@@ -536,14 +537,20 @@ impl Session {
         self.lead.due.clear();
         self.taking.catching_up = None;
         self.taking.repairs = Repairs::default();
+        // The owners of the next step: the roster of the record a resume's weights are at (the
+        // log committed it here too); none after a push (its steps are counted again).
+        self.taking.last_roster = None;
+        self.taking.sum_wait = None;
         let epoch = match pending {
             Pending::Resume(epoch) => {
+                self.taking.last_roster = self.taking.rosters.get(&step).map(|r| (step, r.clone()));
                 self.event(Event::Resumed { step });
                 epoch
             }
             Pending::Push { from, epoch } => {
                 // Records of the weights before the push are no evidence about those after it.
                 self.audits.forget_records();
+                self.taking.rosters.clear();
                 self.taking.push_bytes = None;
                 self.lead.pushing = None;
                 self.event(Event::CheckpointRestored { from, step });
@@ -619,6 +626,10 @@ impl Session {
                 // the same term (pre-vote keeps the term of a node cut off and back).
                 let ended_minority = std::mem::take(&mut self.told_no_majority);
                 if self.told_leader != Some((leader, term)) || ended_minority {
+                    if self.told_leader.map(|(l, _)| l) != Some(leader) {
+                        // Chunk owners: a new leader is told again what is held.
+                        self.taking.acked.clear();
+                    }
                     self.told_leader = Some((leader, term));
                     self.event(Event::Leader { peer: leader, term });
                     if leader == me {
@@ -653,6 +664,9 @@ impl Session {
             self.pump();
             self.take_committed();
             self.take_tentatively();
+            self.form_sums();
+            self.tell_held();
+            self.chase_parts();
             self.maybe_compute();
             self.lead();
             self.pump();

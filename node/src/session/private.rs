@@ -33,6 +33,9 @@ pub(super) struct Private {
     pub silence_ms: u64,
     /// What of the state was asked for: a routine audit, some chunks; a check, the whole.
     pub part: StatePart,
+    /// Whether it was asked again, after a first wait that went unanswered while the target
+    /// was heard from (its answer may wait behind everything it sends us: `audit_tick`).
+    pub again: bool,
 }
 
 impl Private {
@@ -117,7 +120,7 @@ impl Session {
         };
         let asked_ms = Some(self.timing.now_ms());
         self.send(target, Message::StateRequest { step, part: part.clone() });
-        Some(Private { state, grid, asked_ms, heard_ms: None, silence_ms: 0, part })
+        Some(Private { state, grid, asked_ms, heard_ms: None, silence_ms: 0, part, again: false })
     }
 
     /// The state `target`'s contribution to `record`'s step named, whole, if this member's
@@ -129,7 +132,15 @@ impl Session {
         }
         let (grid, state) = self.audits.private_of(record.step, target)?;
         let words = self.audits.derived_of(record.step, target, state)?;
-        let private = Private { state, grid, asked_ms: None, heard_ms: None, silence_ms: 0, part: StatePart::Whole };
+        let private = Private {
+            state,
+            grid,
+            asked_ms: None,
+            heard_ms: None,
+            silence_ms: 0,
+            part: StatePart::Whole,
+            again: false,
+        };
         Some((private, words))
     }
 

@@ -8,12 +8,20 @@
 //! divided by `n` (float addition is not associative, so the order is part of the protocol);
 //! `int8` and `int4` ones are summed exactly in integers, where the order cannot matter —
 //! weighted by the inner steps each stands for in elastic windows.
+//!
+//! With chunk owners (`docs/OWNERS.md`) a member holds most contributions by their header
+//! alone, the chunks it owns of them, and the owners' sums of the others' chunks: the record's
+//! sum is those chunk sums laid end to end ([`Contributions::reduce_owned`]), the same integers
+//! and so the same bits as summing the whole contributions.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use super::log::StepRecord;
-use crate::sync::{self, Compression, Reduced, SyncConfig};
-use crate::wire::{Gradient, PeerId};
+use crate::sync::owners::{self, ChunkSum, ChunkSumError};
+use crate::sync::{self, Compression, Packed, Reduced, SyncConfig, Values, EMPTY_BLOCK};
+use crate::wire::{Chunk, Gradient, Header, PeerId};
+use lockstep_luts::units::BLOCK;
 
 /// Applied steps whose contributions a member keeps for repairs.
 pub const RETAINED_STEPS: u32 = 4;
@@ -22,6 +30,8 @@ pub const RETAINED_STEPS: u32 = 4;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Offer {
     Accepted,
+    /// The values of a contribution held by its header alone (chunk owners: a repair).
+    Filled,
     /// Already held: the same contribution again (a duplicate delivery, a repair that crossed
     /// the original), or another one from the same member for the same step — the record
     /// decides which is summed; the first stays until a record names another.
@@ -70,11 +80,72 @@ impl std::fmt::Display for GuardFailure {
     }
 }
 
-/// A contribution and its digest (computed once, on arrival).
+/// A contribution as a member holds it: its header and digest (computed once, on arrival), and
+/// its values — whole (ours, a mesh run's, a repair), or with chunk owners only the chunks this
+/// member owns of it.
 #[derive(Clone, Debug)]
 pub struct Held {
-    pub gradient: Gradient,
+    pub header: Header,
     pub digest: u64,
+    pub whole: Option<Gradient>,
+    pub chunks: Vec<Chunk>,
+}
+
+impl Held {
+    fn whole(gradient: Gradient) -> Held {
+        let header = gradient.header();
+        Held { digest: header.digest(), header, whole: Some(gradient), chunks: Vec::new() }
+    }
+
+    /// The packed values `range` (block-aligned, within one chunk held or the whole).
+    fn part(&self, range: &Range<usize>) -> Option<Packed> {
+        let cut = |p: &Packed, at: usize| {
+            let blocks = (range.start - at) / BLOCK..(range.end - at).div_ceil(BLOCK);
+            Packed { exponents: p.exponents[blocks].to_vec(), q: p.q[range.start - at..range.end - at].to_vec() }
+        };
+        if let Some(p) = self.whole.as_ref().and_then(|g| g.values.packed()) {
+            return Some(cut(p, 0));
+        }
+        let len = self.header.len as usize;
+        self.chunks.iter().find_map(|c| {
+            let (held, p) = (c.range(len), c.values.packed()?);
+            (held.start <= range.start && range.end <= held.end).then(|| cut(p, held.start))
+        })
+    }
+}
+
+/// What happened to an offered chunk (chunk owners).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChunkOffer {
+    Accepted,
+    /// Held already, or the whole contribution is.
+    Duplicate,
+    /// No header of its author for its step is held (it arrives first on the same channel).
+    NoHeader,
+    /// Its pieces are not the ones its author's header names.
+    NotNamed,
+    /// Pieces this member does not own in the step (the session checks).
+    NotOwned,
+}
+
+/// The owners' sums of one record's chunks, as they came (read once the record is known).
+#[derive(Clone, Debug, Default)]
+struct Sums {
+    /// Owner index → its sum's bytes (received, or formed here).
+    bytes: BTreeMap<u16, Vec<u8>>,
+    /// Owner index → who sent the bytes (this member, where it formed them).
+    from: BTreeMap<u16, PeerId>,
+    /// Owner index → the sum read (or formed here, or summed here from the values).
+    read: BTreeMap<u16, ChunkSum>,
+}
+
+/// Why a record cannot be summed from what is here (chunk owners).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lacking {
+    /// Chunks with neither an owner's sum nor every contribution's values.
+    pub chunks: Vec<u16>,
+    /// Owners' sums refused: the owner, and why.
+    pub refused: Vec<(u16, ChunkSumError)>,
 }
 
 /// Every contribution a member holds, by step and sender.
@@ -88,6 +159,14 @@ pub struct Contributions {
     held: BTreeMap<u32, BTreeMap<PeerId, Held>>,
     /// The last applied steps', summed already.
     retained: BTreeMap<u32, BTreeMap<PeerId, Held>>,
+    /// Chunk owners: the owners' sums, by step and record digest.
+    sums: BTreeMap<(u32, u64), Sums>,
+    /// Chunk owners: the grid of each applied step summed from chunk sums (what an audit's
+    /// private state is made with, where the contributions are not held whole).
+    grids: BTreeMap<u32, Vec<u8>>,
+    /// Chunk owners: chunks that came before their author's header, by step and author (taken
+    /// when it comes).
+    early: BTreeMap<(u32, PeerId), Vec<Chunk>>,
 }
 
 impl Contributions {
@@ -99,6 +178,9 @@ impl Contributions {
             weights: sync.weights_allowed(),
             held: BTreeMap::new(),
             retained: BTreeMap::new(),
+            sums: BTreeMap::new(),
+            grids: BTreeMap::new(),
+            early: BTreeMap::new(),
         }
     }
 
@@ -107,7 +189,22 @@ impl Contributions {
         self.len
     }
 
-    /// Checks a contribution and holds it (the caller decides which steps it takes).
+    /// The checks a contribution's fields must pass, whole or by its header.
+    fn admissible(&self, header: &Header) -> Result<(), Offer> {
+        if header.encoding != self.compression.values_as() {
+            return Err(Offer::WrongEncoding { expected: self.compression.values_as(), actual: header.encoding });
+        }
+        if !self.weights.contains(&header.weight) {
+            return Err(Offer::WrongWeight { weight: header.weight, allowed: self.weights.clone() });
+        }
+        if header.len as usize != self.len {
+            return Err(Offer::WrongLength { expected: self.len, actual: header.len as usize });
+        }
+        Ok(())
+    }
+
+    /// Checks a contribution and holds it (the caller decides which steps it takes). The values
+    /// of one held by its header alone fill it ([`Offer::Filled`]).
     pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
         if gradient.values.compression() != self.compression.values_as() {
             return Offer::WrongEncoding {
@@ -124,13 +221,128 @@ impl Contributions {
         if let Err(e) = gradient.values.check_bounds() {
             return Offer::OutOfBounds(e);
         }
-        let step = self.held.entry(gradient.step).or_default();
+        let held = Held::whole(gradient);
+        let step = held.header.step;
+        let steps = if self.held.contains_key(&step) || !self.retained.contains_key(&step) {
+            self.held.entry(step).or_default()
+        } else {
+            self.retained.entry(step).or_default()
+        };
+        match steps.get_mut(&from) {
+            Some(h) if h.whole.is_none() && h.digest == held.digest => {
+                *h = held;
+                Offer::Filled
+            }
+            Some(_) => Offer::Duplicate,
+            None => {
+                steps.insert(from, held);
+                Offer::Accepted
+            }
+        }
+    }
+
+    /// Chunk owners: holds a contribution by its header (checked as a whole one's fields are;
+    /// its values are checked by the owners of its chunks).
+    pub fn offer_header(&mut self, from: PeerId, header: Header) -> Offer {
+        if let Err(why) = self.admissible(&header) {
+            return why;
+        }
+        let step = self.held.entry(header.step).or_default();
         if step.contains_key(&from) {
             return Offer::Duplicate;
         }
-        let digest = gradient.digest();
-        step.insert(from, Held { gradient, digest });
+        let digest = header.digest();
+        let key = (header.step, from);
+        step.insert(from, Held { header, digest, whole: None, chunks: Vec::new() });
+        for chunk in self.early.remove(&key).unwrap_or_default() {
+            self.offer_chunk(chunk);
+        }
         Offer::Accepted
+    }
+
+    /// Chunk owners: the authors of chunks to `step` held until their header comes.
+    pub fn early_authors(&self, step: u32) -> Vec<PeerId> {
+        self.early.range((step, 0)..=(step, PeerId::MAX)).map(|((_, a), _)| *a).collect()
+    }
+
+    /// Chunk owners: `peer`'s contribution to `step` whole, where its values are here (whole,
+    /// or a chunk of every piece).
+    pub fn whole_of(&self, step: u32, peer: PeerId) -> Option<Gradient> {
+        let held = self.get(step, peer)?;
+        if let Some(whole) = &held.whole {
+            return Some(whole.clone());
+        }
+        let chunk = self.chunk_of(step, peer, 0..owners::PIECES)?;
+        let h = &held.header;
+        let (step, whash, phash, loss, weight, state) = (h.step, h.whash, h.phash, h.loss, h.weight, h.state);
+        Some(Gradient { step, whash, phash, loss, values: chunk.values, weight, state })
+    }
+
+    /// Chunk owners: holds a chunk of a contribution held by its header, once its pieces are
+    /// the header's.
+    pub fn offer_chunk(&mut self, chunk: Chunk) -> ChunkOffer {
+        let Some(held) = self.held.get_mut(&chunk.step).and_then(|s| s.get_mut(&chunk.author)) else {
+            let early = self.early.entry((chunk.step, chunk.author)).or_default();
+            if early.len() < owners::PIECES {
+                early.push(chunk);
+            }
+            return ChunkOffer::NoHeader;
+        };
+        let range = chunk.range(held.header.len as usize);
+        if held.whole.is_some() || held.part(&range).is_some() {
+            return ChunkOffer::Duplicate;
+        }
+        if !held.header.names(&chunk) {
+            return ChunkOffer::NotNamed;
+        }
+        held.chunks.push(chunk);
+        ChunkOffer::Accepted
+    }
+
+    /// Chunk owners: owner `owner`'s sum of its chunk of the record `record` names (its bytes,
+    /// read when the record is summed). False when one is held already.
+    pub fn offer_sum(&mut self, step: u32, record: u64, owner: u16, from: PeerId, bytes: Vec<u8>) -> bool {
+        let sums = self.sums.entry((step, record)).or_default();
+        if sums.bytes.contains_key(&owner) {
+            return false;
+        }
+        sums.bytes.insert(owner, bytes);
+        sums.from.insert(owner, from);
+        true
+    }
+
+    /// Chunk owners: drops the record's sums not sent by their owner of `owners` (all of them
+    /// where the owners are not known), unless asked for (`asked`: a sum asked of anyone is
+    /// taken from anyone); returns which, and who sent each.
+    pub fn drop_unsent(&mut self, record: &StepRecord, owners: &[PeerId], asked: bool) -> Vec<(u16, PeerId)> {
+        let Some(sums) = self.sums.get_mut(&(record.step, record.digest())) else { return Vec::new() };
+        let wrong: Vec<(u16, PeerId)> = sums
+            .from
+            .iter()
+            .filter(|(c, from)| !asked && owners.get(usize::from(**c)) != Some(*from) && !sums.read.contains_key(c))
+            .map(|(c, from)| (*c, *from))
+            .collect();
+        for (c, _) in &wrong {
+            sums.bytes.remove(c);
+            sums.from.remove(c);
+        }
+        wrong
+    }
+
+    /// Chunk owners: the bytes of owner `owner`'s sum for `record` of `step`, received or formed
+    /// here (to send on).
+    pub fn sum_bytes(&self, step: u32, record: u64, owner: u16) -> Option<&Vec<u8>> {
+        self.sums.get(&(step, record))?.bytes.get(&owner)
+    }
+
+    /// Chunk owners: pieces `pieces` of `author`'s contribution to `step`, where its values
+    /// there are held (whole, or a chunk that covers them).
+    pub fn chunk_of(&self, step: u32, author: PeerId, pieces: Range<usize>) -> Option<Chunk> {
+        let held = self.get(step, author)?;
+        let range = Chunk::values(self.len, pieces.clone());
+        let part = held.part(&range)?;
+        let values = Values::packed_as(held.header.encoding, part);
+        Some(Chunk { step, author, first: pieces.start as u8, end: pieces.end as u8, values })
     }
 
     /// `peer`'s contribution to `step`, held or retained.
@@ -144,7 +356,8 @@ impl Contributions {
     }
 
     /// The record's contributions this member lacks: absent, or held with another digest (those
-    /// are dropped, to be repaired with the one the record names).
+    /// are dropped, to be repaired with the one the record names). One held by its header
+    /// alone is held.
     pub fn missing(&mut self, record: &StepRecord) -> Vec<PeerId> {
         let step = self.held.entry(record.step).or_default();
         let mut missing = Vec::new();
@@ -179,10 +392,10 @@ impl Contributions {
         let mut failure = GuardFailure { step: record.step, weight_mismatch: Vec::new(), probe_mismatch: Vec::new() };
         for named in &record.contributions {
             let Some(held) = self.get(record.step, named.peer) else { continue };
-            if held.gradient.whash != record.whash {
+            if held.header.whash != record.whash {
                 failure.weight_mismatch.push(named.peer);
             }
-            if held.gradient.phash != expected_phash {
+            if held.header.phash != expected_phash {
                 failure.probe_mismatch.push(named.peer);
             }
         }
@@ -196,17 +409,147 @@ impl Contributions {
         }
     }
 
-    /// The record's mean and mean loss (in roster order), once every contribution is here.
+    /// The record's contributions, held, in its order (`None` unless all are).
+    fn named(&self, record: &StepRecord) -> Option<Vec<&Held>> {
+        record.contributions.iter().map(|n| self.get(record.step, n.peer)).collect()
+    }
+
+    /// The mean loss of the record's contributions, in its order.
+    fn loss(held: &[&Held]) -> f32 {
+        held.iter().fold(0.0f32, |a, h| a + h.header.loss) / held.len() as f32
+    }
+
+    /// The record's mean and mean loss (in roster order), once every contribution is here whole.
     pub fn reduce(&self, record: &StepRecord) -> Option<(Reduced, f32)> {
-        let held: Option<Vec<&Held>> = record.contributions.iter().map(|n| self.get(record.step, n.peer)).collect();
-        let held = held?;
+        let held = self.named(record)?;
         if held.is_empty() {
             return Some((Reduced { mean: vec![0.0; self.len], grid: Vec::new() }, f32::NAN));
         }
-        let values: Vec<&sync::Values> = held.iter().map(|h| &h.gradient.values).collect();
-        let weights: Vec<u32> = held.iter().map(|h| h.gradient.weight).collect();
-        let loss = held.iter().fold(0.0f32, |a, h| a + h.gradient.loss) / held.len() as f32;
-        Some((sync::reduce(&values, &weights), loss))
+        let wholes: Option<Vec<&Gradient>> = held.iter().map(|h| h.whole.as_ref()).collect();
+        let wholes = wholes?;
+        let values: Vec<&sync::Values> = wholes.iter().map(|g| &g.values).collect();
+        let weights: Vec<u32> = held.iter().map(|h| h.header.weight).collect();
+        Some((sync::reduce(&values, &weights), Self::loss(&held)))
+    }
+
+    /// The largest quant of the run's compression.
+    fn limit(&self) -> i8 {
+        match self.compression.values_as() {
+            Compression::Int4 => sync::INT4_LIMIT,
+            _ => i8::MAX,
+        }
+    }
+
+    /// Chunk owners: the sum of chunk `range` of the record's contributions from their values
+    /// held here (whole, or the chunk owned), where all are. A part out of the run's bound is
+    /// summed as empty: the owner of a chunk is the only member that sees it, and whoever sums
+    /// it decides so (`docs/OWNERS.md`, "Bounds").
+    pub fn chunk_sum(&self, record: &StepRecord, range: Range<usize>) -> Option<ChunkSum> {
+        let held = self.named(record)?;
+        let parts: Option<Vec<Packed>> = held
+            .iter()
+            .map(|h| {
+                let part = h.part(&range)?;
+                Some(match Values::Int8(part.clone()).check_bounds() {
+                    Ok(()) => part,
+                    Err(_) => Packed { exponents: vec![EMPTY_BLOCK; part.exponents.len()], q: vec![0; part.q.len()] },
+                })
+            })
+            .collect();
+        let parts = parts?;
+        let weighted: Vec<(&Packed, u32)> = parts.iter().zip(&held).map(|(p, h)| (p, h.header.weight)).collect();
+        let mut sum = ChunkSum::of(&weighted, 0..range.len());
+        sum.start = range.start;
+        Some(sum)
+    }
+
+    /// Chunk owners: the record's contributions whose values `range` are not held here (neither
+    /// whole nor the chunk).
+    pub fn lacking_part(&self, record: &StepRecord, range: Range<usize>) -> Vec<PeerId> {
+        record
+            .contributions
+            .iter()
+            .filter(|n| self.get(record.step, n.peer).is_none_or(|h| h.part(&range).is_none()))
+            .map(|n| n.peer)
+            .collect()
+    }
+
+    /// Chunk owners: the record's mean and mean loss from the chunk sums of its `owners`
+    /// owners (an owner's sum received, or the chunk summed here from the values held), laid
+    /// end to end — or which chunks lack both.
+    pub fn reduce_owned(&mut self, record: &StepRecord, owners: usize) -> Result<(Reduced, f32), Lacking> {
+        let mut lacking = Lacking { chunks: Vec::new(), refused: Vec::new() };
+        let Some(held) = self.named(record) else { return Err(lacking) };
+        if held.is_empty() {
+            return Ok((Reduced { mean: vec![0.0; self.len], grid: Vec::new() }, f32::NAN));
+        }
+        let n = held.len();
+        let weight: u64 = held.iter().map(|h| u64::from(h.header.weight)).sum();
+        let loss = Self::loss(&held);
+        let key = (record.step, record.digest());
+        let limit = self.limit();
+        let mut chunks = Vec::with_capacity(owners);
+        for c in 0..owners {
+            let range = owners::chunk(self.len, owners, c);
+            let owner = c as u16;
+            let sums = self.sums.get(&key);
+            let read = sums.and_then(|s| s.read.get(&owner)).cloned();
+            let decoded = match (read, sums.and_then(|s| s.bytes.get(&owner))) {
+                (Some(sum), _) => Some(Ok(sum)),
+                (None, Some(bytes)) => Some(ChunkSum::decode(bytes, (self.len, owners, c), (n, limit, weight))),
+                (None, None) => None,
+            };
+            let sum = match decoded {
+                Some(Ok(sum)) => Some(sum),
+                Some(Err(why)) => {
+                    // Refused: dropped, to be asked again (or summed here).
+                    if let Some(s) = self.sums.get_mut(&key) {
+                        s.bytes.remove(&owner);
+                    }
+                    lacking.refused.push((owner, why));
+                    None
+                }
+                None => None,
+            };
+            let sum = sum.or_else(|| if range.is_empty() { None } else { self.chunk_sum(record, range.clone()) });
+            match sum {
+                Some(sum) => chunks.push(sum),
+                None if range.is_empty() => {}
+                None => lacking.chunks.push(owner),
+            }
+        }
+        if !lacking.chunks.is_empty() {
+            return Err(lacking);
+        }
+        let sums = self.sums.entry(key).or_default();
+        let (mut grid, mut sum) = (Vec::with_capacity(self.len.div_ceil(BLOCK)), Vec::with_capacity(self.len));
+        for (c, chunk) in chunks.into_iter().enumerate() {
+            grid.extend_from_slice(&chunk.grid);
+            // A sum of `n` terms of at most 127 each, weights 1 (chunk owners run every-step).
+            sum.extend(chunk.sum.iter().map(|&v| v as i32));
+            sums.read.insert(c as u16, chunk);
+        }
+        let mean = sync::mean(&sum, &grid, n);
+        self.grids.insert(record.step, grid.clone());
+        Ok((Reduced { mean, grid }, loss))
+    }
+
+    /// Chunk owners: whether owner `owner`'s sum for the record is held or formed here.
+    pub fn has_sum(&self, step: u32, record: u64, owner: u16) -> bool {
+        self.sums.get(&(step, record)).is_some_and(|s| s.bytes.contains_key(&owner))
+    }
+
+    /// Chunk owners: holds an owner's sum formed here, and its bytes.
+    pub fn formed(&mut self, step: u32, record: u64, owner: u16, sum: ChunkSum, bytes: Vec<u8>) {
+        let sums = self.sums.entry((step, record)).or_default();
+        sums.read.insert(owner, sum);
+        sums.bytes.insert(owner, bytes);
+    }
+
+    /// Chunk owners: the grid an applied step was summed on, where it was summed from chunk
+    /// sums.
+    pub fn grid_of(&self, step: u32) -> Option<&Vec<u8>> {
+        self.grids.get(&step)
     }
 
     /// `step` is applied: what was held for it is kept for repairs, everything held for it or
@@ -219,13 +562,20 @@ impl Contributions {
                 self.retained.insert(s, contributions);
             }
         }
-        self.retained.retain(|s, _| step.saturating_sub(*s) < RETAINED_STEPS);
+        let kept = |s: &u32| step.saturating_sub(*s) < RETAINED_STEPS;
+        self.retained.retain(|s, _| kept(s));
+        self.sums.retain(|(s, _), _| kept(s) || *s > step);
+        self.grids.retain(|s, _| kept(s));
+        self.early.retain(|(s, _), _| *s > step);
     }
 
     /// The weights were replaced (a resume, a push): nothing held belongs to them.
     pub fn clear(&mut self) {
         self.held.clear();
         self.retained.clear();
+        self.sums.clear();
+        self.grids.clear();
+        self.early.clear();
     }
 }
 
@@ -284,7 +634,7 @@ mod tests {
             }
         }
         assert!(c.get(3, 2).is_none(), "nothing refused was kept");
-        assert_eq!(c.get(3, 1).unwrap().gradient.values, Values::F32(vec![1.0, 2.0]));
+        assert_eq!(c.get(3, 1).unwrap().whole.as_ref().unwrap().values, Values::F32(vec![1.0, 2.0]));
     }
 
     #[test]
@@ -323,5 +673,139 @@ mod tests {
         assert_eq!(c.guard(&ok, 1, Some(0xaa), 7), Ok(()));
         // Our own weights differ from the record's: we are named.
         assert_eq!(c.guard(&ok, 5, Some(0xbb), 7).unwrap_err().weight_mismatch, vec![5]);
+    }
+}
+
+#[cfg(test)]
+mod owners_tests {
+    use super::*;
+
+    use crate::session::log::Named;
+    use crate::sync::{Exchange, SyncMode};
+
+    const LEN: usize = 97 * BLOCK + 5;
+
+    fn int8() -> SyncConfig {
+        SyncConfig { compression: Compression::Int8, exchange: Exchange::Owners, ..SyncConfig::SEED }
+    }
+
+    fn packed(step: u32, seed: u64) -> Gradient {
+        let mut rng = lockstep_luts::rng::SplitMix64::new(seed);
+        let x: Vec<f32> = (0..LEN).map(|i| rng.next_signed_unit() * (1 + i % 7) as f32).collect();
+        let values = Values::Int8(sync::pack(&x).unwrap());
+        Gradient { step, whash: 9, phash: 7, loss: seed as f32, values, weight: 1, state: 0 }
+    }
+
+    fn record(gradients: &[(PeerId, &Gradient)]) -> StepRecord {
+        let contributions =
+            gradients.iter().map(|(peer, g)| Named { peer: *peer, digest: g.digest(), weight: 1 }).collect();
+        StepRecord { step: gradients[0].1.step, whash: 9, contributions }
+    }
+
+    /// One member of three holding the others by header and its own chunk, with the other two
+    /// owners' sums: the record's mean is the bits of summing the whole contributions; a sum
+    /// refused or missing is said, and summed here once the chunk's values are here.
+    #[test]
+    fn a_record_summed_from_owners_sums_has_the_bits_of_the_whole_sum() {
+        assert_eq!(int8().mode, SyncMode::EveryStep);
+        let gradients: Vec<Gradient> = (1..=3).map(|s| packed(4, 40 + s)).collect();
+        let peers = [10, 20, 30];
+        let named: Vec<(PeerId, &Gradient)> = peers.iter().copied().zip(&gradients).collect();
+        let record = record(&named);
+        let mut whole = Contributions::new(LEN, &int8());
+        for (p, g) in &named {
+            assert_eq!(whole.offer(*p, (*g).clone()), Offer::Accepted);
+        }
+        let expected = whole.reduce(&record).unwrap();
+        // Member 20 owns chunk 1 of 3: its own contribution whole, the others' headers and
+        // chunks.
+        let mut member = Contributions::new(LEN, &int8());
+        let pieces = owners::owned_pieces(3, 1);
+        for (p, g) in &named {
+            if *p == 20 {
+                assert_eq!(member.offer(20, (*g).clone()), Offer::Accepted);
+            } else {
+                assert_eq!(member.offer_header(*p, g.header()), Offer::Accepted);
+                let chunk = Chunk::of(g, *p, pieces.clone());
+                assert_eq!(member.offer_chunk(chunk.clone()), ChunkOffer::Accepted);
+                assert_eq!(member.offer_chunk(chunk), ChunkOffer::Duplicate);
+            }
+        }
+        assert!(member.holds(&record) && member.reduce(&record).is_none(), "no whole values of the others");
+        let lacking = member.reduce_owned(&record, 3).unwrap_err();
+        assert_eq!(lacking, Lacking { chunks: vec![0, 2], refused: Vec::new() });
+        // The other owners' sums, as they form them (from their own wholes and the chunks).
+        let sum_of = |c: usize| whole.chunk_sum(&record, owners::chunk(LEN, 3, c)).unwrap();
+        let bytes = |c: usize| sum_of(c).encode(i8::MAX, 3);
+        // A sum cut short is refused and said; the chunk still lacks.
+        let mut short = bytes(0);
+        short.pop();
+        assert!(member.offer_sum(4, record.digest(), 0, 10, short));
+        let lacking = member.reduce_owned(&record, 3).unwrap_err();
+        assert!(matches!(lacking.refused[..], [(0, ChunkSumError::Truncated { .. })]), "{lacking:?}");
+        assert!(member.offer_sum(4, record.digest(), 0, 10, bytes(0)));
+        assert!(member.offer_sum(4, record.digest(), 2, 30, bytes(2)));
+        let (reduced, loss) = member.reduce_owned(&record, 3).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&reduced.mean), bits(&expected.0.mean));
+        assert_eq!((reduced.grid, loss.to_bits()), (expected.0.grid, expected.1.to_bits()));
+        assert_eq!(member.grid_of(4), Some(&whole.reduce(&record).unwrap().0.grid));
+        // A sum from another than its owner is dropped, unless sums were asked of anyone.
+        let mut other = Contributions::new(LEN, &int8());
+        assert!(other.offer_sum(4, record.digest(), 1, 99, bytes(1)));
+        assert_eq!(other.drop_unsent(&record, &peers, true), Vec::new());
+        assert_eq!(other.drop_unsent(&record, &peers, false), vec![(1, 99)]);
+        assert!(!other.has_sum(4, record.digest(), 1));
+        assert!(other.offer_sum(4, record.digest(), 1, 20, bytes(1)));
+        assert_eq!(other.drop_unsent(&record, &peers, false), Vec::new());
+        assert_eq!(other.sum_bytes(4, record.digest(), 1), Some(&bytes(1)));
+    }
+
+    /// A chunk is taken only of a contribution held by its header, and only as the header
+    /// names its pieces; a part past the run's bound is summed as empty, by whoever sums it.
+    #[test]
+    fn chunks_are_checked_against_their_header_and_a_part_out_of_bound_sums_as_empty() {
+        let mut c = Contributions::new(LEN, &int8());
+        let g = packed(2, 7);
+        // A chunk before its header is held until the header comes, then taken.
+        let chunk = Chunk::of(&g, 5, 0..32);
+        assert_eq!(c.offer_chunk(chunk.clone()), ChunkOffer::NoHeader);
+        assert_eq!(c.early_authors(2), vec![5]);
+        assert_eq!(c.offer_header(5, g.header()), Offer::Accepted);
+        assert!(c.early_authors(2).is_empty());
+        assert_eq!(c.offer_chunk(chunk), ChunkOffer::Duplicate);
+        let mut wrong = Chunk::of(&g, 5, 32..64);
+        if let Values::Int8(p) = &mut wrong.values {
+            p.q[3] = if p.q[3] == 1 { 2 } else { 1 };
+        }
+        assert_eq!(c.offer_chunk(wrong), ChunkOffer::NotNamed);
+        assert!(c.whole_of(2, 5).is_none(), "half of it is here");
+        assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..BLOCK), Vec::<PeerId>::new());
+        assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), vec![5]);
+        assert_eq!(c.offer_chunk(Chunk::of(&g, 5, 0..64)), ChunkOffer::Accepted);
+        assert_eq!(c.whole_of(2, 5), Some(g.clone()), "all of it, from the chunk of every piece");
+        assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), Vec::<PeerId>::new());
+        // The whole one fills the header (a repair), and is then served whole.
+        assert_eq!(c.offer(5, g.clone()), Offer::Filled);
+        assert!(c.get(2, 5).unwrap().whole.is_some());
+        // A block of huge values: its part is summed as empty by whoever sums that chunk.
+        let mut x = vec![0.5f32; LEN];
+        x[..BLOCK].fill(1e12);
+        let huge = Gradient { values: Values::Int8(sync::pack(&x).unwrap()), ..packed(3, 1) };
+        let fine = packed(3, 2);
+        let mut h = Contributions::new(LEN, &int8());
+        assert!(matches!(h.offer(1, huge.clone()), Offer::OutOfBounds(_)));
+        assert_eq!(h.offer_header(1, huge.header()), Offer::Accepted);
+        assert_eq!(h.offer_chunk(Chunk::of(&huge, 1, 0..64)), ChunkOffer::Accepted);
+        assert_eq!(h.offer(2, fine.clone()), Offer::Accepted);
+        let r = record(&[(1, &huge), (2, &fine)]);
+        let sum = h.chunk_sum(&r, 0..LEN).unwrap();
+        let alone = ChunkSum::of(&[(fine.values.packed().unwrap(), 1), (&empty_like(&huge), 1)], 0..LEN);
+        assert_eq!((sum.grid, sum.sum), (alone.grid, alone.sum));
+    }
+
+    fn empty_like(g: &Gradient) -> Packed {
+        let p = g.values.packed().unwrap();
+        Packed { exponents: vec![EMPTY_BLOCK; p.exponents.len()], q: vec![0; p.q.len()] }
     }
 }

@@ -20,9 +20,28 @@ use super::*;
 /// The fingerprints' field: the Mersenne prime 2⁶¹ − 1.
 pub const FINGERPRINT_PRIME: u64 = (1 << 61) - 1;
 
-/// The values owner `c` of `owners` sums: block-aligned, as even as blocks allow.
+/// Pieces a contribution is cut into whatever the group's size: its digest is the digest of
+/// its pieces' digests (`wire::Header`), and an owner's chunk is whole pieces, so a header names
+/// every chunk of every group and a chunk is checked against it piece by piece.
+pub const PIECES: usize = 64;
+
+/// The values of piece `p` of a contribution of `len` values: block-aligned, as even as blocks
+/// allow (empty where there are fewer blocks than pieces).
+pub fn piece(len: usize, p: usize) -> Range<usize> {
+    chunk_start(len, PIECES, p)..chunk_start(len, PIECES, p + 1)
+}
+
+/// The pieces owner `c` of `owners` sums: as even as pieces allow (none past [`PIECES`] owners).
+pub fn owned_pieces(owners: usize, c: usize) -> Range<usize> {
+    let at = |c: usize| (PIECES * c).checked_div(owners).unwrap_or(0).min(PIECES);
+    at(c)..at(c + 1)
+}
+
+/// The values owner `c` of `owners` sums: its pieces' ([`owned_pieces`]).
 pub fn chunk(len: usize, owners: usize, c: usize) -> Range<usize> {
-    chunk_start(len, owners, c)..chunk_start(len, owners, c + 1)
+    let pieces = owned_pieces(owners, c);
+    let start = |p: usize| if p >= PIECES { len } else { piece(len, p).start };
+    start(pieces.start)..start(pieces.end)
 }
 
 /// Bits of the two's-complement field that holds any sum of `weight` terms of at most `limit`
@@ -304,6 +323,36 @@ mod tests {
                 pack(&x).unwrap()
             })
             .collect()
+    }
+
+    /// Pieces tile the values block by block whatever the length; each owner's chunk is whole
+    /// pieces and the chunks tile the values for every group size, past [`PIECES`] owners too
+    /// (some owners then own nothing).
+    #[test]
+    fn owners_take_whole_pieces_and_the_chunks_tile_the_values() {
+        for len in [0, 5, 40 * BLOCK + 3, 64 * BLOCK, 1000 * BLOCK + 31] {
+            let mut at = 0;
+            for p in 0..PIECES {
+                let range = piece(len, p);
+                assert_eq!(range.start, at, "len {len}, piece {p}");
+                assert!(range.start.is_multiple_of(BLOCK) || range.start == len);
+                at = range.end;
+            }
+            assert_eq!(at, len);
+            for n in [1, 2, 3, 7, 8, 63, 64, 65, 100] {
+                let (mut values, mut pieces) = (0, 0);
+                for c in 0..n {
+                    let (range, owned) = (chunk(len, n, c), owned_pieces(n, c));
+                    assert_eq!((range.start, owned.start), (values, pieces), "len {len}, n {n}, c {c}");
+                    let first = owned.start.min(PIECES - 1);
+                    assert!(owned.is_empty() || range.start == piece(len, first).start);
+                    (values, pieces) = (range.end, owned.end);
+                }
+                assert_eq!((values, pieces), (len, PIECES), "len {len}, n {n}");
+            }
+        }
+        assert_eq!((owned_pieces(3, 0), owned_pieces(3, 2)), (0..21, 42..64));
+        assert_eq!((0..100).filter(|&c| !owned_pieces(100, c).is_empty()).count(), PIECES);
     }
 
     /// The owners' chunks tile the values, and their sums laid end to end

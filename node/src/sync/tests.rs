@@ -365,6 +365,7 @@ fn outer(h: u32, overlap: u32) -> SyncConfig {
         overlap,
         elastic: false,
         rule: StepRule::Adam,
+        exchange: Exchange::Mesh,
     }
 }
 

@@ -3,6 +3,7 @@
 //! table in `wire.rs`).
 
 use super::*;
+use crate::sync::owners::{piece, PIECES};
 
 /// One node's contribution to a step.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,36 +29,45 @@ pub struct Gradient {
 
 impl Gradient {
     /// The contribution's 64-bit digest, what a step's commit record names it by
-    /// (`docs/PROTOCOL.md`, "The log"): [`WordHash`] over the words `step`, `whash`, `phash`,
-    /// the loss's bits, `weight`, `state`, the encoding (0 f32, 1 int8, 2 int4) and the value count, then
-    /// the values — f32 bits two to a word; packed: the block bytes, then the quants one byte
-    /// each, as little-endian words. A function of what the wire carries, so a repair (`-8`) has
-    /// the same digest as the original.
+    /// (`docs/PROTOCOL.md`, "The log"): its [`Header`]'s ([`Header::digest`]) — the fields and
+    /// the digests of its [`PIECES`] pieces. A function of what the wire carries, so a repair
+    /// (`-8`) has the same digest as the original, and a header (`-29`) names the same
+    /// contribution as the whole of it.
     pub fn digest(&self) -> u64 {
-        let mut h = WordHash(WordHash::BASIS);
-        let kind = match &self.values {
-            Values::F32(_) => 0,
-            Values::Int8(_) => 1,
-            Values::Int4(_) => 2,
-        };
-        let len = self.values.len() as u64;
-        for word in [u64::from(self.step), u64::from(self.whash), u64::from(self.phash)] {
-            h.word(word);
-        }
-        for word in [u64::from(self.loss.to_bits()), u64::from(self.weight), self.state, kind, len] {
-            h.word(word);
-        }
-        match &self.values {
-            Values::F32(values) => h.f32s(values),
-            Values::Int8(p) | Values::Int4(p) => {
-                h.bytes(&p.exponents);
-                // Quants are i8: their bytes are their two's complement.
-                let q: &[u8] = bytemuck_i8(&p.q);
-                h.bytes(q);
-            }
-        }
-        h.0
+        self.header().digest()
     }
+
+    /// The contribution without its values: its fields and its pieces' digests.
+    pub fn header(&self) -> Header {
+        Header {
+            step: self.step,
+            whash: self.whash,
+            phash: self.phash,
+            loss: self.loss,
+            weight: self.weight,
+            state: self.state,
+            encoding: self.values.compression(),
+            len: self.values.len() as u32,
+            pieces: (0..PIECES).map(|p| piece_digest(&self.values, piece(self.values.len(), p))).collect(),
+        }
+    }
+}
+
+/// The digest of `values`' values `range` (one piece, or several: a chunk's): [`WordHash`] over
+/// their count, then f32 bits two to a word, or the blocks' exponent bytes then the quants one
+/// byte each, as little-endian words. `range` is block-aligned for packed values.
+pub fn piece_digest(values: &Values, range: std::ops::Range<usize>) -> u64 {
+    let mut h = WordHash(WordHash::BASIS);
+    h.word(range.len() as u64);
+    match values {
+        Values::F32(values) => h.f32s(&values[range]),
+        Values::Int8(p) | Values::Int4(p) => {
+            h.bytes(&p.exponents[range.start / BLOCK..range.end.div_ceil(BLOCK)]);
+            // Quants are i8: their bytes are their two's complement.
+            h.bytes(bytemuck_i8(&p.q[range]));
+        }
+    }
+    h.0
 }
 
 /// `i8`s as the bytes they are.
@@ -93,6 +103,15 @@ pub(super) fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
     }
     match &g.values {
         Values::F32(values) => values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        packed => put_packed(out, packed),
+    }
+}
+
+/// A packed body: `[u32 len][u8 block byte × ⌈len/32⌉]`, then the quants, int8's a byte each,
+/// int4's two to a byte (`-14`, `-18`, and a chunk's `-30`). f32 values write nothing.
+pub(super) fn put_packed(out: &mut Vec<u8>, values: &Values) {
+    match values {
+        Values::F32(_) => {}
         Values::Int8(p) => {
             out.extend_from_slice(&(p.q.len() as u32).to_le_bytes());
             out.extend_from_slice(&p.exponents);
@@ -106,6 +125,31 @@ pub(super) fn put_gradient(out: &mut Vec<u8>, g: &Gradient) {
                 (pair[0] as u8 & 15) | ((high as u8) << 4)
             }));
         }
+    }
+}
+
+/// [`put_packed`]'s body, int4's (`int4`) or int8's, validated.
+pub(super) fn read_packed(r: &mut Reader<'_>, int4: bool) -> Result<Values, WireError> {
+    let len = r.u32()? as usize;
+    if len > MAX_MESSAGE_BYTES {
+        return Err(WireError::Invalid(format!("a packed gradient of {len} values")));
+    }
+    let exponents = r.take(len.div_ceil(BLOCK))?.to_vec();
+    if !int4 {
+        let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
+        let packed = Packed { exponents, q };
+        packed.validate(i8::MAX).map_err(WireError::Sync)?;
+        Ok(Values::Int8(packed))
+    } else {
+        // Each nibble sign-extended: shift it to the top of an i8 and back.
+        let bytes = r.take(len.div_ceil(2))?;
+        if len % 2 == 1 && bytes[len / 2] >> 4 != 0 {
+            return Err(WireError::Invalid("an int4 gradient's last high nibble is not 0".into()));
+        }
+        let q: Vec<i8> = (0..len).map(|i| ((bytes[i / 2] >> (4 * (i % 2))) << 4) as i8 >> 4).collect();
+        let packed = Packed { exponents, q };
+        packed.validate(crate::sync::INT4_LIMIT).map_err(WireError::Sync)?;
+        Ok(Values::Int4(packed))
     }
 }
 
@@ -143,27 +187,7 @@ pub(super) fn read_gradient(r: &mut Reader<'_>) -> Result<Gradient, WireError> {
         return Err(WireError::Invalid("an f32 gradient with a state names state 0".into()));
     }
     let values = if packed {
-        let len = r.u32()? as usize;
-        if len > MAX_MESSAGE_BYTES {
-            return Err(WireError::Invalid(format!("a packed gradient of {len} values")));
-        }
-        let exponents = r.take(len.div_ceil(lockstep_luts::units::BLOCK))?.to_vec();
-        if first == PACKED_GRADIENT {
-            let q: Vec<i8> = r.take(len)?.iter().map(|&b| b as i8).collect();
-            let packed = Packed { exponents, q };
-            packed.validate(i8::MAX).map_err(WireError::Sync)?;
-            Values::Int8(packed)
-        } else {
-            // Each nibble sign-extended: shift it to the top of an i8 and back.
-            let bytes = r.take(len.div_ceil(2))?;
-            if len % 2 == 1 && bytes[len / 2] >> 4 != 0 {
-                return Err(WireError::Invalid("an int4 gradient's last high nibble is not 0".into()));
-            }
-            let q: Vec<i8> = (0..len).map(|i| ((bytes[i / 2] >> (4 * (i % 2))) << 4) as i8 >> 4).collect();
-            let packed = Packed { exponents, q };
-            packed.validate(crate::sync::INT4_LIMIT).map_err(WireError::Sync)?;
-            Values::Int4(packed)
-        }
+        read_packed(r, first == PACKED4_GRADIENT)?
     } else {
         let body = r.rest();
         if !body.len().is_multiple_of(4) {

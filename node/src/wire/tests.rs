@@ -223,10 +223,11 @@ fn golden_bytes() {
     let config = encode(&Message::RunConfig { protocol: 11, run_id: 0x0203, run });
     assert_eq!(config[16..], run.encode()[..RunConfig::ENCODED_LEN_V4]);
     assert_eq!(config[config.len() - 8..], [0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
-    // Since protocol 18 the step rule ends them.
+    // Since protocol 18 the step rule ends them; since 20 its byte's high bit says chunk
+    // owners.
     let config = encode(&Message::RunConfig { protocol: 18, run_id: 0x0203, run });
     assert_eq!(config[16..], run.encode());
-    assert_eq!(config[config.len() - 5..], [1, 0, 0, 0x60, 0x3f]);
+    assert_eq!(config[config.len() - 5..], [128 + 1, 0, 0, 0x60, 0x3f]);
 }
 
 /// A contribution's digest is a function of its wire bytes: the same whatever path it took
@@ -253,7 +254,16 @@ fn a_digest_names_one_contribution() {
     assert_ne!(state_digest(&[0.0]), state_digest(&[-0.0]));
     assert_ne!(gradient(10).digest(), gradient(11).digest());
     // The definition, stated again byte by byte: FNV-1a's step on little-endian 64-bit words
-    // of the header, then the values (odd lengths padded with zeros).
+    // of the header, then of each of 64 pieces' digests — a piece being every value of blocks
+    // `⌊blocks·p/64⌋..⌊blocks·(p+1)/64⌋`, its digest the same step over its value count, then
+    // its values (odd lengths padded with zeros).
+    let fnv = |bytes: &[u8]| {
+        let mut bytes = bytes.to_vec();
+        bytes.resize(bytes.len().div_ceil(8) * 8, 0);
+        bytes.chunks(8).fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+            (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
     let by_hand = |g: &Gradient| {
         let mut bytes: Vec<u8> = Vec::new();
         let kind = match &g.values {
@@ -265,26 +275,106 @@ fn a_digest_names_one_contribution() {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
         bytes.extend_from_slice(&kind.to_le_bytes());
-        bytes.extend_from_slice(&(g.values.len() as u64).to_le_bytes());
-        let pad = |bytes: &mut Vec<u8>| bytes.resize(bytes.len().div_ceil(8) * 8, 0);
-        match &g.values {
-            Values::F32(v) => v.iter().for_each(|x| bytes.extend_from_slice(&x.to_bits().to_le_bytes())),
-            Values::Int8(p) | Values::Int4(p) => {
-                bytes.extend_from_slice(&p.exponents);
-                pad(&mut bytes);
-                bytes.extend(p.q.iter().map(|&q| q as u8));
+        let len = g.values.len();
+        bytes.extend_from_slice(&(len as u64).to_le_bytes());
+        let blocks = len.div_ceil(32);
+        let start = |p: usize| (blocks * p / 64 * 32).min(len);
+        for p in 0..64 {
+            let (from, to) = (start(p), start(p + 1));
+            let mut piece = ((to - from) as u64).to_le_bytes().to_vec();
+            match &g.values {
+                Values::F32(v) => {
+                    v[from..to].iter().for_each(|x| piece.extend_from_slice(&x.to_bits().to_le_bytes()));
+                }
+                Values::Int8(q) | Values::Int4(q) => {
+                    piece.extend_from_slice(&q.exponents[from / 32..to.div_ceil(32)]);
+                    piece.resize(piece.len().div_ceil(8) * 8, 0);
+                    piece.extend(q.q[from..to].iter().map(|&q| q as u8));
+                }
             }
+            bytes.extend_from_slice(&fnv(&piece).to_le_bytes());
         }
-        pad(&mut bytes);
-        bytes.chunks(8).fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
-            (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        fnv(&bytes)
     };
     let named = Gradient { state: 0x1234_5678_9abc_def0, ..packed(33) };
     let f32_named = Gradient { state: 0x1234_5678_9abc_def0, ..gradient(5) };
     for g in [gradient(4), gradient(5), gradient(40_000), packed(70_000), packed(33), named, f32_named] {
         assert_eq!(g.digest(), by_hand(&g));
     }
+}
+
+/// Chunk owners' frames: a header names the contribution its whole does, a chunk is checked
+/// against the header piece by piece, and all three frames round-trip and refuse what is
+/// malformed.
+#[test]
+fn owners_frames_name_the_contribution_and_its_pieces() {
+    let g = packed(70_000);
+    let header = g.header();
+    assert_eq!(header.digest(), g.digest());
+    assert_eq!(header.pieces.len(), 64);
+    let round = |m: Message| decode(&encode(&m)).unwrap();
+    let message = Message::Header { author: 42, header: header.clone() };
+    assert_eq!(round(message.clone()), message);
+    let bytes = encode(&message);
+    assert_eq!(bytes[..12], [0xe3, 0xff, 0xff, 0xff, 42, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(bytes.len(), 4 + 8 + 5 * 4 + 8 + 1 + 4 + 64 * 8);
+    assert_eq!(bytes[40], 1, "int8");
+    for pieces in [0..1, 3..9, 63..64, 0..64] {
+        let chunk = Chunk::of(&g, 42, pieces.clone());
+        assert!(header.names(&chunk), "{pieces:?}");
+        assert_eq!(chunk.range(g.values.len()).len(), chunk.values.len());
+        assert_eq!(round(Message::Chunk(chunk.clone())), Message::Chunk(chunk.clone()));
+        // One quant changed, or the pieces said to be others: not the header's.
+        let mut changed = chunk.clone();
+        if let Values::Int8(p) = &mut changed.values {
+            p.q[0] = if p.q[0] == 5 { 6 } else { 5 };
+        }
+        assert!(!header.names(&changed), "{pieces:?}");
+        let other = (pieces.start ^ 1) as u8;
+        let shifted = Chunk { first: other, end: other + 1, ..Chunk::of(&g, 42, pieces.start..pieces.start + 1) };
+        assert!(!header.names(&shifted), "{pieces:?}");
+    }
+    // int4 chunks travel as nibbles.
+    let int4 = Gradient { values: Values::Int4(crate::sync::pack4(&vec![0.5f32; 3000]).unwrap()), ..g.clone() };
+    let chunk = Chunk::of(&int4, 7, 2..5);
+    assert!(int4.header().names(&chunk));
+    assert_eq!(round(Message::Chunk(chunk.clone())), Message::Chunk(chunk));
+    let sum = SumMessage { step: 9, record: 0xfeed, owner: 2, owners: 3, bytes: vec![1, 2, 3] };
+    assert_eq!(round(Message::ChunkSum(sum.clone())), Message::ChunkSum(sum.clone()));
+    let request = Message::SumRequest { step: 9, record: 0xfeed, owner: 2, owners: 3 };
+    assert_eq!(round(request.clone()), request);
+    for asked in [
+        Message::ChunkRequest { step: 9, author: 4, first: 3, end: 9 },
+        Message::ChunkHeld { step: 9, author: 4, first: 3, end: 9 },
+    ] {
+        assert_eq!(round(asked.clone()), asked);
+        for (first, end) in [(3u8, 3u8), (0, 65)] {
+            let mut bad = encode(&asked);
+            (bad[16], bad[17]) = (first, end);
+            assert!(matches!(decode(&bad), Err(WireError::Invalid(_))), "{first}..{end}");
+        }
+    }
+    let mut bad = encode(&request);
+    bad[16] = 3;
+    assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));
+    // Refused: a chunk of no pieces or past the 64th, an f32 chunk, an owner past the owners, a
+    // header of an unknown encoding or of weight 0, one cut short.
+    let chunk_bytes = encode(&Message::Chunk(Chunk::of(&g, 42, 3..9)));
+    for (at, byte) in [(16, 9u8), (17, 65), (18, 0), (18, 3)] {
+        let mut bad = chunk_bytes.clone();
+        bad[at] = byte;
+        assert!(matches!(decode(&bad), Err(WireError::Invalid(_))), "byte {at} = {byte}");
+    }
+    let mut bad = encode(&Message::ChunkSum(sum));
+    bad[16] = 3;
+    assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));
+    let mut bad = bytes.clone();
+    bad[40] = 3;
+    assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));
+    let mut bad = bytes.clone();
+    bad[28..32].copy_from_slice(&0u32.to_le_bytes());
+    assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));
+    assert!(matches!(decode(&bytes[..bytes.len() - 1]), Err(WireError::Truncated { .. })));
 }
 
 #[test]
@@ -414,6 +504,7 @@ fn every_message_round_trips() {
                 overlap: 0,
                 elastic: false,
                 rule: StepRule::Adam,
+                exchange: crate::sync::Exchange::Mesh,
             },
             ..RunConfig::DEFAULT
         },

@@ -52,6 +52,7 @@ fn running_outer() -> State {
         overlap: 3,
         elastic: false,
         rule: lockstep_node::sync::StepRule::Adam,
+        exchange: lockstep_node::sync::Exchange::Mesh,
     };
     let settings = RunConfig { steps: 4800, sync, ..RunConfig::DEFAULT };
     running_with(State::new("cpu", &VERDICT, CPU_DEVICE, settings, PathBuf::from("checkpoints")))

@@ -1,0 +1,486 @@
+//! Chunk owners in the session (`docs/OWNERS.md`, `--exchange owners`): a member sends every
+//! other its contribution's header and each owner only its chunk; an owner sums its chunk of a
+//! step's record once the record reaches it (replicated, or committed) and sends the sum to
+//! everyone; a member applies the step from the owners' sums laid end to end.
+//!
+//! The owners of step `s` are the roster of step `s − 1`'s committed record, in its order:
+//! every member that applied it knows them. A member that does not (the run's first step, or
+//! the first after a push, or a resume whose record it did not see) sends its contribution
+//! whole, and sums a step from whole contributions.
+//!
+//! Every chunk's values are held twice: each author's by the author and the chunk's owner, and
+//! an owner's own chunk by the owner and its successor (the next owner, which it sends that
+//! chunk to). So one member lost — an owner before its sum went out — loses no values. What does
+//! not come is asked for: an owner's sum of anyone who holds it; after that the chunk's values,
+//! of anyone who holds them, summed here; past that, a resume.
+
+use super::*;
+use crate::sync::owners::{chunk, owned_pieces};
+use crate::sync::{Compression, Exchange, Reduced};
+use crate::wire::{Chunk, Header, SumMessage};
+use step::ChunkOffer;
+
+/// Repair rounds for a step's missing chunk sums before its contributions are asked for whole
+/// (by their authors), and rounds in all before a resume.
+const SUM_ROUNDS: u32 = 2;
+const ROUNDS_BEFORE_RESUME: u32 = 5;
+
+/// A member waiting for a committed step's chunk sums.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SumWait {
+    pub step: u32,
+    /// When the wait began, and when the last round asked.
+    pub since_ms: u64,
+    pub last_ms: Option<u64>,
+    pub rounds: u32,
+}
+
+impl Session {
+    /// Whether the run's contributions go to chunk owners.
+    pub(super) fn owners_run(&self) -> bool {
+        self.run.is_some_and(|r| r.sync.exchange == Exchange::Owners)
+    }
+
+    /// The owners of `step`, where the run has them and this member knows them (the roster of
+    /// the record it applied last, for the step after it); at least two.
+    pub(super) fn owners_of(&self, step: u32) -> Option<Vec<PeerId>> {
+        if !self.owners_run() {
+            return None;
+        }
+        let (at, roster) = self.taking.last_roster.as_ref()?;
+        (*at + 1 == step && roster.len() >= 2).then(|| roster.clone())
+    }
+
+    /// Our contribution to `targets`: with the step's owners known, a header to each and its
+    /// chunk to each owner; else whole.
+    pub(super) fn send_contribution(&mut self, gradient: &Gradient, targets: &[PeerId]) {
+        let Some(owners) = self.owners_of(gradient.step) else {
+            for &to in targets {
+                self.send(to, Message::Gradient(gradient.clone()));
+            }
+            return;
+        };
+        let header = gradient.header();
+        let me = self.config.me;
+        let n = owners.len();
+        // Our own chunk (we own one) goes to our successor: a second copy of its values.
+        let own = owners.iter().position(|o| *o == me);
+        let successor = own.map(|c| owners[(c + 1) % n]);
+        for &to in targets {
+            self.send(to, Message::Header { author: me, header: header.clone() });
+            let theirs = owners.iter().position(|o| *o == to).map(|c| owned_pieces(n, c));
+            let ours = own.filter(|_| successor == Some(to)).map(|c| owned_pieces(n, c));
+            for pieces in theirs.into_iter().chain(ours).filter(|p| !p.is_empty()) {
+                self.send(to, Message::Chunk(Chunk::of(gradient, me, pieces)));
+            }
+        }
+    }
+
+    /// The pieces of `author`'s contribution to `step` this member takes: those it owns, and
+    /// its predecessor's own chunk (where `author` is that predecessor); `None` while it does
+    /// not know the step's owners.
+    fn takes_pieces(&self, step: u32, author: PeerId, pieces: &std::ops::Range<usize>) -> Option<bool> {
+        let me = self.config.me;
+        let owners = self.owners_of(step)?;
+        let n = owners.len();
+        let Some(c) = owners.iter().position(|o| *o == me) else { return Some(false) };
+        let predecessor = (c + n - 1) % n;
+        Some(owned_pieces(n, c) == *pieces || owners[predecessor] == author && owned_pieces(n, predecessor) == *pieces)
+    }
+
+    /// `author`'s header from `from`: its own, or another's — from the leader, or a repair this
+    /// member asked for of a committed record's contribution (the record's digest says which is
+    /// right).
+    pub(super) fn on_header(&mut self, from: PeerId, author: PeerId, header: Header) {
+        if !self.owners_run() {
+            return self.ignore(from, Ignored::NotOwners);
+        }
+        if self.roster.is_observer(author) {
+            return self.ignore(from, Ignored::ContributionFromObserver);
+        }
+        let step = header.step;
+        let repairing = self.taking.repairs.step == step && self.taking.repairs.attempts > 0;
+        // Another's header is taken from the leader (it names it in its record), or asked for.
+        if from != author && !repairing && self.leader() != Some(from) {
+            return self.ignore(from, Ignored::HeaderNotAsked { step, author });
+        }
+        if !self.collects(step) {
+            return self.ignore(from, Ignored::NotCollected { step });
+        }
+        let offer = self.contributions.offer_header(author, header);
+        if from != author && offer == Offer::Accepted {
+            self.event(Event::Repaired { step, peer: author });
+        }
+        self.offered(author, step, offer);
+    }
+
+    /// Whether contributions to `step` are held here now (the next two steps).
+    pub(super) fn collects(&self, step: u32) -> bool {
+        self.configured && step > self.taking.applied && step <= self.taking.applied + 2
+    }
+
+    pub(super) fn on_chunk(&mut self, from: PeerId, chunk: Chunk) {
+        if !self.owners_run() {
+            return self.ignore(from, Ignored::NotOwners);
+        }
+        let (step, author) = (chunk.step, chunk.author);
+        if from != author && !self.taking.chunks_asked.contains(&(step, author, chunk.first, chunk.end)) {
+            return self.ignore(from, Ignored::ChunkRefused { step, author, why: ChunkOffer::NotOwned });
+        }
+        if !self.collects(step) {
+            return self.ignore(from, Ignored::NotCollected { step });
+        }
+        // Only the pieces this member takes, where it knows the step's owners (a chunk may come
+        // before it applied the step before it, which names them: held, checked against the
+        // header), or pieces it asked for.
+        let asked = self.taking.chunks_asked.contains(&(step, author, chunk.first, chunk.end));
+        let known = self.taking.last_roster.as_ref().is_some_and(|(at, _)| at + 1 >= step);
+        let takes = self.takes_pieces(step, author, &chunk.pieces());
+        if !asked && known && takes != Some(true) {
+            return self.ignore(from, Ignored::ChunkRefused { step, author, why: ChunkOffer::NotOwned });
+        }
+        match self.contributions.offer_chunk(chunk) {
+            // Held until its header comes (asked of its author if it does not).
+            ChunkOffer::Accepted | ChunkOffer::NoHeader => {}
+            why => self.ignore(from, Ignored::ChunkRefused { step, author, why }),
+        }
+    }
+
+    pub(super) fn on_chunk_sum(&mut self, from: PeerId, sum: SumMessage) {
+        if !self.owners_run() {
+            return self.ignore(from, Ignored::NotOwners);
+        }
+        let SumMessage { step, record, owner, owners: _, bytes } = sum;
+        if !self.collects(step) {
+            return self.ignore(from, Ignored::NotCollected { step });
+        }
+        // From the owner itself, or — asked for — from anyone: checked when the sum is used
+        // (this member may not know the step's owners yet).
+        self.contributions.offer_sum(step, record, owner, from, bytes);
+    }
+
+    pub(super) fn on_sum_request(&mut self, from: PeerId, step: u32, record: u64, owner: u16, owners: u16) {
+        match self.contributions.sum_bytes(step, record, owner) {
+            Some(bytes) => {
+                let bytes = bytes.clone();
+                self.send(from, Message::ChunkSum(SumMessage { step, record, owner, owners, bytes }));
+            }
+            None => self.ignore(from, Ignored::SumNotHeld),
+        }
+    }
+
+    /// Who holds chunk `c` of `author`'s contribution besides its author, among `owners`: its
+    /// owner, or — the owner's own chunk — the owner's successor.
+    fn holder(owners: &[PeerId], author: PeerId, c: usize) -> PeerId {
+        if owners[c] == author {
+            owners[(c + 1) % owners.len()]
+        } else {
+            owners[c]
+        }
+    }
+
+    /// Tells the leader of the pieces this member holds for others (as an owner, or its
+    /// predecessor's own chunk) of the contributions to the next two steps, once each (again
+    /// to a new leader).
+    pub(super) fn tell_held(&mut self) {
+        if !self.owners_run() || !self.configured || self.stopped.is_some() {
+            return;
+        }
+        let (me, now, again) = (self.config.me, self.timing.now_ms(), self.config.repair_after_ms);
+        let leader = self.leader();
+        for step in self.taking.applied + 1..=self.taking.applied + 2 {
+            let Some(owners) = self.owners_of(step) else { continue };
+            let authors: Vec<PeerId> = self.contributions.at(step).map(|(p, _)| p).filter(|p| *p != me).collect();
+            for author in authors {
+                for c in 0..owners.len() {
+                    let pieces = owned_pieces(owners.len(), c);
+                    if pieces.is_empty() || Self::holder(&owners, author, c) != me {
+                        continue;
+                    }
+                    let first = pieces.start as u8;
+                    let told = self.taking.acked.get(&(step, author, first));
+                    if told.is_some_and(|t| now.saturating_sub(*t) < again)
+                        || self.contributions.chunk_of(step, author, pieces.clone()).is_none()
+                    {
+                        continue;
+                    }
+                    self.taking.acked.insert((step, author, first), now);
+                    match leader {
+                        Some(l) if l == me => {
+                            self.taking.acks.insert((step, author, me, first));
+                        }
+                        Some(l) => {
+                            let end = pieces.end as u8;
+                            self.send(l, Message::ChunkHeld { step, author, first, end });
+                        }
+                        None => {
+                            self.taking.acked.remove(&(step, author, first));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// (Leader) whether every chunk of `author`'s contribution to `step` is held by another
+    /// member than its author (its owner, or the owner's successor), as they told: then its
+    /// values outlive any one member. Before the step's deadline (`strict`) every holder counts;
+    /// past it, only those heard of for this step (a holder gone is nobody's to wait for: the
+    /// chunk is summed from its authors'). A contribution not held so is left out of the
+    /// record (its holders ask its author for what they lack meanwhile).
+    pub(super) fn held_twice(&self, step: u32, author: PeerId, strict: bool) -> bool {
+        let Some(owners) = self.owners_of(step) else { return true };
+        let me = self.config.me;
+        let acks = &self.taking.acks;
+        let heard = |holder: PeerId| acks.iter().any(|(s, _, h, _)| *s == step && *h == holder);
+        (0..owners.len()).all(|c| {
+            let pieces = owned_pieces(owners.len(), c);
+            let holder = Self::holder(&owners, author, c);
+            pieces.is_empty()
+                || holder == author
+                || acks.contains(&(step, author, holder, pieces.start as u8))
+                || holder == me && self.contributions.chunk_of(step, author, pieces).is_some()
+                || !strict && holder != me && !heard(holder)
+        })
+    }
+
+    /// Asks `author` for all of its contribution to `step` (an audit compares it), taken as a
+    /// chunk of every piece.
+    pub(super) fn ask_whole(&mut self, step: u32, author: PeerId) {
+        let end = crate::sync::owners::PIECES as u8;
+        self.taking.chunks_asked.insert((step, author, 0, end));
+        self.send(author, Message::ChunkRequest { step, author, first: 0, end });
+    }
+
+    /// What went missing of the next step before its record, asked for again once a repair
+    /// interval: the header of a chunk that came without one (of its author), and the pieces
+    /// this member holds for others of the contributions whose header came without them.
+    pub(super) fn chase_parts(&mut self) {
+        if !self.owners_run() || !self.configured || self.stopped.is_some() {
+            return;
+        }
+        let (step, now, me) = (self.taking.applied + 1, self.timing.now_ms(), self.config.me);
+        match self.taking.chased {
+            Some((s, at)) if s == step && now.saturating_sub(at) < self.config.repair_after_ms => return,
+            Some((s, _)) if s == step => {}
+            _ => return self.taking.chased = Some((step, now)),
+        }
+        self.taking.chased = Some((step, now));
+        for author in self.contributions.early_authors(step) {
+            if self.members.contains(&author) {
+                self.send(author, Message::RepairRequest { step, peer: author });
+            }
+        }
+        let Some(owners) = self.owners_of(step) else { return };
+        let authors: Vec<PeerId> = self.contributions.at(step).map(|(p, _)| p).filter(|p| *p != me).collect();
+        for author in authors {
+            for c in 0..owners.len() {
+                let pieces = owned_pieces(owners.len(), c);
+                if pieces.is_empty()
+                    || Self::holder(&owners, author, c) != me
+                    || self.contributions.chunk_of(step, author, pieces.clone()).is_some()
+                    || !self.members.contains(&author)
+                {
+                    continue;
+                }
+                let (first, end) = (pieces.start as u8, pieces.end as u8);
+                self.taking.chunks_asked.insert((step, author, first, end));
+                self.send(author, Message::ChunkRequest { step, author, first, end });
+            }
+        }
+    }
+
+    /// (Leader, waiting) the holders that have not said they hold their chunk of a contribution
+    /// here are sent its header: each then asks the author for the pieces it lacks
+    /// ([`Session::chase_parts`]) — a header or a chunk lost to a cut is not waited for until
+    /// the deadline.
+    pub(super) fn nudge_holders(&mut self, step: u32) {
+        let Some(owners) = self.owners_of(step) else { return };
+        let me = self.config.me;
+        let held: Vec<(PeerId, Header)> = self.contributions.at(step).map(|(p, h)| (p, h.header.clone())).collect();
+        for (author, header) in held {
+            for c in 0..owners.len() {
+                let pieces = owned_pieces(owners.len(), c);
+                let holder = Self::holder(&owners, author, c);
+                let told = self.taking.acks.contains(&(step, author, holder, pieces.start as u8));
+                if pieces.is_empty() || told || holder == author || holder == me || !self.members.contains(&holder) {
+                    continue;
+                }
+                self.send(holder, Message::Header { author, header: header.clone() });
+            }
+        }
+    }
+
+    pub(super) fn on_chunk_request(&mut self, from: PeerId, step: u32, author: PeerId, first: u8, end: u8) {
+        let pieces = usize::from(first)..usize::from(end);
+        match self.contributions.chunk_of(step, author, pieces) {
+            Some(chunk) => self.send(from, Message::Chunk(chunk)),
+            None => self.ignore(from, Ignored::RepairNotHeld),
+        }
+    }
+
+    /// Asks everyone (but us) for the pieces of chunk `c` of `owners` of the record's
+    /// contributions whose values there are not here.
+    fn ask_chunks(&mut self, record: &StepRecord, owners: usize, c: usize) {
+        let me = self.config.me;
+        let len = self.contributions.len();
+        let pieces = owned_pieces(owners, c);
+        let (first, end) = (pieces.start as u8, pieces.end as u8);
+        let ask: Vec<PeerId> = self.members.iter().copied().filter(|p| *p != me).collect();
+        for author in self.contributions.lacking_part(record, chunk(len, owners, c)) {
+            self.taking.chunks_asked.insert((record.step, author, first, end));
+            for &to in &ask {
+                self.send(to, Message::ChunkRequest { step: record.step, author, first, end });
+            }
+            self.event(Event::RepairRequested { step: record.step, peer: author });
+        }
+    }
+
+    /// (Owner) forms and sends its sum of the next step's record — the committed one, or the
+    /// one being replicated — once it holds its chunk of every contribution the record names;
+    /// a committed record's chunks that are not here are asked of their authors whole.
+    pub(super) fn form_sums(&mut self) {
+        if !self.owners_run() || !self.configured || self.pending.is_some() || self.stopped.is_some() {
+            return;
+        }
+        let step = self.taking.applied + 1;
+        let committed = self.taking.queue.iter().find_map(|q| match q {
+            Queued::Step { record, .. } if record.step == step => Some(record.clone()),
+            _ => None,
+        });
+        let replicated = self
+            .agreement
+            .as_ref()
+            .and_then(Agreement::next_uncommitted_step)
+            .map(|(record, _, _)| record)
+            .filter(|r| r.step == step);
+        for (record, is_committed) in [(committed, true), (replicated, false)] {
+            if let Some(record) = record {
+                self.form_sum(&record, is_committed);
+            }
+        }
+    }
+
+    fn form_sum(&mut self, record: &StepRecord, committed: bool) {
+        let me = self.config.me;
+        let Some(owners) = self.owners_of(record.step) else { return };
+        let Some(c) = owners.iter().position(|o| *o == me) else { return };
+        let (len, step, digest) = (self.contributions.len(), record.step, record.digest());
+        let range = chunk(len, owners.len(), c);
+        if range.is_empty() || record.contributions.is_empty() || self.contributions.has_sum(step, digest, c as u16) {
+            return;
+        }
+        if !self.contributions.holds(record) {
+            return; // a header is missing: the commit's repairs bring it
+        }
+        let Some(sum) = self.contributions.chunk_sum(record, range) else {
+            if committed {
+                self.ask_parts(record, c);
+            }
+            return;
+        };
+        let limit = match self.run.map(|r| r.sync.compression.values_as()) {
+            Some(Compression::Int4) => crate::sync::INT4_LIMIT,
+            _ => i8::MAX,
+        };
+        let weight: u64 = record.contributions.iter().map(|n| u64::from(n.weight)).sum();
+        let bytes = sum.encode(limit, weight);
+        self.contributions.formed(step, digest, c as u16, sum, bytes.clone());
+        let message = SumMessage { step, record: digest, owner: c as u16, owners: owners.len() as u16, bytes };
+        let targets: Vec<PeerId> =
+            self.members.iter().copied().filter(|p| *p != me && self.takes_part(*p, step)).collect();
+        for to in targets {
+            self.send(to, Message::ChunkSum(message.clone()));
+        }
+    }
+
+    /// (Owner) the contributions whose chunk `c` is not here a repair interval after their
+    /// record committed, asked of their authors whole (again each interval).
+    fn ask_parts(&mut self, record: &StepRecord, c: usize) {
+        let now = self.timing.now_ms();
+        let after = self.config.repair_after_ms;
+        match self.taking.parts_asked {
+            Some((step, since)) if step == record.step && now.saturating_sub(since) >= after => {}
+            Some((step, _)) if step == record.step => return,
+            _ => return self.taking.parts_asked = Some((record.step, now)),
+        }
+        self.taking.parts_asked = Some((record.step, now));
+        let owners = self.owners_of(record.step).map_or(1, |o| o.len());
+        self.ask_chunks(record, owners, c);
+    }
+
+    /// The record's mean and loss from the owners' sums (or from whole contributions where
+    /// this member does not know the step's owners); `None` while something is missing, asked
+    /// for meanwhile.
+    pub(super) fn reduce_committed(&mut self, record: &StepRecord) -> Option<(Reduced, f32)> {
+        let owners = self.owners_of(record.step).unwrap_or_default();
+        let asked = self.taking.sum_wait.is_some_and(|w| w.step == record.step && w.last_ms.is_some());
+        for (owner, from) in self.contributions.drop_unsent(record, &owners, asked) {
+            self.ignore(from, Ignored::NotTheOwner { step: record.step, owner });
+        }
+        let owners = owners.len().max(1);
+        match self.contributions.reduce_owned(record, owners) {
+            Ok(reduced) => {
+                self.taking.sum_wait = None;
+                Some(reduced)
+            }
+            Err(lacking) => {
+                for (owner, why) in lacking.refused {
+                    let from = self.owners_of(record.step).and_then(|o| o.get(usize::from(owner)).copied());
+                    self.ignore(from.unwrap_or(0), Ignored::ChunkSumRefused { step: record.step, owner, why });
+                }
+                self.ask_sums(record, owners, &lacking.chunks);
+                None
+            }
+        }
+    }
+
+    /// Asks for the chunk sums of a committed record that did not come: after a repair
+    /// interval, of their owners and the leader; then of everyone; then the contributions
+    /// whole, of their authors and everyone; past that, a resume.
+    fn ask_sums(&mut self, record: &StepRecord, owners: usize, chunks: &[u16]) {
+        let now = self.timing.now_ms();
+        let after = self.config.repair_after_ms;
+        let step = record.step;
+        let wait = match self.taking.sum_wait {
+            Some(w) if w.step == step => w,
+            _ => SumWait { step, since_ms: now, last_ms: None, rounds: 0 },
+        };
+        let due = match wait.last_ms {
+            None => now.saturating_sub(wait.since_ms) >= after,
+            Some(last) => now.saturating_sub(last) >= after << wait.rounds.min(4),
+        };
+        self.taking.sum_wait = Some(wait);
+        if !due {
+            return;
+        }
+        if wait.rounds >= ROUNDS_BEFORE_RESUME {
+            self.taking.sum_wait = None;
+            return self.catch_up();
+        }
+        self.taking.sum_wait = Some(SumWait { last_ms: Some(now), rounds: wait.rounds + 1, ..wait });
+        let me = self.config.me;
+        let known = self.owners_of(step);
+        let digest = record.digest();
+        if wait.rounds < SUM_ROUNDS && known.is_some() {
+            let leader = self.leader().filter(|l| *l != me);
+            for &owner in chunks {
+                let mut ask: Vec<PeerId> = match wait.rounds {
+                    0 => known.iter().flat_map(|o| o.get(usize::from(owner)).copied()).chain(leader).collect(),
+                    _ => self.members.iter().copied().collect(),
+                };
+                ask.dedup();
+                ask.retain(|p| *p != me && self.members.contains(p));
+                for to in ask {
+                    let request = Message::SumRequest { step, record: digest, owner, owners: owners as u16 };
+                    self.send(to, request);
+                }
+            }
+            return;
+        }
+        // The values themselves, of anyone who holds them, to sum here.
+        for &owner in chunks {
+            self.ask_chunks(record, owners, usize::from(owner));
+        }
+    }
+}
