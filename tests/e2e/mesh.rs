@@ -593,6 +593,43 @@ fn a_topk_group_on(rule: &str) {
     nobody_accused(&[&a, &b, &c]);
 }
 
+/// Chunk owners (`--exchange owners`) in a group of four on real processes over WebRTC: after
+/// the first step each member sends every other a header and each owner its chunk, the owners
+/// sum their chunks and send the sums on; every node applies the same weights at every step,
+/// one process replaying the group gives them (the owners' sums are the mesh's integers), and
+/// every contribution, audited by another member that asks its author for its values, is the
+/// one its header named: nobody is accused.
+#[test]
+fn a_group_summed_by_chunk_owners_agrees_with_one_process_and_its_audits_find_nothing() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let audit = ["--audit-rate", "1", "--audits-at-own-priority"];
+    let mut a = Node::spawn_with(&signal, "cpu", &audit);
+    let others: Vec<Node> = (0..3).map(|_| Node::spawn_with(&signal, "cpu", &audit)).collect();
+    channels_open(&std::iter::once(&a).chain(&others).collect::<Vec<_>>());
+    let mut start = tiny(24);
+    start["compress"] = "int8".into();
+    start["exchange"] = "owners".into();
+    a.command(start);
+    let all: Vec<&Node> = std::iter::once(&a).chain(&others).collect();
+    for node in &all {
+        finished(node, 120);
+    }
+    let started = a.wait_for("the run", |e| e["event"] == "run-started", 5);
+    assert_eq!(started["exchange"].as_str(), Some("owners"), "{started}");
+    let hashes = a.hashes();
+    assert_eq!(hashes.len(), 24);
+    for node in &others {
+        assert_eq!(node.hashes(), hashes);
+    }
+    assert_eq!(replay(&all, &["--steps", "24", "--compress", "int8"]), hashes);
+    let audited = all.iter().flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audited")).count();
+    let failed: Vec<Value> =
+        all.iter().flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audit-failed")).collect();
+    assert!(audited >= 20, "{audited} audits; failed {failed:?}");
+    nobody_accused(&all);
+}
+
 /// A rogue among four members whose contributions are finite, in bounds and carry honest
 /// hashes — scaled by 1.001 — passes every check on arrival and the guard; the members the
 /// committed records assign recompute it (`--audit-rate 0.5`), the leader checks the accusation

@@ -285,6 +285,14 @@ impl Session {
         self.apart_tick(now_ms);
         self.lapse_shuns(now_ms);
         let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
+        // Chunk owners: a target's values that did not come within the wait: given up.
+        let (late, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.audits.awaiting_values)
+            .into_iter()
+            .partition(|(_, _, at)| now_ms.saturating_sub(*at) >= wait);
+        self.audits.awaiting_values = waiting;
+        for (running, _, _) in late {
+            self.give_up(running.step, running.target, Unfinished::NotHeld);
+        }
         // A link of a part unanswered: unchecked (a member gone, or a channel cut).
         self.audits.links_asked.retain(|_, (_, asked)| now_ms.saturating_sub(*asked) < wait);
         let overdue =
@@ -364,10 +372,20 @@ impl Session {
         self.next_check();
     }
 
-    fn compare(&mut self, running: Running, recomputed: Recomputed) {
+    pub(super) fn compare(&mut self, running: Running, recomputed: Recomputed) {
         let me = self.config.me;
-        let Running { step, target, whash, named, weight, claimed, accusers, private, .. } = running;
-        let claimed = claimed.or_else(|| self.contributions.whole_of(step, target));
+        let claimed = running.claimed.clone().or_else(|| self.contributions.whole_of(running.step, running.target));
+        if claimed.is_none()
+            && self.owners_run()
+            && running.private.as_ref().is_some_and(|p| p.part != StatePart::Whole)
+        {
+            // Chunk owners: a part is compared with the target's values, asked of it when the
+            // audit began and not here yet.
+            let now = self.timing.now_ms();
+            self.audits.awaiting_values.push((running, recomputed, now));
+            return;
+        }
+        let Running { step, target, whash, named, weight, accusers, private, .. } = running;
         let Recomputed { loss, values, next_state, next_words, trace } = recomputed;
         let state = private.as_ref().map_or(0, |p| p.state);
         let recomputed = Gradient { step, whash, phash: self.config.expected_phash, loss, values, weight, state };

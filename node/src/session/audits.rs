@@ -111,6 +111,9 @@ pub(super) struct Audits {
     /// (Leader) the guard's disputes: members whose contributions were computed from weights
     /// other than ours (`apart.rs`).
     pub(super) apart: super::apart::Apart,
+    /// Chunk owners: recomputations done whose target's values (asked of it) are not here yet,
+    /// with when they were done: compared once the values come.
+    pub(super) awaiting_values: Vec<(Running, super::Recomputed, u64)>,
     /// The definition's trace of the contribution just found to depart, for the dispute it
     /// opens (set only while [`Session::accuse`] runs for it).
     pub(super) definition: Option<((u32, PeerId), Arc<Trace>)>,

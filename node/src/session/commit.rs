@@ -313,7 +313,7 @@ impl Session {
         self.contributions.applied(step);
         self.taking.repairs = Repairs::default();
         self.taking.last_roster = Some((step, record.roster()));
-        self.taking.chunks_asked.retain(|(s, ..)| *s > step);
+        self.taking.chunks_asked.retain(|(s, ..)| s + RETAINED_STEPS > step);
         self.taking.acks.retain(|(s, ..)| *s > step);
         self.taking.acked.retain(|(s, ..), _| *s > step);
         let peers = record.roster();

@@ -124,24 +124,34 @@ impl Session {
             return self.ignore(from, Ignored::NotOwners);
         }
         let (step, author) = (chunk.step, chunk.author);
-        if from != author && !self.taking.chunks_asked.contains(&(step, author, chunk.first, chunk.end)) {
+        let asked = self.taking.chunks_asked.contains(&(step, author, chunk.first, chunk.end));
+        if from != author && !asked {
             return self.ignore(from, Ignored::ChunkRefused { step, author, why: ChunkOffer::NotOwned });
         }
-        if !self.collects(step) {
+        // An applied step's pieces only where asked for (an audit compares them).
+        if !self.collects(step) && !asked {
             return self.ignore(from, Ignored::NotCollected { step });
         }
         // Only the pieces this member takes, where it knows the step's owners (a chunk may come
         // before it applied the step before it, which names them: held, checked against the
         // header), or pieces it asked for.
-        let asked = self.taking.chunks_asked.contains(&(step, author, chunk.first, chunk.end));
         let known = self.taking.last_roster.as_ref().is_some_and(|(at, _)| at + 1 >= step);
         let takes = self.takes_pieces(step, author, &chunk.pieces());
         if !asked && known && takes != Some(true) {
             return self.ignore(from, Ignored::ChunkRefused { step, author, why: ChunkOffer::NotOwned });
         }
         match self.contributions.offer_chunk(chunk) {
+            ChunkOffer::Accepted => {
+                // An audit that waited for these values compares them now.
+                let at = self.audits.awaiting_values.iter().position(|(r, _, _)| r.step == step && r.target == author);
+                if let Some(at) = at.filter(|_| self.contributions.whole_of(step, author).is_some()) {
+                    let (running, recomputed, _) = self.audits.awaiting_values.remove(at);
+                    self.compare(running, recomputed);
+                    self.next_check();
+                }
+            }
             // Held until its header comes (asked of its author if it does not).
-            ChunkOffer::Accepted | ChunkOffer::NoHeader => {}
+            ChunkOffer::NoHeader => {}
             why => self.ignore(from, Ignored::ChunkRefused { step, author, why }),
         }
     }

@@ -281,7 +281,11 @@ impl Contributions {
     /// Chunk owners: holds a chunk of a contribution held by its header, once its pieces are
     /// the header's.
     pub fn offer_chunk(&mut self, chunk: Chunk) -> ChunkOffer {
-        let Some(held) = self.held.get_mut(&chunk.step).and_then(|s| s.get_mut(&chunk.author)) else {
+        let step = match self.held.get(&chunk.step).is_some_and(|s| s.contains_key(&chunk.author)) {
+            true => self.held.get_mut(&chunk.step),
+            false => self.retained.get_mut(&chunk.step),
+        };
+        let Some(held) = step.and_then(|s| s.get_mut(&chunk.author)) else {
             let early = self.early.entry((chunk.step, chunk.author)).or_default();
             if early.len() < owners::PIECES {
                 early.push(chunk);
