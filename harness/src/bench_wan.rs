@@ -64,7 +64,8 @@ pub struct WanArgs {
     outer: Option<u32>,
     /// Modes to run, as SYNC/COMPRESSION (`outer` takes `--outer`; `outer+` is `outer` with the
     /// run setting `--overlap`, 3 unless given, `outer:H+D` names both; other modes run with no
-    /// overlap), with `/elastic` after an outer mode for elastic windows.
+    /// overlap), with `/elastic` after an outer mode for elastic windows, `/owners` after an
+    /// every-step packed one for chunk owners (`--exchange owners`).
     #[arg(
         long,
         value_delimiter = ',',
@@ -253,10 +254,11 @@ impl Defaults for WanDefaults {
 /// and overlap settings read by the table of run settings.
 fn mode_run(base: RunConfig, text: &str, h: u32, overlap: u32) -> anyhow::Result<RunConfig> {
     let (sync, compression) = text.split_once('/').with_context(|| format!("mode `{text}` is not SYNC/COMPRESSION"))?;
-    let (compression, elastic) = match compression.split_once('/') {
-        Some((compression, "elastic")) => (compression, "true"),
-        Some((_, other)) => bail!("mode `{text}`: `{other}` is not `elastic`"),
-        None => (compression, "false"),
+    let (compression, elastic, exchange) = match compression.split_once('/') {
+        Some((compression, "elastic")) => (compression, "true", "mesh"),
+        Some((compression, "owners")) => (compression, "false", "owners"),
+        Some((_, other)) => bail!("mode `{text}`: `{other}` is not `elastic` or `owners`"),
+        None => (compression, "false", "mesh"),
     };
     let (sync, overlap) = match sync.split_once('+') {
         Some((sync, "")) => (sync, overlap.to_string()),
@@ -266,7 +268,13 @@ fn mode_run(base: RunConfig, text: &str, h: u32, overlap: u32) -> anyhow::Result
     let sync = if sync == "outer" { format!("outer:{h}") } else { sync.to_string() };
     let run = settings::with(
         base,
-        [("sync", sync.as_str()), ("compress", compression), ("overlap", overlap.as_str()), ("elastic", elastic)],
+        [
+            ("sync", sync.as_str()),
+            ("compress", compression),
+            ("overlap", overlap.as_str()),
+            ("elastic", elastic),
+            ("exchange", exchange),
+        ],
     )?;
     run.validate().with_context(|| format!("mode `{text}`"))?;
     ensure!(

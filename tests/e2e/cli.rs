@@ -609,12 +609,12 @@ fn the_automatic_choice_reports_every_verdict() {
     let out = lockstep(&args);
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");
-    // tc is tried first, then dp4a, lut, cpu; each gets a verdict until one is admitted.
+    // dp4a is tried first, then tc, lut, cpu; each gets a verdict until one is admitted.
     let order: Vec<&str> = shown.lines().filter_map(|l| l.strip_prefix("auto: ")).collect();
     let tried: Vec<&str> = order.iter().filter_map(|l| Some(l.split_once(": ")?.0)).collect();
-    assert!(["tc", "dp4a", "lut", "cpu"].starts_with(&tried), "{shown}");
+    assert!(["dp4a", "tc", "lut", "cpu"].starts_with(&tried), "{shown}");
     let chosen = order.iter().find_map(|l| l.strip_prefix("chose `")).expect("a choice").trim_end_matches('`');
-    assert!(["tc", "dp4a", "lut", "cpu"].contains(&chosen), "{shown}");
+    assert!(["dp4a", "tc", "lut", "cpu"].contains(&chosen), "{shown}");
     assert!(order.iter().any(|l| l.starts_with(&format!("{chosen}: ADMITTED"))), "{shown}");
 }
 

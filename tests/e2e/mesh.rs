@@ -1342,6 +1342,20 @@ fn on_a_shaped_network_outer_steps_with_int8_send_a_twentieth_of_the_seeds_bytes
     // Each member's mean inner steps a window, from 1 to H = 8.
     let steps: Vec<f64> = row["window_steps"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
     assert!(steps.len() == 4 && steps.iter().all(|s| (1.0..=8.0).contains(s)), "{row}");
+    // Every-step int8 summed by chunk owners: bit-identical on every node and equal to the
+    // replay (the bench checks), at well under the mesh's bytes per token at four members
+    // (each member sends each contribution's chunks once, and the sums of its own chunk).
+    let out = Command::new(BIN)
+        .args(["bench", "wan", "--quick", "--json", "--modes", "every-step/int8,every-step/int8/owners"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["every-step int8", "every-step int8 owners"]);
+    assert!(bytes(&rows[1]) < 0.75 * bytes(&rows[0]), "owners {} vs mesh {}", bytes(&rows[1]), bytes(&rows[0]));
+    assert!(rows[1]["heldout_loss"].as_f64().unwrap().is_finite(), "{}", rows[1]);
 }
 
 /// `lockstep bench wan --no-network`, the quick check of learning: no namespaces, each mode and

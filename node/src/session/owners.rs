@@ -20,8 +20,8 @@ use crate::sync::{Compression, Exchange, Reduced};
 use crate::wire::{Chunk, Header, SumMessage};
 use step::ChunkOffer;
 
-/// Repair rounds for a step's missing chunk sums before its contributions are asked for whole
-/// (by their authors), and rounds in all before a resume.
+/// Repair rounds for a step's missing chunk sums before the chunks' values are asked for (of
+/// anyone, to sum here), and rounds in all before a resume.
 const SUM_ROUNDS: u32 = 2;
 const ROUNDS_BEFORE_RESUME: u32 = 5;
 
