@@ -147,12 +147,14 @@ impl Session {
                         && !self.roster.is_out(*p)
                         && !self.audits.disputed(*p)
                         && !self.audits.convicted.contains(p))
-                    && self.held_twice(step, *p, waited < deadline)
+                    && self.held_twice(step, *p)
             })
             .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.header.weight }))
             .collect();
         if present.is_empty() {
-            return; // chunk owners: not even ours is held twice yet
+            // Chunk owners: not even ours is held twice yet; the holders are nudged (past the
+            // deadline the leader fetches the pieces itself).
+            return self.ask_late(step, &[], waited, deadline);
         }
         let has = |p: &PeerId| present.iter().any(|(q, _)| q == p);
         let late: Vec<PeerId> = voters
@@ -174,7 +176,7 @@ impl Session {
         let joining = starting && self.roster.unjoined(agreement, me, &self.members);
         // Chunk owners: our own contribution waits, as the others', for its chunks held twice.
         if (!late.is_empty() || joining || !has(&me)) && waited < deadline {
-            self.ask_late(step, &late, waited);
+            self.ask_late(step, &late, waited, deadline);
             return;
         }
         // (Every contribution here passed the guard as it came: `guard_held`.)
@@ -201,7 +203,7 @@ impl Session {
 
     /// (Leader) members it waits for whose contribution is not here after a repair interval are
     /// asked for it (it may have been lost with a link that closed), once per interval.
-    pub(super) fn ask_late(&mut self, step: u32, late: &[PeerId], waited: u64) {
+    pub(super) fn ask_late(&mut self, step: u32, late: &[PeerId], waited: u64, deadline: u64) {
         let now = self.timing.now_ms();
         if !self.lead.ask_late(step, now, waited, self.config.repair_after_ms) {
             return;
@@ -210,7 +212,7 @@ impl Session {
         for peer in reachable {
             self.send(peer, Message::RepairRequest { step, peer });
         }
-        self.nudge_holders(step);
+        self.nudge_holders(step, waited >= deadline);
     }
 
     /// (Leader) `peer` is out of the run for good: told why, then taken out of the

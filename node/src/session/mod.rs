@@ -528,7 +528,13 @@ impl Session {
         };
         self.weights = weights;
         self.taking.applied = step;
-        self.contributions.clear();
+        // A resume's weights are the log's at `step`: what is held for the steps after it stays
+        // (a record committed meanwhile may name it, and nobody else may hold it); a push's
+        // steps are counted again, so nothing held belongs to them.
+        match pending {
+            Pending::Resume(_) => self.contributions.resumed(step),
+            _ => self.contributions.clear(),
+        }
         // The restore replaced whatever the weights took tentatively.
         self.taking.tentative = None;
         self.computing.asked = None;

@@ -233,24 +233,20 @@ impl Session {
     }
 
     /// (Leader) whether every chunk of `author`'s contribution to `step` is held by another
-    /// member than its author (its owner, or the owner's successor), as they told: then its
-    /// values outlive any one member. Before the step's deadline (`strict`) every holder counts;
-    /// past it, only those heard of for this step (a holder gone is nobody's to wait for: the
-    /// chunk is summed from its authors'). A contribution not held so is left out of the
-    /// record (its holders ask its author for what they lack meanwhile).
-    pub(super) fn held_twice(&self, step: u32, author: PeerId, strict: bool) -> bool {
+    /// member than its author — its owner, or the owner's successor, as they told, or this
+    /// leader, which fetches what a holder gone or late lacks (`nudge_holders`): then its values
+    /// outlive any one member. A contribution not held so is not named.
+    pub(super) fn held_twice(&self, step: u32, author: PeerId) -> bool {
         let Some(owners) = self.owners_of(step) else { return true };
         let me = self.config.me;
         let acks = &self.taking.acks;
-        let heard = |holder: PeerId| acks.iter().any(|(s, _, h, _)| *s == step && *h == holder);
         (0..owners.len()).all(|c| {
             let pieces = owned_pieces(owners.len(), c);
             let holder = Self::holder(&owners, author, c);
             pieces.is_empty()
                 || holder == author
                 || acks.contains(&(step, author, holder, pieces.start as u8))
-                || holder == me && self.contributions.chunk_of(step, author, pieces).is_some()
-                || !strict && holder != me && !heard(holder)
+                || author != me && self.contributions.chunk_of(step, author, pieces).is_some()
         })
     }
 
@@ -300,11 +296,12 @@ impl Session {
         }
     }
 
-    /// (Leader, waiting) the holders that have not said they hold their chunk of a contribution
-    /// here are sent its header: each then asks the author for the pieces it lacks
-    /// ([`Session::chase_parts`]) — a header or a chunk lost to a cut is not waited for until
-    /// the deadline.
-    pub(super) fn nudge_holders(&mut self, step: u32) {
+    /// (Leader, waiting) for each chunk of a contribution here that its holder has not said it
+    /// holds: a holder connected is sent the header (it then asks the author for the pieces it
+    /// lacks, [`Session::chase_parts`]: a header or chunk lost to a cut); a holder gone, or any
+    /// past the step's deadline (`late`), is not waited for — the leader asks the author for
+    /// those pieces and holds them itself, the second copy.
+    pub(super) fn nudge_holders(&mut self, step: u32, late: bool) {
         let Some(owners) = self.owners_of(step) else { return };
         let me = self.config.me;
         let held: Vec<(PeerId, Header)> = self.contributions.at(step).map(|(p, h)| (p, h.header.clone())).collect();
@@ -313,10 +310,17 @@ impl Session {
                 let pieces = owned_pieces(owners.len(), c);
                 let holder = Self::holder(&owners, author, c);
                 let told = self.taking.acks.contains(&(step, author, holder, pieces.start as u8));
-                if pieces.is_empty() || told || holder == author || holder == me || !self.members.contains(&holder) {
+                let here = self.contributions.chunk_of(step, author, pieces.clone()).is_some();
+                if pieces.is_empty() || told || here || holder == author || author == me {
                     continue;
                 }
-                self.send(holder, Message::Header { author, header: header.clone() });
+                if holder != me && self.members.contains(&holder) && !late {
+                    self.send(holder, Message::Header { author, header: header.clone() });
+                } else if self.members.contains(&author) {
+                    let (first, end) = (pieces.start as u8, pieces.end as u8);
+                    self.taking.chunks_asked.insert((step, author, first, end));
+                    self.send(author, Message::ChunkRequest { step, author, first, end });
+                }
             }
         }
     }

@@ -573,7 +573,17 @@ impl Contributions {
         self.early.retain(|(s, _), _| *s > step);
     }
 
-    /// The weights were replaced (a resume, a push): nothing held belongs to them.
+    /// The weights were resumed at `step` (the log's, from its leader): what is held for the
+    /// steps after it stays; what was kept for the steps before it goes.
+    pub fn resumed(&mut self, step: u32) {
+        self.held.retain(|s, _| *s > step);
+        self.retained.clear();
+        self.sums.retain(|(s, _), _| *s > step);
+        self.grids.clear();
+        self.early.retain(|(s, _), _| *s > step);
+    }
+
+    /// The weights were replaced by a push: nothing held belongs to them.
     pub fn clear(&mut self) {
         self.held.clear();
         self.retained.clear();
