@@ -368,6 +368,26 @@ pub enum Message {
     },
 }
 
+impl Message {
+    /// Whether it belongs to a step — a contribution, its header, chunks or sums, a repair or a
+    /// request for one: what the session takes only in its sender's epoch (a push between
+    /// makes it another run's), and what a link's loss costs a step.
+    pub fn is_step_message(&self) -> bool {
+        matches!(
+            self,
+            Message::Gradient(_)
+                | Message::RepairRequest { .. }
+                | Message::RepairResponse { .. }
+                | Message::Header { .. }
+                | Message::Chunk(_)
+                | Message::ChunkSum(_)
+                | Message::SumRequest { .. }
+                | Message::ChunkRequest { .. }
+                | Message::ChunkHeld { .. }
+        )
+    }
+}
+
 /// A step's ops as one backend computed them (`docs/TRUST.md`, "Disputes"): for each op, in
 /// order, the digests of the words it wrote (its written ranges in the order it names them,
 /// concatenated), `TRACE_CHUNK_WORDS` (`audit.rs`) at a time.

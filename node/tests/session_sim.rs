@@ -795,17 +795,7 @@ impl Net {
     /// A message reaches the end of its link: lost (a cut, seeded loss, a deaf leader's
     /// accusation) or taken.
     fn deliver(&mut self, from: PeerId, to: PeerId, message: Message) {
-        let lossy = matches!(
-            message,
-            Message::Gradient(_)
-                | Message::Raft { .. }
-                | Message::RepairRequest { .. }
-                | Message::RepairResponse { .. }
-                | Message::Header { .. }
-                | Message::Chunk(_)
-                | Message::ChunkSum(_)
-                | Message::SumRequest { .. }
-        );
+        let lossy = message.is_step_message() || matches!(message, Message::Raft { .. });
         if self.cut.contains(&(from, to)) || (lossy && self.rng.below(1000) < self.loss_per_mille) {
             return;
         }

@@ -5,19 +5,7 @@ use super::*;
 
 impl Session {
     pub(super) fn on_message(&mut self, from: PeerId, message: Message) {
-        let step_message = matches!(
-            message,
-            Message::Gradient(_)
-                | Message::RepairRequest { .. }
-                | Message::RepairResponse { .. }
-                | Message::Header { .. }
-                | Message::Chunk(_)
-                | Message::ChunkSum(_)
-                | Message::SumRequest { .. }
-                | Message::ChunkRequest { .. }
-                | Message::ChunkHeld { .. }
-        );
-        if !step_message {
+        if !message.is_step_message() {
             return self.dispatch(from, message);
         }
         match self.epochs.admit(from, message) {
