@@ -2284,13 +2284,13 @@ fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
     for seed in seeds {
         let mut rng = SplitMix64::new(5000 + seed);
         // Every-step's contributions f32, int8 or `topk:64` picks (error feedback's residual,
-        // the pick's whole chunks) by turns; `outer:2` int8 for odd seeds. (Chunk owners are
-        // not drawn yet: `docs/OWNERS.md`, "Where it stands", says which faults they do not yet
-        // survive.)
+        // the pick's whole chunks) by turns — the packed ones every other time summed by chunk
+        // owners; `outer:2` int8 for odd seeds.
+        let exchange = if seed % 12 >= 6 { Exchange::Owners } else { Exchange::Mesh };
         let sync = match seed % 6 {
             0 => SyncConfig::SEED,
-            2 => int8(),
-            4 => SyncConfig { compression: Compression::TopK(64), ..SyncConfig::SEED },
+            2 => SyncConfig { exchange, ..int8() },
+            4 => SyncConfig { compression: Compression::TopK(64), exchange, ..SyncConfig::SEED },
             _ => SyncConfig { mode: SyncMode::Outer { inner_steps: 2 }, ..int8() },
         };
         let nodes: Vec<PeerId> = if rng.below(2) == 0 { vec![1, 2, 3] } else { vec![1, 2, 3, 4] };
