@@ -2,9 +2,9 @@
 //! node in a network namespace of its own on one bridge — suspensions (some past the links'
 //! life), kills and newcomers, cut halves and one-way cuts and bursts of packet loss dropped by
 //! nftables on the bridge, the signaling server down and back, quits and joins, in the sync
-//! modes the campaign draws (every-step with f32, int8 or the sparse sync's `topk:64` picks,
-//! `outer:2` plain, overlapped or elastic) — must end with no fork, no hang and no guard stop,
-//! every time.
+//! modes the campaign draws (every-step with f32, int8 or the sparse sync's `topk:64` picks, the
+//! packed ones summed by the mesh or by chunk owners; `outer:2` plain, overlapped or elastic) —
+//! must end with no fork, no hang and no guard stop, every time.
 
 use std::process::Command;
 
@@ -41,6 +41,8 @@ fn a_short_fault_campaign_never_forks_and_never_hangs() {
         "every-step",
         "every-step int8",
         "every-step topk:64 sign:0.999",
+        "every-step int8 owners",
+        "every-step topk:64 sign:0.999 owners",
         "outer:2 int8",
         "outer:2 int8 overlap 1",
         "outer:4 int8 elastic",
