@@ -33,6 +33,8 @@ pub(super) struct Taking {
     /// Chunk owners: since when this owner waits for parts of its chunk of a committed step (or
     /// when it last asked for them).
     pub parts_asked: Option<(u32, u64)>,
+    /// Chunk owners: the sums asked of anyone (step, record, owner), taken from anyone.
+    pub sums_asked: std::collections::BTreeSet<(u32, u64, u16)>,
     /// Chunk owners: the pieces asked for (step, author, first, end), taken from anyone.
     pub chunks_asked: std::collections::BTreeSet<(u32, PeerId, u8, u8)>,
     /// Chunk owners: who told this member it holds which pieces (step, author, holder, first).
@@ -315,6 +317,7 @@ impl Session {
         self.taking.last_roster = Some((step, record.roster()));
         self.taking.chunks_asked.retain(|(s, ..)| s + RETAINED_STEPS > step);
         self.taking.acks.retain(|(s, ..)| *s > step);
+        self.taking.sums_asked.retain(|(s, ..)| *s > step);
         self.taking.acked.retain(|(s, ..), _| *s > step);
         let peers = record.roster();
         self.event(Event::StepApplied {
@@ -377,7 +380,7 @@ impl Session {
             // Taken only with every chunk sum here: nothing is asked for a record not committed.
             true => {
                 let owners = self.owners_of(step).unwrap_or_default();
-                for (owner, from) in self.contributions.drop_unsent(&record, &owners, false) {
+                for (owner, from) in self.contributions.drop_unsent(&record, &owners, &[]) {
                     self.ignore(from, Ignored::NotTheOwner { step, owner });
                 }
                 self.contributions.reduce_owned(&record, owners.len().max(1)).ok()

@@ -111,13 +111,7 @@ impl Session {
                 self.on_sum_request(from, step, record, owner, owners)
             }
             Message::ChunkRequest { step, author, first, end } => self.on_chunk_request(from, step, author, first, end),
-            Message::ChunkHeld { step, author, first, end: _ } => {
-                if self.collects(step) && self.owners_run() {
-                    self.taking.acks.insert((step, author, from, first));
-                } else {
-                    self.ignore(from, Ignored::NotCollected { step });
-                }
-            }
+            Message::ChunkHeld { step, author, first, end } => self.on_chunk_held(from, step, author, first, end),
             Message::RepairResponse { peer, gradient } => {
                 let step = gradient.step;
                 let wanted = self.contributions.get(step, peer).is_none_or(|h| h.whole.is_none());

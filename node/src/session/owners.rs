@@ -164,12 +164,26 @@ impl Session {
         if !self.collects(step) {
             return self.ignore(from, Ignored::NotCollected { step });
         }
-        // From the owner itself, or — asked for — from anyone: checked when the sum is used
-        // (this member may not know the step's owners yet).
-        self.contributions.offer_sum(step, record, owner, from, bytes);
+        // From the owner itself, or — asked for — from anyone. Where this member knows the
+        // step's owners it checks at once (and never takes another's sum of its own chunk);
+        // where it does not yet, when the sum is used.
+        let known = self.owners_of(step);
+        let by_owner = known.as_ref().and_then(|o| o.get(usize::from(owner))) == Some(&from);
+        let asked = self.taking.sums_asked.contains(&(step, record, owner));
+        let ours = known.as_ref().and_then(|o| o.get(usize::from(owner))) == Some(&self.config.me);
+        if known.is_some() && (ours || !by_owner && !asked) {
+            return self.ignore(from, Ignored::NotTheOwner { step, owner });
+        }
+        self.contributions.offer_sum(step, record, owner, from, bytes, by_owner);
     }
 
     pub(super) fn on_sum_request(&mut self, from: PeerId, step: u32, record: u64, owner: u16, owners: u16) {
+        // Only a sum formed here or sent by its owner is served on.
+        let sender = self.contributions.sum_from(step, record, owner);
+        let owner_is = self.owners_of(step).and_then(|o| o.get(usize::from(owner)).copied());
+        if sender.is_some() && sender != owner_is {
+            return self.ignore(from, Ignored::SumNotHeld);
+        }
         match self.contributions.sum_bytes(step, record, owner) {
             Some(bytes) => {
                 let bytes = bytes.clone();
@@ -244,9 +258,10 @@ impl Session {
             let pieces = owned_pieces(owners.len(), c);
             let holder = Self::holder(&owners, author, c);
             pieces.is_empty()
-                || holder == author
                 || acks.contains(&(step, author, holder, pieces.start as u8))
                 || author != me && self.contributions.chunk_of(step, author, pieces).is_some()
+                // Our own, its holder gone: nobody else to hold it (one copy, ours).
+                || author == me && !self.members.contains(&holder)
         })
     }
 
@@ -325,6 +340,21 @@ impl Session {
         }
     }
 
+    /// `from` holds pieces `first..end` of `author`'s contribution to `step`: kept where they
+    /// are what `from` holds of it among the step's owners, of a contribution held here.
+    pub(super) fn on_chunk_held(&mut self, from: PeerId, step: u32, author: PeerId, first: u8, end: u8) {
+        let Some(owners) = self.owners_of(step).filter(|_| self.collects(step)) else {
+            return self.ignore(from, Ignored::NotCollected { step });
+        };
+        let pieces = usize::from(first)..usize::from(end);
+        let c = (0..owners.len()).find(|&c| owned_pieces(owners.len(), c) == pieces);
+        let fits = c.is_some_and(|c| Self::holder(&owners, author, c) == from);
+        if !fits || self.contributions.get(step, author).is_none() {
+            return self.ignore(from, Ignored::ChunkRefused { step, author, why: ChunkOffer::NotOwned });
+        }
+        self.taking.acks.insert((step, author, from, first));
+    }
+
     pub(super) fn on_chunk_request(&mut self, from: PeerId, step: u32, author: PeerId, first: u8, end: u8) {
         let pieces = usize::from(first)..usize::from(end);
         match self.contributions.chunk_of(step, author, pieces) {
@@ -352,7 +382,7 @@ impl Session {
 
     /// (Owner) forms and sends its sum of the next step's record — the committed one, or the
     /// one being replicated — once it holds its chunk of every contribution the record names;
-    /// a committed record's chunks that are not here are asked of their authors whole.
+    /// a committed record's pieces that are not here are asked for (of anyone).
     pub(super) fn form_sums(&mut self) {
         if !self.owners_run() || !self.configured || self.pending.is_some() || self.stopped.is_some() {
             return;
@@ -408,8 +438,8 @@ impl Session {
         }
     }
 
-    /// (Owner) the contributions whose chunk `c` is not here a repair interval after their
-    /// record committed, asked of their authors whole (again each interval).
+    /// (Owner) the pieces of chunk `c` not here a repair interval after their record committed,
+    /// asked of anyone (again each interval).
     fn ask_parts(&mut self, record: &StepRecord, c: usize) {
         let now = self.timing.now_ms();
         let after = self.config.repair_after_ms;
@@ -427,9 +457,14 @@ impl Session {
     /// this member does not know the step's owners); `None` while something is missing, asked
     /// for meanwhile.
     pub(super) fn reduce_committed(&mut self, record: &StepRecord) -> Option<(Reduced, f32)> {
+        // An owner forms and sends its own sum before it applies the step (it may hold every
+        // other sum already, and would sum its chunk here without sending it).
+        self.form_sums();
         let owners = self.owners_of(record.step).unwrap_or_default();
-        let asked = self.taking.sum_wait.is_some_and(|w| w.step == record.step && w.last_ms.is_some());
-        for (owner, from) in self.contributions.drop_unsent(record, &owners, asked) {
+        let digest = record.digest();
+        let asked: Vec<u16> =
+            self.taking.sums_asked.iter().filter(|(s, r, _)| *s == record.step && *r == digest).map(|a| a.2).collect();
+        for (owner, from) in self.contributions.drop_unsent(record, &owners, &asked) {
             self.ignore(from, Ignored::NotTheOwner { step: record.step, owner });
         }
         let owners = owners.len().max(1);
@@ -439,9 +474,8 @@ impl Session {
                 Some(reduced)
             }
             Err(lacking) => {
-                for (owner, why) in lacking.refused {
-                    let from = self.owners_of(record.step).and_then(|o| o.get(usize::from(owner)).copied());
-                    self.ignore(from.unwrap_or(0), Ignored::ChunkSumRefused { step: record.step, owner, why });
+                for (owner, from, why) in lacking.refused {
+                    self.ignore(from, Ignored::ChunkSumRefused { step: record.step, owner, why });
                 }
                 self.ask_sums(record, owners, &lacking.chunks);
                 None
@@ -450,8 +484,8 @@ impl Session {
     }
 
     /// Asks for the chunk sums of a committed record that did not come: after a repair
-    /// interval, of their owners and the leader; then of everyone; then the contributions
-    /// whole, of their authors and everyone; past that, a resume.
+    /// interval, of their owners and the leader; then of everyone; then the chunks' pieces, of
+    /// everyone, to sum here; past that, a resume.
     fn ask_sums(&mut self, record: &StepRecord, owners: usize, chunks: &[u16]) {
         let now = self.timing.now_ms();
         let after = self.config.repair_after_ms;
@@ -485,6 +519,7 @@ impl Session {
                 };
                 ask.dedup();
                 ask.retain(|p| *p != me && self.members.contains(p));
+                self.taking.sums_asked.insert((step, digest, owner));
                 for to in ask {
                     let request = Message::SumRequest { step, record: digest, owner, owners: owners as u16 };
                     self.send(to, request);

@@ -114,6 +114,24 @@ impl Held {
     }
 }
 
+/// Chunk owners: the sums a member holds for one step, every record's together (a bound on
+/// what peers can make it keep).
+pub const MAX_SUMS: usize = 1024;
+
+/// `part` with each block whose values could pass the run's bound made empty (the same test
+/// as `Values::check_bounds`, block by block).
+fn within_bound(mut part: Packed) -> Packed {
+    for block in 0..part.exponents.len() {
+        let quants = block * BLOCK..((block + 1) * BLOCK).min(part.q.len());
+        let one = Packed { exponents: vec![part.exponents[block]], q: part.q[quants.clone()].to_vec() };
+        if Values::Int8(one).check_bounds().is_err() {
+            part.exponents[block] = EMPTY_BLOCK;
+            part.q[quants].fill(0);
+        }
+    }
+    part
+}
+
 /// What happened to an offered chunk (chunk owners).
 #[derive(Clone, Debug, PartialEq)]
 pub enum ChunkOffer {
@@ -144,8 +162,8 @@ struct Sums {
 pub struct Lacking {
     /// Chunks with neither an owner's sum nor every contribution's values.
     pub chunks: Vec<u16>,
-    /// Owners' sums refused: the owner, and why.
-    pub refused: Vec<(u16, ChunkSumError)>,
+    /// Owners' sums refused: the owner, who sent it, and why.
+    pub refused: Vec<(u16, PeerId, ChunkSumError)>,
 }
 
 /// Every contribution a member holds, by step and sender.
@@ -286,8 +304,13 @@ impl Contributions {
             false => self.retained.get_mut(&chunk.step),
         };
         let Some(held) = step.and_then(|s| s.get_mut(&chunk.author)) else {
+            // Held only if it can be a chunk of the model, once for its pieces.
             let early = self.early.entry((chunk.step, chunk.author)).or_default();
-            if early.len() < owners::PIECES {
+            let fits = chunk.values.len() == chunk.range(self.len).len();
+            if fits
+                && early.len() < owners::PIECES
+                && !early.iter().any(|c| (c.first, c.end) == (chunk.first, chunk.end))
+            {
                 early.push(chunk);
             }
             return ChunkOffer::NoHeader;
@@ -305,25 +328,56 @@ impl Contributions {
 
     /// Chunk owners: owner `owner`'s sum of its chunk of the record `record` names (its bytes,
     /// read when the record is summed). False when one is held already.
-    pub fn offer_sum(&mut self, step: u32, record: u64, owner: u16, from: PeerId, bytes: Vec<u8>) -> bool {
-        let sums = self.sums.entry((step, record)).or_default();
-        if sums.bytes.contains_key(&owner) {
+    ///
+    /// `by_owner`: `from` is that chunk's owner as this member knows the step's owners — its
+    /// sum replaces one from anyone else (a sum formed here is never replaced). Sums past
+    /// [`MAX_SUMS`] for a step, or longer than a sum of the model can be, are refused.
+    pub fn offer_sum(
+        &mut self,
+        step: u32,
+        record: u64,
+        owner: u16,
+        from: PeerId,
+        bytes: Vec<u8>,
+        by_owner: bool,
+    ) -> bool {
+        let blocks = self.len.div_ceil(BLOCK);
+        if bytes.len() > 9 + 2 * blocks + 8 * self.len {
             return false;
         }
-        sums.bytes.insert(owner, bytes);
-        sums.from.insert(owner, from);
-        true
+        let held: usize = self.sums.range((step, 0)..=(step, u64::MAX)).map(|(_, s)| s.bytes.len()).sum();
+        let sums = self.sums.entry((step, record)).or_default();
+        let replaces = match sums.from.get(&owner) {
+            _ if !sums.bytes.contains_key(&owner) => held < MAX_SUMS,
+            // Formed here, or its owner's: kept.
+            None => false,
+            Some(_) if !by_owner || sums.read.contains_key(&owner) => false,
+            Some(_) => true,
+        };
+        if replaces {
+            sums.bytes.insert(owner, bytes);
+            sums.from.insert(owner, from);
+        }
+        replaces
+    }
+
+    /// Chunk owners: who sent owner `owner`'s sum for `record` of `step` (`None`: formed here,
+    /// or none held).
+    pub fn sum_from(&self, step: u32, record: u64, owner: u16) -> Option<PeerId> {
+        self.sums.get(&(step, record))?.from.get(&owner).copied()
     }
 
     /// Chunk owners: drops the record's sums not sent by their owner of `owners` (all of them
-    /// where the owners are not known), unless asked for (`asked`: a sum asked of anyone is
-    /// taken from anyone); returns which, and who sent each.
-    pub fn drop_unsent(&mut self, record: &StepRecord, owners: &[PeerId], asked: bool) -> Vec<(u16, PeerId)> {
+    /// where the owners are not known), unless this member asked anyone for that one (`asked`:
+    /// owner indices); returns which, and who sent each.
+    pub fn drop_unsent(&mut self, record: &StepRecord, owners: &[PeerId], asked: &[u16]) -> Vec<(u16, PeerId)> {
         let Some(sums) = self.sums.get_mut(&(record.step, record.digest())) else { return Vec::new() };
         let wrong: Vec<(u16, PeerId)> = sums
             .from
             .iter()
-            .filter(|(c, from)| !asked && owners.get(usize::from(**c)) != Some(*from) && !sums.read.contains_key(c))
+            .filter(|(c, from)| {
+                !asked.contains(c) && owners.get(usize::from(**c)) != Some(*from) && !sums.read.contains_key(c)
+            })
             .map(|(c, from)| (*c, *from))
             .collect();
         for (c, _) in &wrong {
@@ -445,21 +499,12 @@ impl Contributions {
     }
 
     /// Chunk owners: the sum of chunk `range` of the record's contributions from their values
-    /// held here (whole, or the chunk owned), where all are. A part out of the run's bound is
+    /// held here (whole, or the chunk owned), where all are. A block out of the run's bound is
     /// summed as empty: the owner of a chunk is the only member that sees it, and whoever sums
-    /// it decides so (`docs/OWNERS.md`, "Bounds").
+    /// it — however the values are cut into chunks — decides alike, block by block.
     pub fn chunk_sum(&self, record: &StepRecord, range: Range<usize>) -> Option<ChunkSum> {
         let held = self.named(record)?;
-        let parts: Option<Vec<Packed>> = held
-            .iter()
-            .map(|h| {
-                let part = h.part(&range)?;
-                Some(match Values::Int8(part.clone()).check_bounds() {
-                    Ok(()) => part,
-                    Err(_) => Packed { exponents: vec![EMPTY_BLOCK; part.exponents.len()], q: vec![0; part.q.len()] },
-                })
-            })
-            .collect();
+        let parts: Option<Vec<Packed>> = held.iter().map(|h| h.part(&range).map(within_bound)).collect();
         let parts = parts?;
         let weighted: Vec<(&Packed, u32)> = parts.iter().zip(&held).map(|(p, h)| (p, h.header.weight)).collect();
         let mut sum = ChunkSum::of(&weighted, 0..range.len());
@@ -507,10 +552,11 @@ impl Contributions {
                 Some(Ok(sum)) => Some(sum),
                 Some(Err(why)) => {
                     // Refused: dropped, to be asked again (or summed here).
-                    if let Some(s) = self.sums.get_mut(&key) {
+                    let from = self.sums.get_mut(&key).and_then(|s| {
                         s.bytes.remove(&owner);
-                    }
-                    lacking.refused.push((owner, why));
+                        s.from.remove(&owner)
+                    });
+                    lacking.refused.push((owner, from.unwrap_or(0), why));
                     None
                 }
                 None => None,
@@ -754,25 +800,30 @@ mod owners_tests {
         // A sum cut short is refused and said; the chunk still lacks.
         let mut short = bytes(0);
         short.pop();
-        assert!(member.offer_sum(4, record.digest(), 0, 10, short));
+        assert!(member.offer_sum(4, record.digest(), 0, 10, short, true));
         let lacking = member.reduce_owned(&record, 3).unwrap_err();
-        assert!(matches!(lacking.refused[..], [(0, ChunkSumError::Truncated { .. })]), "{lacking:?}");
-        assert!(member.offer_sum(4, record.digest(), 0, 10, bytes(0)));
-        assert!(member.offer_sum(4, record.digest(), 2, 30, bytes(2)));
+        assert!(matches!(lacking.refused[..], [(0, 10, ChunkSumError::Truncated { .. })]), "{lacking:?}");
+        assert!(member.offer_sum(4, record.digest(), 0, 10, bytes(0), true));
+        assert!(member.offer_sum(4, record.digest(), 2, 30, bytes(2), true));
         let (reduced, loss) = member.reduce_owned(&record, 3).unwrap();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&reduced.mean), bits(&expected.0.mean));
         assert_eq!((reduced.grid, loss.to_bits()), (expected.0.grid, expected.1.to_bits()));
         assert_eq!(member.grid_of(4), Some(&whole.reduce(&record).unwrap().0.grid));
-        // A sum from another than its owner is dropped, unless sums were asked of anyone.
+        // A sum from another than its owner is dropped, unless that one was asked of anyone;
+        // its owner's replaces it, and is not replaced.
         let mut other = Contributions::new(LEN, &int8());
-        assert!(other.offer_sum(4, record.digest(), 1, 99, bytes(1)));
-        assert_eq!(other.drop_unsent(&record, &peers, true), Vec::new());
-        assert_eq!(other.drop_unsent(&record, &peers, false), vec![(1, 99)]);
-        assert!(!other.has_sum(4, record.digest(), 1));
-        assert!(other.offer_sum(4, record.digest(), 1, 20, bytes(1)));
-        assert_eq!(other.drop_unsent(&record, &peers, false), Vec::new());
+        assert!(other.offer_sum(4, record.digest(), 1, 99, vec![7], false));
+        assert_eq!(other.drop_unsent(&record, &peers, &[1]), Vec::new());
+        assert_eq!(other.sum_from(4, record.digest(), 1), Some(99));
+        assert!(other.offer_sum(4, record.digest(), 1, 20, bytes(1), true), "the owner's replaces it");
+        assert!(!other.offer_sum(4, record.digest(), 1, 98, vec![7], false), "and is kept");
+        assert_eq!(other.drop_unsent(&record, &peers, &[]), Vec::new());
         assert_eq!(other.sum_bytes(4, record.digest(), 1), Some(&bytes(1)));
+        assert!(other.offer_sum(4, record.digest(), 0, 99, vec![7], false));
+        assert_eq!(other.drop_unsent(&record, &peers, &[]), vec![(0, 99)]);
+        assert!(!other.has_sum(4, record.digest(), 0));
+        assert!(!other.offer_sum(4, record.digest(), 2, 30, vec![0; 10 * LEN], true), "longer than any sum");
     }
 
     /// A chunk is taken only of a contribution held by its header, and only as the header
@@ -802,7 +853,8 @@ mod owners_tests {
         // The whole one fills the header (a repair), and is then served whole.
         assert_eq!(c.offer(5, g.clone()), Offer::Filled);
         assert!(c.get(2, 5).unwrap().whole.is_some());
-        // A block of huge values: its part is summed as empty by whoever sums that chunk.
+        // A block of huge values: that block is summed as empty by whoever sums it, however the
+        // values are cut into chunks.
         let mut x = vec![0.5f32; LEN];
         x[..BLOCK].fill(1e12);
         let huge = Gradient { values: Values::Int8(sync::pack(&x).unwrap()), ..packed(3, 1) };
@@ -814,12 +866,15 @@ mod owners_tests {
         assert_eq!(h.offer(2, fine.clone()), Offer::Accepted);
         let r = record(&[(1, &huge), (2, &fine)]);
         let sum = h.chunk_sum(&r, 0..LEN).unwrap();
-        let alone = ChunkSum::of(&[(fine.values.packed().unwrap(), 1), (&empty_like(&huge), 1)], 0..LEN);
-        assert_eq!((sum.grid, sum.sum), (alone.grid, alone.sum));
-    }
-
-    fn empty_like(g: &Gradient) -> Packed {
-        let p = g.values.packed().unwrap();
-        Packed { exponents: vec![EMPTY_BLOCK; p.exponents.len()], q: vec![0; p.q.len()] }
+        let mut emptied = huge.values.packed().unwrap().clone();
+        emptied.exponents[0] = EMPTY_BLOCK;
+        emptied.q[..BLOCK].fill(0);
+        let alone = ChunkSum::of(&[(&emptied, 1), (fine.values.packed().unwrap(), 1)], 0..LEN);
+        assert_eq!((&sum.grid, &sum.sum), (&alone.grid, &alone.sum));
+        assert_ne!(sum.grid[1], EMPTY_BLOCK, "only the block past the bound is emptied");
+        for cut in [BLOCK..LEN, 0..BLOCK] {
+            let part = h.chunk_sum(&r, cut.clone()).unwrap();
+            assert_eq!(part.sum, sum.sum[cut].to_vec(), "the same block by block");
+        }
     }
 }
