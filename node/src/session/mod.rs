@@ -27,6 +27,11 @@
 //!   weight hash they were computed from. Once the record commits, every member sums exactly
 //!   those contributions in that order and applies the mean; one it lacks is repaired (`-7`/`-8`)
 //!   from the leader or its author — any copy will do, the digest says which is right.
+//! - **Chunk owners** (`--exchange owners`, `owners.rs`): a member sends every other its
+//!   contribution's header and each owner only its chunk; the leader names a contribution once
+//!   every chunk of it is held by another member than its author; each owner sums its chunk of
+//!   the record and sends the sum; members apply the sums laid end to end — the same integers,
+//!   so the same bits.
 //! - **Computing behind the commit**: while a record is replicated, a member that holds every
 //!   contribution it names may take it tentatively (`Output::Apply { tentative: true }`) and
 //!   compute the next step at once — holding that contribution back until the record commits,
