@@ -23,6 +23,9 @@ use crate::sync::{self, Compression, Packed, Reduced, SyncConfig, Values, EMPTY_
 use crate::wire::{Chunk, Gradient, Header, PeerId};
 use lockstep_luts::units::BLOCK;
 
+mod sums;
+use sums::Sums;
+
 /// Applied steps whose contributions a member keeps for repairs.
 pub const RETAINED_STEPS: u32 = 4;
 
@@ -114,10 +117,6 @@ impl Held {
     }
 }
 
-/// Chunk owners: the sums a member holds for one step, every record's together (a bound on
-/// what peers can make it keep).
-pub const MAX_SUMS: usize = 1024;
-
 /// `part` with each block whose values could pass the run's bound made empty (the same test
 /// as `Values::check_bounds`, block by block).
 fn within_bound(mut part: Packed) -> Packed {
@@ -144,17 +143,6 @@ pub enum ChunkOffer {
     NotNamed,
     /// Pieces this member does not own in the step (the session checks).
     NotOwned,
-}
-
-/// The owners' sums of one record's chunks, as they came (read once the record is known).
-#[derive(Clone, Debug, Default)]
-struct Sums {
-    /// Owner index → its sum's bytes (received, or formed here).
-    bytes: BTreeMap<u16, Vec<u8>>,
-    /// Owner index → who sent the bytes (this member, where it formed them).
-    from: BTreeMap<u16, PeerId>,
-    /// Owner index → the sum read (or formed here, or summed here from the values).
-    read: BTreeMap<u16, ChunkSum>,
 }
 
 /// Why a record cannot be summed from what is here (chunk owners).
@@ -324,73 +312,6 @@ impl Contributions {
         }
         held.chunks.push(chunk);
         ChunkOffer::Accepted
-    }
-
-    /// Chunk owners: owner `owner`'s sum of its chunk of the record `record` names (its bytes,
-    /// read when the record is summed). False when one is held already.
-    ///
-    /// `by_owner`: `from` is that chunk's owner as this member knows the step's owners — its
-    /// sum replaces one from anyone else (a sum formed here is never replaced). Sums past
-    /// [`MAX_SUMS`] for a step, or longer than a sum of the model can be, are refused.
-    pub fn offer_sum(
-        &mut self,
-        step: u32,
-        record: u64,
-        owner: u16,
-        from: PeerId,
-        bytes: Vec<u8>,
-        by_owner: bool,
-    ) -> bool {
-        let blocks = self.len.div_ceil(BLOCK);
-        if bytes.len() > 9 + 2 * blocks + 8 * self.len {
-            return false;
-        }
-        let held: usize = self.sums.range((step, 0)..=(step, u64::MAX)).map(|(_, s)| s.bytes.len()).sum();
-        let sums = self.sums.entry((step, record)).or_default();
-        let replaces = match sums.from.get(&owner) {
-            _ if !sums.bytes.contains_key(&owner) => held < MAX_SUMS,
-            // Formed here, or its owner's: kept.
-            None => false,
-            Some(_) if !by_owner || sums.read.contains_key(&owner) => false,
-            Some(_) => true,
-        };
-        if replaces {
-            sums.bytes.insert(owner, bytes);
-            sums.from.insert(owner, from);
-        }
-        replaces
-    }
-
-    /// Chunk owners: who sent owner `owner`'s sum for `record` of `step` (`None`: formed here,
-    /// or none held).
-    pub fn sum_from(&self, step: u32, record: u64, owner: u16) -> Option<PeerId> {
-        self.sums.get(&(step, record))?.from.get(&owner).copied()
-    }
-
-    /// Chunk owners: drops the record's sums not sent by their owner of `owners` (all of them
-    /// where the owners are not known), unless this member asked anyone for that one (`asked`:
-    /// owner indices); returns which, and who sent each.
-    pub fn drop_unsent(&mut self, record: &StepRecord, owners: &[PeerId], asked: &[u16]) -> Vec<(u16, PeerId)> {
-        let Some(sums) = self.sums.get_mut(&(record.step, record.digest())) else { return Vec::new() };
-        let wrong: Vec<(u16, PeerId)> = sums
-            .from
-            .iter()
-            .filter(|(c, from)| {
-                !asked.contains(c) && owners.get(usize::from(**c)) != Some(*from) && !sums.read.contains_key(c)
-            })
-            .map(|(c, from)| (*c, *from))
-            .collect();
-        for (c, _) in &wrong {
-            sums.bytes.remove(c);
-            sums.from.remove(c);
-        }
-        wrong
-    }
-
-    /// Chunk owners: the bytes of owner `owner`'s sum for `record` of `step`, received or formed
-    /// here (to send on).
-    pub fn sum_bytes(&self, step: u32, record: u64, owner: u16) -> Option<&Vec<u8>> {
-        self.sums.get(&(step, record))?.bytes.get(&owner)
     }
 
     /// Chunk owners: pieces `pieces` of `author`'s contribution to `step`, where its values
@@ -584,18 +505,6 @@ impl Contributions {
         Ok((Reduced { mean, grid }, loss))
     }
 
-    /// Chunk owners: whether owner `owner`'s sum for the record is held or formed here.
-    pub fn has_sum(&self, step: u32, record: u64, owner: u16) -> bool {
-        self.sums.get(&(step, record)).is_some_and(|s| s.bytes.contains_key(&owner))
-    }
-
-    /// Chunk owners: holds an owner's sum formed here, and its bytes.
-    pub fn formed(&mut self, step: u32, record: u64, owner: u16, sum: ChunkSum, bytes: Vec<u8>) {
-        let sums = self.sums.entry((step, record)).or_default();
-        sums.read.insert(owner, sum);
-        sums.bytes.insert(owner, bytes);
-    }
-
     /// Chunk owners: the grid an applied step was summed on, where it was summed from chunk
     /// sums.
     pub fn grid_of(&self, step: u32) -> Option<&Vec<u8>> {
@@ -737,144 +646,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod owners_tests {
-    use super::*;
-
-    use crate::session::log::Named;
-    use crate::sync::{Exchange, SyncMode};
-
-    const LEN: usize = 97 * BLOCK + 5;
-
-    fn int8() -> SyncConfig {
-        SyncConfig { compression: Compression::Int8, exchange: Exchange::Owners, ..SyncConfig::SEED }
-    }
-
-    fn packed(step: u32, seed: u64) -> Gradient {
-        let mut rng = lockstep_luts::rng::SplitMix64::new(seed);
-        let x: Vec<f32> = (0..LEN).map(|i| rng.next_signed_unit() * (1 + i % 7) as f32).collect();
-        let values = Values::Int8(sync::pack(&x).unwrap());
-        Gradient { step, whash: 9, phash: 7, loss: seed as f32, values, weight: 1, state: 0 }
-    }
-
-    fn record(gradients: &[(PeerId, &Gradient)]) -> StepRecord {
-        let contributions =
-            gradients.iter().map(|(peer, g)| Named { peer: *peer, digest: g.digest(), weight: 1 }).collect();
-        StepRecord { step: gradients[0].1.step, whash: 9, contributions }
-    }
-
-    /// One member of three holding the others by header and its own chunk, with the other two
-    /// owners' sums: the record's mean is the bits of summing the whole contributions; a sum
-    /// refused or missing is said, and summed here once the chunk's values are here.
-    #[test]
-    fn a_record_summed_from_owners_sums_has_the_bits_of_the_whole_sum() {
-        assert_eq!(int8().mode, SyncMode::EveryStep);
-        let gradients: Vec<Gradient> = (1..=3).map(|s| packed(4, 40 + s)).collect();
-        let peers = [10, 20, 30];
-        let named: Vec<(PeerId, &Gradient)> = peers.iter().copied().zip(&gradients).collect();
-        let record = record(&named);
-        let mut whole = Contributions::new(LEN, &int8());
-        for (p, g) in &named {
-            assert_eq!(whole.offer(*p, (*g).clone()), Offer::Accepted);
-        }
-        let expected = whole.reduce(&record).unwrap();
-        // Member 20 owns chunk 1 of 3: its own contribution whole, the others' headers and
-        // chunks.
-        let mut member = Contributions::new(LEN, &int8());
-        let pieces = owners::owned_pieces(3, 1);
-        for (p, g) in &named {
-            if *p == 20 {
-                assert_eq!(member.offer(20, (*g).clone()), Offer::Accepted);
-            } else {
-                assert_eq!(member.offer_header(*p, g.header()), Offer::Accepted);
-                let chunk = Chunk::of(g, *p, pieces.clone());
-                assert_eq!(member.offer_chunk(chunk.clone()), ChunkOffer::Accepted);
-                assert_eq!(member.offer_chunk(chunk), ChunkOffer::Duplicate);
-            }
-        }
-        assert!(member.holds(&record) && member.reduce(&record).is_none(), "no whole values of the others");
-        let lacking = member.reduce_owned(&record, 3).unwrap_err();
-        assert_eq!(lacking, Lacking { chunks: vec![0, 2], refused: Vec::new() });
-        // The other owners' sums, as they form them (from their own wholes and the chunks).
-        let sum_of = |c: usize| whole.chunk_sum(&record, owners::chunk(LEN, 3, c)).unwrap();
-        let bytes = |c: usize| sum_of(c).encode(i8::MAX, 3);
-        // A sum cut short is refused and said; the chunk still lacks.
-        let mut short = bytes(0);
-        short.pop();
-        assert!(member.offer_sum(4, record.digest(), 0, 10, short, true));
-        let lacking = member.reduce_owned(&record, 3).unwrap_err();
-        assert!(matches!(lacking.refused[..], [(0, 10, ChunkSumError::Truncated { .. })]), "{lacking:?}");
-        assert!(member.offer_sum(4, record.digest(), 0, 10, bytes(0), true));
-        assert!(member.offer_sum(4, record.digest(), 2, 30, bytes(2), true));
-        let (reduced, loss) = member.reduce_owned(&record, 3).unwrap();
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&reduced.mean), bits(&expected.0.mean));
-        assert_eq!((reduced.grid, loss.to_bits()), (expected.0.grid, expected.1.to_bits()));
-        assert_eq!(member.grid_of(4), Some(&whole.reduce(&record).unwrap().0.grid));
-        // A sum from another than its owner is dropped, unless that one was asked of anyone;
-        // its owner's replaces it, and is not replaced.
-        let mut other = Contributions::new(LEN, &int8());
-        assert!(other.offer_sum(4, record.digest(), 1, 99, vec![7], false));
-        assert_eq!(other.drop_unsent(&record, &peers, &[1]), Vec::new());
-        assert_eq!(other.sum_from(4, record.digest(), 1), Some(99));
-        assert!(other.offer_sum(4, record.digest(), 1, 20, bytes(1), true), "the owner's replaces it");
-        assert!(!other.offer_sum(4, record.digest(), 1, 98, vec![7], false), "and is kept");
-        assert_eq!(other.drop_unsent(&record, &peers, &[]), Vec::new());
-        assert_eq!(other.sum_bytes(4, record.digest(), 1), Some(&bytes(1)));
-        assert!(other.offer_sum(4, record.digest(), 0, 99, vec![7], false));
-        assert_eq!(other.drop_unsent(&record, &peers, &[]), vec![(0, 99)]);
-        assert!(!other.has_sum(4, record.digest(), 0));
-        assert!(!other.offer_sum(4, record.digest(), 2, 30, vec![0; 10 * LEN], true), "longer than any sum");
-    }
-
-    /// A chunk is taken only of a contribution held by its header, and only as the header
-    /// names its pieces; a part past the run's bound is summed as empty, by whoever sums it.
-    #[test]
-    fn chunks_are_checked_against_their_header_and_a_part_out_of_bound_sums_as_empty() {
-        let mut c = Contributions::new(LEN, &int8());
-        let g = packed(2, 7);
-        // A chunk before its header is held until the header comes, then taken.
-        let chunk = Chunk::of(&g, 5, 0..32);
-        assert_eq!(c.offer_chunk(chunk.clone()), ChunkOffer::NoHeader);
-        assert_eq!(c.early_authors(2), vec![5]);
-        assert_eq!(c.offer_header(5, g.header()), Offer::Accepted);
-        assert!(c.early_authors(2).is_empty());
-        assert_eq!(c.offer_chunk(chunk), ChunkOffer::Duplicate);
-        let mut wrong = Chunk::of(&g, 5, 32..64);
-        if let Values::Int8(p) = &mut wrong.values {
-            p.q[3] = if p.q[3] == 1 { 2 } else { 1 };
-        }
-        assert_eq!(c.offer_chunk(wrong), ChunkOffer::NotNamed);
-        assert!(c.whole_of(2, 5).is_none(), "half of it is here");
-        assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..BLOCK), Vec::<PeerId>::new());
-        assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), vec![5]);
-        assert_eq!(c.offer_chunk(Chunk::of(&g, 5, 0..64)), ChunkOffer::Accepted);
-        assert_eq!(c.whole_of(2, 5), Some(g.clone()), "all of it, from the chunk of every piece");
-        assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), Vec::<PeerId>::new());
-        // The whole one fills the header (a repair), and is then served whole.
-        assert_eq!(c.offer(5, g.clone()), Offer::Filled);
-        assert!(c.get(2, 5).unwrap().whole.is_some());
-        // A block of huge values: that block is summed as empty by whoever sums it, however the
-        // values are cut into chunks.
-        let mut x = vec![0.5f32; LEN];
-        x[..BLOCK].fill(1e12);
-        let huge = Gradient { values: Values::Int8(sync::pack(&x).unwrap()), ..packed(3, 1) };
-        let fine = packed(3, 2);
-        let mut h = Contributions::new(LEN, &int8());
-        assert!(matches!(h.offer(1, huge.clone()), Offer::OutOfBounds(_)));
-        assert_eq!(h.offer_header(1, huge.header()), Offer::Accepted);
-        assert_eq!(h.offer_chunk(Chunk::of(&huge, 1, 0..64)), ChunkOffer::Accepted);
-        assert_eq!(h.offer(2, fine.clone()), Offer::Accepted);
-        let r = record(&[(1, &huge), (2, &fine)]);
-        let sum = h.chunk_sum(&r, 0..LEN).unwrap();
-        let mut emptied = huge.values.packed().unwrap().clone();
-        emptied.exponents[0] = EMPTY_BLOCK;
-        emptied.q[..BLOCK].fill(0);
-        let alone = ChunkSum::of(&[(&emptied, 1), (fine.values.packed().unwrap(), 1)], 0..LEN);
-        assert_eq!((&sum.grid, &sum.sum), (&alone.grid, &alone.sum));
-        assert_ne!(sum.grid[1], EMPTY_BLOCK, "only the block past the bound is emptied");
-        for cut in [BLOCK..LEN, 0..BLOCK] {
-            let part = h.chunk_sum(&r, cut.clone()).unwrap();
-            assert_eq!(part.sum, sum.sum[cut].to_vec(), "the same block by block");
-        }
-    }
-}
+mod owners_tests;
