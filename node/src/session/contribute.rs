@@ -114,8 +114,10 @@ impl Session {
         }
         let step = gradient.step;
         let targets: Vec<PeerId> = self.members.iter().copied().filter(|p| self.takes_part(*p, step)).collect();
-        self.send_contribution(&gradient, &targets);
-        self.offer(me, gradient);
+        // Its header (its pieces' digests) is made once, for the members and for us.
+        let header = self.send_contribution(&gradient, &targets);
+        let offer = self.contributions.offer_headed(me, gradient, header);
+        self.offered(me, step, offer);
     }
 
     /// Whether `peer` takes part in `step`: in the configuration, and a voter, waited for by us

@@ -52,13 +52,13 @@ impl Session {
     }
 
     /// Our contribution to `targets`: with the step's owners known, a header to each and its
-    /// chunk to each owner; else whole.
-    pub(super) fn send_contribution(&mut self, gradient: &Gradient, targets: &[PeerId]) {
+    /// chunk to each owner (the header returned: it is what we hold ours by too); else whole.
+    pub(super) fn send_contribution(&mut self, gradient: &Gradient, targets: &[PeerId]) -> Option<Header> {
         let Some(owners) = self.owners_of(gradient.step) else {
             for &to in targets {
                 self.send(to, Message::Gradient(gradient.clone()));
             }
-            return;
+            return None;
         };
         let header = gradient.header();
         let me = self.config.me;
@@ -74,6 +74,7 @@ impl Session {
                 self.send(to, Message::Chunk(Chunk::of(gradient, me, pieces)));
             }
         }
+        Some(header)
     }
 
     /// The pieces of `author`'s contribution to `step` this member takes: those it owns, and

@@ -95,8 +95,9 @@ pub struct Held {
 }
 
 impl Held {
-    fn whole(gradient: Gradient) -> Held {
-        let header = gradient.header();
+    /// `gradient` whole, with its header where it is made already.
+    fn whole(gradient: Gradient, header: Option<Header>) -> Held {
+        let header = header.unwrap_or_else(|| gradient.header());
         Held { digest: header.digest(), header, whole: Some(gradient), chunks: Vec::new() }
     }
 
@@ -212,6 +213,12 @@ impl Contributions {
     /// Checks a contribution and holds it (the caller decides which steps it takes). The values
     /// of one held by its header alone fill it ([`Offer::Filled`]).
     pub fn offer(&mut self, from: PeerId, gradient: Gradient) -> Offer {
+        self.offer_headed(from, gradient, None)
+    }
+
+    /// [`Contributions::offer`] of a contribution whose header is made already (`header`: ours,
+    /// sent to the members as it is).
+    pub fn offer_headed(&mut self, from: PeerId, gradient: Gradient, header: Option<Header>) -> Offer {
         if gradient.values.compression() != self.compression.values_as() {
             return Offer::WrongEncoding {
                 expected: self.compression.values_as(),
@@ -227,7 +234,7 @@ impl Contributions {
         if let Err(e) = gradient.values.check_bounds() {
             return Offer::OutOfBounds(e);
         }
-        let held = Held::whole(gradient);
+        let held = Held::whole(gradient, header);
         let step = held.header.step;
         let steps = if self.held.contains_key(&step) || !self.retained.contains_key(&step) {
             self.held.entry(step).or_default()

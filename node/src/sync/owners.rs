@@ -39,7 +39,11 @@ pub fn owned_pieces(owners: usize, c: usize) -> Range<usize> {
 
 /// The values owner `c` of `owners` sums: its pieces' ([`owned_pieces`]).
 pub fn chunk(len: usize, owners: usize, c: usize) -> Range<usize> {
-    let pieces = owned_pieces(owners, c);
+    pieces_values(len, owned_pieces(owners, c))
+}
+
+/// The values pieces `pieces` of a contribution of `len` values hold.
+pub fn pieces_values(len: usize, pieces: Range<usize>) -> Range<usize> {
     let start = |p: usize| if p >= PIECES { len } else { piece(len, p).start };
     start(pieces.start)..start(pieces.end)
 }

@@ -95,8 +95,7 @@ impl Chunk {
 
     /// The values pieces `pieces` of a contribution of `len` values hold.
     pub fn values(len: usize, pieces: std::ops::Range<usize>) -> std::ops::Range<usize> {
-        let start = |p: usize| if p >= PIECES { len } else { piece(len, p).start };
-        start(pieces.start)..start(pieces.end)
+        crate::sync::owners::pieces_values(len, pieces)
     }
 
     /// Its pieces.
