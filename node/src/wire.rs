@@ -34,6 +34,7 @@
 //! | `-31` | chunk sum: `[u32 step][u64 record][u16 owner][u16 owners][sum]` (owner `owner` of `owners`' sum of its chunk of the contributions the step record whose digest is `record` names; the sum as `sync::owners::ChunkSum::encode` writes it: `[u32 start][u32 len][u8 bits][grid byte × blocks][by × blocks][len values of bits bits]`) |
 //! | `-33` | chunk request: `[u32 step][u64 author][u8 first piece][u8 end piece]` (pieces of the author's contribution, asked of anyone who holds them — its author, their owner, or the owner's successor, which holds an owner's own chunk — where an owner's sum cannot come; answered with `-30`) |
 //! | `-34` | chunk held: `[u32 step][u64 author][u8 first piece][u8 end piece]` (an owner — or an owner's successor, of that owner's own chunk — holds these pieces of the author's contribution, checked against its header: told to the leader, which names a contribution in a record only once every owner holds its chunk) |
+//! | `-35` | fingerprints (chunk owners, since protocol 21): `[u32 step][u64 record][u64 seed][u16 n][u64 print × n]` (the sender's fingerprint of its own terms in each of the `n` chunk sums of the step record whose digest is `record`, under the challenges of `seed`, the digest of the next step's record — `sync::owners::contribution_fingerprint`; `u64::MAX` for a chunk whose grid misrepresents its contribution: sent to every member, each of which checks every owner's sum) |
 //! | `-32` | chunk sum request: `[u32 step][u64 record][u16 owner][u16 owners]` (a member whose owner's sum did not come asks for it; anyone holding it answers with `-31`) |
 //! | `-25` | trace: `[u32 step][u32 ops]`, each op's `[u32 chunks][u64 digest × chunks]`, then `[u8 0]` or `[u8 1][u32 op][u32 chunk][u32 word…]` (the answer to `-24`: the trace up to and with the first op that parts from the leader's, and that op's words of its first chunk that parts; no ops and marker 0 when it cannot be made) |
 //!
@@ -77,7 +78,8 @@ use crate::sync::{Compression, Packed, SyncConfig, SyncError};
 pub use crate::verdict::Verdict;
 use lockstep_luts::units::BLOCK;
 
-/// The mesh protocol version carried in the run config (20: chunk owners — `-29`, `-30` and
+/// The mesh protocol version carried in the run config (21: the owners' fingerprints, `-35`,
+/// and evidence kinds 9–11; 20: chunk owners — `-29`, `-30` and
 /// `-31`, the step rule byte's high bit — and a contribution's digest made of its pieces'
 /// digests; 19: the guard's disputes, `-27` and
 /// `-28`, and evidence kinds 6–8 — a member computing from weights other than the group's, or
@@ -99,7 +101,7 @@ use lockstep_luts::units::BLOCK;
 /// `docs/VERIFICATION.md` §9, so a version 7 node computes other bits from the same weights and
 /// batch; 7 brought quorum rosters counted over the members that follow the leader (`-17`),
 /// `-15` for quitters and `-16` for nodes without a quorum).
-pub const MESH_PROTOCOL_VERSION: u32 = 20;
+pub const MESH_PROTOCOL_VERSION: u32 = 21;
 /// Largest wire frame: WebRTC data channels refuse messages over 64 KiB.
 pub const FRAGMENT_BYTES: usize = 48 * 1024;
 const FRAGMENT_HEADER: usize = 4 + 4 + 2 + 2;
@@ -136,6 +138,9 @@ const CHUNK_SUM: i32 = -31;
 const SUM_REQUEST: i32 = -32;
 const CHUNK_REQUEST: i32 = -33;
 const CHUNK_HELD: i32 = -34;
+const FINGERPRINTS: i32 = -35;
+/// The most chunk sums a fingerprints message may cover (the owners of a step).
+pub const MAX_PRINTS: usize = 4096;
 /// Longest backend name or verdict text field in a peer-info message.
 pub const MAX_INFO_TEXT: usize = 1024;
 /// The verdict's kind byte in a peer-info message.
@@ -368,6 +373,15 @@ pub enum Message {
         first: u8,
         end: u8,
     },
+    /// Chunk owners: the sender's fingerprint of its terms in each chunk sum of the record of
+    /// `step` whose digest is `record`, under the challenges `seed` (the next record's digest)
+    /// draws (`sync::owners::GRID_WRONG` where the sum's grid misrepresents its contribution).
+    Fingerprints {
+        step: u32,
+        record: u64,
+        seed: u64,
+        prints: Vec<u64>,
+    },
 }
 
 impl Message {
@@ -386,6 +400,7 @@ impl Message {
                 | Message::SumRequest { .. }
                 | Message::ChunkRequest { .. }
                 | Message::ChunkHeld { .. }
+                | Message::Fingerprints { .. }
         )
     }
 }

@@ -1124,6 +1124,14 @@ fn three_nodes_with_reordering_match_one_process_averaging_in_roster_order() {
 
             if sync.exchange == Exchange::Owners {
                 assert!(whole == 6 && headers >= 11 * 6 && chunks >= 11 * 9 && sums >= 11 * 6, "{what}");
+                // Every owner's sum checked by the fingerprints, and right: those of steps 2–10
+                // (the first went whole; the fingerprints of step 11 go out as step 12 ends the
+                // run, and the last has no record after it to draw challenges from).
+                for id in [10, 20, 30] {
+                    let stats = net.nodes[&id].session.audit_stats();
+                    let counts = (stats.sums_checked, stats.sums_failed, stats.sums_unchecked);
+                    assert_eq!(counts, (9 * 3, 0, 0), "{what}: node {id}");
+                }
             } else {
                 assert!(whole == 12 * 6 && headers + chunks + sums == 0, "{what}");
             }
@@ -2388,6 +2396,11 @@ fn a_seeded_fault_campaign_never_forks_and_always_finishes() {
         let what = format!("seed {seed} ({sync}, {} nodes): {plan:?}", nodes.len());
         assert_one_group_per_step(&net, &what);
         assert_eq!(net.count(|e| matches!(e, Event::GuardStopped(_))), 0, "{what}");
+        // Nobody here is wrong: faults never convict a member (no audits run; the owners'
+        // fingerprints check every sum).
+        assert_eq!(net.count(|e| matches!(e, Event::Verdict(_))), 0, "{what}");
+        let failed: u32 = net.nodes.values().map(|n| n.session.audit_stats().sums_failed).sum();
+        assert_eq!(failed, 0, "{what}: a right sum's fingerprints always add up");
         let live: Vec<PeerId> = net.live();
         assert_all_finished_equal(&net, &live, 300, &what);
         let ahead: u32 = net.nodes.values().map(|n| n.tentative).sum();
@@ -2412,6 +2425,48 @@ fn audited(seed: u64, rate: u32, steps: u32) -> Net {
     }
     net.start(1, steps);
     net
+}
+
+/// The owners' fingerprints (`docs/OWNERS.md`, "How an owner is checked"): an owner whose sums
+/// are off by one in a value — sent and applied by itself alike, so every replica agrees and the
+/// weight-hash guard sees nothing — is found by the members' checks of the contributors'
+/// fingerprints once the next record commits; the leader recomputes the chunk's sum from its
+/// authors' pieces and the verdict (the word, both values) commits through the log. A wrong
+/// leader is shunned by the members whose checks failed, and the next leader settles it. The
+/// others train on to the end, equal.
+#[test]
+fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed_through_the_log() {
+    for (seed, wrong) in (1301..1341u64).map(|s| (s, 1 + s % 4)) {
+        let mut net = Net::new(seed);
+        net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 20);
+        let mut struck = false;
+        net.run(400_000, |net, top| {
+            if top == 5 && !struck {
+                net.nodes.get_mut(&wrong).unwrap().session.play_wrong_owner();
+                struck = true;
+            }
+        });
+        let others: Vec<PeerId> = [1, 2, 3, 4].into_iter().filter(|&id| id != wrong).collect();
+        for &id in &others {
+            let verdict = verdict_of(&net, id).unwrap_or_else(|| panic!("seed {seed}: no verdict\n{}", net.describe()));
+            assert_eq!(verdict.target, wrong, "seed {seed}: {verdict}");
+            assert!(matches!(verdict.evidence, Evidence::SumWrong { .. }), "seed {seed}: {verdict}");
+            // Found within a step or two of the first wrong sum.
+            assert!((6..=8).contains(&verdict.step), "seed {seed}: {verdict}");
+            let failed = net.nodes[&id].session.audit_stats().sums_failed;
+            assert!(failed >= 1, "seed {seed}: node {id} checked and found it");
+        }
+        // Every other member ends equal and no guard stops the run (one may fall behind while
+        // the removed owner's chunk of the next step is summed from its authors' pieces, and
+        // resume).
+        assert_all_finished_equal(&net, &others, 20, &format!("seed {seed}"));
+        assert!(others.iter().all(|&id| guard_failure(&net, id).is_none()), "seed {seed}");
+        assert!(net.nodes[&wrong].session.stopped().is_some(), "seed {seed}: the wrong owner is out");
+    }
 }
 
 /// Audits by recomputation: a member whose contributions are finite, in bounds and carry the

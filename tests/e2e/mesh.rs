@@ -628,6 +628,58 @@ fn a_group_summed_by_chunk_owners_agrees_with_one_process_and_its_audits_find_no
         all.iter().flat_map(|n| n.events().into_iter().filter(|e| e["event"] == "audit-failed")).collect();
     assert!(audited >= 20, "{audited} audits; failed {failed:?}");
     nobody_accused(&all);
+    // Every owner's sum checked by the contributors' fingerprints, and right: at the last step
+    // each member has checked those of steps 2 to 21 at least (four chunks a step; the first
+    // step went whole, the last ones' fingerprints come as the run ends).
+    for node in &all {
+        let last = node.wait_for("the last step", |e| e["event"] == "weights" && e["step"] == 24, 5);
+        let (checked, failed) = (last["sums_checked"].as_u64().unwrap(), last["sums_failed"].as_u64().unwrap());
+        assert!(checked >= 20 * 4 && failed == 0, "node {}: {last}", node.id);
+    }
+}
+
+/// The owners' fingerprints on real processes: a member whose chunk sums are off by one in a
+/// value from step 5 on (`{"cmd":"wrong-owner"}`: it applies them itself, so every replica
+/// agrees and the weight-hash guard sees nothing) is found when the next record seeds the
+/// challenges, the leader recomputes its sum from the chunks' authors and the verdict — the
+/// chunk, the word, both values — commits through the log on every member; the wrong owner is
+/// told why and stops, the others train on.
+#[test]
+fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn(&signal, "cpu")).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    let mut start = tiny(1_000_000);
+    start["compress"] = "int8".into();
+    start["exchange"] = "owners".into();
+    nodes[0].command(start);
+    for node in &nodes {
+        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    }
+    let mut wrong = nodes.pop().unwrap();
+    wrong.command(serde_json::json!({"cmd": "wrong-owner"}));
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == wrong.id;
+    let verdict = nodes[0].wait_for("the wrong owner's verdict", is_verdict, 120);
+    assert!(verdict["sum_word"].as_u64().is_some(), "a sum's evidence: {verdict}");
+    let (expected, claimed) = (verdict["expected_value"].as_i64().unwrap(), verdict["claimed_value"].as_i64().unwrap());
+    assert_eq!((expected - claimed).abs(), 1, "one value off by one: {verdict}");
+    for node in &nodes[1..] {
+        let theirs = node.wait_for("the same verdict", is_verdict, 30);
+        assert_eq!(
+            (&theirs["step"], &theirs["chunk"], &theirs["sum_word"]),
+            (&verdict["step"], &verdict["chunk"], &verdict["sum_word"])
+        );
+    }
+    let failed = nodes[1].wait_for("its check", |e| e["event"] == "sum-check-failed" && e["owner"] == wrong.id, 10);
+    assert_eq!(failed["chunk"], verdict["chunk"], "{failed}");
+    let removed = wrong.wait_for("told why", |e| e["event"] == "removed", 30);
+    assert!(removed["why"].as_str().unwrap().contains("fingerprints"), "{removed}");
+    let after = verdict["step"].as_u64().unwrap() + 10;
+    for node in &nodes {
+        node.wait_for("ten steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+    }
+    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
 /// A rogue among four members whose contributions are finite, in bounds and carry honest

@@ -71,6 +71,8 @@ pub fn report_json(report: &Report) -> Value {
                 "audits_skipped": timing.audits.skipped, "audits_prefetched": timing.audits.prefetched,
                 "audits_derived": timing.audits.derived,
                 "audits_linked": timing.audits.linked, "audit_ms": timing.audit_seconds * 1e3,
+                "sums_checked": timing.audits.sums_checked, "sums_failed": timing.audits.sums_failed,
+                "sums_unchecked": timing.audits.sums_unchecked,
                 "compute_ms": timing.compute * 1e3, "hash_guard_ms": timing.hash_guard * 1e3,
                 "exchange_ms": timing.exchange * 1e3, "sent_bytes": timing.sent_bytes, "audit_bytes": timing.audit_bytes,
                 "utilization": timing.utilization()}),
@@ -169,6 +171,15 @@ pub fn report_json(report: &Report) -> Value {
             Event::AuditFailed { step, target, error } => {
                 json!({"event": "audit-failed", "step": step, "target": target, "message": error.to_string()})
             }
+            Event::SumCheckFailed { step, chunk, owner } => {
+                json!({"event": "sum-check-failed", "step": step, "chunk": chunk, "owner": owner})
+            }
+            Event::SumSettled { step, chunk, owner } => {
+                json!({"event": "sum-settled", "step": step, "chunk": chunk, "owner": owner})
+            }
+            Event::SumUnsettled { step, chunk, owner } => {
+                json!({"event": "sum-unsettled", "step": step, "chunk": chunk, "owner": owner})
+            }
             Event::Problem(problem) => {
                 json!({"event": "error", "kind": problem.kind(), "message": problem.to_string()})
             }
@@ -201,7 +212,9 @@ pub fn at_run_shapes_json(backend: &str, verdict: &AtRunShapes) -> Value {
 /// the word of the buffer that op wrote); `weights: true` with `word`, `expected_bits`,
 /// `claimed_bits` (the guard's dispute: the first weight that parts from the definition's
 /// update) or with `expected_whash`, `claimed_whash`; `probe: true`, `expected_phash`,
-/// `claimed_phash`.
+/// `claimed_phash`; `chunk` with `sum_check: true` (an owner's sum whose fingerprints did not add
+/// up), with `sum_word`, `expected_value`, `claimed_value` (its sum recomputed) or with
+/// `expected_print`, `claimed_print` (a contributor's fingerprint against its own chunk).
 fn evidence_json(fields: &mut Value, evidence: &Evidence) {
     let hex = |v: u32| format!("{v:#010x}");
     let extra = match *evidence {
@@ -229,6 +242,13 @@ fn evidence_json(fields: &mut Value, evidence: &Evidence) {
         Evidence::Probe { expected, claimed } => {
             json!({"probe": true, "expected_phash": hex(expected), "claimed_phash": hex(claimed)})
         }
+        Evidence::SumCheck { chunk } => json!({"chunk": chunk, "sum_check": true}),
+        Evidence::SumWrong { chunk, word, expected, claimed } => json!({
+            "chunk": chunk, "sum_word": word, "expected_value": expected, "claimed_value": claimed,
+        }),
+        Evidence::Fingerprint { chunk, expected, claimed } => json!({
+            "chunk": chunk, "expected_print": format!("{expected:#018x}"), "claimed_print": format!("{claimed:#018x}"),
+        }),
     };
     if let (Some(object), Value::Object(extra)) = (fields.as_object_mut(), extra) {
         object.extend(extra);
@@ -338,10 +358,11 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
                 value["kind"].as_str().context("`rogue` needs a `kind`: scale:F, flip, batch:PEER, stale or state")?;
             Command::PlayRogue(kind.parse().map_err(anyhow::Error::msg)?)
         }
+        Some("wrong-owner") => Command::PlayWrongOwner,
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, wrong-owner, quit)"
             )
         }
     };

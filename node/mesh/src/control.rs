@@ -44,6 +44,9 @@ pub enum Command {
     /// Fault injection: this node sends wrong contributions of `Rogue`'s kind from its next one
     /// on (finite, in bounds, honest hashes: only audits can see them).
     PlayRogue(lockstep_node::replica::Rogue),
+    /// Fault injection: this node's chunk sums (chunk owners) are off by one in a value from now
+    /// on, applied by itself too (`Session::play_wrong_owner`).
+    PlayWrongOwner,
     /// Room host: admit a waiting joiner.
     Approve(PeerId),
     /// Room host: turn a waiting joiner away.

@@ -383,6 +383,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 let step = self.session.as_ref().map_or(0, Session::applied);
                 (self.report)(Report::Warning(format!("fault injection: a rogue ({rogue:?}) after step {step}")));
             }
+            Some(Command::PlayWrongOwner) => {
+                let step = self.session.as_ref().map_or(0, Session::applied);
+                if let Some(session) = self.session.as_mut() {
+                    session.play_wrong_owner();
+                }
+                (self.report)(Report::Warning(format!("fault injection: a wrong owner's sums after step {step}")));
+            }
             Some(Command::NeverCompute) => {
                 self.lazy = true;
                 (self.report)(Report::Warning("fault injection: this node never computes from now on".into()));

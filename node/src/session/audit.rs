@@ -282,6 +282,7 @@ impl Session {
     /// or gives up (it was: a link down meanwhile may have held or lost the request).
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
         self.dispute_tick(now_ms);
+        self.settle_sums();
         self.apart_tick(now_ms);
         self.lapse_shuns(now_ms);
         let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
@@ -343,7 +344,10 @@ impl Session {
             self.event(Event::Accused { step, target, by: me, evidence });
         }
         let verdict = AuditVerdict { step, target, found_by: found_by.unwrap_or(me), evidence };
-        if self.is_leader() {
+        if let (true, Evidence::SumCheck { chunk }) = (self.is_leader(), evidence) {
+            // An owner's sum: settled by recomputing it (`fingerprints.rs`).
+            self.dispute_sum(step, chunk, verdict.found_by);
+        } else if self.is_leader() {
             self.dispute_or_convict(verdict);
         } else if self.leader() == Some(target) {
             // The leader itself departs: every member is told (the leader too: an honest one
@@ -512,6 +516,9 @@ impl Session {
     /// `from` accuses `target`'s contribution to `step`: the leader checks it by recomputing it;
     /// an accusation against the leader, every member checks.
     pub(super) fn on_accusation(&mut self, from: PeerId, step: u32, target: PeerId, evidence: Evidence) {
+        if let Evidence::SumCheck { chunk } = evidence {
+            return self.on_sum_accusation(from, step, target, chunk);
+        }
         if !self.is_leader() && self.leader() != Some(target) {
             return self.ignore(from, Ignored::AccusationToNonLeader);
         }

@@ -80,6 +80,11 @@ pub struct AuditStats {
     /// Packed runs: links checked (a member's next contribution named the residual its audited
     /// one left).
     pub linked: u32,
+    /// Chunk owners: owners' sums this member checked by the contributors' fingerprints and
+    /// found right, found wrong, and dropped unchecked (a contributor's fingerprints never came).
+    pub sums_checked: u32,
+    pub sums_failed: u32,
+    pub sums_unchecked: u32,
 }
 
 /// The audits' part of the session.
@@ -123,6 +128,8 @@ pub(super) struct Audits {
     pub(super) derived: BTreeMap<PeerId, (u32, u64, Arc<Vec<f32>>)>,
     /// States asked for and no longer waited for, by (step, target) ([`Audits::unawait`]).
     pub(super) unawaited: VecDeque<(u32, PeerId)>,
+    /// Chunk owners: the owners' sums checked by fingerprints (`fingerprints.rs`).
+    pub(super) prints: super::fingerprints::Prints,
     pub stats: AuditStats,
 }
 

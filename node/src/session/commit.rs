@@ -303,6 +303,8 @@ impl Session {
     /// What follows a committed step's apply (taken now, or tentatively before): the step
     /// counts, its events, the window's news, the run's end.
     fn applied_committed(&mut self, record: &StepRecord, index: u64, term: u64, loss: f32) {
+        // Chunk owners: before the next step's owners are taken from this record.
+        self.fingerprint_after(record);
         let me = self.config.me;
         let run = self.run.expect("a configured run");
         let step = record.step;

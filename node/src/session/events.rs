@@ -175,6 +175,29 @@ pub enum Event {
     },
     /// `peer` said it is quitting: the leader takes it out of the run's configuration.
     PeerLeaving(PeerId),
+    /// Chunk owners: the contributors' fingerprints of chunk `chunk` of `step` do not add up
+    /// to its owner's sum as this node applied it: the owner is accused (the leader settles
+    /// it by recomputing the sum).
+    SumCheckFailed {
+        step: u32,
+        chunk: u16,
+        owner: PeerId,
+    },
+    /// (Leader) a disputed chunk sum recomputed from its authors' chunks: the sum and every
+    /// fingerprint the leader holds of it are right — nobody is convicted (a contributor may
+    /// have sent another member other fingerprints than the leader's).
+    SumSettled {
+        step: u32,
+        chunk: u16,
+        owner: PeerId,
+    },
+    /// (Leader) a disputed chunk sum whose authors' chunks did not come within the wait:
+    /// nobody is convicted.
+    SumUnsettled {
+        step: u32,
+        chunk: u16,
+        owner: PeerId,
+    },
     /// Elastic windows: this node's window of `step` ended after `steps` of its `of` inner steps
     /// (another member finished the window first) — it trains slower than the group's fastest.
     Behind {
@@ -295,6 +318,12 @@ pub enum Ignored {
         step: u32,
         author: PeerId,
     },
+    /// Chunk owners: fingerprints this node does not check — of a step it did not apply from
+    /// owners' sums (or no longer keeps), of another record, not from one of the record's
+    /// contributors, of another count of chunks or under another seed, or a second time.
+    FingerprintsRefused {
+        step: u32,
+    },
 }
 
 impl std::fmt::Display for Ignored {
@@ -375,6 +404,9 @@ impl std::fmt::Display for Ignored {
             Ignored::SumNotHeld => f.write_str("a request for a chunk sum this node does not hold"),
             Ignored::HeaderNotAsked { step, author } => {
                 write!(f, "node {author}'s header for step {step} from another peer, not asked for")
+            }
+            Ignored::FingerprintsRefused { step } => {
+                write!(f, "fingerprints of step {step} that this node does not check")
             }
         }
     }

@@ -266,7 +266,7 @@ mod tests {
         let push = LogEntry::Push { epoch: Epoch { count: 2, pusher: 7 }, digest: 1 }.encode();
         assert_eq!(push, vec![3, 2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
         let run = LogEntry::Run(RunConfig::DEFAULT).encode();
-        assert_eq!(run[..5], [1, 20, 0, 0, 0]);
+        assert_eq!(run[..5], [1, 21, 0, 0, 0]);
         assert_eq!(run[5..], RunConfig::DEFAULT.encode());
     }
 

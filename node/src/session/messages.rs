@@ -112,6 +112,9 @@ impl Session {
             }
             Message::ChunkRequest { step, author, first, end } => self.on_chunk_request(from, step, author, first, end),
             Message::ChunkHeld { step, author, first, end } => self.on_chunk_held(from, step, author, first, end),
+            Message::Fingerprints { step, record, seed, prints } => {
+                self.on_fingerprints(from, step, record, seed, prints)
+            }
             Message::RepairResponse { peer, gradient } => {
                 let step = gradient.step;
                 let wanted = self.contributions.get(step, peer).is_none_or(|h| h.whole.is_none());

@@ -71,6 +71,7 @@ mod contribute;
 mod dispute;
 mod epoch;
 mod events;
+mod fingerprints;
 mod io;
 mod leader;
 pub mod log;
@@ -92,6 +93,7 @@ pub use audit::{PrivateInputs, Recomputed, Unfinished, STATE_WAIT_ELECTIONS};
 pub use audits::AuditStats;
 pub use dispute::DISPUTE_WAIT_ELECTIONS;
 pub use events::{DropReason, Event, Failure, Ignored, LeaderAction, Problem, Stop, Task};
+pub use fingerprints::SUM_DISPUTE_WAIT_ELECTIONS;
 pub use io::{Input, Output};
 pub use private::STATE_PROMISED_STEPS;
 pub use roster::{Standing, GONE_MS, MIN_VOTERS};
@@ -542,6 +544,7 @@ impl Session {
         }
         // The restore replaced whatever the weights took tentatively.
         self.taking.tentative = None;
+        self.audits.prints.restored();
         self.computing.asked = None;
         // Step numbers come round again after a restore: what was proposed or due was for others.
         self.lead.proposed = None;
@@ -678,6 +681,7 @@ impl Session {
             self.form_sums();
             self.tell_held();
             self.chase_parts();
+            self.settle_sums();
             self.maybe_compute();
             self.lead();
             self.pump();

@@ -418,7 +418,7 @@ impl Session {
         if !self.contributions.holds(record) {
             return; // a header is missing: the commit's repairs bring it
         }
-        let Some(sum) = self.contributions.chunk_sum(record, range) else {
+        let Some(mut sum) = self.contributions.chunk_sum(record, range) else {
             if committed {
                 self.ask_parts(record, c);
             }
@@ -429,6 +429,14 @@ impl Session {
             _ => i8::MAX,
         };
         let weight: u64 = record.contributions.iter().map(|n| u64::from(n.weight)).sum();
+        if self.audits.prints.wrong_owner {
+            // Fault injection: one value of a block not empty one step nearer zero (or off
+            // zero), within every bound — a sum no decoder refuses.
+            let block = sum.grid.iter().position(|&g| g != crate::sync::EMPTY_BLOCK);
+            if let Some(value) = block.map(|b| b * lockstep_luts::units::BLOCK) {
+                sum.sum[value] += if sum.sum[value] > 0 { -1 } else { 1 };
+            }
+        }
         let bytes = sum.encode(limit, weight);
         self.contributions.formed(step, digest, c as u16, sum, bytes.clone());
         let message = SumMessage { step, record: digest, owner: c as u16, owners: owners.len() as u16, bytes };
@@ -511,9 +519,19 @@ impl Session {
         let me = self.config.me;
         let known = self.owners_of(step);
         let digest = record.digest();
+        // A chunk whose owner is gone (no channel, or convicted) has no sum to ask for: its
+        // values are asked for at once, before the authors move past the step.
+        let gone = |owner: &u16| {
+            let o = known.as_ref().and_then(|o| o.get(usize::from(*owner)).copied());
+            o.is_some_and(|o| !self.members.contains(&o) || self.audits.convicted.contains(&o))
+        };
+        let (orphaned, chunks): (Vec<u16>, Vec<u16>) = chunks.iter().partition(|o| gone(o));
+        for &owner in &orphaned {
+            self.ask_chunks(record, owners, usize::from(owner));
+        }
         if wait.rounds < SUM_ROUNDS && known.is_some() {
             let leader = self.leader().filter(|l| *l != me);
-            for &owner in chunks {
+            for &owner in &chunks {
                 let mut ask: Vec<PeerId> = match wait.rounds {
                     0 => known.iter().flat_map(|o| o.get(usize::from(owner)).copied()).chain(leader).collect(),
                     _ => self.members.iter().copied().collect(),
@@ -529,7 +547,7 @@ impl Session {
             return;
         }
         // The values themselves, of anyone who holds them, to sum here.
-        for &owner in chunks {
+        for &owner in &chunks {
             self.ask_chunks(record, owners, usize::from(owner));
         }
     }

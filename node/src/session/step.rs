@@ -440,6 +440,16 @@ impl Contributions {
         Some(sum)
     }
 
+    /// Chunk owners: `author`'s fingerprint of its terms in `sum` under `seed`, the
+    /// contribution at place `index` of its record ([`owners::GRID_WRONG`] where the sum's grid
+    /// misrepresents it), from its values there as held here — each block past the run's bound
+    /// empty, as the owner summed it; `None` where they are not held.
+    pub fn fingerprint(&self, step: u32, author: PeerId, index: usize, sum: &ChunkSum, seed: u64) -> Option<u64> {
+        let range = sum.start..sum.start + sum.sum.len();
+        let part = within_bound(self.get(step, author)?.part(&range)?);
+        Some(owners::contribution_fingerprint(&part, range.start, index, sum, seed).unwrap_or(owners::GRID_WRONG))
+    }
+
     /// Chunk owners: the record's contributions whose values `range` are not held here (neither
     /// whole nor the chunk).
     pub fn lacking_part(&self, record: &StepRecord, range: Range<usize>) -> Vec<PeerId> {

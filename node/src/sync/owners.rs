@@ -257,51 +257,118 @@ impl std::fmt::Display for GridWrong {
 
 impl std::error::Error for GridWrong {}
 
-/// Challenge weight `wᵢ` of value `i` under `seed`: uniform in `1..P`, never 0 (so no single
-/// wrong value can escape), the same for every member that knows the seed.
-pub fn challenge(seed: u64, i: usize) -> u64 {
-    let mut rng = lockstep_luts::rng::SplitMix64::new(seed ^ (i as u64).wrapping_mul(0xd605_bbb5_8c8a_bbe5));
-    1 + rng.below(FINGERPRINT_PRIME - 1)
+/// The challenges' root under `seed`: uniform in `2..P − 1` (never 0, 1 or −1, whose powers
+/// would repeat at once), the same for every member that knows the seed.
+fn root(seed: u64) -> u64 {
+    let mut rng = lockstep_luts::rng::SplitMix64::new(seed ^ 0xd605_bbb5_8c8a_bbe5);
+    2 + rng.below(FINGERPRINT_PRIME - 3)
 }
 
+/// Challenge weight `wᵢ` of value `i` under `seed`: `r^(i+1)` for the seed's root `r` — never
+/// 0 (so no single wrong value can escape), the same for every member that knows the seed. A
+/// wrong sum differs by `D ≠ 0`, and `Σᵢ Dᵢ·r^(i+1)` is a polynomial in `r` of degree at most
+/// the model's length `L`: it vanishes for at most `L` of the `P − 3` roots, so a wrong sum
+/// passes with probability at most `L/(P − 3)` — about 4·10⁻¹³ for a million values. Powers
+/// make a fingerprint one multiply-add a value (Horner's rule), not a draw.
+pub fn challenge(seed: u64, i: usize) -> u64 {
+    pow_mod(root(seed), i as u64 + 1)
+}
+
+/// `v mod P`, for any `i64`.
 fn field(v: i64) -> u64 {
-    v.rem_euclid(FINGERPRINT_PRIME as i64) as u64
+    let m = v.unsigned_abs();
+    let m = if m < FINGERPRINT_PRIME { m } else { m % FINGERPRINT_PRIME };
+    if v < 0 && m != 0 {
+        FINGERPRINT_PRIME - m
+    } else {
+        m
+    }
+}
+
+/// `x mod P` for `x < 2¹²²` (a product of two field elements): `2⁶¹ ≡ 1`, so the high bits
+/// fold onto the low ones.
+fn reduce(x: u128) -> u64 {
+    let folded = (x as u64 & FINGERPRINT_PRIME) + (x >> 61) as u64;
+    let folded = (folded & FINGERPRINT_PRIME) + (folded >> 61);
+    if folded >= FINGERPRINT_PRIME {
+        folded - FINGERPRINT_PRIME
+    } else {
+        folded
+    }
 }
 
 fn mul_mod(a: u64, b: u64) -> u64 {
-    (u128::from(a) * u128::from(b) % u128::from(FINGERPRINT_PRIME)) as u64
+    reduce(u128::from(a) * u128::from(b))
 }
 
-/// `Σᵢ wᵢ·vᵢ mod P` over values `start..` under `seed`.
-fn fingerprint_of(seed: u64, start: usize, values: impl Iterator<Item = i64>) -> u64 {
-    values.enumerate().fold(0, |f, (k, v)| (f + mul_mod(challenge(seed, start + k), field(v))) % FINGERPRINT_PRIME)
+fn add_mod(a: u64, b: u64) -> u64 {
+    let s = a + b;
+    if s >= FINGERPRINT_PRIME {
+        s - FINGERPRINT_PRIME
+    } else {
+        s
+    }
 }
+
+fn pow_mod(mut base: u64, mut exponent: u64) -> u64 {
+    let mut result = 1;
+    while exponent > 0 {
+        if exponent & 1 == 1 {
+            result = mul_mod(result, base);
+        }
+        base = mul_mod(base, base);
+        exponent >>= 1;
+    }
+    result
+}
+
+/// `Σₖ w_{start+k}·vₖ mod P` over values `start..` under `seed`: Horner's rule from the last
+/// value, times `r^(start+1)`.
+fn fingerprint_of(seed: u64, start: usize, values: impl DoubleEndedIterator<Item = i64>) -> u64 {
+    let r = root(seed);
+    let horner = values.rev().fold(0, |acc, v| add_mod(mul_mod(acc, r), field(v)));
+    mul_mod(horner, pow_mod(r, start as u64 + 1))
+}
+
+/// What a contributor sends for a chunk whose grid misrepresents its contribution (not a field
+/// element, so it never adds up).
+pub const GRID_WRONG: u64 = u64::MAX;
 
 /// A contributor's fingerprint of its terms on `sum`'s grid (what it put into that chunk), the
 /// contribution at place `index` of the record's order — or where the grid is wrong by its
-/// exponents: below one of them, or not its own where the sum names it.
-pub fn contribution_fingerprint(p: &Packed, index: usize, sum: &ChunkSum, seed: u64) -> Result<u64, GridWrong> {
+/// exponents: below one of them, or not its own where the sum names it. `p` holds the
+/// contribution's values from value `at` on (0: all of them; a chunk's start: that chunk).
+pub fn contribution_fingerprint(
+    p: &Packed,
+    at: usize,
+    index: usize,
+    sum: &ChunkSum,
+    seed: u64,
+) -> Result<u64, GridWrong> {
     let range = sum.start..sum.start + sum.sum.len();
-    let first = range.start / BLOCK;
+    let local = range.start - at..range.end - at;
+    let first = local.start / BLOCK;
     for (offset, (&grid, &by)) in sum.grid.iter().zip(&sum.by).enumerate() {
         let exponent = p.exponents[first + offset];
         let named = usize::from(by) == index && grid != EMPTY_BLOCK;
         if exponent > grid || named && exponent != grid {
-            return Err(GridWrong { block: first + offset, grid, exponent });
+            return Err(GridWrong { block: range.start / BLOCK + offset, grid, exponent });
         }
     }
     let mut terms = vec![0i32; range.len()];
-    on_grid(p, &sum.grid, range.clone(), &mut terms);
+    on_grid(p, &sum.grid, local, &mut terms);
     Ok(fingerprint_of(seed, range.start, terms.into_iter().map(i64::from)))
 }
 
 /// Whether `sum` is the weighted sum of the contributions whose fingerprints under `seed` are
-/// `fingerprints` (each with its contribution's weight).
+/// `fingerprints` (each with its contribution's weight). [`GRID_WRONG`], or any value past the
+/// field, never checks.
 pub fn sum_checks(sum: &ChunkSum, fingerprints: &[(u64, u32)], seed: u64) -> bool {
+    if fingerprints.iter().any(|&(f, _)| f >= FINGERPRINT_PRIME) {
+        return false;
+    }
     let claimed = fingerprint_of(seed, sum.start, sum.sum.iter().copied());
-    let parts = fingerprints
-        .iter()
-        .fold(0, |acc, &(f, weight)| (acc + mul_mod(f % FINGERPRINT_PRIME, u64::from(weight))) % FINGERPRINT_PRIME);
+    let parts = fingerprints.iter().fold(0, |acc, &(f, weight)| add_mod(acc, mul_mod(f, u64::from(weight))));
     claimed == parts
 }
 
@@ -451,7 +518,7 @@ mod tests {
     }
 
     fn prints(packed: &[Packed], sum: &ChunkSum, seed: u64) -> Vec<(u64, u32)> {
-        packed.iter().enumerate().map(|(i, p)| (contribution_fingerprint(p, i, sum, seed).unwrap(), 1)).collect()
+        packed.iter().enumerate().map(|(i, p)| (contribution_fingerprint(p, 0, i, sum, seed).unwrap(), 1)).collect()
     }
 
     /// Fingerprints are linear: the contributors' fingerprints, weighted, add up to the right
@@ -475,7 +542,7 @@ mod tests {
                         let prints: Vec<(u64, u32)> = weighted
                             .iter()
                             .enumerate()
-                            .map(|(i, &(p, w))| (contribution_fingerprint(p, i, &sum, seed).unwrap(), w))
+                            .map(|(i, &(p, w))| (contribution_fingerprint(p, 0, i, &sum, seed).unwrap(), w))
                             .collect();
                         assert!(sum_checks(&sum, &prints, seed), "{compression:?} {weights:?} chunk {c}");
                     }
@@ -520,7 +587,7 @@ mod tests {
         let mut forged = packed[top].clone();
         forged.q[5] = if forged.q[5] == 127 { 126 } else { forged.q[5] + 1 };
         let mut with_forged = prints.clone();
-        with_forged[top].0 = contribution_fingerprint(&forged, top, &right, seed).unwrap();
+        with_forged[top].0 = contribution_fingerprint(&forged, 0, top, &right, seed).unwrap();
         assert!(!sum_checks(&right, &with_forged, seed));
     }
 
@@ -550,7 +617,7 @@ mod tests {
         assert_ne!(higher.sum, right.sum);
         let others: Vec<(u64, u32)> = (0..3)
             .filter(|&i| i != by)
-            .map(|i| (contribution_fingerprint(&packed[i], i, &higher, 1).unwrap(), 1))
+            .map(|i| (contribution_fingerprint(&packed[i], 0, i, &higher, 1).unwrap(), 1))
             .collect();
         let own_terms = {
             let mut terms = vec![0i32; len];
@@ -560,20 +627,72 @@ mod tests {
         let all: Vec<(u64, u32)> = others.into_iter().chain([(own_terms, 1)]).collect();
         assert!(sum_checks(&higher, &all, 1), "the coarser sum's fingerprints add up");
         assert_eq!(
-            contribution_fingerprint(&packed[by], by, &higher, 1),
+            contribution_fingerprint(&packed[by], 0, by, &higher, 1),
             Err(GridWrong { block, grid: top + 1, exponent: top })
         );
         // Naming another contribution for the right grid: that one does not have it.
         let other = (0..3).find(|&i| packed[i].exponents[block] < top).expect("a contribution below the grid");
         let mut misnamed = right.clone();
         misnamed.by[block] = other as u8;
-        assert!(contribution_fingerprint(&packed[other], other, &misnamed, 1).is_err());
+        assert!(contribution_fingerprint(&packed[other], 0, other, &misnamed, 1).is_err());
         // One lower: the named contribution's exponent is above it.
         let mut lower = right.clone();
         lower.grid[block] = top - 1;
-        assert!(contribution_fingerprint(&packed[by], by, &lower, 1).is_err());
+        assert!(contribution_fingerprint(&packed[by], 0, by, &lower, 1).is_err());
         // The right grid: every contribution agrees.
-        assert!((0..3).all(|i| contribution_fingerprint(&packed[i], i, &right, 1).is_ok()));
+        assert!((0..3).all(|i| contribution_fingerprint(&packed[i], 0, i, &right, 1).is_ok()));
+    }
+
+    /// A fingerprint is the challenge-weighted sum, computed the slow way here (`%` on 128-bit
+    /// products, `rem_euclid`): Horner's rule and the folded reduction give the same field
+    /// element, for values of every sign and size, at any start.
+    #[test]
+    fn a_fingerprint_is_the_challenge_weighted_sum_of_its_values() {
+        let p = u128::from(FINGERPRINT_PRIME);
+        let mut rng = lockstep_luts::rng::SplitMix64::new(3);
+        let values: Vec<i64> = (0..300)
+            .map(|i| match i % 5 {
+                0 => 0,
+                1 => -1,
+                2 => i64::MIN + i,
+                3 => i64::MAX - i,
+                _ => rng.next_u64() as i64 >> (i % 40),
+            })
+            .collect();
+        for (seed, start) in [(1u64, 0usize), (0xfeed, 4096), (u64::MAX, 123_456_789)] {
+            let slow = values.iter().enumerate().fold(0u128, |acc, (k, &v)| {
+                let w = u128::from(challenge(seed, start + k));
+                (acc + w * (i128::from(v).rem_euclid(p as i128) as u128) % p) % p
+            });
+            assert_eq!(u128::from(fingerprint_of(seed, start, values.iter().copied())), slow, "seed {seed}");
+        }
+        // The challenges are the root's powers, each below the prime.
+        let r = challenge(9, 0);
+        assert_eq!(u128::from(challenge(9, 1)), u128::from(r) * u128::from(r) % p);
+        assert_eq!(u128::from(challenge(9, 2)), u128::from(challenge(9, 1)) * u128::from(r) % p);
+        assert_eq!(reduce(u128::from(FINGERPRINT_PRIME - 1) * u128::from(FINGERPRINT_PRIME - 1)), 1);
+    }
+
+    /// A contributor holding only its chunk (an owner's copy, a dispute's recomputation) gets
+    /// the fingerprint its whole contribution gives.
+    #[test]
+    fn a_chunk_held_alone_gives_the_whole_contributions_fingerprint() {
+        let len = 5 * BLOCK + 7;
+        let packed = contributions(3, len);
+        let weighted: Vec<(&Packed, u32)> = packed.iter().map(|p| (p, 1)).collect();
+        for c in 0..3 {
+            let range = chunk(len, 3, c);
+            let sum = ChunkSum::of(&weighted, range.clone());
+            for (i, p) in packed.iter().enumerate() {
+                let blocks = range.start / BLOCK..range.end.div_ceil(BLOCK);
+                let part = Packed { exponents: p.exponents[blocks].to_vec(), q: p.q[range.clone()].to_vec() };
+                assert_eq!(
+                    contribution_fingerprint(&part, range.start, i, &sum, 5),
+                    contribution_fingerprint(p, 0, i, &sum, 5),
+                    "chunk {c}, contribution {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -50,6 +50,19 @@ pub enum Evidence {
     /// Its contribution named a probe hash other than the one every healthy backend reports:
     /// its own backend computes the fixed probe wrong.
     Probe { expected: u32, claimed: u32 },
+    /// Chunk owners (`docs/OWNERS.md`, "How an owner is checked"): the contributors'
+    /// fingerprints of chunk `chunk` did not add up to its owner's sum here. An accusation only
+    /// (either the owner or a contributor lied): the leader settles it by recomputing the sum.
+    SumCheck { chunk: u16 },
+    /// The owner's sum of chunk `chunk`, recomputed by the leader from the chunks its authors
+    /// committed to: word `word` of it (`0..blocks`: a block's grid byte; `blocks..2·blocks`:
+    /// whose exponent each block's grid is; then the values) as the chunks give it and as the
+    /// owner sent it.
+    SumWrong { chunk: u16, word: u32, expected: i64, claimed: i64 },
+    /// A contributor's fingerprint of chunk `chunk`: its own chunk (checked against its header)
+    /// on the owner's grid gives `expected`, it sent `claimed` (`sync::owners::GRID_WRONG`: it
+    /// said the grid misrepresents it).
+    Fingerprint { chunk: u16, expected: u64, claimed: u64 },
 }
 
 impl Evidence {
@@ -57,6 +70,12 @@ impl Evidence {
     /// its probe), not a recomputation of the contribution's values.
     pub fn is_the_guards(&self) -> bool {
         matches!(self, Evidence::Weights { .. } | Evidence::WeightHash { .. } | Evidence::Probe { .. })
+    }
+
+    /// Whether the owners' fingerprints found it (a chunk's sum or a fingerprint), not a
+    /// recomputation of a contribution.
+    pub fn is_the_fingerprints(&self) -> bool {
+        matches!(self, Evidence::SumCheck { .. } | Evidence::SumWrong { .. } | Evidence::Fingerprint { .. })
     }
 
     /// An op's name from its code (`?` for a code this build does not know).
@@ -114,6 +133,21 @@ impl std::fmt::Display for Evidence {
                 f,
                 "its backend computes the probe wrong: every healthy backend gives {expected:#010x}, it gave {claimed:#010x}"
             ),
+            Evidence::SumCheck { chunk } => {
+                write!(f, "the contributors' fingerprints of chunk {chunk} do not add up to its owner's sum")
+            }
+            Evidence::SumWrong { chunk, word, expected, claimed } => write!(
+                f,
+                "its sum of chunk {chunk}: word {word} of it is {expected} by the chunks its authors committed to, it sent {claimed}"
+            ),
+            Evidence::Fingerprint { chunk, expected, claimed } if claimed == crate::sync::owners::GRID_WRONG => write!(
+                f,
+                "its fingerprint of chunk {chunk}: it said the owner's grid misrepresents its chunk, which gives {expected:#018x} on it"
+            ),
+            Evidence::Fingerprint { chunk, expected, claimed } => write!(
+                f,
+                "its fingerprint of chunk {chunk}: its own chunk gives {expected:#018x}, it sent {claimed:#018x}"
+            ),
         }
     }
 }
@@ -131,6 +165,13 @@ pub struct AuditVerdict {
 
 impl std::fmt::Display for AuditVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.evidence.is_the_fingerprints() {
+            return write!(
+                f,
+                "the fingerprints found node {}'s part in step {} wrong (found by node {}): {}",
+                self.target, self.step, self.found_by, self.evidence
+            );
+        }
         if self.evidence.is_the_guards() {
             return write!(
                 f,
@@ -155,6 +196,9 @@ const OP: u8 = 5;
 const WEIGHTS: u8 = 6;
 const WEIGHT_HASH: u8 = 7;
 const PROBE: u8 = 8;
+const SUM_CHECK: u8 = 9;
+const SUM_WRONG: u8 = 10;
+const FINGERPRINT: u8 = 11;
 
 impl Evidence {
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -200,6 +244,23 @@ impl Evidence {
                 out.extend_from_slice(&expected.to_le_bytes());
                 out.extend_from_slice(&claimed.to_le_bytes());
             }
+            Evidence::SumCheck { chunk } => {
+                out.push(SUM_CHECK);
+                out.extend_from_slice(&chunk.to_le_bytes());
+            }
+            Evidence::SumWrong { chunk, word, expected, claimed } => {
+                out.push(SUM_WRONG);
+                out.extend_from_slice(&chunk.to_le_bytes());
+                out.extend_from_slice(&word.to_le_bytes());
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&claimed.to_le_bytes());
+            }
+            Evidence::Fingerprint { chunk, expected, claimed } => {
+                out.push(FINGERPRINT);
+                out.extend_from_slice(&chunk.to_le_bytes());
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&claimed.to_le_bytes());
+            }
         }
     }
 
@@ -223,6 +284,16 @@ impl Evidence {
             WEIGHTS => Evidence::Weights { word: u64_of(bytes)?, expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
             WEIGHT_HASH => Evidence::WeightHash { expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
             PROBE => Evidence::Probe { expected: u32_of(bytes)?, claimed: u32_of(bytes)? },
+            SUM_CHECK => Evidence::SumCheck { chunk: u16_of(bytes)? },
+            SUM_WRONG => Evidence::SumWrong {
+                chunk: u16_of(bytes)?,
+                word: u32_of(bytes)?,
+                expected: u64_of(bytes)? as i64,
+                claimed: u64_of(bytes)? as i64,
+            },
+            FINGERPRINT => {
+                Evidence::Fingerprint { chunk: u16_of(bytes)?, expected: u64_of(bytes)?, claimed: u64_of(bytes)? }
+            }
             _ => return None,
         })
     }
@@ -251,6 +322,10 @@ fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
     let (head, rest) = bytes.split_first_chunk::<N>()?;
     *bytes = rest;
     Some(*head)
+}
+
+fn u16_of(bytes: &mut &[u8]) -> Option<u16> {
+    take(bytes).map(u16::from_le_bytes)
 }
 
 fn u32_of(bytes: &mut &[u8]) -> Option<u32> {
@@ -288,6 +363,9 @@ mod tests {
             Evidence::Weights { word: 1 << 35, expected: 0x3f80_0000, claimed: 0x3f80_0001 },
             Evidence::WeightHash { expected: 0xdead_beef, claimed: 7 },
             Evidence::Probe { expected: 1, claimed: u32::MAX },
+            Evidence::SumCheck { chunk: 3 },
+            Evidence::SumWrong { chunk: 2, word: 1 << 20, expected: -(1 << 40), claimed: 7 },
+            Evidence::Fingerprint { chunk: 1, expected: (1 << 61) - 2, claimed: u64::MAX },
         ] {
             let v = AuditVerdict { evidence, ..verdict };
             let mut bytes = Vec::new();
@@ -299,7 +377,21 @@ mod tests {
                 assert_eq!(AuditVerdict::decode(&mut &bytes[..cut]), None, "{cut} bytes");
             }
         }
-        assert_eq!(Evidence::decode(&mut &[9u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        assert_eq!(Evidence::decode(&mut &[12u8, 0, 0, 0, 0, 0, 0, 0, 0][..]), None, "an unknown kind");
+        // The fingerprints' evidence, byte for byte.
+        let mut bytes = Vec::new();
+        Evidence::SumWrong { chunk: 2, word: 5, expected: -1, claimed: 3 }.encode(&mut bytes);
+        let mut expected = vec![10, 2, 0, 5, 0, 0, 0];
+        expected.extend_from_slice(&[0xff; 8]);
+        expected.extend_from_slice(&[3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes, expected);
+        let mut bytes = Vec::new();
+        Evidence::SumCheck { chunk: 0x102 }.encode(&mut bytes);
+        assert_eq!(bytes, [9, 2, 1]);
+        assert_eq!(
+            Evidence::Fingerprint { chunk: 1, expected: 5, claimed: 6 }.to_string(),
+            "its fingerprint of chunk 1: its own chunk gives 0x0000000000000005, it sent 0x0000000000000006"
+        );
         // The guard's evidence, byte for byte: kind, then its fields little-endian.
         let mut bytes = Vec::new();
         Evidence::Weights { word: 5, expected: 0x3f80_0000, claimed: 0x3f80_0001 }.encode(&mut bytes);

@@ -161,6 +161,14 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&author.to_le_bytes());
             out.extend_from_slice(&[*first, *end]);
         }
+        Message::Fingerprints { step, record, seed, prints } => {
+            out.extend_from_slice(&FINGERPRINTS.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&record.to_le_bytes());
+            out.extend_from_slice(&seed.to_le_bytes());
+            out.extend_from_slice(&(prints.len() as u16).to_le_bytes());
+            prints.iter().for_each(|p| out.extend_from_slice(&p.to_le_bytes()));
+        }
         Message::SumRequest { step, record, owner, owners } => {
             out.extend_from_slice(&SUM_REQUEST.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
@@ -370,6 +378,14 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 return Err(WireError::Invalid(format!("a request for chunk {owner} of {owners} owners")));
             }
             Message::SumRequest { step, record, owner, owners }
+        }
+        FINGERPRINTS => {
+            let (step, record, seed, n) = (r.u32()?, r.u64()?, r.u64()?, usize::from(r.u16()?));
+            // Each print is 8 bytes: a count past what is left is refused before any allocation.
+            if n > r.remaining() / 8 || n > MAX_PRINTS {
+                return Err(WireError::Invalid(format!("fingerprints of {n} chunks")));
+            }
+            Message::Fingerprints { step, record, seed, prints: (0..n).map(|_| r.u64()).collect::<Result<_, _>>()? }
         }
         other => return Err(WireError::UnknownSentinel(other)),
     };

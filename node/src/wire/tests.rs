@@ -354,6 +354,19 @@ fn owners_frames_name_the_contribution_and_its_pieces() {
             assert!(matches!(decode(&bad), Err(WireError::Invalid(_))), "{first}..{end}");
         }
     }
+    // Fingerprints: golden bytes, a round trip, a count past the bytes refused.
+    let prints = Message::Fingerprints { step: 9, record: 2, seed: 3, prints: vec![5, u64::MAX] };
+    let mut golden = vec![0xdd, 0xff, 0xff, 0xff, 9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 2, 0];
+    golden.extend_from_slice(&[5, 0, 0, 0, 0, 0, 0, 0]);
+    golden.extend_from_slice(&[0xff; 8]);
+    assert_eq!(encode(&prints), golden);
+    assert_eq!(round(prints.clone()), prints);
+    let mut bad = encode(&prints);
+    bad[24] = 3;
+    assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));
+    bad.truncate(26);
+    bad[24..26].copy_from_slice(&0u16.to_le_bytes());
+    assert_eq!(decode(&bad).unwrap(), Message::Fingerprints { step: 9, record: 2, seed: 3, prints: vec![] });
     let mut bad = encode(&request);
     bad[16] = 3;
     assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));

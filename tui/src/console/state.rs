@@ -698,6 +698,9 @@ fn on_event(state: &mut State, event: Event) {
         Event::Audited { step, target } => state.log(format!(
             "audit: node {target}'s contribution to step {step} recomputed: the definition's, bit for bit"
         )),
+        Event::Accused { step, target, by, evidence } if evidence.is_the_fingerprints() => state.log(format!(
+            "fingerprints: node {by} finds node {target}'s part in step {step} wrong: {evidence}"
+        )),
         Event::Accused { step, target, by, evidence } if evidence.is_the_guards() => {
             let whose = if target == by { "its own weights".to_string() } else { format!("node {target}'s weights") };
             state.log(format!("guard: node {by} finds {whose} at step {step} apart from the definition's: {evidence}"))
@@ -715,6 +718,9 @@ fn on_event(state: &mut State, event: Event) {
             "audit: no other leader replaced node {leader} in {:.0} s (nobody confirmed that its contribution to step {step} was wrong): this node follows it again",
             waited_ms as f64 / 1000.0
         )),
+        Event::Disputing { step, target, evidence } if evidence.is_the_fingerprints() => state.log(format!(
+            "fingerprints: node {target}'s sum in step {step} disputed ({evidence}): its authors' pieces asked for, the sum recomputed"
+        )),
         Event::Disputing { step, target, evidence } if evidence.is_the_guards() => state.log(format!(
             "guard: node {target}'s contribution to step {step} was computed from other weights ({evidence}): the leader's own checked against the definition's update, it is asked where its part; it is not summed meanwhile"
         )),
@@ -724,6 +730,15 @@ fn on_event(state: &mut State, event: Event) {
         Event::AuditFailed { step, target, error } => {
             state.log(format!("audit of node {target}'s contribution to step {step} not done: {error}"))
         }
+        Event::SumCheckFailed { step, chunk, owner } => state.log(format!(
+            "fingerprints: chunk {chunk} of step {step} does not add up to its owner's sum (node {owner}): the leader recomputes it"
+        )),
+        Event::SumSettled { step, chunk, owner } => state.log(format!(
+            "fingerprints: node {owner}'s sum of chunk {chunk} of step {step}, recomputed, and the fingerprints held of it are right: nobody convicted"
+        )),
+        Event::SumUnsettled { step, chunk, owner } => state.log(format!(
+            "fingerprints: the pieces of chunk {chunk} of step {step} (node {owner}'s) did not come in time: the dispute is given up"
+        )),
         Event::Problem(problem) => {
             state.log(format!("error: {problem}"));
             if let Problem::Stopped(stop) = problem {

@@ -540,12 +540,30 @@ fn step_health_shows_the_audits_and_the_log_the_verdict() {
     use lockstep_node::session::AuditStats;
     use lockstep_node::wire::{AuditVerdict, Evidence};
     let mut state = running();
-    let audits = AuditStats { audited: 12, matched: 12, skipped: 3, prefetched: 0, derived: 0, accused: 0, linked: 0 };
+    let audits = AuditStats {
+        audited: 12,
+        matched: 12,
+        skipped: 3,
+        prefetched: 0,
+        derived: 0,
+        accused: 0,
+        linked: 0,
+        ..AuditStats::default()
+    };
     let timing = StepTiming { compute: 0.1, audit_seconds: 0.042, audits, ..StepTiming::default() };
     report(&mut state, Report::Applied { step: 102, whash: 1, timing }, 50.0);
     let shown = draw(&state, 120, 40);
     assert!(shown.contains("sync every-step none  audits 12 ok 42ms"), "{shown}");
-    let audits = AuditStats { audited: 13, matched: 12, skipped: 3, prefetched: 0, derived: 0, accused: 1, linked: 0 };
+    let audits = AuditStats {
+        audited: 13,
+        matched: 12,
+        skipped: 3,
+        prefetched: 0,
+        derived: 0,
+        accused: 1,
+        linked: 0,
+        ..AuditStats::default()
+    };
     report(&mut state, Report::Applied { step: 103, whash: 1, timing: StepTiming { audits, ..timing } }, 51.0);
     assert!(draw(&state, 120, 40).contains("audits 12 ok, 1 WRONG 42ms"));
     // Packed runs: the links checked (a member's next contribution named what its last left).

@@ -97,4 +97,10 @@ impl Contributions {
         sums.read.insert(owner, sum);
         sums.bytes.insert(owner, bytes);
     }
+
+    /// Chunk owners: owner `owner`'s sum of `record` of `step` as this member applied it (read,
+    /// formed here, or summed here from the values).
+    pub fn read_sum(&self, step: u32, record: u64, owner: u16) -> Option<&ChunkSum> {
+        self.sums.get(&(step, record))?.read.get(&owner)
+    }
 }
