@@ -2469,6 +2469,46 @@ fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed_through_the_log()
     }
 }
 
+/// A contributor that lies in its fingerprints makes an honest owner's sum fail every check:
+/// the leader's recomputation finds the sum right and the liar's fingerprint not its own chunk's,
+/// and convicts the liar, never the owner.
+#[test]
+fn a_false_fingerprint_names_its_sender_not_the_owner() {
+    for (seed, liar) in (1401..1421u64).map(|s| (s, 1 + s % 4)) {
+        let mut net = Net::new(seed);
+        net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
+        for id in [1, 2, 3, 4] {
+            net.join(id);
+        }
+        net.start(1, 20);
+        let mut struck = false;
+        net.run(400_000, |net, top| {
+            if top == 5 && !struck {
+                net.nodes.get_mut(&liar).unwrap().session.play_false_fingerprints();
+                struck = true;
+            }
+        });
+        let others: Vec<PeerId> = [1, 2, 3, 4].into_iter().filter(|&id| id != liar).collect();
+        for &id in &others {
+            let verdict = verdict_of(&net, id).unwrap_or_else(|| panic!("seed {seed}: no verdict\n{}", net.describe()));
+            assert_eq!(verdict.target, liar, "seed {seed}: {verdict}");
+            match verdict.evidence {
+                Evidence::Fingerprint { chunk: 0, expected, claimed } => {
+                    assert_eq!(claimed, (expected + 1) % lockstep_node::sync::owners::FINGERPRINT_PRIME, "seed {seed}")
+                }
+                other => panic!("seed {seed}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            net.count(|e| matches!(e, Event::Verdict(v) if v.target != liar)),
+            0,
+            "seed {seed}: the owner is right"
+        );
+        assert_all_finished_equal(&net, &others, 20, &format!("seed {seed}"));
+        assert!(net.nodes[&liar].session.stopped().is_some(), "seed {seed}: the liar is out");
+    }
+}
+
 /// Audits by recomputation: a member whose contributions are finite, in bounds and carry the
 /// right hashes — scaled by 1.001, or sign-flipped — passes every check on arrival and the
 /// guard; the members the committed records assign recompute it, the leader checks the

@@ -359,10 +359,11 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
             Command::PlayRogue(kind.parse().map_err(anyhow::Error::msg)?)
         }
         Some("wrong-owner") => Command::PlayWrongOwner,
+        Some("false-fingerprints") => Command::PlayFalseFingerprints,
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, wrong-owner, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, wrong-owner, false-fingerprints, quit)"
             )
         }
     };

@@ -47,6 +47,9 @@ pub enum Command {
     /// Fault injection: this node's chunk sums (chunk owners) are off by one in a value from now
     /// on, applied by itself too (`Session::play_wrong_owner`).
     PlayWrongOwner,
+    /// Fault injection: this node's fingerprints of its first chunk are off by one from now on
+    /// (`Session::play_false_fingerprints`).
+    PlayFalseFingerprints,
     /// Room host: admit a waiting joiner.
     Approve(PeerId),
     /// Room host: turn a waiting joiner away.

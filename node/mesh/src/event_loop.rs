@@ -390,6 +390,13 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 }
                 (self.report)(Report::Warning(format!("fault injection: a wrong owner's sums after step {step}")));
             }
+            Some(Command::PlayFalseFingerprints) => {
+                let step = self.session.as_ref().map_or(0, Session::applied);
+                if let Some(session) = self.session.as_mut() {
+                    session.play_false_fingerprints();
+                }
+                (self.report)(Report::Warning(format!("fault injection: false fingerprints after step {step}")));
+            }
             Some(Command::NeverCompute) => {
                 self.lazy = true;
                 (self.report)(Report::Warning("fault injection: this node never computes from now on".into()));

@@ -60,6 +60,9 @@ pub(super) struct Prints {
     /// Fault injection: this member's own chunk sums are off by one (a wrong owner that applies
     /// its wrong sum itself, so the weight-hash guard cannot see it).
     pub wrong_owner: bool,
+    /// Fault injection: this member's fingerprints of its first chunk are off by one (a
+    /// contributor that makes an honest owner's sum fail its check).
+    pub false_prints: bool,
 }
 
 impl Prints {
@@ -96,6 +99,13 @@ impl Session {
     /// find them.
     pub fn play_wrong_owner(&mut self) {
         self.audits.prints.wrong_owner = true;
+    }
+
+    /// Fault injection (`{"cmd":"false-fingerprints"}`): from now on this member's fingerprint
+    /// of the first chunk it sends is off by one — an honest owner's sum fails every member's
+    /// check, and the leader's recomputation must name this member, not the owner.
+    pub fn play_false_fingerprints(&mut self) {
+        self.audits.prints.false_prints = true;
     }
 
     /// A committed record is being applied (before the next step's owners are taken from it):
@@ -155,6 +165,11 @@ impl Session {
             match sum.and_then(|sum| self.contributions.fingerprint(step, me, index, sum, seed)) {
                 Some(print) => prints.push(print),
                 None => return, // not applied from these sums here, or ours no longer held
+            }
+        }
+        if self.audits.prints.false_prints {
+            if let Some(first) = prints.iter_mut().find(|p| **p != 0) {
+                *first = (*first + 1) % crate::sync::owners::FINGERPRINT_PRIME;
             }
         }
         let message = Message::Fingerprints { step, record: digest, seed, prints: prints.clone() };
