@@ -358,6 +358,17 @@ impl Agreement {
         None
     }
 
+    /// Whether the log holds an entry of `term` at `index` (false once a leader of a later term
+    /// replaced or cut it — the entry there may be committed since, as another). One compacted
+    /// away (no term known) is held where it was committed.
+    pub fn holds_entry(&self, index: u64, term: u64) -> bool {
+        let log = &self.node.raft.raft_log;
+        match log.term(index) {
+            Ok(t) if t != 0 => t == term,
+            _ => index <= log.committed,
+        }
+    }
+
     /// One tick of the Raft clock.
     pub fn tick(&mut self) -> Result<(), AgreementError> {
         guarded(|| {

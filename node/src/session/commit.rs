@@ -117,6 +117,8 @@ pub(super) enum Queued {
 #[derive(Clone, Debug)]
 pub(super) struct Tentative {
     pub record: StepRecord,
+    /// Where the log holds the record: its index and term.
+    pub entry: (u64, u64),
     pub loss: f32,
     pub held: Option<(Gradient, u64)>,
 }
@@ -370,7 +372,9 @@ impl Session {
             return;
         }
         let Some(own) = self.contributions.get(step, me).map(|h| h.header.whash) else { return };
-        let Some((record, _, _)) = self.agreement.as_ref().and_then(Agreement::next_uncommitted_step) else { return };
+        let Some((record, index, term)) = self.agreement.as_ref().and_then(Agreement::next_uncommitted_step) else {
+            return;
+        };
         if record.step != step || !self.contributions.holds(&record) {
             return;
         }
@@ -392,8 +396,19 @@ impl Session {
         let Some((reduced, loss)) = reduced else { return };
         let ours = record.contributions.iter().any(|c| c.peer == me);
         self.out.push(Output::Apply { step, mean: reduced.mean, grid: reduced.grid, loss, ours, tentative: true });
-        self.taking.tentative = Some(Tentative { record, loss, held: None });
+        self.taking.tentative = Some(Tentative { record, entry: (index, term), loss, held: None });
         self.ask_compute(&run, step + 1);
+    }
+
+    /// Undoes the step taken tentatively where the log no longer holds its record: a leader of a
+    /// later term replaced the entry (this member may lead that term itself — holding the step,
+    /// it would wait for a record nobody commits, and propose nothing).
+    pub(super) fn drop_replaced_tentative(&mut self) {
+        let Some(tentative) = &self.taking.tentative else { return };
+        let (index, term) = tentative.entry;
+        if self.agreement.as_ref().is_some_and(|a| !a.holds_entry(index, term)) {
+            self.roll_back();
+        }
     }
 
     /// Undoes the step taken tentatively, if there is one: the weights are again the committed

@@ -677,6 +677,7 @@ impl Session {
             let before = self.out.len();
             self.pump();
             self.take_committed();
+            self.drop_replaced_tentative();
             self.take_tentatively();
             self.form_sums();
             self.tell_held();
