@@ -225,7 +225,7 @@ impl Session {
                     let first = pieces.start as u8;
                     let told = self.taking.acked.get(&(step, author, first));
                     if told.is_some_and(|t| now.saturating_sub(*t) < again)
-                        || self.contributions.chunk_of(step, author, pieces.clone()).is_none()
+                        || !self.contributions.holds_part(step, author, pieces.clone())
                     {
                         continue;
                     }
@@ -260,7 +260,7 @@ impl Session {
             let holder = Self::holder(&owners, author, c);
             pieces.is_empty()
                 || acks.contains(&(step, author, holder, pieces.start as u8))
-                || author != me && self.contributions.chunk_of(step, author, pieces).is_some()
+                || author != me && self.contributions.holds_part(step, author, pieces)
                 // Our own, its holder gone: nobody else to hold it (one copy, ours).
                 || author == me && !self.members.contains(&holder)
         })
@@ -300,7 +300,7 @@ impl Session {
                 let pieces = owned_pieces(owners.len(), c);
                 if pieces.is_empty()
                     || Self::holder(&owners, author, c) != me
-                    || self.contributions.chunk_of(step, author, pieces.clone()).is_some()
+                    || self.contributions.holds_part(step, author, pieces.clone())
                     || !self.members.contains(&author)
                 {
                     continue;
@@ -326,7 +326,7 @@ impl Session {
                 let pieces = owned_pieces(owners.len(), c);
                 let holder = Self::holder(&owners, author, c);
                 let told = self.taking.acks.contains(&(step, author, holder, pieces.start as u8));
-                let here = self.contributions.chunk_of(step, author, pieces.clone()).is_some();
+                let here = self.contributions.holds_part(step, author, pieces.clone());
                 if pieces.is_empty() || told || here || holder == author || author == me {
                     continue;
                 }

@@ -101,6 +101,17 @@ impl Held {
         Held { digest: header.digest(), header, whole: Some(gradient), chunks: Vec::new() }
     }
 
+    /// Whether the values `range` are held (whole, or within one chunk held), without copying
+    /// them.
+    fn covers(&self, range: &Range<usize>) -> bool {
+        let len = self.header.len as usize;
+        self.whole.as_ref().is_some_and(|g| g.values.packed().is_some())
+            || self.chunks.iter().any(|c| {
+                let held = c.range(len);
+                c.values.packed().is_some() && held.start <= range.start && range.end <= held.end
+            })
+    }
+
     /// The packed values `range` (block-aligned, within one chunk held or the whole).
     fn part(&self, range: &Range<usize>) -> Option<Packed> {
         let cut = |p: &Packed, at: usize| {
@@ -329,6 +340,12 @@ impl Contributions {
         let part = held.part(&range)?;
         let values = Values::packed_as(held.header.encoding, part);
         Some(Chunk { step, author, first: pieces.start as u8, end: pieces.end as u8, values })
+    }
+
+    /// Chunk owners: whether pieces `pieces` of `author`'s contribution to `step` are held
+    /// ([`Contributions::chunk_of`] without copying them: asked on every pass of the session).
+    pub fn holds_part(&self, step: u32, author: PeerId, pieces: Range<usize>) -> bool {
+        self.get(step, author).is_some_and(|held| held.covers(&Chunk::values(self.len, pieces)))
     }
 
     /// `peer`'s contribution to `step`, held or retained.

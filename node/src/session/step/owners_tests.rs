@@ -105,6 +105,13 @@ fn chunks_are_checked_against_their_header_and_a_part_out_of_bound_sums_as_empty
     }
     assert_eq!(c.offer_chunk(wrong), ChunkOffer::NotNamed);
     assert!(c.whole_of(2, 5).is_none(), "half of it is here");
+    // What is held, told without copying it: as `chunk_of` finds it.
+    for pieces in [0..32, 3..9, 0..33, 32..64, 0..64] {
+        let held = c.chunk_of(2, 5, pieces.clone()).is_some();
+        assert_eq!(c.holds_part(2, 5, pieces.clone()), held, "{pieces:?}");
+        assert_eq!(held, pieces.end <= 32, "{pieces:?}");
+    }
+    assert!(!c.holds_part(2, 6, 0..1) && !c.holds_part(3, 5, 0..1), "another author, another step");
     assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..BLOCK), Vec::<PeerId>::new());
     assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), vec![5]);
     assert_eq!(c.offer_chunk(Chunk::of(&g, 5, 0..64)), ChunkOffer::Accepted);
