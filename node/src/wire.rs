@@ -35,6 +35,7 @@
 //! | `-33` | chunk request: `[u32 step][u64 author][u8 first piece][u8 end piece]` (pieces of the author's contribution, asked of anyone who holds them — its author, their owner, or the owner's successor, which holds an owner's own chunk — where an owner's sum cannot come; answered with `-30`) |
 //! | `-34` | chunk held: `[u32 step][u64 author][u8 first piece][u8 end piece]` (an owner — or an owner's successor, of that owner's own chunk — holds these pieces of the author's contribution, checked against its header: told to the leader, which names a contribution in a record only once every owner holds its chunk) |
 //! | `-35` | fingerprints (chunk owners, since protocol 21): `[u32 step][u64 record][u64 seed][u16 n][u64 print × n]` (the sender's fingerprint of its own terms in each of the `n` chunk sums of the step record whose digest is `record`, under the challenges of `seed`, the digest of the next step's record — `sync::owners::contribution_fingerprint`; `u64::MAX` for a chunk whose grid misrepresents its contribution: sent to every member, each of which checks every owner's sum) |
+//! | `-36` | fingerprints request: `[u32 step][u64 record]` (a member whose check of the record's chunk sums still lacks the receiver's fingerprints a step after their challenges were drawn asks for them again; answered with `-35`) |
 //! | `-32` | chunk sum request: `[u32 step][u64 record][u16 owner][u16 owners]` (a member whose owner's sum did not come asks for it; anyone holding it answers with `-31`) |
 //! | `-25` | trace: `[u32 step][u32 ops]`, each op's `[u32 chunks][u64 digest × chunks]`, then `[u8 0]` or `[u8 1][u32 op][u32 chunk][u32 word…]` (the answer to `-24`: the trace up to and with the first op that parts from the leader's, and that op's words of its first chunk that parts; no ops and marker 0 when it cannot be made) |
 //!
@@ -139,6 +140,7 @@ const SUM_REQUEST: i32 = -32;
 const CHUNK_REQUEST: i32 = -33;
 const CHUNK_HELD: i32 = -34;
 const FINGERPRINTS: i32 = -35;
+const FINGERPRINTS_REQUEST: i32 = -36;
 /// The most chunk sums a fingerprints message may cover (the owners of a step).
 pub const MAX_PRINTS: usize = 4096;
 /// Longest backend name or verdict text field in a peer-info message.
@@ -382,6 +384,12 @@ pub enum Message {
         seed: u64,
         prints: Vec<u64>,
     },
+    /// Chunk owners: the receiver's fingerprints of the record of `step` whose digest is
+    /// `record`, asked for again.
+    FingerprintsRequest {
+        step: u32,
+        record: u64,
+    },
 }
 
 impl Message {
@@ -401,6 +409,7 @@ impl Message {
                 | Message::ChunkRequest { .. }
                 | Message::ChunkHeld { .. }
                 | Message::Fingerprints { .. }
+                | Message::FingerprintsRequest { .. }
         )
     }
 }

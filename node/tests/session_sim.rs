@@ -1278,7 +1278,9 @@ fn seeded_loss_ends_identical() {
         assert_all_finished_equal(&net, &[1, 2, 3, 4], 8, &format!("seed {seed}"));
     }
     // Chunk owners under the same loss: lost headers, chunks, sums and the acks of what is held
-    // are asked for again (or summed here), and every node ends where one process ends.
+    // are asked for again (or summed here), and every node ends where one process ends; lost
+    // fingerprints are asked for again, and no sum's check fails.
+    let (mut checked, mut unchecked) = (0, 0);
     for seed in 0..15 {
         let mut net = Net::new(270 + seed);
         net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
@@ -1294,7 +1296,15 @@ fn seeded_loss_ends_identical() {
         if full {
             assert_eq!(hashes_of(&net, 1), single_process_int8(&[1, 2, 3, 4], 12), "owners seed {seed}");
         }
+        for node in net.nodes.values() {
+            let stats = node.session.audit_stats();
+            assert_eq!(stats.sums_failed, 0, "owners seed {seed}");
+            (checked, unchecked) = (checked + stats.sums_checked, unchecked + stats.sums_unchecked);
+        }
+        assert_eq!(net.count(|e| matches!(e, Event::Verdict(_))), 0, "owners seed {seed}");
     }
+    // (Most are checked: at 15% loss a contributor's fingerprints are lost twice for a few.)
+    assert!(checked > 10 * unchecked, "{checked} sums checked, {unchecked} unchecked");
     // Elastic windows under the same loss: a lost contribution is repaired with its weight,
     // and every node applies the weights its record names.
     for seed in 0..15 {

@@ -49,6 +49,8 @@ struct Checking {
     /// Chunks whose check failed here (known once checked).
     failed: BTreeSet<u16>,
     checked: bool,
+    /// Whether the fingerprints still missing were asked for again.
+    asked: bool,
 }
 
 /// The fingerprints' part of the session.
@@ -125,6 +127,7 @@ impl Session {
                 prints: BTreeMap::new(),
                 failed: BTreeSet::new(),
                 checked: false,
+                asked: false,
             };
             self.audits.prints.steps.insert(step, checking);
         }
@@ -136,6 +139,7 @@ impl Session {
             self.send_prints(before, seed);
             self.check_prints(before);
         }
+        self.ask_prints_again(step);
         let len = self.contributions.len();
         let stats = &mut self.audits.stats;
         self.audits.prints.steps.retain(|s, c| {
@@ -179,6 +183,41 @@ impl Session {
         }
         let checking = self.audits.prints.steps.get_mut(&step).expect("held");
         checking.prints.insert(me, (seed, prints));
+    }
+
+    /// Once a step later than their challenges (`step` is being applied), the fingerprints still
+    /// missing of every step not checked are asked for again, once, of their contributors (a
+    /// link lost them; one whose author is gone stays unchecked).
+    fn ask_prints_again(&mut self, step: u32) {
+        let me = self.config.me;
+        let mut asks = Vec::new();
+        for (&s, checking) in self.audits.prints.steps.iter_mut() {
+            if s + 2 > step || checking.checked || checking.asked || checking.seed.is_none() {
+                continue;
+            }
+            checking.asked = true;
+            let record = checking.record.digest();
+            for named in &checking.record.contributions {
+                if named.peer != me && !checking.prints.contains_key(&named.peer) {
+                    asks.push((named.peer, Message::FingerprintsRequest { step: s, record }));
+                }
+            }
+        }
+        for (to, message) in asks {
+            if self.members.contains(&to) {
+                self.send(to, message);
+            }
+        }
+    }
+
+    /// `from` asks for this member's fingerprints of `record` of `step` again.
+    pub(super) fn on_fingerprints_request(&mut self, from: PeerId, step: u32, record: u64) {
+        let me = self.config.me;
+        let held = self.audits.prints.steps.get(&step).filter(|c| c.record.digest() == record);
+        match held.and_then(|c| c.prints.get(&me).map(|(seed, prints)| (*seed, prints.clone()))) {
+            Some((seed, prints)) => self.send(from, Message::Fingerprints { step, record, seed, prints }),
+            None => self.ignore(from, Ignored::FingerprintsRefused { step }),
+        }
     }
 
     /// `from`'s fingerprints of its contribution to `step`.

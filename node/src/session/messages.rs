@@ -115,6 +115,7 @@ impl Session {
             Message::Fingerprints { step, record, seed, prints } => {
                 self.on_fingerprints(from, step, record, seed, prints)
             }
+            Message::FingerprintsRequest { step, record } => self.on_fingerprints_request(from, step, record),
             Message::RepairResponse { peer, gradient } => {
                 let step = gradient.step;
                 let wanted = self.contributions.get(step, peer).is_none_or(|h| h.whole.is_none());

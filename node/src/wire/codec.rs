@@ -169,6 +169,11 @@ pub fn encode(message: &Message) -> Vec<u8> {
             out.extend_from_slice(&(prints.len() as u16).to_le_bytes());
             prints.iter().for_each(|p| out.extend_from_slice(&p.to_le_bytes()));
         }
+        Message::FingerprintsRequest { step, record } => {
+            out.extend_from_slice(&FINGERPRINTS_REQUEST.to_le_bytes());
+            out.extend_from_slice(&step.to_le_bytes());
+            out.extend_from_slice(&record.to_le_bytes());
+        }
         Message::SumRequest { step, record, owner, owners } => {
             out.extend_from_slice(&SUM_REQUEST.to_le_bytes());
             out.extend_from_slice(&step.to_le_bytes());
@@ -387,6 +392,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             }
             Message::Fingerprints { step, record, seed, prints: (0..n).map(|_| r.u64()).collect::<Result<_, _>>()? }
         }
+        FINGERPRINTS_REQUEST => Message::FingerprintsRequest { step: r.u32()?, record: r.u64()? },
         other => return Err(WireError::UnknownSentinel(other)),
     };
     r.finish()?;

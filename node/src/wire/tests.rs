@@ -367,6 +367,9 @@ fn owners_frames_name_the_contribution_and_its_pieces() {
     bad.truncate(26);
     bad[24..26].copy_from_slice(&0u16.to_le_bytes());
     assert_eq!(decode(&bad).unwrap(), Message::Fingerprints { step: 9, record: 2, seed: 3, prints: vec![] });
+    let again = Message::FingerprintsRequest { step: 9, record: 2 };
+    assert_eq!(encode(&again), [0xdc, 0xff, 0xff, 0xff, 9, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(round(again.clone()), again);
     let mut bad = encode(&request);
     bad[16] = 3;
     assert!(matches!(decode(&bad), Err(WireError::Invalid(_))));
