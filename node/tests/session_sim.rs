@@ -2442,6 +2442,25 @@ fn audited(seed: u64, rate: u32, steps: u32) -> Net {
     net
 }
 
+/// Four members summing by chunk owners for 20 steps, `fault` struck once at member `id` when the
+/// group applied step 5; the run, and the other members.
+fn owners_struck_at_step_5(seed: u64, id: PeerId, fault: fn(&mut Session)) -> (Net, Vec<PeerId>) {
+    let mut net = Net::new(seed);
+    net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
+    for member in [1, 2, 3, 4] {
+        net.join(member);
+    }
+    net.start(1, 20);
+    let mut struck = false;
+    net.run(400_000, |net, top| {
+        if top == 5 && !struck {
+            fault(&mut net.nodes.get_mut(&id).unwrap().session);
+            struck = true;
+        }
+    });
+    (net, [1, 2, 3, 4].into_iter().filter(|&member| member != id).collect())
+}
+
 /// The owners' fingerprints (`docs/OWNERS.md`, "How an owner is checked"): an owner whose sums
 /// are off by one in a value — sent and applied by itself alike, so every replica agrees and the
 /// weight-hash guard sees nothing — is found by the members' checks of the contributors'
@@ -2452,20 +2471,7 @@ fn audited(seed: u64, rate: u32, steps: u32) -> Net {
 #[test]
 fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed_through_the_log() {
     for (seed, wrong) in (1301..1341u64).map(|s| (s, 1 + s % 4)) {
-        let mut net = Net::new(seed);
-        net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
-        for id in [1, 2, 3, 4] {
-            net.join(id);
-        }
-        net.start(1, 20);
-        let mut struck = false;
-        net.run(400_000, |net, top| {
-            if top == 5 && !struck {
-                net.nodes.get_mut(&wrong).unwrap().session.play_wrong_owner();
-                struck = true;
-            }
-        });
-        let others: Vec<PeerId> = [1, 2, 3, 4].into_iter().filter(|&id| id != wrong).collect();
+        let (net, others) = owners_struck_at_step_5(seed, wrong, Session::play_wrong_owner);
         for &id in &others {
             let verdict = verdict_of(&net, id).unwrap_or_else(|| panic!("seed {seed}: no verdict\n{}", net.describe()));
             assert_eq!(verdict.target, wrong, "seed {seed}: {verdict}");
@@ -2490,20 +2496,7 @@ fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed_through_the_log()
 #[test]
 fn a_false_fingerprint_names_its_sender_not_the_owner() {
     for (seed, liar) in (1401..1421u64).map(|s| (s, 1 + s % 4)) {
-        let mut net = Net::new(seed);
-        net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
-        for id in [1, 2, 3, 4] {
-            net.join(id);
-        }
-        net.start(1, 20);
-        let mut struck = false;
-        net.run(400_000, |net, top| {
-            if top == 5 && !struck {
-                net.nodes.get_mut(&liar).unwrap().session.play_false_fingerprints();
-                struck = true;
-            }
-        });
-        let others: Vec<PeerId> = [1, 2, 3, 4].into_iter().filter(|&id| id != liar).collect();
+        let (net, others) = owners_struck_at_step_5(seed, liar, Session::play_false_fingerprints);
         for &id in &others {
             let verdict = verdict_of(&net, id).unwrap_or_else(|| panic!("seed {seed}: no verdict\n{}", net.describe()));
             assert_eq!(verdict.target, liar, "seed {seed}: {verdict}");
