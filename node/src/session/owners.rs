@@ -519,19 +519,9 @@ impl Session {
         let me = self.config.me;
         let known = self.owners_of(step);
         let digest = record.digest();
-        // A chunk whose owner is gone (no channel, or convicted) has no sum to ask for: its
-        // values are asked for at once, before the authors move past the step.
-        let gone = |owner: &u16| {
-            let o = known.as_ref().and_then(|o| o.get(usize::from(*owner)).copied());
-            o.is_some_and(|o| !self.members.contains(&o) || self.audits.convicted.contains(&o))
-        };
-        let (orphaned, chunks): (Vec<u16>, Vec<u16>) = chunks.iter().partition(|o| gone(o));
-        for &owner in &orphaned {
-            self.ask_chunks(record, owners, usize::from(owner));
-        }
         if wait.rounds < SUM_ROUNDS && known.is_some() {
             let leader = self.leader().filter(|l| *l != me);
-            for &owner in &chunks {
+            for &owner in chunks {
                 let mut ask: Vec<PeerId> = match wait.rounds {
                     0 => known.iter().flat_map(|o| o.get(usize::from(owner)).copied()).chain(leader).collect(),
                     _ => self.members.iter().copied().collect(),
@@ -547,7 +537,7 @@ impl Session {
             return;
         }
         // The values themselves, of anyone who holds them, to sum here.
-        for &owner in &chunks {
+        for &owner in chunks {
             self.ask_chunks(record, owners, usize::from(owner));
         }
     }
