@@ -318,6 +318,13 @@ impl Session {
         self.taking.applied = step;
         self.contributions.applied(step);
         self.taking.repairs = Repairs::default();
+        // Caught up by itself (its repairs came after all): a resume still on its way is no
+        // longer asked for. Restoring it would put the weights back at a step already applied,
+        // with the error-feedback residual reset — and the step after computed again, unlike the
+        // contribution already sent for it (which a record may name).
+        if self.taking.catching_up.is_some() && step >= self.committed_step() {
+            self.taking.catching_up = None;
+        }
         self.taking.last_roster = Some((step, record.roster()));
         self.taking.chunks_asked.retain(|(s, ..)| s + RETAINED_STEPS > step);
         self.taking.acks.retain(|(s, ..)| *s > step);
