@@ -383,20 +383,8 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
                 let step = self.session.as_ref().map_or(0, Session::applied);
                 (self.report)(Report::Warning(format!("fault injection: a rogue ({rogue:?}) after step {step}")));
             }
-            Some(Command::PlayWrongOwner) => {
-                let step = self.session.as_ref().map_or(0, Session::applied);
-                if let Some(session) = self.session.as_mut() {
-                    session.play_wrong_owner();
-                }
-                (self.report)(Report::Warning(format!("fault injection: a wrong owner's sums after step {step}")));
-            }
-            Some(Command::PlayFalseFingerprints) => {
-                let step = self.session.as_ref().map_or(0, Session::applied);
-                if let Some(session) = self.session.as_mut() {
-                    session.play_false_fingerprints();
-                }
-                (self.report)(Report::Warning(format!("fault injection: false fingerprints after step {step}")));
-            }
+            Some(Command::PlayWrongOwner) => self.inject("a wrong owner's sums", Session::play_wrong_owner),
+            Some(Command::PlayFalseFingerprints) => self.inject("false fingerprints", Session::play_false_fingerprints),
             Some(Command::NeverCompute) => {
                 self.lazy = true;
                 (self.report)(Report::Warning("fault injection: this node never computes from now on".into()));
@@ -539,6 +527,15 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             ServerMessage::Pong => {}
         }
         Flow::Continue
+    }
+
+    /// Fault injection on the session (chunk owners): `play` from now on, said as `what`.
+    fn inject(&mut self, what: &str, play: fn(&mut Session)) {
+        let step = self.session.as_ref().map_or(0, Session::applied);
+        if let Some(session) = self.session.as_mut() {
+            play(session);
+        }
+        (self.report)(Report::Warning(format!("fault injection: {what} after step {step}")));
     }
 
     /// The signaling connection ended. Before a welcome there is no group: the node stops,

@@ -344,10 +344,7 @@ impl Session {
             self.event(Event::Accused { step, target, by: me, evidence });
         }
         let verdict = AuditVerdict { step, target, found_by: found_by.unwrap_or(me), evidence };
-        if let (true, Evidence::SumCheck { chunk }) = (self.is_leader(), evidence) {
-            // An owner's sum: settled by recomputing it (`fingerprints.rs`).
-            self.dispute_sum(step, chunk, verdict.found_by);
-        } else if self.is_leader() {
+        if self.is_leader() {
             self.dispute_or_convict(verdict);
         } else if self.leader() == Some(target) {
             // The leader itself departs: every member is told (the leader too: an honest one

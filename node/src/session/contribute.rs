@@ -113,7 +113,7 @@ impl Session {
             self.window.computed(&run, gradient.weight, now);
         }
         let step = gradient.step;
-        let targets: Vec<PeerId> = self.members.iter().copied().filter(|p| self.takes_part(*p, step)).collect();
+        let targets = self.taking_part(step);
         // Its header (its pieces' digests) is made once, for the members and for us.
         let header = self.send_contribution(&gradient, &targets);
         let offer = self.contributions.offer_headed(me, gradient, header);
@@ -129,6 +129,13 @@ impl Session {
         let Some(agreement) = self.agreement.as_ref().filter(|a| a.is_member(peer)) else { return false };
         !self.roster.is_observer(peer)
             && (agreement.is_voter(peer) || self.roster.expected(peer) || self.computing.lately(peer, step))
+    }
+
+    /// The connected peers that take part in `step` ([`Session::takes_part`]): whom a step's
+    /// contributions, chunk sums and fingerprints go to.
+    pub(super) fn taking_part(&self, step: u32) -> Vec<PeerId> {
+        let me = self.config.me;
+        self.members.iter().copied().filter(|p| *p != me && self.takes_part(*p, step)).collect()
     }
 
     /// Holds a contribution from `from` (ours, a member's, or a repair of `from`'s) — or the

@@ -44,8 +44,14 @@ impl Session {
     /// first departs (`docs/TRUST.md`, "Disputes"), the target not summed meanwhile. Other
     /// evidence (a state, a withheld one, a false accusation), no trace of the definition (an
     /// `outer:H` window), a target gone or a dispute already under way: the verdict is proposed
-    /// at once.
+    /// at once. An owner's sum whose fingerprints failed (chunk owners) is recomputed first
+    /// (`fingerprints.rs`): its accusation names the owner, but a contributor may be the liar.
     pub(super) fn dispute_or_convict(&mut self, verdict: AuditVerdict) {
+        if let Evidence::SumCheck { chunk } = verdict.evidence {
+            // An owner's sum whose fingerprints did not add up: the owner or a contributor
+            // lied, and only recomputing the sum says which (`fingerprints.rs`).
+            return self.dispute_sum(verdict.step, chunk, verdict.found_by);
+        }
         let target = verdict.target;
         if self.audits.disputed(target) {
             return; // its dispute ends in a verdict

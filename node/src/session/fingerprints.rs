@@ -6,8 +6,9 @@
 //! - **Challenges nobody knew.** When the record of step `s + 1` is applied, its digest seeds the
 //!   challenges of step `s` (`sync::owners::challenge`): every owner sent its step-`s` sum before
 //!   that record existed.
-//! - **Each contributor** of step `s` sends every member its fingerprint of its own terms in each
-//!   chunk sum it applied (`-35`; `sync::owners::GRID_WRONG` where the sum's grid misrepresents it).
+//! - **Each contributor** of step `s` sends every member taking part its fingerprint of its own
+//!   terms in each chunk sum it applied (`-35`; `sync::owners::GRID_WRONG` where the sum's grid
+//!   misrepresents it).
 //! - **Every member checks** every chunk sum it applied against the contributors'
 //!   fingerprints, weighted (`sync::owners::sum_checks`). A failed check accuses the chunk's
 //!   owner ([`Evidence::SumCheck`]) — to the leader; a leader's own chunk to everyone, each of
@@ -177,8 +178,7 @@ impl Session {
             }
         }
         let message = Message::Fingerprints { step, record: digest, seed, prints: prints.clone() };
-        let targets: Vec<PeerId> = self.members.iter().copied().filter(|p| *p != me).collect();
-        for to in targets {
+        for to in self.taking_part(step) {
             self.send(to, message.clone());
         }
         let checking = self.audits.prints.steps.get_mut(&step).expect("held");

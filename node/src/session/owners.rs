@@ -440,9 +440,7 @@ impl Session {
         let bytes = sum.encode(limit, weight);
         self.contributions.formed(step, digest, c as u16, sum, bytes.clone());
         let message = SumMessage { step, record: digest, owner: c as u16, owners: owners.len() as u16, bytes };
-        let targets: Vec<PeerId> =
-            self.members.iter().copied().filter(|p| *p != me && self.takes_part(*p, step)).collect();
-        for to in targets {
+        for to in self.taking_part(step) {
             self.send(to, Message::ChunkSum(message.clone()));
         }
     }

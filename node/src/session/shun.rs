@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::wire::{AuditVerdict, Evidence};
+use crate::wire::AuditVerdict;
 
 /// A member that shuns a leader follows it again after this many of the run's longest
 /// election timeouts if no other leader took its place (nobody confirmed the finding).
@@ -79,12 +79,7 @@ impl Session {
         if self.is_leader() {
             let verdicts: Vec<AuditVerdict> = self.audits.shunned.0.values().map(|(v, _)| *v).collect();
             for verdict in verdicts {
-                match verdict.evidence {
-                    // A chunk sum's check: either the old leader's sum or a contributor's
-                    // fingerprint is wrong, and only recomputing it says which.
-                    Evidence::SumCheck { chunk } => self.dispute_sum(verdict.step, chunk, verdict.found_by),
-                    _ => self.convict(verdict),
-                }
+                self.dispute_or_convict(verdict);
             }
         }
     }

@@ -101,41 +101,38 @@ impl Held {
         Held { digest: header.digest(), header, whole: Some(gradient), chunks: Vec::new() }
     }
 
-    /// Whether the values `range` are held (whole, or within one chunk held), without copying
-    /// them.
-    fn covers(&self, range: &Range<usize>) -> bool {
-        let len = self.header.len as usize;
-        self.whole.as_ref().is_some_and(|g| g.values.packed().is_some())
-            || self.chunks.iter().any(|c| {
-                let held = c.range(len);
-                c.values.packed().is_some() && held.start <= range.start && range.end <= held.end
-            })
-    }
-
-    /// The packed values `range` (block-aligned, within one chunk held or the whole).
-    fn part(&self, range: &Range<usize>) -> Option<Packed> {
-        let cut = |p: &Packed, at: usize| {
-            let blocks = (range.start - at) / BLOCK..(range.end - at).div_ceil(BLOCK);
-            Packed { exponents: p.exponents[blocks].to_vec(), q: p.q[range.start - at..range.end - at].to_vec() }
-        };
+    /// The packed values that hold `range` (the whole, or one chunk held that covers it), and
+    /// the value they start at.
+    fn holding(&self, range: &Range<usize>) -> Option<(&Packed, usize)> {
         if let Some(p) = self.whole.as_ref().and_then(|g| g.values.packed()) {
-            return Some(cut(p, 0));
+            return Some((p, 0));
         }
         let len = self.header.len as usize;
         self.chunks.iter().find_map(|c| {
             let (held, p) = (c.range(len), c.values.packed()?);
-            (held.start <= range.start && range.end <= held.end).then(|| cut(p, held.start))
+            (held.start <= range.start && range.end <= held.end).then_some((p, held.start))
         })
+    }
+
+    /// Whether the values `range` are held, without copying them.
+    fn covers(&self, range: &Range<usize>) -> bool {
+        self.holding(range).is_some()
+    }
+
+    /// The packed values `range` (block-aligned, within one chunk held or the whole).
+    fn part(&self, range: &Range<usize>) -> Option<Packed> {
+        let (p, at) = self.holding(range)?;
+        let blocks = (range.start - at) / BLOCK..(range.end - at).div_ceil(BLOCK);
+        Some(Packed { exponents: p.exponents[blocks].to_vec(), q: p.q[range.start - at..range.end - at].to_vec() })
     }
 }
 
-/// `part` with each block whose values could pass the run's bound made empty (the same test
-/// as `Values::check_bounds`, block by block).
+/// `part` with each block whose values could pass the run's bound made empty (the test of
+/// `Values::check_bounds`, block by block: `sync::block_past_bound`).
 fn within_bound(mut part: Packed) -> Packed {
     for block in 0..part.exponents.len() {
         let quants = block * BLOCK..((block + 1) * BLOCK).min(part.q.len());
-        let one = Packed { exponents: vec![part.exponents[block]], q: part.q[quants.clone()].to_vec() };
-        if Values::Int8(one).check_bounds().is_err() {
+        if sync::block_past_bound(part.exponents[block], &part.q[quants.clone()]).is_some() {
             part.exponents[block] = EMPTY_BLOCK;
             part.q[quants].fill(0);
         }
@@ -473,7 +470,7 @@ impl Contributions {
         record
             .contributions
             .iter()
-            .filter(|n| self.get(record.step, n.peer).is_none_or(|h| h.part(&range).is_none()))
+            .filter(|n| self.get(record.step, n.peer).is_none_or(|h| !h.covers(&range)))
             .map(|n| n.peer)
             .collect()
     }

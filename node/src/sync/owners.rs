@@ -124,6 +124,12 @@ impl std::error::Error for ChunkSumError {}
 const HEADER: usize = 9;
 
 impl ChunkSum {
+    /// The most bytes [`ChunkSum::encode`] writes for a chunk of `values` values (every field
+    /// 64 bits): what a peer's sum may take before it is read.
+    pub fn longest_encoding(values: usize) -> usize {
+        HEADER + 2 * values.div_ceil(BLOCK) + 8 * values
+    }
+
     /// The chunk `range` of the sum of `contributions` (each with its weight), on their grid.
     pub fn of(contributions: &[(&Packed, u32)], range: Range<usize>) -> ChunkSum {
         let blocks = range.start / BLOCK..range.end.div_ceil(BLOCK);
@@ -492,6 +498,7 @@ mod tests {
             let bytes = chunk_sum.encode(limit, weight);
             let bits = sum_bits(limit, weight) as usize;
             assert_eq!(bytes.len(), HEADER + 2 * blocks + (chunk_sum.sum.len() * bits).div_ceil(8));
+            assert!(bytes.len() <= ChunkSum::longest_encoding(range.len()));
             assert_eq!(ChunkSum::decode(&bytes, (len, 2, 1), (3, limit, weight)), Ok(chunk_sum));
         }
     }

@@ -365,26 +365,31 @@ impl Values {
                 None => Ok(()),
             },
             Values::Int8(p) | Values::Int4(p) => {
-                // A value is q · 2^(b − 133); only blocks with b − 133 > 25 can pass 2^32
-                // (127 · 2^25 < 2^32), and there the largest quant decides.
                 for (block, &b) in p.exponents.iter().enumerate() {
-                    let e = i32::from(b) - EXPONENT_BIAS;
-                    if b == EMPTY_BLOCK || e <= 25 {
-                        continue;
-                    }
                     let quants = &p.q[(block * BLOCK).min(p.q.len())..((block + 1) * BLOCK).min(p.q.len())];
-                    // The first of the largest (`max_by_key` keeps the last, so walk backwards).
-                    if let Some((i, &q)) = quants.iter().enumerate().rev().max_by_key(|(_, q)| q.unsigned_abs()) {
-                        let value = f64::from(q) * 2f64.powi(e);
-                        if value.abs() > f64::from(CONTRIBUTION_BOUND) {
-                            return Err(OutOfBounds { index: block * BLOCK + i, value: value as f32 });
-                        }
+                    if let Some((i, value)) = block_past_bound(b, quants) {
+                        return Err(OutOfBounds { index: block * BLOCK + i, value });
                     }
                 }
                 Ok(())
             }
         }
     }
+}
+
+/// The first value of a packed block (exponent byte `b`, its `quants`) past
+/// [`CONTRIBUTION_BOUND`], where one is: its place in the block and its value.
+pub fn block_past_bound(b: u8, quants: &[i8]) -> Option<(usize, f32)> {
+    // A value is q · 2^(b − 133); only blocks with b − 133 > 25 can pass 2^32
+    // (127 · 2^25 < 2^32), and there the largest quant decides.
+    let e = i32::from(b) - EXPONENT_BIAS;
+    if b == EMPTY_BLOCK || e <= 25 {
+        return None;
+    }
+    // The first of the largest (`max_by_key` keeps the last, so walk backwards).
+    let (i, &q) = quants.iter().enumerate().rev().max_by_key(|(_, q)| q.unsigned_abs())?;
+    let value = f64::from(q) * 2f64.powi(e);
+    (value.abs() > f64::from(CONTRIBUTION_BOUND)).then_some((i, value as f32))
 }
 
 /// The largest magnitude a contribution's value may have (2^32).

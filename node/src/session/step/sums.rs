@@ -34,8 +34,7 @@ impl Contributions {
         bytes: Vec<u8>,
         by_owner: bool,
     ) -> bool {
-        let blocks = self.len.div_ceil(BLOCK);
-        if bytes.len() > 9 + 2 * blocks + 8 * self.len {
+        if bytes.len() > ChunkSum::longest_encoding(self.len) {
             return false;
         }
         let held: usize = self.sums.range((step, 0)..=(step, u64::MAX)).map(|(_, s)| s.bytes.len()).sum();
