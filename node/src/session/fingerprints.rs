@@ -357,24 +357,38 @@ impl Session {
         let disputes: Vec<((u32, u16), (PeerId, u64))> =
             self.audits.prints.disputes.iter().map(|(k, v)| (*k, *v)).collect();
         for ((step, c), (found_by, since)) in disputes {
-            let Some(checking) = self.audits.prints.steps.get(&step).cloned() else {
-                self.audits.prints.disputes.remove(&(step, c));
-                continue;
+            let contributions = &self.contributions;
+            // Whether every piece of the chunk is here (asked without copying any), and whose.
+            let ready = self.audits.prints.steps.get(&step).map(|checking| {
+                let range = chunk(contributions.len(), checking.owners.len(), usize::from(c));
+                let here = checking.seed.is_some() && contributions.lacking_part(&checking.record, range).is_empty();
+                (here, checking.owners[usize::from(c)])
+            });
+            let owner = match ready {
+                None => {
+                    self.audits.prints.disputes.remove(&(step, c));
+                    continue;
+                }
+                Some((false, owner)) => {
+                    if now.saturating_sub(since) >= wait {
+                        self.audits.prints.disputes.remove(&(step, c));
+                        self.event(Event::SumUnsettled { step, chunk: c, owner });
+                    }
+                    continue;
+                }
+                Some((true, owner)) => owner,
             };
-            let owner = checking.owners[usize::from(c)];
-            let n = checking.owners.len();
-            let range = chunk(self.contributions.len(), n, usize::from(c));
+            self.audits.prints.disputes.remove(&(step, c));
+            let checking = self.audits.prints.steps[&step].clone();
+            let range = chunk(self.contributions.len(), checking.owners.len(), usize::from(c));
             let digest = checking.record.digest();
             let truth = self.contributions.chunk_sum(&checking.record, range);
             let claimed = self.contributions.read_sum(step, digest, c).cloned();
             let (Some(truth), Some(claimed), Some(seed)) = (truth, claimed, checking.seed) else {
-                if now.saturating_sub(since) >= wait {
-                    self.audits.prints.disputes.remove(&(step, c));
-                    self.event(Event::SumUnsettled { step, chunk: c, owner });
-                }
+                // Every piece is here; a sum not applied from owners' sums here is not settled.
+                self.event(Event::SumUnsettled { step, chunk: c, owner });
                 continue;
             };
-            self.audits.prints.disputes.remove(&(step, c));
             if let Some((word, expected, claimed)) = first_difference(&truth, &claimed) {
                 let evidence = Evidence::SumWrong { chunk: c, word, expected, claimed };
                 self.convict(AuditVerdict { step, target: owner, found_by, evidence });
