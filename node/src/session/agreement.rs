@@ -358,6 +358,31 @@ impl Agreement {
         None
     }
 
+    /// Whether `bytes` is a leader's append message.
+    pub fn is_append(&self, bytes: &[u8]) -> bool {
+        RaftMessage::parse_from_bytes(bytes).is_ok_and(|m| m.get_msg_type() == MessageType::MsgAppend)
+    }
+
+    /// The step records a message from the leader would append that this log does not hold
+    /// yet (none for any other message, or one that does not parse: `step` refuses those).
+    /// The session looks at them before the message is taken (`session/appends.rs`).
+    pub fn appended_records(&self, bytes: &[u8]) -> Vec<StepRecord> {
+        let Ok(message) = RaftMessage::parse_from_bytes(bytes) else { return Vec::new() };
+        if message.get_msg_type() != MessageType::MsgAppend {
+            return Vec::new();
+        }
+        message
+            .get_entries()
+            .iter()
+            .filter(|e| e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty())
+            .filter(|e| !self.holds_entry(e.get_index(), e.get_term()))
+            .filter_map(|e| match LogEntry::decode(e.get_data()) {
+                Ok(LogEntry::Step(record)) => Some(record),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the log holds an entry of `term` at `index` (false once a leader of a later term
     /// replaced or cut it — the entry there may be committed since, as another). One compacted
     /// away (no term known) is held where it was committed.

@@ -42,9 +42,11 @@ pub(super) struct Taking {
     /// Chunk owners: when this member last chased what is missing of a step before its record.
     pub chased: Option<(u32, u64)>,
     /// Chunk owners: the pieces this member told the leader it holds (step, author, first),
-    /// and when (told again each repair interval until the step is applied: a link to the
-    /// leader may have been down).
-    pub acked: BTreeMap<(u32, PeerId, u8), u64>,
+    /// when it last told, and how many times before (told again after 1, 2, 4, 8 repair
+    /// intervals until the step is applied: a link to the leader may have been down).
+    pub acked: BTreeMap<(u32, PeerId, u8), (u64, u32)>,
+    /// The leader's appends held until its own contribution is here (`appends.rs`).
+    pub appends: Option<super::appends::HeldAppends>,
 }
 
 /// What to do about a committed step's missing contributions now.

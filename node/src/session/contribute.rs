@@ -16,6 +16,8 @@ pub(super) struct Computing {
     /// at (who is sent contributions: [`QUIET_STEPS`]).
     pub contributed: BTreeMap<PeerId, u32>,
     pub joined_at: BTreeMap<PeerId, u32>,
+    /// Our last contribution sent whole: its step, and whom it went to.
+    pub sent_whole: Option<(u32, Vec<PeerId>)>,
 }
 
 impl Computing {
@@ -116,6 +118,9 @@ impl Session {
         let targets = self.taking_part(step);
         // Its header (its pieces' digests) is made once, for the members and for us.
         let header = self.send_contribution(&gradient, &targets);
+        if header.is_none() {
+            self.computing.sent_whole = Some((step, targets));
+        }
         let offer = self.contributions.offer_headed(me, gradient, header);
         self.offered(me, step, offer);
     }

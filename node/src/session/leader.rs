@@ -151,11 +151,6 @@ impl Session {
             })
             .map(|(peer, held)| (peer, Named { peer, digest: held.digest, weight: held.header.weight }))
             .collect();
-        if present.is_empty() {
-            // Chunk owners: not even ours is held twice yet; the holders are nudged (past the
-            // deadline the leader fetches the pieces itself).
-            return self.ask_late(step, &[], waited, deadline);
-        }
         let has = |p: &PeerId| present.iter().any(|(q, _)| q == p);
         let late: Vec<PeerId> = voters
             .iter()
@@ -170,14 +165,26 @@ impl Session {
                     && !self.audits.convicted.contains(p)
             })
             .collect();
+        if present.is_empty() {
+            // Chunk owners: not even ours is held twice yet (or ours never will be: a holder of
+            // it is gone); the holders are nudged, and past the deadline the leader asks the
+            // late for their headers and fetches the pieces itself.
+            let late = if waited >= deadline { &late[..] } else { &[] };
+            return self.ask_late(step, late, waited, deadline);
+        }
         // At the run's start every member that can compute is in the first step (once the
         // configuration has it), unless the deadline passes first.
         let starting = agreement.state().is_some_and(|s| s.step == 0 && s.epoch == Epoch::default());
         let joining = starting && self.roster.unjoined(agreement, me, &self.members);
-        // Chunk owners: our own contribution waits, as the others', for its chunks held twice.
-        if (!late.is_empty() || joining || !has(&me)) && waited < deadline {
+        // Chunk owners: our own contribution waits, as the others', for its chunks held twice
+        // (with a holder of ours gone, it is never named: `own_held_once`).
+        let own_awaited = !has(&me) && !self.own_held_once(step);
+        if (!late.is_empty() || joining || own_awaited) && waited < deadline {
             self.ask_late(step, &late, waited, deadline);
             return;
+        }
+        if has(&me) {
+            self.send_own_to_the_rest(step);
         }
         // (Every contribution here passed the guard as it came: `guard_held`.)
         let record = StepRecord { step, whash: own, contributions: present.iter().map(|(_, n)| *n).collect() };

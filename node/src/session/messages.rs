@@ -145,6 +145,14 @@ impl Session {
                 Err(e) => return self.stop(Stop::Agreement(e)),
             }
         }
+        // The leader's record waits for the leader's contribution (`appends.rs`).
+        if !self.holds_back_raft(from, run, bytes) {
+            self.step_raft(from, bytes);
+        }
+    }
+
+    /// Takes a Raft message of our run's group.
+    pub(super) fn step_raft(&mut self, from: PeerId, bytes: &[u8]) {
         let Some(agreement) = &mut self.agreement else { return };
         match agreement.step(from, bytes) {
             Ok(()) => {}

@@ -27,6 +27,10 @@
 //!   weight hash they were computed from. Once the record commits, every member sums exactly
 //!   those contributions in that order and applies the mean; one it lacks is repaired (`-7`/`-8`)
 //!   from the leader or its author — any copy will do, the digest says which is right.
+//! - **A record outlives its leader** (`appends.rs`): a member appends a record naming the
+//!   leader's whole contribution only once it holds it (the leader's appends wait for it), so
+//!   a leader killed with its contribution undelivered leaves no record that a survivor might
+//!   commit and could not take.
 //! - **Chunk owners** (`--exchange owners`, `owners.rs`): a member sends every other its
 //!   contribution's header and each owner only its chunk; the leader names a contribution once
 //!   every chunk of it is held by another member than its author; each owner sums its chunk of
@@ -63,6 +67,7 @@
 
 mod agreement;
 mod apart;
+mod appends;
 mod assignment;
 mod audit;
 mod audits;
@@ -675,6 +680,7 @@ impl Session {
     fn advance(&mut self) {
         for _ in 0..16 {
             let before = self.out.len();
+            self.take_held_appends();
             self.pump();
             self.take_committed();
             self.drop_replaced_tentative();

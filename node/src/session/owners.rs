@@ -223,13 +223,16 @@ impl Session {
                         continue;
                     }
                     let first = pieces.start as u8;
-                    let told = self.taking.acked.get(&(step, author, first));
-                    if told.is_some_and(|t| now.saturating_sub(*t) < again)
+                    // Told again after one repair interval, then two, four, eight: a step that
+                    // waits long (a slow or cut link elsewhere) is not flooded with acks.
+                    let told = self.taking.acked.get(&(step, author, first)).copied();
+                    if told.is_some_and(|(t, times)| now.saturating_sub(t) < again << times.min(3))
                         || !self.contributions.holds_part(step, author, pieces.clone())
                     {
                         continue;
                     }
-                    self.taking.acked.insert((step, author, first), now);
+                    let times = told.map_or(0, |(_, times)| times + 1);
+                    self.taking.acked.insert((step, author, first), (now, times));
                     match leader {
                         Some(l) if l == me => {
                             self.taking.acks.insert((step, author, me, first));
@@ -252,8 +255,14 @@ impl Session {
     /// leader, which fetches what a holder gone or late lacks (`nudge_holders`): then its values
     /// outlive any one member. A contribution not held so is not named.
     pub(super) fn held_twice(&self, step: u32, author: PeerId) -> bool {
-        let Some(owners) = self.owners_of(step) else { return true };
         let me = self.config.me;
+        let Some(owners) = self.owners_of(step) else {
+            // A whole step: another's values here (held by its header alone — a repair's answer
+            // in a chunk owners' run — it names values no member may hold: its author's gone,
+            // nobody could take the record). Ours go out whole (`appends.rs` keeps a record
+            // naming them from being appended where they are not).
+            return author == me || self.holds_whole(step, author);
+        };
         let acks = &self.taking.acks;
         (0..owners.len()).all(|c| {
             let pieces = owned_pieces(owners.len(), c);
@@ -261,8 +270,19 @@ impl Session {
             pieces.is_empty()
                 || acks.contains(&(step, author, holder, pieces.start as u8))
                 || author != me && self.contributions.holds_part(step, author, pieces)
-                // Our own, its holder gone: nobody else to hold it (one copy, ours).
-                || author == me && !self.members.contains(&holder)
+        })
+    }
+
+    /// (Leader) whether a chunk of our own contribution to `step` has no holder but us: our
+    /// successor, which holds our own chunk, is gone. Named, it would be one copy — ours — and a
+    /// record naming it could outlive us with nobody able to take it; the step goes without it
+    /// (`propose` does not wait for it).
+    pub(super) fn own_held_once(&self, step: u32) -> bool {
+        let Some(owners) = self.owners_of(step) else { return false };
+        let me = self.config.me;
+        (0..owners.len()).any(|c| {
+            let holder = Self::holder(&owners, me, c);
+            holder != me && !owned_pieces(owners.len(), c).is_empty() && !self.members.contains(&holder)
         })
     }
 
@@ -316,7 +336,10 @@ impl Session {
     /// holds: a holder connected is sent the header (it then asks the author for the pieces it
     /// lacks, [`Session::chase_parts`]: a header or chunk lost to a cut); a holder gone, or any
     /// past the step's deadline (`late`), is not waited for — the leader asks the author for
-    /// those pieces and holds them itself, the second copy.
+    /// those pieces and holds them itself, the second copy. Our own contribution has no second
+    /// copy but its holders': past the deadline, a holder connected that has not said it holds
+    /// its chunk is sent the header and the chunk again (both may have been lost to a cut, and
+    /// no member may be left to wait for but us).
     pub(super) fn nudge_holders(&mut self, step: u32, late: bool) {
         let Some(owners) = self.owners_of(step) else { return };
         let me = self.config.me;
@@ -326,8 +349,18 @@ impl Session {
                 let pieces = owned_pieces(owners.len(), c);
                 let holder = Self::holder(&owners, author, c);
                 let told = self.taking.acks.contains(&(step, author, holder, pieces.start as u8));
-                let here = self.contributions.holds_part(step, author, pieces.clone());
-                if pieces.is_empty() || told || here || holder == author || author == me {
+                if pieces.is_empty() || told || holder == author {
+                    continue;
+                }
+                if author == me {
+                    let chunk = self.contributions.chunk_of(step, me, pieces).filter(|_| late);
+                    if let Some(chunk) = chunk.filter(|_| self.members.contains(&holder)) {
+                        self.send(holder, Message::Header { author, header: header.clone() });
+                        self.send(holder, Message::Chunk(chunk));
+                    }
+                    continue;
+                }
+                if self.contributions.holds_part(step, author, pieces.clone()) {
                     continue;
                 }
                 if holder != me && self.members.contains(&holder) && !late {
