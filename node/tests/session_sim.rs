@@ -890,10 +890,16 @@ impl Net {
         Net::started_with(seed, ids, steps, SyncConfig::SEED)
     }
 
-    /// [`Net::started`] with a deadline a simulated step reaches in milliseconds (floor 300 ms,
-    /// ceiling 2 s): the fault scenarios suspend and cut for a few deadlines.
+    /// [`Net::started`] with a deadline a simulated step reaches in seconds (floor 1 s, ceiling
+    /// 4 s): the fault scenarios suspend and cut for a few deadlines.
     fn with_short_deadline(seed: u64, ids: &[PeerId], steps: u32) -> Net {
+        Net::with_short_deadline_on(seed, ids, steps, SyncConfig::SEED)
+    }
+
+    /// [`Net::with_short_deadline`] with the run's sync settings.
+    fn with_short_deadline_on(seed: u64, ids: &[PeerId], steps: u32, sync: SyncConfig) -> Net {
         let mut net = Net::new(seed);
+        net.sync = sync;
         net.deadline = StepDeadline { floor_ms: 1_000, ceiling_ms: 4_000, factor: 4 };
         for id in ids {
             net.join(*id);
@@ -1555,13 +1561,7 @@ fn a_follower_that_dies_mid_run_drops_out_and_the_rest_continue() {
     let owners = SyncConfig { exchange: Exchange::Owners, ..int8() };
     for (sync, seed) in [SyncConfig::SEED, int8(), owners].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed)))
     {
-        let mut net = Net::new(400 + seed);
-        net.sync = sync;
-        net.deadline = StepDeadline { floor_ms: 1_000, ceiling_ms: 4_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 12);
+        let mut net = Net::with_short_deadline_on(400 + seed, &[1, 2, 3], 12, sync);
         let mut killed = false;
         net.run(80_000, |net, top| {
             if top == 4 && !killed {
@@ -1581,13 +1581,7 @@ fn the_leader_dying_hands_the_run_to_an_elected_successor() {
     for (sync, seed) in
         [SyncConfig::SEED, int8(), elastic(), owners].into_iter().flat_map(|s| (0..10).map(move |seed| (s, seed)))
     {
-        let mut net = Net::new(500 + seed);
-        net.sync = sync;
-        net.deadline = StepDeadline { floor_ms: 1_000, ceiling_ms: 4_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 12 * sync.mode.steps_per_sync());
+        let mut net = Net::with_short_deadline_on(500 + seed, &[1, 2, 3], 12 * sync.mode.steps_per_sync(), sync);
         let mut killed = false;
         net.run(80_000, |net, top| {
             if top == 5 && !killed {
@@ -1617,13 +1611,7 @@ fn a_leader_killed_with_its_own_contribution_lost_leaves_no_record_nobody_can_ta
     let cases = [(SyncConfig::SEED, 1), (SyncConfig::SEED, 3), (owners, 1)];
     for ((sync, step), seed) in cases.into_iter().flat_map(|c| (0..8).map(move |seed| (c, seed))) {
         let what = format!("{:?} step {step} seed {seed}", sync.exchange);
-        let mut net = Net::new(2700 + seed);
-        net.sync = sync;
-        net.deadline = StepDeadline { floor_ms: 1_000, ceiling_ms: 4_000, factor: 4 };
-        for id in [1, 2, 3] {
-            net.join(id);
-        }
-        net.start(1, 8);
+        let mut net = Net::with_short_deadline_on(2700 + seed, &[1, 2, 3], 8, sync);
         net.lost.insert((1, step));
         let mut killed = false;
         net.run(200_000, |net, _| {
