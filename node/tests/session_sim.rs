@@ -2560,6 +2560,67 @@ fn a_false_fingerprint_names_its_sender_not_the_owner() {
     }
 }
 
+/// A contributor that withholds its fingerprints (sends none, answers no request) leaves the
+/// members' checks of its steps incomplete — and would shield a wrong owner. The leader does not
+/// depend on them: a step after asking again it computes the missing fingerprints from the
+/// contributor's chunks (asked of it and the chunks' holders) and checks the sums with them.
+/// Alone, the withholding costs nothing and names nobody; beside a wrong owner, the leader's
+/// check finds the wrong sum and the owner is convicted as ever.
+#[test]
+fn withheld_fingerprints_are_computed_by_the_leader_and_a_wrong_owner_is_still_found() {
+    for seed in 1501..1513u64 {
+        // Members 2–4 withhold by turns; with every other seed, the next one is a wrong owner.
+        let withholder = 2 + seed % 3;
+        let wrong = (seed % 2 == 0).then_some(2 + (seed + 1) % 3);
+        let mut net = Net::new(seed);
+        net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
+        for member in [1, 2, 3, 4] {
+            net.join(member);
+        }
+        net.start(1, 20);
+        let mut struck = false;
+        net.run(400_000, |net, top| {
+            if top == 5 && !struck {
+                net.nodes.get_mut(&withholder).unwrap().session.play_withheld_fingerprints();
+                if let Some(wrong) = wrong {
+                    net.nodes.get_mut(&wrong).unwrap().session.play_wrong_owner();
+                }
+                struck = true;
+            }
+        });
+        let what = format!("seed {seed}: withholder {withholder}, wrong {wrong:?}\n{}", net.describe());
+        let recomputed: Vec<u32> = net.nodes[&1]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::PrintsRecomputed { step, author } if *author == withholder => Some(*step),
+                _ => None,
+            })
+            .collect();
+        assert!(!recomputed.is_empty(), "the leader computed the withheld fingerprints: {what}");
+        let leader = net.nodes[&1].session.audit_stats();
+        assert_eq!(leader.sums_failed > 0, wrong.is_some(), "{what}");
+        let others: Vec<PeerId> = [1, 2, 3, 4].into_iter().filter(|p| Some(*p) != wrong).collect();
+        match wrong {
+            None => {
+                assert_eq!(net.count(|e| matches!(e, Event::Verdict(_))), 0, "nobody is convicted: {what}");
+                // Every step the leader applied from owners' sums is checked but the last ones
+                // (no record after them to draw challenges from, or recomputed too late).
+                assert!(leader.sums_checked >= 4 * 14 && leader.sums_unchecked <= 4 * 3, "{leader:?}: {what}");
+            }
+            Some(wrong) => {
+                for &id in &others {
+                    let verdict = verdict_of(&net, id).unwrap_or_else(|| panic!("no verdict: {what}"));
+                    assert_eq!(verdict.target, wrong, "{verdict}: {what}");
+                    assert!(matches!(verdict.evidence, Evidence::SumWrong { .. }), "{verdict}: {what}");
+                }
+                assert!(net.nodes[&wrong].session.stopped().is_some(), "the wrong owner is out: {what}");
+            }
+        }
+        assert_all_finished_equal(&net, &others, 20, &what);
+    }
+}
+
 /// Audits by recomputation: a member whose contributions are finite, in bounds and carry the
 /// right hashes — scaled by 1.001, or sign-flipped — passes every check on arrival and the
 /// guard; the members the committed records assign recompute it, the leader checks the

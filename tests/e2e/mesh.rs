@@ -689,6 +689,44 @@ fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed() {
     one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
 }
 
+/// A contributor that withholds its fingerprints (`{"cmd":"withhold-fingerprints"}`) beside a
+/// wrong owner, on real processes: the other members cannot complete their checks, but the
+/// leader computes the withheld fingerprints from the withholder's chunks (`prints-recomputed`),
+/// finds the wrong sum, and the owner's verdict commits on every member as ever.
+#[test]
+fn withheld_fingerprints_shield_no_wrong_owner() {
+    let _phase = crate::common::phase(module_path!());
+    let signal = signal_server();
+    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn(&signal, "cpu")).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    let mut start = tiny(1_000_000);
+    start["compress"] = "int8".into();
+    start["exchange"] = "owners".into();
+    nodes[0].command(start);
+    for node in &nodes {
+        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    }
+    let mut wrong = nodes.pop().unwrap();
+    let withholder = nodes[2].id;
+    nodes[2].command(serde_json::json!({"cmd": "withhold-fingerprints"}));
+    wrong.command(serde_json::json!({"cmd": "wrong-owner"}));
+    let is_recomputed = |e: &Value| e["event"] == "prints-recomputed" && e["author"] == withholder;
+    nodes[0].wait_for("the withheld fingerprints computed", is_recomputed, 120);
+    let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == wrong.id;
+    let verdict = nodes[0].wait_for("the wrong owner's verdict", is_verdict, 120);
+    assert!(verdict["sum_word"].as_u64().is_some(), "a sum's evidence: {verdict}");
+    for node in &nodes[1..] {
+        node.wait_for("the same verdict", is_verdict, 30);
+    }
+    wrong.wait_for("told why", |e| e["event"] == "removed", 30);
+    let after = verdict["step"].as_u64().unwrap() + 5;
+    for node in &nodes {
+        node.wait_for("five steps more", |e| e["event"] == "weights" && e["step"].as_u64() == Some(after), 60);
+        assert!(node.events().iter().all(|e| e["event"] != "verdict" || e["target"] == wrong.id), "only the owner");
+    }
+    one_hash_per_step(&nodes.iter().collect::<Vec<_>>());
+}
+
 /// A rogue among four members whose contributions are finite, in bounds and carry honest
 /// hashes — scaled by 1.001 — passes every check on arrival and the guard; the members the
 /// committed records assign recompute it (`--audit-rate 0.5`), the leader checks the accusation

@@ -177,6 +177,9 @@ pub fn report_json(report: &Report) -> Value {
             Event::SumSettled { step, chunk, owner } => {
                 json!({"event": "sum-settled", "step": step, "chunk": chunk, "owner": owner})
             }
+            Event::PrintsRecomputed { step, author } => {
+                json!({"event": "prints-recomputed", "step": step, "author": author})
+            }
             Event::SumUnsettled { step, chunk, owner } => {
                 json!({"event": "sum-unsettled", "step": step, "chunk": chunk, "owner": owner})
             }
@@ -360,10 +363,11 @@ fn parse_request(line: &str, defaults: &RunConfig, ckpt_dir: &std::path::Path) -
         }
         Some("wrong-owner") => Command::PlayWrongOwner,
         Some("false-fingerprints") => Command::PlayFalseFingerprints,
+        Some("withhold-fingerprints") => Command::PlayWithheldFingerprints,
         Some("quit") => Command::Quit,
         other => {
             bail!(
-                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, wrong-owner, false-fingerprints, quit)"
+                "unknown command {other:?} (start, approve, deny, swap, save, load, broadcast, push, kick, forget, cut, heal, flip, poison, rogue, wrong-owner, false-fingerprints, withhold-fingerprints, quit)"
             )
         }
     };

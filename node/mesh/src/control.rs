@@ -50,6 +50,9 @@ pub enum Command {
     /// Fault injection: this node's fingerprints of its first chunk are off by one from now on
     /// (`Session::play_false_fingerprints`).
     PlayFalseFingerprints,
+    /// Fault injection: this node sends no fingerprints and refuses every request for them
+    /// from now on (`Session::play_withheld_fingerprints`).
+    PlayWithheldFingerprints,
     /// Room host: admit a waiting joiner.
     Approve(PeerId),
     /// Room host: turn a waiting joiner away.

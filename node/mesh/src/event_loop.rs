@@ -385,6 +385,9 @@ impl<R: Fn(Report) + Send + 'static> MeshLoop<R> {
             }
             Some(Command::PlayWrongOwner) => self.inject("a wrong owner's sums", Session::play_wrong_owner),
             Some(Command::PlayFalseFingerprints) => self.inject("false fingerprints", Session::play_false_fingerprints),
+            Some(Command::PlayWithheldFingerprints) => {
+                self.inject("withheld fingerprints", Session::play_withheld_fingerprints)
+            }
             Some(Command::NeverCompute) => {
                 self.lazy = true;
                 (self.report)(Report::Warning("fault injection: this node never computes from now on".into()));

@@ -283,6 +283,7 @@ impl Session {
     pub(super) fn audit_tick(&mut self, now_ms: u64) {
         self.dispute_tick(now_ms);
         self.settle_sums();
+        self.fill_prints();
         self.apart_tick(now_ms);
         self.lapse_shuns(now_ms);
         let wait = STATE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();

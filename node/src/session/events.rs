@@ -191,6 +191,12 @@ pub enum Event {
         chunk: u16,
         owner: PeerId,
     },
+    /// (Leader) `author`'s fingerprints of `step`, still missing after they were asked for
+    /// again, computed here from its chunks (checked against its header) and checked with.
+    PrintsRecomputed {
+        step: u32,
+        author: PeerId,
+    },
     /// (Leader) a disputed chunk sum whose authors' chunks did not come within the wait:
     /// nobody is convicted.
     SumUnsettled {

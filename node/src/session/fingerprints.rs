@@ -22,8 +22,13 @@
 //!   fingerprints than the leader's; nothing proves what it sent them).
 //!
 //! A fingerprint that never comes (its contributor gone, a link cut) leaves that step's sums
-//! unchecked, counted ([`super::AuditStats::sums_unchecked`]): checking is detection one step
-//! late, as the audits are, never a wait of the step.
+//! unchecked here, counted ([`super::AuditStats::sums_unchecked`]): checking is detection one
+//! step late, as the audits are, never a wait of the step. **The leader does not depend on
+//! them**: a contributor's fingerprints still missing a step after they were asked for again
+//! (withheld, or lost) the leader computes itself, from the contributor's chunks — asked of it
+//! and of each chunk's holder, checked against its header — and checks the step's sums with
+//! them ([`Event::PrintsRecomputed`]). A contributor that withholds them cannot shield a wrong
+//! owner; it costs the leader one contribution's bytes a step, as an audit does.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,6 +57,10 @@ struct Checking {
     checked: bool,
     /// Whether the fingerprints still missing were asked for again.
     asked: bool,
+    /// (Leader) contributors whose fingerprints it computes itself (still missing after they
+    /// were asked for again), and since when it waits for their chunks.
+    recomputing: BTreeSet<PeerId>,
+    recomputing_since: u64,
 }
 
 /// The fingerprints' part of the session.
@@ -66,6 +75,9 @@ pub(super) struct Prints {
     /// Fault injection: this member's fingerprints of its first chunk are off by one (a
     /// contributor that makes an honest owner's sum fail its check).
     pub false_prints: bool,
+    /// Fault injection: this member sends no fingerprints, and answers no request for them (a
+    /// contributor that would leave a wrong owner's sums unchecked).
+    pub withhold_prints: bool,
 }
 
 impl Prints {
@@ -111,6 +123,12 @@ impl Session {
         self.audits.prints.false_prints = true;
     }
 
+    /// Fault injection (`{"cmd":"withhold-fingerprints"}`): from now on this member sends no
+    /// fingerprints and refuses every request for them — the leader must compute them itself.
+    pub fn play_withheld_fingerprints(&mut self) {
+        self.audits.prints.withhold_prints = true;
+    }
+
     /// A committed record is being applied (before the next step's owners are taken from it):
     /// a step summed from owners' sums is kept to be checked, the step before it gets its
     /// challenges — this member's fingerprints go out and its checks run — and steps too old
@@ -129,6 +147,8 @@ impl Session {
                 failed: BTreeSet::new(),
                 checked: false,
                 asked: false,
+                recomputing: BTreeSet::new(),
+                recomputing_since: 0,
             };
             self.audits.prints.steps.insert(step, checking);
         }
@@ -178,7 +198,8 @@ impl Session {
             }
         }
         let message = Message::Fingerprints { step, record: digest, seed, prints: prints.clone() };
-        for to in self.taking_part(step) {
+        let targets = if self.audits.prints.withhold_prints { Vec::new() } else { self.taking_part(step) };
+        for to in targets {
             self.send(to, message.clone());
         }
         let checking = self.audits.prints.steps.get_mut(&step).expect("held");
@@ -187,11 +208,16 @@ impl Session {
 
     /// Once a step later than their challenges (`step` is being applied), the fingerprints still
     /// missing of every step not checked are asked for again, once, of their contributors (a
-    /// link lost them; one whose author is gone stays unchecked).
+    /// link lost them; one whose author is gone stays unchecked). A step after that, the leader
+    /// computes those still missing itself ([`Session::recompute_prints`]).
     fn ask_prints_again(&mut self, step: u32) {
         let me = self.config.me;
         let mut asks = Vec::new();
+        let mut recompute = Vec::new();
         for (&s, checking) in self.audits.prints.steps.iter_mut() {
+            if s + 3 <= step && checking.asked && !checking.checked && checking.recomputing.is_empty() {
+                recompute.push(s);
+            }
             if s + 2 > step || checking.checked || checking.asked || checking.seed.is_none() {
                 continue;
             }
@@ -208,12 +234,101 @@ impl Session {
                 self.send(to, message);
             }
         }
+        if self.is_leader() {
+            for s in recompute {
+                self.recompute_prints(s);
+            }
+        }
+    }
+
+    /// (Leader) the contributors to `step` whose fingerprints are still missing, asked for
+    /// again: their chunks not here are asked of them and of each chunk's holder, and their
+    /// fingerprints computed here once the chunks are ([`Session::fill_prints`]).
+    fn recompute_prints(&mut self, step: u32) {
+        let me = self.config.me;
+        let Some(checking) = self.audits.prints.steps.get(&step) else { return };
+        let missing: Vec<PeerId> = checking
+            .record
+            .contributions
+            .iter()
+            .map(|n| n.peer)
+            .filter(|p| *p != me && !checking.prints.contains_key(p))
+            .collect();
+        let owners = checking.owners.clone();
+        let n = owners.len();
+        for &author in &missing {
+            for c in 0..n {
+                let pieces = owned_pieces(n, c);
+                if pieces.is_empty() || self.contributions.holds_part(step, author, pieces.clone()) {
+                    continue;
+                }
+                let holder = if owners[c] == author { owners[(c + 1) % n] } else { owners[c] };
+                let (first, end) = (pieces.start as u8, pieces.end as u8);
+                self.taking.chunks_asked.insert((step, author, first, end));
+                for to in [author, holder] {
+                    if to != me && self.members.contains(&to) {
+                        self.send(to, Message::ChunkRequest { step, author, first, end });
+                    }
+                }
+            }
+        }
+        let now = self.timing.now_ms();
+        let checking = self.audits.prints.steps.get_mut(&step).expect("held");
+        checking.recomputing = missing.into_iter().collect();
+        checking.recomputing_since = now;
+        self.fill_prints();
+    }
+
+    /// (Leader) the fingerprints it computes itself whose chunks are all here: computed, held
+    /// as their contributor's, and the step checked with them; those whose chunks did not come
+    /// within the wait are given up (the step stays unchecked).
+    pub(super) fn fill_prints(&mut self) {
+        let now = self.timing.now_ms();
+        let wait = SUM_DISPUTE_WAIT_ELECTIONS * self.config.agreement.longest_election_ms();
+        let steps: Vec<u32> =
+            self.audits.prints.steps.iter().filter(|(_, c)| !c.recomputing.is_empty()).map(|(s, _)| *s).collect();
+        for step in steps {
+            let checking = &self.audits.prints.steps[&step];
+            let Some(seed) = checking.seed else { continue };
+            let (digest, n, len) = (checking.record.digest(), checking.owners.len(), self.contributions.len());
+            let mut computed = Vec::new();
+            for &author in &checking.recomputing {
+                let Some(index) = checking.record.contributions.iter().position(|c| c.peer == author) else { continue };
+                let prints: Option<Vec<u64>> = (0..n)
+                    .map(|c| match chunk(len, n, c).is_empty() {
+                        true => Some(0),
+                        false => self
+                            .contributions
+                            .read_sum(step, digest, c as u16)
+                            .and_then(|sum| self.contributions.fingerprint(step, author, index, sum, seed)),
+                    })
+                    .collect();
+                if let Some(prints) = prints {
+                    computed.push((author, prints));
+                }
+            }
+            let late = now.saturating_sub(checking.recomputing_since) >= wait;
+            let checking = self.audits.prints.steps.get_mut(&step).expect("held");
+            let authors: Vec<PeerId> = computed.iter().map(|(a, _)| *a).collect();
+            for (author, prints) in computed {
+                checking.recomputing.remove(&author);
+                checking.prints.entry(author).or_insert((seed, prints));
+            }
+            if late {
+                checking.recomputing.clear();
+            }
+            for author in authors {
+                self.event(Event::PrintsRecomputed { step, author });
+            }
+            self.check_prints(step);
+        }
     }
 
     /// `from` asks for this member's fingerprints of `record` of `step` again.
     pub(super) fn on_fingerprints_request(&mut self, from: PeerId, step: u32, record: u64) {
         let me = self.config.me;
         let held = self.audits.prints.steps.get(&step).filter(|c| c.record.digest() == record);
+        let held = held.filter(|_| !self.audits.prints.withhold_prints);
         match held.and_then(|c| c.prints.get(&me).map(|(seed, prints)| (*seed, prints.clone()))) {
             Some((seed, prints)) => self.send(from, Message::Fingerprints { step, record, seed, prints }),
             None => self.ignore(from, Ignored::FingerprintsRefused { step }),

@@ -689,6 +689,7 @@ impl Session {
             self.tell_held();
             self.chase_parts();
             self.settle_sums();
+            self.fill_prints();
             self.maybe_compute();
             self.lead();
             self.pump();

@@ -736,6 +736,9 @@ fn on_event(state: &mut State, event: Event) {
         Event::SumSettled { step, chunk, owner } => state.log(format!(
             "fingerprints: node {owner}'s sum of chunk {chunk} of step {step}, recomputed, and the fingerprints held of it are right: nobody convicted"
         )),
+        Event::PrintsRecomputed { step, author } => state.log(format!(
+            "fingerprints: node {author}'s of step {step} never came: computed from its chunks and the step checked with them"
+        )),
         Event::SumUnsettled { step, chunk, owner } => state.log(format!(
             "fingerprints: the pieces of chunk {chunk} of step {step} (node {owner}'s) did not come in time: the dispute is given up"
         )),
