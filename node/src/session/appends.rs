@@ -113,11 +113,18 @@ impl Session {
         if !self.configured || self.stopped.is_some() {
             return Vec::new();
         }
+        // A whole step collected here: in the mesh the next two (a record of the step after
+        // the one taken tentatively comes before that one's commit is heard); with chunk owners
+        // the next, whose owners this member does not know (its first, or the first after a push).
         let next = self.taking.applied + 1;
+        let whole = |step: u32| match self.owners_run() {
+            true => step == next && self.owners_of(step).is_none(),
+            false => self.collects(step),
+        };
         agreement
             .appended_records(bytes)
             .into_iter()
-            .filter(|r| r.step == next && self.owners_of(r.step).is_none())
+            .filter(|r| whole(r.step))
             .filter_map(|r| r.contributions.iter().find(|c| c.peer == leader).map(|c| (r.step, c.digest)))
             .filter(|&(step, digest)| !self.holds_whole_of(step, leader, digest))
             .collect()
