@@ -2488,6 +2488,13 @@ fn audited(seed: u64, rate: u32, steps: u32) -> Net {
 /// Four members summing by chunk owners for 20 steps, `fault` struck once at member `id` when the
 /// group applied step 5; the run, and the other members.
 fn owners_struck_at_step_5(seed: u64, id: PeerId, fault: fn(&mut Session)) -> (Net, Vec<PeerId>) {
+    let net = owners_run_struck_at_step_5(seed, |net| fault(&mut net.nodes.get_mut(&id).unwrap().session));
+    (net, [1, 2, 3, 4].into_iter().filter(|&member| member != id).collect())
+}
+
+/// Four members summing by chunk owners for 20 steps, `strike` run once when the group applied
+/// step 5.
+fn owners_run_struck_at_step_5(seed: u64, mut strike: impl FnMut(&mut Net)) -> Net {
     let mut net = Net::new(seed);
     net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
     for member in [1, 2, 3, 4] {
@@ -2497,11 +2504,11 @@ fn owners_struck_at_step_5(seed: u64, id: PeerId, fault: fn(&mut Session)) -> (N
     let mut struck = false;
     net.run(400_000, |net, top| {
         if top == 5 && !struck {
-            fault(&mut net.nodes.get_mut(&id).unwrap().session);
+            strike(net);
             struck = true;
         }
     });
-    (net, [1, 2, 3, 4].into_iter().filter(|&member| member != id).collect())
+    net
 }
 
 /// The owners' fingerprints (`docs/OWNERS.md`, "How an owner is checked"): an owner whose sums
@@ -2572,20 +2579,10 @@ fn withheld_fingerprints_are_computed_by_the_leader_and_a_wrong_owner_is_still_f
         // Members 2–4 withhold by turns; with every other seed, the next one is a wrong owner.
         let withholder = 2 + seed % 3;
         let wrong = (seed % 2 == 0).then_some(2 + (seed + 1) % 3);
-        let mut net = Net::new(seed);
-        net.sync = SyncConfig { exchange: Exchange::Owners, ..int8() };
-        for member in [1, 2, 3, 4] {
-            net.join(member);
-        }
-        net.start(1, 20);
-        let mut struck = false;
-        net.run(400_000, |net, top| {
-            if top == 5 && !struck {
-                net.nodes.get_mut(&withholder).unwrap().session.play_withheld_fingerprints();
-                if let Some(wrong) = wrong {
-                    net.nodes.get_mut(&wrong).unwrap().session.play_wrong_owner();
-                }
-                struck = true;
+        let net = owners_run_struck_at_step_5(seed, |net| {
+            net.nodes.get_mut(&withholder).unwrap().session.play_withheld_fingerprints();
+            if let Some(wrong) = wrong {
+                net.nodes.get_mut(&wrong).unwrap().session.play_wrong_owner();
             }
         });
         let what = format!("seed {seed}: withholder {withholder}, wrong {wrong:?}\n{}", net.describe());

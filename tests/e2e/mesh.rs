@@ -645,6 +645,20 @@ fn a_group_summed_by_chunk_owners_agrees_with_one_process_and_its_audits_find_no
     }
 }
 
+/// Four nodes training by chunk owners (int8, a run that does not end), each past step 5.
+fn owners_group_past_step_5(signal: &Signal) -> Vec<Node> {
+    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn(signal, "cpu")).collect();
+    channels_open(&nodes.iter().collect::<Vec<_>>());
+    let mut start = tiny(1_000_000);
+    start["compress"] = "int8".into();
+    start["exchange"] = "owners".into();
+    nodes[0].command(start);
+    for node in &nodes {
+        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
+    }
+    nodes
+}
+
 /// The owners' fingerprints on real processes: a member whose chunk sums are off by one in a
 /// value from step 5 on (`{"cmd":"wrong-owner"}`: it applies them itself, so every replica
 /// agrees and the weight-hash guard sees nothing) is found when the next record seeds the
@@ -655,15 +669,7 @@ fn a_group_summed_by_chunk_owners_agrees_with_one_process_and_its_audits_find_no
 fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn(&signal, "cpu")).collect();
-    channels_open(&nodes.iter().collect::<Vec<_>>());
-    let mut start = tiny(1_000_000);
-    start["compress"] = "int8".into();
-    start["exchange"] = "owners".into();
-    nodes[0].command(start);
-    for node in &nodes {
-        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
-    }
+    let mut nodes = owners_group_past_step_5(&signal);
     let mut wrong = nodes.pop().unwrap();
     wrong.command(serde_json::json!({"cmd": "wrong-owner"}));
     let is_verdict = |e: &Value| e["event"] == "verdict" && e["target"] == wrong.id;
@@ -697,15 +703,7 @@ fn a_wrong_owners_sum_is_found_by_the_fingerprints_and_removed() {
 fn withheld_fingerprints_shield_no_wrong_owner() {
     let _phase = crate::common::phase(module_path!());
     let signal = signal_server();
-    let mut nodes: Vec<Node> = (0..4).map(|_| Node::spawn(&signal, "cpu")).collect();
-    channels_open(&nodes.iter().collect::<Vec<_>>());
-    let mut start = tiny(1_000_000);
-    start["compress"] = "int8".into();
-    start["exchange"] = "owners".into();
-    nodes[0].command(start);
-    for node in &nodes {
-        node.wait_for("step 5", |e| e["event"] == "weights" && e["step"] == 5, 60);
-    }
+    let mut nodes = owners_group_past_step_5(&signal);
     let mut wrong = nodes.pop().unwrap();
     let withholder = nodes[2].id;
     nodes[2].command(serde_json::json!({"cmd": "withhold-fingerprints"}));
