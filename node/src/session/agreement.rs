@@ -358,20 +358,15 @@ impl Agreement {
         None
     }
 
-    /// Whether `bytes` is a leader's append message.
-    pub fn is_append(&self, bytes: &[u8]) -> bool {
-        RaftMessage::parse_from_bytes(bytes).is_ok_and(|m| m.get_msg_type() == MessageType::MsgAppend)
-    }
-
-    /// The step records a message from the leader would append that this log does not hold
-    /// yet (none for any other message, or one that does not parse: `step` refuses those).
-    /// The session looks at them before the message is taken (`session/appends.rs`).
-    pub fn appended_records(&self, bytes: &[u8]) -> Vec<StepRecord> {
-        let Ok(message) = RaftMessage::parse_from_bytes(bytes) else { return Vec::new() };
+    /// The step records a leader's append message would add that this log does not hold yet;
+    /// `None` for any other message (or one that does not parse: `step` refuses those). The
+    /// session looks at them before the message is taken (`session/appends.rs`).
+    pub fn appended_records(&self, bytes: &[u8]) -> Option<Vec<StepRecord>> {
+        let message = RaftMessage::parse_from_bytes(bytes).ok()?;
         if message.get_msg_type() != MessageType::MsgAppend {
-            return Vec::new();
+            return None;
         }
-        message
+        let records = message
             .get_entries()
             .iter()
             .filter(|e| e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty())
@@ -380,7 +375,8 @@ impl Agreement {
                 Ok(LogEntry::Step(record)) => Some(record),
                 _ => None,
             })
-            .collect()
+            .collect();
+        Some(records)
     }
 
     /// Whether the log holds an entry of `term` at `index` (false once a leader of a later term

@@ -22,9 +22,10 @@
 //! the record then commits as before this rule. A link to the leader that closes drops them
 //! (Raft sends them again to a follower that answers).
 //!
-//! On a reliable ordered link the leader's contribution, sent before its record, is there first,
-//! so nothing waits; what waits is only what could not have been taken yet anyway (a member
-//! takes a step once it holds every contribution its record names).
+//! On one reliable ordered link the leader's contribution, sent before its record, is there
+//! first, and nothing waits. Over WebRTC the small record overtakes a large contribution: the
+//! record then commits only once a majority holds the leader's contribution, and what waits on
+//! the commit waits that much longer (`docs/AGREEMENT.md`: −4.6% on `bench wan` every-step int8).
 
 use super::*;
 
@@ -56,28 +57,25 @@ impl Session {
     /// in since: a late joiner, or a run's first step): each holds it before the record reaches
     /// it — the link carries it first — instead of asking for it to append the record.
     pub(super) fn send_own_to_the_rest(&mut self, step: u32) {
-        let Some((at, mut sent)) = self.computing.sent_whole.take() else { return };
-        let rest: Vec<PeerId> =
-            self.taking_part(step).into_iter().filter(|p| at == step && !sent.contains(p)).collect();
-        let whole = self.contributions.get(step, self.config.me).and_then(|h| h.whole.clone());
-        if let Some(gradient) = whole.filter(|_| !rest.is_empty()) {
-            for &to in &rest {
-                self.send(to, Message::Gradient(gradient.clone()));
-            }
+        let Some((at, sent)) = self.computing.sent_whole.as_ref().filter(|(at, _)| *at == step) else { return };
+        let rest: Vec<PeerId> = self.taking_part(step).into_iter().filter(|p| !sent.contains(p)).collect();
+        let whole = self.contributions.get(*at, self.config.me).and_then(|h| h.whole.clone());
+        let Some(gradient) = whole.filter(|_| !rest.is_empty()) else { return };
+        for &to in &rest {
+            self.send(to, Message::Gradient(gradient.clone()));
+        }
+        if let Some((_, sent)) = self.computing.sent_whole.as_mut() {
             sent.extend(rest);
         }
-        self.computing.sent_whole = Some((at, sent));
     }
 
     /// Whether a Raft message from `from` waits here for `from`'s contribution
     /// (the module docs); if so it is held.
     pub(super) fn holds_back_raft(&mut self, from: PeerId, run: u64, bytes: &[u8]) -> bool {
         let now = self.timing.now_ms();
-        let appends = self.agreement.as_ref().is_some_and(|a| a.is_append(bytes));
+        // Only appends wait (the message read once here; Raft reads it again when it is taken).
+        let Some(records) = self.agreement.as_ref().and_then(|a| a.appended_records(bytes)) else { return false };
         if let Some(held) = self.taking.appends.as_mut().filter(|h| h.leader == from && h.run == run) {
-            if !appends {
-                return false;
-            }
             // The oldest go first: the leader sends again from what we hold (Raft's probe).
             if held.messages.len() == MOST_HELD {
                 held.messages.remove(0);
@@ -85,10 +83,7 @@ impl Session {
             held.messages.push(bytes.to_vec());
             return true;
         }
-        if !appends {
-            return false;
-        }
-        let awaited = self.leaders_contribution_lacking(from, bytes);
+        let awaited = self.leaders_contribution_lacking(from, records);
         if awaited.is_empty() {
             return false;
         }
@@ -104,10 +99,9 @@ impl Session {
         true
     }
 
-    /// The leader's contributions (step, digest) that the records in `bytes` name, of a whole
-    /// step this member collects now, which it does not hold.
-    fn leaders_contribution_lacking(&self, leader: PeerId, bytes: &[u8]) -> Vec<(u32, u64)> {
-        let Some(agreement) = self.agreement.as_ref() else { return Vec::new() };
+    /// The leader's contributions (step, digest) that `records` name, of a whole step this
+    /// member collects now, which it does not hold.
+    fn leaders_contribution_lacking(&self, leader: PeerId, records: Vec<StepRecord>) -> Vec<(u32, u64)> {
         // Learners too: one may be a voter by the time the record commits (a change before it
         // in the same append, taken when it commits).
         if !self.configured || self.stopped.is_some() {
@@ -121,8 +115,7 @@ impl Session {
             true => step == next && self.owners_of(step).is_none(),
             false => self.collects(step),
         };
-        agreement
-            .appended_records(bytes)
+        records
             .into_iter()
             .filter(|r| whole(r.step))
             .filter_map(|r| r.contributions.iter().find(|c| c.peer == leader).map(|c| (r.step, c.digest)))
@@ -132,14 +125,8 @@ impl Session {
 
     /// Whether `author`'s contribution to `step` is here with `digest`, all of its values.
     fn holds_whole_of(&self, step: u32, author: PeerId, digest: u64) -> bool {
-        self.contributions.get(step, author).is_some_and(|h| h.digest == digest) && self.holds_whole(step, author)
-    }
-
-    /// Whether all of `author`'s contribution to `step` is here.
-    pub(super) fn holds_whole(&self, step: u32, author: PeerId) -> bool {
-        let Some(held) = self.contributions.get(step, author) else { return false };
-        // Whole (f32 among them), or by chunks of every piece (chunk owners' repairs).
-        held.whole.is_some() || self.contributions.holds_part(step, author, 0..crate::sync::owners::PIECES)
+        self.contributions.get(step, author).is_some_and(|h| h.digest == digest)
+            && self.contributions.holds_whole(step, author)
     }
 
     /// Takes the held appends once the leader's contribution is here (or past

@@ -58,9 +58,10 @@ struct Checking {
     /// Whether the fingerprints still missing were asked for again.
     asked: bool,
     /// (Leader) contributors whose fingerprints it computes itself (still missing after they
-    /// were asked for again), and since when it waits for their chunks.
+    /// were asked for again), and since when it waits for their chunks (once a step: those
+    /// that did not come in time are given up, not asked for again).
     recomputing: BTreeSet<PeerId>,
-    recomputing_since: u64,
+    recomputing_since: Option<u64>,
 }
 
 /// The fingerprints' part of the session.
@@ -148,7 +149,7 @@ impl Session {
                 checked: false,
                 asked: false,
                 recomputing: BTreeSet::new(),
-                recomputing_since: 0,
+                recomputing_since: None,
             };
             self.audits.prints.steps.insert(step, checking);
         }
@@ -215,7 +216,7 @@ impl Session {
         let mut asks = Vec::new();
         let mut recompute = Vec::new();
         for (&s, checking) in self.audits.prints.steps.iter_mut() {
-            if s + 3 <= step && checking.asked && !checking.checked && checking.recomputing.is_empty() {
+            if s + 3 <= step && checking.asked && !checking.checked && checking.recomputing_since.is_none() {
                 recompute.push(s);
             }
             if s + 2 > step || checking.checked || checking.asked || checking.seed.is_none() {
@@ -255,28 +256,32 @@ impl Session {
             .filter(|p| *p != me && !checking.prints.contains_key(p))
             .collect();
         let owners = checking.owners.clone();
-        let n = owners.len();
         for &author in &missing {
-            for c in 0..n {
-                let pieces = owned_pieces(n, c);
-                if pieces.is_empty() || self.contributions.holds_part(step, author, pieces.clone()) {
-                    continue;
-                }
-                let holder = if owners[c] == author { owners[(c + 1) % n] } else { owners[c] };
-                let (first, end) = (pieces.start as u8, pieces.end as u8);
-                self.taking.chunks_asked.insert((step, author, first, end));
-                for to in [author, holder] {
-                    if to != me && self.members.contains(&to) {
-                        self.send(to, Message::ChunkRequest { step, author, first, end });
-                    }
+            for c in 0..owners.len() {
+                let pieces = owned_pieces(owners.len(), c);
+                if !pieces.is_empty() && !self.contributions.holds_part(step, author, pieces) {
+                    self.ask_chunk_of(step, author, &owners, c);
                 }
             }
         }
         let now = self.timing.now_ms();
         let checking = self.audits.prints.steps.get_mut(&step).expect("held");
         checking.recomputing = missing.into_iter().collect();
-        checking.recomputing_since = now;
+        checking.recomputing_since = Some(now);
         self.fill_prints();
+    }
+
+    /// (Leader) chunk `c` of `author`'s contribution to `step`, asked of the author (which keeps
+    /// its contribution) and of the chunk's holder among `owners`, and taken from either.
+    fn ask_chunk_of(&mut self, step: u32, author: PeerId, owners: &[PeerId], c: usize) {
+        let pieces = owned_pieces(owners.len(), c);
+        let (first, end) = (pieces.start as u8, pieces.end as u8);
+        self.taking.chunks_asked.insert((step, author, first, end));
+        for to in [author, Self::holder(owners, author, c)] {
+            if to != self.config.me && self.members.contains(&to) {
+                self.send(to, Message::ChunkRequest { step, author, first, end });
+            }
+        }
     }
 
     /// (Leader) the fingerprints it computes itself whose chunks are all here: computed, held
@@ -293,7 +298,14 @@ impl Session {
             let (digest, n, len) = (checking.record.digest(), checking.owners.len(), self.contributions.len());
             let mut computed = Vec::new();
             for &author in &checking.recomputing {
-                let Some(index) = checking.record.contributions.iter().position(|c| c.peer == author) else { continue };
+                // Computed once every chunk is here (asked without copying any): a pass of the
+                // session's advance must not fingerprint the chunks that came while one lacks.
+                let here = (0..n).all(|c| {
+                    let pieces = owned_pieces(n, c);
+                    pieces.is_empty() || self.contributions.holds_part(step, author, pieces)
+                });
+                let index = checking.record.contributions.iter().position(|c| c.peer == author);
+                let Some(index) = index.filter(|_| here) else { continue };
                 let prints: Option<Vec<u64>> = (0..n)
                     .map(|c| match chunk(len, n, c).is_empty() {
                         true => Some(0),
@@ -307,7 +319,7 @@ impl Session {
                     computed.push((author, prints));
                 }
             }
-            let late = now.saturating_sub(checking.recomputing_since) >= wait;
+            let late = checking.recomputing_since.is_some_and(|since| now.saturating_sub(since) >= wait);
             let checking = self.audits.prints.steps.get_mut(&step).expect("held");
             let authors: Vec<PeerId> = computed.iter().map(|(a, _)| *a).collect();
             for (author, prints) in computed {
@@ -438,20 +450,9 @@ impl Session {
         let now = self.timing.now_ms();
         self.audits.prints.disputes.insert(key, (found_by, now));
         self.event(Event::Disputing { step, target: owner, evidence: Evidence::SumCheck { chunk: chunk_index } });
-        let n = owners.len();
-        let pieces = owned_pieces(n, c);
-        let (first, end) = (pieces.start as u8, pieces.end as u8);
-        let range = chunk(self.contributions.len(), n, c);
+        let range = chunk(self.contributions.len(), owners.len(), c);
         for author in self.contributions.lacking_part(&record, range) {
-            // The author holds its contribution; the owner — or, for its own chunk, its
-            // successor — holds the chunk.
-            let holder = if author == owner { owners[(c + 1) % n] } else { owner };
-            self.taking.chunks_asked.insert((step, author, first, end));
-            for to in [author, holder] {
-                if to != self.config.me && self.members.contains(&to) {
-                    self.send(to, Message::ChunkRequest { step, author, first, end });
-                }
-            }
+            self.ask_chunk_of(step, author, &owners, c);
         }
         self.settle_sums();
     }

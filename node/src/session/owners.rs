@@ -196,7 +196,7 @@ impl Session {
 
     /// Who holds chunk `c` of `author`'s contribution besides its author, among `owners`: its
     /// owner, or — the owner's own chunk — the owner's successor.
-    fn holder(owners: &[PeerId], author: PeerId, c: usize) -> PeerId {
+    pub(super) fn holder(owners: &[PeerId], author: PeerId, c: usize) -> PeerId {
         if owners[c] == author {
             owners[(c + 1) % owners.len()]
         } else {
@@ -261,7 +261,7 @@ impl Session {
             // in a chunk owners' run — it names values no member may hold: its author's gone,
             // nobody could take the record). Ours go out whole (`appends.rs` keeps a record
             // naming them from being appended where they are not).
-            return author == me || self.holds_whole(step, author);
+            return author == me || self.contributions.holds_whole(step, author);
         };
         let acks = &self.taking.acks;
         (0..owners.len()).all(|c| {
@@ -353,8 +353,8 @@ impl Session {
                     continue;
                 }
                 if author == me {
-                    let chunk = self.contributions.chunk_of(step, me, pieces).filter(|_| late);
-                    if let Some(chunk) = chunk.filter(|_| self.members.contains(&holder)) {
+                    let resend = late && self.members.contains(&holder);
+                    if let Some(chunk) = resend.then(|| self.contributions.chunk_of(step, me, pieces)).flatten() {
                         self.send(holder, Message::Header { author, header: header.clone() });
                         self.send(holder, Message::Chunk(chunk));
                     }

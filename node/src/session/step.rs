@@ -345,6 +345,14 @@ impl Contributions {
         self.get(step, author).is_some_and(|held| held.covers(&Chunk::values(self.len, pieces)))
     }
 
+    /// Whether all of `author`'s contribution to `step` is here: whole (f32 among them: not
+    /// packed, so no part of it is a chunk), or as one chunk of every piece (a repair asked of
+    /// chunk owners, `Session::ask_whole`).
+    pub fn holds_whole(&self, step: u32, author: PeerId) -> bool {
+        self.get(step, author).is_some_and(|held| held.whole.is_some())
+            || self.holds_part(step, author, 0..owners::PIECES)
+    }
+
     /// `peer`'s contribution to `step`, held or retained.
     pub fn get(&self, step: u32, peer: PeerId) -> Option<&Held> {
         self.held.get(&step).or_else(|| self.retained.get(&step)).and_then(|s| s.get(&peer))
