@@ -105,6 +105,7 @@ fn chunks_are_checked_against_their_header_and_a_part_out_of_bound_sums_as_empty
     }
     assert_eq!(c.offer_chunk(wrong), ChunkOffer::NotNamed);
     assert!(c.whole_of(2, 5).is_none(), "half of it is here");
+    assert!(!c.holds_whole(2, 5), "half of it is here");
     // What is held, told without copying it: as `chunk_of` finds it.
     for pieces in [0..32, 3..9, 0..33, 32..64, 0..64] {
         let held = c.chunk_of(2, 5, pieces.clone()).is_some();
@@ -116,6 +117,13 @@ fn chunks_are_checked_against_their_header_and_a_part_out_of_bound_sums_as_empty
     assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), vec![5]);
     assert_eq!(c.offer_chunk(Chunk::of(&g, 5, 0..64)), ChunkOffer::Accepted);
     assert_eq!(c.whole_of(2, 5), Some(g.clone()), "all of it, from the chunk of every piece");
+    assert!(c.holds_whole(2, 5), "all of it, from the chunk of every piece");
+    // An f32 contribution whole is all here, though no part of it is a chunk.
+    let mut f32s = Contributions::new(LEN, &SyncConfig::SEED);
+    let values = Values::F32(vec![0.5; LEN]);
+    let plain = Gradient { step: 2, whash: 9, phash: 7, loss: 1.0, values, weight: 1, state: 0 };
+    assert_eq!(f32s.offer(5, plain), Offer::Accepted);
+    assert!(f32s.holds_whole(2, 5) && !f32s.holds_part(2, 5, 0..1) && !f32s.holds_whole(2, 6));
     assert_eq!(c.lacking_part(&record(&[(5, &g)]), 0..LEN), Vec::<PeerId>::new());
     // The whole one fills the header (a repair), and is then served whole.
     assert_eq!(c.offer(5, g.clone()), Offer::Filled);
